@@ -1,0 +1,49 @@
+# Every target is self-contained on a fresh machine: it creates .venv and installs what it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
+
+.PHONY: demo test check fast lint typecheck bench bench-quick eval clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,server,postgres,testing]' -r requirements-test.txt
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/amends demo --db .amends-demo.db --html amends-demo-report.html
+
+test: $(STAMP)
+	bash scripts/test-deps.sh
+	$(BIN)/python -m pytest -q
+
+fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck fast
+
+eval: $(STAMP)
+	$(BIN)/amends eval --sagas 2000 --seed 1
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
+	$(BIN)/python -m benchmarks
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
+	$(BIN)/python -m benchmarks --quick
+
+clean:
+	rm -rf $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,602 @@
+"""The catalog of tool contracts, and the :class:`Call` a tool uses to record its inverse.
+
+This module holds data and registration only. It never talks to the log or runs a reversal:
+everything a tool records here is plain data that the engine makes durable (rule 2: inverse is data).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from .errors import ContractError
+
+__all__ = [
+    "NOTHING",
+    "Acknowledgement",
+    "Call",
+    "Catalog",
+    "Expectation",
+    "FollowUp",
+    "Inverse",
+    "ManualAction",
+    "Residue",
+    "Reversibility",
+    "ToolSpec",
+]
+
+
+class Reversibility(StrEnum):
+    """What undo can do about a tool's effect. Compares equal to its string value."""
+
+    READ_ONLY = "read_only"
+    """No effect on the world; a probe. Needs no inverse."""
+    REVERSIBLE = "reversible"
+    """An inverse call removes the effect without trace."""
+    COMPENSABLE = "compensable"
+    """A forward action restores a known-good business state but leaves residue."""
+    IRREVERSIBLE = "irreversible"
+    """Nothing neutralises the effect; a person must follow up. The default."""
+
+
+class _Nothing:
+    """Sentinel for "no value recorded", distinct from ``None`` (which may be a real value)."""
+
+    _instance: _Nothing | None = None
+
+    def __new__(cls) -> _Nothing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NOTHING: Final = _Nothing()
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
+
+Phase = Literal["forward", "compensate", "follow_up", "probe"]
+
+
+def _check_json(value: Any, what: str, *, tool: str | None = None) -> Any:
+    """Round-trip ``value`` through JSON so that what is logged is exactly what is replayed."""
+    try:
+        return json.loads(json.dumps(value, sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(
+            f"{what} must be JSON data (str, int, float, bool, None, lists and dicts of them), "
+            f"got {value!r}: {exc}; convert it before recording it",
+            tool=tool,
+        ) from exc
+
+
+@dataclass(frozen=True)
+class Inverse:
+    """The call that takes a step back, computed when the step ran and stored as data."""
+
+    tool: str
+    """Catalog name of the tool to call at undo time."""
+    args: Mapping[str, Any]
+    """Concrete arguments captured from the world as observed when the step ran."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "args": dict(self.args)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Inverse:
+        return cls(tool=data["tool"], args=dict(data["args"]))
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the world must still show at undo time for the inverse to be safe.
+
+    At undo, ``probe`` (a read-only tool) is called with ``args``; the value at ``path`` in its
+    result must equal ``equals``. A mismatch is drift. The same expectation is handed to the
+    inverse as ``call.precondition`` so that a vendor's compare-and-set can enforce it too.
+    """
+
+    probe: str
+    """Catalog name of a read-only tool that observes the value."""
+    args: Mapping[str, Any]
+    """Arguments for the probe."""
+    equals: Any
+    """The value the world showed right after the step (the value we wrote, a version, an etag)."""
+    path: tuple[str | int, ...] = ()
+    """Keys into the probe's result; empty compares the whole result."""
+
+    def extract(self, observed: Any) -> Any:
+        """The part of a probe result that is compared with :attr:`equals` (``NOTHING`` if absent)."""
+        value = observed
+        for key in self.path:
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                return NOTHING
+        return value
+
+    def holds(self, observed: Any) -> bool:
+        return bool(self.extract(observed) == self.equals)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe,
+            "args": dict(self.args),
+            "equals": self.equals,
+            "path": list(self.path),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Expectation:
+        return cls(
+            probe=data["probe"],
+            args=dict(data["args"]),
+            equals=data["equals"],
+            path=tuple(data.get("path", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Residue:
+    """A side effect that remains after compensation, in plain language."""
+
+    what: str
+    """What remains, as a person would say it ("Refund of 50.00 to c1 is on its way")."""
+    parties: tuple[str, ...] = ()
+    """Who is affected or will notice."""
+    settles_at: str | None = None
+    """ISO date when the residue settles (a refund lands), or ``None`` if it never does."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "parties": list(self.parties), "settles_at": self.settles_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Residue:
+        return cls(data["what"], tuple(data.get("parties", ())), data.get("settles_at"))
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """Recorded by an irreversible tool: who must follow up, and a draft they can send."""
+
+    who: str
+    """Who can act ("the sender", "the account owner")."""
+    parties: tuple[str, ...] = ()
+    """Who was affected by the effect."""
+    draft: str | None = None
+    """A message the person can send as it is."""
+    what: str | None = None
+    """What stands, in plain language; the engine writes one from the step when omitted."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "who": self.who,
+            "parties": list(self.parties),
+            "draft": self.draft,
+            "what": self.what,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Acknowledgement:
+        return cls(data["who"], tuple(data.get("parties", ())), data.get("draft"), data.get("what"))
+
+
+@dataclass(frozen=True)
+class ManualAction:
+    """What a person must still do for an effect the engine could not neutralise."""
+
+    step_id: str
+    """The step whose effect still stands."""
+    what: str
+    """What stands and what to do about it."""
+    who: str
+    """Who can act."""
+    parties: tuple[str, ...] = ()
+    """Who is affected."""
+    draft: str | None = None
+    """A draft message for that person to send."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_id": self.step_id,
+            "what": self.what,
+            "who": self.who,
+            "parties": list(self.parties),
+            "draft": self.draft,
+        }
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """One more call a compensation asked for; it spends budget like any other call."""
+
+    tool: str
+    args: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "args": dict(self.args)}
+
+
+ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
+ResourcesFn = Callable[[Mapping[str, Any]], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One catalog entry: a tool and its reversibility contract."""
+
+    name: str
+    fn: ToolFn
+    reversibility: Reversibility
+    explicit: bool
+    """Whether the class was declared; ``False`` means irreversible by default (see ``amends audit``)."""
+    resources: ResourcesFn | None = None
+    description: str = ""
+    timeout: float | None = None
+    """Seconds one call may take before the engine treats it as timed out."""
+
+    def resources_for(self, args: Mapping[str, Any]) -> list[str]:
+        if self.resources is None:
+            return []
+        try:
+            found = self.resources(args)
+        except Exception as exc:
+            raise ContractError(
+                f"resources function of tool {self.name!r} raised {exc!r} for arguments "
+                f"{dict(args)!r}; make it accept every argument set the tool accepts",
+                tool=self.name,
+            ) from exc
+        if isinstance(found, str) or not all(isinstance(r, str) for r in found):
+            raise ContractError(
+                f"resources function of tool {self.name!r} must return a list of strings, "
+                f"got {found!r}",
+                tool=self.name,
+            )
+        return list(found)
+
+
+class Catalog:
+    """The registry of tools: the single source of truth for each tool's reversibility.
+
+    Example::
+
+        catalog = amends.Catalog()
+
+        @catalog.tool("crm.update_field", reversibility="reversible")
+        async def update_field(call, record_id, field, value): ...
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+
+    def tool(
+        self,
+        name: str,
+        *,
+        reversibility: str | Reversibility | None = None,
+        resources: ResourcesFn | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[ToolFn], ToolFn]:
+        """Register the decorated function as tool ``name``.
+
+        Args:
+            name: Dotted catalog name, e.g. ``"crm.update_field"``.
+            reversibility: ``"read_only"``, ``"reversible"``, ``"compensable"`` or
+                ``"irreversible"``. Omitted means irreversible (and ``amends audit`` flags it).
+            resources: Function of the call's arguments returning the resources it touches;
+                steps sharing a resource are ordered, forward and in reverse.
+            description: Shown by ``amends audit``; defaults to the function's docstring.
+            timeout: Seconds one call may take.
+
+        Raises:
+            ContractError: The name is taken or malformed, the class unknown, or the function
+                does not take ``call`` as its first parameter.
+        """
+
+        def register(fn: ToolFn) -> ToolFn:
+            self.register(
+                name,
+                fn,
+                reversibility=reversibility,
+                resources=resources,
+                description=description,
+                timeout=timeout,
+            )
+            return fn
+
+        return register
+
+    def register(
+        self,
+        name: str,
+        fn: ToolFn,
+        *,
+        reversibility: str | Reversibility | None = None,
+        resources: ResourcesFn | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> ToolSpec:
+        """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ContractError(
+                f"tool name {name!r} is not valid; use dotted identifiers such as 'crm.update_field'"
+            )
+        if name in self._tools:
+            raise ContractError(
+                f"tool {name!r} is already registered; give the new tool another name or "
+                f"register it in a separate Catalog",
+                tool=name,
+            )
+        explicit = reversibility is not None
+        try:
+            cls = Reversibility(reversibility) if explicit else Reversibility.IRREVERSIBLE
+        except ValueError:
+            choices = ", ".join(repr(r.value) for r in Reversibility)
+            raise ContractError(
+                f"tool {name!r} has reversibility {reversibility!r}; use one of {choices}",
+                tool=name,
+            ) from None
+        if not callable(fn):
+            raise ContractError(f"tool {name!r} must be a function, got {fn!r}", tool=name)
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        if params and params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        ):
+            params = []
+        if not params:
+            raise ContractError(
+                f"tool {name!r} must take the amends.Call as its first positional parameter, "
+                f"e.g. 'async def {getattr(fn, '__name__', 'tool')}(call, ...)'",
+                tool=name,
+            )
+        if resources is not None and not callable(resources):
+            raise ContractError(
+                f"resources of tool {name!r} must be a function of the arguments, got "
+                f"{resources!r}; e.g. resources=lambda args: [f\"crm:{{args['record_id']}}\"]",
+                tool=name,
+            )
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise ContractError(
+                f"timeout of tool {name!r} must be a positive number of seconds, got {timeout!r}",
+                tool=name,
+            )
+        doc = description if description is not None else (inspect.getdoc(fn) or "")
+        spec = ToolSpec(
+            name=name,
+            fn=fn,
+            reversibility=cls,
+            explicit=explicit,
+            resources=resources,
+            description=doc.strip().splitlines()[0] if doc else "",
+            timeout=timeout,
+        )
+        self._tools[name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec:
+        """The spec of tool ``name``.
+
+        Raises:
+            ContractError: No tool of that name is registered.
+        """
+        try:
+            return self._tools[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise ContractError(
+                f"tool {name!r} is not in the catalog (registered: {known}); register it with "
+                f"@catalog.tool({name!r}, reversibility=...)",
+                tool=name,
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(sorted(self._tools.values(), key=lambda s: s.name))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def merge(self, other: Catalog) -> Catalog:
+        """Register every tool of ``other`` here (names must not clash); returns ``self``."""
+        for spec in other:
+            self.register(
+                spec.name,
+                spec.fn,
+                reversibility=spec.reversibility if spec.explicit else None,
+                resources=spec.resources,
+                description=spec.description,
+                timeout=spec.timeout,
+            )
+        return self
+
+
+def _settles_at(now: datetime, days: float | None, business_days: int | None) -> str | None:
+    if business_days is not None:
+        day = now.date()
+        left = business_days
+        while left > 0:
+            day += timedelta(days=1)
+            if day.weekday() < 5:
+                left -= 1
+        return day.isoformat()
+    if days is not None:
+        return (now + timedelta(days=days)).date().isoformat()
+    return None
+
+
+class Call:
+    """Handed to a tool as its first argument: what the call is, and where it records its contract.
+
+    A forward call of a reversible or compensable tool must call :meth:`inverse` before returning;
+    one that does not is logged as irreversible and reported as a contract violation (rule 2).
+    """
+
+    def __init__(
+        self,
+        *,
+        saga_id: str,
+        step_id: str,
+        tool: str,
+        phase: Phase,
+        idempotency_key: str,
+        attempt: int = 1,
+        precondition: Expectation | None = None,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.saga_id = saga_id
+        """The saga this call belongs to."""
+        self.step_id = step_id
+        """The step this call belongs to (for compensations: the step being undone)."""
+        self.tool = tool
+        """The catalog name of the tool being called."""
+        self.phase: Phase = phase
+        """``"forward"``, ``"compensate"``, ``"follow_up"`` or ``"probe"``."""
+        self.idempotency_key = idempotency_key
+        """Stable for this step's forward call, or for its compensation across retries, crashes
+        and processes. Hand it to every vendor that accepts one."""
+        self.attempt = attempt
+        """1 for the first try, 2 for the first retry, and so on."""
+        self.precondition = precondition
+        """For a compensation: the expectation the world must still meet (for compare-and-set).
+        Raise :class:`amends.PreconditionFailed` if the vendor rejects the write because of it."""
+        self._now = now or (lambda: datetime.now(UTC))
+        self.recorded_inverse: Inverse | _Nothing = NOTHING
+        self.recorded_expectation: Expectation | None = None
+        self.recorded_residue: list[Residue] = []
+        self.recorded_acknowledgement: Acknowledgement | None = None
+        self.recorded_follow_ups: list[FollowUp] = []
+        self.tokens = 0
+
+    def inverse(self, tool: str, /, **args: Any) -> None:
+        """Record the call that takes this step back, with concrete arguments observed now.
+
+        Ignored outside forward calls, so a tool can serve as its own inverse.
+
+        Raises:
+            ContractError: Called twice, or with arguments that are not JSON.
+        """
+        if self.phase != "forward":
+            # A tool that is its own inverse (crm.update_field) records one while compensating;
+            # the inverse of an inverse is never used, so it is ignored there.
+            return
+        if not isinstance(self.recorded_inverse, _Nothing):
+            raise ContractError(
+                f"tool {self.tool!r} recorded an inverse twice; a step has exactly one inverse "
+                f"(use call.follow_up() inside the inverse for extra calls)",
+                tool=self.tool,
+                step_id=self.step_id,
+            )
+        if not isinstance(tool, str) or not tool:
+            raise ContractError(f"inverse tool name must be a string, got {tool!r}", tool=self.tool)
+        self.recorded_inverse = Inverse(
+            tool, _check_json(args, f"inverse arguments of {self.tool!r}", tool=self.tool)
+        )
+
+    def expect(
+        self,
+        probe: str,
+        args: Mapping[str, Any] | None = None,
+        /,
+        *,
+        equals: Any,
+        path: Sequence[str | int] | str = (),
+    ) -> None:
+        """Record what the world must still show at undo time for the inverse to be safe.
+
+        Args:
+            probe: A read-only tool that observes the value.
+            args: Arguments for the probe.
+            equals: The value the probe must still return (after following ``path``).
+            path: Keys into the probe's result, e.g. ``"version"`` or ``("fields", "stage")``.
+        """
+        if self.phase != "forward":
+            return  # ignored outside forward calls, like inverse()
+        keys = (path,) if isinstance(path, str) else tuple(path)
+        self.recorded_expectation = Expectation(
+            probe,
+            _check_json(
+                dict(args or {}), f"expectation arguments of {self.tool!r}", tool=self.tool
+            ),
+            _check_json(equals, f"expected value of {self.tool!r}", tool=self.tool),
+            keys,
+        )
+
+    def residue(
+        self,
+        what: str,
+        *,
+        parties: Sequence[str] = (),
+        settles_in_days: float | None = None,
+        settles_in_business_days: int | None = None,
+        settles_at: str | None = None,
+    ) -> None:
+        """Record a side effect that will remain after compensation (forward) or that the
+        compensation left (while compensating)."""
+        if not isinstance(what, str) or not what.strip():
+            raise ContractError(
+                f"residue needs a plain-language description, got {what!r}", tool=self.tool
+            )
+        when = settles_at or _settles_at(self._now(), settles_in_days, settles_in_business_days)
+        self.recorded_residue.append(Residue(what, tuple(parties), when))
+
+    def acknowledge(
+        self,
+        *,
+        who: str,
+        parties: Sequence[str] = (),
+        draft: str | None = None,
+        what: str | None = None,
+    ) -> None:
+        """For an irreversible effect: who must follow up, and a draft message they can send."""
+        if not isinstance(who, str) or not who.strip():
+            raise ContractError(
+                f"acknowledge(who=...) must name who can act, got {who!r}", tool=self.tool
+            )
+        self.recorded_acknowledgement = Acknowledgement(who, tuple(parties), draft, what)
+
+    def follow_up(self, tool: str, /, **args: Any) -> None:
+        """While compensating: ask for one more call after this one (it spends budget)."""
+        if self.phase not in ("compensate", "follow_up"):
+            raise ContractError(
+                f"call.follow_up() is for compensations; tool {self.tool!r} "
+                f"called it during {self.phase!r}",
+                tool=self.tool,
+            )
+        self.recorded_follow_ups.append(
+            FollowUp(
+                tool, _check_json(args, f"follow-up arguments of {self.tool!r}", tool=self.tool)
+            )
+        )
+
+    def spend(self, *, tokens: int) -> None:
+        """Report tokens this call used (an LLM-backed tool); they count against the budget."""
+        if not isinstance(tokens, int) or tokens < 0:
+            raise ContractError(
+                f"spend(tokens=...) takes a non-negative int, got {tokens!r}", tool=self.tool
+            )
+        self.tokens += tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Call(tool={self.tool!r}, phase={self.phase!r}, saga_id={self.saga_id!r}, "
+            f"step_id={self.step_id!r}, attempt={self.attempt})"
+        )

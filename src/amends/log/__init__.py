@@ -1,0 +1,42 @@
+"""Saga log backends, chosen by URL: ``sqlite:///path`` (embedded default) or ``postgresql://...``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import ConfigError
+from .base import SagaLog
+from .sqlite import SqliteLog
+
+__all__ = ["SagaLog", "SqliteLog", "open_log"]
+
+
+def open_log(target: str | os.PathLike[str] | SagaLog | None = None, **options: Any) -> SagaLog:
+    """The saga log for ``target``: a :class:`SagaLog`, a URL, or a file path.
+
+    ``None`` means ``./amends.db``. ``postgresql://`` and ``postgres://`` URLs need the
+    ``amends[postgres]`` extra.
+
+    Raises:
+        ConfigError: The URL's scheme is not one amends knows.
+    """
+    if isinstance(target, SagaLog):
+        return target
+    text = "amends.db" if target is None else os.fspath(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            from .postgres import PostgresLog
+        except ImportError as exc:
+            raise ConfigError(
+                f"log URL {text.split('@')[-1]!r} needs PostgreSQL support: "
+                f"pip install 'amends[postgres]' ({exc})"
+            ) from exc
+        return PostgresLog(text, **options)
+    if "://" in text and not text.startswith("sqlite://"):
+        scheme = text.split("://", 1)[0]
+        raise ConfigError(
+            f"log URL scheme {scheme!r} is not supported; use sqlite:///path.db, a file path, "
+            f"or postgresql://user@host/db"
+        )
+    return SqliteLog(text, **options)

@@ -1,0 +1,322 @@
+"""The embedded default saga log: one SQLite file, WAL, ``synchronous=FULL``, group commit.
+
+All writes go through one writer thread that commits every write waiting at that moment in a single
+``BEGIN IMMEDIATE`` transaction (group commit: concurrent steps share one fsync), each inside its
+own savepoint so that one failing write never takes its neighbours down. Other processes on the same
+file serialise on SQLite's own lock, bounded by the busy timeout.
+
+This module must never report a write as durable before its transaction has committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ..errors import (
+    LogCorruptedError,
+    LogError,
+    LogLockedError,
+    LogReadOnlyError,
+    SchemaVersionError,
+)
+from .sql import MIGRATIONS, SCHEMA_VERSION, Database, SqlSagaLog, Tx
+
+__all__ = ["SqliteLog"]
+
+T = TypeVar("T")
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+_MAX_BATCH = 256
+
+
+def translate(exc: sqlite3.Error, path: str) -> LogError:
+    """A precise amends error for a SQLite failure, naming the file and the fix."""
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return LogLockedError(
+            f"saga log {path!r} stayed locked by another process past the busy timeout; "
+            f"retry, raise busy_timeout (SqliteLog(path, busy_timeout=...)), or stop the process "
+            f"holding it (`fuser {path}` shows it)",
+            path=path,
+        )
+    if "readonly" in text or "read-only" in text or "full" in text or "disk i/o" in text:
+        return LogReadOnlyError(
+            f"saga log {path!r} refuses writes ({exc}); free disk space or make the file and its "
+            f"directory writable (the -wal and -shm files beside it too). Nothing was half-written: "
+            f"the transaction was rolled back",
+            path=path,
+        )
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return LogCorruptedError(
+            f"saga log {path!r} is damaged or is not an amends log ({exc}); restore it from a "
+            f"backup or move it aside, then point amends at a fresh file (--db NEW.db)",
+            path=path,
+        )
+    return LogError(f"saga log {path!r}: {exc}", path=path)
+
+
+class _Cursor:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._last = 0
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur = self._conn.execute(sql, tuple(params))
+        rows = cur.fetchall()
+        self._last = cur.rowcount
+        return rows
+
+    def rowcount(self) -> int:
+        return self._last
+
+
+_Job = tuple[Callable[[Tx], Any], "concurrent.futures.Future[Any]", bool]
+
+
+class _SqliteDatabase(Database):
+    def __init__(self, path: str, *, synchronous: Synchronous, busy_timeout: float) -> None:
+        self.path = path
+        self.memory = path == ":memory:"
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conn = self._connect()
+        self._migrate()
+        self._thread = threading.Thread(target=self._run, name=f"amends-sqlite:{path}", daemon=True)
+        self._thread.start()
+
+    # --- connections ----------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            if not self.memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LogError(
+                        f"saga log {self.path!r} could not switch to WAL (got "
+                        f"{mode!r}); put it on a local disk",
+                        path=self.path,
+                    )
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                has_meta = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='amends_meta'"
+                ).fetchone()
+                version = 0
+                if has_meta:
+                    row = conn.execute(
+                        "SELECT value FROM amends_meta WHERE key='schema_version'"
+                    ).fetchone()
+                    version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"saga log {self.path!r} has schema version {version}, newer than this "
+                        f"amends understands ({SCHEMA_VERSION}); upgrade amends",
+                        path=self.path,
+                    )
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for stmt in MIGRATIONS[target]("INTEGER PRIMARY KEY AUTOINCREMENT"):
+                        conn.execute(stmt)
+                    conn.execute(
+                        "INSERT INTO amends_meta (key, value) VALUES "
+                        "('schema_version', ?) ON CONFLICT (key) DO UPDATE SET "
+                        "value=excluded.value",
+                        (str(target),),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    # --- the writer thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch = [job]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._jobs.put(None)
+                    break
+                batch.append(more)
+            reads = [j for j in batch if j[2]]
+            writes = [j for j in batch if not j[2]]
+            for fn, fut, _ in reads:  # only for ":memory:" (one connection)
+                self._settle(fut, fn)
+            if writes:
+                self._commit(writes)
+
+    def _settle(self, fut: concurrent.futures.Future[Any], fn: Callable[[Tx], Any]) -> None:
+        try:
+            fut.set_result(fn(_Cursor(self._conn)))
+        except BaseException as exc:
+            fut.set_exception(translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
+
+    def _commit(self, batch: list[_Job]) -> None:
+        conn = self._conn
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for i, (fn, _fut, _) in enumerate(batch):
+                    conn.execute(f"SAVEPOINT w{i}")
+                    try:
+                        outcomes.append((True, fn(_Cursor(conn))))
+                        conn.execute(f"RELEASE w{i}")
+                    except Exception as exc:
+                        conn.execute(f"ROLLBACK TO w{i}")
+                        conn.execute(f"RELEASE w{i}")
+                        outcomes.append((False, exc))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            err = translate(exc, self.path)
+            for _fn, fut, _ in batch:
+                fut.set_exception(err)
+            return
+        except BaseException as exc:
+            for _fn, fut, _ in batch:
+                fut.set_exception(exc)
+            return
+        for (ok, value), (_fn, fut, _) in zip(outcomes, batch, strict=True):
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(
+                    translate(value, self.path) if isinstance(value, sqlite3.Error) else value
+                )
+
+    def _submit(self, fn: Callable[[Tx], T], read: bool) -> concurrent.futures.Future[T]:
+        if self._closed:
+            raise LogError(f"saga log {self.path!r} is closed", path=self.path)
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((fn, fut, read))
+        return fut
+
+    async def write(self, fn: Callable[[Tx], T]) -> T:
+        return await asyncio.wrap_future(self._submit(fn, read=False))
+
+    def write_sync(self, fn: Callable[[Tx], T]) -> T:
+        return self._submit(fn, read=False).result()
+
+    def _read_sync(self, fn: Callable[[Tx], T]) -> T:
+        conn = self._reader()
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn(_Cursor(conn))
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    async def read(self, fn: Callable[[Tx], T]) -> T:
+        if self.memory:
+            return await asyncio.wrap_future(self._submit(fn, read=True))
+        return await asyncio.to_thread(self._read_sync, fn)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(None)
+        await asyncio.to_thread(self._thread.join)
+        self._conn.close()
+        with self._lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+
+class SqliteLog(SqlSagaLog):
+    """The saga log in one SQLite file (the embedded default).
+
+    Args:
+        path: File path, ``"sqlite:///path"``, or ``":memory:"`` for tests. Default ``./amends.db``.
+        synchronous: SQLite's ``PRAGMA synchronous``. ``"FULL"`` (default) fsyncs every commit, so a
+            power cut loses nothing logged; ``"NORMAL"`` is faster in WAL mode but may lose the last
+            commits on power loss (never on a process crash).
+        busy_timeout: Seconds to wait for another process's lock before raising LogLockedError.
+
+    Raises:
+        LogCorruptedError: The file is damaged or not a SQLite database.
+        LogReadOnlyError: The file or its directory refuses writes.
+        SchemaVersionError: The log was written by a newer amends.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "amends.db",
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 10.0,
+    ) -> None:
+        text = os.fspath(path)
+        # SQLAlchemy's spelling: sqlite:///relative.db, sqlite:////absolute/path.db
+        for prefix in ("sqlite:///", "sqlite://"):
+            if text.startswith(prefix):
+                text = text[len(prefix) :] or ":memory:"
+                break
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise LogError(
+                f"synchronous={synchronous!r} is not a SQLite level; use 'FULL' "
+                f"(default), 'NORMAL', 'EXTRA' or 'OFF'"
+            )
+        if text != ":memory:":
+            parent = Path(text).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise LogError(
+                    f"saga log directory {str(parent)!r} does not exist; create it "
+                    f"or choose another --db path",
+                    path=text,
+                )
+            text = str(Path(text).expanduser())
+        self.path = text
+        self.url = "sqlite:///" + text if text != ":memory:" else "sqlite:///:memory:"
+        self.db = _SqliteDatabase(text, synchronous=synchronous, busy_timeout=busy_timeout)
+
+    def __repr__(self) -> str:
+        return f"SqliteLog({self.path!r})"

@@ -1,0 +1,315 @@
+"""The undo report: the three outcomes, per-step states, residue, manual actions, and renderers.
+
+The report is the truth (rule 8). Its status is *derived* from the per-step states here, in one
+place, so that no caller can claim more than the steps show.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .contracts import ManualAction, Residue
+
+__all__ = ["Outcome", "StepOutcome", "StepState", "UndoReport"]
+
+
+class Outcome(StrEnum):
+    """The outcome of a reversal. Compares equal to its string value."""
+
+    FULLY_REVERSED = "fully_reversed"
+    """Every step reverted, cancelled, not needed, or compensated without residue."""
+    PARTIALLY_REVERSED = "partially_reversed"
+    """Every effect neutralised, but some compensations left residue."""
+    CANNOT_UNDO = "cannot_undo"
+    """At least one effect still stands; see the manual actions."""
+
+
+class StepState(StrEnum):
+    """What happened to one step during the reversal."""
+
+    REVERTED = "reverted"
+    COMPENSATED = "compensated"
+    CANCELLED = "cancelled"
+    NOT_NEEDED = "not_needed"
+    ACKNOWLEDGED = "acknowledged"
+    DRIFTED = "drifted"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    OVER_BUDGET = "over_budget"
+    IN_DOUBT = "in_doubt"
+
+
+NEUTRALISED = frozenset(
+    {StepState.REVERTED, StepState.COMPENSATED, StepState.CANCELLED, StepState.NOT_NEEDED}
+)
+"""States in which the step's effect no longer stands."""
+STANDING = frozenset(StepState) - NEUTRALISED
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One step in the report."""
+
+    step_id: str
+    tool: str
+    verb: str | None
+    """Revert / Compensate / Cancel / Acknowledge, or ``None`` when there was nothing to undo."""
+    state: StepState
+    detail: str
+    """What happened, in plain language."""
+    reversibility: str = "irreversible"
+    attempts: int = 0
+    """Inverse calls made for this step (retries included)."""
+    residue: tuple[Residue, ...] = ()
+    manual_action: ManualAction | None = None
+    violation: str | None = None
+    """A broken tool contract found when the step ran (rule 2), shown, never hidden."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "verb": self.verb,
+            "state": self.state.value,
+            "detail": self.detail,
+            "reversibility": self.reversibility,
+            "attempts": self.attempts,
+            "residue": [r.to_dict() for r in self.residue],
+            "manual_action": self.manual_action.to_dict() if self.manual_action else None,
+            "violation": self.violation,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepOutcome:
+        ma = d.get("manual_action")
+        return cls(
+            d["step_id"],
+            d["tool"],
+            d.get("verb"),
+            StepState(d["state"]),
+            d["detail"],
+            d.get("reversibility", "irreversible"),
+            int(d.get("attempts", 0)),
+            tuple(Residue.from_dict(r) for r in d.get("residue", ())),
+            ManualAction(
+                ma["step_id"], ma["what"], ma["who"], tuple(ma.get("parties", ())), ma.get("draft")
+            )
+            if ma
+            else None,
+            d.get("violation"),
+        )
+
+
+def derive_status(steps: Sequence[StepOutcome]) -> Outcome:
+    """The three outcomes of DESIGN.md, from per-step states alone."""
+    if any(s.state in STANDING for s in steps):
+        return Outcome.CANNOT_UNDO
+    if any(s.residue for s in steps):
+        return Outcome.PARTIALLY_REVERSED
+    return Outcome.FULLY_REVERSED
+
+
+@dataclass(frozen=True)
+class UndoReport:
+    """What the one reversal of a saga did, and what still stands."""
+
+    saga_id: str
+    reversal_id: str
+    """The same for every request that joined this reversal."""
+    title: str
+    steps: tuple[StepOutcome, ...]
+    tool_calls: int = 0
+    """Every call the reversal made: probes, inverses, retries and follow-ups."""
+    tokens: int = 0
+    seconds: float = 0.0
+    budget: Mapping[str, Any] = field(default_factory=dict)
+    requested_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def status(self) -> Outcome:
+        """``fully_reversed``, ``partially_reversed`` or ``cannot_undo`` (derived from steps)."""
+        return derive_status(self.steps)
+
+    @property
+    def residue(self) -> list[Residue]:
+        return [r for s in self.steps for r in s.residue]
+
+    @property
+    def manual_actions(self) -> list[ManualAction]:
+        return [s.manual_action for s in self.steps if s.manual_action is not None]
+
+    @property
+    def violations(self) -> list[str]:
+        return [f"{s.step_id} ({s.tool}): {s.violation}" for s in self.steps if s.violation]
+
+    def step(self, step_id: str) -> StepOutcome:
+        for s in self.steps:
+            if s.step_id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    @property
+    def headline(self) -> str:
+        """The outcome in a product's words: "Undone 9 of 12 — 3 need your attention"."""
+        acting = [s for s in self.steps if s.state is not StepState.NOT_NEEDED]
+        done = sum(1 for s in acting if s.state in NEUTRALISED)
+        attention = len(self.manual_actions)
+        total = len(acting)
+        if self.status is Outcome.FULLY_REVERSED:
+            return f"Undone {done} of {total}"
+        if self.status is Outcome.PARTIALLY_REVERSED:
+            n = len(self.residue)
+            return f"Undone {done} of {total} — {n} leave{'s' if n == 1 else ''} a trace"
+        return (
+            f"Undone {done} of {total} — {attention} need{'s' if attention == 1 else ''} "
+            f"your attention"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "saga_id": self.saga_id,
+            "reversal_id": self.reversal_id,
+            "title": self.title,
+            "status": self.status.value,
+            "headline": self.headline,
+            "steps": [s.to_dict() for s in self.steps],
+            "residue": [r.to_dict() for r in self.residue],
+            "manual_actions": [m.to_dict() for m in self.manual_actions],
+            "violations": self.violations,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "budget": dict(self.budget),
+            "requested_at": self.requested_at,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> UndoReport:
+        return cls(
+            d["saga_id"],
+            d["reversal_id"],
+            d.get("title", ""),
+            tuple(StepOutcome.from_dict(s) for s in d["steps"]),
+            int(d.get("tool_calls", 0)),
+            int(d.get("tokens", 0)),
+            float(d.get("seconds", 0.0)),
+            dict(d.get("budget", {})),
+            float(d.get("requested_at", 0.0)),
+            float(d.get("finished_at", 0.0)),
+        )
+
+    def to_json(self, **kwargs: Any) -> str:
+        kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def render(self, fmt: str = "text") -> str:
+        """The report as ``"text"`` (plain, for terminals and logs) or ``"html"`` (self-contained).
+
+        Raises:
+            ValueError: ``fmt`` is neither.
+        """
+        if fmt == "text":
+            return _render_text(self)
+        if fmt == "html":
+            return _render_html(self)
+        raise ValueError(f"render format {fmt!r} is not known; use 'text' or 'html'")
+
+
+def _verb(s: StepOutcome) -> str:
+    return s.verb or "—"
+
+
+def _render_text(r: UndoReport) -> str:
+    out = [
+        f"Undo of saga {r.saga_id} — {r.title}" if r.title else f"Undo of saga {r.saga_id}",
+        f"Status: {r.status.value} ({r.headline})",
+        f"Reversal {r.reversal_id}: {r.tool_calls} tool calls, {r.tokens} tokens, {r.seconds:.2f}s",
+        "",
+        "Steps:",
+    ]
+    width = max((len(s.tool) for s in r.steps), default=4)
+    for s in r.steps:
+        out.append(
+            f"  {s.step_id:<6} {s.tool:<{width}}  {_verb(s):<11} {s.state.value:<12} {s.detail}"
+        )
+    if r.violations:
+        out += ["", "Contract violations:"] + [f"  - {v}" for v in r.violations]
+    if r.residue:
+        out += ["", "Residue (what remains after compensation):"]
+        for res in r.residue:
+            when = f"settles {res.settles_at}" if res.settles_at else "does not settle"
+            who = ", ".join(res.parties) or "no one else"
+            out.append(f"  - {res.what} — affects {who}; {when}")
+    if r.manual_actions:
+        out += ["", "Needs a person:"]
+        for m in r.manual_actions:
+            out.append(f"  - [{m.step_id}] {m.what}")
+            out.append(
+                f"    who: {m.who}" + (f"; affected: {', '.join(m.parties)}" if m.parties else "")
+            )
+            if m.draft:
+                out.append(f"    draft: {m.draft}")
+    return "\n".join(out) + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;padding:1rem;
+color:#1a1a1a;background:#fff;line-height:1.45;max-width:60rem}
+h1{font-size:1.35rem;margin:.2rem 0} h2{font-size:1.1rem;margin-top:1.4rem}
+.status{display:inline-block;padding:.2rem .6rem;border-radius:.3rem;font-weight:600}
+.fully_reversed{background:#d8f3dc;color:#0b4619}.partially_reversed{background:#fff3bf;color:#5c4400}
+.cannot_undo{background:#ffe3e3;color:#7d1010}
+table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35rem .5rem;
+border-bottom:1px solid #ccc;vertical-align:top}
+.state{font-weight:600}
+pre.draft{white-space:pre-wrap;background:#f4f4f4;padding:.5rem;border-radius:.3rem}
+@media (max-width:40rem){table,thead,tbody,tr,td,th{display:block}thead{display:none}
+td{border:none;padding:.15rem 0}tr{border-bottom:1px solid #ccc;padding:.4rem 0}}
+"""
+
+
+def _render_html(r: UndoReport) -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(s.step_id)}</td><td><code>{e(s.tool)}</code></td><td>{e(_verb(s))}</td>"
+        f"<td class='state'>{e(s.state.value)}</td><td>{e(s.detail)}"
+        + (f"<br><strong>Contract violation:</strong> {e(s.violation)}" if s.violation else "")
+        + "</td></tr>"
+        for s in r.steps
+    )
+    residue = "".join(
+        f"<li>{e(x.what)} — affects {e(', '.join(x.parties) or 'no one else')}; "
+        f"{'settles ' + e(x.settles_at) if x.settles_at else 'does not settle'}</li>"
+        for x in r.residue
+    )
+    manual = "".join(
+        f"<li><p><strong>{e(m.what)}</strong></p><p>Who can act: {e(m.who)}"
+        + (f"; affected: {e(', '.join(m.parties))}" if m.parties else "")
+        + "</p>"
+        + (f"<p>Draft message:</p><pre class='draft'>{e(m.draft)}</pre>" if m.draft else "")
+        + "</li>"
+        for m in r.manual_actions
+    )
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>Undo report — {e(r.title or r.saga_id)}</title><style>{_CSS}</style></head>"
+        f"<body><main><h1>{e(r.headline)}</h1>"
+        f"<p><span class='status {e(r.status.value)}'>{e(r.status.value)}</span> "
+        f"Saga <code>{e(r.saga_id)}</code>{' — ' + e(r.title) if r.title else ''}. "
+        f"Reversal <code>{e(r.reversal_id)}</code>: {r.tool_calls} tool calls, {r.tokens} tokens, "
+        f"{r.seconds:.2f}s.</p>"
+        "<h2>Steps</h2><table><thead><tr><th scope='col'>Step</th><th scope='col'>Tool</th>"
+        "<th scope='col'>Verb</th><th scope='col'>State</th><th scope='col'>Detail</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table>"
+        + (f"<h2>What remains</h2><ul>{residue}</ul>" if residue else "")
+        + (f"<h2>Needs a person</h2><ul>{manual}</ul>" if manual else "")
+        + "</main></body></html>\n"
+    )
