@@ -51,7 +51,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     if name == "PostgresLog":  # optional extra, imported lazily
-        from .log.postgres import PostgresLog
+        from .log.postgres import PostgresLog  # type: ignore[import-not-found,unused-ignore]
 
         return PostgresLog
     raise AttributeError(f"module 'amends' has no attribute {name!r}")

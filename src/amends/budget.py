@@ -16,7 +16,7 @@ class Budget:
     """Caps on a reversal. Every probe, inverse, retry and follow-up spends one tool call."""
 
     tool_calls: int = 100
-    """Most tool calls the reversal may make, probes, retries and follow-ups included. Default 100."""
+    """Most tool calls the reversal may make (probes, retries, follow-ups). Default 100."""
     tokens: int = 100_000
     """Most tokens tools may report with ``call.spend(tokens=...)``. Default 100,000."""
     seconds: float = 60.0
@@ -75,7 +75,7 @@ class BudgetMeter:
         """Which cap is spent, in words, or ``None`` while there is budget left."""
         if self.calls >= self.budget.tool_calls:
             return f"tool-call budget of {self.budget.tool_calls} spent"
-        if self.tokens >= self.budget.tokens and self.budget.tokens >= 0 and self.tokens > 0:
+        if self.tokens > 0 and self.tokens >= self.budget.tokens:
             return f"token budget of {self.budget.tokens} spent"
         if time.monotonic() >= self.deadline:
             return f"time budget of {self.budget.seconds:g}s spent"

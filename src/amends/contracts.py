@@ -1,7 +1,8 @@
 """The catalog of tool contracts, and the :class:`Call` a tool uses to record its inverse.
 
 This module holds data and registration only. It never talks to the log or runs a reversal:
-everything a tool records here is plain data that the engine makes durable (rule 2: inverse is data).
+everything a tool records here is plain data that the engine makes durable
+(rule 2: inverse is data).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class Expectation:
     """Keys into the probe's result; empty compares the whole result."""
 
     def extract(self, observed: Any) -> Any:
-        """The part of a probe result that is compared with :attr:`equals` (``NOTHING`` if absent)."""
+        """The part of a probe result compared with :attr:`equals` (``NOTHING`` if absent)."""
         value = observed
         for key in self.path:
             try:
@@ -240,7 +241,7 @@ class ToolSpec:
     fn: ToolFn
     reversibility: Reversibility
     explicit: bool
-    """Whether the class was declared; ``False`` means irreversible by default (see ``amends audit``)."""
+    """Whether the class was declared; ``False``: irreversible by default (``amends audit``)."""
     resources: ResourcesFn | None = None
     description: str = ""
     timeout: float | None = None
@@ -331,7 +332,8 @@ class Catalog:
         """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ContractError(
-                f"tool name {name!r} is not valid; use dotted identifiers such as 'crm.update_field'"
+                f"tool name {name!r} is not valid; use dotted identifiers such as "
+                f"'crm.update_field'"
             )
         if name in self._tools:
             raise ContractError(
@@ -341,7 +343,7 @@ class Catalog:
             )
         explicit = reversibility is not None
         try:
-            cls = Reversibility(reversibility) if explicit else Reversibility.IRREVERSIBLE
+            cls = Reversibility(str(reversibility)) if explicit else Reversibility.IRREVERSIBLE
         except ValueError:
             choices = ", ".join(repr(r.value) for r in Reversibility)
             raise ContractError(

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetMeter
-from .contracts import NOTHING, Call, Catalog, Reversibility
+from .contracts import NOTHING, Call, Catalog, Inverse, Reversibility
 from .errors import (
     ConfigError,
     ContractError,
@@ -155,7 +155,8 @@ class Step:
         self.deps = deps
         self.resources = resources
         self.state = "pending"
-        """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled`` or ``skipped``."""
+        """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
+        ``skipped``."""
         self._result: Any = NOTHING
         self._error: StepFailedError | None = None
         self._observed = False
@@ -192,7 +193,7 @@ class Step:
 
 
 class Saga:
-    """One agent request. Use as ``async with engine.saga(...) as saga``; then ``saga.call(...)``."""
+    """One agent request: ``async with engine.saga(...) as saga``, then ``saga.call(...)``."""
 
     def __init__(
         self,
@@ -529,14 +530,15 @@ class Engine:
         inv = call.recorded_inverse
         if declared in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
             # rule 2: no inverse recorded -> logged and reported as irreversible.
-            if inv is NOTHING:
+            if not isinstance(inv, Inverse):
                 violation = (
                     f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
                     f"call call.inverse(...) or register it as 'irreversible'"
                 )
-            elif inv.tool not in self.catalog:  # type: ignore[union-attr]
+            elif inv.tool not in self.catalog:
                 violation = (
-                    f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the catalog"  # type: ignore[union-attr]
+                    f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
+                    f"catalog; register it or record an inverse the catalog has"
                 )
             elif call.recorded_expectation is not None and (
                 call.recorded_expectation.probe not in self.catalog
@@ -554,7 +556,7 @@ class Engine:
             "done",
             effective=effective.value,
             result=_jsonable(result),
-            inverse=None if inv is NOTHING else inv.to_dict(),  # type: ignore[union-attr]
+            inverse=inv.to_dict() if isinstance(inv, Inverse) else None,
             expectation=None
             if call.recorded_expectation is None
             else call.recorded_expectation.to_dict(),

@@ -206,22 +206,26 @@ class _Runner:
 
     # --- one step -------------------------------------------------------------------------
     async def _step(self, p: PlannedStep) -> StepOutcome:
-        base = dict(
-            step_id=p.step_id,
-            tool=p.step.tool,
-            verb=p.verb,
-            reversibility=p.reversibility.value,
-            violation=p.step.violation,
-        )
-        if p.action == "cancel":
-            return StepOutcome(**base, state=StepState.CANCELLED, detail=p.reason)
-        if p.action == "skip":
-            return StepOutcome(**base, state=StepState.NOT_NEEDED, detail=p.reason)
-        if p.action == "acknowledge":
+        def base(state: StepState, detail: str, **more: Any) -> StepOutcome:
             return StepOutcome(
-                **base,
-                state=StepState.ACKNOWLEDGED,
-                detail=p.reason,
+                step_id=p.step_id,
+                tool=p.step.tool,
+                verb=p.verb,
+                state=state,
+                detail=detail,
+                reversibility=p.reversibility.value,
+                violation=p.step.violation,
+                **more,
+            )
+
+        if p.action == "cancel":
+            return base(StepState.CANCELLED, p.reason)
+        if p.action == "skip":
+            return base(StepState.NOT_NEEDED, p.reason)
+        if p.action == "acknowledge":
+            return base(
+                StepState.ACKNOWLEDGED,
+                p.reason,
                 manual_action=self._manual(p, StepState.ACKNOWLEDGED, p.reason),
             )
         if p.action in ("in_doubt", "wait"):
@@ -231,10 +235,9 @@ class _Runner:
                 else "still running in another process when undo finished; whether it took effect "
                 "is unknown"
             )
-            return StepOutcome(
-                **base,
-                state=StepState.IN_DOUBT,
-                detail=detail,
+            return base(
+                StepState.IN_DOUBT,
+                detail,
                 manual_action=self._manual(p, StepState.IN_DOUBT, detail),
             )
         prior = self.done.get(p.step_id)
@@ -256,10 +259,9 @@ class _Runner:
                     data={},
                     event="compensation.blocked",
                 )
-                return StepOutcome(
-                    **base,
-                    state=StepState.BLOCKED,
-                    detail=detail,
+                return base(
+                    StepState.BLOCKED,
+                    detail,
                     manual_action=self._manual(p, StepState.BLOCKED, detail),
                 )
         assert p.inverse is not None
@@ -307,10 +309,9 @@ class _Runner:
                 data={"manual_action": manual.to_dict()},
                 event=f"compensation.{stop.state.value}",
             )
-            return StepOutcome(
-                **base,
-                state=stop.state,
-                detail=stop.detail,
+            return base(
+                stop.state,
+                stop.detail,
                 attempts=counter[0],
                 manual_action=manual,
             )
@@ -327,9 +328,7 @@ class _Runner:
             data={"residue": [r.to_dict() for r in residue]},
             event=f"compensation.{state.value}",
         )
-        return StepOutcome(
-            **base, state=state, detail=detail, attempts=counter[0], residue=tuple(residue)
-        )
+        return base(state, detail, attempts=counter[0], residue=tuple(residue))
 
     async def _check_drift(self, p: PlannedStep, counter: list[int]) -> None:
         """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes."""

@@ -26,13 +26,14 @@ def open_log(target: str | os.PathLike[str] | SagaLog | None = None, **options: 
     text = "amends.db" if target is None else os.fspath(target)
     if text.startswith(("postgresql://", "postgres://")):
         try:
-            from .postgres import PostgresLog
+            from .postgres import PostgresLog  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:
             raise ConfigError(
                 f"log URL {text.split('@')[-1]!r} needs PostgreSQL support: "
                 f"pip install 'amends[postgres]' ({exc})"
             ) from exc
-        return PostgresLog(text, **options)
+        log: SagaLog = PostgresLog(text, **options)
+        return log
     if "://" in text and not text.startswith("sqlite://"):
         scheme = text.split("://", 1)[0]
         raise ConfigError(

@@ -131,7 +131,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class StepFinish:
-    """Everything a forward step records when its tool returns (rule 1: durable before moving on)."""
+    """What a forward step records when its tool returns (rule 1: durable before moving on)."""
 
     state: str
     effective: str | None = None

@@ -50,8 +50,8 @@ def translate(exc: sqlite3.Error, path: str) -> LogError:
     if "readonly" in text or "read-only" in text or "full" in text or "disk i/o" in text:
         return LogReadOnlyError(
             f"saga log {path!r} refuses writes ({exc}); free disk space or make the file and its "
-            f"directory writable (the -wal and -shm files beside it too). Nothing was half-written: "
-            f"the transaction was rolled back",
+            f"directory writable (the -wal and -shm files beside it too). Nothing was "
+            f"half-written: the transaction was rolled back",
             path=path,
         )
     if "not a database" in text or "malformed" in text or "corrupt" in text:
