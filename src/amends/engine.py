@@ -264,7 +264,7 @@ class Saga:
             self.engine._live.pop(self.id, None)
         if exc is None:
             for s in self.steps:
-                if s._error is not None and not s._observed and s.state != "cancelled":
+                if s._error is not None and not s._observed and s.state in ("failed", "in_doubt"):
                     raise s._error
 
     async def settle(self) -> None:
