@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import amends  # noqa: E402
-from core_world import CoreWorld, fresh  # noqa: E402
+import amends
+from core_world import CoreWorld, fresh
 
 
 @pytest.fixture
@@ -31,7 +31,10 @@ def catalog(world_and_catalog: tuple[CoreWorld, amends.Catalog]) -> amends.Catal
 
 @pytest.fixture
 async def engine(catalog: amends.Catalog) -> AsyncIterator[amends.Engine]:
-    eng = amends.Engine(catalog, log=amends.SqliteLog(":memory:"),
-                        retry=amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01))
+    eng = amends.Engine(
+        catalog,
+        log=amends.SqliteLog(":memory:"),
+        retry=amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01),
+    )
     yield eng
     await eng.close()

@@ -59,8 +59,11 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         await world.fault("crm.read_field")
         return world.crm[record_id][field]
 
-    @catalog.tool("crm.update_field", reversibility="reversible",
-                  resources=lambda a: [f"crm:{a['record_id']}"])
+    @catalog.tool(
+        "crm.update_field",
+        reversibility="reversible",
+        resources=lambda a: [f"crm:{a['record_id']}"],
+    )
     async def update_field(call: amends.Call, record_id: str, field: str, value: Any) -> Any:
         world.record(call)
         await world.fault("crm.update_field")
@@ -70,12 +73,14 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         pre = call.precondition
         if pre is not None and rec.get(pre.args["field"]) != pre.equals:
             raise amends.PreconditionFailed(
-                f"{record_id}.{field} is {rec.get(field)!r}, expected {pre.equals!r}")
+                f"{record_id}.{field} is {rec.get(field)!r}, expected {pre.equals!r}"
+            )
         before = rec[field]
         rec[field] = value
         rec["version"] += 1
-        world.effects.append(("crm.update_field", f"{record_id}.{field}={value}",
-                              call.idempotency_key))
+        world.effects.append(
+            ("crm.update_field", f"{record_id}.{field}={value}", call.idempotency_key)
+        )
         call.inverse("crm.update_field", record_id=record_id, field=field, value=before)
         call.expect("crm.read_field", {"record_id": record_id, "field": field}, equals=value)
         out = dict(rec)
@@ -93,8 +98,11 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         world.effects.append(("pay.charge", cid, call.idempotency_key))
         call.inverse("pay.refund", charge_id=cid, cents=cents)
         call.expect("pay.get_charge", {"charge_id": cid}, equals=0, path="refunded")
-        call.residue(f"Refund of {cents / 100:.2f} to {customer}", parties=[customer],
-                     settles_at="2026-12-07")
+        call.residue(
+            f"Refund of {cents / 100:.2f} to {customer}",
+            parties=[customer],
+            settles_at="2026-12-07",
+        )
         out = {"id": cid, "cents": cents}
         world.seen_keys[call.idempotency_key] = out
         return out
@@ -126,8 +134,11 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         await world.fault("mail.send")
         world.outbox.append({"to": to, "subject": subject})
         world.effects.append(("mail.send", to, call.idempotency_key))
-        call.acknowledge(who="the sender", parties=[to],
-                         draft=f"Please disregard my earlier message '{subject}'.")
+        call.acknowledge(
+            who="the sender",
+            parties=[to],
+            draft=f"Please disregard my earlier message '{subject}'.",
+        )
         return {"sent": True}
 
     @catalog.tool("crm.note", reversibility="reversible")
@@ -159,6 +170,10 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
 
 
 def fresh() -> tuple[CoreWorld, amends.Catalog]:
-    world = CoreWorld(crm={"r1": {"stage": "lead", "owner": "ann", "version": 1},
-                           "r2": {"stage": "lead", "owner": "bob", "version": 1}})
+    world = CoreWorld(
+        crm={
+            "r1": {"stage": "lead", "owner": "ann", "version": 1},
+            "r2": {"stage": "lead", "owner": "bob", "version": 1},
+        }
+    )
     return world, make_catalog(world)

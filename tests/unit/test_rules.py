@@ -6,10 +6,10 @@ import asyncio
 import threading
 
 import pytest
-from core_world import CoreWorld
 
 import amends
 from amends import StepState
+from core_world import CoreWorld
 
 pytestmark = pytest.mark.asyncio
 
@@ -60,13 +60,21 @@ async def test_result_and_inverse_are_durable_before_a_dependent_starts(
         saga_id = saga.id
         a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
         saga.call("pay.charge", customer="c1", cents=100, after=[a])
-    assert seen == [(
-        "done",
-        {"tool": "crm.update_field",
-         "args": {"record_id": "r1", "field": "stage", "value": "lead"}},
-        {"probe": "crm.read_field", "args": {"record_id": "r1", "field": "stage"},
-         "equals": "won", "path": []},
-    )]
+    assert seen == [
+        (
+            "done",
+            {
+                "tool": "crm.update_field",
+                "args": {"record_id": "r1", "field": "stage", "value": "lead"},
+            },
+            {
+                "probe": "crm.read_field",
+                "args": {"record_id": "r1", "field": "stage"},
+                "equals": "won",
+                "path": [],
+            },
+        )
+    ]
 
 
 async def test_inverse_is_computed_at_execution_time_from_the_world_then(
@@ -98,8 +106,10 @@ async def test_reversible_tool_without_inverse_is_logged_and_reported_irreversib
     report = await engine.undo(saga.id)
     step = report.step("s1")
     assert step.state is StepState.ACKNOWLEDGED
-    assert step.violation == ("tool 'crm.forgetful' is 'reversible' but recorded no inverse; "
-                              "call call.inverse(...) or register it as 'irreversible'")
+    assert step.violation == (
+        "tool 'crm.forgetful' is 'reversible' but recorded no inverse; "
+        "call call.inverse(...) or register it as 'irreversible'"
+    )
     assert report.violations == [f"s1 (crm.forgetful): {step.violation}"]
     assert report.status == "cannot_undo"
     assert "Contract violations:" in report.render("text")
@@ -178,9 +188,14 @@ async def test_failed_inverse_blocks_the_inverses_it_gates(
     before_undo = {k: dict(v) for k, v in world.crm.items()}
     report = await engine.undo(saga.id)
     assert [(s.step_id, s.state) for s in report.steps] == [
-        ("s1", StepState.BLOCKED), ("s2", StepState.FAILED), ("s3", StepState.REVERTED)]
-    assert report.step("s1").detail == ("not attempted: it must wait for s2 (pay.charge) to be "
-                                        "undone first, and that step is failed")
+        ("s1", StepState.BLOCKED),
+        ("s2", StepState.FAILED),
+        ("s3", StepState.REVERTED),
+    ]
+    assert report.step("s1").detail == (
+        "not attempted: it must wait for s2 (pay.charge) to be "
+        "undone first, and that step is failed"
+    )
     assert report.step("s2").detail == "pay.refund failed permanently: card closed"
     assert world.crm["r1"] == before_undo["r1"]  # blocked: untouched
     assert world.charges["ch_1"]["refunded"] == 0
@@ -200,13 +215,15 @@ async def test_drift_is_detected_and_nothing_is_overwritten(
     report = await engine.undo(saga.id)
     s1 = report.step("s1")
     assert s1.state is StepState.DRIFTED
-    assert s1.detail == ("someone changed it since the agent acted: expected 'won', found "
-                         "'lost'; left as it is")
+    assert s1.detail == (
+        "someone changed it since the agent acted: expected 'won', found 'lost'; left as it is"
+    )
     assert world.crm["r1"]["stage"] == "lost"  # the human's value stands
     assert report.step("s2").state is StepState.COMPENSATED
     assert report.status == "cannot_undo"
     assert report.manual_actions[0].what.startswith(
-        "Review crm.update_field(field='stage', record_id='r1', value='won'): someone changed it")
+        "Review crm.update_field(field='stage', record_id='r1', value='won'): someone changed it"
+    )
 
 
 async def test_expectation_is_handed_to_the_inverse_as_a_precondition(
@@ -253,8 +270,10 @@ async def test_transient_errors_are_retried_with_the_same_idempotency_key(
     assert keys == [f"amends:{saga.id}:s2:undo"] * 3
     assert world.charges["ch_1"]["refunded"] == 5000
     assert [c for c in world.calls if c[0] == "pay.refund"] == [
-        ("pay.refund", "compensate", 1), ("pay.refund", "compensate", 2),
-        ("pay.refund", "compensate", 3)]
+        ("pay.refund", "compensate", 1),
+        ("pay.refund", "compensate", 2),
+        ("pay.refund", "compensate", 3),
+    ]
 
 
 async def test_compensation_logged_done_is_never_dispatched_again(
@@ -336,8 +355,9 @@ async def test_tool_call_budget_stops_dispatch_and_reports_over_budget(
     report = await engine.undo(saga.id, budget=amends.Budget(tool_calls=2))
     assert report.step("s2").state is StepState.COMPENSATED
     assert report.step("s1").state is StepState.OVER_BUDGET
-    assert report.step("s1").detail == ("tool-call budget of 2 spent before crm.read_field "
-                                        "could run")
+    assert report.step("s1").detail == (
+        "tool-call budget of 2 spent before crm.read_field could run"
+    )
     assert report.tool_calls == 2
     assert world.crm["r1"]["stage"] == "won"
     assert report.status == "cannot_undo"
@@ -397,9 +417,12 @@ async def test_report_of_a_clean_reversal(engine: amends.Engine, world: CoreWorl
     assert d["status"] == "partially_reversed"
     assert d["headline"] == "Undone 2 of 2 — 1 leaves a trace"
     assert [(s["step_id"], s["verb"], s["state"]) for s in d["steps"]] == [
-        ("s1", "Revert", "reverted"), ("s2", "Compensate", "compensated")]
-    assert d["residue"] == [{"what": "Refund of 50.00 to c1", "parties": ["c1"],
-                             "settles_at": "2026-12-07"}]
+        ("s1", "Revert", "reverted"),
+        ("s2", "Compensate", "compensated"),
+    ]
+    assert d["residue"] == [
+        {"what": "Refund of 50.00 to c1", "parties": ["c1"], "settles_at": "2026-12-07"}
+    ]
     assert d["manual_actions"] == []
     assert d["tool_calls"] == 4  # two probes, two inverses
     assert amends.UndoReport.from_dict(d).to_dict() == d
@@ -413,11 +436,15 @@ async def test_irreversible_step_is_acknowledged_with_a_draft(
     report = await engine.undo(saga.id)
     assert report.status == "cannot_undo"
     assert report.step("s1").verb == "Acknowledge"
-    assert [m.to_dict() for m in report.manual_actions] == [{
-        "step_id": "s1",
-        "what": "mail.send(subject='Deal won', to='bob@acme.test') cannot be taken back",
-        "who": "the sender", "parties": ["bob@acme.test"],
-        "draft": "Please disregard my earlier message 'Deal won'."}]
+    assert [m.to_dict() for m in report.manual_actions] == [
+        {
+            "step_id": "s1",
+            "what": "mail.send(subject='Deal won', to='bob@acme.test') cannot be taken back",
+            "who": "the sender",
+            "parties": ["bob@acme.test"],
+            "draft": "Please disregard my earlier message 'Deal won'.",
+        }
+    ]
     assert world.outbox == [{"to": "bob@acme.test", "subject": "Deal won"}]
 
 

@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from core_world import CoreWorld
 
 import amends
 from amends import StepState
+from core_world import CoreWorld
 
 
 async def test_undo_while_running_cancels_unstarted_steps_and_compensates_finishing_ones(
@@ -48,7 +48,10 @@ async def test_undo_while_running_cancels_unstarted_steps_and_compensates_finish
     # s3 was asked for after the reversal was planned: refused, logged cancelled, never ran
     logged = await engine.log.get_saga(saga.id)
     assert logged is not None and [s.state for s in logged.steps] == [
-        "done", "cancelled", "cancelled"]
+        "done",
+        "cancelled",
+        "cancelled",
+    ]
     assert world.outbox == []
     assert world.crm["r1"]["stage"] == "lead"
     assert world.charges["ch_1"]["refunded"] == 300
@@ -62,7 +65,8 @@ async def test_sqlite_log_uses_wal_full_sync_and_a_schema_version(tmp_path: Path
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("SELECT value FROM amends_meta WHERE key='schema_version'").fetchone() == (
-        "1",)
+        "1",
+    )
     writer = log.db._conn  # type: ignore[attr-defined]
     assert writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     relaxed = amends.SqliteLog(tmp_path / "n.db", synchronous="NORMAL")
@@ -82,7 +86,9 @@ def test_reading_one_saga_uses_indexes_not_scans(tmp_path: Path) -> None:
         "SELECT * FROM compensations WHERE reversal_id=?",
     ]
     for q in queries:
-        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q}", ("x", 0)[:q.count("?")]))
+        plan = " ".join(
+            r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q}", ("x", 0)[: q.count("?")])
+        )
         assert "SCAN" not in plan, (q, plan)
         assert "USING" in plan, (q, plan)
 
@@ -97,11 +103,17 @@ async def test_history_is_append_only_one_row_per_event(
     await engine.undo(saga.id)
     kinds = [(e.kind, e.step_id) for e in await engine.log.events(saga.id)]
     assert kinds == [
-        ("saga.started", None), ("step.intent", "s1"), ("step.done", "s1"),
-        ("step.intent", "s2"), ("step.done", "s2"), ("saga.completed", None),
+        ("saga.started", None),
+        ("step.intent", "s1"),
+        ("step.done", "s1"),
+        ("step.intent", "s2"),
+        ("step.done", "s2"),
+        ("saga.completed", None),
         ("reversal.requested", None),
-        ("compensation.dispatched", "s2"), ("compensation.compensated", "s2"),
-        ("compensation.dispatched", "s1"), ("compensation.reverted", "s1"),
+        ("compensation.dispatched", "s2"),
+        ("compensation.compensated", "s2"),
+        ("compensation.dispatched", "s1"),
+        ("compensation.reverted", "s1"),
         ("reversal.done", None),
     ]
     await engine.close()

@@ -1,0 +1,145 @@
+"""A worker process for the crash tests: runs forward, undo, or recovery against a file log and a
+file-backed vendor, and SIGKILLs itself at a chosen point (a real, unclean process death).
+
+usage: crash_child.py DB VENDOR (forward|undo|recover) [KILL_POINT]
+KILL_POINT: "<phase>:<tool>:<when>" e.g. "forward:pay.charge:after_effect",
+            "compensate:pay.refund:before_effect".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+from typing import Any
+
+import amends
+
+DB, VENDOR, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
+KILL = sys.argv[4] if len(sys.argv) > 4 else ""
+
+
+def vendor() -> sqlite3.Connection:
+    conn = sqlite3.connect(VENDOR, isolation_level=None, timeout=10)
+    conn.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS effects (n INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "op TEXT NOT NULL, k TEXT NOT NULL, idem TEXT NOT NULL)"
+    )
+    return conn
+
+
+def maybe_die(call: amends.Call, when: str) -> None:
+    if f"{call.phase}:{call.tool}:{when}" == KILL:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def apply(call: amends.Call, op: str, k: str, v: str | None) -> bool:
+    """Apply one effect idempotently: a replayed idempotency key changes nothing."""
+    conn = vendor()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        seen = conn.execute(
+            "SELECT 1 FROM effects WHERE idem=?", (call.idempotency_key,)
+        ).fetchone()
+        if seen:
+            conn.execute("COMMIT")
+            return False
+        if v is None:
+            conn.execute("DELETE FROM kv WHERE k=?", (k,))
+        else:
+            conn.execute(
+                "INSERT INTO kv VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v=excluded.v", (k, v)
+            )
+        conn.execute(
+            "INSERT INTO effects (op, k, idem) VALUES (?, ?, ?)", (op, k, call.idempotency_key)
+        )
+        conn.execute("COMMIT")
+        return True
+    finally:
+        conn.close()
+
+
+def read(k: str) -> str | None:
+    conn = vendor()
+    try:
+        row = conn.execute("SELECT v FROM kv WHERE k=?", (k,)).fetchone()
+        return None if row is None else str(row[0])
+    finally:
+        conn.close()
+
+
+catalog = amends.Catalog()
+
+
+@catalog.tool("kv.get", reversibility="read_only")
+async def kv_get(call: amends.Call, key: str) -> Any:
+    maybe_die(call, "before_effect")
+    return read(key)
+
+
+@catalog.tool("kv.put", reversibility="reversible", resources=lambda a: [a["key"]])
+async def kv_put(call: amends.Call, key: str, value: str | None) -> Any:
+    before = read(key)
+    maybe_die(call, "before_effect")
+    apply(call, "put", key, value)
+    maybe_die(call, "after_effect")
+    call.inverse("kv.put", key=key, value=before)
+    call.expect("kv.get", {"key": key}, equals=value)
+    return {"key": key, "value": value}
+
+
+@catalog.tool("pay.charge", reversibility="compensable")
+async def charge(call: amends.Call, who: str, cents: int) -> Any:
+    maybe_die(call, "before_effect")
+    apply(call, "charge", f"charge:{who}", str(cents))
+    maybe_die(call, "after_effect")
+    call.inverse("pay.refund", who=who, cents=cents)
+    call.residue(f"Refund of {cents} cents to {who}", parties=[who], settles_in_business_days=3)
+    return {"charged": cents}
+
+
+@catalog.tool("pay.refund", reversibility="irreversible")
+async def refund(call: amends.Call, who: str, cents: int) -> Any:
+    maybe_die(call, "before_effect")
+    apply(call, "refund", f"refund:{who}", str(cents))
+    maybe_die(call, "after_effect")
+    return {"refunded": cents}
+
+
+async def main() -> None:
+    engine = amends.Engine(
+        catalog, log=DB, lease_seconds=0.5, retry=amends.RetryPolicy(initial_backoff=0.001)
+    )
+    try:
+        if MODE == "forward":
+            async with engine.saga("crash test", saga_id="saga-crash") as saga:
+                a = saga.call("kv.put", key="stage", value="won")
+                b = saga.call("pay.charge", who="c1", cents=500, after=[a])
+                c = saga.call("kv.put", key="owner", value="agent", after=[b])
+                saga.call("kv.put", key="note", value="hello")
+                await saga.gather(a, b, c)
+        elif MODE == "undo":
+            report = await engine.undo("saga-crash")
+            print(json.dumps(report.to_dict()))
+        elif MODE == "recover":
+            rec = await engine.recover()
+            report = await engine.undo("saga-crash")
+            print(
+                json.dumps(
+                    {
+                        "in_doubt": [list(x) for x in rec.in_doubt],
+                        "resumed": len(rec.resumed),
+                        "report": report.to_dict(),
+                    }
+                )
+            )
+    finally:
+        await engine.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
