@@ -46,7 +46,7 @@ async def test_intent_is_durable_before_the_tool_runs(
 async def test_result_and_inverse_are_durable_before_a_dependent_starts(
     engine: amends.Engine, world: CoreWorld
 ) -> None:
-    """A dependent step's tool sees its prerequisite logged done, with its inverse and expectation."""
+    """A dependent's tool sees its prerequisite logged done, with inverse and expectation."""
     seen: list[tuple[str, object, object]] = []
 
     async def look() -> None:
@@ -154,7 +154,7 @@ async def test_shared_resources_order_inverses_in_reverse(
 async def test_independent_branches_are_compensated_concurrently(
     engine: amends.Engine, world: CoreWorld
 ) -> None:
-    """Two independent inverses each wait for the other to start: only parallel dispatch finishes."""
+    """Two independent inverses each wait for the other to start: only parallel runs finish."""
     async with engine.saga("two records") as saga:
         saga.call("crm.update_field", record_id="r1", field="stage", value="won")
         saga.call("crm.update_field", record_id="r2", field="stage", value="won")
@@ -279,7 +279,7 @@ async def test_transient_errors_are_retried_with_the_same_idempotency_key(
 async def test_compensation_logged_done_is_never_dispatched_again(
     catalog: amends.Catalog, world: CoreWorld, tmp_path: object
 ) -> None:
-    """A worker dies after one compensation is logged done; the next one resumes without resending."""
+    """A worker dies after one compensation is logged done; the next resumes, not resending."""
     from pathlib import Path
 
     db = str(Path(str(tmp_path)) / "a.db")
