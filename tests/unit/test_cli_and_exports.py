@@ -129,9 +129,11 @@ async def test_cli_undo_json_is_the_reports_to_dict_and_exit_code_is_honest(
 
 
 async def test_cli_show_prints_steps_and_history(
-    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
+
+    monkeypatch.setenv("COLUMNS", "200")
 
     db, saga_id = saga_db
     assert await asyncio.to_thread(main, ["show", saga_id, "--db", db, "--json"]) == 0
