@@ -46,7 +46,8 @@ def add_db_argument(parser: argparse.ArgumentParser, default: str = "amends.db")
 
 
 def load_catalog(spec: str | None, db: str) -> Catalog:
-    """The catalog named by ``MODULE:ATTR``: a Catalog, or a callable of the db returning one.
+    """The catalog named by ``MODULE:ATTR`` (a Catalog, or a callable of the db returning one)
+    or by a ``.toml`` catalog file.
 
     Default: ``$AMENDS_CATALOG``, else the sandbox's ``amends.sandbox:demo_catalog``.
 
@@ -54,6 +55,8 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
         ConfigError: The spec is malformed, cannot be imported, or is not a catalog.
     """
     spec = spec or os.environ.get("AMENDS_CATALOG") or "amends.sandbox:demo_catalog"
+    if spec.endswith(".toml"):
+        return Catalog.from_toml(spec)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(
