@@ -26,8 +26,8 @@ fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
