@@ -38,3 +38,31 @@ async def engine(catalog: amends.Catalog) -> AsyncIterator[amends.Engine]:
     )
     yield eng
     await eng.close()
+
+
+# ===== PostgreSQL fixtures (owner: postgres saga log, issue 5) ==================================
+from collections.abc import Iterator as _PgIterator  # noqa: E402
+
+import pg as _pg  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> _PgIterator[_pg.PgServer]:
+    """One real PostgreSQL 15 for the session (FAILS, never skips, if it cannot start)."""
+    try:
+        server = _pg.PgServer()
+    except _pg.PgUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: _pg.PgServer) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL."""
+    return pg_server.new_database()
+
+
+# ===== end PostgreSQL fixtures ==================================================================

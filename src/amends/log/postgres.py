@@ -1,0 +1,350 @@
+"""The shared saga log in PostgreSQL: many workers, many processes, one database.
+
+Every write runs as one ``SERIALIZABLE`` transaction, so the checks in :mod:`amends.log.sql` (one
+reversal per saga, generation fencing, guarded updates) hold across processes exactly as they do
+under SQLite's single writer. Serialization failures, deadlocks and the unique-key race of two
+workers claiming the same reversal are retried by re-running the whole write function.
+
+Connection loss (a server restart, a failover) is retried until ``retry_seconds`` have passed.
+A write is never applied twice: if the connection dies before ``COMMIT`` was sent the transaction
+cannot have committed and is re-run; if it dies *during* ``COMMIT`` the outcome is looked up by
+transaction id (``pg_xact_status``) on a fresh connection and the write is re-run only if it did
+not commit.
+
+Requires the ``amends[postgres]`` extra (psycopg 3 and psycopg_pool), imported lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
+from .sql import MIGRATIONS, SCHEMA_VERSION, Database, SqlSagaLog, Tx
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["PostgresLog", "redact"]
+
+T = TypeVar("T")
+
+_IDENTITY_PK = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+_MIGRATION_LOCK = 0x616D656E6473  # "amends": pg_advisory_xact_lock key for migrations
+# SQLSTATEs whose transaction never committed and may be re-run as a whole.
+_RERUN = {"40001", "40P01", "23505"}
+_MAX_RERUNS = 50
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (safe for error messages and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://***"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def to_pyformat(sql: str) -> str:
+    """Rewrite the shared SQL's ``?`` placeholders to psycopg's ``%s`` (escaping literal ``%``)."""
+    return _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
+
+
+class _Cursor:
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+        self._last = 0
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._cur.execute(to_pyformat(sql), tuple(params))
+        self._last = self._cur.rowcount
+        if self._cur.description is None:
+            return []
+        return list(self._cur.fetchall())
+
+    def rowcount(self) -> int:
+        return self._last
+
+
+class _CommitUnknown(Exception):
+    """The connection died while COMMIT was in flight: outcome must be looked up."""
+
+    def __init__(self, xid: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.xid = xid
+        self.cause = cause
+
+
+class _PgDatabase(Database):
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int,
+        max_size: int,
+        connect_timeout: float,
+        retry_seconds: float,
+    ) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:  # pragma: no cover - exercised without the extra
+            raise ConfigError(
+                f"log URL {redact(url)!r} needs PostgreSQL support: "
+                f"pip install 'amends[postgres]' ({exc})"
+            ) from exc
+        self._psycopg = psycopg
+        self.url = url
+        self.safe_url = redact(url)
+        self.retry_seconds = retry_seconds
+        self._closed = False
+        self._lock = threading.Lock()
+        self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
+            check=psycopg_pool.ConnectionPool.check_connection,
+            timeout=connect_timeout,
+            reconnect_timeout=max(retry_seconds, connect_timeout),
+            open=False,
+            name="amends",
+        )
+        try:
+            self.pool.open(wait=True, timeout=connect_timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            self.pool.close()
+            raise LogError(
+                f"saga log {self.safe_url!r}: could not connect to PostgreSQL within "
+                f"{connect_timeout:g} s; check that the server is running and the URL's host, "
+                f"port, user, password and database are right (psql '<url>' tests it)",
+                path=self.safe_url,
+            ) from exc
+        try:
+            self._run_with_retries(self._migrate_tx, write=True)
+        except BaseException:
+            self.pool.close()
+            raise
+
+    # --- errors ---------------------------------------------------------------------------
+    def translate(self, exc: BaseException) -> LogError:
+        """A precise amends error for a psycopg failure, naming the server (no password)."""
+        psycopg = self._psycopg
+        sqlstate = getattr(exc, "sqlstate", None) or ""
+        url = self.safe_url
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return LogReadOnlyError(
+                f"saga log {url!r}: the database user may not write the amends tables ({exc}); "
+                f"GRANT INSERT, UPDATE, SELECT on them, or connect as their owner",
+                path=url,
+            )
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction) or sqlstate == "25006":
+            return LogReadOnlyError(
+                f"saga log {url!r} is read-only (a hot standby or default_transaction_read_only)"
+                f"; point --db at the primary. Nothing was written",
+                path=url,
+            )
+        if sqlstate.startswith("53"):
+            return LogReadOnlyError(
+                f"saga log {url!r}: the server is out of resources ({exc}); free disk space or "
+                f"connections on the server, then retry. Nothing was half-written: the "
+                f"transaction was rolled back",
+                path=url,
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            return LogError(
+                f"saga log {url!r}: lost the connection to PostgreSQL and could not get it back "
+                f"within {self.retry_seconds:g} s ({exc}); check the server, then run "
+                f"`amends recover --db URL` to resume anything left unfinished",
+                path=url,
+            )
+        return LogError(f"saga log {url!r}: {exc}", path=url)
+
+    # --- transactions ---------------------------------------------------------------------
+    def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+        psycopg = self._psycopg
+        with self.pool.connection() as conn:
+            with conn.cursor() as cur:
+                if not write:
+                    cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    try:
+                        return fn(_Cursor(cur))
+                    finally:
+                        if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                            cur.execute("ROLLBACK")
+                cur.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                try:
+                    row = cur.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                    xid = int(row[0]) if row else 0
+                    result = fn(_Cursor(cur))
+                except BaseException:
+                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                        try:
+                            cur.execute("ROLLBACK")
+                        except psycopg.OperationalError:
+                            pass
+                    raise
+                try:
+                    cur.execute("COMMIT")
+                except psycopg.OperationalError as exc:
+                    if exc.sqlstate and exc.sqlstate[:2] in ("40", "23", "53", "25"):
+                        raise  # the server answered: it did not commit
+                    raise _CommitUnknown(xid, exc) from exc
+                return result
+
+    def _xact_status(self, xid: int) -> str | None:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
+            return None if row is None else row[0]
+
+    def _run_with_retries(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+        psycopg = self._psycopg
+        deadline = time.monotonic() + self.retry_seconds
+        backoff = 0.02
+        reruns = 0
+        pending_xid: int | None = None
+        pending_result: Any = None
+        while True:
+            if self._closed:
+                raise LogError(f"saga log {self.safe_url!r} is closed", path=self.safe_url)
+            try:
+                if pending_xid is not None:
+                    status = self._xact_status(pending_xid)
+                    if status == "committed":
+                        return pending_result  # type: ignore[no-any-return]
+                    if status == "in progress":
+                        raise psycopg.OperationalError("transaction still finishing")
+                    pending_xid = None  # aborted, or lost before it reached the log
+                return self._one_attempt(fn, write=write)
+            except _CommitUnknown as unknown:
+                pending_xid = unknown.xid
+                pending_result = None
+                err: BaseException = unknown.cause
+            except psycopg.Error as exc:
+                state = exc.sqlstate or ""
+                limit = 3 if state == "23505" else _MAX_RERUNS  # a real duplicate fails fast
+                if state in _RERUN and reruns < limit:
+                    reruns += 1
+                    time.sleep(min(0.001 * reruns, 0.05))
+                    continue
+                if not isinstance(exc, psycopg.OperationalError) or state[:2] in ("53", "25"):
+                    raise self.translate(exc) from exc
+                err = exc
+            except self._pool_timeout() as exc:
+                err = exc
+            if time.monotonic() >= deadline:
+                raise self.translate(
+                    err if isinstance(err, psycopg.Error) else psycopg.OperationalError(str(err))
+                ) from err
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _pool_timeout(self) -> type[Exception]:
+        import psycopg_pool
+
+        return psycopg_pool.PoolTimeout
+
+    def _migrate_tx(self, tx: Tx) -> None:
+        tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        exists = tx.execute("SELECT to_regclass('amends_meta') IS NOT NULL")
+        version = 0
+        if exists and exists[0][0]:
+            row = tx.execute("SELECT value FROM amends_meta WHERE key='schema_version'")
+            version = int(row[0][0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"saga log {self.safe_url!r} has schema version {version}, newer than this "
+                f"amends understands ({SCHEMA_VERSION}); upgrade amends on this worker",
+                path=self.safe_url,
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for stmt in MIGRATIONS[target](_IDENTITY_PK):
+                tx.execute(stmt)
+            tx.execute(
+                "INSERT INTO amends_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+                (str(target),),
+            )
+
+    # --- Database -------------------------------------------------------------------------
+    async def write(self, fn: Callable[[Tx], T]) -> T:
+        return await asyncio.to_thread(self._run_with_retries, fn, write=True)
+
+    def write_sync(self, fn: Callable[[Tx], T]) -> T:
+        return self._run_with_retries(fn, write=True)
+
+    async def read(self, fn: Callable[[Tx], T]) -> T:
+        return await asyncio.to_thread(self._run_with_retries, fn, write=False)
+
+    async def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        await asyncio.to_thread(self.pool.close)
+
+
+class PostgresLog(SqlSagaLog):
+    """The saga log in PostgreSQL, shared by many worker processes.
+
+    Same semantics as :class:`~amends.SqliteLog`; the database itself enforces one reversal per
+    saga and fences a worker whose lease was taken over.
+
+    Args:
+        url: ``postgresql://user:password@host:port/dbname`` (libpq URL; ``postgres://`` works).
+        min_size: Connections kept open.
+        max_size: Most connections this process opens.
+        connect_timeout: Seconds to wait for the first connection.
+        retry_seconds: How long an operation keeps retrying after losing the connection
+            (e.g. a server restart) before raising :class:`~amends.errors.LogError`.
+
+    Raises:
+        LogError: The server cannot be reached (the message names it, without the password).
+        SchemaVersionError: The log was written by a newer amends.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout: float = 10.0,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                f"PostgresLog needs a postgresql:// URL, got {redact(url)!r}; "
+                f"e.g. postgresql://amends@localhost:5432/amends"
+            )
+        if min_size < 0 or max_size < max(1, min_size):
+            raise ConfigError(
+                f"PostgresLog pool sizes min_size={min_size}, max_size={max_size} are invalid; "
+                f"use 0 <= min_size <= max_size and max_size >= 1"
+            )
+        self.url = redact(url)
+        self.db = _PgDatabase(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            connect_timeout=connect_timeout,
+            retry_seconds=retry_seconds,
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresLog({self.url!r})"
