@@ -176,3 +176,31 @@ async def test_sqlite_url_forms(tmp_path: Path) -> None:
     mem = amends.open_log("sqlite:///:memory:")
     assert isinstance(mem, amends.SqliteLog) and mem.path == ":memory:"
     await mem.close()
+
+
+async def test_group_commit_isolates_a_failing_write_from_its_batch(tmp_path: Path) -> None:
+    """Concurrent writes share transactions; one that raises is rolled back alone."""
+    log = amends.SqliteLog(tmp_path / "g.db")
+    db = log.db
+
+    def put(i: int) -> object:
+        def fn(tx: object) -> int:
+            tx.execute(  # type: ignore[attr-defined]
+                "INSERT INTO amends_meta (key, value) VALUES (?, ?)", (f"k{i}", str(i))
+            )
+            if i == 7:
+                raise RuntimeError("this write fails after writing")
+            return i
+
+        return fn
+
+    results = await asyncio.gather(*(db.write(put(i)) for i in range(40)), return_exceptions=True)
+    assert [r.args for r in results if isinstance(r, Exception)] == [
+        ("this write fails after writing",)
+    ]
+    assert [r for r in results if not isinstance(r, Exception)] == [i for i in range(40) if i != 7]
+    conn = sqlite3.connect(tmp_path / "g.db")
+    keys = {k for (k,) in conn.execute("SELECT key FROM amends_meta WHERE key LIKE 'k%'")}
+    conn.close()
+    assert keys == {f"k{i}" for i in range(40) if i != 7}
+    await log.close()

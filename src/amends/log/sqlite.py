@@ -192,22 +192,34 @@ class _SqliteDatabase(Database):
         except BaseException as exc:
             fut.set_exception(translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
 
+    def _apply(self, fn: Callable[[Tx], Any], savepoint: str | None) -> tuple[bool, Any]:
+        """Run one write; on failure undo just its changes (its savepoint, or the transaction)."""
+        conn = self._conn
+        if savepoint is not None:
+            conn.execute(f"SAVEPOINT {savepoint}")
+        try:
+            value = fn(_Cursor(conn))
+        except Exception as exc:
+            conn.execute(f"ROLLBACK TO {savepoint}" if savepoint else "ROLLBACK")
+            if savepoint is not None:
+                conn.execute(f"RELEASE {savepoint}")
+            return False, exc
+        if savepoint is not None:
+            conn.execute(f"RELEASE {savepoint}")
+        return True, value
+
     def _commit(self, batch: list[_Job]) -> None:
         conn = self._conn
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for i, (fn, _fut, _) in enumerate(batch):
-                    conn.execute(f"SAVEPOINT w{i}")
-                    try:
-                        outcomes.append((True, fn(_Cursor(conn))))
-                        conn.execute(f"RELEASE w{i}")
-                    except Exception as exc:
-                        conn.execute(f"ROLLBACK TO w{i}")
-                        conn.execute(f"RELEASE w{i}")
-                        outcomes.append((False, exc))
-                conn.execute("COMMIT")
+                if len(batch) == 1:  # the common sequential case needs no savepoint
+                    outcomes.append(self._apply(batch[0][0], None))
+                else:
+                    outcomes.extend(self._apply(fn, f"w{i}") for i, (fn, _, _) in enumerate(batch))
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
