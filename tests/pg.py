@@ -1,8 +1,8 @@
 """A real PostgreSQL 15 for the test session: ``initdb`` + ``pg_ctl`` in a temp dir, loopback only.
 
 As root, PostgreSQL refuses to run, so the server runs as an unprivileged user (``amends-test``,
-created with ``useradd`` if missing; ``nobody`` if that fails) via ``runuser``. Missing binaries are a
-test FAILURE with the fix, never a silent skip.
+created with ``useradd`` if missing; ``nobody`` if that fails) via ``runuser``. Missing binaries
+are a test FAILURE with the fix, never a silent skip.
 """
 
 from __future__ import annotations

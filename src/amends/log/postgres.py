@@ -178,34 +178,33 @@ class _PgDatabase(Database):
     # --- transactions ---------------------------------------------------------------------
     def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool) -> T:
         psycopg = self._psycopg
-        with self.pool.connection() as conn:
-            with conn.cursor() as cur:
-                if not write:
-                    cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    try:
-                        return fn(_Cursor(cur))
-                    finally:
-                        if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
-                            cur.execute("ROLLBACK")
-                cur.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        with self.pool.connection() as conn, conn.cursor() as cur:
+            if not write:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 try:
-                    row = cur.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
-                    xid = int(row[0]) if row else 0
-                    result = fn(_Cursor(cur))
-                except BaseException:
+                    return fn(_Cursor(cur))
+                finally:
                     if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
-                        try:
-                            cur.execute("ROLLBACK")
-                        except psycopg.OperationalError:
-                            pass
-                    raise
-                try:
-                    cur.execute("COMMIT")
-                except psycopg.OperationalError as exc:
-                    if exc.sqlstate and exc.sqlstate[:2] in ("40", "23", "53", "25"):
-                        raise  # the server answered: it did not commit
-                    raise _CommitUnknown(xid, exc) from exc
-                return result
+                        cur.execute("ROLLBACK")
+            cur.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            try:
+                row = cur.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                xid = int(row[0]) if row else 0
+                result = fn(_Cursor(cur))
+            except BaseException:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                    try:
+                        cur.execute("ROLLBACK")
+                    except psycopg.OperationalError:
+                        pass
+                raise
+            try:
+                cur.execute("COMMIT")
+            except psycopg.OperationalError as exc:
+                if exc.sqlstate and exc.sqlstate[:2] in ("40", "23", "53", "25"):
+                    raise  # the server answered: it did not commit
+                raise _CommitUnknown(xid, exc) from exc
+            return result
 
     def _xact_status(self, xid: int) -> str | None:
         with self.pool.connection() as conn:
