@@ -1,0 +1,13 @@
+"""Simulated vendors with real semantics, and the honest catalog over them.
+
+``World`` holds every vendor's state (in memory, or in a SQLite file other processes can open);
+``sandbox_catalog(world)`` is the ready catalog of tool contracts; ``demo_catalog(db)`` is the
+CLI's default catalog. The sandbox uses only the public API of amends, as a user's code would.
+"""
+
+from __future__ import annotations
+
+from .catalog import demo_catalog, sandbox_catalog
+from .world import EPOCH, Faults, World
+
+__all__ = ["EPOCH", "Faults", "World", "demo_catalog", "sandbox_catalog"]

@@ -1,0 +1,357 @@
+"""The honest catalog over the sandbox vendors: each tool's reversibility contract, as a user
+would write it.
+
+Every contract follows the rules of DESIGN.md: the inverse is computed while the forward call
+runs, from what the vendor returned (rule 2: inverse is data); the expectation names a read-only
+probe and the value the world must still show (rule 4: drift); residue says in plain language
+what stays behind, who sees it and when it settles; an irreversible tool acknowledges with who can
+follow up and a draft they can send. Every vendor write gets ``call.idempotency_key``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..contracts import Call, Catalog
+from .crm import ANY
+from .payments import REFUND_SETTLE_BUSINESS_DAYS
+from .world import World, add_business_days
+
+__all__ = ["demo_catalog", "sandbox_catalog"]
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a sandbox tool call may take before the engine treats it as timed out."""
+
+
+def _money(cents: int) -> str:
+    return f"{cents / 100:,.2f} USD"
+
+
+def sandbox_catalog(world: World, *, timeout: float = DEFAULT_TIMEOUT) -> Catalog:
+    """The catalog of honest tool contracts over ``world``'s vendors.
+
+    Args:
+        world: The sandbox world the tools act on.
+        timeout: Seconds each tool call may take (an injected ``timeout`` fault exceeds it).
+
+    Returns:
+        A :class:`amends.Catalog` with the mail, calendar, CRM, payments, chat, docs and SMS tools.
+    """
+    catalog = Catalog()
+    tool = catalog.tool
+    key_of = _key
+
+    # --- mail -----------------------------------------------------------------------------
+    @tool("mail.send", reversibility="irreversible", timeout=timeout)
+    async def mail_send(call: Call, to: str, subject: str, body: str = "") -> dict[str, Any]:
+        """Send an email now; delivered mail cannot be unsent."""
+        await world.gate("mail.send")
+        msg = world.mail.send(to, subject, body, idempotency_key=key_of(call))
+        call.acknowledge(
+            who="the sender",
+            parties=[to],
+            what=f"Email '{subject}' to {to} was delivered at {msg['delivered_at']} and "
+            f"cannot be unsent",
+            draft=f"Hello, please disregard my earlier email '{subject}': it was sent in error. "
+            f"I will follow up with the correct details shortly.",
+        )
+        return msg
+
+    @tool("mail.send_delayed", reversibility="reversible", timeout=timeout)
+    async def mail_send_delayed(
+        call: Call, to: str, subject: str, body: str = "", delay: float = 30.0
+    ) -> dict[str, Any]:
+        """Schedule an email; cancellable until its send-delay window elapses."""
+        await world.gate("mail.send_delayed")
+        msg = world.mail.send_delayed(to, subject, body, delay=delay, idempotency_key=key_of(call))
+        call.inverse("mail.cancel_scheduled", message_id=msg["id"])
+        call.expect(
+            "mail.get_message", {"message_id": msg["id"]}, equals="scheduled", path="status"
+        )
+        return msg
+
+    @tool("mail.cancel_scheduled", reversibility="irreversible", timeout=timeout)
+    async def mail_cancel_scheduled(call: Call, message_id: str) -> dict[str, Any]:
+        """Stop a scheduled email before it is delivered (the inverse of mail.send_delayed)."""
+        await world.gate("mail.cancel_scheduled")
+        return world.mail.cancel_scheduled(message_id, idempotency_key=key_of(call))
+
+    @tool("mail.get_message", reversibility="read_only", timeout=timeout)
+    async def mail_get_message(call: Call, message_id: str) -> dict[str, Any]:
+        """Read a message's status: scheduled, delivered or cancelled."""
+        await world.gate("mail.get_message")
+        return world.mail.get(message_id)
+
+    # --- calendar -------------------------------------------------------------------------
+    @tool("calendar.create_event", reversibility="compensable", timeout=timeout)
+    async def calendar_create_event(
+        call: Call, title: str, start: str, attendees: list[str]
+    ) -> dict[str, Any]:
+        """Create an event and invite its attendees; cancelling notifies each of them."""
+        await world.gate("calendar.create_event")
+        event = world.calendar.create_event(title, start, attendees, idempotency_key=key_of(call))
+        call.inverse("calendar.cancel_event", event_id=event["id"])
+        call.expect(
+            "calendar.get_event", {"event_id": event["id"]}, equals="confirmed", path="status"
+        )
+        call.residue(
+            f"A cancellation notice for '{title}' ({start}) goes to every attendee; they already "
+            f"had the invitation",
+            parties=attendees,
+        )
+        return event
+
+    @tool("calendar.cancel_event", reversibility="irreversible", timeout=timeout)
+    async def calendar_cancel_event(call: Call, event_id: str) -> dict[str, Any]:
+        """Cancel an event; a cancellation notice goes to every attendee."""
+        await world.gate("calendar.cancel_event")
+        return world.calendar.cancel_event(event_id, idempotency_key=key_of(call))
+
+    @tool("calendar.get_event", reversibility="read_only", timeout=timeout)
+    async def calendar_get_event(call: Call, event_id: str) -> dict[str, Any]:
+        """Read an event and its attendees' responses."""
+        await world.gate("calendar.get_event")
+        return world.calendar.get(event_id)
+
+    # --- CRM ------------------------------------------------------------------------------
+    @tool(
+        "crm.update_field",
+        reversibility="reversible",
+        resources=lambda a: [f"crm:{a['record_id']}"],
+        timeout=timeout,
+    )
+    async def crm_update_field(
+        call: Call, record_id: str, field: str, value: Any
+    ) -> dict[str, Any]:
+        """Set one field of a record, compare-and-set; its inverse writes the old value back."""
+        await world.gate("crm.update_field")
+        before = world.crm.get(record_id)
+        pre = call.precondition
+        # rule 4: as an inverse, the vendor's compare-and-set enforces the expectation, so a
+        # value someone else wrote between the drift check and this write is never overwritten.
+        out = world.crm.update_field(
+            record_id,
+            field,
+            value,
+            if_version=None if pre is not None else before["version"],
+            if_value=pre.equals if pre is not None else ANY,
+            idempotency_key=key_of(call),
+        )
+        call.inverse("crm.update_field", record_id=record_id, field=field, value=out["old"])
+        call.expect("crm.read_field", {"record_id": record_id, "field": field}, equals=value)
+        return out
+
+    @tool("crm.read_field", reversibility="read_only", timeout=timeout)
+    async def crm_read_field(call: Call, record_id: str, field: str) -> Any:
+        """Read one field of a record."""
+        await world.gate("crm.read_field")
+        return world.crm.read_field(record_id, field)
+
+    @tool("crm.get_record", reversibility="read_only", timeout=timeout)
+    async def crm_get_record(call: Call, record_id: str) -> dict[str, Any]:
+        """Read a whole record: fields, version, etag and notes."""
+        await world.gate("crm.get_record")
+        return world.crm.get(record_id)
+
+    @tool(
+        "crm.add_note",
+        reversibility="reversible",
+        resources=lambda a: [f"crm:{a['record_id']}"],
+        timeout=timeout,
+    )
+    async def crm_add_note(call: Call, record_id: str, text: str) -> dict[str, Any]:
+        """Attach a note to a record; its inverse deletes that note."""
+        await world.gate("crm.add_note")
+        note = world.crm.add_note(record_id, text, idempotency_key=key_of(call))
+        call.inverse("crm.delete_note", record_id=record_id, note_id=note["id"])
+        call.expect(
+            "crm.get_record", {"record_id": record_id}, equals=text, path=("notes", note["id"])
+        )
+        return note
+
+    @tool("crm.delete_note", reversibility="irreversible", timeout=timeout)
+    async def crm_delete_note(call: Call, record_id: str, note_id: str) -> dict[str, Any]:
+        """Delete a note (the inverse of crm.add_note)."""
+        await world.gate("crm.delete_note")
+        return world.crm.delete_note(record_id, note_id, idempotency_key=key_of(call))
+
+    # --- payments -------------------------------------------------------------------------
+    @tool("payments.charge", reversibility="compensable", timeout=timeout)
+    async def payments_charge(
+        call: Call, customer: str, cents: int, description: str = ""
+    ) -> dict[str, Any]:
+        """Charge a card (vendor idempotency key = the step's); compensated by a refund."""
+        await world.gate("payments.charge")
+        ch = world.payments.charge(
+            customer, cents, description=description, idempotency_key=call.idempotency_key
+        )
+        call.inverse("payments.refund", charge_id=ch["id"], cents=cents)
+        # drift: a refund someone issued by hand since would make ours a double refund.
+        call.expect("payments.get_charge", {"charge_id": ch["id"]}, equals=0, path="refunded")
+        return ch
+
+    @tool("payments.refund", reversibility="irreversible", timeout=timeout)
+    async def payments_refund(call: Call, charge_id: str, cents: int) -> dict[str, Any]:
+        """Refund a charge (at most once, never more than charged); settles in 3 business days."""
+        await world.gate("payments.refund")
+        re = world.payments.refund(charge_id, cents, idempotency_key=key_of(call))
+        # The settle date comes from the processor's answer, not from when the charge ran.
+        call.residue(
+            f"Refund of {_money(cents)} for charge {charge_id} to {re['customer']} is pending; "
+            f"the original charge stays on their statement",
+            parties=[re["customer"]],
+            settles_at=re["settles_on"],
+        )
+        return re
+
+    @tool("payments.get_charge", reversibility="read_only", timeout=timeout)
+    async def payments_get_charge(call: Call, charge_id: str) -> dict[str, Any]:
+        """Read a charge: amount, refunded cents, dispute status."""
+        await world.gate("payments.get_charge")
+        return world.payments.get_charge(charge_id)
+
+    @tool("payments.wire", reversibility="reversible", timeout=timeout)
+    async def payments_wire(call: Call, to_account: str, cents: int) -> dict[str, Any]:
+        """Send a wire; recallable inside its recall window, irreversible after it."""
+        await world.gate("payments.wire")
+        wire = world.payments.wire(to_account, cents, idempotency_key=key_of(call))
+        # No expectation: once the window closes the recall itself fails permanently, and the
+        # report says "failed" with a manual action rather than pretending someone drifted it.
+        call.inverse("payments.recall_wire", wire_id=wire["id"])
+        return wire
+
+    @tool("payments.recall_wire", reversibility="irreversible", timeout=timeout)
+    async def payments_recall_wire(call: Call, wire_id: str) -> dict[str, Any]:
+        """Recall a wire inside its recall window (the inverse of payments.wire)."""
+        await world.gate("payments.recall_wire")
+        return world.payments.recall_wire(wire_id, idempotency_key=key_of(call))
+
+    @tool("payments.get_wire", reversibility="read_only", timeout=timeout)
+    async def payments_get_wire(call: Call, wire_id: str) -> dict[str, Any]:
+        """Read a wire: in_flight (recallable), completed or recalled."""
+        await world.gate("payments.get_wire")
+        return world.payments.get_wire(wire_id)
+
+    # --- chat -----------------------------------------------------------------------------
+    @tool("chat.post", reversibility="compensable", timeout=timeout)
+    async def chat_post(call: Call, channel: str, text: str) -> dict[str, Any]:
+        """Post to a channel (members are notified); compensated by deleting the post."""
+        await world.gate("chat.post")
+        msg = world.chat.post(channel, text, idempotency_key=key_of(call))
+        call.inverse("chat.delete", message_id=msg["id"])
+        call.expect("chat.get_message", {"message_id": msg["id"]}, equals=text, path="text")
+        members = msg["notified"]
+        call.residue(
+            f"Members of {channel} ({', '.join(members)}) were already notified of the post; "
+            f"deleting it does not unsend the notification",
+            parties=members,
+        )
+        return msg
+
+    @tool("chat.edit", reversibility="reversible", timeout=timeout)
+    async def chat_edit(call: Call, message_id: str, text: str) -> dict[str, Any]:
+        """Edit a message; its inverse edits the old text back."""
+        await world.gate("chat.edit")
+        out = world.chat.edit(message_id, text, idempotency_key=key_of(call))
+        call.inverse("chat.edit", message_id=message_id, text=out["old"])
+        call.expect("chat.get_message", {"message_id": message_id}, equals=text, path="text")
+        return out
+
+    @tool("chat.delete", reversibility="irreversible", timeout=timeout)
+    async def chat_delete(call: Call, message_id: str) -> dict[str, Any]:
+        """Delete a message (the inverse of chat.post); its notifications stay seen."""
+        await world.gate("chat.delete")
+        return world.chat.delete(message_id, idempotency_key=key_of(call))
+
+    @tool("chat.get_message", reversibility="read_only", timeout=timeout)
+    async def chat_get_message(call: Call, message_id: str) -> dict[str, Any]:
+        """Read a message: text, status and who has seen it."""
+        await world.gate("chat.get_message")
+        return world.chat.get(message_id)
+
+    # --- docs -----------------------------------------------------------------------------
+    @tool("docs.create_draft", reversibility="reversible", timeout=timeout)
+    async def docs_create_draft(call: Call, title: str, text: str) -> dict[str, Any]:
+        """Create a private draft; its inverse deletes it without trace."""
+        await world.gate("docs.create_draft")
+        doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
+        call.inverse("docs.delete", doc_id=doc["id"])
+        call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
+        return doc
+
+    @tool("docs.share", reversibility="compensable", timeout=timeout)
+    async def docs_share(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
+        """Share a document (each person is notified); compensated by unsharing."""
+        await world.gate("docs.share")
+        out = world.docs.share(doc_id, people, idempotency_key=key_of(call))
+        added = out["added"]
+        call.inverse("docs.unshare", doc_id=doc_id, people=added)
+        if added:
+            call.residue(
+                f"{', '.join(added)} got a notification that '{out['doc']['title']}' was shared "
+                f"with them; unsharing removes access, not the notification",
+                parties=added,
+            )
+        return out
+
+    @tool("docs.unshare", reversibility="irreversible", timeout=timeout)
+    async def docs_unshare(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
+        """Remove people's access to a document (the inverse of docs.share)."""
+        await world.gate("docs.unshare")
+        return world.docs.unshare(doc_id, people, idempotency_key=key_of(call))
+
+    @tool("docs.delete", reversibility="irreversible", timeout=timeout)
+    async def docs_delete(call: Call, doc_id: str) -> dict[str, Any]:
+        """Delete a document (the inverse of docs.create_draft)."""
+        await world.gate("docs.delete")
+        return world.docs.delete(doc_id, idempotency_key=key_of(call))
+
+    @tool("docs.get", reversibility="read_only", timeout=timeout)
+    async def docs_get(call: Call, doc_id: str) -> dict[str, Any]:
+        """Read a document: text, status, who it is shared with."""
+        await world.gate("docs.get")
+        return world.docs.get(doc_id)
+
+    # --- SMS ------------------------------------------------------------------------------
+    @tool("sms.send", reversibility="irreversible", timeout=timeout)
+    async def sms_send(call: Call, to: str, text: str) -> dict[str, Any]:
+        """Send a text message; it cannot be taken back."""
+        await world.gate("sms.send")
+        msg = world.sms.send(to, text, idempotency_key=key_of(call))
+        call.acknowledge(
+            who="the sender",
+            parties=[to],
+            what=f"Text message to {to} was delivered at {msg['sent_at']} and cannot be unsent",
+            draft="Please ignore my previous text message; it was sent in error.",
+        )
+        return msg
+
+    return catalog
+
+
+def _key(call: Call) -> str:
+    """The vendor idempotency key for a call (stable across retries, crashes and processes)."""
+    return call.idempotency_key
+
+
+def refund_settle_date(world: World) -> str:
+    """When a refund issued now would settle (3 business days from the sandbox date)."""
+    return add_business_days(world.today(), REFUND_SETTLE_BUSINESS_DAYS).isoformat()
+
+
+def world_path_for(db: str) -> str | None:
+    """The sandbox world file that goes with saga log ``db`` (``None`` for ``:memory:``)."""
+    if db in ("", ":memory:"):
+        return None
+    if db.startswith("sqlite:///"):
+        db = db[len("sqlite:///") :]
+    elif "://" in db:  # a server log (PostgreSQL): keep the world next to the working directory
+        name = "".join(c if c.isalnum() else "_" for c in db.split("://", 1)[1])
+        db = f".amends-{name[:60]}"
+    return db + ".world"
+
+
+def demo_catalog(db: str) -> Catalog:
+    """``sandbox_catalog(World(db + ".world"))``: the CLI's default catalog, so
+    ``amends undo --db X.db`` can undo sandbox sagas in a new process."""
+    return sandbox_catalog(World(world_path_for(db)))

@@ -1,0 +1,389 @@
+"""The sandbox world: every simulated vendor's state in one object, its clock, faults and latency.
+
+State lives in a small key-value store: a dict in memory, or a SQLite file (WAL) whose every write
+is committed before the vendor call returns, so another process can open the same file with
+``World(path)`` and see exactly what the vendors did. Every externally visible effect is appended
+to an effect journal (:meth:`World.effects`). A vendor write that carries an idempotency key it has
+seen before replays the first response and applies no new effect, as a real vendor does.
+
+This module must never import the engine: the sandbox is a world, not a participant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import random
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigError, PermanentError, TransientError
+
+if TYPE_CHECKING:
+    from .calendar import Calendar
+    from .chat import Chat
+    from .crm import Crm
+    from .docs import Docs
+    from .mail import Mail
+    from .payments import Payments
+    from .sms import Sms
+
+__all__ = ["EPOCH", "FaultKind", "Faults", "World", "add_business_days"]
+
+FaultKind = Literal["transient", "permanent", "timeout", "slow"]
+
+EPOCH = datetime(2026, 12, 7, 9, 0, tzinfo=UTC).timestamp()
+"""Where the sandbox clock starts: Monday 7 December 2026, 09:00 UTC (dates stay reproducible)."""
+
+_FAULT_KINDS = ("transient", "permanent", "timeout", "slow")
+
+
+def add_business_days(start: date, days: int) -> date:
+    """``start`` moved forward by ``days`` working days (Saturday and Sunday skipped)."""
+    day = start
+    left = days
+    while left > 0:
+        day += timedelta(days=1)
+        if day.weekday() < 5:
+            left -= 1
+    return day
+
+
+@dataclass
+class _Fault:
+    op: str
+    kind: FaultKind
+    times: int
+    delay: float
+
+
+class Faults:
+    """The fault table every sandbox tool consults before acting (kept in this process only)."""
+
+    def __init__(self) -> None:
+        self._faults: list[_Fault] = []
+
+    def add(self, op: str, kind: FaultKind, *, times: int = 1, delay: float = 0.0) -> None:
+        """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave.
+
+        ``transient`` raises :class:`amends.TransientError` without effect, ``permanent`` raises
+        :class:`amends.PermanentError` without effect, ``timeout`` sleeps ``delay`` seconds (an
+        hour when 0) so the engine's timeout fires, ``slow`` sleeps ``delay`` and then acts.
+
+        Raises:
+            ConfigError: ``kind`` is unknown or ``times`` is not positive.
+        """
+        if kind not in _FAULT_KINDS:
+            raise ConfigError(f"fault kind {kind!r} is not known; use one of {_FAULT_KINDS}")
+        if not isinstance(times, int) or times < 1:
+            raise ConfigError(f"fault times must be a positive int, got {times!r}")
+        self._faults.append(_Fault(op, kind, times, float(delay)))
+
+    def clear(self) -> None:
+        """Remove every pending fault."""
+        self._faults.clear()
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The faults not yet used up, as data."""
+        return [
+            {"op": f.op, "kind": f.kind, "times": f.times, "delay": f.delay} for f in self._faults
+        ]
+
+    def take(self, op: str) -> _Fault | None:
+        for fault in self._faults:
+            if fault.op == op:
+                fault.times -= 1
+                if fault.times <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+
+class _Store:
+    """Tables of JSON values keyed by string; in memory or write-through to SQLite."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._mem: dict[str, dict[str, Any]] = {}
+        self._effects: list[dict[str, Any]] = []
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            try:
+                self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA busy_timeout=5000")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS kv (tbl TEXT NOT NULL, key TEXT NOT NULL, "
+                    "value TEXT NOT NULL, PRIMARY KEY (tbl, key))"
+                )
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS effects (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                    "value TEXT NOT NULL)"
+                )
+            except sqlite3.Error as exc:
+                raise ConfigError(
+                    f"cannot open sandbox world file {path!r}: {exc}; pass a writable path "
+                    f"or None for an in-memory world"
+                ) from exc
+
+    def get(self, tbl: str, key: str, default: Any = None) -> Any:
+        with self._lock:
+            if self._db is None:
+                value = self._mem.get(tbl, {}).get(key)
+                return copy.deepcopy(value) if value is not None else default
+            row = self._db.execute(
+                "SELECT value FROM kv WHERE tbl = ? AND key = ?", (tbl, key)
+            ).fetchone()
+            return json.loads(row[0]) if row else default
+
+    def items(self, tbl: str) -> list[tuple[str, Any]]:
+        with self._lock:
+            if self._db is None:
+                return [(k, copy.deepcopy(v)) for k, v in sorted(self._mem.get(tbl, {}).items())]
+            rows = self._db.execute(
+                "SELECT key, value FROM kv WHERE tbl = ? ORDER BY key", (tbl,)
+            ).fetchall()
+            return [(k, json.loads(v)) for k, v in rows]
+
+    def tables(self) -> list[str]:
+        with self._lock:
+            if self._db is None:
+                return sorted(self._mem)
+            return [r[0] for r in self._db.execute("SELECT DISTINCT tbl FROM kv ORDER BY tbl")]
+
+    def write(
+        self, puts: list[tuple[str, str, Any]], effects: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Apply ``puts`` and append ``effects`` atomically (one committed transaction)."""
+        effects = effects or []
+        with self._lock:
+            if self._db is None:
+                for tbl, key, value in puts:
+                    self._mem.setdefault(tbl, {})[key] = json.loads(json.dumps(value))
+                self._effects.extend(json.loads(json.dumps(e)) for e in effects)
+                return
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT INTO kv (tbl, key, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value",
+                    [(t, k, json.dumps(v, sort_keys=True)) for t, k, v in puts],
+                )
+                db.executemany(
+                    "INSERT INTO effects (value) VALUES (?)",
+                    [(json.dumps(e, sort_keys=True),) for e in effects],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def effects(self) -> list[dict[str, Any]]:
+        with self._lock:
+            if self._db is None:
+                return copy.deepcopy(self._effects)
+            rows = self._db.execute("SELECT value FROM effects ORDER BY seq").fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+class World:
+    """All sandbox vendor state in one object.
+
+    Args:
+        path: A SQLite file for the state (WAL; every vendor mutation committed before the call
+            returns, so other processes can open it with ``World(path)``), or ``None`` for an
+            in-memory world (fast).
+        seed: Seeds the world's randomness (when recipients read a message).
+        clock: Seconds since the epoch; default a sandbox clock that starts at :data:`EPOCH` and
+            moves only with :meth:`advance`. :meth:`advance` adds to either clock.
+
+    Raises:
+        ConfigError: ``path`` cannot be opened as a SQLite file.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        seed: int = 0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        from .calendar import Calendar
+        from .chat import Chat
+        from .crm import Crm
+        from .docs import Docs
+        from .mail import Mail
+        from .payments import Payments
+        from .sms import Sms
+
+        self.path = path
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self._clock = clock
+        self._store = _Store(path)
+        self.faults = Faults()
+        """Faults injected per tool; see :meth:`Faults.add`."""
+        self.latency = 0.0
+        """Seconds added to every vendor call (``asyncio.sleep``)."""
+        self.mail: Mail = Mail(self)
+        self.calendar: Calendar = Calendar(self)
+        self.crm: Crm = Crm(self)
+        self.payments: Payments = Payments(self)
+        self.chat: Chat = Chat(self)
+        self.docs: Docs = Docs(self)
+        self.sms: Sms = Sms(self)
+        if self._store.get("meta", "seeded") is None:
+            self._seed_data()
+
+    # --- clock ----------------------------------------------------------------------------
+    def now(self) -> float:
+        """The sandbox time, in seconds since the epoch."""
+        base = self._clock() if self._clock is not None else EPOCH
+        return float(base + self._store.get("meta", "advanced", 0.0))
+
+    def today(self) -> date:
+        """The sandbox date (UTC)."""
+        return datetime.fromtimestamp(self.now(), UTC).date()
+
+    def iso(self, ts: float | None = None) -> str:
+        """``ts`` (default now) as an ISO timestamp, to the second."""
+        value = self.now() if ts is None else ts
+        return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
+
+    def advance(self, seconds: float) -> None:
+        """Move the sandbox clock forward: send-delay windows expire, refunds settle, wire recall
+        windows close, recipients read their mail.
+
+        Raises:
+            ConfigError: ``seconds`` is negative.
+        """
+        if seconds < 0:
+            raise ConfigError(f"advance() moves the clock forward; got {seconds!r} seconds")
+        self._write([("meta", "advanced", self._store.get("meta", "advanced", 0.0) + seconds)])
+        self.tick()
+
+    def tick(self) -> None:
+        """Apply everything that is due at the current sandbox time."""
+        self.mail.tick()
+        self.payments.tick()
+
+    # --- inspection -----------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The full JSON-able state, vendor by vendor (for oracles and golden files)."""
+        self.tick()
+        out: dict[str, Any] = {"now": self.iso()}
+        for tbl in self._store.tables():
+            if tbl in ("meta", "idem"):
+                continue
+            vendor, _, kind = tbl.partition(".")
+            out.setdefault(vendor, {})[kind] = dict(self._store.items(tbl))
+        return out
+
+    def effects(self) -> list[dict[str, Any]]:
+        """Every externally visible effect ever applied, in order.
+
+        Each is ``{"vendor", "op", "key", "idempotency_key", "at", ...}``; an idempotent replay
+        applies no new effect. Effects by other actors carry ``"actor"``.
+        """
+        return self._store.effects()
+
+    def copy(self) -> World:
+        """An in-memory world with this world's state, effects and clock (faults not copied)."""
+        other = World(seed=self.seed, clock=self._clock)
+        other._store = _Store(None)
+        puts = [(tbl, k, v) for tbl in self._store.tables() for k, v in self._store.items(tbl)]
+        other._store.write(puts, self._store.effects())
+        other.latency = self.latency
+        return other
+
+    def close(self) -> None:
+        """Close the SQLite file (a no-op in memory)."""
+        self._store.close()
+
+    # --- what vendors use -----------------------------------------------------------------
+    async def gate(self, op: str) -> None:
+        """Latency and faults for one call of tool ``op``; called before the vendor acts.
+
+        Raises:
+            TransientError: A ``transient`` fault was injected for ``op``.
+            PermanentError: A ``permanent`` fault was injected for ``op``.
+        """
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        fault = self.faults.take(op)
+        if fault is None:
+            return
+        if fault.kind == "transient":
+            raise TransientError(f"{op}: the vendor is rate limiting (injected fault); retry later")
+        if fault.kind == "permanent":
+            raise PermanentError(f"{op}: the vendor refused the call (injected fault)")
+        if fault.kind == "timeout":
+            await asyncio.sleep(fault.delay or 3600.0)
+            raise TransientError(f"{op}: the vendor did not answer (injected timeout)")
+        await asyncio.sleep(fault.delay)  # slow: then act
+
+    def get(self, tbl: str, key: str, default: Any = None) -> Any:
+        return self._store.get(tbl, key, default)
+
+    def items(self, tbl: str) -> list[tuple[str, Any]]:
+        return self._store.items(tbl)
+
+    def next_id(self, prefix: str) -> str:
+        """A fresh id such as ``ch_3`` (counters live in the store, so they survive reopening)."""
+        n = int(self._store.get("meta", f"counter:{prefix}", 0)) + 1
+        self._store.write([("meta", f"counter:{prefix}", n)])
+        return f"{prefix}_{n}"
+
+    def replay(self, vendor: str, idempotency_key: str | None) -> Any:
+        """The first response given for ``idempotency_key`` at ``vendor``, or ``None``."""
+        if not idempotency_key:
+            return None
+        return self._store.get("idem", f"{vendor}:{idempotency_key}")
+
+    def commit(
+        self,
+        puts: list[tuple[str, str, Any]],
+        effects: list[dict[str, Any]] | None = None,
+        *,
+        vendor: str | None = None,
+        idempotency_key: str | None = None,
+        response: Any = None,
+    ) -> Any:
+        """Write state, effects and (with a key) the response to replay, in one transaction.
+
+        Returns ``response``, so a vendor method can end with ``return world.commit(...)``.
+        """
+        stamped = [{"at": self.iso(), **e} for e in (effects or [])]
+        for e in stamped:
+            e.setdefault("idempotency_key", idempotency_key)
+        puts = list(puts)
+        if idempotency_key and vendor:
+            puts.append(("idem", f"{vendor}:{idempotency_key}", response))
+        self._write(puts, stamped)
+        return response
+
+    def _write(
+        self, puts: list[tuple[str, str, Any]], effects: list[dict[str, Any]] | None = None
+    ) -> None:
+        self._store.write(puts, effects)
+
+    def _seed_data(self) -> None:
+        """The accounts, people and channels the demo and the tests start from."""
+        self.crm.seed()
+        self.payments.seed()
+        self.chat.seed()
+        self._write([("meta", "seeded", True)])
