@@ -1,0 +1,92 @@
+"""``amends demo``: the twelve-call scene, drift, two Undo clicks, and the naive stack beside it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import ConfigError
+from .demo import DEMO_TITLE, DemoResult, run_demo
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add the ``demo`` subcommand to the ``amends`` CLI."""
+    from ..cli import add_db_argument
+
+    demo = sub.add_parser(
+        "demo",
+        help=f"run the sandbox scene ('{DEMO_TITLE}': 12 tool calls, a human edit, two "
+        f"concurrent Undo clicks) and show the honest report beside a naive undo stack",
+    )
+    add_db_argument(demo, default=".amends-demo.db")
+    demo.add_argument(
+        "--html",
+        default="amends-demo-report.html",
+        metavar="PATH",
+        help="write the report as a self-contained HTML file (default amends-demo-report.html)",
+    )
+    demo.add_argument("--json", action="store_true", help="print the result as JSON")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the sandbox world (default 0)")
+    demo.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ..cli import print_json
+
+    result = run_demo(args.db, seed=args.seed)
+    html_path = Path(args.html)
+    try:
+        html_path.write_text(result.report.render("html"), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the HTML report to {str(html_path)!r}: {exc}; pass --html with a "
+            f"writable path"
+        ) from exc
+    if args.json:
+        print_json({**result.to_dict(), "html": str(html_path)})
+    else:
+        print_demo(result, html=str(html_path))
+    return 0
+
+
+def print_demo(
+    result: DemoResult, *, html: str | None = None, console: Console | None = None
+) -> None:
+    """Print the demo with rich: the amends report, then the naive stack's claims and damage."""
+    from ..cli import print_report
+
+    console = console or Console()
+    console.rule(f"[bold]amends[/bold]: the user clicked Undo on '{escape(DEMO_TITLE)}' (twice)")
+    print_report(result.report, console)
+    same = result.report.reversal_id == result.second_report.reversal_id
+    console.print(
+        f"Both Undo clicks joined reversal {result.report.reversal_id}: "
+        + ("[green]one reversal, one report[/]" if same else "[red]two reversals![/]")
+    )
+    console.rule("[bold]A naive undo stack[/bold] on a copy of the same world")
+    table = Table(header_style="bold")
+    table.add_column("step")
+    table.add_column("tool")
+    table.add_column("claimed")
+    for c in result.naive_claims:
+        table.add_row(c["step_id"], c["tool"], f"[green]{c['claim']}[/]")
+    console.print(table)
+    console.print(
+        f"It said: [green]Undone {len(result.naive_claims)} of {len(result.naive_claims)}[/]"
+    )
+    console.print("[bold]What the world shows after it[/bold]")
+    for line in result.naive_damage:
+        console.print(f"  [red]•[/] {escape(line)}")
+    console.rule()
+    console.print(
+        f"saga log: {escape(result.db)}  world: {escape(str(result.world_path))}"
+        + (f"  HTML report: {escape(html)}" if html else "")
+    )
+    console.print(f"Inspect it: amends show {result.saga_id} --db {escape(result.db)}")
