@@ -1,0 +1,145 @@
+"""A vendor whose world lives in a SQLite file outside every engine process.
+
+Every request that reaches it is appended to ``requests`` (so duplicate sends are countable); every
+effect actually applied is appended to ``effects`` with its idempotency key (a replayed key applies
+nothing, like a real vendor). ``hook(point)`` is called before and after each request: the fault
+tests use it to SIGKILL or pause a worker at an exact point.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import amends
+
+Hook = Callable[[str], None]
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=60)
+    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS effects (n INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "op TEXT NOT NULL, k TEXT NOT NULL, idem TEXT NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS requests (n INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "tool TEXT NOT NULL, phase TEXT NOT NULL, idem TEXT NOT NULL)"
+    )
+    return conn
+
+
+def make_catalog(path: str | Path, hook: Hook | None = None) -> amends.Catalog:
+    """kv.get (probe), kv.put (reversible), pay.charge (compensable), pay.refund, mail.send."""
+    point: Hook = hook or (lambda _p: None)
+
+    def apply(call: amends.Call, op: str, k: str, v: str | None) -> None:
+        point(f"{call.phase}:{call.tool}:before")
+        conn = connect(path)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO requests (tool, phase, idem) VALUES (?, ?, ?)",
+                (call.tool, call.phase, call.idempotency_key),
+            )
+            seen = conn.execute(
+                "SELECT 1 FROM effects WHERE idem=?", (call.idempotency_key,)
+            ).fetchone()
+            if not seen:
+                if v is None:
+                    conn.execute("DELETE FROM kv WHERE k=?", (k,))
+                else:
+                    conn.execute(
+                        "INSERT INTO kv VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v=excluded.v",
+                        (k, v),
+                    )
+                conn.execute(
+                    "INSERT INTO effects (op, k, idem) VALUES (?, ?, ?)",
+                    (op, k, call.idempotency_key),
+                )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        point(f"{call.phase}:{call.tool}:after")
+
+    def read(k: str) -> str | None:
+        conn = connect(path)
+        try:
+            row = conn.execute("SELECT v FROM kv WHERE k=?", (k,)).fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            conn.close()
+
+    catalog = amends.Catalog()
+
+    @catalog.tool("kv.get", reversibility="read_only")
+    async def kv_get(call: amends.Call, key: str) -> Any:
+        point(f"{call.phase}:{call.tool}:before")
+        return read(key)
+
+    @catalog.tool("kv.put", reversibility="reversible", resources=lambda a: [a["key"]])
+    async def kv_put(call: amends.Call, key: str, value: str | None) -> Any:
+        before = read(key)
+        apply(call, "put", key, value)
+        call.inverse("kv.put", key=key, value=before)
+        call.expect("kv.get", {"key": key}, equals=value)
+        return {"key": key, "value": value}
+
+    @catalog.tool("pay.charge", reversibility="compensable")
+    async def charge(call: amends.Call, who: str, cents: int) -> Any:
+        apply(call, "charge", f"charge:{who}", str(cents))
+        call.inverse("pay.refund", who=who, cents=cents)
+        call.residue(f"Refund of {cents} cents to {who}", parties=[who], settles_in_business_days=3)
+        return {"charged": cents}
+
+    @catalog.tool("pay.refund", reversibility="irreversible")
+    async def refund(call: amends.Call, who: str, cents: int) -> Any:
+        apply(call, "refund", f"refund:{who}", str(cents))
+        return {"refunded": cents}
+
+    @catalog.tool("mail.send")  # irreversible
+    async def send(call: amends.Call, to: str, subject: str) -> Any:
+        apply(call, "mail", f"mail:{to}:{subject}", subject)
+        call.acknowledge(who="the sender", parties=[to], draft=f"Please disregard '{subject}'.")
+        return {"sent": True}
+
+    return catalog
+
+
+async def record_saga(engine: amends.Engine, saga_id: str, steps: int = 6) -> None:
+    """One saga of ``steps`` steps over independent keys, a chain, a charge and an email."""
+    async with engine.saga(f"saga {saga_id}", saga_id=saga_id) as saga:
+        prev = saga.call("kv.put", key=f"{saga_id}:k0", value="v0")
+        handles = [prev]
+        for i in range(1, steps):
+            if i == 2:
+                h = saga.call("pay.charge", who=f"{saga_id}:c", cents=100 * i, after=[prev])
+            elif i == 4:
+                h = saga.call("mail.send", to=f"{saga_id}@x.test", subject="hi", after=[prev])
+            elif i % 2:
+                h = saga.call("kv.put", key=f"{saga_id}:k{i}", value=f"v{i}")
+            else:
+                h = saga.call("kv.put", key=f"{saga_id}:k{i}", value=f"v{i}", after=[prev])
+            handles.append(h)
+            prev = h
+        await saga.gather(*handles)
+
+
+def world(
+    path: str | Path,
+) -> tuple[dict[str, str], list[tuple[str, str, str]], list[tuple[str, ...]]]:
+    """(kv, effects (op, key, idem), requests (tool, phase, idem))."""
+    conn = connect(path)
+    try:
+        kv = {str(k): str(v) for k, v in conn.execute("SELECT k, v FROM kv")}
+        effects = [tuple(r) for r in conn.execute("SELECT op, k, idem FROM effects ORDER BY n")]
+        requests = [
+            tuple(r) for r in conn.execute("SELECT tool, phase, idem FROM requests ORDER BY n")
+        ]
+        return kv, effects, requests  # type: ignore[return-value]
+    finally:
+        conn.close()
