@@ -81,6 +81,17 @@ class _Cursor:
 _Job = tuple[Callable[[Tx], Any], "concurrent.futures.Future[Any]", bool]
 
 
+def _set(fut: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
+    """Settle ``fut`` unless its awaiter was cancelled (the write itself still stands)."""
+    try:
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+    except concurrent.futures.InvalidStateError:
+        pass  # a cancelled awaiter must not kill the writer thread (every later write would hang)
+
+
 class _SqliteDatabase(Database):
     def __init__(self, path: str, *, synchronous: Synchronous, busy_timeout: float) -> None:
         self.path = path
@@ -188,9 +199,9 @@ class _SqliteDatabase(Database):
 
     def _settle(self, fut: concurrent.futures.Future[Any], fn: Callable[[Tx], Any]) -> None:
         try:
-            fut.set_result(fn(_Cursor(self._conn)))
+            _set(fut, True, fn(_Cursor(self._conn)))
         except BaseException as exc:
-            fut.set_exception(translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
+            _set(fut, False, translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
 
     def _apply(self, fn: Callable[[Tx], Any], savepoint: str | None) -> tuple[bool, Any]:
         """Run one write; on failure undo just its changes (its savepoint, or the transaction)."""
@@ -227,18 +238,20 @@ class _SqliteDatabase(Database):
         except sqlite3.Error as exc:
             err = translate(exc, self.path)
             for _fn, fut, _ in batch:
-                fut.set_exception(err)
+                _set(fut, False, err)
             return
         except BaseException as exc:
             for _fn, fut, _ in batch:
-                fut.set_exception(exc)
+                _set(fut, False, exc)
             return
         for (ok, value), (_fn, fut, _) in zip(outcomes, batch, strict=True):
             if ok:
-                fut.set_result(value)
+                _set(fut, True, value)
             else:
-                fut.set_exception(
-                    translate(value, self.path) if isinstance(value, sqlite3.Error) else value
+                _set(
+                    fut,
+                    False,
+                    translate(value, self.path) if isinstance(value, sqlite3.Error) else value,
                 )
 
     def _submit(self, fn: Callable[[Tx], T], read: bool) -> concurrent.futures.Future[T]:
