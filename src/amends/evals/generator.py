@@ -1,0 +1,211 @@
+"""The seeded adversarial saga generator: ``generate(seed, index)`` is a pure function.
+
+A scenario is data: the saga's steps (a random fan-out DAG of 1-40 steps over the eval tools), the
+faults injected during the forward pass and during the reversal, the world mutations other actors
+make between forward and undo, the undo requests (single, repeated, concurrent) and an optional
+crash point. The same ``(seed, index)`` always yields the same scenario, on every machine.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["FAMILIES", "Mutation", "Scenario", "StepSpec", "generate", "generate_steps"]
+
+FAMILIES: tuple[str, ...] = (
+    "clean",
+    "drift",
+    "forward_faults",
+    "reversal_faults",
+    "repeated",
+    "concurrent",
+    "crash",
+    "budget",
+    "mixed",
+)
+"""Scenario families, assigned round-robin by index (see docs/evals.md)."""
+
+RECORDS = ("r1", "r2", "r3", "r4")
+FIELDS = ("stage", "owner", "amount")
+PEOPLE = ("ana@acme.test", "bo@acme.test", "cy@globex.test", "di@initech.test")
+
+INVERSE_OPS = (
+    "crm.update_field",
+    "crm.delete_note",
+    "payments.refund",
+    "calendar.cancel_event",
+    "mail.cancel_scheduled",
+    "chat.delete",
+    "docs.delete",
+)
+PROBES = ("crm.read_field", "payments.get_charge", "mail.get_message", "docs.get")
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step: ``args`` values may be ``{"$ref": step_id, "key": k}`` (that step's result)."""
+
+    step_id: str
+    tool: str
+    args: dict[str, Any]
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """What another actor does between forward and undo, to the effect of step ``step_id``."""
+
+    kind: str
+    """human_edit, webhook_edit, dispute, settle, attendee_decline, recipient_reads,
+    member_reads, collaborator_edit or advance."""
+    step_id: str | None = None
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    index: int
+    family: str
+    steps: tuple[StepSpec, ...]
+    forward_faults: tuple[tuple[str, str, int], ...] = ()
+    """(tool, transient|permanent, times) active during the forward pass."""
+    mutations: tuple[Mutation, ...] = ()
+    reversal_faults: tuple[tuple[str, str, int], ...] = ()
+    """(tool, transient|permanent, times) active during the reversal."""
+    requests: str = "single"
+    """single, repeated (sequential) or concurrent undo requests."""
+    n_requests: int = 1
+    crash: tuple[int, bool] | None = None
+    """(nth tool call of the reversal, after its effect?) at which the process dies."""
+    budget_calls: int = 200
+    budget_seconds: float = 20.0
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The CRM as it stands before the saga."""
+
+    @property
+    def ref(self) -> str:
+        """``SEED:INDEX``, for ``amends eval --replay``."""
+        return f"{self.seed}:{self.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
+    sid = f"s{i}"
+    after: list[str] = []
+    if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
+        after = sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))})
+    kind = rng.choices(
+        ["update", "note", "read", "charge", "get_charge", "event", "chat_ref", "chat", "mail",
+         "delayed", "draft"],
+        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2],
+    )[0]  # fmt: skip
+    charges = [p.step_id for p in prior if p.tool == "payments.charge"]
+    events = [p.step_id for p in prior if p.tool == "calendar.create_event"]
+    if kind == "get_charge" and charges:
+        src = rng.choice(charges)
+        return StepSpec(sid, "payments.get_charge", {"charge_id": {"$ref": src, "key": "charge_id"}})
+    if kind == "chat_ref" and events:
+        src = rng.choice(events)
+        text = {"$ref": src, "key": "event_id"}
+        return StepSpec(sid, "chat.post", {"channel": "#deals", "text": text}, tuple(after))
+    if kind in ("update", "get_charge", "chat_ref"):
+        args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS), "value": f"v{i}"}
+        return StepSpec(sid, "crm.update_field", args, tuple(after))
+    if kind == "note":
+        return StepSpec(sid, "crm.add_note", {"record_id": rng.choice(RECORDS), "text": f"n{i}"},
+                        tuple(after))  # fmt: skip
+    if kind == "read":
+        args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS)}
+        return StepSpec(sid, "crm.read_field", args, tuple(after))
+    if kind == "charge":
+        args = {"customer": rng.choice(PEOPLE), "cents": rng.randint(1, 99) * 100}
+        return StepSpec(sid, "payments.charge", args, tuple(after))
+    if kind == "event":
+        args = {"title": f"Kickoff {i}", "attendees": rng.sample(PEOPLE, rng.randint(1, 3))}
+        return StepSpec(sid, "calendar.create_event", args, tuple(after))
+    if kind == "chat":
+        return StepSpec(sid, "chat.post", {"channel": "#deals", "text": f"update {i}"},
+                        tuple(after))  # fmt: skip
+    if kind == "mail":
+        return StepSpec(sid, "mail.send", {"to": rng.choice(PEOPLE), "subject": f"Re: {i}"},
+                        tuple(after))  # fmt: skip
+    if kind == "delayed":
+        args = {"to": rng.choice(PEOPLE), "subject": f"Fwd: {i}", "delay": rng.choice([30, 120])}
+        return StepSpec(sid, "mail.send_delayed", args, tuple(after))
+    return StepSpec(sid, "docs.create_draft", {"title": f"Proposal {i}", "text": f"draft {i}"},
+                    tuple(after))  # fmt: skip
+
+
+def generate_steps(rng: random.Random, n: int) -> tuple[StepSpec, ...]:
+    """A random fan-out DAG of ``n`` steps over the eval tools."""
+    steps: list[StepSpec] = []
+    for i in range(1, n + 1):
+        steps.append(_step(rng, i, steps))
+    return tuple(steps)
+
+
+def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple[Mutation, ...]:
+    out: list[Mutation] = []
+    for _ in range(k):
+        s = rng.choice(steps)
+        t = s.tool
+        if t == "crm.update_field":
+            kind = rng.choice(["human_edit", "webhook_edit"])
+            out.append(Mutation(kind, s.step_id, f"edited-by-{kind}-{rng.randint(1, 999)}"))
+        elif t == "payments.charge":
+            out.append(Mutation(rng.choice(["dispute", "settle"]), s.step_id))
+        elif t == "calendar.create_event":
+            out.append(Mutation("attendee_decline", s.step_id))
+        elif t == "mail.send":
+            out.append(Mutation("recipient_reads", s.step_id))
+        elif t == "mail.send_delayed":
+            out.append(Mutation("advance", s.step_id, rng.choice([10, 60, 200])))
+        elif t == "chat.post":
+            out.append(Mutation("member_reads", s.step_id))
+        elif t == "docs.create_draft":
+            out.append(Mutation("collaborator_edit", s.step_id, "edited by a collaborator"))
+        else:
+            out.append(Mutation("human_edit_other", None, f"unrelated-{rng.randint(1, 99)}"))
+    return tuple(out)
+
+
+def _faults(rng: random.Random, ops: tuple[str, ...], k: int) -> tuple[tuple[str, str, int], ...]:
+    out = []
+    for _ in range(k):
+        kind = rng.choice(["transient", "transient", "permanent"])
+        times = rng.randint(1, 3) if kind == "transient" else 1
+        out.append((rng.choice(ops), kind, times))
+    return tuple(out)
+
+
+def generate(seed: int, index: int) -> Scenario:
+    """The scenario ``seed:index`` (deterministic)."""
+    rng = random.Random(f"amends-eval:{seed}:{index}")
+    family = FAMILIES[index % len(FAMILIES)]
+    n = rng.randint(1, 40)
+    steps = generate_steps(rng, n)
+    records = {r: {"stage": "lead", "owner": "sam", "amount": "100", "version": 1} for r in RECORDS}
+    kw: dict[str, Any] = {}
+    forward_ops = tuple(sorted({s.tool for s in steps}))
+    if family in ("drift", "mixed"):
+        kw["mutations"] = _mutations(rng, steps, rng.randint(1, 4))
+    if family in ("forward_faults", "mixed"):
+        kw["forward_faults"] = _faults(rng, forward_ops, rng.randint(1, 3))
+    if family in ("reversal_faults", "mixed"):
+        kw["reversal_faults"] = _faults(rng, INVERSE_OPS + PROBES, rng.randint(1, 4))
+    if family == "repeated":
+        kw["requests"], kw["n_requests"] = "repeated", rng.randint(2, 4)
+    if family == "concurrent":
+        kw["requests"], kw["n_requests"] = "concurrent", rng.randint(2, 5)
+    if family == "mixed" and rng.random() < 0.5:
+        kw["requests"], kw["n_requests"] = rng.choice(["repeated", "concurrent"]), 2
+    if family == "crash" or (family == "mixed" and rng.random() < 0.3):
+        kw["crash"] = (rng.randint(1, max(1, 2 * n)), rng.random() < 0.5)
+    if family == "budget":
+        kw["budget_calls"] = rng.randint(1, max(1, n))
+    return Scenario(seed, index, family, steps, records=records, **kw)

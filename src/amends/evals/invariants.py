@@ -1,0 +1,184 @@
+"""The oracle and the five invariants, checked on the WORLD (its effect log), not on step success.
+
+The oracle derives the truth per step from the world alone: did the forward call leave an effect
+(``tag == "<step>:forward"``), and was an inverse effect applied for it (``"<step>:undo"``)? From
+that it derives the true outcome of the saga, and compares it with what each report claims.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from ..report import StepState
+from .generator import Scenario
+from .runner import SagaResult
+
+__all__ = ["INVARIANTS", "check", "dependents", "true_outcome"]
+
+INVARIANTS: tuple[str, ...] = ("honesty", "never_worse", "order", "idempotency", "bounded")
+
+_WITH_INVERSE = {
+    "crm.update_field",
+    "crm.add_note",
+    "payments.charge",
+    "calendar.create_event",
+    "mail.send_delayed",
+    "chat.post",
+    "docs.create_draft",
+}
+_RESIDUE = {"payments.charge", "calendar.create_event", "chat.post"}
+_STANDS = {
+    StepState.ACKNOWLEDGED,
+    StepState.DRIFTED,
+    StepState.FAILED,
+    StepState.BLOCKED,
+    StepState.OVER_BUDGET,
+}
+_TIME_SLACK = 2.0
+"""Seconds a request may run past its budget's ``seconds`` (scheduling on a busy 2-core box)."""
+
+
+def dependents(sc: Scenario) -> dict[str, set[str]]:
+    """step -> every step that depends on it, transitively (after=, result refs, resources)."""
+    direct: dict[str, set[str]] = {s.step_id: set() for s in sc.steps}
+    last: dict[str, str] = {}
+    for s in sc.steps:
+        deps = set(s.after)
+        deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
+        if s.tool == "crm.update_field":  # resources=crm:<record>
+            res = f"crm:{s.args['record_id']}"
+            if res in last:
+                deps.add(last[res])
+            last[res] = s.step_id
+        for d in deps:
+            direct[d].add(s.step_id)
+    out: dict[str, set[str]] = {}
+    for sid in direct:
+        seen: set[str] = set()
+        todo = list(direct[sid])
+        while todo:
+            d = todo.pop()
+            if d not in seen:
+                seen.add(d)
+                todo.extend(direct[d])
+        out[sid] = seen
+    return out
+
+
+def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in effects:
+        if e["tag"]:
+            out.setdefault(e["tag"], []).append(e)
+    return out
+
+
+def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
+    """(status, step -> "none" | "stands" | "undone") from the world alone."""
+    tags = _by_tag(r.effects)
+    truth: dict[str, str] = {}
+    for s in r.scenario.steps:
+        fwd = f"{s.step_id}:forward" in tags
+        undo = f"{s.step_id}:undo" in tags
+        truth[s.step_id] = "undone" if fwd and undo else ("stands" if fwd else "none")
+    if any(v == "stands" for v in truth.values()):
+        return "cannot_undo", truth
+    tools = {s.step_id: s.tool for s in r.scenario.steps}
+    if any(v == "undone" and tools[k] in _RESIDUE for k, v in truth.items()):
+        return "partially_reversed", truth
+    return "fully_reversed", truth
+
+
+def check(r: SagaResult) -> dict[str, list[str]]:
+    """Invariant -> violations (empty list: the invariant holds for this saga)."""
+    v: dict[str, list[str]] = {name: [] for name in INVARIANTS}
+    sc = r.scenario
+    tags = _by_tag(r.effects)
+    status, truth = true_outcome(r)
+    if r.errors:
+        v["honesty"].append(f"an undo request raised instead of reporting: {r.errors[0]}")
+    if not r.reports:
+        v["honesty"].append("no report was returned")
+
+    # --- honesty: every report's status and step states match the world -------------------
+    for rep in r.reports[:1] + r.reports[-1:] if r.reports else []:
+        claimed = {o.step_id: o.state for o in rep.steps}
+        unsure = any(o.state is StepState.IN_DOUBT for o in rep.steps)
+        if str(rep.status) != status and not (unsure and str(rep.status) == "cannot_undo"):
+            v["honesty"].append(f"report says {rep.status}, the world shows {status}")
+        for sid, t in truth.items():
+            st = claimed.get(sid)
+            if st is None:
+                if t != "none":
+                    v["honesty"].append(f"{sid}: missing from the report, world: {t}")
+                continue
+            ok = (
+                (st in (StepState.REVERTED, StepState.COMPENSATED) and t == "undone")
+                or (st in (StepState.CANCELLED, StepState.NOT_NEEDED) and t == "none")
+                or (st in _STANDS and t == "stands")
+                or (st is StepState.IN_DOUBT and t != "undone")
+            )
+            if not ok:
+                v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")
+
+    # --- never worse ------------------------------------------------------------------------
+    conflicting: dict[tuple[str, str], int] = {}
+    for e in r.effects:
+        if e["actor"] != "agent" and e["conflicts"]:
+            conflicting.setdefault((e["vendor"], e["key"]), e["seq"])
+        elif e["tag"] and e["tag"].endswith(":undo"):
+            seen = conflicting.get((e["vendor"], e["key"]))
+            if seen is not None and seen < e["seq"]:
+                v["never_worse"].append(
+                    f"{e['tag'].split(':')[0]}: {e['op']} overwrote another actor's change to "
+                    f"{e['vendor']} {e['key']}"
+                )
+    refunds = Counter(e["key"] for e in r.effects if e["op"] == "refund")
+    for cid, n in refunds.items():
+        if n > 1:
+            v["never_worse"].append(f"charge {cid} refunded {n} times")
+    for s in sc.steps:
+        if f"{s.step_id}:undo" in tags and f"{s.step_id}:forward" not in tags:
+            v["never_worse"].append(f"{s.step_id}: compensated although it never took effect")
+
+    # --- order: an inverse ran only after every inverse it waits for succeeded --------------
+    deps = dependents(sc)
+    tools = {s.step_id: s.tool for s in sc.steps}
+    for s in sc.steps:
+        undo = tags.get(f"{s.step_id}:undo")
+        if not undo:
+            continue
+        at = undo[0]["seq"]
+        for d in sorted(deps[s.step_id]):
+            if tools[d] not in _WITH_INVERSE or f"{d}:forward" not in tags:
+                continue  # nothing to wait for: it had no effect, or nothing can take it back
+            d_undo = tags.get(f"{d}:undo")
+            if not d_undo or d_undo[0]["seq"] > at:
+                v["order"].append(
+                    f"{s.step_id} was undone before its dependent {d} "
+                    + ("was undone" if d_undo else "(which never was)")
+                )
+
+    # --- idempotency ------------------------------------------------------------------------
+    ids = {rep.reversal_id for rep in r.reports}
+    if len(ids) > 1:
+        v["idempotency"].append(f"{len(r.reports)} requests got {len(ids)} different reversals")
+    states = {tuple((o.step_id, o.state.value) for o in rep.steps) for rep in r.reports}
+    if len(states) > 1:
+        v["idempotency"].append("requests for the same reversal got different reports")
+    for tag, effs in tags.items():
+        if tag.endswith(":undo") and len(effs) > 1:
+            v["idempotency"].append(f"{tag.split(':')[0]}: inverse applied {len(effs)} times")
+
+    # --- bounded ----------------------------------------------------------------------------
+    for rep in r.reports:
+        if rep.tool_calls > sc.budget_calls:
+            v["bounded"].append(f"{rep.tool_calls} tool calls, budget {sc.budget_calls}")
+            break
+    for d in r.durations:
+        if d > sc.budget_seconds + _TIME_SLACK:
+            v["bounded"].append(f"a request took {d:.1f}s, budget {sc.budget_seconds}s")
+            break
+    return v

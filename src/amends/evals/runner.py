@@ -1,0 +1,179 @@
+"""Runs one scenario against an engine (amends, the naive stack, or a broken engine).
+
+Forward pass with the scenario's forward faults; world mutations by other actors; reversal faults
+and the crash point; the undo requests (single, repeated, concurrent); after a simulated crash, a
+fresh engine on the same log runs ``recover()``. The result holds everything the invariants need:
+the world's effect log, every report returned, and how long each request took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..budget import Budget
+from ..engine import Engine, Step
+from ..errors import StepFailedError
+from ..log.sqlite import SqliteLog
+from ..report import UndoReport
+from ..reversal import RetryPolicy
+from .generator import Scenario
+from .naive import NaiveUndoStack
+from .world import EvalWorld, SimulatedCrash, eval_catalog
+
+__all__ = ["FAST_RETRY", "SagaResult", "run_scenario"]
+
+FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0005, max_backoff=0.004)
+"""Retries without wall-clock waits worth measuring (the sandbox has zero latency)."""
+CRASH_LEASE = 0.15
+"""Lease of an engine that will crash: recovery may take over this long after the crash."""
+
+EngineFactory = Callable[..., Engine]
+
+
+@dataclass
+class SagaResult:
+    scenario: Scenario
+    engine: str
+    forward: dict[str, str]
+    """step_id -> forward state (done, failed, skipped, ...)."""
+    results: dict[str, Any]
+    effects: list[dict[str, Any]]
+    reports: list[UndoReport]
+    durations: list[float]
+    crashed: bool
+    world: dict[str, Any]
+    errors: list[str] = field(default_factory=list)
+    """Exceptions an undo request raised (an engine must answer, not raise)."""
+
+
+def _resolve(value: Any, handles: dict[str, Step]) -> Any:
+    if isinstance(value, dict) and "$ref" in value:
+        return handles[value["$ref"]][value["key"]]
+    return value
+
+
+def _mutate(world: EvalWorld, sc: Scenario, results: dict[str, Any]) -> None:
+    by_id = {s.step_id: s for s in sc.steps}
+    for m in sc.mutations:
+        s = by_id.get(m.step_id or "")
+        res = results.get(m.step_id or "")
+        if m.kind == "human_edit_other":
+            world.human_edit("r4", "phone", m.value)
+            continue
+        if s is None or (res is None and m.kind != "advance"):
+            continue  # the step never ran: nothing for the other actor to touch
+        if m.kind in ("human_edit", "webhook_edit"):
+            getattr(world, m.kind)(s.args["record_id"], s.args["field"], m.value)
+        elif m.kind in ("dispute", "settle"):
+            getattr(world, m.kind)(res["charge_id"])
+        elif m.kind == "attendee_decline":
+            world.attendee_decline(res["event_id"], s.args["attendees"][0])
+        elif m.kind == "recipient_reads":
+            world.recipient_reads(res["message_id"])
+        elif m.kind == "member_reads":
+            world.member_reads(res["message_id"], "ana@acme.test")
+        elif m.kind == "collaborator_edit":
+            world.collaborator_edit(res["doc_id"], str(m.value))
+        elif m.kind == "advance":
+            world.advance(float(m.value))
+
+
+async def run_scenario(
+    sc: Scenario,
+    engine: str = "amends",
+    *,
+    engine_factory: EngineFactory | None = None,
+) -> SagaResult:
+    """Run ``sc`` end to end with ``engine`` ("amends" or "naive", or a custom factory)."""
+    world = EvalWorld()
+    for rid, rec in sc.records.items():
+        world.crm[rid] = dict(rec)
+    catalog = eval_catalog(world)
+    log = SqliteLog(":memory:", synchronous="OFF")
+    factory = engine_factory or Engine
+    lease = CRASH_LEASE if sc.crash else 15.0
+    eng = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
+    handles: dict[str, Step] = {}
+    try:
+        for tool, kind, times in sc.forward_faults:
+            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+        try:
+            async with eng.saga(f"eval {sc.ref} ({sc.family})", actor="agent:eval") as saga:
+                for spec in sc.steps:
+                    args = {k: _resolve(v, handles) for k, v in spec.args.items()}
+                    after = [handles[a] for a in spec.after]
+                    handles[spec.step_id] = saga.call(
+                        spec.tool, step_id=spec.step_id, after=after, **args
+                    )
+        except StepFailedError:
+            pass  # a forward step failed (injected): undo what did run
+        world.faults.clear()
+        forward = {sid: h.state for sid, h in handles.items()}
+        results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
+        _mutate(world, sc, results)
+        for tool, kind, times in sc.reversal_faults:
+            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+        if sc.crash:
+            world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1])
+        budget = Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
+        reports: list[UndoReport] = []
+        durations: list[float] = []
+        errors: list[str] = []
+        crashed = False
+        if engine == "naive":
+            record = await log.get_saga(saga.id)
+            assert record is not None
+            stack = NaiveUndoStack.from_saga(catalog, record)
+
+            async def request() -> UndoReport:
+                return await stack.undo()
+        else:
+
+            async def request() -> UndoReport:
+                return await eng.undo(saga.id, budget=budget)
+
+        async def timed() -> None:
+            t0 = time.monotonic()
+            try:
+                reports.append(await request())
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            durations.append(time.monotonic() - t0)
+
+        n = sc.n_requests
+        try:
+            if sc.requests == "concurrent":
+                outs = await asyncio.gather(*(timed() for _ in range(n)), return_exceptions=True)
+                if any(isinstance(o, SimulatedCrash) for o in outs):
+                    raise SimulatedCrash("concurrent")
+            else:
+                for _ in range(n):
+                    await timed()
+        except SimulatedCrash:
+            crashed = True
+            world.faults.crash_at = None
+            if engine == "naive":  # the user clicks Undo again: the stack was never cleared
+                await timed()
+            else:
+                await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
+                fresh = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
+                t0 = time.monotonic()
+                rec = await fresh.recover()
+                reports.extend(rec.resumed)
+                durations.append(time.monotonic() - t0)
+                eng = fresh
+
+                async def request() -> UndoReport:
+                    return await fresh.undo(saga.id, budget=budget)
+
+                await timed()  # and a later request gets the same reversal
+        return SagaResult(
+            sc, engine, forward, results, world.effects(), reports, durations, crashed,
+            world.snapshot(), errors,
+        )  # fmt: skip
+    finally:
+        await log.close()
