@@ -114,7 +114,7 @@ def test_sigkill_reversal_at_point(log_url: str, tmp_path: Path, point: int) -> 
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
     out = recover_and_check(log_url, vpath)
     assert out["resumed"] == 1
-    kv, effects, _ = vendor.world(vpath)
+    kv, _effects, _ = vendor.world(vpath)
     # every put reverted, the charge refunded once, the email stands
     assert kv == {
         f"charge:{SAGA}:c": "200",
