@@ -1,0 +1,80 @@
+"""A World with a path persists every mutation; a second World(path) sees it all."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+import amends
+from amends.sandbox import World, demo_catalog, sandbox_catalog
+from amends.sandbox.catalog import world_path_for
+
+
+def test_second_world_on_the_same_file_sees_state_effects_and_clock(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.world")
+    a = World(path)
+    ch = a.payments.charge("cus_acme", 100, idempotency_key="k")
+    a.crm.human_edit("acme", "stage", "legal")
+    a.advance(42)
+    b = World(path)  # while a is still open, as `amends show` would
+    assert b.snapshot() == a.snapshot()
+    assert b.effects() == a.effects()
+    assert b.now() == a.now()
+    assert b.payments.charge("cus_acme", 100, idempotency_key="k") == ch  # replay survives
+    assert b.payments.charge("cus_acme", 100)["id"] == "ch_2"  # counters survive
+    assert a.payments.get_charge("ch_2")["cents"] == 100  # a reads b's write
+    a.close()
+    b.close()
+
+
+def test_reopening_does_not_reseed(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.world")
+    World(path).crm.human_edit("acme", "stage", "legal")
+    assert World(path).crm.read_field("acme", "stage") == "legal"
+
+
+def test_unwritable_path_names_the_path(tmp_path: Path) -> None:
+    bad = str(tmp_path / "missing-dir" / "w.world")
+    with pytest.raises(amends.ConfigError, match="missing-dir"):
+        World(bad)
+
+
+def test_world_path_for_db() -> None:
+    assert world_path_for("x.db") == "x.db.world"
+    assert world_path_for("sqlite:///tmp/x.db") == "tmp/x.db.world"
+    assert world_path_for(":memory:") is None
+
+
+async def test_undo_in_a_fresh_catalog_over_the_same_files(tmp_path: Path) -> None:
+    """Forward with one world object, undo with demo_catalog(db): as `amends undo` does."""
+    db = str(tmp_path / "s.db")
+    eng = amends.Engine(demo_catalog(db), log=db)
+    async with eng.saga("charge") as saga:
+        saga.call("payments.charge", customer="cus_acme", cents=700)
+    await eng.close()
+    eng2 = amends.Engine(demo_catalog(db), log=db)
+    report = await eng2.undo(saga.id)
+    await eng2.close()
+    assert report.status == "partially_reversed"
+    assert World(db + ".world").payments.get_charge("ch_1")["refunded"] == 700
+
+
+@pytest.mark.slow
+async def test_amends_undo_in_a_new_process_refunds_in_the_world_file(tmp_path: Path) -> None:
+    """Forward here; `amends undo` in another process undoes it against the world file."""
+    db = str(tmp_path / "s.db")
+    eng = amends.Engine(sandbox_catalog(World(db + ".world")), log=db)
+    async with eng.saga("charge") as saga:
+        saga.call("payments.charge", customer="cus_acme", cents=900)
+    await eng.close()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "amends.cli", "undo", saga.id, "--db", db,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert "partially_reversed" in out.decode()
+    assert World(db + ".world").payments.get_charge("ch_1")["refunded"] == 900
