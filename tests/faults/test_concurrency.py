@@ -136,7 +136,7 @@ def test_postgres_restart_mid_reversal_loses_nothing(pg_server: object, tmp_path
         "acknowledged",
         "reverted",
     ]
-    kv, effects, requests = vendor.world(vpath)
+    kv, _effects, requests = vendor.world(vpath)
     assert kv == {
         f"charge:{SAGA}:c": "200",
         f"refund:{SAGA}:c": "200",
