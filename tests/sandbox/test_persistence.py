@@ -78,3 +78,38 @@ async def test_amends_undo_in_a_new_process_refunds_in_the_world_file(tmp_path: 
     assert proc.returncode == 0, err.decode()
     assert "partially_reversed" in out.decode()
     assert World(db + ".world").payments.get_charge("ch_1")["refunded"] == 900
+
+
+def test_atomic_rolls_back_a_failed_vendor_operation(tmp_path: Path) -> None:
+    """A vendor call that raises leaves the file exactly as it was."""
+    w = World(str(tmp_path / "w.world"))
+    before = (w.snapshot(), w.effects())
+    with pytest.raises(amends.PermanentError):
+        w.payments.refund("ch_404", 1)
+    assert (w.snapshot(), w.effects()) == before
+
+
+_WRITER = """
+import sys
+from amends.sandbox import World
+w = World(sys.argv[1])
+for i in range(40):
+    w.payments.charge("cus_acme", 1, idempotency_key=f"{sys.argv[2]}-{i}")
+"""
+
+
+@pytest.mark.slow
+async def test_two_processes_writing_one_world_file_never_interleave(tmp_path: Path) -> None:
+    """Ids stay unique and every charge is kept when two processes charge at once."""
+    path = str(tmp_path / "w.world")
+    World(path).close()
+    procs = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, path, tag)
+        for tag in ("a", "b")
+    ]
+    for p in procs:
+        assert await asyncio.wait_for(p.wait(), 60) == 0
+    w = World(path)
+    charges = w.snapshot()["payments"]["charges"]
+    assert len(charges) == 80 and sorted(charges) == sorted(f"ch_{i}" for i in range(1, 81))
+    assert len([e for e in w.effects() if e["op"] == "charge"]) == 80

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
+from .world import atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -24,6 +25,7 @@ class Calendar:
     def __init__(self, world: World) -> None:
         self.world = world
 
+    @atomic
     def create_event(
         self,
         title: str,
@@ -56,6 +58,7 @@ class Calendar:
             )
         )
 
+    @atomic
     def cancel_event(self, event_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Cancel an event; a cancellation notice goes to every attendee.
 
@@ -86,6 +89,7 @@ class Calendar:
             )
         )
 
+    @atomic
     def get(self, event_id: str) -> dict[str, Any]:
         """The event as the vendor shows it now.
 
@@ -97,6 +101,7 @@ class Calendar:
             raise PermanentError(f"calendar has no event {event_id!r}; check the id")
         return dict(event)
 
+    @atomic
     def attendee_decline(self, event_id: str, who: str) -> None:
         """Another actor: attendee ``who`` declines the invitation.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
+from .world import atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -32,6 +33,7 @@ class Chat:
             ]
         )
 
+    @atomic
     def members(self, channel: str) -> list[str]:
         """Who is in ``channel``.
 
@@ -44,6 +46,7 @@ class Chat:
             raise PermanentError(f"chat has no channel {channel!r} (known: {known})")
         return list(ch["members"])
 
+    @atomic
     def post(
         self, channel: str, text: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -73,6 +76,7 @@ class Chat:
             )
         )
 
+    @atomic
     def get(self, message_id: str) -> dict[str, Any]:
         """The message as members see it now.
 
@@ -84,6 +88,7 @@ class Chat:
             raise PermanentError(f"chat has no message {message_id!r}; check the id")
         return dict(msg)
 
+    @atomic
     def edit(
         self, message_id: str, text: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -112,6 +117,7 @@ class Chat:
             )
         )
 
+    @atomic
     def delete(self, message_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Delete a message. The notifications it sent were already delivered.
 
@@ -135,6 +141,7 @@ class Chat:
             )
         )
 
+    @atomic
     def member_reads(self, message_id: str, who: str) -> None:
         """Another actor: channel member ``who`` reads the message."""
         msg = self.get(message_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import PermanentError, PreconditionFailed
+from .world import atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -55,6 +56,7 @@ class Crm:
             {"name": "Globex", "stage": "prospect", "amount": "0", "owner": "sam@example.com"},
         )
 
+    @atomic
     def create_record(self, record_id: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Create (or replace) record ``record_id`` with ``fields`` at version 1."""
         rec = {
@@ -67,6 +69,7 @@ class Crm:
         self.world.commit([(_TBL, record_id, rec)])
         return rec
 
+    @atomic
     def get(self, record_id: str) -> dict[str, Any]:
         """The record: ``{"id", "fields", "version", "etag", "notes"}``.
 
@@ -78,6 +81,7 @@ class Crm:
             raise PermanentError(f"CRM has no record {record_id!r}; check the id")
         return dict(rec)
 
+    @atomic
     def read_field(self, record_id: str, field: str) -> Any:
         """The current value of one field (``None`` when unset)."""
         return self.get(record_id)["fields"].get(field)
@@ -86,6 +90,7 @@ class Crm:
         rec["version"] += 1
         rec["etag"] = _etag(rec["id"], rec["version"])
 
+    @atomic
     def update_field(
         self,
         record_id: str,
@@ -142,14 +147,17 @@ class Crm:
             )
         )
 
+    @atomic
     def human_edit(self, record_id: str, field: str, value: Any) -> dict[str, Any]:
         """Another actor: a person edits a field in the CRM's UI."""
         return self.update_field(record_id, field, value, actor="human")["record"]  # type: ignore[no-any-return]
 
+    @atomic
     def webhook_edit(self, record_id: str, field: str, value: Any) -> dict[str, Any]:
         """Another actor: an integration's webhook writes a field."""
         return self.update_field(record_id, field, value, actor="webhook")["record"]  # type: ignore[no-any-return]
 
+    @atomic
     def add_note(
         self, record_id: str, text: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -172,6 +180,7 @@ class Crm:
             )
         )
 
+    @atomic
     def delete_note(
         self, record_id: str, note_id: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:

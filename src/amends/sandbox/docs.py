@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
+from .world import atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -24,6 +25,7 @@ class Docs:
     def __init__(self, world: World) -> None:
         self.world = world
 
+    @atomic
     def create_draft(
         self, title: str, text: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -50,6 +52,7 @@ class Docs:
             )
         )
 
+    @atomic
     def get(self, doc_id: str) -> dict[str, Any]:
         """The document now (``status`` is ``draft`` or ``deleted``).
 
@@ -61,6 +64,7 @@ class Docs:
             raise PermanentError(f"docs has no document {doc_id!r}; check the id")
         return dict(doc)
 
+    @atomic
     def delete(self, doc_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Delete a document.
 
@@ -84,6 +88,7 @@ class Docs:
             )
         )
 
+    @atomic
     def share(
         self, doc_id: str, people: list[str], *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -113,6 +118,7 @@ class Docs:
             )
         )
 
+    @atomic
     def unshare(
         self, doc_id: str, people: list[str], *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -132,6 +138,7 @@ class Docs:
             )
         )
 
+    @atomic
     def collaborator_edit(self, doc_id: str, text: str) -> None:
         """Another actor: a collaborator rewrites the document's text."""
         doc = self.get(doc_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
+from .world import atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -35,6 +36,7 @@ class Mail:
         msg["read_due"] = w.now() + w.rng.uniform(60.0, 3600.0)
         return msg
 
+    @atomic
     def send(
         self, to: str, subject: str, body: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -56,6 +58,7 @@ class Mail:
             )
         )
 
+    @atomic
     def send_delayed(
         self,
         to: str,
@@ -89,6 +92,7 @@ class Mail:
             )
         )
 
+    @atomic
     def cancel_scheduled(
         self, message_id: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -118,6 +122,7 @@ class Mail:
             )
         )
 
+    @atomic
     def get(self, message_id: str) -> dict[str, Any]:
         """The message as the vendor shows it now.
 
@@ -130,6 +135,7 @@ class Mail:
             raise PermanentError(f"mail has no message {message_id!r}; check the id")
         return dict(msg)
 
+    @atomic
     def recipient_reads(self, message_id: str) -> None:
         """Another actor: the recipient opens a delivered message now."""
         msg = self.get(message_id)
@@ -141,6 +147,7 @@ class Mail:
             [{"vendor": "mail", "op": "read", "key": message_id, "actor": msg["to"]}],
         )
 
+    @atomic
     def tick(self) -> None:
         """Deliver scheduled mail whose window elapsed; mark mail read whose reader got to it."""
         w = self.world

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
-from .world import add_business_days
+from .world import add_business_days, atomic
 
 if TYPE_CHECKING:
     from .world import World
@@ -54,6 +54,7 @@ class Payments:
             raise PermanentError(f"no customer {customer!r} (known: {known}); check the id")
         return dict(cus)
 
+    @atomic
     def charge(
         self,
         customer: str,
@@ -95,6 +96,7 @@ class Payments:
             )
         )
 
+    @atomic
     def get_charge(self, charge_id: str) -> dict[str, Any]:
         """The charge as the processor shows it now.
 
@@ -106,6 +108,7 @@ class Payments:
             raise PermanentError(f"no charge {charge_id!r}; check the id")
         return dict(ch)
 
+    @atomic
     def get_refund(self, refund_id: str) -> dict[str, Any]:
         """The refund as the processor shows it now (``pending`` until it settles).
 
@@ -118,6 +121,7 @@ class Payments:
             raise PermanentError(f"no refund {refund_id!r}; check the id")
         return dict(re)
 
+    @atomic
     def refund(
         self, charge_id: str, cents: int, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
@@ -182,6 +186,7 @@ class Payments:
             )
         )
 
+    @atomic
     def dispute(self, charge_id: str) -> None:
         """Another actor: the cardholder disputes the charge (refunds are refused from now)."""
         ch = self.get_charge(charge_id)
@@ -191,6 +196,7 @@ class Payments:
             [{"vendor": "payments", "op": "dispute", "key": charge_id, "actor": ch["customer"]}],
         )
 
+    @atomic
     def close_card(self, customer: str) -> None:
         """Another actor: the customer's bank closes the card (refunds fail permanently)."""
         cus = self._customer(customer)
@@ -200,6 +206,7 @@ class Payments:
             [{"vendor": "payments", "op": "close_card", "key": customer, "actor": "bank"}],
         )
 
+    @atomic
     def settle(self, charge_or_refund_id: str) -> None:
         """Another actor: the network settles a refund (or a charge) now.
 
@@ -220,6 +227,7 @@ class Payments:
                 return
         raise PermanentError(f"no charge or refund {charge_or_refund_id!r} to settle")
 
+    @atomic
     def wire(
         self,
         to_account: str,
@@ -251,6 +259,7 @@ class Payments:
             )
         )
 
+    @atomic
     def get_wire(self, wire_id: str) -> dict[str, Any]:
         """The wire now: ``in_flight`` (recallable), ``completed`` or ``recalled``.
 
@@ -263,6 +272,7 @@ class Payments:
             raise PermanentError(f"no wire {wire_id!r}; check the id")
         return dict(wire)
 
+    @atomic
     def recall_wire(self, wire_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Recall a wire inside its recall window.
 
@@ -289,6 +299,7 @@ class Payments:
             )
         )
 
+    @atomic
     def tick(self) -> None:
         """Settle refunds that are due; make wires past their recall window final."""
         w = self.world

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .world import atomic
+
 if TYPE_CHECKING:
     from .world import World
 
@@ -18,6 +20,7 @@ class Sms:
     def __init__(self, world: World) -> None:
         self.world = world
 
+    @atomic
     def send(self, to: str, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Deliver a text message to ``to``. Replays the first response for a known key."""
         w = self.world

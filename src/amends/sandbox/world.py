@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import random
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from ..errors import ConfigError, PermanentError, TransientError
 
@@ -33,7 +35,21 @@ if TYPE_CHECKING:
     from .payments import Payments
     from .sms import Sms
 
-__all__ = ["EPOCH", "FaultKind", "Faults", "World", "add_business_days"]
+__all__ = ["EPOCH", "FaultKind", "Faults", "World", "add_business_days", "atomic"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def atomic(method: F) -> F:
+    """Decorator for vendor methods: the whole method runs in one world transaction."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.world.atomic():
+            return method(self, *args, **kwargs)
+
+    return cast(F, wrapper)
+
 
 FaultKind = Literal["transient", "permanent", "timeout", "slow"]
 
@@ -113,6 +129,7 @@ class _Store:
         self._effects: list[dict[str, Any]] = []
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self._depth = 0
         if path is not None:
             try:
                 self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -132,6 +149,29 @@ class _Store:
                     f"cannot open sandbox world file {path!r}: {exc}; pass a writable path "
                     f"or None for an in-memory world"
                 ) from exc
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction around a whole vendor operation (read, check, write), so that two
+        processes acting on the same world file never interleave inside one."""
+        with self._lock:
+            if self._db is None or self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._depth = 1
+            try:
+                yield
+            except BaseException:
+                self._depth = 0
+                self._db.execute("ROLLBACK")
+                raise
+            self._depth = 0
+            self._db.execute("COMMIT")
 
     def get(self, tbl: str, key: str, default: Any = None) -> Any:
         with self._lock:
@@ -170,21 +210,30 @@ class _Store:
                 self._effects.extend(json.loads(json.dumps(e)) for e in effects)
                 return
             db = self._db
+            if self._depth:  # inside atomic(): its transaction commits
+                self._apply(db, puts, effects)
+                return
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany(
-                    "INSERT INTO kv (tbl, key, value) VALUES (?, ?, ?) "
-                    "ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value",
-                    [(t, k, json.dumps(v, sort_keys=True)) for t, k, v in puts],
-                )
-                db.executemany(
-                    "INSERT INTO effects (value) VALUES (?)",
-                    [(json.dumps(e, sort_keys=True),) for e in effects],
-                )
+                self._apply(db, puts, effects)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    @staticmethod
+    def _apply(
+        db: sqlite3.Connection, puts: list[tuple[str, str, Any]], effects: list[dict[str, Any]]
+    ) -> None:
+        db.executemany(
+            "INSERT INTO kv (tbl, key, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value",
+            [(t, k, json.dumps(v, sort_keys=True)) for t, k, v in puts],
+        )
+        db.executemany(
+            "INSERT INTO effects (value) VALUES (?)",
+            [(json.dumps(e, sort_keys=True),) for e in effects],
+        )
 
     def effects(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -246,8 +295,9 @@ class World:
         self.chat: Chat = Chat(self)
         self.docs: Docs = Docs(self)
         self.sms: Sms = Sms(self)
-        if self._store.get("meta", "seeded") is None:
-            self._seed_data()
+        with self._store.atomic():  # two processes opening a new file seed it once
+            if self._store.get("meta", "seeded") is None:
+                self._seed_data()
 
     # --- clock ----------------------------------------------------------------------------
     def now(self) -> float:
@@ -273,7 +323,9 @@ class World:
         """
         if seconds < 0:
             raise ConfigError(f"advance() moves the clock forward; got {seconds!r} seconds")
-        self._write([("meta", "advanced", self._store.get("meta", "advanced", 0.0) + seconds)])
+        with self._store.atomic():
+            advanced = self._store.get("meta", "advanced", 0.0)
+            self._write([("meta", "advanced", advanced + seconds)])
         self.tick()
 
     def tick(self) -> None:
@@ -315,6 +367,11 @@ class World:
         self._store.close()
 
     # --- what vendors use -----------------------------------------------------------------
+    def atomic(self) -> Any:
+        """A context manager: one transaction (and this process's lock) around a vendor
+        operation. Nested uses join the outer one."""
+        return self._store.atomic()
+
     async def gate(self, op: str) -> None:
         """Latency and faults for one call of tool ``op``; called before the vendor acts.
 
@@ -344,8 +401,9 @@ class World:
 
     def next_id(self, prefix: str) -> str:
         """A fresh id such as ``ch_3`` (counters live in the store, so they survive reopening)."""
-        n = int(self._store.get("meta", f"counter:{prefix}", 0)) + 1
-        self._store.write([("meta", f"counter:{prefix}", n)])
+        with self._store.atomic():
+            n = int(self._store.get("meta", f"counter:{prefix}", 0)) + 1
+            self._store.write([("meta", f"counter:{prefix}", n)])
         return f"{prefix}_{n}"
 
     def replay(self, vendor: str, idempotency_key: str | None) -> Any:
