@@ -185,3 +185,30 @@ def test_amends_demo_command_runs_in_seconds(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "amends-demo-report.html").exists()
     assert (tmp_path / ".amends-demo.db.world").exists()
+
+
+def test_sandbox_exports_are_frozen() -> None:
+    """Other areas code against these names (shared/sandbox_api.md); a change shows here."""
+    import amends.sandbox
+
+    assert amends.sandbox.__all__ == [
+        "EPOCH",
+        "DemoResult",
+        "Faults",
+        "World",
+        "demo_catalog",
+        "run_demo",
+        "run_demo_async",
+        "sandbox_catalog",
+    ]
+    w = World()
+    assert {"mail", "calendar", "crm", "payments", "chat", "docs", "sms", "faults"} <= set(vars(w))
+
+
+def test_demo_serve_without_server_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "amends.server.demo", None)  # as if not installed
+    argv = ["demo", "--db", str(tmp_path / "d.db"), "--html", str(tmp_path / "r.html")]
+    assert in_thread(main, [*argv, "--json", "--serve"]) == 2
+    assert "amends[server]" in capsys.readouterr().err

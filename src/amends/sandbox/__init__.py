@@ -8,6 +8,16 @@ CLI's default catalog. The sandbox uses only the public API of amends, as a user
 from __future__ import annotations
 
 from .catalog import demo_catalog, sandbox_catalog
+from .demo import DemoResult, run_demo, run_demo_async
 from .world import EPOCH, Faults, World
 
-__all__ = ["EPOCH", "Faults", "World", "demo_catalog", "sandbox_catalog"]
+__all__ = [
+    "EPOCH",
+    "DemoResult",
+    "Faults",
+    "World",
+    "demo_catalog",
+    "run_demo",
+    "run_demo_async",
+    "sandbox_catalog",
+]

@@ -34,6 +34,13 @@ def register(sub: Any) -> None:
     )
     demo.add_argument("--json", action="store_true", help="print the result as JSON")
     demo.add_argument("--seed", type=int, default=0, help="seed of the sandbox world (default 0)")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the scene, serve the report on a web page (needs amends[server])",
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="--serve: address (default 127.0.0.1)")
+    demo.add_argument("--port", type=int, default=8765, help="--serve: port (default 8765)")
     demo.set_defaults(handler=_demo)
 
 
@@ -53,7 +60,22 @@ def _demo(args: argparse.Namespace) -> int:
         print_json({**result.to_dict(), "html": str(html_path)})
     else:
         print_demo(result, html=str(html_path))
+    if args.serve:
+        return _serve(result, args)
     return 0
+
+
+def _serve(result: DemoResult, args: argparse.Namespace) -> int:
+    """Hand the result to the web server area: ``amends.server.demo.serve_demo``."""
+    try:
+        from ..server.demo import serve_demo  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError(
+            f"amends demo --serve needs the web server ({exc}); install it with "
+            f"pip install 'amends[server]'"
+        ) from exc
+    code: int = serve_demo(result, db=args.db, host=args.host, port=args.port)
+    return code
 
 
 def print_demo(
