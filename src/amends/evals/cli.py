@@ -1,0 +1,191 @@
+"""``amends eval``: the adversarial suite from the command line.
+
+``amends eval --sagas N --seed S [--engine amends|naive|broken-...] [--json]`` runs the suite and
+prints one table per invariant and one per scenario family; ``amends eval --replay SEED:INDEX``
+prints one saga: its steps, mutations, faults, every report and the true world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import ConfigError
+from .generator import FAMILIES, generate
+from .invariants import INVARIANTS, check, true_outcome
+from .suite import ENGINES, EngineTally, _factory, run_suite
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="run the adversarial evaluation suite (amends vs the naive undo stack)",
+    )
+    p.add_argument("--sagas", type=int, default=200, help="sagas per engine (default 200)")
+    p.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        action="append",
+        help="engine to run (repeatable); default: amends and naive side by side",
+    )
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--replay", metavar="SEED:INDEX", help="print one saga in full and exit")
+    p.add_argument(
+        "--concurrency", type=int, default=48, help="sagas run at once in one event loop"
+    )
+    p.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    engines = tuple(args.engine or ("amends", "naive"))
+    if args.replay:
+        return _replay(args.replay, engines, as_json=args.json)
+    if args.sagas < 1:
+        raise ConfigError(f"--sagas must be at least 1, got {args.sagas}")
+    console = Console(stderr=True)
+    total = args.sagas * len(engines)
+    t0 = time.monotonic()
+    with Progress(
+        TextColumn("[bold]amends eval[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=args.json or not console.is_terminal,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("sagas", total=total)
+        tallies = asyncio.run(
+            run_suite(
+                args.sagas,
+                args.seed,
+                engines,
+                concurrency=args.concurrency,
+                on_done=lambda: progress.advance(task),
+            )
+        )
+    elapsed = time.monotonic() - t0
+    if args.json:
+        out = {
+            "command": f"amends eval --sagas {args.sagas} --seed {args.seed}",
+            "seconds": round(elapsed, 2),
+            "engines": {e: t.to_dict() for e, t in tallies.items()},
+        }
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        _print_tables(tallies, args.sagas, args.seed, elapsed)
+    amends = tallies.get("amends")
+    return 1 if amends is not None and any(amends.violations.values()) else 0
+
+
+def _print_tables(tallies: dict[str, EngineTally], sagas: int, seed: int, elapsed: float) -> None:
+    out = Console()
+    out.print(f"[bold]amends eval[/bold] — {sagas} sagas, seed {seed}, {elapsed:.1f}s")
+    inv = Table(title="Invariants (sagas where it held)", header_style="bold")
+    inv.add_column("invariant")
+    for e in tallies:
+        inv.add_column(e, justify="right")
+    inv.add_column("reproduce a failing saga", overflow="fold")
+    for name in INVARIANTS:
+        cells = []
+        repro = []
+        for t in tallies.values():
+            held = t.sagas - t.violations[name]
+            colour = "green" if held == t.sagas else "red"
+            cells.append(f"[{colour}]{held}/{t.sagas} ({100 * t.rate(name):.1f}%)[/]")
+            if t.failing[name]:
+                repro.append(f"{t.engine}: --replay {t.failing[name][0]}")
+        inv.add_row(name, *cells, escape("; ".join(repro)) or "—")
+    wrong = [f"{100 * t.silent_failure_rate:.1f}%" for t in tallies.values()]
+    inv.add_row("[bold]report silently wrong[/bold]", *wrong, "")
+    out.print(inv)
+    fam = Table(title="Scenario families (report silently wrong / any invariant violated)",
+                header_style="bold")  # fmt: skip
+    fam.add_column("family")
+    for e in tallies:
+        fam.add_column(e, justify="right")
+    for f in FAMILIES:
+        row = []
+        for t in tallies.values():
+            c = t.by_family.get(f, {"sagas": 0, "wrong": 0, "violated": 0})
+            row.append(f"{c['wrong']} / {c['violated']} of {c['sagas']}")
+        fam.add_row(f, *row)
+    out.print(fam)
+    for t in tallies.values():
+        for name, ex in t.examples.items():
+            out.print(f"[dim]{t.engine} {name}:[/dim] {escape(ex)}")
+
+
+def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
+    seed_s, _, index_s = ref.partition(":")
+    try:
+        seed, index = int(seed_s), int(index_s)
+    except ValueError:
+        raise ConfigError(f"--replay {ref!r} must be SEED:INDEX, e.g. --replay 1:42") from None
+    from .runner import run_scenario
+
+    sc = generate(seed, index)
+    results = {}
+    for e in engines:
+        kind, factory = _factory(e)
+        results[e] = asyncio.run(run_scenario(sc, kind, engine_factory=factory))
+    if as_json:
+        out = {"scenario": sc.to_dict(), "engines": {}}
+        for e, r in results.items():
+            status, truth = true_outcome(r)
+            out["engines"][e] = {
+                "forward": r.forward,
+                "reports": [rep.to_dict() for rep in r.reports],
+                "true_status": status,
+                "true_steps": truth,
+                "violations": check(r),
+                "world": r.world,
+                "effects": r.effects,
+            }
+        sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+        return 0
+    con = Console()
+    con.print(f"[bold]saga {sc.ref}[/bold] family {sc.family}, {len(sc.steps)} steps, "
+              f"requests {sc.requests} x{sc.n_requests}, crash {sc.crash}, "
+              f"budget {sc.budget_calls} calls")  # fmt: skip
+    steps = Table("step", "tool", "args", "after", header_style="bold")
+    for s in sc.steps:
+        steps.add_row(s.step_id, s.tool, escape(json.dumps(s.args)), ", ".join(s.after))
+    con.print(steps)
+    for m in sc.mutations:
+        con.print(f"mutation: {m.kind} on {m.step_id} {m.value if m.value is not None else ''}")
+    for f in sc.forward_faults:
+        con.print(f"forward fault: {f}")
+    for f in sc.reversal_faults:
+        con.print(f"reversal fault: {f}")
+    for e, r in results.items():
+        status, truth = true_outcome(r)
+        con.rule(f"{e}")
+        rep = r.reports[-1] if r.reports else None
+        table = Table("step", "tool", "forward", "report says", "world shows", header_style="bold")
+        claimed = {o.step_id: o.state.value for o in rep.steps} if rep else {}
+        for s in sc.steps:
+            table.add_row(s.step_id, s.tool, r.forward.get(s.step_id, "-"),
+                          claimed.get(s.step_id, "-"), truth[s.step_id])  # fmt: skip
+        con.print(table)
+        con.print(f"report status: {rep.status if rep else 'none'}; true status: {status}; "
+                  f"{len(r.reports)} report(s), reversal ids "
+                  f"{sorted({x.reversal_id for x in r.reports})}; crashed={r.crashed}")  # fmt: skip
+        for name, msgs in check(r).items():
+            for msg in msgs:
+                con.print(f"[red]{name}[/red]: {escape(msg)}")
+        con.print("true world:")
+        con.print_json(json.dumps(r.world, default=str))
+    return 0

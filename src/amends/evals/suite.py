@@ -1,0 +1,105 @@
+"""Runs many scenarios concurrently in one event loop and tallies the invariants."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import Engine
+from .broken import BROKEN_ENGINES
+from .generator import FAMILIES, generate
+from .invariants import INVARIANTS, check
+from .runner import SagaResult, run_scenario
+
+__all__ = ["ENGINES", "EngineTally", "run_suite"]
+
+ENGINES: tuple[str, ...] = ("amends", "naive", *BROKEN_ENGINES)
+
+
+@dataclass
+class EngineTally:
+    """What one engine did over the whole run."""
+
+    engine: str
+    sagas: int = 0
+    silently_wrong: int = 0
+    """Sagas whose report claimed something the world does not show (honesty violated)."""
+    violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INVARIANTS, 0))
+    """Invariant -> sagas violating it."""
+    by_family: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Family -> {"sagas", "wrong", "violated"}."""
+    failing: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in INVARIANTS})
+    """Invariant -> SEED:INDEX of failing sagas (first 20)."""
+    examples: dict[str, str] = field(default_factory=dict)
+    """Invariant -> one violation message."""
+
+    def rate(self, invariant: str) -> float:
+        return 1.0 - self.violations[invariant] / self.sagas if self.sagas else 1.0
+
+    @property
+    def silent_failure_rate(self) -> float:
+        return self.silently_wrong / self.sagas if self.sagas else 0.0
+
+    def add(self, r: SagaResult, v: dict[str, list[str]]) -> None:
+        self.sagas += 1
+        fam = self.by_family.setdefault(r.scenario.family, {"sagas": 0, "wrong": 0, "violated": 0})
+        fam["sagas"] += 1
+        if v["honesty"]:
+            self.silently_wrong += 1
+            fam["wrong"] += 1
+        if any(v.values()):
+            fam["violated"] += 1
+        for name, msgs in v.items():
+            if msgs:
+                self.violations[name] += 1
+                if len(self.failing[name]) < 20:
+                    self.failing[name].append(r.scenario.ref)
+                self.examples.setdefault(name, f"{r.scenario.ref}: {msgs[0]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "sagas": self.sagas,
+            "silently_wrong": self.silently_wrong,
+            "silent_failure_rate": round(self.silent_failure_rate, 4),
+            "invariants": {
+                k: {"violated": self.violations[k], "rate": round(self.rate(k), 4),
+                    "failing": self.failing[k], "example": self.examples.get(k)}
+                for k in INVARIANTS
+            },  # fmt: skip
+            "families": {f: self.by_family[f] for f in FAMILIES if f in self.by_family},
+        }
+
+
+def _factory(engine: str) -> tuple[str, Callable[..., Engine] | None]:
+    if engine == "amends":
+        return "amends", None
+    if engine == "naive":
+        return "naive", None
+    return "amends", BROKEN_ENGINES[engine]
+
+
+async def run_suite(
+    sagas: int,
+    seed: int,
+    engines: Sequence[str] = ("amends", "naive"),
+    *,
+    concurrency: int = 48,
+    on_done: Callable[[], None] | None = None,
+) -> dict[str, EngineTally]:
+    """Run ``sagas`` scenarios of ``seed`` on each engine; ``concurrency`` at a time."""
+    tallies = {e: EngineTally(e) for e in engines}
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(engine: str, index: int) -> None:
+        kind, factory = _factory(engine)
+        async with gate:
+            r = await run_scenario(generate(seed, index), kind, engine_factory=factory)
+        tallies[engine].add(r, check(r))
+        if on_done is not None:
+            on_done()
+
+    await asyncio.gather(*(one(e, i) for e in engines for i in range(sagas)))
+    return tallies
