@@ -58,6 +58,21 @@ EPOCH = datetime(2026, 12, 7, 9, 0, tzinfo=UTC).timestamp()
 
 _FAULT_KINDS = ("transient", "permanent", "timeout", "slow")
 
+TABLES = (
+    "calendar.events",
+    "chat.channels",
+    "chat.messages",
+    "crm.records",
+    "docs.docs",
+    "mail.messages",
+    "payments.charges",
+    "payments.customers",
+    "payments.refunds",
+    "payments.wires",
+    "sms.messages",
+)
+"""Every vendor table; :meth:`World.snapshot` always shows each (empty ones as ``{}``)."""
+
 
 def add_business_days(start: date, days: int) -> date:
     """``start`` moved forward by ``days`` working days (Saturday and Sunday skipped)."""
@@ -338,9 +353,8 @@ class World:
         """The full JSON-able state, vendor by vendor (for oracles and golden files)."""
         self.tick()
         out: dict[str, Any] = {"now": self.iso()}
-        for tbl in self._store.tables():
-            if tbl in ("meta", "idem"):
-                continue
+        stored = set(self._store.tables()) - {"meta", "idem"}
+        for tbl in sorted(stored | set(TABLES)):
             vendor, _, kind = tbl.partition(".")
             out.setdefault(vendor, {})[kind] = dict(self._store.items(tbl))
         return out
