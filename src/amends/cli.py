@@ -120,7 +120,7 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
     if report.manual_actions:
         console.print("[bold]Needs a person[/bold]")
         for m in report.manual_actions:
-            console.print(f"  • [{m.step_id}] {escape(m.what)}")
+            console.print(f"  • {escape(f'[{m.step_id}]')} {escape(m.what)}")
             console.print(
                 f"    who: {escape(m.who)}"
                 + (f"; affected: {escape(', '.join(m.parties))}" if m.parties else "")

@@ -148,6 +148,7 @@ def test_demo_cli_prints_report_and_writes_html(
     out = capsys.readouterr().out
     assert "cannot_undo" in out and "Undone 12 of 12" in out
     assert "overwrote the account" in out
+    assert "• [email_buyer] Email 'Your ACME renewal is confirmed'" in out  # not eaten as markup
     page = html.read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html") and "cannot_undo" in page
 
