@@ -32,8 +32,12 @@ def test_second_world_on_the_same_file_sees_state_effects_and_clock(tmp_path: Pa
 
 def test_reopening_does_not_reseed(tmp_path: Path) -> None:
     path = str(tmp_path / "w.world")
-    World(path).crm.human_edit("acme", "stage", "legal")
-    assert World(path).crm.read_field("acme", "stage") == "legal"
+    with World(path) as w:
+        w.crm.human_edit("acme", "stage", "legal")
+        assert repr(w) == f"World({path!r}, seed=0, now='2026-12-07T09:00:00+00:00')"
+    with World(path) as again:
+        assert again.crm.read_field("acme", "stage") == "legal"
+        assert again.crm.get("acme")["version"] == 2
 
 
 def test_unwritable_path_names_the_path(tmp_path: Path) -> None:

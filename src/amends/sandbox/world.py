@@ -380,6 +380,16 @@ class World:
         """Close the SQLite file (a no-op in memory)."""
         self._store.close()
 
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = repr(self.path) if self.path else "in memory"
+        return f"World({where}, seed={self.seed}, now={self.iso()!r})"
+
     # --- what vendors use -----------------------------------------------------------------
     def atomic(self) -> Any:
         """A context manager: one transaction (and this process's lock) around a vendor
