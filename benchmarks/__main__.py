@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 
-from . import durable, fanout, reversal
+from . import durable, evals, fanout, reversal, scale
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             ("durable", lambda: durable.run(loop, args.quick)),
             ("fanout", lambda: fanout.run(loop, args.quick)),
             ("reversal", lambda: reversal.run(loop, args.quick)),
+            ("scale", lambda: scale.run(loop, args.quick)),
+            ("evals", lambda: evals.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:
