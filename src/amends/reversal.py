@@ -288,7 +288,8 @@ class _Runner:
                 precondition=p.expectation,
                 counter=counter,
             )
-            residue = list(p.expected_residue) + list(call.recorded_residue)
+            # what the compensation observed supersedes what the forward call expected
+            residue = list(call.recorded_residue) or list(p.expected_residue)
             for i, fu in enumerate(call.recorded_follow_ups):  # rule 7: follow-ups spend budget
                 _, fcall = await self._call(
                     fu.tool,

@@ -188,6 +188,13 @@ def sandbox_catalog(world: World, *, timeout: float = DEFAULT_TIMEOUT) -> Catalo
         call.inverse("payments.refund", charge_id=ch["id"], cents=cents)
         # drift: a refund someone issued by hand since would make ours a double refund.
         call.expect("payments.get_charge", {"charge_id": ch["id"]}, equals=0, path="refunded")
+        # expected residue, for the preview; the refund records the processor's real settle date
+        call.residue(
+            f"Refund of {_money(cents)} for charge {ch['id']} to {customer} would be pending; "
+            f"the original charge stays on their statement",
+            parties=[customer],
+            settles_in_business_days=3,
+        )
         return ch
 
     @tool("payments.refund", reversibility="irreversible", timeout=timeout)
