@@ -1,0 +1,12 @@
+"""Fixtures of the server tests (the harness lives in ``server_harness.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from server_harness import live  # noqa: E402
+
+__all__ = ["live"]
