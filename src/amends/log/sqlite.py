@@ -47,7 +47,13 @@ def translate(exc: sqlite3.Error, path: str) -> LogError:
             f"holding it (`fuser {path}` shows it)",
             path=path,
         )
-    if "readonly" in text or "read-only" in text or "full" in text or "disk i/o" in text:
+    if (
+        "readonly" in text
+        or "read-only" in text
+        or "full" in text
+        or "disk i/o" in text
+        or "unable to open" in text  # e.g. a read-only mount: the -shm file cannot be made
+    ):
         return LogReadOnlyError(
             f"saga log {path!r} refuses writes ({exc}); free disk space or make the file and its "
             f"directory writable (the -wal and -shm files beside it too). Nothing was "
