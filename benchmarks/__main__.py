@@ -7,29 +7,58 @@ import asyncio
 import shutil
 import sys
 import time
+from collections.abc import Callable
 
 from . import durable, evals, fanout, reversal, scale
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
 
+def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
+    """Items 1 and 3 on the PostgreSQL log, against a local server started for the run."""
+    try:
+        import amends
+
+        amends.PostgresLog  # noqa: B018 - the optional backend must import
+        from .pgserver import PgServer, PgUnavailableError
+    except (ImportError, AttributeError) as exc:
+        return [Section("6. PostgreSQL", ["status"], [[f"not measured: {exc}"]])]
+    try:
+        server = PgServer(SCRATCH)
+    except (PgUnavailableError, OSError) as exc:
+        return [Section("6. PostgreSQL", ["status"], [[f"not measured: {exc}"]])]
+    try:
+        out = durable.run(loop, quick, pg_url=server.url)
+        out += reversal.run(loop, quick, pg_url=server.url)
+    finally:
+        server.stop()
+    for sec in out:
+        sec.title = "6. " + sec.title
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smallest sizes (under a minute)")
-    parser.add_argument("--only", default="", help="comma list: durable,fanout,reversal,scale,evals,pg")
-    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report path ('' = none)")
+    parser.add_argument(
+        "--only", default="", help="comma list: durable,fanout,reversal,scale,evals,pg"
+    )
+    parser.add_argument(
+        "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
+    )
     args = parser.parse_args(argv)
     only = {x for x in args.only.split(",") if x}
     started = time.time()
     loop = asyncio.new_event_loop()
     sections: list[Section] = []
     try:
-        plan = [
+        plan: list[tuple[str, Callable[[], list[Section]]]] = [
             ("durable", lambda: durable.run(loop, args.quick)),
             ("fanout", lambda: fanout.run(loop, args.quick)),
             ("reversal", lambda: reversal.run(loop, args.quick)),
             ("scale", lambda: scale.run(loop, args.quick)),
             ("evals", lambda: evals.run(loop, args.quick)),
+            ("pg", lambda: postgres(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:
@@ -43,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(SCRATCH, ignore_errors=True)
     print_sections(sections)
     if args.out:
-        write_markdown(args.out, sections, quick=args.quick, argv=sys.argv[1:] if argv is None else argv,
-                       started=started)
+        write_markdown(
+            args.out,
+            sections,
+            quick=args.quick,
+            argv=sys.argv[1:] if argv is None else argv,
+            started=started,
+        )
     return 0
 
 

@@ -50,7 +50,7 @@ class Spread:
     def fmt(self, scale: float = 1.0, digits: int = 1) -> str:
         return (
             f"{self.median * scale:.{digits}f} "
-            f"[{self.p10 * scale:.{digits}f}–{self.p90 * scale:.{digits}f}]"
+            f"[{self.p10 * scale:.{digits}f}-{self.p90 * scale:.{digits}f}]"
         )
 
 
@@ -109,7 +109,9 @@ def machine() -> dict[str, str]:
     info: dict[str, str] = {}
     try:
         cpu = Path("/proc/cpuinfo").read_text()
-        models = [ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")]
+        models = [
+            ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")
+        ]
         info["cpu"] = f"{len(models)} x {models[0]}" if models else "unknown"
     except OSError:
         info["cpu"] = "unknown"
@@ -119,12 +121,18 @@ def machine() -> dict[str, str]:
     except (OSError, IndexError, ValueError):
         info["memory"] = "unknown"
     try:
-        df = subprocess.run(
-            ["df", "-hT", str(REPO)], capture_output=True, text=True, check=False
-        ).stdout.splitlines()[-1].split()
+        df = (
+            subprocess.run(["df", "-hT", str(REPO)], capture_output=True, text=True, check=False)
+            .stdout.splitlines()[-1]
+            .split()
+        )
         dev = df[0].rsplit("/", 1)[-1]
         rot = Path(f"/sys/block/{dev}/queue/rotational")
-        kind = ("rotational" if rot.read_text().strip() == "1" else "non-rotational") if rot.exists() else "?"
+        kind = (
+            ("rotational" if rot.read_text().strip() == "1" else "non-rotational")
+            if rot.exists()
+            else "?"
+        )
         info["disk"] = f"{df[0]} ({df[1]}, {kind}, {df[2]} total) mounted on {df[6]}"
     except (OSError, IndexError):
         info["disk"] = "unknown"
@@ -155,3 +163,10 @@ def env_flag(name: str) -> bool:
 
 def as_str(x: Any) -> str:
     return str(x)
+
+
+def postgres_log(url: str) -> amends.SagaLog:
+    """``amends.PostgresLog(url)`` (the optional backend, imported only when used)."""
+    from amends.log.postgres import PostgresLog
+
+    return PostgresLog(url)

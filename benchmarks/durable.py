@@ -10,7 +10,7 @@ from typing import Any
 
 import amends
 
-from .common import Section, Spread, Target, noop_catalog, scratch
+from .common import Section, Spread, Target, noop_catalog, postgres_log, scratch
 
 
 async def _bare_async(i: int) -> int:
@@ -96,10 +96,12 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     """Interleave every method in each round; report µs/step medians and ratios."""
     n = 20 if quick else 100
     rounds = 3 if quick else 7
-    engine = amends.Engine(noop_catalog(), log=amends.SqliteLog(str(scratch("durable.db")), synchronous="FULL"))
+    engine = amends.Engine(
+        noop_catalog(), log=amends.SqliteLog(str(scratch("durable.db")), synchronous="FULL")
+    )
     pg_engine = None
     if pg_url is not None:
-        pg_engine = amends.Engine(noop_catalog(), log=amends.PostgresLog(pg_url))  # type: ignore[attr-defined]
+        pg_engine = amends.Engine(noop_catalog(), log=postgres_log(pg_url))
     dbos, why = _dbos_or_reason() if pg_url is None else (None, "")
     samples: dict[str, list[float]] = {}
     methods: list[tuple[str, Callable[[], float]]] = [
@@ -127,7 +129,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     spreads = {k: Spread.of(v) for k, v in samples.items()}
     fs = spreads["fsync floor"].median
     title = "1. Durable recording cost per step" + (" (PostgreSQL)" if pg_url else "")
-    sec = Section(title, ["method", "µs/step median [p10–p90]", "x fsync floor"])
+    sec = Section(title, ["method", "µs/step median [p10-p90]", "x fsync floor"])
     for name, s in spreads.items():
         sec.rows.append([name, s.fmt(1e6), f"{s.median / fs:.2f}"])
     # per-round ratios (same round, same noise) are the fair comparison
@@ -143,8 +145,12 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     )
     if pg_url is None:
         sec.targets.append(
-            Target("durable step / fsync floor (SQLite)", f"{ratio_fs.fmt(digits=2)}", "<= 2.5x",
-                   ratio_fs.median <= 2.5)
+            Target(
+                "durable step / fsync floor (SQLite)",
+                f"{ratio_fs.fmt(digits=2)}",
+                "<= 2.5x",
+                ratio_fs.median <= 2.5,
+            )
         )
         if dbos is not None:
             ratio_db = Spread.of(
@@ -152,8 +158,12 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
             )
             sec.rows.append(["amends / DBOS (per round)", ratio_db.fmt(digits=3), ""])
             sec.targets.append(
-                Target("durable step / DBOS step (SQLite)", ratio_db.fmt(digits=3), "<= 0.25x",
-                       ratio_db.median <= 0.25)
+                Target(
+                    "durable step / DBOS step (SQLite)",
+                    ratio_db.fmt(digits=3),
+                    "<= 0.25x",
+                    ratio_db.median <= 0.25,
+                )
             )
             sec.notes.append(
                 "DBOS runs as shipped: its SQLite system database uses SQLite's defaults "
@@ -161,7 +171,9 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
                 "several fsyncs (journal, database, directory)."
             )
         else:
-            sec.targets.append(Target("durable step / DBOS step (SQLite)", "not measured", "<= 0.25x", None))
+            sec.targets.append(
+                Target("durable step / DBOS step (SQLite)", "not measured", "<= 0.25x", None)
+            )
             sec.notes.append(why)
     else:
         pg = samples["amends PostgresLog"]

@@ -35,13 +35,17 @@ def _child(n: int, seed: int) -> dict[str, float]:
 
 
 def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
-    sec = Section("5. Eval throughput (amends.evals.suite.run_suite, engine 'amends')",
-                  ["run", "sagas", "sagas/s median [p10–p90]", "peak RSS MiB", "silently wrong"])
+    sec = Section(
+        "5. Eval throughput (amends.evals.suite.run_suite, engine 'amends')",
+        ["run", "sagas", "sagas/s median [p10-p90]", "peak RSS MiB", "silently wrong"],
+    )
     try:
         from amends.evals.suite import run_suite
     except ImportError as exc:
         sec.notes.append(f"not measured: amends.evals is not importable ({exc})")
-        sec.targets.append(Target("adversarial sagas checked per second", "not measured", ">= 500/s", None))
+        sec.targets.append(
+            Target("adversarial sagas checked per second", "not measured", ">= 500/s", None)
+        )
         return [sec]
     n = 100 if quick else 1000
     rounds = 3 if quick else 5
@@ -62,8 +66,11 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         f"{child['sagas'] / child['wall']:.0f}", f"{child['maxrss_kib'] / 1024:.0f}",
         str(int(child["wrong"])),
     ])  # fmt: skip
-    sec.targets.append(Target("adversarial sagas checked per second", f"{s.median:.0f}/s", ">= 500/s",
-                              s.median >= 500))
+    sec.targets.append(
+        Target(
+            "adversarial sagas checked per second", f"{s.median:.0f}/s", ">= 500/s", s.median >= 500
+        )
+    )
     sec.notes.append(
         "Each saga: generate an adversarial scenario (drift, faults, crashes), run it forward on "
         "an in-memory log against the eval world, undo it, and check every invariant "

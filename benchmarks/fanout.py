@@ -11,7 +11,7 @@ from .common import Section, Spread, Target, noop_catalog, scratch
 
 
 async def fan_out(engine: amends.Engine, k: int) -> float:
-    """Seconds per step of one saga whose ``k`` steps all start at once (saga open/close included)."""
+    """Seconds per step of one saga whose ``k`` steps start at once (open/close included)."""
     t = time.perf_counter()
     async with engine.saga(f"bench: fan-out {k}") as saga:
         steps = [saga.call("bench.noop", i=i) for i in range(k)]
@@ -34,7 +34,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     loop.run_until_complete(engine.close())
     sec = Section(
         "2. Fan-out: amortized recording cost per step (SqliteLog, synchronous=FULL)",
-        ["concurrent steps", "µs/step median [p10–p90]", "saga wall ms (median)"],
+        ["concurrent steps", "µs/step median [p10-p90]", "saga wall ms (median)"],
     )
     for k in sizes:
         s = Spread.of(samples[k])
@@ -46,9 +46,15 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     if 1000 in samples:
         s = Spread.of(samples[1000])
         sec.targets.append(
-            Target("1,000-step fan-out, amortized", f"{s.median * 1e6:.1f} µs/step", "<= 50 µs/step",
-                   s.median <= 50e-6)
+            Target(
+                "1,000-step fan-out, amortized",
+                f"{s.median * 1e6:.1f} µs/step",
+                "<= 50 µs/step",
+                s.median <= 50e-6,
+            )
         )
     else:
-        sec.targets.append(Target("1,000-step fan-out, amortized", "not run (--quick)", "<= 50 µs/step", None))
+        sec.targets.append(
+            Target("1,000-step fan-out, amortized", "not run (--quick)", "<= 50 µs/step", None)
+        )
     return [sec]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import amends
 
-from .common import LATENCY, Section, Spread, Target, noop_catalog, scratch
+from .common import LATENCY, Section, Spread, Target, noop_catalog, postgres_log, scratch
 
 BUDGET = amends.Budget(tool_calls=10_000, tokens=1_000, seconds=120)
 
@@ -68,7 +68,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
         log: amends.SagaLog = amends.SqliteLog(str(scratch("reversal.db")), synchronous="FULL")
         where = "SqliteLog, synchronous=FULL"
     else:
-        log = amends.PostgresLog(pg_url)  # type: ignore[attr-defined]
+        log = postgres_log(pg_url)
         where = "PostgresLog"
     engine = amends.Engine(noop_catalog(), log=log)
     todo = shapes(quick)
@@ -83,18 +83,28 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     loop.run_until_complete(engine.close())
     sec = Section(
         f"3. Reversal parallelism ({where}), latency {LATENCY * 1e3:.0f} ms per compensation",
-        ["saga shape", "steps", "bound ms", "undo wall ms median [p10–p90]", "wall / bound"],
+        ["saga shape", "steps", "bound ms", "undo wall ms median [p10-p90]", "wall / bound"],
     )
     for s in todo:
         sp = Spread.of(samples[s.label])
         ratio = Spread.of([w / s.bound for w in samples[s.label]])
         sec.rows.append(
-            [s.label, str(s.width * s.depth), f"{s.bound * 1e3:.0f}", sp.fmt(1e3), ratio.fmt(digits=2)]
+            [
+                s.label,
+                str(s.width * s.depth),
+                f"{s.bound * 1e3:.0f}",
+                sp.fmt(1e3),
+                ratio.fmt(digits=2),
+            ]
         )
         goal = 1.5 if s.label == "100 independent" else 1.3
         sec.targets.append(
-            Target(f"{where}: {s.label} wall / critical path", f"{ratio.median:.2f}x",
-                   f"<= {goal}x", ratio.median <= goal)
+            Target(
+                f"{where}: {s.label} wall / critical path",
+                f"{ratio.median:.2f}x",
+                f"<= {goal}x",
+                ratio.median <= goal,
+            )
         )
     sec.notes.append(
         f"Every undo is checked: report fully_reversed and every step reverted. {rounds} rounds "

@@ -1,0 +1,93 @@
+"""The benchmark code runs at its smallest sizes, so it cannot rot between benchmark runs."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import common, durable, fanout, report, reversal, scale  # noqa: E402
+
+import amends  # noqa: E402
+
+
+@pytest.fixture
+def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[asyncio.AbstractEventLoop]:
+    monkeypatch.setattr(common, "SCRATCH", tmp_path / "bench")
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def test_spread_reports_median_and_p10_p90() -> None:
+    """Spread.of gives the median and the 10th/90th percentiles of the samples."""
+    s = common.Spread.of([float(x) for x in range(1, 12)])
+    assert (s.median, s.p10, s.p90, s.n) == (6.0, 2.0, 10.0, 11)
+    assert s.fmt() == "6.0 [2.0-10.0]"
+
+
+def test_durable_fanout_and_reversal_measure_real_steps(loop: asyncio.AbstractEventLoop) -> None:
+    """Sequential and fan-out steps are logged durably; a 2x3 DAG reverses fully within bounds."""
+    path = common.scratch("smoke.db")
+    engine = amends.Engine(common.noop_catalog(), log=amends.SqliteLog(str(path)))
+    per_step = loop.run_until_complete(durable.amends_steps(engine, 3))
+    per_fan = loop.run_until_complete(fanout.fan_out(engine, 5))
+    shape = reversal.Shape("2 chains x depth 3", 2, 3)
+    saga_id = loop.run_until_complete(reversal.forward(engine, shape))
+    wall = loop.run_until_complete(reversal.undo(engine, saga_id, 6))
+    loop.run_until_complete(engine.close())
+    assert 0 < per_step < 5 and 0 < per_fan < 5
+    assert wall >= shape.bound  # the chain's compensations each sleep LATENCY, one after another
+    assert durable.fsync_floor(2) > 0
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT count(*), count(DISTINCT saga_id) FROM steps").fetchone()
+    assert rows == (3 + 5 + 6, 3)
+    done = conn.execute("SELECT count(*) FROM compensations WHERE state='reverted'").fetchone()
+    conn.close()
+    assert done == (6,)
+
+
+def test_scale_build_fills_the_log_and_undo_uses_indexes(loop: asyncio.AbstractEventLoop) -> None:
+    """The bulk-built log holds the asked number of steps in amends' schema; plans use indexes."""
+    tpl = scale._template(loop)
+    path = str(common.scratch("scale.db"))
+    scale.build(path, 48, tpl)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM steps").fetchone() == (48,)
+    assert conn.execute("SELECT count(*) FROM sagas").fetchone() == (4,)
+    conn.close()
+    probe = scale._Probe()
+    probe.install()
+    try:
+        probe.sql = []
+        engine = amends.Engine(common.noop_catalog(), log=amends.SqliteLog(path))
+        saga_id = loop.run_until_complete(scale._forward(engine))
+        rep = loop.run_until_complete(engine.undo(saga_id))
+        loop.run_until_complete(engine.close())
+    finally:
+        probe.remove()
+    assert rep.status == "fully_reversed"
+    assert probe.ops > 0
+    planned, scans = scale._plans(path, probe.sql)
+    assert planned > 5
+    assert scans == []
+
+
+def test_report_writes_markdown_with_targets(tmp_path: Path) -> None:
+    """The markdown report carries the machine, each table and the targets with their verdicts."""
+    sec = common.Section("T", ["a", "b"], [["1", "2"]], ["a note"])
+    sec.targets.append(common.Target("thing", "3x", "<= 2x", False))
+    out = tmp_path / "b.md"
+    report.write_markdown(str(out), [sec], quick=True, argv=["--quick"], started=0.0)
+    text = out.read_text()
+    assert "`python -m benchmarks --quick`" in text
+    assert "| thing | 3x | <= 2x | **no** |" in text
+    assert "| 1 | 2 |" in text and "- a note" in text and "CPU:" in text
