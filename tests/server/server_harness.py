@@ -77,7 +77,13 @@ def _free_socket() -> socket.socket:
 def live(tmp_path: Path) -> Iterator[Live]:
     db = str(tmp_path / "server.db")
     world, catalog = fresh()
-    sagas = asyncio.run(_seed(db, catalog, world))
+    sagas: dict[str, str] = {}
+    # its own thread: Playwright's sync API may already own this thread's event loop
+    seeder = threading.Thread(target=lambda: sagas.update(asyncio.run(_seed(db, catalog, world))))
+    seeder.start()
+    seeder.join(60)
+    if len(sagas) != 4:
+        pytest.fail(f"seeding the saga log {db} failed: got {sagas!r}")
     world.delay["pay.refund"] = REFUND_DELAY
     tokens = TokenStore(str(tmp_path / "server.db.tokens"))
     acme, globex = tokens.create("acme"), tokens.create("globex")

@@ -71,7 +71,11 @@ def test_saga_detail_and_preview(live: Live) -> None:
     assert plan["saga_id"] == sid
     by_tool = {p["tool"]: p for p in plan["steps"]}
     assert by_tool["pay.charge"]["expected_residue"] == [
-        {"what": "Refund of 50.00 to cust-acme1", "parties": ["cust-acme1"], "settles_at": "2026-12-07"}
+        {
+            "what": "Refund of 50.00 to cust-acme1",
+            "parties": ["cust-acme1"],
+            "settles_at": "2026-12-07",
+        }
     ]
     assert by_tool["mail.send"]["needs_person"] is True
     assert by_tool["crm.update_field"]["needs_person"] is False
@@ -94,9 +98,7 @@ def test_rejected_undo_changes_nothing(
 ) -> None:
     sid = live.sagas["acme1"]
     before = log_snapshot(live.db)
-    r = httpx.post(
-        f"{live.url}/sagas/{sid}/undo", content=body, headers={**live.auth(), **headers}
-    )
+    r = httpx.post(f"{live.url}/sagas/{sid}/undo", content=body, headers={**live.auth(), **headers})
     assert r.status_code == status, r.text
     assert r.json()["error"] == error
     assert isinstance(r.json()["detail"], str) and r.json()["detail"]
