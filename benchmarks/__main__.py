@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
     )
     args = parser.parse_args(argv)
+    cmd = sys.argv[1:] if argv is None else argv
     only = {x for x in args.only.split(",") if x}
     started = time.time()
     loop = asyncio.new_event_loop()
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {name} ...", file=sys.stderr, flush=True)
             sections.extend(fn())
             print(f"  {name}: {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
+            if args.out:  # write as we go, so a late failure keeps the figures already taken
+                write_markdown(args.out, sections, quick=args.quick, argv=cmd, started=started)
     finally:
         loop.close()
         shutil.rmtree(SCRATCH, ignore_errors=True)

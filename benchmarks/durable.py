@@ -40,6 +40,29 @@ def fsync_floor(n: int) -> float:
         path.unlink()
 
 
+class RawSqlite:
+    """Plain sqlite3, WAL, synchronous=FULL: two 1-row commits per step (what amends must do)."""
+
+    def __init__(self) -> None:
+        import sqlite3
+
+        self.conn = sqlite3.connect(scratch("raw.db"), isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        self.k = 0
+
+    def steps(self, n: int) -> float:
+        payload = "x" * 300  # about one step's intent or result row
+        t = time.perf_counter()
+        for _ in range(2 * n):
+            self.k += 1
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("INSERT INTO t VALUES (?, ?)", (self.k, payload))
+            self.conn.execute("COMMIT")
+        return (time.perf_counter() - t) / n
+
+
 async def amends_steps(engine: amends.Engine, n: int) -> float:
     """Seconds per step of one saga of ``n`` sequential no-op steps (saga open/close included)."""
     t = time.perf_counter()
@@ -102,11 +125,13 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     pg_engine = None
     if pg_url is not None:
         pg_engine = amends.Engine(noop_catalog(), log=postgres_log(pg_url))
+    raw = RawSqlite()
     dbos, why = _dbos_or_reason() if pg_url is None else (None, "")
     samples: dict[str, list[float]] = {}
     methods: list[tuple[str, Callable[[], float]]] = [
         ("bare tool call", lambda: loop.run_until_complete(bare(n * 100))),
         ("fsync floor", lambda: fsync_floor(n)),
+        ("raw sqlite3, 2 WAL FULL commits", lambda: raw.steps(n)),
         ("amends SqliteLog FULL", lambda: loop.run_until_complete(amends_steps(engine, n))),
     ]
     if pg_engine is not None:
@@ -122,6 +147,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
         for name, fn in order:
             samples.setdefault(name, []).append(fn())
     loop.run_until_complete(engine.close())
+    raw.conn.close()
     if pg_engine is not None:
         loop.run_until_complete(pg_engine.close())
     if dbos is not None:
@@ -138,6 +164,10 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     sec.notes.append(
         f"{n} sequential no-op steps per saga/workflow, {rounds} interleaved rounds (order rotated "
         f"each round), saga/workflow start and end included. Ratios are per round, then median."
+    )
+    sec.notes.append(
+        "raw sqlite3 is the same disk work without amends: 2 single-row commits per step in WAL "
+        "mode with synchronous=FULL, on the calling thread (no writer thread, no event loop)."
     )
     sec.notes.append(
         "amends commits twice per step (intent before the call, result + inverse after it), each "

@@ -47,8 +47,8 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
             Target("adversarial sagas checked per second", "not measured", ">= 500/s", None)
         )
         return [sec]
-    n = 100 if quick else 1000
-    rounds = 3 if quick else 5
+    n = 50 if quick else 200
+    rounds = 2 if quick else 3
     rates: list[float] = []
     wrong = 0
     for r in range(rounds + 1):
@@ -59,7 +59,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
             wrong += tallies["amends"].silently_wrong
     s = Spread.of(rates)
     sec.rows.append([f"in-process, {rounds} seeds", f"{n:,}", s.fmt(digits=0), "-", str(wrong)])
-    big = 1000 if quick else 10_000
+    big = 200 if quick else 10_000
     child = _child(big, 7)
     sec.rows.append([
         "subprocess (fresh interpreter)", f"{int(child['sagas']):,}",

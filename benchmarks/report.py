@@ -82,6 +82,9 @@ def write_markdown(
         lines += [f"## {sec.title}", "", *_md_table(sec.columns, sec.rows), ""]
         lines += [f"- {n}" for n in sec.notes] + [""]
     lines += list(extra)
+    analysis = Path(__file__).with_name("ANALYSIS.md")
+    if analysis.exists():
+        lines += ["", analysis.read_text()]
     out = Path(path)
     if not out.is_absolute():
         out = REPO / out
