@@ -7,6 +7,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from server_harness import live  # noqa: E402
+from server_harness import live
 
 __all__ = ["live"]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from core_world import CoreWorld, fresh
 
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
+from core_world import CoreWorld, fresh
 
 REFUND_DELAY = 1.6
 
