@@ -127,7 +127,8 @@ def make_machine(server: PgServer) -> type[RuleBasedStateMachine]:
             try:
                 histories = self.run(self._history)
                 assert histories[0] == histories[1]
-                assert all(h[None][0] == "saga.started" for h in histories[0].values())
+                assert histories[0][0] == "ok"
+                assert all(h[None][0] == "saga.started" for h in histories[0][1].values())
                 worlds = [self._world(s.world) for s in self.sides]
                 assert worlds[0] == worlds[1]
             finally:
