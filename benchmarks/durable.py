@@ -119,6 +119,8 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
     """Interleave every method in each round; report µs/step medians and ratios."""
     n = 20 if quick else 100
     rounds = 3 if quick else 7
+    if quick and pg_url is not None:
+        rounds = 2
     engine = amends.Engine(
         noop_catalog(), log=amends.SqliteLog(str(scratch("durable.db")), synchronous="FULL")
     )

@@ -63,7 +63,7 @@ def shapes(quick: bool) -> list[Shape]:
 
 
 def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None) -> list[Section]:
-    rounds = 3 if quick else 7
+    rounds = (1 if pg_url else 3) if quick else 7
     if pg_url is None:
         log: amends.SagaLog = amends.SqliteLog(str(scratch("reversal.db")), synchronous="FULL")
         where = "SqliteLog, synchronous=FULL"
