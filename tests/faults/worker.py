@@ -49,7 +49,10 @@ def hook(point: str) -> None:
 
 
 async def main() -> None:
-    catalog = vendor.make_catalog(args.vendor, hook)
+    vpath = args.vendor
+    if args.mode.endswith("-many"):  # one vendor file per range: the log is what is under load
+        vpath = f"{args.vendor}.{args.offset}"
+    catalog = vendor.make_catalog(vpath, hook)
     engine = amends.Engine(
         catalog,
         log=args.log,
