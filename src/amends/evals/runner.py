@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..budget import Budget
 from ..engine import Engine, Step
 from ..errors import StepFailedError
+from ..log.base import SagaLog
 from ..log.sqlite import SqliteLog
 from ..report import UndoReport
 from ..reversal import RetryPolicy
@@ -87,13 +88,38 @@ async def run_scenario(
     engine: str = "amends",
     *,
     engine_factory: EngineFactory | None = None,
+    log: SagaLog | None = None,
 ) -> SagaResult:
-    """Run ``sc`` end to end with ``engine`` ("amends" or "naive", or a custom factory)."""
+    """Run ``sc`` end to end with ``engine`` ("amends" or "naive", or a custom factory).
+
+    ``log`` may be shared by many scenarios (their saga ids differ), except by one with a crash
+    point: its recovery scans the whole log, so it always gets a private ``:memory:`` log.
+    """
+    out = await run_scenario_both(
+        sc, engine_factory=engine_factory, log=log, amends=engine != "naive",
+        naive=engine == "naive",
+    )  # fmt: skip
+    return out[0]
+
+
+async def run_scenario_both(
+    sc: Scenario,
+    *,
+    engine_factory: EngineFactory | None = None,
+    log: SagaLog | None = None,
+    amends: bool = True,
+    naive: bool = True,
+) -> list[SagaResult]:
+    """One forward pass and mutations, then the reversal by amends and, on an identical copy of
+    the world, by the naive undo stack: both engines undo literally the same saga."""
     world = EvalWorld()
     for rid, rec in sc.records.items():
         world.crm[rid] = dict(rec)
     catalog = eval_catalog(world)
-    log = SqliteLog(":memory:", synchronous="OFF")
+    private = log is None or sc.crash is not None
+    if private:
+        log = SqliteLog(":memory:", synchronous="OFF")
+    assert log is not None
     factory = engine_factory or Engine
     lease = CRASH_LEASE if sc.crash else 15.0
     eng = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
@@ -115,65 +141,86 @@ async def run_scenario(
         forward = {sid: h.state for sid, h in handles.items()}
         results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
         _mutate(world, sc, results)
-        for tool, kind, times in sc.reversal_faults:
-            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
-        if sc.crash:
-            world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1])
-        budget = Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
-        reports: list[UndoReport] = []
-        durations: list[float] = []
-        errors: list[str] = []
-        crashed = False
-        if engine == "naive":
+        out: list[SagaResult] = []
+        if naive:
             record = await log.get_saga(saga.id)
             assert record is not None
-            stack = NaiveUndoStack.from_saga(catalog, record)
+            copy = world.copy()
+            stack = NaiveUndoStack.from_saga(eval_catalog(copy), record)
 
-            async def request() -> UndoReport:
+            async def naive_request() -> UndoReport:
                 return await stack.undo()
-        else:
+
+            async def naive_recover() -> list[UndoReport]:
+                return []  # the user clicks Undo again: the stack was never cleared
+
+            out.append(await _reversal(sc, "naive", copy, naive_request, naive_recover,
+                                       forward, results))  # fmt: skip
+        if amends:
+            budget = Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
+            current = [eng]
 
             async def request() -> UndoReport:
-                return await eng.undo(saga.id, budget=budget)
+                return await current[0].undo(saga.id, budget=budget)
 
-        async def timed() -> None:
-            t0 = time.monotonic()
-            try:
-                reports.append(await request())
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-            durations.append(time.monotonic() - t0)
-
-        n = sc.n_requests
-        try:
-            if sc.requests == "concurrent":
-                outs = await asyncio.gather(*(timed() for _ in range(n)), return_exceptions=True)
-                if any(isinstance(o, SimulatedCrash) for o in outs):
-                    raise SimulatedCrash("concurrent")
-            else:
-                for _ in range(n):
-                    await timed()
-        except SimulatedCrash:
-            crashed = True
-            world.faults.crash_at = None
-            if engine == "naive":  # the user clicks Undo again: the stack was never cleared
-                await timed()
-            else:
+            async def recover() -> list[UndoReport]:
                 await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
                 fresh = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
-                t0 = time.monotonic()
-                rec = await fresh.recover()
-                reports.extend(rec.resumed)
-                durations.append(time.monotonic() - t0)
-                eng = fresh
+                current[0] = fresh
+                return list((await fresh.recover()).resumed)
 
-                async def request() -> UndoReport:
-                    return await fresh.undo(saga.id, budget=budget)
-
-                await timed()  # and a later request gets the same reversal
-        return SagaResult(
-            sc, engine, forward, results, world.effects(), reports, durations, crashed,
-            world.snapshot(), errors,
-        )  # fmt: skip
+            out.insert(0, await _reversal(sc, "amends", world, request, recover, forward,
+                                          results))  # fmt: skip
+        return out
     finally:
-        await log.close()
+        if private:
+            await log.close()
+
+
+async def _reversal(
+    sc: Scenario,
+    engine: str,
+    world: EvalWorld,
+    request: Callable[[], Awaitable[UndoReport]],
+    recover: Callable[[], Awaitable[list[UndoReport]]],
+    forward: dict[str, str],
+    results: dict[str, Any],
+) -> SagaResult:
+    for tool, kind, times in sc.reversal_faults:
+        world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+    if sc.crash:
+        world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1])
+    reports: list[UndoReport] = []
+    durations: list[float] = []
+    errors: list[str] = []
+    crashed = False
+
+    async def timed() -> None:
+        t0 = time.monotonic()
+        try:
+            reports.append(await request())
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        durations.append(time.monotonic() - t0)
+
+    try:
+        if sc.requests == "concurrent":
+            outs = await asyncio.gather(
+                *(timed() for _ in range(sc.n_requests)), return_exceptions=True
+            )
+            if any(isinstance(o, SimulatedCrash) for o in outs):
+                raise SimulatedCrash("concurrent")
+        else:
+            for _ in range(sc.n_requests):
+                await timed()
+    except SimulatedCrash:
+        crashed = True
+        world.faults.crash_at = None
+        t0 = time.monotonic()
+        reports.extend(await recover())
+        durations.append(time.monotonic() - t0)
+        await timed()  # a later request gets the same reversal (naive: runs its stack again)
+    return SagaResult(
+        sc, engine, forward, results, world.effects(), reports, durations, crashed,
+        world.snapshot(), errors,
+    )  # fmt: skip

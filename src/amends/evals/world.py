@@ -14,6 +14,7 @@ This module must never consult the saga log: the oracle reads the world, not the
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -99,6 +100,15 @@ class EvalWorld:
         self._ids = 0
 
     # --- bookkeeping ----------------------------------------------------------------------
+    def copy(self) -> EvalWorld:
+        """An identical, independent world (same state, effects and replay table; no faults)."""
+        other = EvalWorld(latency=self.latency)
+        for name in ("crm", "notes", "charges", "events", "messages", "chat", "docs",
+                     "effects_log", "_replay"):  # fmt: skip
+            setattr(other, name, copy.deepcopy(getattr(self, name)))
+        other.now, other._ids = self.now, self._ids
+        return other
+
     def effects(self) -> list[dict[str, Any]]:
         """Every effect applied, in order (``seq`` is the position)."""
         return list(self.effects_log)
