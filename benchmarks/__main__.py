@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import time
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         loop.close()
         shutil.rmtree(SCRATCH, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            SCRATCH.parent.rmdir()  # only if no other run is using it
     print_sections(sections)
     if args.out:
         write_markdown(

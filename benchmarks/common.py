@@ -14,8 +14,8 @@ from typing import Any
 import amends
 
 REPO = Path(__file__).resolve().parent.parent
-SCRATCH = REPO / ".bench"
-"""Scratch directory on the repository's own disk (not tmpfs), for every benchmark file."""
+SCRATCH = REPO / ".bench" / str(os.getpid())
+"""Scratch directory on the repository's own disk (not tmpfs), one per run, for every file."""
 
 LATENCY = 0.05
 """Simulated vendor latency of one compensation, seconds."""
@@ -23,7 +23,7 @@ LATENCY = 0.05
 
 def scratch(name: str) -> Path:
     """A fresh path in the scratch dir (any old file and its -wal/-shm removed)."""
-    SCRATCH.mkdir(exist_ok=True)
+    SCRATCH.mkdir(parents=True, exist_ok=True)
     path = SCRATCH / name
     for suffix in ("", "-wal", "-shm", "-journal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
