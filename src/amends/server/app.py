@@ -381,6 +381,7 @@ def create_app(
         if task is None or task.done():
             task = asyncio.create_task(st.engine.undo(saga.saga_id, budget=budget))
             st.tasks[saga.saga_id] = task
+            task.add_done_callback(lambda t: _settled(st, saga.saga_id, t))
         done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
         if task in done:
             task.result()  # an engine error surfaces through the handlers above
@@ -472,6 +473,17 @@ def create_app(
     return app
 
 
+def _settled(st: _State, saga_id: str, task: asyncio.Task[UndoReport]) -> None:
+    """Forget a finished background undo (its report is in the log from now on)."""
+    if st.tasks.get(saga_id) is task:
+        del st.tasks[saga_id]
+    if task.cancelled():
+        return
+    exc = task.exception()  # retrieved, so asyncio does not log it as lost
+    if exc is None:
+        st.live.pop(task.result().reversal_id, None)
+
+
 def _when(ts: float | None) -> str:
     if not ts:
         return "—"
@@ -493,6 +505,7 @@ async def _stream(st: _State, reversal_id: str, saga_id: str) -> AsyncIterator[s
     st.wakers.add(waker)
     after = 0
     sent: set[str] = set()
+    quiet = 0
     try:
         while True:
             for e in await st.engine.log.events(saga_id, after=after):
@@ -516,6 +529,8 @@ async def _stream(st: _State, reversal_id: str, saga_id: str) -> AsyncIterator[s
             try:
                 await asyncio.wait_for(waker.wait(), 0.25)
             except TimeoutError:
-                yield ": keep-alive\n\n"
+                quiet += 1
+                if quiet % 60 == 0:  # a comment line every ~15 s keeps proxies from closing
+                    yield ": keep-alive\n\n"
     finally:
         st.wakers.discard(waker)
