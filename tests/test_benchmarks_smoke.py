@@ -47,6 +47,10 @@ def test_durable_fanout_and_reversal_measure_real_steps(loop: asyncio.AbstractEv
     assert 0 < per_step < 5 and 0 < per_fan < 5
     assert wall >= shape.bound  # the chain's compensations each sleep LATENCY, one after another
     assert durable.fsync_floor(2) > 0
+    raw = durable.RawSqlite()
+    assert raw.steps(2) > 0
+    assert raw.conn.execute("SELECT count(*) FROM t").fetchone() == (4,)  # 2 commits per step
+    raw.conn.close()
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT count(*), count(DISTINCT saga_id) FROM steps").fetchone()
     assert rows == (3 + 5 + 6, 3)
