@@ -129,7 +129,9 @@ async def test_eight_concurrent_undos_get_one_reversal(live: Live) -> None:
                 for i in range(8)
             )
         )
-        assert {r.status_code for r in first} == {202}, [r.text for r in first]
+        codes = [r.status_code for r in first]
+        # 202 while the slow refund runs; a request served after it finished gets 200 (same id)
+        assert set(codes) <= {200, 202} and 202 in codes, [r.text for r in first]
         rev_ids = {r.json()["reversal_id"] for r in first}
         assert len(rev_ids) == 1
         (rev_id,) = rev_ids
