@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from ..errors import (
     LogCorruptedError,
@@ -84,18 +84,42 @@ class _Cursor:
         return self._last
 
 
-_Job = tuple[Callable[[Tx], Any], "concurrent.futures.Future[Any]", bool]
+# (the write, the event loop of its awaiter or None for a blocking caller, the future to settle)
+_Job = tuple[Callable[[Tx], Any], asyncio.AbstractEventLoop | None, Any]
+_Outcome = tuple[Any, bool, Any]  # (future, ok, value or exception)
 
 
-def _set(fut: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
-    """Settle ``fut`` unless its awaiter was cancelled (the write itself still stands)."""
-    try:
+def _resolve(outcomes: list[_Outcome]) -> None:
+    """Settle asyncio futures on their own loop; skip those whose awaiter was cancelled
+    (the write itself still stands)."""
+    for fut, ok, value in outcomes:
+        if fut.done():
+            continue
         if ok:
             fut.set_result(value)
         else:
             fut.set_exception(value)
-    except concurrent.futures.InvalidStateError:
-        pass  # a cancelled awaiter must not kill the writer thread (every later write would hang)
+
+
+def _settle_all(settled: list[tuple[_Job, bool, Any]]) -> None:
+    """One wake-up per event loop per batch, not one per write (group commit's other half)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for (_fn, loop, fut), ok, value in settled:
+        if loop is None:
+            try:
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+            except concurrent.futures.InvalidStateError:
+                pass  # a cancelled blocking caller must not kill the writer thread
+        else:
+            by_loop.setdefault(loop, []).append((fut, ok, value))
+    for loop, outcomes in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, outcomes)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is waiting any more
 
 
 class _SqliteDatabase(Database):
@@ -111,8 +135,12 @@ class _SqliteDatabase(Database):
         self._closed = False
         self._conn = self._connect()
         self._migrate()
-        self._thread = threading.Thread(target=self._run, name=f"amends-sqlite:{path}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if not self.memory:  # ":memory:" runs writes inline (see _inline)
+            self._thread = threading.Thread(
+                target=self._run, name=f"amends-sqlite:{path}", daemon=True
+            )
+            self._thread.start()
 
     # --- connections ----------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -196,18 +224,7 @@ class _SqliteDatabase(Database):
                     self._jobs.put(None)
                     break
                 batch.append(more)
-            reads = [j for j in batch if j[2]]
-            writes = [j for j in batch if not j[2]]
-            for fn, fut, _ in reads:  # only for ":memory:" (one connection)
-                self._settle(fut, fn)
-            if writes:
-                self._commit(writes)
-
-    def _settle(self, fut: concurrent.futures.Future[Any], fn: Callable[[Tx], Any]) -> None:
-        try:
-            _set(fut, True, fn(_Cursor(self._conn)))
-        except BaseException as exc:
-            _set(fut, False, translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
+            _settle_all(self._commit(batch))
 
     def _apply(self, fn: Callable[[Tx], Any], savepoint: str | None) -> tuple[bool, Any]:
         """Run one write; on failure undo just its changes (its savepoint, or the transaction)."""
@@ -220,12 +237,13 @@ class _SqliteDatabase(Database):
             conn.execute(f"ROLLBACK TO {savepoint}" if savepoint else "ROLLBACK")
             if savepoint is not None:
                 conn.execute(f"RELEASE {savepoint}")
-            return False, exc
+            return False, (translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
         if savepoint is not None:
             conn.execute(f"RELEASE {savepoint}")
         return True, value
 
-    def _commit(self, batch: list[_Job]) -> None:
+    def _commit(self, batch: list[_Job]) -> list[tuple[_Job, bool, Any]]:
+        """Run ``batch`` in one durable transaction; returns each job with its outcome."""
         conn = self._conn
         outcomes: list[tuple[bool, Any]] = []
         try:
@@ -243,35 +261,43 @@ class _SqliteDatabase(Database):
                 raise
         except sqlite3.Error as exc:
             err = translate(exc, self.path)
-            for _fn, fut, _ in batch:
-                _set(fut, False, err)
-            return
+            return [(job, False, err) for job in batch]
         except BaseException as exc:
-            for _fn, fut, _ in batch:
-                _set(fut, False, exc)
-            return
-        for (ok, value), (_fn, fut, _) in zip(outcomes, batch, strict=True):
-            if ok:
-                _set(fut, True, value)
-            else:
-                _set(
-                    fut,
-                    False,
-                    translate(value, self.path) if isinstance(value, sqlite3.Error) else value,
-                )
+            return [(job, False, exc) for job in batch]
+        return [(job, ok, value) for job, (ok, value) in zip(batch, outcomes, strict=True)]
 
-    def _submit(self, fn: Callable[[Tx], T], read: bool) -> concurrent.futures.Future[T]:
+    def _check_open(self) -> None:
         if self._closed:
             raise LogError(f"saga log {self.path!r} is closed", path=self.path)
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._jobs.put((fn, fut, read))
-        return fut
+
+    def _inline(self, fn: Callable[[Tx], T], write: bool) -> T:
+        """``:memory:`` logs: the connection is private and there is no fsync to overlap, so a
+        write runs on the caller's thread (under a lock) instead of paying two thread hops."""
+        self._check_open()
+        with self._lock:
+            if not write:
+                return fn(_Cursor(self._conn))
+            ((_job, ok, value),) = self._commit([(fn, None, None)])
+        if ok:
+            return cast(T, value)
+        raise value
 
     async def write(self, fn: Callable[[Tx], T]) -> T:
-        return await asyncio.wrap_future(self._submit(fn, read=False))
+        if self.memory:
+            return self._inline(fn, write=True)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((fn, loop, fut))
+        return await fut
 
     def write_sync(self, fn: Callable[[Tx], T]) -> T:
-        return self._submit(fn, read=False).result()
+        if self.memory:
+            return self._inline(fn, write=True)
+        self._check_open()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((fn, None, fut))
+        return fut.result()
 
     def _read_sync(self, fn: Callable[[Tx], T]) -> T:
         conn = self._reader()
@@ -286,16 +312,18 @@ class _SqliteDatabase(Database):
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
         if self.memory:
-            return await asyncio.wrap_future(self._submit(fn, read=True))
+            return self._inline(fn, write=False)
         return await asyncio.to_thread(self._read_sync, fn)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._jobs.put(None)
-        await asyncio.to_thread(self._thread.join)
-        self._conn.close()
+        if self._thread is not None:
+            self._jobs.put(None)
+            await asyncio.to_thread(self._thread.join)
+        with self._lock:
+            self._conn.close()
         with self._lock:
             for conn in self._readers:
                 conn.close()
