@@ -138,6 +138,7 @@ def plan(saga: SagaRecord, catalog: Catalog | None = None) -> Plan:
     steps = list(saga.steps)
     classified = {s.step_id: _classify(s, catalog) for s in steps}
     dependents = _dependents(steps)
+    order = {x.step_id: x.seq for x in steps}
     planned = []
     for s in steps:
         action, cls, reason = classified[s.step_id]
@@ -153,7 +154,6 @@ def plan(saga: SagaRecord, catalog: Catalog | None = None) -> Plan:
                 if d in classified and classified[d][0] in _GATING:
                     waits.append(d)
                 todo.extend(dependents.get(d, ()))
-        order = {x.step_id: x.seq for x in steps}
         waits.sort(key=lambda d: order.get(d, 0))
         inverse = (
             Inverse.from_dict(s.inverse)
