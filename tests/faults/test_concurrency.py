@@ -56,18 +56,23 @@ def test_a_paused_worker_is_fenced_after_its_lease_is_taken_over(
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert time.monotonic() < deadline and slow.poll() is None, "worker never reached a probe"
-        time.sleep(0.01)
-    slow.send_signal(signal.SIGSTOP)  # merely slow: paused mid-reversal, before a dispatch
     try:
-        time.sleep(1.5)  # its lease (1 s) expires; it cannot renew while stopped
-        second = output(run_worker(log_url, vpath, "undo", SAGA, "--lease", "1"))
-        _, applied_before_resume, sent_before_resume = vendor.world(vpath)
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline and slow.poll() is None, "never reached a probe"
+            time.sleep(0.01)
+        slow.send_signal(signal.SIGSTOP)  # merely slow: paused mid-reversal, before a dispatch
+        try:
+            time.sleep(1.5)  # its lease (1 s) expires; it cannot renew while stopped
+            second = output(run_worker(log_url, vpath, "undo", SAGA, "--lease", "1"))
+            _, applied_before_resume, sent_before_resume = vendor.world(vpath)
+        finally:
+            slow.send_signal(signal.SIGCONT)
+        stdout, stderr = slow.communicate(timeout=60)
     finally:
-        slow.send_signal(signal.SIGCONT)
-    stdout, stderr = slow.communicate(timeout=60)
+        if slow.poll() is None:
+            slow.kill()
+            slow.communicate()
     assert slow.returncode == 0, stderr[-3000:]
     first = json.loads(stdout.strip().splitlines()[-1])
     assert first == second, "the resumed worker joins the reversal the second one finished"

@@ -44,6 +44,9 @@ def hook(point: str) -> None:
     if args.kill_at and points[0] == args.kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
     if args.pause_file and point.startswith("probe:") and not Path(args.pause_file).exists():
+        # The event loop is blocked here, so no new log write starts; give the log's writer
+        # thread time to finish the one in flight, so the pause never holds a SQLite lock.
+        time.sleep(0.5)
         Path(args.pause_file).write_text(str(os.getpid()))
         time.sleep(5)  # the parent SIGSTOPs us in here, mid-reversal, before the dispatch record
 
