@@ -34,7 +34,7 @@ def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     finally:
         server.stop()
     for sec in out:
-        sec.title = "6. " + sec.title
+        sec.title = "6. PostgreSQL: " + sec.title.split(". ", 1)[1]
     return out
 
 
