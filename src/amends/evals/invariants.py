@@ -103,7 +103,8 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         v["honesty"].append("no report was returned")
 
     # --- honesty: every report's status and step states match the world -------------------
-    for rep in r.reports[:1] + r.reports[-1:] if r.reports else []:
+    checked = r.reports[:1] + r.reports[1:][-1:]  # the first and the last answer
+    for rep in checked:
         claimed = {o.step_id: o.state for o in rep.steps}
         unsure = any(o.state is StepState.IN_DOUBT for o in rep.steps)
         if str(rep.status) != status and not (unsure and str(rep.status) == "cannot_undo"):

@@ -1,0 +1,167 @@
+"""The adversarial suite: amends holds every invariant; naive and each broken engine do not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amends.cli import main
+from amends.evals.broken import (
+    NoDriftCheckEngine,
+    NoIdempotencyEngine,
+    ReverseTimeOrderEngine,
+    UncheckedReportEngine,
+)
+from amends.evals.generator import FAMILIES, Mutation, Scenario, StepSpec, generate
+from amends.evals.invariants import check
+from amends.evals.runner import run_scenario
+from amends.evals.suite import run_suite
+from amends.testing import saga_dags, scenarios
+
+# An event loop's self-pipe socket (not created by amends.evals) is sometimes garbage-collected
+# unclosed during these tests; tracked in the report, filtered narrowly here.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+RECORDS = {"r1": {"stage": "lead", "owner": "sam", "amount": "100", "version": 1}}
+
+
+def _sc(steps: list[StepSpec], **kw: object) -> Scenario:
+    return Scenario(7, 0, "handmade", tuple(steps), records=RECORDS, **kw)  # type: ignore[arg-type]
+
+
+async def test_fifty_sagas_amends_holds_every_invariant_and_naive_is_silently_wrong() -> None:
+    tallies = await run_suite(50, 3, ("amends", "naive"))
+    amends, naive = tallies["amends"], tallies["naive"]
+    assert amends.sagas == naive.sagas == 50
+    assert amends.violations == dict.fromkeys(amends.violations, 0), amends.examples
+    assert amends.silently_wrong == 0
+    assert naive.silently_wrong > 0
+    assert naive.silent_failure_rate > 0.5
+    assert set(amends.by_family) == set(FAMILIES)
+
+
+def test_generator_is_deterministic_and_covers_1_to_40_steps() -> None:
+    assert generate(1, 17) == generate(1, 17)
+    assert generate(1, 17) != generate(2, 17)
+    sizes = [len(generate(1, i).steps) for i in range(300)]
+    assert min(sizes) >= 1 and max(sizes) <= 40
+    assert [generate(1, i).family for i in range(len(FAMILIES))] == list(FAMILIES)
+
+
+async def test_drift_check_invariant_catches_engine_that_skips_drift_checks() -> None:
+    sc = _sc(
+        [StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "won"})],
+        mutations=(Mutation("human_edit", "s1", "lost"),),
+    )
+    good = await run_scenario(sc)
+    assert good.world["crm"]["r1"]["stage"] == "lost"  # the human's value stands
+    assert good.reports[0].steps[0].state.value == "drifted"
+    assert not any(check(good).values())
+    bad = await run_scenario(sc, engine_factory=NoDriftCheckEngine)
+    assert bad.world["crm"]["r1"]["stage"] == "lead"  # the human's "lost" was overwritten
+    assert check(bad)["never_worse"] == [
+        "s1: update_field overwrote another actor's change to crm r1.stage"
+    ]
+
+
+async def test_idempotency_invariant_catches_engine_that_ignores_idempotency_keys() -> None:
+    sc = _sc(
+        [StepSpec("s1", "payments.charge", {"customer": "c1", "cents": 500})],
+        crash=(2, True),  # call 1: the probe; call 2: the refund, which lands, then the crash
+    )
+    good = await run_scenario(sc)
+    assert good.crashed
+    assert [e["op"] for e in good.effects] == ["charge", "refund"]
+    assert good.reports[0].steps[0].state.value == "compensated"
+    assert not any(check(good).values())
+    bad = await run_scenario(sc, engine_factory=NoIdempotencyEngine)
+    assert [e["op"] for e in bad.effects] == ["charge", "refund", "refund"]
+    v = check(bad)
+    assert v["idempotency"] == ["s1: inverse applied 2 times"]
+    assert "charge ch_1 refunded 2 times" in v["never_worse"]
+
+
+async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order() -> None:
+    sc = _sc(
+        [
+            StepSpec("s1", "calendar.create_event", {"title": "Kickoff", "attendees": ["a@x"]}),
+            StepSpec("s2", "chat.post", {"channel": "#d", "text": {"$ref": "s1", "key": "event_id"}}),
+        ],
+        reversal_faults=(("chat.delete", "permanent", 1),),
+    )
+    good = await run_scenario(sc)
+    assert [(o.step_id, o.state.value) for o in good.reports[0].steps] == [
+        ("s1", "blocked"),
+        ("s2", "failed"),
+    ]
+    assert good.world["events"]["ev_1"]["status"] == "confirmed"
+    assert not any(check(good).values())
+    bad = await run_scenario(sc, engine_factory=ReverseTimeOrderEngine)
+    assert bad.world["events"]["ev_1"]["status"] == "cancelled"
+    assert check(bad)["order"] == ["s1 was undone before its dependent s2 (which never was)"]
+
+
+async def test_honesty_invariant_catches_engine_that_reports_reverted_without_checking() -> None:
+    sc = _sc(
+        [StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "won"})],
+        mutations=(Mutation("webhook_edit", "s1", "churned"),),
+    )
+    bad = await run_scenario(sc, engine_factory=UncheckedReportEngine)
+    assert bad.world["crm"]["r1"]["stage"] == "churned"
+    v = check(bad)
+    assert v["honesty"] == [
+        "report says fully_reversed, the world shows cannot_undo",
+        "s1: report says reverted, world: stands",
+    ]
+
+
+async def test_bounded_and_idempotency_catch_the_naive_stack() -> None:
+    steps = [
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "won"}),
+        StepSpec("s2", "crm.add_note", {"record_id": "r1", "text": "n"}),
+    ]
+    r = await run_scenario(_sc(steps, budget_calls=1), "naive")
+    assert check(r)["bounded"] == ["2 tool calls, budget 1"]
+    good = await run_scenario(_sc(steps, budget_calls=1))
+    assert good.reports[0].tool_calls <= 1 and not any(check(good).values())
+    r = await run_scenario(_sc(steps, requests="concurrent", n_requests=3), "naive")
+    assert "3 requests got 3 different reversals" in check(r)["idempotency"]
+    good = await run_scenario(_sc(steps, requests="concurrent", n_requests=3))
+    assert len({rep.reversal_id for rep in good.reports}) == 1
+    assert not any(check(good).values())
+
+
+def test_cli_eval_json_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--sagas", "9", "--seed", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engines"]["amends"]["silent_failure_rate"] == 0
+    assert data["engines"]["naive"]["sagas"] == 9
+    assert main(["eval", "--replay", "4:3", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["scenario"]["index"] == 3
+    assert set(rep["engines"]) == {"amends", "naive"}
+    assert all(not v for v in rep["engines"]["amends"]["violations"].values())
+    assert main(["eval", "--replay", "nonsense"]) == 2
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(seeds=st.integers(0, 50), indexes=st.integers(0, 500)))
+def test_property_amends_holds_every_invariant(sc: Scenario) -> None:
+    r = asyncio.run(run_scenario(sc))
+    assert check(r) == {k: [] for k in check(r)}, sc.ref
+
+
+@given(saga_dags({"crm.read_field": st.fixed_dictionaries({"record_id": st.just("r1"),
+                                                          "field": st.just("stage")})},
+                 max_steps=5))  # fmt: skip
+def test_saga_dags_draws_valid_dags(steps: list[StepSpec]) -> None:
+    ids = [s.step_id for s in steps]
+    assert 1 <= len(steps) <= 5
+    for i, s in enumerate(steps):
+        assert set(s.after) <= set(ids[:i])
