@@ -74,5 +74,8 @@ def saga_dags(
     keyword arguments. Run each step with ``saga.call(s.tool, step_id=s.step_id,
     after=[handles[a] for a in s.after], **s.args)``."""
     if not tools:
-        raise ValueError("saga_dags needs at least one tool, e.g. {'crm.update_field': st.fixed_dictionaries(...)}")
+        raise ValueError(
+            "saga_dags needs at least one tool, e.g. "
+            "{'crm.update_field': st.fixed_dictionaries(...)}"
+        )
     return _dag(tools, min_steps, max_steps)

@@ -24,9 +24,7 @@ from amends.testing import saga_dags, scenarios
 
 # An event loop's self-pipe socket (not created by amends.evals) is sometimes garbage-collected
 # unclosed during these tests; tracked in the report, filtered narrowly here.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RECORDS = {"r1": {"stage": "lead", "owner": "sam", "amount": "100", "version": 1}}
 
@@ -91,7 +89,9 @@ async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order(
     sc = _sc(
         [
             StepSpec("s1", "calendar.create_event", {"title": "Kickoff", "attendees": ["a@x"]}),
-            StepSpec("s2", "chat.post", {"channel": "#d", "text": {"$ref": "s1", "key": "event_id"}}),
+            StepSpec(
+                "s2", "chat.post", {"channel": "#d", "text": {"$ref": "s1", "key": "event_id"}}
+            ),
         ],
         reversal_faults=(("chat.delete", "permanent", 1),),
     )

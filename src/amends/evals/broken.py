@@ -43,8 +43,8 @@ def _dispatching_plan(saga: Any, catalog: Catalog | None = None) -> Plan:
 
 
 def _install() -> None:
-    if _engine_module.plan is not _dispatching_plan:
-        _engine_module.plan = _dispatching_plan
+    if getattr(_engine_module, "plan", None) is not _dispatching_plan:
+        setattr(_engine_module, "plan", _dispatching_plan)  # noqa: B010 - patching the core
 
 
 class _PlanRewritingEngine(Engine):

@@ -96,6 +96,7 @@ class Scenario:
 
 def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
     sid = f"s{i}"
+    args: dict[str, Any]
     after: list[str] = []
     if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
         after = sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))})
@@ -108,7 +109,9 @@ def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
     events = [p.step_id for p in prior if p.tool == "calendar.create_event"]
     if kind == "get_charge" and charges:
         src = rng.choice(charges)
-        return StepSpec(sid, "payments.get_charge", {"charge_id": {"$ref": src, "key": "charge_id"}})
+        return StepSpec(
+            sid, "payments.get_charge", {"charge_id": {"$ref": src, "key": "charge_id"}}
+        )
     if kind == "chat_ref" and events:
         src = rng.choice(events)
         text = {"$ref": src, "key": "event_id"}

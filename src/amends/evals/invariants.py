@@ -178,8 +178,8 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         if rep.tool_calls > sc.budget_calls:
             v["bounded"].append(f"{rep.tool_calls} tool calls, budget {sc.budget_calls}")
             break
-    for d in r.durations:
-        if d > sc.budget_seconds + _TIME_SLACK:
-            v["bounded"].append(f"a request took {d:.1f}s, budget {sc.budget_seconds}s")
+    for took in r.durations:
+        if took > sc.budget_seconds + _TIME_SLACK:
+            v["bounded"].append(f"a request took {took:.1f}s, budget {sc.budget_seconds}s")
             break
     return v

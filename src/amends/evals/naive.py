@@ -60,7 +60,9 @@ class NaiveUndoStack:
                 )
         return stack
 
-    def _closure(self, step_id: str, tool: str, args: dict[str, Any]) -> Callable[[], Awaitable[Any]]:
+    def _closure(
+        self, step_id: str, tool: str, args: dict[str, Any]
+    ) -> Callable[[], Awaitable[Any]]:
         fn = self.catalog.get(tool).fn
 
         async def run() -> Any:

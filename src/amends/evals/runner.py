@@ -65,7 +65,7 @@ def _mutate(world: EvalWorld, sc: Scenario, results: dict[str, Any]) -> None:
         if m.kind == "human_edit_other":
             world.human_edit("r4", "phone", m.value)
             continue
-        if s is None or (res is None and m.kind != "advance"):
+        if s is None or res is None:
             continue  # the step never ran: nothing for the other actor to touch
         if m.kind in ("human_edit", "webhook_edit"):
             getattr(world, m.kind)(s.args["record_id"], s.args["field"], m.value)

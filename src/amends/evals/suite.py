@@ -66,10 +66,14 @@ class EngineTally:
             "silently_wrong": self.silently_wrong,
             "silent_failure_rate": round(self.silent_failure_rate, 4),
             "invariants": {
-                k: {"violated": self.violations[k], "rate": round(self.rate(k), 4),
-                    "failing": self.failing[k], "example": self.examples.get(k)}
+                k: {
+                    "violated": self.violations[k],
+                    "rate": round(self.rate(k), 4),
+                    "failing": self.failing[k],
+                    "example": self.examples.get(k),
+                }
                 for k in INVARIANTS
-            },  # fmt: skip
+            },
             "families": {f: self.by_family[f] for f in FAMILIES if f in self.by_family},
         }
 
