@@ -134,7 +134,11 @@ class _SqliteDatabase(Database):
         self._lock = threading.Lock()
         self._closed = False
         self._conn = self._connect()
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
         self._thread: threading.Thread | None = None
         if not self.memory:  # ":memory:" runs writes inline (see _inline)
             self._thread = threading.Thread(
@@ -144,6 +148,7 @@ class _SqliteDatabase(Database):
 
     # --- connections ----------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
@@ -159,8 +164,12 @@ class _SqliteDatabase(Database):
                     )
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from exc
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()  # never leak the file handle of a log we refuse to open
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc, self.path) from exc
+            raise
         return conn
 
     def _reader(self) -> sqlite3.Connection:
