@@ -302,6 +302,15 @@ class _Runner:
                 )
                 residue += fcall.recorded_residue
         except _Stop as stop:
+            if redispatch and stop.state is not StepState.IN_DOUBT:
+                # rule 8: an earlier attempt was sent before a crash; this retry's failure says
+                # nothing about whether that attempt took effect.
+                stop = _Stop(
+                    StepState.IN_DOUBT,
+                    f"an earlier attempt of {p.inverse.tool} was sent before a worker stopped, "
+                    f"and this retry did not complete ({stop.detail}); whether the earlier "
+                    f"attempt took effect is unknown",
+                )
             manual = self._manual(p, stop.state, stop.detail)
             await self._record(
                 p,

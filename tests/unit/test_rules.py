@@ -466,3 +466,47 @@ async def test_read_only_and_failed_steps_are_not_needed(
     ]
     assert report.status == "fully_reversed"
     assert world.outbox == []
+
+
+async def test_a_retry_after_a_crash_that_fails_is_in_doubt_not_failed(
+    catalog: amends.Catalog, world: CoreWorld, tmp_path: object
+) -> None:
+    """Rule 8: the first refund was sent (and applied) before the worker died; the retry after
+    recovery fails permanently. The engine cannot know the first outcome: in_doubt, never failed."""
+    from pathlib import Path
+
+    db = str(Path(str(tmp_path)) / "r.db")
+    first = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    saga = await close_deal(first)
+
+    class Crash(BaseException):
+        pass
+
+    spec = catalog.get("pay.refund")
+    real = spec.fn
+    attempts: list[int] = []
+
+    async def refund(call: amends.Call, charge_id: str, cents: int) -> object:
+        attempts.append(1)
+        if len(attempts) == 1:
+            await real(call, charge_id=charge_id, cents=cents)
+            raise Crash()  # the worker dies after the vendor applied the refund
+        raise amends.PermanentError("processor unavailable for this charge")
+
+    object.__setattr__(spec, "fn", refund)
+    with pytest.raises(Crash):
+        await first.undo(saga.id)
+    await first.close()
+    await asyncio.sleep(0.25)
+    second = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    report = (await second.recover()).resumed[0]
+    await second.close()
+    s2 = report.step("s2")
+    assert s2.state is StepState.IN_DOUBT
+    assert s2.detail.startswith(
+        "an earlier attempt of pay.refund was sent before a worker "
+        "stopped, and this retry did not complete"
+    )
+    assert world.charges["ch_1"]["refunded"] == 5000  # it did take effect: in doubt was right
+    assert report.step("s1").state is StepState.BLOCKED
+    assert report.status == "cannot_undo"

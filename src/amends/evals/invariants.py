@@ -119,7 +119,10 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 (st in (StepState.REVERTED, StepState.COMPENSATED) and t == "undone")
                 or (st in (StepState.CANCELLED, StepState.NOT_NEEDED) and t == "none")
                 or (st in _STANDS and t == "stands")
-                or (st is StepState.IN_DOUBT and t != "undone")
+                # in doubt is honest when it may stand; after a worker crashed mid-call the
+                # engine cannot know whether the lost attempt took effect, so any world is
+                # consistent with "unknown"
+                or (st is StepState.IN_DOUBT and (t != "undone" or r.crashed))
             )
             if not ok:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")
