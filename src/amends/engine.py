@@ -620,8 +620,6 @@ class Engine:
             fut.set_exception(exc)
             with self._lock:
                 self._reversals.pop(saga_id, None)
-            if not isinstance(exc, Exception):
-                fut.exception()
             raise
         fut.set_result(report)
         with self._lock:

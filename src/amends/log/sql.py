@@ -567,7 +567,6 @@ class SqlSagaLog(SagaLog):
                     step_id=step_id,
                     data={"reason": "found with intent but no result during recovery"},
                 )
-            sagas = sorted({s for s, _ in found})
             stale = tx.execute(
                 "SELECT saga_id FROM sagas WHERE state='running' AND "
                 "(lease_until IS NULL OR lease_until <= ?)",
@@ -586,7 +585,6 @@ class SqlSagaLog(SagaLog):
                     now,
                     data={"in_doubt_steps": [s for g, s in found if g == saga_id]},
                 )
-            del sagas
             return found
 
         return await self.db.write(fn)
