@@ -9,6 +9,7 @@ never claims more than it verified.
 from __future__ import annotations
 
 from .budget import Budget
+from .calls import RetryPolicy, current_call
 from .contracts import (
     NOTHING,
     Acknowledgement,
@@ -44,7 +45,6 @@ from .errors import (
 from .log import SagaLog, SqliteLog, open_log
 from .planner import Plan, PlannedStep
 from .report import Outcome, StepOutcome, StepState, UndoReport
-from .reversal import RetryPolicy
 
 __version__ = "0.1.0"
 
@@ -101,6 +101,7 @@ __all__ = [
     "ToolSpec",
     "TransientError",
     "UndoReport",
+    "current_call",
     "open_log",
     "run",
 ]

@@ -1,7 +1,6 @@
-"""The engine: sagas run forward with write-ahead logging, the undo entry point, and recovery.
+"""The engine: the entry point for sagas (run forward by :mod:`amends.saga`), undo, and recovery.
 
-Forward: a step's intent is durable before its tool runs; its result, inverse and expectation are
-durable before anything that depends on it starts (rule 1). Undo: one reversal per saga, enforced by
+Undo: one reversal per saga, enforced by
 the log across threads and processes (rule 6), then handed to :mod:`amends.reversal`.
 """
 
@@ -9,338 +8,30 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import os
-import random
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, TypeVar
 
 from .budget import Budget, BudgetMeter
-from .contracts import NOTHING, Call, Catalog, Inverse, Reversibility
-from .errors import (
-    ConfigError,
-    ContractError,
-    LeaseLostError,
-    PermanentError,
-    SagaClosedError,
-    SagaNotFoundError,
-    StepFailedError,
-    TransientError,
-)
+from .calls import RetryPolicy, run
+from .contracts import Catalog
+from .errors import ConfigError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
-from .log.base import Claim, ReversalRecord, SagaRecord, StepFinish
+from .log.base import Claim, ReversalRecord, SagaRecord
 from .planner import Plan, plan
 from .report import StepOutcome, UndoReport
-from .reversal import RetryPolicy, invoke, run_plan
-
-_RNG = random.Random()
+from .reversal import run_plan
+from .saga import Ref, Saga, Step, new_id
 
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
-
-T = TypeVar("T")
-
-
-def _new_id(prefix: str) -> str:
-    # time-ordered, so ids sort by creation in listings
-    return f"{prefix}_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
 
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from synchronous code, even inside a running event loop.
-
-    ``amends.run(engine.undo(saga_id))`` or ``amends.run(main)``.
-    """
-
-    async def main() -> T:
-        return await (awaitable() if callable(awaitable) else awaitable)
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop is running in this thread
-        return pool.submit(asyncio.run, main()).result()
-
-
-class Ref:
-    """A reference to (part of) another step's result, usable as an argument: ``step["id"]``.
-
-    A step whose arguments hold a Ref depends on the referenced step (forward and in reverse).
-    """
-
-    def __init__(self, step: Step, path: tuple[Any, ...] = ()) -> None:
-        self.step = step
-        self.path = path
-
-    def __getitem__(self, key: Any) -> Ref:
-        return Ref(self.step, (*self.path, key))
-
-    def resolve(self) -> Any:
-        value = self.step.result
-        for key in self.path:
-            value = value[key]
-        return value
-
-    def __repr__(self) -> str:
-        return f"ref({self.step.id}{''.join(f'[{k!r}]' for k in self.path)})"
-
-    __str__ = __repr__
-
-
-def _refs(value: Any, found: list[Step]) -> None:
-    if isinstance(value, Step):
-        found.append(value)
-    elif isinstance(value, Ref):
-        found.append(value.step)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            _refs(v, found)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _refs(v, found)
-
-
-def _resolve(value: Any) -> Any:
-    if isinstance(value, Step):
-        return value.result
-    if isinstance(value, Ref):
-        return value.resolve()
-    if isinstance(value, Mapping):
-        return {k: _resolve(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_resolve(v) for v in value)
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        return json.loads(json.dumps(value, sort_keys=True))
-    except (TypeError, ValueError):
-        return {"repr": repr(value)}
-
-
-class Step:
-    """Handle on one tool call inside a saga. Await it for the tool's result.
-
-    Raises (when awaited):
-        StepFailedError: The step failed, was cancelled by undo, or never ran because a step it
-            waits for failed.
-    """
-
-    def __init__(
-        self,
-        saga: Saga,
-        step_id: str,
-        seq: int,
-        tool: str,
-        args: dict[str, Any],
-        deps: list[Step],
-        resources: list[str],
-    ) -> None:
-        self.saga = saga
-        self.id = step_id
-        self.seq = seq
-        self.tool = tool
-        self.args = args
-        self.deps = deps
-        self.resources = resources
-        self.state = "pending"
-        """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
-        ``skipped``."""
-        self._result: Any = NOTHING
-        self._error: StepFailedError | None = None
-        self._observed = False
-        self.task: asyncio.Task[None] | None = None
-
-    @property
-    def result(self) -> Any:
-        if self.state != "done":
-            raise StepFailedError(
-                f"step {self.id} ({self.tool}) has no result: it is {self.state}",
-                saga_id=self.saga.id,
-                step_id=self.id,
-                tool=self.tool,
-                state=self.state,
-            )
-        return self._result
-
-    def __getitem__(self, key: Any) -> Ref:
-        return Ref(self, (key,))
-
-    def __await__(self) -> Any:
-        return self._wait().__await__()
-
-    async def _wait(self) -> Any:
-        assert self.task is not None
-        await asyncio.shield(self.task)
-        self._observed = True
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-    def __repr__(self) -> str:
-        return f"Step({self.id!r}, {self.tool!r}, state={self.state!r})"
-
-
-class Saga:
-    """One agent request: ``async with engine.saga(...) as saga``, then ``saga.call(...)``."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        title: str,
-        *,
-        tenant: str | None,
-        actor: str | None,
-        saga_id: str | None,
-    ) -> None:
-        if not isinstance(title, str) or not title.strip():
-            raise ConfigError(
-                f"a saga needs a title saying what the agent was asked, got {title!r}"
-            )
-        self.engine = engine
-        self.title = title
-        self.tenant = tenant
-        self.actor = actor
-        self.id = saga_id or _new_id("saga")
-        self.steps: list[Step] = []
-        self._by_id: dict[str, Step] = {}
-        self._last_by_resource: dict[str, Step] = {}
-        self._entered = False
-        self._closed = False
-        self._heartbeat: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Saga:
-        e = self.engine
-        await e.log.create_saga(
-            self.id,
-            self.title,
-            tenant=self.tenant,
-            actor=self.actor,
-            owner=e.owner,
-            lease_until=time.time() + e.lease_seconds,
-            now=time.time(),
-        )
-        self._entered = True
-        e._live[self.id] = self
-        self._heartbeat = asyncio.create_task(self._beat())
-        return self
-
-    async def _beat(self) -> None:
-        e = self.engine
-        while True:
-            await asyncio.sleep(e.lease_seconds / 3)
-            try:
-                await e.log.renew_saga_leases([self.id], e.owner, time.time() + e.lease_seconds)
-            except Exception:  # a missed heartbeat only shortens the lease; the next one retries
-                continue
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.settle()
-        finally:
-            if self._heartbeat is not None:
-                self._heartbeat.cancel()
-            self._closed = True
-            failed = any(s.state in ("failed", "in_doubt") for s in self.steps)
-            await self.engine.log.finish_saga(
-                self.id, "failed" if failed else "completed", now=time.time()
-            )
-            self.engine._live.pop(self.id, None)
-        if exc is None:
-            for s in self.steps:
-                if s._error is not None and not s._observed and s.state in ("failed", "in_doubt"):
-                    raise s._error
-
-    async def settle(self) -> None:
-        """Wait until every step called so far has finished (or was cancelled)."""
-        tasks = [s.task for s in self.steps if s.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    def call(
-        self, tool: str, /, *, after: Iterable[Step] = (), step_id: str | None = None, **args: Any
-    ) -> Step:
-        """Start tool ``tool`` as a step of this saga and return its handle.
-
-        Args:
-            tool: Catalog name.
-            after: Steps this one depends on (it starts after they are done).
-            step_id: A readable id; default ``s1``, ``s2``, ... in call order.
-            **args: The tool's arguments. A :class:`Step` or ``step["key"]`` stands for that
-                step's result and makes this step depend on it.
-
-        Raises:
-            ContractError: Unknown tool, a dependency from another saga, or a duplicate step id.
-            SagaClosedError: Called outside ``async with`` or after the saga closed.
-        """
-        if not self._entered or self._closed:
-            raise SagaClosedError(
-                f"saga {self.id!r} is not open; call saga.call(...) inside "
-                f"'async with engine.saga(...) as saga'",
-                saga_id=self.id,
-            )
-        spec = self.engine.catalog.get(tool)
-        seq = len(self.steps) + 1
-        sid = step_id or f"s{seq}"
-        if sid in self._by_id:
-            raise ContractError(
-                f"step id {sid!r} is already used in saga {self.id!r}", saga_id=self.id, step_id=sid
-            )
-        deps: list[Step] = []
-        for d in after:
-            if not isinstance(d, Step) or d.saga is not self:
-                raise ContractError(
-                    f"after= takes steps of this saga, got {d!r}", saga_id=self.id, step_id=sid
-                )
-            deps.append(d)
-        _refs(args, deps)
-        for d in deps:
-            if d.saga is not self:
-                raise ContractError(
-                    f"argument refers to step {d.id!r} of another saga",
-                    saga_id=self.id,
-                    step_id=sid,
-                )
-        resources = spec.resources_for(args)
-        for r in resources:  # steps sharing a resource are ordered (forward and in reverse)
-            prev = self._last_by_resource.get(r)
-            if prev is not None:
-                deps.append(prev)
-        unique: list[Step] = []
-        for d in deps:
-            if d not in unique:
-                unique.append(d)
-        step = Step(self, sid, seq, tool, args, unique, resources)
-        for r in resources:
-            self._last_by_resource[r] = step
-        self.steps.append(step)
-        self._by_id[sid] = step
-        step.task = asyncio.create_task(self.engine._run_step(self, step))
-        return step
-
-    async def gather(self, *steps: Step) -> list[Any]:
-        """Await several steps; returns their results in order.
-
-        Raises:
-            StepFailedError: The first of them that failed.
-        """
-        return list(await asyncio.gather(*(s._wait() for s in steps)))
 
 
 @dataclass(frozen=True)
@@ -385,7 +76,8 @@ class Engine:
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
         self.owner = _owner_id()
-        self._live: dict[str, Saga] = {}
+        self.live_sagas: dict[str, Saga] = {}
+        """Sagas this engine is running forward now (undo waits for their steps to settle)."""
         self._reversals: dict[str, concurrent.futures.Future[UndoReport]] = {}
         self._lock = threading.Lock()
         self.progress_hooks: list[Callable[[str, StepOutcome], None]] = []
@@ -401,171 +93,6 @@ class Engine:
     ) -> Saga:
         """A new saga; use it as ``async with engine.saga("Close the ACME deal") as saga``."""
         return Saga(self, title, tenant=tenant, actor=actor, saga_id=saga_id)
-
-    # --- forward --------------------------------------------------------------------------
-    async def _run_step(self, saga: Saga, step: Step) -> None:
-        for dep in step.deps:
-            assert dep.task is not None
-            await asyncio.shield(dep.task)
-        now = time.time
-        spec = self.catalog.get(step.tool)
-        bad = [d for d in step.deps if d.state != "done"]
-        dep_ids = [d.id for d in step.deps]
-        if bad:
-            started = await self.log.begin_step(
-                saga.id,
-                step.id,
-                seq=step.seq,
-                tool=step.tool,
-                args=_jsonable(step.args),
-                deps=dep_ids,
-                resources=step.resources,
-                declared=spec.reversibility.value,
-                now=now(),
-            )
-            reason = f"never ran: step {bad[0].id} ({bad[0].tool}) it waits for is {bad[0].state}"
-            if started:
-                step.state = "skipped"
-                await self.log.finish_step(
-                    saga.id, step.id, StepFinish("skipped", error=reason), now=now()
-                )
-            else:
-                step.state = "cancelled"
-            step._error = StepFailedError(
-                reason, state=step.state, saga_id=saga.id, step_id=step.id, tool=step.tool
-            )
-            return
-        args = _resolve(step.args)
-        logged_args = _jsonable(args)
-        # rule 1: the intent is durable before the tool is called.
-        started = await self.log.begin_step(
-            saga.id,
-            step.id,
-            seq=step.seq,
-            tool=step.tool,
-            args=logged_args,
-            deps=dep_ids,
-            resources=step.resources,
-            declared=spec.reversibility.value,
-            now=now(),
-        )
-        if not started:
-            step.state = "cancelled"
-            step._error = StepFailedError(
-                f"step {step.id} ({step.tool}) was cancelled: undo of saga {saga.id} was asked "
-                f"before it started",
-                state="cancelled",
-                saga_id=saga.id,
-                step_id=step.id,
-                tool=step.tool,
-            )
-            return
-        step.state = "intent"
-        call: Call | None = None
-        finish: StepFinish
-        try:
-            attempt = 0
-            while True:
-                attempt += 1
-                call = Call(
-                    saga_id=saga.id,
-                    step_id=step.id,
-                    tool=step.tool,
-                    phase="forward",
-                    idempotency_key=f"amends:{saga.id}:{step.id}",
-                    attempt=attempt,
-                )
-                try:
-                    result = await invoke(spec.fn, call, args, spec.timeout)
-                    break
-                except TransientError as exc:
-                    if attempt >= self.retry.max_attempts:
-                        raise StepFailedError(
-                            f"{step.tool} kept failing transiently after {attempt} attempts: {exc}"
-                        ) from exc
-                    await asyncio.sleep(
-                        exc.retry_after
-                        if exc.retry_after is not None
-                        else self.retry.backoff(attempt, _RNG)
-                    )
-            finish = self._finish_done(spec.reversibility, step, call, result)
-            step._result = result
-        except TimeoutError:
-            finish = StepFinish(
-                "in_doubt",
-                error=f"{step.tool} did not answer within "
-                f"{spec.timeout}s; whether it took effect is unknown",
-            )
-        except asyncio.CancelledError:
-            finish = StepFinish(
-                "in_doubt",
-                error="the step's task was cancelled while its tool "
-                "was running; whether it took effect is unknown",
-            )
-            step.state = "in_doubt"
-            await asyncio.shield(self.log.finish_step(saga.id, step.id, finish, now=now()))
-            raise
-        except (PermanentError, StepFailedError) as exc:
-            finish = StepFinish("failed", error=str(exc))
-        except ContractError as exc:  # the tool misused Call; its effect may have happened
-            finish = StepFinish("in_doubt", error=f"contract error inside the tool: {exc}")
-        except Exception as exc:  # any other exception counts as permanent (DESIGN.md)
-            finish = StepFinish("failed", error=f"{type(exc).__name__}: {exc}")
-        await self.log.finish_step(saga.id, step.id, finish, now=now())
-        step.state = finish.state
-        if finish.state != "done":
-            step._error = StepFailedError(
-                f"step {step.id} ({step.tool}) {finish.state}: {finish.error}",
-                state=finish.state,
-                saga_id=saga.id,
-                step_id=step.id,
-                tool=step.tool,
-            )
-
-    def _finish_done(
-        self, declared: Reversibility, step: Step, call: Call, result: Any
-    ) -> StepFinish:
-        effective = declared
-        violation = None
-        inv = call.recorded_inverse
-        if declared in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
-            # rule 2: no inverse recorded -> logged and reported as irreversible.
-            if not isinstance(inv, Inverse):
-                violation = (
-                    f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
-                    f"call call.inverse(...) or register it as 'irreversible'"
-                )
-            elif inv.tool not in self.catalog:
-                violation = (
-                    f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
-                    f"catalog; register it or record an inverse the catalog has"
-                )
-            elif call.recorded_expectation is not None and (
-                call.recorded_expectation.probe not in self.catalog
-                or self.catalog.get(call.recorded_expectation.probe).reversibility
-                is not Reversibility.READ_ONLY
-            ):
-                violation = (
-                    f"tool {step.tool!r} recorded expectation probe "
-                    f"{call.recorded_expectation.probe!r}, which is not a read_only "
-                    f"tool of the catalog; drift could not be checked"
-                )
-            if violation:
-                effective = Reversibility.IRREVERSIBLE
-        return StepFinish(
-            "done",
-            effective=effective.value,
-            result=_jsonable(result),
-            inverse=inv.to_dict() if isinstance(inv, Inverse) else None,
-            expectation=None
-            if call.recorded_expectation is None
-            else call.recorded_expectation.to_dict(),
-            residue=[r.to_dict() for r in call.recorded_residue],
-            acknowledgement=None
-            if call.recorded_acknowledgement is None
-            else call.recorded_acknowledgement.to_dict(),
-            violation=violation,
-        )
 
     # --- undo -----------------------------------------------------------------------------
     async def preview(self, saga_id: str) -> Plan:
@@ -635,7 +162,7 @@ class Engine:
         while True:
             claim = await self.log.claim_reversal(
                 saga_id,
-                reversal_id=_new_id("rev"),
+                reversal_id=new_id("rev"),
                 budget=budget.to_dict(),
                 owner=self.owner,
                 lease_until=time.time() + self.lease_seconds,
@@ -732,7 +259,7 @@ class Engine:
 
     async def _settled_saga(self, saga_id: str, meter: BudgetMeter) -> SagaRecord:
         """The saga once no step of it is mid-call: in-flight steps finish, later ones cancel."""
-        live = self._live.get(saga_id)
+        live = self.live_sagas.get(saga_id)
         if live is not None:
             await live.settle()
         while True:

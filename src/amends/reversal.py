@@ -8,43 +8,22 @@ fenced by the reversal's lease generation, so a worker that lost its lease stops
 from __future__ import annotations
 
 import asyncio
-import inspect
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .budget import BudgetMeter
+from .calls import RetryPolicy, idempotency_key, invoke
 from .contracts import NOTHING, Acknowledgement, Call, Catalog, Expectation, ManualAction, Residue
 from .errors import LeaseLostError, PermanentError, PreconditionFailed, TransientError
 from .log.base import CompensationRecord, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
 from .report import NEUTRALISED, StepOutcome, StepState
 
-__all__ = ["RetryPolicy", "run_plan"]
+__all__ = ["run_plan"]
 
 _FINAL = frozenset(s.value for s in StepState)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How transient errors are retried (within the budget)."""
-
-    max_attempts: int = 5
-    """Tries per call, the first included. Default 5."""
-    initial_backoff: float = 0.05
-    """Seconds before the first retry. Default 0.05s."""
-    multiplier: float = 2.0
-    """Backoff growth per retry. Default 2."""
-    max_backoff: float = 2.0
-    """Longest wait between tries. Default 2s."""
-    jitter: float = 0.5
-    """Fraction of each wait drawn at random, so retries of parallel branches spread out."""
-
-    def backoff(self, attempt: int, rng: random.Random) -> float:
-        base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
-        return base * (1 - self.jitter) + base * self.jitter * rng.random()
 
 
 class _Stop(Exception):
@@ -54,20 +33,6 @@ class _Stop(Exception):
         super().__init__(detail)
         self.state = state
         self.detail = detail
-
-
-async def invoke(
-    fn: Callable[..., Any], call: Call, args: Mapping[str, Any], timeout: float | None
-) -> Any:
-    """Call a tool function (async or sync) with ``call`` and keyword arguments."""
-    if inspect.iscoroutinefunction(fn):
-        coro = fn(call, **args)
-    else:
-        coro = asyncio.to_thread(fn, call, **args)
-    if timeout is None:
-        return await coro
-    async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
-        return await coro
 
 
 class _Runner:
@@ -169,16 +134,12 @@ class _Runner:
                 ) from None
             except TransientError as exc:
                 self.meter.tokens += call.tokens
-                if attempt >= self.retry.max_attempts:
+                wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
+                if wait is None:
                     raise _Stop(
                         StepState.FAILED,
                         f"{tool} kept failing transiently after {attempt} attempts: {exc}",
                     ) from exc
-                wait = (
-                    exc.retry_after
-                    if exc.retry_after is not None
-                    else self.retry.backoff(attempt, self.rng)
-                )
                 if wait >= self.meter.remaining_seconds():
                     raise _Stop(
                         StepState.FAILED,
@@ -271,7 +232,7 @@ class _Runner:
         try:
             if p.expectation is not None and not redispatch:
                 await self._check_drift(p, counter)
-            key = f"amends:{self.saga.saga_id}:{p.step_id}:undo"
+            key = idempotency_key(self.saga.saga_id, p.step_id, "undo")
             await self._record(
                 p,
                 "dispatched",
@@ -358,7 +319,7 @@ class _Runner:
                 exp.probe,
                 exp.args,
                 phase="probe",
-                key=f"amends:{self.saga.saga_id}:{p.step_id}:probe",
+                key=idempotency_key(self.saga.saga_id, p.step_id, "probe"),
                 step_id=p.step_id,
                 counter=[0],
             )

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .calls import invoke
 from .contracts import Call, Catalog
 from .errors import ConfigError, PermanentError, PreconditionFailed, TransientError
 
@@ -223,8 +224,6 @@ def _make_tool(entry: dict[str, Any], where: str, catalog: Catalog) -> Any:
                 phase="probe",
                 idempotency_key=call.idempotency_key + ":before",
             )
-            from .reversal import invoke
-
             scope["before"] = await invoke(
                 probe.fn, pcall, fill(before.get("args", {}), scope, where), probe.timeout
             )

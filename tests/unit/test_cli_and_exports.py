@@ -56,6 +56,7 @@ EXPORTED = [
     "ToolSpec",
     "TransientError",
     "UndoReport",
+    "current_call",
     "open_log",
     "run",
 ]

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..budget import Budget
+from ..calls import RetryPolicy
 from ..engine import Engine, Step
 from ..errors import StepFailedError
 from ..log.base import SagaLog
 from ..log.sqlite import SqliteLog
 from ..report import UndoReport
-from ..reversal import RetryPolicy
 from .generator import Scenario
 from .naive import NaiveUndoStack
 from .world import EvalWorld, SimulatedCrash, eval_catalog

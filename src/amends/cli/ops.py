@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import AmendsError
-from . import open_log
-from .sql import SCHEMA_VERSION, SqlSagaLog, Tx
+from ..log import open_log
+from ..log.sql import SCHEMA_VERSION, SqlSagaLog, Tx
 
 __all__ = ["Finding", "diagnose", "register"]
 
@@ -65,8 +65,8 @@ def register(sub: Any) -> None:
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from ..cli import load_catalog
     from ..engine import Engine
+    from ._common import load_catalog
 
     async def go() -> dict[str, Any]:
         engine = Engine(load_catalog(args.catalog, args.db), log=args.db)

@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .budget import Budget
-from .cli import add_db_argument, load_catalog, print_json, print_report, run_async
-from .engine import Engine
-from .errors import SagaNotFoundError
-from .log import open_log
-from .log.base import SagaLog
-from .report import Outcome
+from ..budget import Budget
+from ..engine import Engine
+from ..errors import SagaNotFoundError
+from ..log import open_log
+from ..log.base import SagaLog
+from ..report import Outcome
+from ._common import add_db_argument, load_catalog, print_json, print_report, run_async
 
 __all__ = ["register"]
 

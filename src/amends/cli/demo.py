@@ -11,14 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ConfigError
-from .demo import DEMO_TITLE, DemoResult, run_demo
+from ..sandbox.demo import DEMO_TITLE, DemoResult, run_demo
 
 __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
     """Add the ``demo`` subcommand to the ``amends`` CLI."""
-    from ..cli import add_db_argument
+    from ._common import add_db_argument
 
     demo = sub.add_parser(
         "demo",
@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ..cli import print_json
+    from ._common import print_json
 
     result = run_demo(args.db, seed=args.seed)
     html_path = Path(args.html)
@@ -82,7 +82,7 @@ def print_demo(
     result: DemoResult, *, html: str | None = None, console: Console | None = None
 ) -> None:
     """Print the demo with rich: the amends report, then the naive stack's claims and damage."""
-    from ..cli import print_report
+    from ._common import print_report
 
     console = console or Console()
     console.rule(f"[bold]amends[/bold]: the user clicked Undo on '{escape(DEMO_TITLE)}' (twice)")

@@ -1,8 +1,6 @@
-"""The ``amends`` command line: ``demo | eval | show | undo | audit | serve | recover | doctor``.
+"""Helpers every command group shares: the ``--db`` argument, loading a catalog, printing.
 
-Each area registers its own subcommands (``register(subparsers)`` in the modules of
-``_COMMAND_MODULES``), so the CLI grows without one module knowing every command. Optional areas
-whose extra is not installed are left out of the help rather than failing the whole CLI.
+Nothing outside :mod:`amends.cli` imports from here.
 """
 
 from __future__ import annotations
@@ -13,26 +11,16 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .contracts import Catalog
-from .errors import AmendsError, ConfigError
-from .report import UndoReport
-
-__all__ = ["main"]
-
-_COMMAND_MODULES = (
-    "amends._cli_core",  # show, undo, audit
-    "amends.sandbox.cli",  # demo
-    "amends.evals.cli",  # eval
-    "amends.server.cli",  # serve, token
-    "amends.log.cli",  # recover, doctor
-)
+from ..contracts import Catalog
+from ..errors import ConfigError
+from ..report import UndoReport
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -135,37 +123,3 @@ def print_json(data: Any) -> None:
 
 def run_async(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="amends", description="Honest undo for AI-agent tool calls."
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue  # that area, or the optional extra it needs, is not installed
-        module.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Handler | None = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
-    try:
-        return handler(args)
-    except AmendsError as exc:
-        sys.stderr.write(f"amends: error: {exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import ConfigError
-from .generator import FAMILIES, generate
-from .invariants import INVARIANTS, check, true_outcome
-from .suite import ENGINES, EngineTally, _factory, run_suite
+from ..evals.generator import FAMILIES, generate
+from ..evals.invariants import INVARIANTS, check, true_outcome
+from ..evals.suite import ENGINES, EngineTally, _factory, run_suite
 
 __all__ = ["register"]
 
@@ -134,7 +134,7 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
         seed, index = int(seed_s), int(index_s)
     except ValueError:
         raise ConfigError(f"--replay {ref!r} must be SEED:INDEX, e.g. --replay 1:42") from None
-    from .runner import run_scenario
+    from ..evals.runner import run_scenario
 
     sc = generate(seed, index)
     results = {}

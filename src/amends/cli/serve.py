@@ -13,7 +13,7 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``serve`` and ``token`` to the ``amends`` CLI."""
-    from ..cli import add_db_argument
+    from ._common import add_db_argument
 
     serve = sub.add_parser("serve", help="serve the HTTP API and web page (needs amends[server])")
     add_db_argument(serve)
@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from .auth import TokenStore, default_tokens_path
+    from ..server.auth import TokenStore, default_tokens_path
 
     store = TokenStore(default_tokens_path(args.db, args.tokens))
     try:
@@ -54,14 +54,14 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from .app import ServerSettings, create_app
+        from ..server.app import ServerSettings, create_app
     except ImportError as exc:
         raise ConfigError(
             f"amends serve needs the web server ({exc}); pip install 'amends[server]'"
         ) from exc
-    from ..cli import load_catalog
     from ..engine import Engine
-    from .auth import TokenStore, default_tokens_path
+    from ..server.auth import TokenStore, default_tokens_path
+    from ._common import load_catalog
 
     catalog = load_catalog(args.catalog, args.db)
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))

@@ -1,0 +1,124 @@
+"""Invoking a tool: the one retry policy, the one idempotency-key format, timeouts, and the
+current call.
+
+Shared by the forward side (:mod:`amends.saga`), the reversal (:mod:`amends.reversal`) and the
+TOML catalog, so that "how a tool is called" is decided in one place. It never logs anything and
+never decides what a failure *means* for a step: that is the caller's rule to apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from .contracts import Call
+
+__all__ = ["RetryPolicy", "current_call", "idempotency_key", "invoke", "run"]
+
+T = TypeVar("T")
+
+KeyKind = Literal["forward", "undo", "probe", "before"]
+
+_CURRENT: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+    "amends_current_call", default=None
+)
+
+
+def current_call() -> Call | None:
+    """The :class:`Call` of the tool the engine is running in this task, or ``None``.
+
+    Lets tool code that a framework calls (a LangChain tool, a Temporal activity) record its
+    inverse and expectation without taking ``call`` as a parameter::
+
+        call = amends.current_call()
+        if call is not None:
+            call.inverse("crm.update_field", record_id=rid, field=f, value=before)
+    """
+    return _CURRENT.get()
+
+
+def idempotency_key(saga_id: str, step_id: str, kind: KeyKind = "forward") -> str:
+    """The one idempotency-key format (rule 5): stable per saga, step and kind of call.
+
+    ``forward`` is the step's own call; ``undo`` its compensation (the same across retries, crashes
+    and processes); ``probe`` its drift check; ``before`` a read made just before the forward call.
+    Follow-ups append ``:follow_up:<n>`` to the ``undo`` key.
+    """
+    base = f"amends:{saga_id}:{step_id}"
+    return base if kind == "forward" else f"{base}:{kind}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient errors are retried (within the budget), forward and during undo."""
+
+    max_attempts: int = 5
+    """Tries per call, the first included. Default 5."""
+    initial_backoff: float = 0.05
+    """Seconds before the first retry. Default 0.05s."""
+    multiplier: float = 2.0
+    """Backoff growth per retry. Default 2."""
+    max_backoff: float = 2.0
+    """Longest wait between tries. Default 2s."""
+    jitter: float = 0.5
+    """Fraction of each wait drawn at random, so retries of parallel branches spread out."""
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        return base * (1 - self.jitter) + base * self.jitter * rng.random()
+
+    def next_wait(
+        self, attempt: int, retry_after: float | None, rng: random.Random
+    ) -> float | None:
+        """The one retry decision, forward and in reverse: seconds to wait before the next try
+        after a transient failure of attempt ``attempt``, or ``None`` when tries are used up.
+        A vendor's ``retry_after`` wins over the backoff."""
+        if attempt >= self.max_attempts:
+            return None
+        return retry_after if retry_after is not None else self.backoff(attempt, rng)
+
+
+async def invoke(
+    fn: Callable[..., Any], call: Call, args: Mapping[str, Any], timeout: float | None
+) -> Any:
+    """Call a tool function (async or sync) with ``call`` and keyword arguments.
+
+    ``call`` is the :func:`current_call` while the function runs (for a sync function, in its
+    worker thread too).
+    """
+    token = _CURRENT.set(call)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            coro = fn(call, **args)
+        else:
+            coro = asyncio.to_thread(fn, call, **args)  # copies the context: current_call() works
+        if timeout is None:
+            return await coro
+        async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
+            return await coro
+    finally:
+        _CURRENT.reset(token)
+
+
+def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion from synchronous code, even inside a running event loop.
+
+    ``amends.run(engine.undo(saga_id))`` or ``amends.run(main)``.
+    """
+
+    async def main() -> T:
+        return await (awaitable() if callable(awaitable) else awaitable)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop is running in this thread
+        return pool.submit(asyncio.run, main()).result()

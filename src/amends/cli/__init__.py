@@ -1,0 +1,60 @@
+"""The ``amends`` command line: ``demo | eval | show | undo | audit | serve | recover | doctor``.
+
+Each area registers its own subcommands (``register(subparsers)`` in the modules of
+``_COMMAND_MODULES``), so the CLI grows without one module knowing every command. Optional areas
+whose extra is not installed are left out of the help rather than failing the whole CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ..errors import AmendsError
+from ._common import Handler
+
+__all__ = ["main"]
+
+_COMMAND_MODULES = (
+    "amends.cli.core",  # show, undo, audit
+    "amends.cli.demo",  # demo
+    "amends.cli.eval",  # eval
+    "amends.cli.serve",  # serve, token
+    "amends.cli.ops",  # recover, doctor
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amends", description="Honest undo for AI-agent tool calls."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue  # that area, or the optional extra it needs, is not installed
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except AmendsError as exc:
+        sys.stderr.write(f"amends: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
