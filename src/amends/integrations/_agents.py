@@ -1,0 +1,465 @@
+"""What the LangChain/LangGraph, Pydantic AI and OpenAI Agents adapters share, written once.
+
+One agent run (or one user request spanning several runs) is one saga; each tool call the
+framework makes is a step whose contract comes from the catalog by tool name (a tool with no
+contract is irreversible, and the run still works). Dependencies follow what the model saw:
+
+* tool calls of one model turn are independent of each other (unless their catalog ``resources``
+  overlap, which the saga orders by itself);
+* a tool call of a later turn depends on every step whose result the model had already seen,
+  i.e. every step that was done when the turn began.
+
+The adapters only translate: they tell :class:`AgentRun` where a turn begins (a key that changes
+with each model response) and hand it a zero-argument function that runs the framework's own tool
+call. The tool keeps running as before; the saga records its intent before and its result and
+inverse after (rule 1), and an exception in the tool follows rule 9. This module never imports a
+framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import amends
+from amends import Catalog, Engine, Saga, Step
+
+__all__ = [
+    "AgentRun",
+    "ToolReportedError",
+    "agent_run",
+    "agent_run_sync",
+    "catalog_tool_function",
+    "current_run",
+    "resolve_tool_name",
+]
+
+T = TypeVar("T")
+
+_ACTIVE: contextvars.ContextVar[AgentRun | None] = contextvars.ContextVar(
+    "amends_agent_run", default=None
+)
+
+# Keyword names saga.call_with() takes itself; a framework tool argument of the same name would
+# be swallowed by it, so it is refused with a clear message instead.
+_RESERVED_ARGS = frozenset({"after", "step_id"})
+
+
+class ToolReportedError(Exception):
+    """The framework turned the tool's exception into an error answer for the model.
+
+    Raised inside the step so the engine applies rule 9 (the tool began, its effect is unknown:
+    ``in_doubt``); the framework still gets its own error answer back.
+    """
+
+
+def current_run() -> AgentRun | None:
+    """The :class:`AgentRun` opened by :func:`agent_run` / :func:`agent_run_sync` around this
+    code, or ``None``."""
+    return _ACTIVE.get()
+
+
+class AgentRun:
+    """One saga fed by the tool calls of one or more agent-framework runs.
+
+    Made by :func:`agent_run` (async) or :func:`agent_run_sync`, or by an adapter's default
+    (one saga per framework run). Adapters call :meth:`call_tool` (or :meth:`call_tool_sync` from
+    a framework's synchronous path) for every tool call.
+    """
+
+    def __init__(self, engine: Engine, saga: Saga, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        """The engine whose log records the saga and which can undo it."""
+        self.saga = saga
+        """The open saga every tool call of this run becomes a step of."""
+        self.loop = loop
+        """The event loop the saga lives on (tool calls from other threads are sent there)."""
+        self._turn: Hashable = object()
+        self._seen: tuple[Step, ...] = ()
+        self._turn_lock = threading.Lock()
+
+    @property
+    def saga_id(self) -> str:
+        """The saga's id: ``await engine.undo(run.saga_id)`` undoes everything this run did."""
+        return self.saga.id
+
+    @property
+    def steps(self) -> list[Step]:
+        """The steps recorded so far, in call order."""
+        return list(self.saga.steps)
+
+    def begin_turn(self, key: Hashable | None = None) -> None:
+        """Say that a model turn begins (``key`` names it; a new key means a new turn).
+
+        Every step done at this moment is one whose result the model has seen: tool calls of the
+        new turn depend on them. Calling it again with the same key changes nothing, so adapters
+        can call it before every tool call with the id of the model response that asked for it.
+        """
+        with self._turn_lock:
+            if key is not None and key == self._turn:
+                return
+            self._turn = object() if key is None else key
+            self._seen = tuple(s for s in self.saga.steps if s.state == "done")
+
+    def dependencies(self) -> list[Step]:
+        """The steps a tool call of the current turn depends on: those the model had seen done.
+
+        A step that failed or is in doubt is not a dependency: the model saw its error, and the
+        saga would otherwise refuse to run the new call (it waits only for steps that are done).
+        """
+        return [s for s in self._seen if s.state == "done"]
+
+    async def call_tool(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        run: Callable[[], Awaitable[T]] | Callable[[], T],
+        *,
+        turn: Hashable | None = None,
+        reported_error: Callable[[T], str | None] | None = None,
+        loggable: Callable[[T], Any] | None = None,
+    ) -> T:
+        """Run one framework tool call as a step of the saga and return what the framework's
+        own call returned.
+
+        Args:
+            tool: The catalog name of the tool (see :func:`resolve_tool_name`).
+            args: The arguments the model gave; logged with the step (sensitive ones redacted).
+            run: Runs the framework's tool call (sync or async, no arguments).
+            turn: The model turn that asked for the call (see :meth:`begin_turn`); ``None``
+                keeps the current turn.
+            reported_error: For frameworks that turn a tool's exception into an error answer:
+                returns the error text for such an answer, else ``None``.
+            loggable: Maps the framework's answer to the JSON logged as the step's result.
+
+        Raises:
+            ConfigError: An argument name the saga reserves (``after``, ``step_id``).
+            Exception: Whatever the tool raised, unchanged, so the framework handles it as before.
+        """
+        if turn is not None:
+            self.begin_turn(turn)
+        clash = _RESERVED_ARGS.intersection(args)
+        if clash:
+            raise amends.ConfigError(
+                f"tool {tool!r} has an argument named {sorted(clash)[0]!r}, which amends' "
+                f"saga.call_with() reserves; rename the tool's parameter",
+                tool=tool,
+            )
+        box: dict[str, Any] = {}
+
+        def finish(value: Any) -> Any:
+            box["value"] = value
+            error = reported_error(value) if reported_error is not None else None
+            if error is not None:  # rule 9: the tool began and failed; effect unknown
+                raise ToolReportedError(f"{tool} answered with an error: {error}")
+            return loggable(value) if loggable is not None else value
+
+        if inspect.iscoroutinefunction(run):
+            coro_fn = run
+
+            async def forward_async(call: amends.Call, **_: Any) -> Any:
+                try:
+                    value = await coro_fn()
+                except BaseException as exc:
+                    box["exc"] = exc
+                    raise
+                return finish(value)
+
+            step = self.saga.call_with(forward_async, tool, after=self.dependencies(), **args)
+        else:
+            sync_fn = run
+
+            def forward_sync(call: amends.Call, **_: Any) -> Any:
+                try:
+                    value = sync_fn()
+                except BaseException as exc:
+                    box["exc"] = exc
+                    raise
+                return finish(value)
+
+            step = self.saga.call_with(forward_sync, tool, after=self.dependencies(), **args)
+        try:
+            await step
+        except amends.StepFailedError:
+            if "exc" in box:  # the framework sees the tool's own exception, as without amends
+                raise box["exc"] from None
+            if "value" in box:  # the framework's own error answer goes back to the model
+                return box["value"]  # type: ignore[no-any-return]
+            raise
+        return box["value"]  # type: ignore[no-any-return]
+
+    def call_tool_sync(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        run: Callable[[], T],
+        *,
+        turn: Hashable | None = None,
+        reported_error: Callable[[T], str | None] | None = None,
+        loggable: Callable[[T], Any] | None = None,
+    ) -> T:
+        """:meth:`call_tool` for a framework's synchronous path (called from another thread).
+
+        The step is run on the saga's event loop; ``run`` runs in a worker thread with the
+        caller's context variables (the framework's callbacks and config keep working) and
+        :func:`amends.current_call` set.
+
+        Raises:
+            ConfigError: Called on the saga's own event loop thread (it would deadlock); use the
+                framework's async API there.
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            raise amends.ConfigError(
+                f"saga {self.saga_id!r} runs on this event loop, so a synchronous tool call here "
+                f"would block it; use the framework's async API (ainvoke / run / Runner.run), "
+                f"or open the run with agent_run_sync() in synchronous code",
+                saga_id=self.saga_id,
+            )
+        caller = contextvars.copy_context()
+
+        def in_caller_context() -> T:
+            for var, value in caller.items():  # the framework's own context (config, callbacks)
+                if var is not _ACTIVE and not isinstance(value, amends.Call):
+                    var.set(value)
+            return run()
+
+        future = asyncio.run_coroutine_threadsafe(
+            self.call_tool(
+                tool,
+                args,
+                in_caller_context,
+                turn=turn,
+                reported_error=reported_error,
+                loggable=loggable,
+            ),
+            self.loop,
+        )
+        return future.result()
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[AgentRun]:
+        """Make this run the :func:`current_run` inside the ``with`` block."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+
+def _check_engine(engine: object) -> Engine:
+    if not isinstance(engine, Engine):
+        raise amends.ConfigError(
+            f"an agent run needs an amends.Engine, got {engine!r}; e.g. "
+            f"amends.Engine(catalog, log=amends.SqliteLog('amends.db'))"
+        )
+    return engine
+
+
+@contextlib.asynccontextmanager
+async def agent_run(
+    engine: Engine,
+    title: str | None = None,
+    *,
+    saga: Saga | None = None,
+    saga_id: str | None = None,
+    tenant: str | None = None,
+    actor: str | None = None,
+) -> AsyncIterator[AgentRun]:
+    """Make every framework tool call inside the block a step of one saga.
+
+    ``async with agent_run(engine, "Close the ACME deal") as run:`` then run the agent (once or
+    several times); afterwards ``await engine.undo(run.saga_id)``. Pass ``saga=`` (already open)
+    to add the runs to a saga you manage yourself.
+
+    Raises:
+        ConfigError: No engine, or neither a title nor an open saga.
+    """
+    engine = _check_engine(engine)
+    loop = asyncio.get_running_loop()
+    if saga is not None:
+        run = AgentRun(engine, saga, loop)
+        with run.activate():
+            yield run
+        return
+    if not isinstance(title, str) or not title.strip():
+        raise amends.ConfigError(
+            f"agent_run() needs a title saying what the agent was asked (or saga=...), "
+            f"got {title!r}"
+        )
+    async with engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor) as opened:
+        run = AgentRun(engine, opened, loop)
+        with run.activate():
+            yield run
+
+
+class SyncAgentRun:
+    """An :class:`AgentRun` for synchronous code: its saga lives on a private event-loop thread.
+
+    Use as ``with agent_run_sync(engine, "title") as run:``; :meth:`close` ends the saga.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        title: str,
+        *,
+        saga_id: str | None = None,
+        tenant: str | None = None,
+        actor: str | None = None,
+    ) -> None:
+        engine = _check_engine(engine)
+        if not isinstance(title, str) or not title.strip():
+            raise amends.ConfigError(
+                f"agent_run_sync() needs a title saying what the agent was asked, got {title!r}"
+            )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="amends-agent-run", daemon=True
+        )
+        self._thread.start()
+        self._saga = engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor)
+        try:
+            asyncio.run_coroutine_threadsafe(self._saga.__aenter__(), self._loop).result()
+        except BaseException:
+            self._stop()
+            raise
+        self.run = AgentRun(engine, self._saga, self._loop)
+        """The run; hand ``run.saga_id`` to ``engine.undo_sync`` afterwards."""
+        self._closed = False
+
+    def close(self) -> None:
+        """Wait for the run's steps, close the saga and stop its thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(
+                self._saga.__aexit__(None, None, None), self._loop
+            ).result()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+@contextlib.contextmanager
+def agent_run_sync(
+    engine: Engine,
+    title: str,
+    *,
+    saga_id: str | None = None,
+    tenant: str | None = None,
+    actor: str | None = None,
+) -> Iterator[AgentRun]:
+    """:func:`agent_run` for synchronous code (``agent.invoke``, ``agent.run_sync``,
+    ``Runner.run_sync``): ``with agent_run_sync(engine, "title") as run: ...``.
+
+    Raises:
+        ConfigError: No engine or no title.
+    """
+    holder = SyncAgentRun(engine, title, saga_id=saga_id, tenant=tenant, actor=actor)
+    try:
+        with holder.run.activate():
+            yield holder.run
+    finally:
+        holder.close()
+
+
+def resolve_tool_name(catalog: Catalog, name: str, names: Mapping[str, str] | None = None) -> str:
+    """The catalog name for a framework tool called ``name``.
+
+    Frameworks allow only ``[A-Za-z0-9_-]`` in tool names, so ``crm_update_field`` finds the
+    catalog's ``crm.update_field``. In order: ``names[name]`` if given; ``name`` itself if the
+    catalog has it; the one catalog tool whose name with dots replaced by underscores is
+    ``name``; else ``name`` (no contract: irreversible, and the run still works).
+    """
+    if names and name in names:
+        return names[name]
+    if name in catalog:
+        return name
+    matches = [spec.name for spec in catalog if spec.name.replace(".", "_") == name]
+    return matches[0] if len(matches) == 1 else name
+
+
+def framework_name(tool: str) -> str:
+    """The name a framework shows the model for catalog tool ``tool`` (dots become ``_``)."""
+    return tool.replace(".", "_")
+
+
+def catalog_tool_function(catalog: Catalog, tool: str) -> Callable[..., Awaitable[Any]]:
+    """An async function with the signature of catalog tool ``tool`` minus ``call``, which runs
+    the catalog's code with :func:`amends.current_call` as its ``call``.
+
+    The adapters turn it into their own tool type (``catalog_tools(...)``), so a tool registered
+    once in the catalog can be handed to the framework. Called outside an amends step it raises
+    a :class:`amends.ConfigError` rather than acting unrecorded.
+
+    Raises:
+        ContractError: ``tool`` is not in the catalog.
+    """
+    spec = catalog.get(tool)
+    fn = spec.fn
+    sig = inspect.signature(fn, eval_str=True)
+    params = list(sig.parameters.values())[1:]  # drop `call`
+
+    async def tool_function(**kwargs: Any) -> Any:
+        call = amends.current_call()
+        if call is None:
+            raise amends.ConfigError(
+                f"catalog tool {tool!r} was called outside an amends step, so its inverse "
+                f"would be lost; add the amends middleware/toolset/wrapper to the agent",
+                tool=tool,
+            )
+        result = fn(call, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    tool_function.__name__ = framework_name(tool)
+    tool_function.__qualname__ = tool_function.__name__
+    tool_function.__doc__ = inspect.getdoc(fn) or f"The {tool} tool."
+    tool_function.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=sig.return_annotation
+    )
+    tool_function.__annotations__ = {
+        p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty
+    } | (
+        {"return": sig.return_annotation}
+        if sig.return_annotation is not inspect.Signature.empty
+        else {}
+    )
+    return tool_function
+
+
+def title_from(prompt: object, default: str = "Agent run") -> str:
+    """A saga title from the user's prompt: its first line, at most 80 characters."""
+    text = prompt if isinstance(prompt, str) else ""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not line:
+        return default
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
+async def start_run(engine: Engine, title: str) -> AgentRun:
+    """Open a saga for one framework run (an adapter's default when no :func:`agent_run` is
+    active); end it with :func:`end_run`."""
+    saga = _check_engine(engine).saga(title)
+    await saga.__aenter__()
+    return AgentRun(engine, saga, asyncio.get_running_loop())
+
+
+async def end_run(run: AgentRun) -> None:
+    """Wait for the run's steps and close its saga."""
+    await run.saga.__aexit__(None, None, None)

@@ -1,0 +1,270 @@
+"""LangChain / LangGraph: every tool call of an agent becomes a step of an amends saga.
+
+```python
+from amends.integrations.langchain import AmendsMiddleware
+
+amends_mw = AmendsMiddleware(engine)                    # contracts from engine.catalog by name
+agent = create_agent(model, tools, middleware=[amends_mw])
+await agent.ainvoke({"messages": [("user", "Close the ACME deal")]})
+report = await engine.undo(amends_mw.last_saga_id)
+```
+
+Without an enclosing :func:`agent_run`, each agent run is one saga titled with the user's
+request; inside ``async with agent_run(engine, "title") as run:`` every run joins that saga. For a
+hand-built LangGraph graph, :func:`amends_tool_node` is a ``ToolNode`` doing the same (it needs
+an enclosing :func:`agent_run`). Requires the ``amends[langchain]`` extra; ``import amends``
+never imports LangChain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+import amends
+from amends import Catalog, Engine
+
+from ._agents import (
+    AgentRun,
+    SyncAgentRun,
+    agent_run,
+    agent_run_sync,
+    catalog_tool_function,
+    current_run,
+    end_run,
+    framework_name,
+    resolve_tool_name,
+    start_run,
+    title_from,
+)
+
+__all__ = [
+    "AmendsMiddleware",
+    "agent_run",
+    "agent_run_sync",
+    "amends_tool_node",
+    "catalog_tools",
+]
+
+Handler = Callable[[ToolCallRequest], Any]
+AsyncHandler = Callable[[ToolCallRequest], Awaitable[Any]]
+
+
+def _messages(state: Any) -> Sequence[BaseMessage]:
+    if isinstance(state, Mapping):
+        msgs = state.get("messages", ())
+    else:
+        msgs = getattr(state, "messages", state if isinstance(state, list) else ())
+    return msgs if isinstance(msgs, Sequence) else ()
+
+
+def _turn_of(request: ToolCallRequest) -> Hashable | None:
+    """The model response that asked for this tool call (one model turn), or ``None``."""
+    call_id = request.tool_call.get("id")
+    for msg in reversed(_messages(request.state)):
+        if isinstance(msg, AIMessage) and any(tc.get("id") == call_id for tc in msg.tool_calls):
+            return ("lc", msg.id or id(msg))
+    return None
+
+
+def _reported_error(answer: Any) -> str | None:
+    # ToolNode turns some exceptions into an error ToolMessage (handle_tool_errors): the tool
+    # began and failed, so its effect is unknown (rule 9).
+    if isinstance(answer, ToolMessage) and answer.status == "error":
+        return str(answer.content)
+    return None
+
+
+def _loggable(answer: Any) -> Any:
+    if isinstance(answer, ToolMessage):
+        return answer.artifact if answer.artifact is not None else answer.content
+    return {"repr": repr(answer)}
+
+
+def _title(state: Any) -> str:
+    for msg in reversed(_messages(state)):
+        if isinstance(msg, HumanMessage):
+            return title_from(msg.content if isinstance(msg.content, str) else msg.text)
+    return "LangChain agent run"
+
+
+class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+    """``create_agent(..., middleware=[AmendsMiddleware(engine)])``: one saga per agent run,
+    one step per tool call, sync (``invoke``) and async (``ainvoke``).
+
+    Args:
+        engine: The engine whose catalog holds the tools' contracts and whose log records the
+            saga.
+        title: The saga title of runs this middleware opens; default the user's message.
+        names: Framework tool name -> catalog name, where :func:`resolve_tool_name`'s default
+            (exact name, or dots written as underscores) does not fit.
+
+    Raises:
+        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        title: str | None = None,
+        names: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(engine, Engine):
+            raise amends.ConfigError(
+                f"AmendsMiddleware needs an amends.Engine, got {engine!r}; e.g. "
+                f"AmendsMiddleware(amends.Engine(catalog))"
+            )
+        self.engine = engine
+        self.title = title
+        self.names = dict(names or {})
+        self.last_saga_id: str | None = None
+        """The saga of the latest run (the one it opened or the enclosing one it joined)."""
+        self._own: AgentRun | None = None
+        self._own_sync: SyncAgentRun | None = None
+
+    # --- one saga per agent run, unless an agent_run() encloses it ------------------------
+    def _check_free(self) -> None:
+        if self._own is not None or self._own_sync is not None:
+            raise amends.ConfigError(
+                "this AmendsMiddleware is already recording another agent run; for concurrent "
+                "runs wrap each in 'async with agent_run(engine, title)' (or agent_run_sync)"
+            )
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        enclosing = current_run()
+        if enclosing is not None:
+            self.last_saga_id = enclosing.saga_id
+            return None
+        self._check_free()
+        self._own_sync = SyncAgentRun(self.engine, self.title or _title(state))
+        self.last_saga_id = self._own_sync.run.saga_id
+        return None
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        own, self._own_sync = self._own_sync, None
+        if own is not None:
+            own.close()
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        enclosing = current_run()
+        if enclosing is not None:
+            self.last_saga_id = enclosing.saga_id
+            return None
+        self._check_free()
+        self._own = await start_run(self.engine, self.title or _title(state))
+        self.last_saga_id = self._own.saga_id
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        own, self._own = self._own, None
+        if own is not None:
+            await end_run(own)
+        return None
+
+    def _run(self) -> AgentRun:
+        run = current_run()
+        if run is None and self._own is not None:
+            run = self._own
+        if run is None and self._own_sync is not None:
+            run = self._own_sync.run
+        if run is None:
+            raise amends.ConfigError(
+                "an amends-wrapped tool was called outside an agent run; use the middleware "
+                "with create_agent, or wrap the graph run in 'async with agent_run(engine, "
+                "title)' (agent_run_sync for invoke)"
+            )
+        return run
+
+    # --- each tool call is a step ---------------------------------------------------------
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
+        tc = request.tool_call
+        return self._run().call_tool_sync(
+            resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+            dict(tc.get("args") or {}),
+            lambda: handler(request),
+            turn=_turn_of(request),
+            reported_error=_reported_error,
+            loggable=_loggable,
+        )
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
+        tc = request.tool_call
+
+        async def call() -> Any:
+            return await handler(request)
+
+        return await self._run().call_tool(
+            resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+            dict(tc.get("args") or {}),
+            call,
+            turn=_turn_of(request),
+            reported_error=_reported_error,
+            loggable=_loggable,
+        )
+
+
+def amends_tool_node(
+    tools: Sequence[BaseTool | Callable[..., Any]],
+    engine: Engine,
+    *,
+    names: Mapping[str, str] | None = None,
+    **tool_node_kwargs: Any,
+) -> ToolNode:
+    """A LangGraph ``ToolNode`` whose every tool call is a step of the enclosing
+    :func:`agent_run` (sync and async graphs).
+
+    Raises:
+        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+    """
+    mw = AmendsMiddleware(engine, names=names)
+    return ToolNode(
+        tools,
+        wrap_tool_call=mw.wrap_tool_call,
+        awrap_tool_call=mw.awrap_tool_call,
+        **tool_node_kwargs,
+    )
+
+
+def _schema(fn: Callable[..., Any]) -> Any:
+    from langchain_core.tools import create_schema_from_function
+
+    return create_schema_from_function(fn.__name__, fn)
+
+
+def catalog_tools(catalog: Catalog, tools: Sequence[str] | None = None) -> list[StructuredTool]:
+    """LangChain tools that run catalog tools (all, or those named): the alternative of
+    registering a tool once in the catalog and handing the agent the wrapped version.
+
+    Each is named like the catalog tool with dots as underscores (``crm_update_field``), takes
+    the catalog function's parameters minus ``call``, and must run under the middleware.
+
+    Raises:
+        ContractError: A name not in the catalog.
+    """
+    names = list(tools) if tools is not None else [spec.name for spec in catalog]
+    out = []
+    for name in names:
+        fn = catalog_tool_function(catalog, name)
+
+        def sync_fn(__fn: Callable[..., Awaitable[Any]] = fn, **kwargs: Any) -> Any:
+            return amends.run(__fn(**kwargs))  # invoke(): runs in ToolNode's worker thread
+
+        out.append(
+            StructuredTool.from_function(
+                func=sync_fn,
+                coroutine=fn,
+                name=framework_name(name),
+                description=fn.__doc__ or name,
+                args_schema=_schema(fn),
+            )
+        )
+    return out
