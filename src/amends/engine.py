@@ -55,6 +55,9 @@ class Engine:
         lease_seconds: How long a worker's claim on a running saga or reversal lasts without a
             heartbeat; after that, another worker may recover it. Default 15s.
         poll_interval: Seconds between looks at the log while waiting for another process.
+        planner: Builds the compensation plan from the logged saga and the catalog; default
+            :func:`amends.planner.plan`. A seam for tests and the eval suite's deliberately
+            broken engines (they rewrite the plan here instead of patching a module).
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class Engine:
         retry: RetryPolicy | None = None,
         lease_seconds: float = 15.0,
         poll_interval: float = 0.02,
+        planner: Callable[[SagaRecord, Catalog], Plan] | None = None,
     ) -> None:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"Engine needs an amends.Catalog, got {catalog!r}")
@@ -75,6 +79,8 @@ class Engine:
         self.retry = retry or RetryPolicy()
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
+        self.planner: Callable[[SagaRecord, Catalog], Plan] = planner or plan
+        """The planner undo and preview use (rule 10: the preview uses the same one)."""
         self.owner = _owner_id()
         self.live_sagas: dict[str, Saga] = {}
         """Sagas this engine is running forward now (undo waits for their steps to settle)."""
@@ -101,7 +107,7 @@ class Engine:
         Raises:
             SagaNotFoundError: No such saga.
         """
-        return plan(await self._saga_or_raise(saga_id), self.catalog)
+        return self.planner(await self._saga_or_raise(saga_id), self.catalog)
 
     async def _saga_or_raise(self, saga_id: str) -> SagaRecord:
         if not isinstance(saga_id, str) or not saga_id:
@@ -219,7 +225,7 @@ class Engine:
         heartbeat = asyncio.create_task(beat())
         try:
             saga = await self._settled_saga(saga_id, meter)
-            the_plan = plan(saga, self.catalog)
+            the_plan = self.planner(saga, self.catalog)
 
             def progress(outcome: StepOutcome) -> None:
                 for hook in self.progress_hooks:
