@@ -45,6 +45,7 @@ from .errors import (
 from .log import SagaLog, SqliteLog, open_log
 from .planner import Plan, PlannedStep
 from .report import Outcome, StepOutcome, StepState, UndoReport
+from .toml_catalog import load_toml_catalog
 
 __version__ = "0.1.0"
 
@@ -102,6 +103,7 @@ __all__ = [
     "TransientError",
     "UndoReport",
     "current_call",
+    "load_toml_catalog",
     "open_log",
     "run",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -417,17 +416,6 @@ class Catalog:
 
     def __len__(self) -> int:
         return len(self._tools)
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike[str]) -> Catalog:
-        """A catalog of the HTTP tools declared in a TOML file (see :mod:`amends.toml_catalog`).
-
-        Raises:
-            ConfigError: The file is missing, not TOML, or a tool entry is malformed.
-        """
-        from .toml_catalog import load_toml_catalog
-
-        return load_toml_catalog(path, cls())
 
     def merge(self, other: Catalog) -> Catalog:
         """Register every tool of ``other`` here (names must not clash); returns ``self``."""

@@ -57,6 +57,7 @@ EXPORTED = [
     "TransientError",
     "UndoReport",
     "current_call",
+    "load_toml_catalog",
     "open_log",
     "run",
 ]

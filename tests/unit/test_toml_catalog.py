@@ -102,7 +102,7 @@ async def test_toml_http_tool_is_reverted_with_the_value_observed_before(
     tmp_path: Path, crm_server: tuple[str, Crm]
 ) -> None:
     base, crm = crm_server
-    catalog = amends.Catalog.from_toml(write_catalog(tmp_path, base))
+    catalog = amends.load_toml_catalog(write_catalog(tmp_path, base))
     engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
     async with engine.saga("toml") as saga:
         await saga.call("crm.update_field", record_id="r1", field="stage", value="won")
@@ -123,7 +123,7 @@ async def test_toml_http_tool_drift_is_refused_by_probe(
     tmp_path: Path, crm_server: tuple[str, Crm]
 ) -> None:
     base, crm = crm_server
-    catalog = amends.Catalog.from_toml(write_catalog(tmp_path, base))
+    catalog = amends.load_toml_catalog(write_catalog(tmp_path, base))
     engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
     async with engine.saga("toml") as saga:
         await saga.call("crm.update_field", record_id="r1", field="stage", value="won")
@@ -171,10 +171,10 @@ def test_bad_toml_catalogs_get_precise_errors(tmp_path: Path, text: str, message
         .replace("{", r"\{")
         .replace("}", r"\}"),
     ) as exc:
-        amends.Catalog.from_toml(path)
+        amends.load_toml_catalog(path)
     assert "bad.toml" in str(exc.value) or "maybe" in str(exc.value)
 
 
 def test_missing_toml_file(tmp_path: Path) -> None:
     with pytest.raises(amends.ConfigError, match="does not exist"):
-        amends.Catalog.from_toml(tmp_path / "none.toml")
+        amends.load_toml_catalog(tmp_path / "none.toml")

@@ -21,6 +21,7 @@ from rich.table import Table
 from ..contracts import Catalog
 from ..errors import ConfigError
 from ..report import UndoReport
+from ..toml_catalog import load_toml_catalog
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -44,7 +45,7 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
     """
     spec = spec or os.environ.get("AMENDS_CATALOG") or "amends.sandbox:demo_catalog"
     if spec.endswith(".toml"):
-        return Catalog.from_toml(spec)
+        return load_toml_catalog(spec)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(
