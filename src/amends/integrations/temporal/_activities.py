@@ -1,0 +1,300 @@
+"""The activities of the reversal workflow: every effect on the world or the log happens here.
+
+Each drift probe, compensation and follow-up is one ``amends.call_tool`` activity carrying amends'
+idempotency key; every compensation event is written to the saga log by ``amends.record``, which is
+idempotent (an activity Temporal retries never writes an event twice). Activities never decide
+what an outcome *means* for a step: the workflow applies the same rules as the local engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from amends.calls import invoke
+from amends.contracts import Call, Catalog, Expectation
+from amends.errors import (
+    LeaseLostError,
+    PermanentError,
+    PreconditionFailed,
+    TransientError,
+)
+from amends.log import SagaLog
+
+from ._codec import spec_to_dict, to_dict
+
+__all__ = [
+    "ClaimInput",
+    "ClaimResult",
+    "FinishInput",
+    "ReadInput",
+    "ReadResult",
+    "RecordInput",
+    "ReversalActivities",
+    "ToolCallInput",
+    "ToolCallResult",
+]
+
+EVENT_KEY = "temporal_event"
+"""Key of the compensation data that names the workflow write it came from (idempotency)."""
+
+
+@dataclass
+class ClaimInput:
+    saga_id: str
+    budget: dict[str, Any]
+    owner: str
+    """Who holds the reversal in the log: ``temporal:<workflow id>``."""
+    lease_seconds: float
+
+
+@dataclass
+class ClaimResult:
+    outcome: str
+    """``new``, ``taken_over``, ``done``, ``running_elsewhere`` or ``not_found``."""
+    reversal: dict[str, Any] | None = None
+    saga: dict[str, Any] | None = None
+    compensations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """The worker's catalog as data (no functions): the workflow's planner and runner read it."""
+    now: float = 0.0
+
+
+@dataclass
+class ReadInput:
+    saga_id: str
+    reversal_id: str | None = None
+
+
+@dataclass
+class ReadResult:
+    saga: dict[str, Any] | None
+    reversal: dict[str, Any] | None
+    compensations: dict[str, dict[str, Any]]
+    now: float
+
+
+@dataclass
+class ToolCallInput:
+    tool: str
+    args: dict[str, Any]
+    saga_id: str
+    step_id: str
+    phase: str
+    key: str
+    """amends' idempotency key of this call (the same for every retry of one compensation)."""
+    attempt: int
+    precondition: dict[str, Any] | None = None
+
+
+@dataclass
+class ToolCallResult:
+    result: Any
+    tokens: int = 0
+    residue: list[dict[str, Any]] = field(default_factory=list)
+    follow_ups: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RecordInput:
+    reversal_id: str
+    generation: int
+    step_id: str
+    state: str
+    attempts: int
+    detail: str | None
+    data: dict[str, Any]
+    calls_spent: int
+    tokens_spent: int
+    event: str
+    now: float
+    event_key: str
+    """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
+
+
+@dataclass
+class FinishInput:
+    reversal_id: str
+    generation: int
+    report: dict[str, Any]
+
+
+def _app_error(kind: str, message: str, **details: Any) -> ApplicationError:
+    # non_retryable: a tool's answer is final for this attempt; amends' own retry policy (in the
+    # workflow, within budget) decides what happens next, exactly as in the local engine.
+    return ApplicationError(message, details, type=kind, non_retryable=True)
+
+
+class ReversalActivities:
+    """The activities one worker serves: its catalog's tools and its saga log.
+
+    Args:
+        catalog: The tools (the same catalog the agents ran with).
+        log: The saga log, normally a :class:`amends.PostgresLog` shared by every worker.
+        heartbeat_seconds: How often a running tool call heartbeats; Temporal moves the call to
+            another worker after ``3 x`` this without a heartbeat.
+    """
+
+    def __init__(self, catalog: Catalog, log: SagaLog, *, heartbeat_seconds: float = 1.0) -> None:
+        self.catalog = catalog
+        self.log = log
+        self.heartbeat_seconds = heartbeat_seconds
+
+    def all(self) -> list[Any]:
+        """The activity functions, for ``Worker(activities=...)``."""
+        return [self.claim, self.read, self.call_tool, self.record, self.finish]
+
+    @activity.defn(name="amends.claim")
+    async def claim(self, inp: ClaimInput) -> ClaimResult:
+        """Create the saga's one reversal in the log, or find it (rule 6)."""
+        saga = await self.log.get_saga(inp.saga_id)
+        if saga is None:
+            return ClaimResult("not_found", now=time.time())
+        now = time.time()
+        claim = await self.log.claim_reversal(
+            inp.saga_id,
+            reversal_id=f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}",
+            budget=inp.budget,
+            owner=inp.owner,
+            lease_until=now + inp.lease_seconds,
+            now=now,
+        )
+        rev = claim.reversal
+        if claim.outcome in ("done", "running_elsewhere"):
+            return ClaimResult(claim.outcome, to_dict(rev), now=time.time())
+        saga = await self.log.get_saga(inp.saga_id)
+        assert saga is not None
+        comps = await self.log.get_compensations(rev.reversal_id)
+        return ClaimResult(
+            claim.outcome,
+            to_dict(rev),
+            to_dict(saga),
+            {k: to_dict(v) for k, v in comps.items()},
+            [spec_to_dict(s) for s in self.catalog],
+            now=time.time(),
+        )
+
+    @activity.defn(name="amends.read")
+    async def read(self, inp: ReadInput) -> ReadResult:
+        """The saga, its reversal and the compensations logged so far."""
+        saga = await self.log.get_saga(inp.saga_id)
+        rev = await self.log.get_reversal(
+            **({"reversal_id": inp.reversal_id} if inp.reversal_id else {"saga_id": inp.saga_id})
+        )
+        comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
+        return ReadResult(
+            None if saga is None else to_dict(saga),
+            None if rev is None else to_dict(rev),
+            {k: to_dict(v) for k, v in comps.items()},
+            time.time(),
+        )
+
+    @activity.defn(name="amends.call_tool")
+    async def call_tool(self, inp: ToolCallInput) -> ToolCallResult:
+        """One probe, compensation or follow-up: the tool called once with amends' key."""
+        if inp.tool not in self.catalog:
+            raise _app_error(
+                "ToolRaised",
+                f"tool {inp.tool!r} is not in this worker's catalog; run every worker with the "
+                f"same catalog",
+                name="ContractError",
+                tokens=0,
+            )
+        spec = self.catalog.get(inp.tool)
+        call = Call(
+            saga_id=inp.saga_id,
+            step_id=inp.step_id,
+            tool=inp.tool,
+            phase=inp.phase,  # type: ignore[arg-type]
+            idempotency_key=inp.key,
+            attempt=inp.attempt,
+            precondition=None
+            if inp.precondition is None
+            else Expectation.from_dict(inp.precondition),
+        )
+        beating = asyncio.create_task(self._beat())
+        try:
+            # the workflow bounds the call's time (tool timeout, budget); none here
+            result = await invoke(spec.fn, call, inp.args, None)
+        except TransientError as exc:
+            raise _app_error(
+                "TransientError", str(exc), tokens=call.tokens, retry_after=exc.retry_after
+            ) from exc
+        except PreconditionFailed as exc:
+            raise _app_error("PreconditionFailed", str(exc), tokens=call.tokens) from exc
+        except PermanentError as exc:
+            raise _app_error("PermanentError", str(exc), tokens=call.tokens) from exc
+        except TimeoutError as exc:
+            raise _app_error("Timeout", str(exc), tokens=call.tokens) from exc
+        except LeaseLostError as exc:
+            raise _app_error("LeaseLostError", str(exc), tokens=call.tokens) from exc
+        except Exception as exc:
+            raise _app_error(
+                "ToolRaised", str(exc), name=type(exc).__name__, tokens=call.tokens
+            ) from exc
+        finally:
+            beating.cancel()
+        return ToolCallResult(
+            result,
+            call.tokens,
+            [r.to_dict() for r in call.recorded_residue],
+            [f.to_dict() for f in call.recorded_follow_ups],
+        )
+
+    async def _beat(self) -> None:
+        # activities heartbeat so a dead worker's call moves to a live one within seconds, and
+        # so a cancellation from the workflow (timeout, budget) reaches the tool
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(self.heartbeat_seconds)
+
+    @activity.defn(name="amends.record")
+    async def record(self, inp: RecordInput) -> None:
+        """Write one compensation event, once, however often Temporal runs this activity."""
+        comps = await self.log.get_compensations(inp.reversal_id)
+        cur = comps.get(inp.step_id)
+        if cur is not None and cur.data.get(EVENT_KEY) == inp.event_key:
+            return  # an earlier attempt of this activity committed it
+        try:
+            await self.log.record_compensation(
+                inp.reversal_id,
+                inp.generation,
+                inp.step_id,
+                state=inp.state,
+                attempts=inp.attempts,
+                detail=inp.detail,
+                data={**inp.data, EVENT_KEY: inp.event_key},
+                calls_spent=inp.calls_spent,
+                tokens_spent=inp.tokens_spent,
+                event=inp.event,
+                now=inp.now,
+            )
+        except LeaseLostError as exc:
+            raise _app_error("LeaseLostError", str(exc)) from exc
+
+    @activity.defn(name="amends.finish")
+    async def finish(self, inp: FinishInput) -> dict[str, Any]:
+        """Store the report (once) and return the reversal's report as the log holds it."""
+        rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
+        if rev is not None and rev.state == "done" and rev.report is not None:
+            return rev.report
+        try:
+            await self.log.finish_reversal(
+                inp.reversal_id, inp.generation, inp.report, now=time.time()
+            )
+        except LeaseLostError as exc:
+            raise _app_error("LeaseLostError", str(exc)) from exc
+        return dict(inp.report)
+
+
+def details(exc: ApplicationError) -> Mapping[str, Any]:
+    """The structured details of an activity's ApplicationError (``{}`` when none)."""
+    d = exc.details[0] if exc.details else {}
+    return d if isinstance(d, Mapping) else {}

@@ -1,0 +1,89 @@
+"""Plain-JSON forms of the log's records, for Temporal payloads (activity inputs and results).
+
+Temporal stores every activity result in the workflow's history; amends' records are frozen
+dataclasses with tuples, which JSON would turn into lists. These helpers keep the round trip exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from amends.contracts import Reversibility, ToolSpec
+from amends.log.base import CompensationRecord, ReversalRecord, SagaRecord, StepRecord
+
+__all__ = [
+    "compensation_from_dict",
+    "reversal_from_dict",
+    "saga_from_dict",
+    "spec_from_dict",
+    "spec_to_dict",
+    "to_dict",
+]
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """A record (saga, step, reversal, compensation) as a JSON-ready dict."""
+    out: dict[str, Any] = dataclasses.asdict(record)
+    return out
+
+
+def _step_from_dict(d: Mapping[str, Any]) -> StepRecord:
+    return StepRecord(
+        **{
+            **d,
+            "deps": tuple(d.get("deps", ())),
+            "resources": tuple(d.get("resources", ())),
+            "residue": tuple(d.get("residue", ())),
+        }
+    )
+
+
+def reversal_from_dict(d: Mapping[str, Any]) -> ReversalRecord:
+    return ReversalRecord(**d)
+
+
+def saga_from_dict(d: Mapping[str, Any]) -> SagaRecord:
+    rev = d.get("reversal")
+    return SagaRecord(
+        **{
+            **d,
+            "steps": tuple(_step_from_dict(s) for s in d.get("steps", ())),
+            "reversal": None if rev is None else reversal_from_dict(rev),
+        }
+    )
+
+
+def compensation_from_dict(d: Mapping[str, Any]) -> CompensationRecord:
+    return CompensationRecord(**d)
+
+
+def spec_to_dict(spec: ToolSpec) -> dict[str, Any]:
+    """The data of a catalog entry (everything but its functions), for the workflow's catalog."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if callable(value):
+            continue  # the tool and its helper functions stay on the worker
+        if isinstance(value, Reversibility):
+            value = value.value
+        elif isinstance(value, tuple | frozenset | set):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def spec_from_dict(d: Mapping[str, Any], fn: Any) -> ToolSpec:
+    """A catalog entry whose function is ``fn`` (the workflow's activity shim)."""
+    names = {f.name: f for f in dataclasses.fields(ToolSpec)}
+    kwargs: dict[str, Any] = {}
+    for key, value in d.items():
+        if key not in names:
+            continue  # a field a newer worker knows; the workflow does without it
+        if key == "reversibility":
+            value = Reversibility(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return ToolSpec(fn=fn, **kwargs)

@@ -1,0 +1,182 @@
+"""The client side: hand a saga's reversal to Temporal, and build workers that run it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from amends.budget import Budget
+from amends.contracts import Catalog
+from amends.errors import AmendsError, ConfigError, SagaNotFoundError
+from amends.log import SagaLog, open_log
+from amends.report import UndoReport
+
+from ._activities import ReversalActivities
+from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow
+
+if TYPE_CHECKING:
+    from amends.engine import Engine
+
+__all__ = ["DEFAULT_TASK_QUEUE", "TemporalRunner", "connect", "make_worker", "workflow_id"]
+
+DEFAULT_TASK_QUEUE = "amends-reversals"
+
+
+def workflow_id(saga_id: str) -> str:
+    """The id of the reversal workflow of ``saga_id``: one per saga, whoever asks (rule 6)."""
+    return f"amends-reversal:{saga_id}"
+
+
+async def connect(target: str, *, namespace: str = "default") -> Client:
+    """Connect to Temporal at ``HOST:PORT``.
+
+    Raises:
+        ConfigError: ``target`` is not ``HOST:PORT`` or nothing answers there.
+    """
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(
+            f"Temporal address {target!r} is not HOST:PORT; e.g. --temporal 127.0.0.1:7233"
+        )
+    try:
+        return await Client.connect(target, namespace=namespace)
+    except RuntimeError as exc:  # the SDK's connection errors are RuntimeErrors
+        raise ConfigError(
+            f"cannot reach Temporal at {target!r} (namespace {namespace!r}): {exc}; start it "
+            f"(`temporal server start-dev`) or fix the address"
+        ) from exc
+
+
+class TemporalRunner:
+    """Runs reversals as Temporal workflows: ``Engine(catalog, log=pg_url, runner=...)``.
+
+    Every undo of a saga, from any client, process or machine, attaches to the one workflow
+    whose id derives from the saga id (rule 6); workers started with :func:`make_worker` (or
+    ``amends worker``) execute it, recording every compensation in the shared saga log.
+
+    Args:
+        client: A connected :class:`temporalio.client.Client`, or ``"HOST:PORT"``.
+        task_queue: The queue the workers poll. Default ``amends-reversals``.
+        namespace: Temporal namespace when ``client`` is an address. Default ``default``.
+        heartbeat_timeout: Seconds without a heartbeat after which a tool call's worker counts
+            as dead and the call moves through amends' crash rules. Default 5.
+        lease_seconds: How long the reversal's claim in the log lasts for local engines (they
+            take a reversal over only when it expires). Default 3600.
+    """
+
+    def __init__(
+        self,
+        client: Client | str,
+        *,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        namespace: str = "default",
+        heartbeat_timeout: float = 5.0,
+        lease_seconds: float = 3600.0,
+    ) -> None:
+        if heartbeat_timeout <= 0:
+            raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
+        self._client = client if isinstance(client, Client) else None
+        self._target = client if isinstance(client, str) else None
+        self.task_queue = task_queue
+        self.namespace = namespace
+        self.heartbeat_timeout = float(heartbeat_timeout)
+        self.lease_seconds = float(lease_seconds)
+
+    async def client(self) -> Client:
+        """The Temporal client (connected on first use)."""
+        if self._client is None:
+            assert self._target is not None
+            self._client = await connect(self._target, namespace=self.namespace)
+        return self._client
+
+    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+        """Start the saga's reversal workflow, or attach to it, and return its report.
+
+        Raises:
+            SagaNotFoundError: No such saga in the engine's log.
+            AmendsError: The workflow failed (its cause is named).
+        """
+        if await engine.log.get_saga(saga_id) is None:
+            raise SagaNotFoundError(
+                f"no saga {saga_id!r} in {engine.log.url}; list sagas with "
+                f"`amends show --db {engine.log.url}`",
+                saga_id=saga_id,
+            )
+        client = await self.client()
+        handle = await client.start_workflow(
+            WORKFLOW_NAME,
+            ReversalInput(
+                saga_id,
+                budget.to_dict(),
+                dataclasses.asdict(engine.retry),
+                heartbeat_timeout=self.heartbeat_timeout,
+                lease_seconds=self.lease_seconds,
+                poll_interval=max(engine.poll_interval, 0.05),
+            ),
+            id=workflow_id(saga_id),
+            task_queue=self.task_queue,
+            # rule 6: a caller attaches to the running reversal; after it finished, a new run
+            # finds the report in the log and returns it.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            result_type=dict,
+        )
+        try:
+            result: dict[str, Any] = await handle.result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "SagaNotFoundError":
+                raise SagaNotFoundError(
+                    f"{cause.message}; the workers and this client must share one log",
+                    saga_id=saga_id,
+                ) from exc
+            raise AmendsError(
+                f"the reversal workflow {workflow_id(saga_id)!r} failed: {cause or exc}; see "
+                f"it with `temporal workflow show --workflow-id {workflow_id(saga_id)}`",
+                saga_id=saga_id,
+            ) from exc
+        return UndoReport.from_dict(result)
+
+
+def make_worker(
+    client: Client,
+    catalog: Catalog,
+    log: SagaLog | str | os.PathLike[str],
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    heartbeat_seconds: float = 1.0,
+    **worker_options: Any,
+) -> Worker:
+    """A Temporal worker that runs amends reversals: ``async with make_worker(...)``.
+
+    Args:
+        client: A connected Temporal client.
+        catalog: The tools (the catalog the agents ran with).
+        log: The shared saga log (a :class:`amends.PostgresLog` or its URL).
+        task_queue: The queue :class:`TemporalRunner` starts workflows on.
+        heartbeat_seconds: How often a running tool call heartbeats (keep it well under the
+            runner's ``heartbeat_timeout``).
+        **worker_options: Passed to :class:`temporalio.worker.Worker`.
+    """
+    if not isinstance(catalog, Catalog):
+        raise ConfigError(f"make_worker needs an amends.Catalog, got {catalog!r}")
+    acts = ReversalActivities(catalog, open_log(log), heartbeat_seconds=heartbeat_seconds)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ReversalWorkflow],
+        activities=acts.all(),
+        # amends' modules are deterministic where the workflow uses them; passing them through
+        # keeps one copy (and one set of classes) per worker instead of one per workflow run.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("amends")
+        ),
+        **worker_options,
+    )

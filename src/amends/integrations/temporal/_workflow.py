@@ -1,0 +1,396 @@
+"""The reversal workflow: amends' planner and per-step rules, run deterministically by Temporal.
+
+The workflow runs the *same* step logic as the local engine (:mod:`amends.reversal`): the plan
+comes from :func:`amends.planner.plan`, and each step goes through the local runner's drift check,
+retry, budget, follow-up and recording rules. Only the edges differ: a tool call is an
+``amends.call_tool`` activity, a log write an ``amends.record`` activity, and time is workflow
+time. Nothing here touches the world or the log directly (workflow code must be deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy as TemporalRetry
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from amends.budget import Budget, BudgetMeter
+    from amends.calls import RetryPolicy
+    from amends.contracts import Call, Catalog, FollowUp, Residue, ToolSpec
+    from amends.errors import (
+        ConfigError,
+        LeaseLostError,
+        PermanentError,
+        PreconditionFailed,
+        TransientError,
+    )
+    from amends.log.base import ReversalRecord, SagaLog
+    from amends.planner import PlannedStep, plan
+    from amends.report import StepOutcome, UndoReport
+    from amends.reversal import _Runner
+
+    from ._activities import (
+        ClaimInput,
+        ClaimResult,
+        FinishInput,
+        ReadInput,
+        ReadResult,
+        RecordInput,
+        ToolCallInput,
+        ToolCallResult,
+        details,
+    )
+    from ._codec import compensation_from_dict, reversal_from_dict, saga_from_dict, spec_from_dict
+
+__all__ = ["ReversalInput", "ReversalWorkflow"]
+
+WORKFLOW_NAME = "amends.Reversal"
+
+# Log reads and writes are idempotent, so Temporal may retry them freely (a database restart).
+_LOG_RETRY = TemporalRetry(
+    initial_interval=timedelta(seconds=0.2),
+    maximum_interval=timedelta(seconds=5),
+    non_retryable_error_types=["LeaseLostError"],
+)
+# Tool calls are never retried by Temporal: amends' own policy retries within the budget (rule 7),
+# and a call whose worker died goes through the crash rules (rule 5), not a blind re-send.
+_ONCE = TemporalRetry(maximum_attempts=1)
+
+
+@dataclass
+class ReversalInput:
+    """What a client asks the reversal workflow for."""
+
+    saga_id: str
+    budget: dict[str, Any]
+    """The reversal's budget (a second caller's budget is ignored: the reversal keeps its own)."""
+    retry: dict[str, Any] = field(default_factory=dict)
+    """amends' retry policy for transient tool errors (fields of :class:`amends.RetryPolicy`)."""
+    heartbeat_timeout: float = 5.0
+    """Seconds without a heartbeat after which a tool call's worker counts as dead."""
+    lease_seconds: float = 3600.0
+    """How long the reversal's claim in the log lasts: local engines take it over only after."""
+    poll_interval: float = 0.2
+    """Seconds between looks at the log while waiting for steps in flight or another owner."""
+
+
+class _WorkerLost(BaseException):
+    """The worker running a tool call stopped answering: the call may or may not have landed.
+
+    A BaseException so that the local runner's "any other exception is a failed call" does not
+    swallow it: the step is re-run through the crash rules instead (rule 5).
+    """
+
+
+_NAMED: dict[str, type[Exception]] = {}
+
+
+def _named(name: str) -> type[Exception]:
+    # the report says "<tool> raised <ExceptionName>: ...", as the local engine does
+    cls = _NAMED.get(name)
+    if cls is None:
+        cls = _NAMED[name] = type(name, (Exception,), {})
+    return cls
+
+
+def _translate(err: ApplicationError) -> BaseException:
+    d = details(err)
+    msg = err.message
+    kind = err.type or ""
+    if kind == "TransientError":
+        return TransientError(msg, retry_after=d.get("retry_after"))
+    if kind == "PreconditionFailed":
+        return PreconditionFailed(msg)
+    if kind == "PermanentError":
+        return PermanentError(msg)
+    if kind == "Timeout":
+        return TimeoutError(msg)
+    if kind == "LeaseLostError":
+        return LeaseLostError(msg)
+    return _named(str(d.get("name") or kind or "Exception"))(msg)
+
+
+class _WorkflowMeter(BudgetMeter):
+    """The budget, measured in workflow time (deterministic on replay)."""
+
+    def __init__(self, budget: Budget, *, calls_spent: int, tokens_spent: int) -> None:
+        super().__init__(budget, calls_spent=calls_spent, tokens_spent=tokens_spent)
+        self.started = workflow.time()
+
+    def remaining_seconds(self) -> float:
+        return max(0.0, self.deadline - workflow.time())
+
+    def exhausted(self) -> str | None:
+        # The base class's time check compares a monotonic clock with this (epoch-based)
+        # deadline and so never fires here; the call and token checks are the shared rules.
+        why = super().exhausted()
+        if why is None and workflow.time() >= self.deadline:
+            why = f"time budget of {self.budget.seconds:g}s spent"
+        return why
+
+
+class _Catalog(Catalog):
+    """The worker's catalog as data, each tool's function replaced by the activity shim."""
+
+    def __init__(self, specs: Mapping[str, ToolSpec]) -> None:
+        super().__init__()
+        self._specs = dict(specs)
+
+    def get(self, name: str) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ConfigError(
+                f"tool {name!r} is not in the workers' catalog; run every worker with the "
+                f"catalog the agents used"
+            )
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+class _ActivityLog:
+    """The one log method the runner writes through, as an idempotent activity."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    async def record_compensation(
+        self,
+        reversal_id: str,
+        generation: int,
+        step_id: str,
+        *,
+        state: str,
+        attempts: int,
+        detail: str | None,
+        data: Mapping[str, Any],
+        calls_spent: int,
+        tokens_spent: int,
+        event: str,
+        now: float,
+    ) -> None:
+        self.writes += 1  # deterministic: the workflow issues writes in a replayable order
+        inp = RecordInput(
+            reversal_id,
+            generation,
+            step_id,
+            state,
+            attempts,
+            detail,
+            dict(data),
+            calls_spent,
+            tokens_spent,
+            event,
+            now,
+            event_key=f"{workflow.info().run_id}:{self.writes}",
+        )
+        try:
+            await workflow.execute_activity(
+                "amends.record", inp, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_LOG_RETRY,
+            )  # fmt: skip
+        except ActivityError as exc:
+            if isinstance(exc.cause, ApplicationError) and exc.cause.type == "LeaseLostError":
+                raise LeaseLostError(exc.cause.message) from None
+            raise
+
+
+class _Runner_(_Runner):
+    """The local runner's step rules, with a dead worker treated as a crash (rule 5)."""
+
+    def __init__(self, wf: ReversalWorkflow, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wf = wf
+
+    async def _step(self, p: PlannedStep) -> StepOutcome:
+        while True:
+            try:
+                return await super()._step(p)
+            except _WorkerLost:
+                # rule 5: the call was in flight when its worker died, exactly as if the local
+                # engine had crashed there. Re-read what the log says about this step and run it
+                # again through the same rules: a compensation logged "dispatched" is re-sent only
+                # where that is safe, otherwise the world is re-observed or the step is in_doubt.
+                # Every attempt spends budget, so this ends (rule 7).
+                read = await self.wf._read(self.reversal.reversal_id)
+                self.done = {k: compensation_from_dict(v) for k, v in read.compensations.items()}
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class ReversalWorkflow:
+    """One saga's one reversal (rule 6); its id is derived from the saga id by the client."""
+
+    def __init__(self) -> None:
+        self.inp: ReversalInput | None = None
+        self.meter: _WorkflowMeter | None = None
+        self.specs: dict[str, ToolSpec] = {}
+
+    @workflow.run
+    async def run(self, inp: ReversalInput) -> dict[str, Any]:
+        self.inp = inp
+        owner = f"temporal:{workflow.info().workflow_id}"
+        while True:
+            claim = await workflow.execute_activity(
+                "amends.claim",
+                ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds),
+                result_type=ClaimResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_LOG_RETRY,
+            )
+            if claim.outcome == "not_found":
+                raise ApplicationError(
+                    f"no saga {inp.saga_id!r} in the workers' log", type="SagaNotFoundError",
+                    non_retryable=True,
+                )  # fmt: skip
+            assert claim.reversal is not None
+            rev = reversal_from_dict(claim.reversal)
+            if claim.outcome == "done":
+                assert rev.report is not None
+                return rev.report
+            if claim.outcome == "running_elsewhere":
+                report = await self._wait_elsewhere(rev)
+                if report is not None:
+                    return report
+                continue  # its lease expired: claim it again
+            try:
+                return await self._execute(claim, rev)
+            except LeaseLostError:
+                continue  # another worker took the reversal over: join it
+
+    async def _read(self, reversal_id: str | None = None) -> ReadResult:
+        assert self.inp is not None
+        read: ReadResult = await workflow.execute_activity(
+            "amends.read",
+            ReadInput(self.inp.saga_id, reversal_id),
+            result_type=ReadResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_LOG_RETRY,
+        )
+        return read
+
+    async def _wait_elsewhere(self, rev: ReversalRecord) -> dict[str, Any] | None:
+        assert self.inp is not None
+        while True:
+            await workflow.sleep(self.inp.poll_interval)
+            read = await self._read(rev.reversal_id)
+            assert read.reversal is not None
+            cur = reversal_from_dict(read.reversal)
+            if cur.state == "done" and cur.report is not None:
+                return cur.report
+            if cur.lease_until is None or cur.lease_until <= read.now:
+                return None
+
+    async def _tool(self, call: Call, **args: Any) -> Any:
+        """The shim every tool of the workflow's catalog points at: one activity per call."""
+        assert self.inp is not None and self.meter is not None
+        spec = self.specs[call.tool]
+        bound = spec.timeout if spec.timeout is not None else self.meter.remaining_seconds()
+        inp = ToolCallInput(
+            call.tool,
+            dict(args),
+            call.saga_id,
+            call.step_id,
+            call.phase,
+            call.idempotency_key,
+            call.attempt,
+            None if call.precondition is None else call.precondition.to_dict(),
+        )
+        try:
+            out = await workflow.execute_activity(
+                "amends.call_tool",
+                inp,
+                result_type=ToolCallResult,
+                # the runner cancels the call at its own bound; this one only catches a worker
+                # that stopped heartbeating without dying (a frozen process)
+                start_to_close_timeout=timedelta(seconds=bound + 3 * self.inp.heartbeat_timeout),
+                heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError):
+                call.tokens += int(details(cause).get("tokens") or 0)
+                raise _translate(cause) from None
+            raise _WorkerLost(f"the worker running {call.tool} stopped: {cause or exc}") from None
+        call.tokens += out.tokens
+        call.recorded_residue.extend(Residue.from_dict(r) for r in out.residue)
+        call.recorded_follow_ups.extend(FollowUp(f["tool"], f["args"]) for f in out.follow_ups)
+        return out.result
+
+    async def _execute(self, claim: ClaimResult, rev: ReversalRecord) -> dict[str, Any]:
+        inp = self.inp
+        assert inp is not None and claim.saga is not None
+        budget = Budget.from_dict(rev.budget)
+        meter = self.meter = _WorkflowMeter(
+            budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent
+        )
+        self.specs = {d["name"]: spec_from_dict(d, self._tool) for d in claim.tools}
+        catalog = _Catalog(self.specs)
+        saga = saga_from_dict(claim.saga)
+        compensations = claim.compensations
+        now = claim.now
+        while True:  # as the local engine: steps in flight finish first, within the budget
+            running = [s for s in saga.steps if s.state == "intent"]
+            expired = saga.lease_until is None or saga.lease_until <= now
+            if not running or expired or meter.remaining_seconds() <= 0:
+                break
+            await workflow.sleep(inp.poll_interval)
+            read = await self._read(rev.reversal_id)
+            assert read.saga is not None
+            saga, compensations, now = saga_from_dict(read.saga), read.compensations, read.now
+        the_plan = plan(saga, catalog)
+        runner = _Runner_(
+            self,
+            catalog=catalog,
+            log=_as_log(_ActivityLog()),
+            saga=saga,
+            reversal=rev,
+            plan=the_plan,
+            done={k: compensation_from_dict(v) for k, v in compensations.items()},
+            meter=meter,
+            retry=RetryPolicy(**inp.retry),
+            clock=workflow.time,
+            on_progress=None,
+        )
+        outcomes = await runner.run()
+        report = UndoReport(
+            saga_id=saga.saga_id,
+            reversal_id=rev.reversal_id,
+            title=saga.title,
+            steps=tuple(outcomes),
+            tool_calls=meter.calls,
+            tokens=meter.tokens,
+            seconds=workflow.time() - meter.started,
+            budget=budget.to_dict(),
+            requested_at=rev.requested_at,
+            finished_at=workflow.time(),
+        )
+        try:
+            stored: dict[str, Any] = await workflow.execute_activity(
+                "amends.finish",
+                FinishInput(rev.reversal_id, rev.generation, report.to_dict()),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_LOG_RETRY,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, ApplicationError) and exc.cause.type == "LeaseLostError":
+                raise LeaseLostError(exc.cause.message) from None
+            raise
+        return stored
+
+
+def _as_log(log: _ActivityLog) -> SagaLog:
+    # The runner only writes compensation events through its log; the adapter has exactly that.
+    return log  # type: ignore[return-value]

@@ -1,0 +1,90 @@
+"""``amends worker --temporal HOST:PORT --db URL --catalog REF``: a Temporal worker for reversals.
+
+Registered by the main CLI when the ``temporal`` extra is installed. The worker serves the
+reversal workflow and its activities on one task queue until SIGINT or SIGTERM, then drains: the
+tool call it is running finishes (or, after a SIGKILL, moves to another worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from amends.errors import ConfigError
+from amends.log import open_log
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add the ``worker`` subcommand."""
+    from ._runner import DEFAULT_TASK_QUEUE
+
+    p = sub.add_parser(
+        "worker",
+        help="run a Temporal worker that executes amends reversals (extra: amends[temporal])",
+        description="Serve amends' reversal workflow and its activities (drift probes, "
+        "compensations, follow-ups, log writes) on a Temporal task queue.",
+    )
+    p.add_argument("--temporal", required=True, metavar="HOST:PORT", help="Temporal frontend")
+    p.add_argument(
+        "--db",
+        required=True,
+        metavar="URL",
+        help="the shared saga log every worker and client uses (postgresql://...)",
+    )
+    p.add_argument(
+        "--catalog",
+        metavar="REF",
+        help="MODULE:ATTR of the catalog (a Catalog or callable(db) -> Catalog) or a .toml "
+        "catalog; default $AMENDS_CATALOG or amends.sandbox:demo_catalog",
+    )
+    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help="default %(default)s")
+    p.add_argument("--namespace", default="default", help="default %(default)s")
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often a running tool call heartbeats (default %(default)s); keep it well "
+        "under the clients' heartbeat timeout (default 5 s)",
+    )
+    p.set_defaults(handler=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from amends.cli._common import load_catalog
+
+    from ._runner import connect, make_worker
+
+    if args.heartbeat <= 0:
+        raise ConfigError(f"--heartbeat must be a positive number of seconds, got {args.heartbeat}")
+    catalog = load_catalog(args.catalog, args.db)
+
+    async def main() -> None:
+        client = await connect(args.temporal, namespace=args.namespace)
+        log = open_log(args.db)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            async with make_worker(
+                client, catalog, log, task_queue=args.task_queue, heartbeat_seconds=args.heartbeat
+            ):
+                sys.stderr.write(
+                    f"amends worker: serving task queue {args.task_queue!r} on {args.temporal} "
+                    f"with {len(catalog)} tools, log {log.url}\n"
+                )
+                sys.stderr.flush()
+                await stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await log.close()
+
+    asyncio.run(main())
+    return 0
