@@ -1,19 +1,79 @@
-"""Budget: the caps on one reversal (rule 7: budget bounds the cascade)."""
+"""Budget: the caps on one reversal (rule 7: budget bounds the cascade).
+
+Every value is finite, non-negative and at most its documented upper bound (issue 11): a budget of
+``NaN`` or ``Infinity`` seconds would never run out, leave a reversal ``running`` forever and
+write non-standard JSON into the log. Untrusted input (``Budget(...)``, :meth:`Budget.parse` for
+HTTP bodies, the CLI flags) is refused with the value and the fix; :meth:`Budget.from_dict` reads a
+budget back from the log and clamps values an older amends may have stored, so such a saga can
+still be undone and recovered.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Budget"]
+__all__ = ["MAX_SECONDS", "MAX_TOKENS", "MAX_TOOL_CALLS", "Budget"]
+
+MAX_TOOL_CALLS = 100_000
+"""Upper bound of ``Budget.tool_calls``."""
+MAX_TOKENS = 1_000_000_000
+"""Upper bound of ``Budget.tokens``."""
+MAX_SECONDS = 86_400.0
+"""Upper bound of ``Budget.seconds`` (one day)."""
+
+_FIELDS = ("tool_calls", "tokens", "seconds")
+_BOUNDS: dict[str, float] = {
+    "tool_calls": MAX_TOOL_CALLS,
+    "tokens": MAX_TOKENS,
+    "seconds": MAX_SECONDS,
+}
+_DEFAULTS: dict[str, float] = {"tool_calls": 100, "tokens": 100_000, "seconds": 60.0}
+_EXAMPLE = "e.g. Budget(tool_calls=50, tokens=10_000, seconds=30)"
+
+
+def check_budget_value(name: str, value: Any, *, flag: str | None = None) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is a valid ``Budget.<name>``.
+
+    ``flag`` names the input the value came from (``--budget-seconds``, ``budget.seconds``) so the
+    message points at what the user typed.
+    """
+    label = flag or f"Budget.{name}"
+    bound = _BOUNDS[name]
+    integral = name != "seconds"
+    kind = "a whole number" if integral else "a number of seconds"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{label} must be {kind}, got {value!r}; {_EXAMPLE}")
+    if integral and not isinstance(value, int):
+        raise ConfigError(f"{label} must be a whole number, got {value!r}; {_EXAMPLE}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            f"{label} must be a finite number, got {value!r}; a budget that never runs out "
+            f"would leave the reversal running forever; give at most {bound:g}"
+        )
+    if value < 0:
+        raise ConfigError(f"{label} must be non-negative, got {value!r}; {_EXAMPLE}")
+    if value > bound:
+        raise ConfigError(
+            f"{label} is {value!r}, above the upper bound {bound:g}; give at most {bound:g} "
+            f"(continue a reversal that ran out with `amends undo SAGA --continue`)"
+        )
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Caps on a reversal. Every probe, inverse, retry and follow-up spends one tool call."""
+    """Caps on a reversal. Every probe, inverse, retry and follow-up spends one tool call.
+
+    Each value is finite, non-negative and at most its upper bound (``MAX_TOOL_CALLS`` = 100,000,
+    ``MAX_TOKENS`` = 1,000,000,000, ``MAX_SECONDS`` = 86,400).
+
+    Raises:
+        ConfigError: A value is of the wrong type, negative, NaN, infinite or above its bound.
+    """
 
     tool_calls: int = 100
     """Most tool calls the reversal may make (probes, retries, follow-ups). Default 100."""
@@ -23,20 +83,44 @@ class Budget:
     """Wall-clock seconds after which nothing more is dispatched. Default 60."""
 
     def __post_init__(self) -> None:
-        for name, kind in (("tool_calls", int), ("tokens", int), ("seconds", (int, float))):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
-                raise ConfigError(
-                    f"Budget.{name} must be a non-negative number, got {value!r}; "
-                    f"e.g. Budget(tool_calls=50, tokens=10_000, seconds=30)"
-                )
+        for name in _FIELDS:
+            check_budget_value(name, getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
         return {"tool_calls": self.tool_calls, "tokens": self.tokens, "seconds": self.seconds}
 
     @classmethod
+    def parse(cls, data: Any, *, where: str = "budget") -> Budget:
+        """Build a budget from untrusted data (an HTTP body): missing fields take the defaults.
+
+        Raises:
+            ConfigError: ``data`` is not a mapping of the three known fields, or a value is not
+                valid (the message names the field, the value and the fix).
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{where} must be an object with tool_calls, tokens, seconds; got {data!r}"
+            )
+        unknown = set(data) - set(_FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"unknown {where} field(s) {sorted(map(str, unknown))!r}; known: "
+                f"tool_calls, tokens, seconds"
+            )
+        for name, value in data.items():
+            check_budget_value(name, value, flag=f"{where}.{name}")
+        return cls(**data)
+
+    @classmethod
     def from_dict(cls, data: Any) -> Budget:
-        """Build a budget from untrusted data (an HTTP body, a CLI flag, the log).
+        """Read back a budget stored in the log.
+
+        Values an older amends accepted and stored (NaN, infinity, above the bound, negative)
+        are clamped into range, so the saga can still be undone and recovered: NaN becomes the
+        field's default, infinity and values above the bound become the bound, negatives 0.
+        A malformed shape is still refused.
 
         Raises:
             ConfigError: ``data`` is not a mapping of the three known fields.
@@ -47,12 +131,22 @@ class Budget:
             raise ConfigError(
                 f"budget must be an object with tool_calls, tokens, seconds; got {data!r}"
             )
-        unknown = set(data) - {"tool_calls", "tokens", "seconds"}
+        unknown = set(data) - set(_FIELDS)
         if unknown:
             raise ConfigError(
-                f"unknown budget field(s) {sorted(unknown)!r}; known: tool_calls, tokens, seconds"
+                f"unknown budget field(s) {sorted(map(str, unknown))!r}; known: "
+                f"tool_calls, tokens, seconds"
             )
-        return cls(**data)
+        clamped: dict[str, Any] = {}
+        for name, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                check_budget_value(name, value)  # raises: not a number at all
+            if isinstance(value, float) and math.isnan(value):
+                number = float(_DEFAULTS[name])  # NaN says nothing: the default, not "forever"
+            else:
+                number = min(max(float(value), 0.0), _BOUNDS[name])
+            clamped[name] = number if name == "seconds" else int(number)
+        return cls(**clamped)
 
 
 class BudgetMeter:

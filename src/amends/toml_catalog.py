@@ -10,7 +10,9 @@ are stored as concrete data, never re-evaluated at undo time (rule 2).
 name = "crm.update_field"
 reversibility = "reversible"
 resources = ["crm:{args.record_id}"]
-http = { url = "http://127.0.0.1:8080/crm/update_field" }
+timeout = 10                                  # seconds, 0 < timeout <= 600
+http = { url = "https://crm.example/api/records/{args.record_id}", method = "PATCH",
+         headers = { Authorization = "Bearer ${env:CRM_TOKEN}" } }
 
 [tool.before]             # read-only probe called just before the tool
 tool = "crm.read_field"
@@ -29,27 +31,56 @@ equals = "{args.value}"
 A template string that is exactly ``"{path}"`` keeps the value's type; other strings are
 formatted. Paths are dotted (``{result.charge.id}``).
 
-HTTP tools receive ``POST`` with the arguments as a JSON object and headers ``Idempotency-Key``
-and, for compensations with an expectation, ``X-Amends-Precondition`` (JSON). The response's JSON
-body is the result. 429 and 5xx are transient, 412 means the precondition failed (drift), other
-4xx are permanent.
+HTTP tools send the arguments as a JSON object (``POST`` unless ``method`` says otherwise) with
+headers ``Idempotency-Key`` and, for compensations with an expectation, ``X-Amends-Precondition``
+(JSON). The response's JSON body is the result. Only a 2xx is success. Redirects are never
+followed: a 3xx is a failure (the vendor did not do the work at this address). 429 and 5xx are
+transient, 412 means the precondition failed (drift), other 4xx are permanent. An ambiguous
+outcome -- a timeout or a connection lost after the request was sent, a 504 -- raises
+:class:`OutcomeUnknownError`, which is deliberately *not* an amends error: the engine logs the
+forward step ``in_doubt`` (rule 9: the vendor may have acted) and an inverse ``failed``, never
+``reverted``.
+
+The file is validated when it is loaded, and every message names the file, the tool and the key:
+methods (GET, POST, PUT, PATCH, DELETE), timeouts (a number, 0 < t <= 600), URLs (http or https,
+a host, no whitespace or control characters, no credentials, templates only in the path and
+query -- never in the host, so an agent's arguments cannot choose where a request goes), header
+names and values (no CR/LF). Vendor credentials are never written in the file: a header value or
+URL says ``${env:NAME}`` and the value is read from the environment at load time; a variable that
+is not set is an error at load, and a literal value in a credential header (``Authorization``,
+``Cookie``, names containing ``key``, ``token`` or ``secret``) is refused. ``${env:...}`` is
+refused in argument templates, which are logged.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from .calls import invoke
+from .catalog_ref import tag_catalog
 from .contracts import Call, Catalog
-from .errors import ConfigError, PermanentError, PreconditionFailed, TransientError
+from .errors import (
+    AmendsError,
+    ConfigError,
+    PermanentError,
+    PreconditionFailed,
+    TransientError,
+)
 
-__all__ = ["load_toml_catalog"]
+__all__ = ["MAX_TIMEOUT", "METHODS", "OutcomeUnknownError", "fill", "load_toml_catalog"]
+
+MAX_TIMEOUT = 600.0
+"""Largest ``timeout`` a TOML tool may declare, in seconds."""
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+"""HTTP methods a TOML tool may use."""
 
 _TOOL_KEYS = {
     "name",
@@ -64,8 +95,22 @@ _TOOL_KEYS = {
     "acknowledge",
     "timeout",
 }
-_ROOTS = {"args", "result", "before"}
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+_ENV = re.compile(r"\$\{env:([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CREDENTIAL_HEADER = re.compile(r"authorization|cookie|key|token|secret|password", re.IGNORECASE)
+
+
+class OutcomeUnknownError(RuntimeError):
+    """An HTTP tool's request may or may not have been acted on (timeout or connection lost
+    after sending, 504).
+
+    Deliberately not an :class:`~amends.AmendsError` subclass: for the engine, "any other
+    exception" from a forward call means ``in_doubt`` (rule 9), and from an inverse means it
+    did not verifiably land (never ``reverted``).
+    """
 
 
 def _lookup(path: str, scope: Mapping[str, Any], where: str) -> Any:
@@ -100,21 +145,30 @@ def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
     return template
 
 
-def _check_roots(template: Any, allowed: set[str], where: str) -> None:
+def _walk_strings(template: Any) -> list[str]:
     if isinstance(template, str):
-        for m in _FIELD.finditer(template):
+        return [template]
+    if isinstance(template, list):
+        return [s for t in template for s in _walk_strings(t)]
+    if isinstance(template, dict):
+        return [s for t in template.values() for s in _walk_strings(t)]
+    return []
+
+
+def _check_roots(template: Any, allowed: set[str], where: str) -> None:
+    for text in _walk_strings(template):
+        if _ENV.search(text):
+            raise ConfigError(
+                f"{where}: {text!r} reads the environment; ${{env:...}} is allowed only in "
+                f"http.url and http.headers (arguments are logged, credentials must not be)"
+            )
+        for m in _FIELD.finditer(text):
             root = m.group(1).split(".")[0]
             if root not in allowed:
                 raise ConfigError(
                     f"{where}: template '{{{m.group(1)}}}' uses {root!r}; use one "
                     f"of {', '.join(sorted(allowed))}"
                 )
-    elif isinstance(template, list):
-        for t in template:
-            _check_roots(t, allowed, where)
-    elif isinstance(template, dict):
-        for t in template.values():
-            _check_roots(t, allowed, where)
 
 
 def _table(
@@ -141,12 +195,138 @@ def _table(
     return value
 
 
+# --- load-time validation of the http table ---------------------------------------------------
+def _expand_env(text: str, where: str, environ: Mapping[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{where}: ${{env:{name}}} is not a valid variable name; use letters, digits "
+                f"and _ (e.g. ${{env:CRM_TOKEN}})"
+            )
+        if name not in environ:
+            raise ConfigError(
+                f"{where}: environment variable {name!r} is not set; export {name}=... before "
+                f"loading the catalog (credentials are read from the environment, never "
+                f"written in the file)"
+            )
+        return environ[name]
+
+    return _ENV.sub(one, text)
+
+
+def _check_timeout(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            f"{where}: timeout must be a number of seconds, got {value!r}; e.g. timeout = 10"
+        )
+    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT:
+        raise ConfigError(
+            f"{where}: timeout must be more than 0 and at most {MAX_TIMEOUT:g} seconds, "
+            f"got {value!r}; e.g. timeout = 10"
+        )
+    return float(value)
+
+
+def _check_method(value: Any, where: str) -> str:
+    if not isinstance(value, str) or value.upper() not in METHODS:
+        raise ConfigError(f"{where}: http.method is {value!r}; use one of {', '.join(METHODS)}")
+    return value.upper()
+
+
+def _check_url(value: Any, where: str, environ: Mapping[str, str]) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(
+            f'{where}: http.url must be a string, got {value!r}; e.g. url = "https://..."'
+        )
+    if _CONTROL.search(value) or any(c.isspace() for c in value):
+        raise ConfigError(
+            f"{where}: http.url {value!r} contains whitespace or control characters (CR/LF "
+            f"would let a value inject headers); percent-encode them"
+        )
+    expanded = _expand_env(value, f"{where}: http.url", environ)
+    if _CONTROL.search(expanded) or any(c.isspace() for c in expanded):
+        raise ConfigError(
+            f"{where}: http.url {value!r} contains whitespace or control characters once the "
+            f"environment is read; fix the variable's value"
+        )
+    parts = urlsplit(expanded)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{where}: http.url {value!r} must be an absolute http:// or https:// URL with a host"
+        )
+    if "{" in parts.netloc or "}" in parts.netloc:
+        raise ConfigError(
+            f"{where}: http.url {value!r} has a template in its host; templates may fill the "
+            f"path and query only, so a tool's arguments can never choose the server"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"{where}: http.url {value!r} carries credentials; send them in a header read from "
+            f'the environment, e.g. headers = {{ Authorization = "Bearer ${{env:TOKEN}}" }}'
+        )
+    _check_roots_in_url(parts.path + "?" + parts.query, where)
+    return expanded
+
+
+def _check_roots_in_url(text: str, where: str) -> None:
+    for m in _FIELD.finditer(text):
+        if m.group(1).split(".")[0] != "args":
+            raise ConfigError(f"{where}: http.url template '{{{m.group(1)}}}' must start with args")
+
+
+def _check_headers(value: Any, where: str, environ: Mapping[str, str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: http.headers must be a table of strings, got {value!r}")
+    out: dict[str, str] = {}
+    for name, raw in value.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{where}: http.headers name {name!r} is not a valid header name (letters, "
+                f"digits and -, no spaces, CR or LF)"
+            )
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where}: http.headers.{name} must be a string, got {raw!r}")
+        if _CONTROL.search(raw):
+            raise ConfigError(
+                f"{where}: http.headers.{name} contains control characters (CR/LF would inject "
+                f"headers); remove them"
+            )
+        if _CREDENTIAL_HEADER.search(name) and not _ENV.search(raw):
+            raise ConfigError(
+                f"{where}: http.headers.{name} holds a literal credential; read it from the "
+                f'environment instead, e.g. {name} = "Bearer ${{env:CRM_TOKEN}}"'
+            )
+        expanded = _expand_env(raw, f"{where}: http.headers.{name}", environ)
+        if _CONTROL.search(expanded):
+            raise ConfigError(
+                f"{where}: http.headers.{name}: the environment variable's value contains "
+                f"control characters (CR/LF); fix the variable"
+            )
+        out[name] = expanded
+    return out
+
+
 class _HttpTool:
+    """The transport of one TOML tool: one HTTP request per call, judged by its status."""
+
     def __init__(
         self, name: str, url: str, method: str, headers: Mapping[str, str], timeout: float
     ) -> None:
         self.name, self.url, self.method = name, url, method
         self.headers, self.timeout = dict(headers), timeout
+
+    def _url_for(self, args: Mapping[str, Any]) -> str:
+        if "{" not in self.url:
+            return self.url
+        return _FIELD.sub(
+            lambda m: quote(str(_lookup(m.group(1), {"args": args}, self.name)), safe=""),
+            self.url,
+        )
 
     async def __call__(self, call: Call, args: Mapping[str, Any]) -> Any:
         try:
@@ -158,38 +338,72 @@ class _HttpTool:
         headers = {**self.headers, "Idempotency-Key": call.idempotency_key}
         if call.precondition is not None:
             headers["X-Amends-Precondition"] = json.dumps(call.precondition.to_dict())
+        url = self._url_for(args)
+        what = f"{self.name}: {self.method} {url}"
         try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                resp = await client.request(self.method, self.url, json=dict(args), headers=headers)
-        except httpx.TransportError as exc:  # connect/read errors: may be retried
-            raise TransientError(f"{self.name}: {self.method} {self.url} failed: {exc!r}") from exc
-        if resp.status_code == 412:
+            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
+                resp = await client.request(self.method, url, json=dict(args), headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # nothing reached the vendor: safe to retry
+            raise TransientError(f"{what} could not connect: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            # rule 9: the request may have been acted on (timeout or connection lost after
+            # sending): not an amends error, so the engine logs the outcome as unknown.
+            raise OutcomeUnknownError(
+                f"{what}: {type(exc).__name__} after the request was sent; whether the vendor "
+                f"acted is unknown ({exc})"
+            ) from exc
+        return self._judge(resp, what)
+
+    def _judge(self, resp: Any, what: str) -> Any:
+        code = resp.status_code
+        if code == 504:
+            raise OutcomeUnknownError(
+                f"{what}: HTTP 504 from a gateway; whether the vendor acted is unknown"
+            )
+        if code == 412:
             raise PreconditionFailed(f"{self.name}: {resp.text.strip()[:300]}")
-        if resp.status_code == 429 or resp.status_code >= 500:
+        if code == 429 or code >= 500:
             retry = resp.headers.get("Retry-After")
             raise TransientError(
-                f"{self.name}: HTTP {resp.status_code}",
+                f"{what}: HTTP {code}",
                 retry_after=float(retry) if retry and retry.isdigit() else None,
             )
-        if resp.status_code >= 400:
-            raise PermanentError(f"{self.name}: HTTP {resp.status_code}: {resp.text.strip()[:300]}")
+        if 300 <= code < 400:
+            where_to = resp.headers.get("Location", "no Location header")
+            raise PermanentError(
+                f"{what}: HTTP {code} redirect to {where_to}; redirects are not followed (the "
+                f"vendor did not do the work at this address): point http.url at the final URL"
+            )
+        if not 200 <= code < 300:
+            raise PermanentError(f"{what}: HTTP {code}: {resp.text.strip()[:300]}")
         if not resp.content:
             return None
         try:
             return resp.json()
         except ValueError as exc:
-            raise PermanentError(f"{self.name}: response is not JSON: {resp.text[:200]!r}") from exc
+            raise PermanentError(f"{what}: response is not JSON: {resp.text[:200]!r}") from exc
 
 
-def _make_tool(entry: dict[str, Any], where: str, catalog: Catalog) -> Any:
+def _transport(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -> _HttpTool:
     name = entry["name"]
     http = _table(entry, "http", where, {"url"}, {"method", "headers"})
     if http is None:
         raise ConfigError(f'{where}: tool {name!r} needs http = {{ url = "..." }}')
-    timeout = entry.get("timeout", 30.0)
-    transport = _HttpTool(
-        name, http["url"], http.get("method", "POST"), http.get("headers", {}), float(timeout)
+    timeout = _check_timeout(entry.get("timeout"), where)
+    return _HttpTool(
+        name,
+        _check_url(http["url"], where, environ),
+        _check_method(http.get("method", "POST"), where),
+        _check_headers(http.get("headers"), where, environ),
+        30.0 if timeout is None else timeout,
     )
+
+
+def _make_tool(
+    entry: dict[str, Any], where: str, catalog: Catalog, environ: Mapping[str, str]
+) -> Any:
+    transport = _transport(entry, where, environ)
     before = _table(entry, "before", where, {"tool"}, {"args"})
     inverse = _table(entry, "inverse", where, {"tool"}, {"args"})
     expect = _table(entry, "expect", where, {"probe", "equals"}, {"args", "path"})
@@ -231,54 +445,87 @@ def _make_tool(entry: dict[str, Any], where: str, catalog: Catalog) -> Any:
         if call.phase != "forward":
             return result  # templates describe the forward call's contract only
         scope["result"] = result
-        if inverse is not None:
-            call.inverse(inverse["tool"], **fill(inverse.get("args", {}), scope, where))
-        if expect is not None:
-            call.expect(
-                expect["probe"],
-                fill(expect.get("args", {}), scope, where),
-                equals=fill(expect["equals"], scope, where),
-                path=expect.get("path", ()),
-            )
-        if residue is not None:
-            filled = fill(residue, scope, where)
-            call.residue(
-                filled["what"],
-                parties=filled.get("parties", ()),
-                settles_in_days=filled.get("settles_in_days"),
-                settles_in_business_days=filled.get("settles_in_business_days"),
-            )
-        if ack is not None:
-            filled = fill(ack, scope, where)
-            call.acknowledge(
-                who=filled["who"],
-                parties=filled.get("parties", ()),
-                draft=filled.get("draft"),
-                what=filled.get("what"),
-            )
+        _record(call, scope, where, inverse, expect, residue, ack)
         return result
 
-    tool.__name__ = name.replace(".", "_")
+    tool.__name__ = entry["name"].replace(".", "_")
     return tool
 
 
-def load_toml_catalog(path: str | os.PathLike[str], catalog: Catalog | None = None) -> Catalog:
-    """Register every ``[[tool]]`` of the TOML file at ``path`` (into ``catalog`` if given).
+def _record(
+    call: Call,
+    scope: Mapping[str, Any],
+    where: str,
+    inverse: dict[str, Any] | None,
+    expect: dict[str, Any] | None,
+    residue: dict[str, Any] | None,
+    ack: dict[str, Any] | None,
+) -> None:
+    """Record the contract of a forward call that returned, from its templates (rule 2)."""
+    if inverse is not None:
+        call.inverse(inverse["tool"], **fill(inverse.get("args", {}), scope, where))
+    if expect is not None:
+        call.expect(
+            expect["probe"],
+            fill(expect.get("args", {}), scope, where),
+            equals=fill(expect["equals"], scope, where),
+            path=expect.get("path", ()),
+        )
+    if residue is not None:
+        filled = fill(residue, scope, where)
+        call.residue(
+            filled["what"],
+            parties=filled.get("parties", ()),
+            settles_in_days=filled.get("settles_in_days"),
+            settles_in_business_days=filled.get("settles_in_business_days"),
+        )
+    if ack is not None:
+        filled = fill(ack, scope, where)
+        call.acknowledge(
+            who=filled["who"],
+            parties=filled.get("parties", ()),
+            draft=filled.get("draft"),
+            what=filled.get("what"),
+        )
 
-    Raises:
-        ConfigError: The file is missing, is not valid TOML, or a tool entry is malformed (the
-            message names the file, the tool and the key).
-        ContractError: A tool's name or class is invalid, or the name is already registered.
-    """
-    p = Path(path)
+
+def _read(p: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"catalog file {str(p)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"catalog file {str(p)!r} cannot be read: {exc}") from exc
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"catalog file {str(p)!r} is not valid TOML: {exc}; fix the syntax at that line"
         ) from exc
+    return data
+
+
+def load_toml_catalog(
+    path: str | os.PathLike[str],
+    catalog: Catalog | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Catalog:
+    """Register every ``[[tool]]`` of the TOML file at ``path`` (into ``catalog`` if given).
+
+    Args:
+        path: The TOML catalog file.
+        catalog: Register into this catalog instead of a new one.
+        environ: Where ``${env:NAME}`` values are read; default ``os.environ``.
+
+    Raises:
+        ConfigError: The file is missing, is not valid TOML, a tool entry is malformed, or a
+            ``${env:NAME}`` variable is not set (the message names the file, the tool and the
+            key).
+    """
+    p = Path(path)
+    data = _read(p)
+    env = os.environ if environ is None else environ
     tools = data.get("tool")
     if not isinstance(tools, list) or not tools:
         raise ConfigError(
@@ -294,36 +541,48 @@ def load_toml_catalog(path: str | os.PathLike[str], catalog: Catalog | None = No
     catalog = catalog if catalog is not None else Catalog()
     for i, entry in enumerate(tools, 1):
         where = f"{p}: tool #{i}"
-        if not isinstance(entry, dict) or "name" not in entry:
-            raise ConfigError(f"{where} needs a name")
-        where = f"{p}: tool {entry['name']!r}"
-        unknown = set(entry) - _TOOL_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(sorted(_TOOL_KEYS))}"
-            )
-        resources = entry.get("resources")
-        if resources is not None:
-            if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-                raise ConfigError(f"{where}: resources must be a list of template strings")
-            _check_roots(resources, {"args"}, where)
-        fn = _make_tool(entry, where, catalog)
-        res_fn = None
-        if resources is not None:
-            templates = list(resources)
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ConfigError(f'{where} needs a name, e.g. name = "crm.update_field"')
+        _register(entry, f"{p}: tool {entry['name']!r}", catalog, env)
+    # issue 11: a saga run with these tools records this file, so undo uses the same tools.
+    return tag_catalog(catalog, str(p.resolve()))
 
-            def res_fn(
-                args: Mapping[str, Any], _t: list[str] = templates, _w: str = where
-            ) -> list[str]:
-                return [str(fill(t, {"args": args}, _w)) for t in _t]
 
+def _register(
+    entry: dict[str, Any], where: str, catalog: Catalog, environ: Mapping[str, str]
+) -> None:
+    unknown = set(entry) - _TOOL_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(_TOOL_KEYS))}"
+        )
+    resources = entry.get("resources")
+    if resources is not None:
+        if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+            raise ConfigError(f"{where}: resources must be a list of template strings")
+        _check_roots(resources, {"args"}, where)
+    for key in ("description", "reversibility"):
+        if key in entry and not isinstance(entry[key], str):
+            raise ConfigError(f"{where}: {key} must be a string, got {entry[key]!r}")
+    fn = _make_tool(entry, where, catalog, environ)
+    res_fn = None
+    if resources is not None:
+        templates = list(resources)
+
+        def res_fn(
+            args: Mapping[str, Any], _t: list[str] = templates, _w: str = where
+        ) -> list[str]:
+            return [str(fill(t, {"args": args}, _w)) for t in _t]
+
+    try:
         catalog.register(
             entry["name"],
             fn,
             reversibility=entry.get("reversibility"),
             resources=res_fn,
             description=entry.get("description"),
-            timeout=entry.get("timeout"),
+            timeout=_check_timeout(entry.get("timeout"), where),
         )
-    return catalog
+    except AmendsError as exc:
+        raise ConfigError(f"{where}: {exc}", tool=entry["name"]) from exc

@@ -195,7 +195,7 @@ def test_catalog_registration_errors_name_the_value_and_fix() -> None:
         cat.register("x.y", lambda call: None)
     with pytest.raises(amends.ContractError, match="is not in the catalog .registered: x.y."):
         cat.get("nope")
-    with pytest.raises(amends.ConfigError, match="Budget.tool_calls must be a non-negative"):
+    with pytest.raises(amends.ConfigError, match="Budget.tool_calls must be non-negative, got -1"):
         amends.Budget(tool_calls=-1)
     with pytest.raises(amends.ConfigError, match="unknown budget field"):
         amends.Budget.from_dict({"calls": 3})

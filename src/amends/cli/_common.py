@@ -1,4 +1,5 @@
-"""Helpers every command group shares: the ``--db`` argument, loading a catalog, printing.
+"""Helpers every command group shares: the ``--db`` argument, opening a log that must exist,
+loading the catalog a saga was run with, printing safely.
 
 Nothing outside :mod:`amends.cli` imports from here.
 """
@@ -7,23 +8,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
+import math
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..budget import check_budget_value
+from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
 from ..contracts import Catalog
-from ..errors import ConfigError
+from ..errors import ConfigError, LogError
+from ..log import open_log
+from ..log.base import SagaLog, SagaRecord
 from ..report import UndoReport
 from ..toml_catalog import load_toml_catalog
 
 Handler = Callable[[argparse.Namespace], int]
+
+# issue 11 item 6: saga data (titles, arguments, details) comes from agents and vendors; a
+# control character or an escape sequence in it must never reach the terminal as such (it could
+# clear the screen and print a fake green "fully_reversed"). C0, DEL, C1 and the bidirectional
+# overrides are shown as visible escapes instead.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(value: Any) -> str:
+    """``str(value)`` with every control character shown as a visible escape (``\\x1b``)."""
+
+    def one(m: re.Match[str]) -> str:
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNSAFE.sub(one, str(value))
+
+
+def markup(value: Any) -> str:
+    """:func:`safe`, then escaped for rich markup: for untrusted text inside a rich string."""
+    return escape(safe(value))
 
 
 def add_db_argument(parser: argparse.ArgumentParser, default: str = "amends.db") -> None:
@@ -34,29 +63,92 @@ def add_db_argument(parser: argparse.ArgumentParser, default: str = "amends.db")
     )
 
 
+def add_catalog_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        help="the tools to undo with: MODULE:ATTR (imported from the current directory, as "
+        "python -m does) or a .toml file; default: the catalog the saga recorded",
+    )
+
+
+def budget_flag(name: str, flag: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` for one budget field: finite, non-negative, within its bound."""
+
+    def parse(text: str) -> Any:
+        try:
+            value: Any = int(text) if name != "seconds" else float(text)
+        except ValueError:
+            kind = "a whole number" if name != "seconds" else "a number of seconds"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        try:
+            check_budget_value(name, value, flag=flag)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = flag  # argparse names the flag's type in its messages
+    return parse
+
+
+def open_existing_log(db: str, *, read_only: bool = False) -> SagaLog:
+    """The saga log at ``db``, which must already exist (issue 11 item 4: a mistyped ``--db``
+    is an error naming the path, never a new empty log).
+
+    Raises:
+        LogError: No log there, or the file is not an amends log.
+    """
+    try:
+        return open_log(db, must_exist=True, read_only=read_only)
+    except TypeError:  # pragma: no cover - a log without the opening options of log API D
+        path = db.removeprefix("sqlite:///")
+        if "://" not in path and path != ":memory:" and not os.path.exists(path):
+            raise LogError(
+                f"no saga log at {path!r}: the file does not exist; check --db", path=path
+            ) from None
+        return open_log(db)
+
+
+@contextlib.contextmanager
+def _cwd_importable() -> Iterator[None]:
+    # As `python -m` does: the current directory comes first on the import path.
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+
+
 def load_catalog(spec: str | None, db: str) -> Catalog:
     """The catalog named by ``MODULE:ATTR`` (a Catalog, or a callable of the db returning one)
-    or by a ``.toml`` catalog file.
+    or by a ``.toml`` catalog file. ``MODULE`` is imported from the current directory first.
 
     Default: ``$AMENDS_CATALOG``, else the sandbox's ``amends.sandbox:demo_catalog``.
 
     Raises:
         ConfigError: The spec is malformed, cannot be imported, or is not a catalog.
     """
-    spec = spec or os.environ.get("AMENDS_CATALOG") or "amends.sandbox:demo_catalog"
+    spec = spec or os.environ.get("AMENDS_CATALOG") or SANDBOX_REF
     if spec.endswith(".toml"):
         return load_toml_catalog(spec)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(
-            f"--catalog {spec!r} must look like MODULE:ATTR, e.g. myapp.tools:catalog"
+            f"--catalog {spec!r} must look like MODULE:ATTR, e.g. myapp.tools:catalog, or be a "
+            f".toml file"
         )
     try:
-        module = importlib.import_module(module_name)
+        with _cwd_importable():
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
             f"--catalog {spec!r}: cannot import {module_name!r} ({exc}); check the "
-            f"module path and that it is installed in this environment"
+            f"module path, run amends from the directory that holds it, and that it is "
+            f"installed in this environment"
         ) from exc
     try:
         obj = getattr(module, attr)
@@ -69,7 +161,62 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
             f"--catalog {spec!r} is {type(obj).__name__}, not an amends.Catalog "
             f"(or a function of the db path returning one)"
         )
-    return obj
+    return tag_catalog(obj, spec)
+
+
+def recorded_catalog(saga: SagaRecord) -> dict[str, Any]:
+    """``meta["catalog"]`` of a saga (empty for sagas logged before catalogs were recorded)."""
+    meta = getattr(saga, "meta", None) or {}
+    found = meta.get("catalog") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def catalog_for_saga(spec: str | None, saga: SagaRecord, db: str) -> Catalog:
+    """The catalog to undo ``saga`` with (issue 11 item 3): ``--catalog`` if given, else the one
+    the saga recorded, else ``$AMENDS_CATALOG``; never the sandbox's for a saga it did not make.
+
+    Raises:
+        ConfigError: No catalog can be known for the saga, or the catalog at hand lacks tools the
+            saga's undo needs (the message names them).
+    """
+    ref = recorded_catalog(saga).get("ref")
+    chosen = spec or ref or os.environ.get("AMENDS_CATALOG")
+    if not chosen:
+        raise ConfigError(
+            f"saga {saga.saga_id} does not record which catalog ran it (a catalog defined in "
+            f"__main__ or inside a function, or a log from an older amends); pass the same "
+            f"tools with --catalog MODULE:ATTR or --catalog tools.toml",
+            saga_id=saga.saga_id,
+        )
+    if chosen == SANDBOX_REF and ref != SANDBOX_REF:
+        raise ConfigError(
+            f"saga {saga.saga_id} was not made by the sandbox; the sandbox's tools would act on "
+            f"the sandbox, not on your vendors. Pass the catalog that ran it with --catalog",
+            saga_id=saga.saga_id,
+        )
+    catalog = load_catalog(chosen, db)
+    check_tools(catalog, saga, chosen)
+    return catalog
+
+
+def check_tools(catalog: Catalog, saga: SagaRecord, where: str) -> None:
+    """Refuse a catalog that lacks a tool the saga's undo needs; warn if it changed since."""
+    if saga.reversal is not None and saga.reversal.state == "done":
+        return  # undo only joins the finished reversal: no tool is called
+    missing = [t for t in needed_tools(saga.steps) if t not in catalog]
+    if missing:
+        raise ConfigError(
+            f"saga {saga.saga_id} needs tool(s) {', '.join(missing)}, missing from catalog "
+            f"{where}; nothing was done. Pass the catalog that ran the saga with --catalog",
+            saga_id=saga.saga_id,
+        )
+    recorded = recorded_catalog(saga).get("fingerprint")
+    if recorded and recorded != fingerprint(catalog):
+        sys.stderr.write(
+            f"amends: warning: the contracts of catalog {safe(where)} changed since saga "
+            f"{saga.saga_id} ran (fingerprint {safe(recorded)} then, {fingerprint(catalog)} "
+            f"now); undoing with the contracts at hand\n"
+        )
 
 
 def print_report(report: UndoReport, console: Console | None = None) -> None:
@@ -77,25 +224,26 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
     console = console or Console()
     style = {"fully_reversed": "green", "partially_reversed": "yellow", "cannot_undo": "red"}
     console.print(
-        f"[bold]{escape(report.title or report.saga_id)}[/bold]  "
+        f"[bold]{markup(report.title or report.saga_id)}[/bold]  "
         f"[{style[report.status.value]}]{report.status.value}[/] — "
-        f"{escape(report.headline)}"
+        f"{markup(report.headline)}"
     )
     console.print(
-        f"saga {report.saga_id} · reversal {report.reversal_id} · "
+        f"saga {markup(report.saga_id)} · reversal {markup(report.reversal_id)} · "
         f"{report.tool_calls} tool calls · {report.tokens} tokens · "
         f"{report.seconds:.2f}s"
     )
     table = Table(show_lines=False, header_style="bold")
-    for col in ("step", "tool", "verb", "state", "detail"):
+    table.add_column("step", no_wrap=True)  # issue 17: ids are never broken
+    for col in ("tool", "verb", "state", "detail"):
         table.add_column(col, overflow="fold")
     for s in report.steps:
         table.add_row(
-            s.step_id,
-            s.tool,
+            markup(s.step_id),
+            markup(s.tool),
             s.verb or "—",
             s.state.value,
-            escape(s.detail + (f" [contract violation: {s.violation}]" if s.violation else "")),
+            markup(s.detail + (f" [contract violation: {s.violation}]" if s.violation else "")),
         )
     console.print(table)
     if report.residue:
@@ -103,23 +251,34 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
         for r in report.residue:
             when = f"settles {r.settles_at}" if r.settles_at else "does not settle"
             console.print(
-                f"  • {escape(r.what)} — affects "
-                f"{escape(', '.join(r.parties) or 'no one else')}; {when}"
+                f"  • {markup(r.what)} — affects "
+                f"{markup(', '.join(r.parties) or 'no one else')}; {markup(when)}"
             )
     if report.manual_actions:
         console.print("[bold]Needs a person[/bold]")
         for m in report.manual_actions:
-            console.print(f"  • {escape(f'[{m.step_id}]')} {escape(m.what)}")
+            console.print(f"  • {markup(f'[{m.step_id}]')} {markup(m.what)}")
             console.print(
-                f"    who: {escape(m.who)}"
-                + (f"; affected: {escape(', '.join(m.parties))}" if m.parties else "")
+                f"    who: {markup(m.who)}"
+                + (f"; affected: {markup(', '.join(m.parties))}" if m.parties else "")
             )
             if m.draft:
-                console.print(f"    draft: {escape(m.draft)}")
+                console.print(f"    draft: {markup(m.draft)}")
+
+
+def _standard(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # a legacy log may hold NaN/Infinity: print it as text, not bad JSON
+    if isinstance(value, dict):
+        return {k: _standard(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_standard(v) for v in value]
+    return value
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    # JSON escapes control characters itself; the output is always standard JSON.
+    sys.stdout.write(json.dumps(_standard(data), indent=2, allow_nan=False) + "\n")
 
 
 def run_async(coro: Any) -> Any:

@@ -1,28 +1,45 @@
-"""``amends show``, ``amends undo`` and ``amends audit``."""
+"""``amends show``, ``amends undo``, ``amends resolve`` and ``amends audit``.
+
+Read commands never create a log (issue 11 item 4); undo runs only with the catalog the saga
+recorded, or the one ``--catalog`` names, and refuses one that lacks the saga's tools (item 3).
+Every piece of saga data is printed through :func:`~amends.cli._common.markup` (item 6).
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
+import time
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..budget import Budget
 from ..engine import Engine
-from ..errors import SagaNotFoundError
-from ..log import open_log
-from ..log.base import SagaLog
-from ..report import Outcome
-from ._common import add_db_argument, load_catalog, print_json, print_report, run_async
+from ..errors import ConfigError, SagaNotFoundError
+from ..log.base import Event, SagaLog, SagaRecord
+from ..report import Outcome, UndoReport
+from ._common import (
+    add_catalog_argument,
+    add_db_argument,
+    budget_flag,
+    catalog_for_saga,
+    load_catalog,
+    markup,
+    open_existing_log,
+    print_json,
+    print_report,
+    recorded_catalog,
+    run_async,
+)
 
 __all__ = ["register"]
 
 
 def _when(ts: float | None) -> str:
-    if ts is None:
+    if ts is None or not math.isfinite(ts):
         return "—"
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
@@ -30,13 +47,17 @@ def _when(ts: float | None) -> str:
 def register(sub: Any) -> None:
     show = sub.add_parser(
         "show",
-        help="print a saga, its steps, its reversal and its history; without SAGA_ID, list sagas",
+        help="print a saga: its steps, its reversal and report (--history for the event log); "
+        "without SAGA_ID, list sagas",
     )
     show.add_argument("saga_id", nargs="?", help="saga to show (omit to list recent sagas)")
     add_db_argument(show)
     show.add_argument("--json", action="store_true", help="print JSON")
+    show.add_argument("--history", action="store_true", help="also print the event history")
     show.add_argument("--tenant", help="only this tenant's sagas (listing)")
-    show.add_argument("--limit", type=int, default=50, help="most sagas to list (default 50)")
+    show.add_argument(
+        "--limit", type=_limit, default=50, help="most sagas to list (1-10000, default 50)"
+    )
     show.set_defaults(handler=_show)
 
     undo = sub.add_parser(
@@ -46,40 +67,54 @@ def register(sub: Any) -> None:
     )
     undo.add_argument("saga_id")
     add_db_argument(undo)
+    add_catalog_argument(undo)
+    for name, flag, meta, text in (
+        ("tool_calls", "--budget-calls", "N", "most tool calls"),
+        ("tokens", "--budget-tokens", "N", "most tokens"),
+        ("seconds", "--budget-seconds", "S", "most seconds"),
+    ):
+        default = getattr(Budget(), name)
+        undo.add_argument(
+            flag,
+            dest=f"budget_{name}",
+            type=budget_flag(name, flag),
+            default=default,
+            metavar=meta,
+            help=f"{text} (default {default:g})",
+        )
     undo.add_argument(
-        "--catalog",
-        help="MODULE:ATTR of the catalog (default $AMENDS_CATALOG or amends.sandbox:demo_catalog)",
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue a reversal that stopped short (budget spent, a step resolved) with the "
+        "new budget (rule 6)",
     )
     undo.add_argument(
-        "--budget-calls",
-        type=int,
-        default=Budget.tool_calls,
-        metavar="N",
-        help=f"most tool calls (default {Budget.tool_calls})",
-    )
-    undo.add_argument(
-        "--budget-tokens",
-        type=int,
-        default=Budget.tokens,
-        metavar="N",
-        help=f"most tokens (default {Budget.tokens})",
-    )
-    undo.add_argument(
-        "--budget-seconds",
-        type=float,
-        default=Budget.seconds,
-        metavar="S",
-        help=f"most seconds (default {Budget.seconds:g})",
+        "--dry-run",
+        action="store_true",
+        help="preview what undo would do now (probes only, nothing else is dispatched)",
     )
     undo.add_argument("--json", action="store_true", help="print the report's to_dict() as JSON")
     undo.set_defaults(handler=_undo)
+
+    resolve = sub.add_parser(
+        "resolve",
+        help="record that a person handled a step's manual action (then `undo --continue`)",
+    )
+    resolve.add_argument("saga_id")
+    resolve.add_argument("step_id")
+    add_db_argument(resolve)
+    resolve.add_argument("--by", required=True, help="who handled it")
+    resolve.add_argument("--note", help="what they did or checked")
+    resolve.add_argument("--json", action="store_true", help="print JSON")
+    resolve.set_defaults(handler=_resolve)
 
     audit = sub.add_parser(
         "audit",
         help="list every catalog tool with its reversibility; flag "
         "tools that are irreversible only by default",
     )
-    audit.add_argument("--catalog", help="MODULE:ATTR of the catalog")
+    audit.add_argument("--catalog", help="MODULE:ATTR or .toml file of the catalog")
     add_db_argument(audit)
     audit.add_argument(
         "--strict", action="store_true", help="exit 1 if any tool has no explicit reversibility"
@@ -88,15 +123,30 @@ def register(sub: Any) -> None:
     audit.set_defaults(handler=_audit)
 
 
-async def _read_saga(log: SagaLog, saga_id: str) -> tuple[Any, Any]:
+def _limit(text: str) -> int:
     try:
-        saga = await log.get_saga(saga_id)
-        if saga is None:
-            raise SagaNotFoundError(
-                f"no saga {saga_id!r} in {log.url}; run `amends show --db {log.url}` to list sagas",
-                saga_id=saga_id,
-            )
-        return saga, await log.events(saga_id)
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"--limit must be between 1 and 10000, got {value}")
+    return value
+
+
+async def _get(log: SagaLog, saga_id: str) -> SagaRecord:
+    saga = await log.get_saga(saga_id)
+    if saga is None:
+        raise SagaNotFoundError(
+            f"no saga {saga_id!r} in {log.url}; run `amends show --db {log.url}` to list sagas",
+            saga_id=saga_id,
+        )
+    return saga
+
+
+async def _read_saga(log: SagaLog, saga_id: str) -> tuple[SagaRecord, list[Event]]:
+    try:
+        saga = await _get(log, saga_id)
+        return saga, list(await log.events(saga_id))
     finally:
         await log.close()
 
@@ -105,87 +155,115 @@ def _show(args: argparse.Namespace) -> int:
     console = Console()
     if args.saga_id is None:
         return _list(args, console)
-    saga, events = run_async(_read_saga(open_log(args.db), args.saga_id))
+    saga, events = run_async(_read_saga(open_existing_log(args.db, read_only=True), args.saga_id))
     if args.json:
-        print_json(
-            {
-                "saga_id": saga.saga_id,
-                "title": saga.title,
-                "tenant": saga.tenant,
-                "actor": saga.actor,
-                "state": saga.state,
-                "created_at": saga.created_at,
-                "steps": [
-                    {
-                        "step_id": s.step_id,
-                        "tool": s.tool,
-                        "args": s.args,
-                        "deps": list(s.deps),
-                        "declared": s.declared,
-                        "effective": s.effective,
-                        "state": s.state,
-                        "inverse": s.inverse,
-                        "expectation": s.expectation,
-                        "violation": s.violation,
-                        "error": s.error,
-                    }
-                    for s in saga.steps
-                ],
-                "reversal": None
-                if saga.reversal is None
-                else {
-                    "reversal_id": saga.reversal.reversal_id,
-                    "state": saga.reversal.state,
-                    "report": saga.reversal.report,
-                },
-                "history": [
-                    {
-                        "event_id": e.event_id,
-                        "at": e.at,
-                        "kind": e.kind,
-                        "step_id": e.step_id,
-                        "data": e.data,
-                    }
-                    for e in events
-                ],
-            }
-        )
+        print_json(_saga_json(saga, events))
         return 0
+    _print_saga(console, saga)
+    if args.history:
+        _print_history(console, events)
+    return 0
+
+
+def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
+    return {
+        "saga_id": saga.saga_id,
+        "title": saga.title,
+        "tenant": saga.tenant,
+        "actor": saga.actor,
+        "state": saga.state,
+        "created_at": saga.created_at,
+        "catalog": recorded_catalog(saga) or None,
+        "steps": [
+            {
+                "step_id": s.step_id,
+                "tool": s.tool,
+                "args": s.args,
+                "deps": list(s.deps),
+                "declared": s.declared,
+                "effective": s.effective,
+                "state": s.state,
+                "inverse": s.inverse,
+                "expectation": s.expectation,
+                "violation": s.violation,
+                "error": s.error,
+            }
+            for s in saga.steps
+        ],
+        "reversal": None
+        if saga.reversal is None
+        else {
+            "reversal_id": saga.reversal.reversal_id,
+            "state": saga.reversal.state,
+            "report": saga.reversal.report,
+        },
+        "history": [
+            {
+                "event_id": e.event_id,
+                "at": e.at,
+                "kind": e.kind,
+                "step_id": e.step_id,
+                "data": e.data,
+            }
+            for e in events
+        ],
+    }
+
+
+def _print_saga(console: Console, saga: SagaRecord) -> None:
+    ref = recorded_catalog(saga).get("ref")
+    console.print(f"[bold]{markup(saga.title)}[/bold]")
     console.print(
-        f"[bold]{escape(saga.title)}[/bold]  saga {saga.saga_id} · {saga.state} · "
-        f"tenant {saga.tenant or '—'} · actor {saga.actor or '—'} · "
-        f"{_when(saga.created_at)}"
+        f"saga {markup(saga.saga_id)} · {markup(saga.state)} · tenant "
+        f"{markup(saga.tenant or '—')} · actor {markup(saga.actor or '—')} · "
+        f"{_when(saga.created_at)} · catalog {markup(ref or 'not recorded')}"
     )
     steps = Table(title="Steps", header_style="bold")
-    for col in ("step", "tool", "class", "state", "after", "inverse"):
+    steps.add_column("step", no_wrap=True)  # issue 17: ids are never broken
+    for col in ("tool", "class", "state", "after", "inverse"):
         steps.add_column(col, overflow="fold")
     for s in saga.steps:
         cls = s.effective or s.declared
         if s.violation:
             cls += " (contract violation)"
         inverse = f"{s.inverse['tool']}({s.inverse['args']})" if s.inverse else "—"
-        steps.add_row(s.step_id, s.tool, cls, s.state, ", ".join(s.deps) or "—", escape(inverse))
+        steps.add_row(
+            markup(s.step_id),
+            markup(s.tool),
+            markup(cls),
+            markup(s.state),
+            markup(", ".join(s.deps) or "—"),
+            markup(inverse),
+        )
     console.print(steps)
-    if saga.reversal is not None:
-        console.print(f"Reversal {saga.reversal.reversal_id}: {saga.reversal.state}")
+    rev = saga.reversal
+    if rev is None:
+        console.print(f"Not undone. Undo it with: amends undo {markup(saga.saga_id)}")
+    elif rev.report is not None:
+        print_report(UndoReport.from_dict(rev.report), console)
+    else:
+        console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
+
+
+def _print_history(console: Console, events: list[Event]) -> None:
     history = Table(title="History (append-only)", header_style="bold")
-    for col in ("#", "at", "event", "step", "data"):
-        history.add_column(col, overflow="fold")
+    for col in ("#", "at", "event", "step"):
+        history.add_column(col, no_wrap=True)
+    history.add_column("data", overflow="fold")
     for e in events:
         history.add_row(
             str(e.event_id),
             _when(e.at),
-            e.kind,
-            e.step_id or "",
-            escape(str(e.data)) if e.data else "",
+            markup(e.kind),
+            markup(e.step_id or ""),
+            markup(e.data) if e.data else "",
         )
     console.print(history)
-    return 0
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
     async def go() -> Any:
-        log = open_log(args.db)
+        log = open_existing_log(args.db, read_only=True)
         try:
             return await log.list_sagas(tenant=args.tenant, limit=args.limit)
         finally:
@@ -207,8 +285,9 @@ def _list(args: argparse.Namespace, console: Console) -> int:
             ]
         )
         return 0
-    table = Table(title=f"Sagas in {args.db}", header_style="bold")
-    for col in ("saga", "title", "tenant", "state", "undo", "created"):
+    table = Table(title=f"Sagas in {markup(args.db)}", header_style="bold")
+    table.add_column("saga", no_wrap=True)
+    for col in ("title", "tenant", "state", "undo", "created"):
         table.add_column(col, overflow="fold")
     for s in sagas:
         undo = (
@@ -217,7 +296,12 @@ def _list(args: argparse.Namespace, console: Console) -> int:
             else ((s.reversal.report or {}).get("status", s.reversal.state))
         )
         table.add_row(
-            s.saga_id, escape(s.title), s.tenant or "—", s.state, undo, _when(s.created_at)
+            markup(s.saga_id),
+            markup(s.title),
+            markup(s.tenant or "—"),
+            markup(s.state),
+            markup(undo),
+            _when(s.created_at),
         )
     console.print(table)
     return 0
@@ -225,23 +309,93 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 
 def _undo(args: argparse.Namespace) -> int:
     budget = Budget(
-        tool_calls=args.budget_calls, tokens=args.budget_tokens, seconds=args.budget_seconds
+        tool_calls=args.budget_tool_calls, tokens=args.budget_tokens, seconds=args.budget_seconds
     )
+    if args.continue_ and args.dry_run:
+        raise ConfigError("--continue and --dry-run exclude each other; give one of them")
 
     async def go() -> Any:
-        log = open_log(args.db)
-        engine = Engine(load_catalog(args.catalog, args.db), log=log)
+        log = open_existing_log(args.db)
         try:
+            saga = await _get(log, args.saga_id)
+            catalog = catalog_for_saga(args.catalog, saga, args.db)
+        except BaseException:
+            await log.close()
+            raise
+        engine = Engine(catalog, log=log)
+        try:
+            if args.dry_run:
+                return await engine.preview(args.saga_id)
+            if args.continue_:
+                resume = getattr(engine, "resume", None)
+                if resume is None:  # pragma: no cover - until the engine has resume()
+                    raise ConfigError("this amends cannot continue a reversal yet")
+                return await resume(args.saga_id, budget=budget)
             return await engine.undo(args.saga_id, budget=budget)
         finally:
             await engine.close()
 
-    report = run_async(go())
+    result = run_async(go())
+    if not isinstance(result, UndoReport):  # the preview
+        data = result.to_dict()
+        if args.json:
+            print_json(data)
+        else:
+            _print_preview(data)
+        return 0
     if args.json:
-        print_json(report.to_dict())
+        print_json(result.to_dict())
     else:
-        print_report(report)
-    return 1 if report.status == Outcome.CANNOT_UNDO else 0
+        print_report(result)
+    return 1 if result.status == Outcome.CANNOT_UNDO else 0
+
+
+def _print_preview(data: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title="What undo would do now (nothing was dispatched)", header_style="bold")
+    table.add_column("step", no_wrap=True)
+    for col in ("tool", "action", "detail"):
+        table.add_column(col, overflow="fold")
+    for s in data.get("steps", []):
+        table.add_row(
+            markup(s.get("step_id", "")),
+            markup(s.get("tool", "")),
+            markup(s.get("verb") or s.get("action") or "—"),
+            markup(s.get("detail") or s.get("reason") or ""),
+        )
+    console.print(table)
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    async def go() -> Any:
+        log = open_existing_log(args.db)
+        try:
+            saga = await _get(log, args.saga_id)
+            resolve = getattr(log, "resolve_step", None)
+            if resolve is None:  # pragma: no cover - until the log has resolve_step()
+                raise ConfigError("this amends cannot record resolutions yet")
+            if args.step_id not in {s.step_id for s in saga.steps}:
+                raise ConfigError(
+                    f"saga {saga.saga_id} has no step {args.step_id!r}; its steps: "
+                    f"{', '.join(s.step_id for s in saga.steps)}",
+                    saga_id=saga.saga_id,
+                )
+            return await resolve(
+                args.saga_id, args.step_id, by=args.by, note=args.note, now=time.time()
+            )
+        finally:
+            await log.close()
+
+    res = run_async(go())
+    if args.json:
+        print_json(res.to_dict())
+    else:
+        Console().print(
+            f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
+            f"{markup(args.by)}. Continue the reversal with: amends undo "
+            f"{markup(args.saga_id)} --continue"
+        )
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -262,16 +416,17 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         console = Console()
         table = Table(title=f"Catalog: {len(catalog)} tools", header_style="bold")
-        for col in ("tool", "reversibility", "declared", "description"):
+        table.add_column("tool", no_wrap=True)
+        for col in ("reversibility", "declared", "description"):
             table.add_column(col, overflow="fold")
         for t in catalog:
             declared = "yes" if t.explicit else "[red]no — irreversible by default[/red]"
-            table.add_row(t.name, t.reversibility.value, declared, escape(t.description))
+            table.add_row(markup(t.name), t.reversibility.value, declared, markup(t.description))
         console.print(table)
         if implicit:
             console.print(
                 f"[red]{len(implicit)} tool(s) declare no reversibility and are "
-                f"treated as irreversible:[/red] {', '.join(implicit)}. Declare "
+                f"treated as irreversible:[/red] {markup(', '.join(implicit))}. Declare "
                 f"reversibility=... on each."
             )
     return 1 if args.strict and implicit else 0
