@@ -1,0 +1,30 @@
+"""``python -m amends.integrations.mcp serve --config FILE [--http HOST:PORT]``: the same as
+``amends mcp serve``, for MCP client configs that name a Python interpreter."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from amends import AmendsError
+
+from .cli import register
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amends.integrations.mcp")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    given = list(sys.argv[1:] if argv is None else argv)
+    # "serve ..." is "mcp serve ..."; "sandbox mcp ..." stays as it is.
+    args = parser.parse_args(given if given[:1] == ["sandbox"] else ["mcp", *given])
+    try:
+        return int(args.handler(args))
+    except AmendsError as exc:
+        sys.stderr.write(f"amends: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

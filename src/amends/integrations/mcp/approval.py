@@ -1,0 +1,96 @@
+"""The approval gate: before an irreversible (or residue-leaving) call, ask the user via MCP
+elicitation, saying the tool's class, who is affected, and what undo can and cannot do.
+
+A client that cannot be asked gets the call refused with a clear error, unless the gateway is
+configured ``when_no_elicitation = "allow"``. A refused call never reaches the upstream.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from amends import AmendsError
+
+from .contracts import render
+
+if TYPE_CHECKING:
+    from .gateway import Exported, Gateway
+
+__all__ = ["approval_message", "gate"]
+
+_UNDO_SAYS = {
+    "irreversible": "Undo CANNOT take this back: a person would have to follow up.",
+    "compensable": "Undo can compensate this, but not without trace: residue remains.",
+}
+
+
+def _parties(exp: Exported, args: dict[str, Any]) -> list[str]:
+    c = exp.contract
+    if c is None:
+        return []
+    for table in (c.effects.acknowledge, c.effects.residue):
+        if table is not None and "parties" in table:
+            try:
+                found = render(table["parties"], {"args": args}, "approval")
+            except AmendsError:
+                continue  # the parties come from the result: not known before the call
+            if isinstance(found, list):
+                return [str(p) for p in found]
+    return []
+
+
+def approval_message(gw: Gateway, exp: Exported, args: dict[str, Any]) -> str:
+    """The question put to the user: tool, class, parties, what undo can and cannot do."""
+    spec = gw.catalog.get(exp.catalog_name)
+    cls = spec.reversibility.value
+    label = cls if spec.explicit else "irreversible (no contract)"
+    parties = _parties(exp, args)
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    lines = [
+        f"The agent wants to call {exp.catalog_name}({shown[:300]}).",
+        f"Class: {label}. {_UNDO_SAYS.get(cls, '')}",
+    ]
+    if parties:
+        lines.append(f"Affected: {', '.join(parties)}.")
+    lines.append("Allow this call?")
+    return "\n".join(lines)
+
+
+async def gate(gw: Gateway, ctx: Any, exp: Exported, args: dict[str, Any]) -> str | None:
+    """``None`` if the call may go ahead, else the reason it is refused (for the agent)."""
+    mode = gw.config.approval
+    if mode == "off":
+        return None
+    cls = gw.catalog.get(exp.catalog_name).reversibility.value
+    if not (cls == "irreversible" or (mode == "residue" and cls == "compensable")):
+        return None
+    message = approval_message(gw, exp, args)
+    caps = getattr(ctx.session, "client_capabilities", None)
+    can_ask = caps is not None and getattr(caps, "elicitation", None) is not None
+    if can_ask:
+        try:
+            answer = await ctx.session.elicit_form(
+                message,
+                requested_schema={
+                    "type": "object",
+                    "properties": {"approve": {"type": "boolean", "title": "Allow"}},
+                    "required": ["approve"],
+                },
+                related_request_id=ctx.request_id,
+            )
+        except Exception:  # no back-channel on this transport: treated as "cannot ask"
+            can_ask = False
+        else:
+            if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+                return None
+            return (
+                f"amends: the user did not approve {exp.catalog_name} ({cls}); the call was "
+                f"not sent (answer: {answer.action})"
+            )
+    if gw.config.when_no_elicitation == "allow":
+        return None
+    return (
+        f"amends: {exp.catalog_name} is {cls} and this gateway asks the user before such calls, "
+        f"but this client cannot be asked (no MCP elicitation support); the call was not sent. "
+        f'Use a client with elicitation, or set when_no_elicitation = "allow" in [gateway].'
+    )

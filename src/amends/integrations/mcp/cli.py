@@ -1,0 +1,105 @@
+"""``amends mcp serve``: the gateway process, over stdio (default) or streamable HTTP.
+
+The ``mcp`` SDK is imported only when the command runs, so ``amends --help`` works without the
+``amends[mcp]`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from amends import ConfigError
+
+__all__ = ["parse_address", "register", "serve"]
+
+
+def register(sub: Any) -> None:
+    """Add ``mcp serve`` to the ``amends`` CLI."""
+    mcp = sub.add_parser("mcp", help="the MCP gateway (needs amends[mcp])")
+    msub = mcp.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
+    serve_p = msub.add_parser(
+        "serve",
+        help="serve the gateway: stdio by default, streamable HTTP with --http HOST:PORT",
+    )
+    serve_p.add_argument("--config", required=True, help="gateway config file (TOML)")
+    serve_p.add_argument(
+        "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
+    )
+    serve_p.set_defaults(handler=_serve)
+
+    sandbox = sub.add_parser("sandbox", help="the sandbox vendors as a service")
+    ssub = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    smcp = ssub.add_parser(
+        "mcp", help="serve the sandbox vendors as an MCP server over stdio (needs amends[mcp])"
+    )
+    smcp.add_argument("--world", required=True, help="sandbox world file (created if missing)")
+    smcp.add_argument("--seed", type=int, default=0, help="seed of a new world (default 0)")
+    smcp.set_defaults(handler=_sandbox_mcp)
+
+
+def _sandbox_mcp(args: argparse.Namespace) -> int:
+    _need_sdk()
+    from amends.sandbox.mcp_server import serve_stdio
+
+    asyncio.run(serve_stdio(args.world, seed=args.seed))
+    return 0
+
+
+def _need_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"amends mcp needs the MCP SDK ({exc}); pip install 'amends[mcp]'"
+        ) from exc
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``"127.0.0.1:8765"`` -> ``("127.0.0.1", 8765)``.
+
+    Raises:
+        ConfigError: Not HOST:PORT with a port in 1-65535.
+    """
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--http {value!r} is not HOST:PORT; e.g. --http 127.0.0.1:8765")
+    return host.strip("[]"), int(port)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    address = parse_address(args.http) if args.http else None
+    _need_sdk()
+    asyncio.run(serve(args.config, http=address))
+    return 0
+
+
+async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> None:
+    """Run the gateway until the agent disconnects (stdio) or the process is stopped (HTTP).
+
+    Raises:
+        ConfigError: The config is invalid or an upstream cannot be started.
+    """
+    from .config import load_config
+    from .gateway import Gateway
+
+    config = load_config(config_path)
+    async with Gateway(config) as gw:
+        # After a crash: steps left mid-call become in_doubt, dead reversals resume (rule 1).
+        await gw.engine.recover()
+        server = gw.server()
+        if http is None:
+            from mcp.server.stdio import stdio_server
+
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return
+        import uvicorn
+
+        host, port = http
+        app = server.streamable_http_app(host=host)
+        uv = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        )
+        await uv.serve()

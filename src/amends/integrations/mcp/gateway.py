@@ -1,0 +1,537 @@
+"""The MCP gateway: an MCP server toward the agent, an MCP client toward each upstream.
+
+Every forwarded ``tools/call`` is a saga step (write-ahead, rule 1) whose contract comes from the
+contract files (:mod:`.contracts`); a tool without one is irreversible. The agent also sees
+``amends_begin``, ``amends_status``, ``amends_preview``, ``amends_undo`` and ``amends_resolve``.
+The gateway never decides reversibility from a tool's name or from the upstream's annotations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import amends
+from amends import (
+    AmendsError,
+    Call,
+    Catalog,
+    ConfigError,
+    Engine,
+    PermanentError,
+    Saga,
+    StepFailedError,
+)
+
+from .config import GatewayConfig, UpstreamConfig
+from .contracts import ContractFile, Effects, ErrorRules, ToolContract, load_contracts, render
+from .upstream import Upstream, UpstreamError, error_text, raise_for_error, result_value
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.server import Server
+
+__all__ = ["META_PRECONDITION", "META_SAGA", "Exported", "Gateway"]
+
+META_SAGA = "amends/saga"
+"""Request ``_meta`` key: a saga key; calls carrying the same key share one saga."""
+META_TITLE = "amends/title"
+"""Request ``_meta`` key: the title of the saga a new saga key opens."""
+META_KEY = "amends/idempotency_key"
+"""Sent upstream in ``_meta``: the call's idempotency key (rule 5)."""
+META_PHASE = "amends/phase"
+"""Sent upstream in ``_meta``: forward, compensate, follow_up, probe or before."""
+META_PRECONDITION = "amends/precondition"
+"""Sent upstream in ``_meta`` with a compensation: the expectation, for compare-and-set (rule 4)."""
+META_STEP = "amends/step"
+"""Set on results to the agent: the saga, the step and the tool's reversibility."""
+
+_RESERVED_ARGS = frozenset({"after", "step_id", "undo_after"})
+_VERB = {
+    "read_only": "nothing to undo (read-only)",
+    "reversible": "undo reverts it",
+    "compensable": "undo compensates it, leaving residue",
+    "irreversible": "undo cannot take it back; a person must follow up",
+}
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One upstream tool as the agent sees it."""
+
+    agent_name: str
+    """Name in the gateway's ``tools/list``."""
+    catalog_name: str
+    """Name in the amends catalog and the saga log."""
+    upstream: Upstream
+    tool: str
+    """The upstream's own name."""
+    contract: ToolContract | None
+
+
+class _Slot:
+    """The saga of one agent connection or one saga key."""
+
+    def __init__(self) -> None:
+        self.saga: Saga | None = None
+        self.last_id: str | None = None
+        self.lock = asyncio.Lock()
+
+
+def _dig(value: Any, path: tuple[str, ...], where: str) -> Any:
+    for key in path:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}")
+    return value
+
+
+def _supports(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Gateway:
+    """The gateway between one agent (or many, over HTTP) and the configured upstreams.
+
+    Use it as ``async with Gateway(config) as gw:`` then serve :meth:`server` over a transport.
+
+    Args:
+        config: The parsed gateway configuration.
+        engine: An engine to use instead of one on ``config.log`` (tests, embedding).
+    """
+
+    def __init__(self, config: GatewayConfig, *, engine: Engine | None = None) -> None:
+        self.config = config
+        self.catalog = engine.catalog if engine is not None else Catalog()
+        self._engine = engine
+        self._own_engine = engine is None
+        self.upstreams = [Upstream(u) for u in config.upstreams]
+        self.exported: dict[str, Exported] = {}
+        self._by_catalog: dict[str, Exported] = {}
+        self._slots: dict[str, _Slot] = {}
+        self._sessions: dict[int, Any] = {}  # keeps session objects alive while their id is a key
+        self._raw: dict[tuple[str, str], mcp_types.CallToolResult] = {}
+        self._stack = AsyncExitStack()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise AmendsError("the gateway is not started; use 'async with Gateway(config)'")
+        return self._engine
+
+    # --- start and stop -------------------------------------------------------------------
+    async def __aenter__(self) -> Gateway:
+        try:
+            for up in self.upstreams:
+                await up.connect(self._stack)
+                files = [load_contracts(c) for c in up.config.contracts]
+                self._register(up, files)
+            if self._engine is None:
+                self._engine = Engine(self.catalog, log=self.config.log)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every open saga (its steps settle first), the upstreams and the log."""
+        for slot in list(self._slots.values()):
+            await self._close_saga(slot)
+        try:
+            await self._stack.aclose()
+        finally:
+            if self._own_engine and self._engine is not None:
+                await self._engine.close()
+
+    def _names(self, up: UpstreamConfig, tool: str) -> tuple[str, str]:
+        if up.prefix:
+            return f"{up.name}_{tool}", f"{up.name}.{tool}"
+        return tool, tool
+
+    def _register(self, up: Upstream, files: list[ContractFile]) -> None:
+        contracts: dict[str, ToolContract] = {}
+        for f in files:
+            for name, c in f.tools.items():
+                if name in contracts:
+                    raise ConfigError(
+                        f"upstream {up.name!r}: tool {name!r} has a contract in two files "
+                        f"({f.source} and an earlier one); keep one"
+                    )
+                contracts[name] = c
+        for name, c in contracts.items():
+            refs = [cap.tool for cap in c.captures]
+            for eff in (c.effects, c.if_absent[1] if c.if_absent else None):
+                if eff is not None and eff.inverse is not None:
+                    refs.append(eff.inverse["tool"])
+                if eff is not None and eff.expect is not None:
+                    refs.append(eff.expect["probe"])
+            missing = [r for r in refs if r not in up.tools]
+            if missing:
+                raise ConfigError(
+                    f"upstream {up.name!r}: the contract of {name!r} uses tool(s) "
+                    f"{', '.join(sorted(set(missing)))} that the server does not list; fix the "
+                    f"contract or the upstream (it lists: {', '.join(sorted(up.tools)) or 'none'})"
+                )
+        for tool_name in sorted(up.tools):
+            if any(a in _RESERVED_ARGS for a in self._arg_names(up.tools[tool_name])):
+                print(
+                    f"amends mcp: upstream {up.name!r} tool {tool_name!r} has an argument named "
+                    f"one of {sorted(_RESERVED_ARGS)}, which amends reserves; it is not exported",
+                    file=sys.stderr,
+                )
+                continue
+            agent_name, catalog_name = self._names(up.config, tool_name)
+            contract = contracts.get(tool_name)
+            exp = Exported(agent_name, catalog_name, up, tool_name, contract)
+            kwargs: dict[str, Any] = {
+                "reversibility": contract.reversibility if contract else None,
+                "description": (contract.description if contract else "")
+                or (up.tools[tool_name].description or "").strip().split("\n")[0],
+                "timeout": contract.timeout if contract else None,
+            }
+            if contract is not None and contract.resources:
+                templates = list(contract.resources)
+                where = f"contract of {catalog_name!r} resources"
+
+                def res(args: Any, _t: list[str] = templates, _w: str = where) -> list[str]:
+                    return [str(render(t, {"args": args}, _w)) for t in _t]
+
+                kwargs["resources"] = res
+            if contract is not None and _supports(self.catalog.register, "idempotent"):
+                kwargs["idempotent"] = contract.idempotent
+            if contract is not None and contract.sensitive:
+                if _supports(self.catalog.register, "sensitive"):
+                    kwargs["sensitive"] = list(contract.sensitive)
+                else:
+                    raise ConfigError(
+                        f"the contract of {catalog_name!r} declares sensitive arguments, but "
+                        f"this amends cannot redact them yet; remove 'sensitive' or upgrade"
+                    )
+            self.catalog.register(catalog_name, self._forwarder(exp), **kwargs)
+            self.exported[agent_name] = exp
+            self._by_catalog[catalog_name] = exp
+
+    @staticmethod
+    def _arg_names(tool: mcp_types.Tool) -> list[str]:
+        props = (tool.input_schema or {}).get("properties") or {}
+        return list(props) if isinstance(props, dict) else []
+
+    def _upstream_name(self, up: Upstream, tool: str) -> str:
+        return self._names(up.config, tool)[1]
+
+    # --- the catalog function of each upstream tool --------------------------------------
+    def _forwarder(self, exp: Exported) -> Any:
+        up, contract = exp.upstream, exp.contract
+        rules = contract.errors if contract is not None else ErrorRules()
+        where = f"contract of {exp.catalog_name!r}"
+
+        def meta(call: Call, phase: str) -> dict[str, Any]:
+            m: dict[str, Any] = {
+                META_KEY: call.idempotency_key + (":before" if phase == "before" else ""),
+                META_PHASE: phase,
+                "amends/saga_id": call.saga_id,
+                "amends/step_id": call.step_id,
+            }
+            if call.precondition is not None:
+                m[META_PRECONDITION] = call.precondition.to_dict()
+            return m
+
+        async def forward(call: Call, **args: Any) -> Any:
+            scope: dict[str, Any] = {"args": args}
+            absent: set[str] = set()
+            if call.phase == "forward" and contract is not None and contract.captures:
+                scope["capture"] = await self._capture(call, exp, contract, scope, meta, absent)
+            res = await up.call(exp.tool, args, meta(call, call.phase))
+            if call.phase == "forward":
+                self._raw[(call.saga_id, call.step_id)] = res
+            raise_for_error(res, rules, exp.catalog_name)
+            value = result_value(res)
+            compensating = call.phase in ("compensate", "follow_up")
+            if compensating and contract is not None and contract.compensate_residue is not None:
+                scope["result"] = value
+                self._residue(call, contract.compensate_residue, scope, where)
+            if call.phase == "forward" and contract is not None:
+                scope["result"] = value
+                effects = contract.effects
+                if contract.if_absent is not None and contract.if_absent[0] in absent:
+                    effects = contract.if_absent[1]
+                try:
+                    self._record(call, exp, effects, scope, where)
+                except ConfigError as exc:
+                    # The effect happened but its inverse cannot be filled in: record nothing,
+                    # so the engine logs the step as irreversible with a violation (rule 2).
+                    print(f"amends mcp: {exc}", file=sys.stderr)
+            return value
+
+        forward.__name__ = exp.catalog_name.replace(".", "_").replace("-", "_")
+        return forward
+
+    async def _capture(
+        self,
+        call: Call,
+        exp: Exported,
+        contract: ToolContract,
+        scope: dict[str, Any],
+        meta: Any,
+        absent: set[str],
+    ) -> dict[str, Any]:
+        captured: dict[str, Any] = {}
+        for cap in contract.captures:
+            where = f"contract of {exp.catalog_name!r} capture {cap.name!r}"
+            try:
+                res = await exp.upstream.call(
+                    cap.tool, render(dict(cap.args), scope, where), meta(call, "before")
+                )
+            except (UpstreamError, PermanentError) as exc:
+                # rule 1: the write has not been sent, so refusing it is the truth.
+                raise PermanentError(
+                    f"{exp.catalog_name}: reading the state before the write ({cap.tool}) "
+                    f"failed, so the write was not sent: {exc}"
+                ) from exc
+            if res.is_error:
+                text = error_text(res)
+                if cap.absent_when is not None and cap.absent_when.search(text):
+                    captured[cap.name] = None
+                    absent.add(cap.name)
+                    continue
+                raise PermanentError(
+                    f"{exp.catalog_name}: reading the state before the write ({cap.tool}) "
+                    f"returned an error, so the write was not sent: {text[:300]}"
+                )
+            try:
+                captured[cap.name] = _dig(result_value(res), cap.path, where)
+            except ConfigError as exc:
+                raise PermanentError(f"{exc}; the write was not sent") from exc
+        return captured
+
+    def _record(
+        self, call: Call, exp: Exported, eff: Effects, scope: dict[str, Any], where: str
+    ) -> None:
+        up = exp.upstream
+        if eff.inverse is not None:
+            args = render(dict(eff.inverse.get("args", {})), scope, f"{where} inverse")
+            call.inverse(self._upstream_name(up, eff.inverse["tool"]), **args)
+        if eff.expect is not None:
+            e = eff.expect
+            path = render(e.get("path", []), scope, f"{where} expect path")
+            call.expect(
+                self._upstream_name(up, e["probe"]),
+                render(dict(e.get("args", {})), scope, f"{where} expect"),
+                equals=render(e["equals"], scope, f"{where} expect"),
+                path=(path,) if isinstance(path, str) else tuple(path),
+            )
+        elif eff.no_drift_check is not None and hasattr(call, "no_drift_check"):
+            call.no_drift_check(reason=eff.no_drift_check)
+        if eff.residue is not None:
+            self._residue(call, eff.residue, scope, where)
+        if eff.acknowledge is not None:
+            a = render(dict(eff.acknowledge), scope, f"{where} acknowledge")
+            call.acknowledge(
+                who=a["who"], parties=a.get("parties", ()), draft=a.get("draft"), what=a.get("what")
+            )
+
+    @staticmethod
+    def _residue(call: Call, table: Any, scope: dict[str, Any], where: str) -> None:
+        r = render(dict(table), scope, f"{where} residue")
+        if "when" not in r or r["when"]:
+            call.residue(
+                r["what"],
+                parties=r.get("parties", ()),
+                settles_in_days=r.get("settles_in_days"),
+                settles_in_business_days=r.get("settles_in_business_days"),
+                settles_at=r.get("settles_at"),
+            )
+
+    # --- sagas ----------------------------------------------------------------------------
+    def _slot_key(self, ctx: Any) -> str:
+        meta = ctx.meta or {}
+        key = meta.get(META_SAGA) if isinstance(meta, dict) else None
+        if isinstance(key, str) and key:
+            return f"key:{key}"
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            self._sessions[id(ctx.session)] = ctx.session
+            return f"session:{id(ctx.session)}"
+        return "stateless"  # one per gateway process: one stdio connection, or keyless HTTP
+
+    def _slot(self, ctx: Any) -> _Slot:
+        return self._slots.setdefault(self._slot_key(ctx), _Slot())
+
+    async def _open_saga(self, slot: _Slot, title: str | None = None) -> Saga:
+        async with slot.lock:
+            if slot.saga is None:
+                saga = self.engine.saga(title or self.config.title, actor="agent:mcp")
+                await saga.__aenter__()
+                slot.saga = saga
+                slot.last_id = saga.id
+            return slot.saga
+
+    async def _close_saga(self, slot: _Slot) -> None:
+        async with slot.lock:
+            saga, slot.saga = slot.saga, None
+        if saga is not None:
+            try:
+                await saga.__aexit__(None, None, None)
+            except AmendsError:
+                pass  # a step's failure was already answered to the agent and is in the log
+
+    async def _close_saga_id(self, saga_id: str) -> None:
+        for slot in list(self._slots.values()):
+            if slot.saga is not None and slot.saga.id == saga_id:
+                await self._close_saga(slot)
+
+    def _default_saga_id(self, ctx: Any, given: Any) -> str:
+        if isinstance(given, str) and given:
+            return given
+        slot = self._slot(ctx)
+        if slot.last_id is None:
+            raise ConfigError("no saga yet on this connection; call a tool first, or pass saga_id")
+        return slot.last_id
+
+    # --- tools/list and tools/call ---------------------------------------------------------
+    def list_tools(self) -> list[mcp_types.Tool]:
+        """The tools the agent sees: each upstream tool, with its reversibility published, and
+        the amends tools."""
+        import mcp_types as types
+
+        from .tools import AMENDS_TOOLS
+
+        out = []
+        for exp in self.exported.values():
+            spec = self.catalog.get(exp.catalog_name)
+            cls = spec.reversibility.value
+            src = exp.upstream.tools[exp.tool]
+            label = cls if spec.explicit else "irreversible (no contract)"
+            desc = (src.description or "").rstrip()
+            desc = f"{desc}\n\n[amends: {label}; {_VERB[cls]}]".lstrip()
+            out.append(
+                types.Tool(
+                    name=exp.agent_name,
+                    title=src.title,
+                    description=desc,
+                    input_schema=src.input_schema,
+                    annotations=types.ToolAnnotations(
+                        title=src.annotations.title if src.annotations else None,
+                        read_only_hint=cls == "read_only",
+                        destructive_hint=cls == "irreversible",
+                        idempotent_hint=bool(exp.contract and exp.contract.idempotent),
+                        open_world_hint=src.annotations.open_world_hint
+                        if src.annotations
+                        else None,
+                    ),
+                    _meta={"amends/reversibility": cls, "amends/contract": spec.explicit},
+                )
+            )
+        out.extend(AMENDS_TOOLS)
+        return out
+
+    async def call_tool(
+        self, ctx: Any, name: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """Forward one call as a saga step, or run one of the amends tools."""
+        from .tools import run_amends_tool
+
+        if name.startswith("amends_"):
+            return await run_amends_tool(self, ctx, name, arguments)
+        exp = self.exported.get(name)
+        if exp is None:
+            return _error(
+                f"unknown tool {name!r}; the gateway exports: {', '.join(sorted(self.exported))}"
+            )
+        from .approval import gate
+
+        refusal = await gate(self, ctx, exp, arguments)
+        if refusal is not None:
+            return _error(refusal)
+        slot = self._slot(ctx)
+        meta = ctx.meta if isinstance(ctx.meta, dict) else {}
+        saga = await self._open_saga(slot, meta.get(META_TITLE))
+        try:
+            step = saga.call(exp.catalog_name, **arguments)
+        except amends.SagaClosedError:  # undone meanwhile: start a new saga
+            slot.saga = None
+            saga = await self._open_saga(slot, meta.get(META_TITLE))
+            step = saga.call(exp.catalog_name, **arguments)
+        spec = self.catalog.get(exp.catalog_name)
+        info = {
+            "saga_id": saga.id,
+            "step_id": step.id,
+            "tool": exp.catalog_name,
+            "reversibility": spec.reversibility.value,
+        }
+        try:
+            await step
+        except StepFailedError as exc:
+            raw = self._raw.pop((saga.id, step.id), None)
+            info["state"] = exc.state
+            upstream_said = error_text(raw) if raw is not None else ""
+            if exc.state == "in_doubt":
+                text = (
+                    f"amends: {exc}\nThe step is in doubt: do not retry blindly. amends_status "
+                    f"shows it; a person can check and record it with amends_resolve."
+                )
+            else:
+                text = f"amends: {exc}"
+            if upstream_said and upstream_said not in text:
+                text += f"\nupstream said: {upstream_said}"
+            return _error(text, info)
+        raw = self._raw.pop((saga.id, step.id), None)
+        info["state"] = "done"
+        assert raw is not None
+        import mcp_types as types
+
+        # The upstream's own _meta is not passed on (issue 14): only amends' step information.
+        return types.CallToolResult(
+            content=raw.content,
+            structured_content=raw.structured_content,
+            is_error=False,
+            _meta={META_STEP: info},
+        )
+
+    def server(self) -> Server[Any]:
+        """A low-level SDK server whose handlers are this gateway's."""
+        import mcp_types as types
+        from mcp.server import Server
+
+        async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=self.list_tools())
+
+        async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+            try:
+                return await self.call_tool(ctx, params.name, dict(params.arguments or {}))
+            except AmendsError as exc:
+                return _error(str(exc))
+
+        return Server(
+            "amends",
+            version=amends.__version__,
+            instructions="Tool calls through this server are recorded by amends as saga steps; "
+            "amends_preview shows what undo would do, amends_undo undoes the session's calls "
+            "honestly (each step reverted, compensated or acknowledged).",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+        )
+
+
+def _error(text: str, info: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
+    import mcp_types as types
+
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        is_error=True,
+        _meta={META_STEP: info} if info else None,
+    )

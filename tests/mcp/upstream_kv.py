@@ -1,0 +1,131 @@
+"""A small upstream MCP server for the gateway's tests, built with the official SDK (stdio).
+
+Its world is a JSON file named by $KV_STATE, so a test can read the final state and make a
+"human edit" between the agent's call and the undo. Every write appends to a journal in that
+file, so a test can count effects (two refunds would show as two entries).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+STATE = Path(os.environ["KV_STATE"])
+app = MCPServer("kv-upstream")
+
+
+def _load() -> dict[str, Any]:
+    if STATE.exists():
+        data: dict[str, Any] = json.loads(STATE.read_text())
+        return data
+    return {"kv": {}, "charges": {}, "journal": [], "emails": []}
+
+
+def _save(data: dict[str, Any]) -> None:
+    tmp = STATE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    tmp.replace(STATE)
+
+
+@app.tool()
+def kv_get(key: str) -> dict[str, Any]:
+    """Read one key."""
+    data = _load()
+    if key not in data["kv"]:
+        raise ToolError(f"not found: {key}")
+    return {"key": key, "value": data["kv"][key]}
+
+
+@app.tool()
+def kv_set(key: str, value: str) -> dict[str, Any]:
+    """Write one key."""
+    data = _load()
+    old = data["kv"].get(key)
+    data["kv"][key] = value
+    data["journal"].append(["kv_set", key, value])
+    _save(data)
+    return {"key": key, "value": value, "old": old}
+
+
+@app.tool()
+def kv_delete(key: str) -> dict[str, Any]:
+    """Delete one key."""
+    data = _load()
+    if key not in data["kv"]:
+        raise ToolError(f"not found: {key}")
+    del data["kv"][key]
+    data["journal"].append(["kv_delete", key])
+    _save(data)
+    return {"key": key, "deleted": True}
+
+
+@app.tool()
+def charge(customer: str, cents: int) -> dict[str, Any]:
+    """Charge a customer."""
+    data = _load()
+    cid = f"ch_{len(data['charges']) + 1}"
+    data["charges"][cid] = {"id": cid, "customer": customer, "cents": cents, "refunded": 0}
+    data["journal"].append(["charge", cid, cents])
+    _save(data)
+    return data["charges"][cid]  # type: ignore[no-any-return]
+
+
+@app.tool()
+def refund(charge_id: str) -> dict[str, Any]:
+    """Refund a charge in full (slowly, so concurrent undos overlap)."""
+    time.sleep(0.3)
+    data = _load()
+    ch = data["charges"][charge_id]
+    ch["refunded"] += ch["cents"]
+    data["journal"].append(["refund", charge_id, ch["cents"]])
+    _save(data)
+    return ch  # type: ignore[no-any-return]
+
+
+@app.tool()
+def get_charge(charge_id: str) -> dict[str, Any]:
+    """Read a charge."""
+    return _load()["charges"][charge_id]  # type: ignore[no-any-return]
+
+
+@app.tool()
+def send_email(to: str, subject: str) -> dict[str, Any]:
+    """Send an email (there is no unsend)."""
+    data = _load()
+    data["emails"].append({"to": to, "subject": subject})
+    data["journal"].append(["send_email", to])
+    _save(data)
+    return {"to": to, "status": "delivered"}
+
+
+@app.tool()
+def refuse_write(key: str) -> dict[str, Any]:
+    """Always refused by the server, before doing anything."""
+    raise ToolError(f"Refused: {key} is locked")
+
+
+@app.tool()
+def flaky_write(key: str, value: str) -> dict[str, Any]:
+    """Writes, then reports an error: the caller cannot know whether the write happened."""
+    data = _load()
+    data["kv"][key] = value
+    data["journal"].append(["flaky_write", key, value])
+    _save(data)
+    raise ToolError("connection reset while committing")
+
+
+@app.tool()
+def slow_set(key: str, value: str, seconds: float) -> dict[str, Any]:
+    """Write after a delay (the gateway is killed meanwhile in the crash test)."""
+    time.sleep(seconds)
+    return kv_set(key, value)
+
+
+if __name__ == "__main__":
+    app.run()
