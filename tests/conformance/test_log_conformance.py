@@ -9,6 +9,7 @@ import pytest
 
 import amends
 from amends.log import open_log
+from amends.log.sql import SCHEMA_VERSION
 from core_world import fresh
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
@@ -55,7 +56,7 @@ async def test_forward_is_logged_with_every_result_and_inverse(log_url: str) -> 
         ]
         assert [s.saga_id for s in await engine.log.list_sagas(tenant="acme")] == ["deal"]
         assert await engine.log.list_sagas(tenant="other") == []
-        assert await engine.log.schema_version() == 1
+        assert await engine.log.schema_version() == SCHEMA_VERSION
     finally:
         await engine.close()
 
@@ -203,7 +204,7 @@ async def test_a_newer_schema_is_refused_with_the_fix(log_url: str) -> None:
 async def test_concurrent_opens_migrate_once(log_url: str) -> None:
     logs = await asyncio.gather(*(asyncio.to_thread(open_log, log_url) for _ in range(4)))
     try:
-        assert [await lg.schema_version() for lg in logs] == [1, 1, 1, 1]
+        assert [await lg.schema_version() for lg in logs] == [SCHEMA_VERSION] * 4
     finally:
         for lg in logs:
             await lg.close()

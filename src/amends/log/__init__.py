@@ -7,20 +7,32 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import SagaLog
-from .sqlite import SqliteLog
+from .sqlite import SqliteLog, file_permission_problems
 
-__all__ = ["SagaLog", "SqliteLog", "open_log"]
+__all__ = ["SagaLog", "SqliteLog", "file_permission_problems", "open_log"]
 
 
-def open_log(target: str | os.PathLike[str] | SagaLog | None = None, **options: Any) -> SagaLog:
+def open_log(
+    target: str | os.PathLike[str] | SagaLog | None = None,
+    *,
+    must_exist: bool = False,
+    read_only: bool = False,
+    **options: Any,
+) -> SagaLog:
     """The saga log for ``target``: a :class:`SagaLog`, a URL, or a file path.
 
     ``None`` means ``./amends.db``. ``postgresql://`` and ``postgres://`` URLs need the
-    ``amends[postgres]`` extra.
+    ``amends[postgres]`` extra. ``must_exist=True`` refuses a missing log (read commands never
+    create one); ``read_only=True`` opens it without taking a write lock and refuses writes.
 
     Raises:
         ConfigError: The URL's scheme is not one amends knows.
+        LogError: ``must_exist``/``read_only`` and there is no amends log at ``target``.
     """
+    if must_exist:
+        options["must_exist"] = True
+    if read_only:
+        options["read_only"] = True
     if isinstance(target, SagaLog):
         return target
     text = "amends.db" if target is None else os.fspath(target)

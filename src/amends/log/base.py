@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "ChainProblem",
     "Claim",
     "CompensationRecord",
     "Event",
+    "IdemRecord",
+    "LogHealth",
+    "Resolution",
     "ReversalRecord",
     "SagaLog",
     "SagaRecord",
@@ -63,6 +67,27 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class Resolution:
+    """A person's note that they handled a step's manual action (``engine.resolve``)."""
+
+    step_id: str
+    """The step whose manual action was handled."""
+    by: str
+    """Who handled it (a name or an id), as given to ``resolve``."""
+    note: str | None
+    """What they did or checked, in their words; ``None`` when they gave no note."""
+    at: float
+    """When it was recorded (epoch seconds)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_id": self.step_id, "by": self.by, "note": self.note, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resolution:
+        return cls(str(data["step_id"]), str(data["by"]), data.get("note"), float(data["at"]))
+
+
+@dataclass(frozen=True)
 class SagaRecord:
     saga_id: str
     title: str
@@ -76,6 +101,10 @@ class SagaRecord:
     lease_until: float | None
     steps: tuple[StepRecord, ...] = ()
     reversal: ReversalRecord | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Free JSON metadata given to ``create_saga`` (issue 11 keeps the catalog reference here)."""
+    resolutions: Mapping[str, Resolution] = field(default_factory=dict)
+    """step_id -> the latest :class:`Resolution` recorded for it (filled by ``get_saga``)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +121,10 @@ class ReversalRecord:
     finished_at: float | None
     calls_spent: int
     tokens_spent: int
+    """Calls and tokens spent by the current run (reset to 0 by a continuation)."""
     report: dict[str, Any] | None
+    continuations: int = 0
+    """How many times the reversal was continued after it finished (rule 6)."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +157,36 @@ class Event:
 class Claim:
     """What :meth:`SagaLog.claim_reversal` found or did."""
 
-    outcome: Literal["new", "taken_over", "done", "running_elsewhere"]
+    outcome: Literal["new", "taken_over", "done", "running_elsewhere", "claimed"]
+    """``claimed``: :meth:`SagaLog.continue_reversal` reopened a finished reversal for this
+    worker."""
     reversal: ReversalRecord
+
+
+@dataclass(frozen=True)
+class IdemRecord:
+    """A stored response of the HTTP API for one idempotency key (issue 13.7)."""
+
+    tenant: str
+    key: str
+    request_hash: str
+    """Hash of the request first sent with this key; a different request with the same key is
+    a client error, not a replay."""
+    response: Mapping[str, Any]
+    expires_at: float
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """One place where the tamper-evident history does not add up (rule 11)."""
+
+    saga_id: str
+    event_id: int | None
+    """The event where the chain breaks (``None`` for a problem of the saga as a whole)."""
+    what: Literal["edited", "inserted", "deleted", "report mismatch"]
+    detail: str = ""
+    """A sentence for the operator: what was expected and what was found."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +204,20 @@ class StepFinish:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class LogHealth:
+    """What ``amends doctor`` looks at, read in one consistent snapshot of the log."""
+
+    in_doubt: list[tuple[str, str, str]]
+    """(saga_id, step_id, tool) of in-doubt steps of sagas not yet undone."""
+    stale_sagas: list[tuple[str, str | None, float | None]]
+    """(saga_id, owner, lease_until) of running sagas whose worker stopped renewing."""
+    live_sagas: list[tuple[str, str | None, float]]
+    stuck_reversals: list[tuple[str, str, str | None, int, float | None]]
+    """(reversal_id, saga_id, owner, generation, lease_until) of reversals whose lease expired."""
+    live_reversals: list[tuple[str, str, str | None, int, float]]
+
+
 class SagaLog(ABC):
     """A durable saga log. Implementations: :class:`amends.SqliteLog`, :class:`amends.PostgresLog`.
 
@@ -153,6 +227,8 @@ class SagaLog(ABC):
     """
 
     url: str
+    read_only: bool = False
+    """``True`` when opened with ``read_only=True``: every write raises LogReadOnlyError."""
 
     # --- forward --------------------------------------------------------------------------
     @abstractmethod
@@ -166,7 +242,9 @@ class SagaLog(ABC):
         owner: str,
         lease_until: float,
         now: float,
-    ) -> None: ...
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create a running saga (``meta``: free JSON metadata, kept on :class:`SagaRecord`)."""
 
     @abstractmethod
     async def begin_step(
@@ -216,6 +294,31 @@ class SagaLog(ABC):
         """Create the saga's one reversal, join it, or take it over once its lease has expired."""
 
     @abstractmethod
+    async def continue_reversal(
+        self,
+        saga_id: str,
+        *,
+        budget: Mapping[str, Any],
+        owner: str,
+        lease_until: float,
+        now: float,
+        after_continuation: int | None = None,
+        reversal_id: str | None = None,
+    ) -> Claim:
+        """Reopen the saga's finished reversal for a continuation with a new budget (rule 6).
+
+        Outcomes: ``claimed`` (reopened: running, generation + 1, ``continuations`` + 1, calls and
+        tokens spent reset to 0); ``running_elsewhere`` (the first run or a continuation still
+        holds a live lease: join it); ``done`` (``after_continuation`` was given and someone else
+        has continued since: join that, never continue twice); ``taken_over`` (a running reversal
+        whose lease expired). Without any reversal yet, this is :meth:`claim_reversal` (with
+        ``reversal_id`` or a fresh id).
+
+        Raises:
+            SagaNotFoundError: No saga ``saga_id`` in this log.
+        """
+
+    @abstractmethod
     async def renew_reversal_lease(
         self, reversal_id: str, generation: int, lease_until: float
     ) -> None:
@@ -256,6 +359,47 @@ class SagaLog(ABC):
         now: float,
     ) -> None: ...
 
+    @abstractmethod
+    async def resolve_step(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None, now: float
+    ) -> Resolution:
+        """Record that a person handled ``step_id``'s manual action; event ``step.resolved``.
+
+        Raises:
+            SagaNotFoundError: No saga ``saga_id`` in this log.
+            ContractError: The saga has no step ``step_id``.
+        """
+
+    # --- HTTP idempotency keys (issue 13.7) -----------------------------------------------
+    @abstractmethod
+    async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
+        """The unexpired record stored for ``(tenant, key)``, or ``None``."""
+
+    @abstractmethod
+    async def idem_put(
+        self,
+        tenant: str,
+        key: str,
+        request_hash: str,
+        response: Mapping[str, Any],
+        expires_at: float,
+        *,
+        now: float | None = None,
+    ) -> IdemRecord:
+        """Store a response for ``(tenant, key)`` unless an unexpired one exists.
+
+        Returns the stored record: this one, or the one another process put first (the caller
+        compares ``request_hash``).
+        """
+
+    # --- integrity (rule 11) --------------------------------------------------------------
+    @abstractmethod
+    async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
+        """Check the hash chain of one saga's history (or every saga's) and each stored report.
+
+        Returns every problem found (empty when the history is intact).
+        """
+
     # --- reads ----------------------------------------------------------------------------
     @abstractmethod
     async def get_saga(self, saga_id: str) -> SagaRecord | None: ...
@@ -290,6 +434,10 @@ class SagaLog(ABC):
     @abstractmethod
     async def mark_in_doubt(self, now: float) -> list[tuple[str, str]]:
         """Mark ``intent`` steps of sagas whose lease expired ``in_doubt``; returns (saga, step)."""
+
+    @abstractmethod
+    async def health(self, now: float) -> LogHealth:
+        """In-doubt steps, stale sagas, stuck and live reversals at ``now`` (for ``doctor``)."""
 
     @abstractmethod
     async def schema_version(self) -> int: ...

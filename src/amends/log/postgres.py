@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
-from .sql import MIGRATIONS, SCHEMA_VERSION, Database, SqlSagaLog, Tx
+from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
+from .sqlite import signing_key_from_env
 
 if TYPE_CHECKING:
     import psycopg
@@ -99,7 +100,13 @@ class _PgDatabase(Database):
         max_size: int,
         connect_timeout: float,
         retry_seconds: float,
+        must_exist: bool = False,
+        read_only: bool = False,
+        key: bytes | None = None,
     ) -> None:
+        self.must_exist = must_exist or read_only
+        self.read_only = read_only
+        self._key = key
         try:
             import psycopg
             import psycopg_pool
@@ -136,7 +143,10 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             ) from exc
         try:
-            self._run_with_retries(self._migrate_tx, write=True)
+            if self.read_only or self.must_exist:
+                self._run_with_retries(self._check_tx, write=False)
+            if not self.read_only:
+                self._run_with_retries(self._migrate_tx, write=True)
         except BaseException:
             self.pool.close()
             raise
@@ -258,33 +268,61 @@ class _PgDatabase(Database):
 
         return psycopg_pool.PoolTimeout
 
-    def _migrate_tx(self, tx: Tx) -> None:
-        tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+    def _version(self, tx: Tx) -> int:
         exists = tx.execute("SELECT to_regclass('amends_meta') IS NOT NULL")
-        version = 0
-        if exists and exists[0][0]:
-            row = tx.execute("SELECT value FROM amends_meta WHERE key='schema_version'")
-            version = int(row[0][0]) if row else 0
+        if not (exists and exists[0][0]):
+            return 0
+        row = tx.execute("SELECT value FROM amends_meta WHERE key='schema_version'")
+        return int(row[0][0]) if row else 0
+
+    def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"saga log {self.safe_url!r} has schema version {version}, newer than this "
                 f"amends understands ({SCHEMA_VERSION}); upgrade amends on this worker",
                 path=self.safe_url,
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for stmt in MIGRATIONS[target](_IDENTITY_PK):
-                tx.execute(stmt)
-            tx.execute(
-                "INSERT INTO amends_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                (str(target),),
+
+    def _check_tx(self, tx: Tx) -> None:
+        """must_exist / read_only: the database must already hold an amends log."""
+        version = self._version(tx)
+        if version == 0:
+            raise LogError(
+                f"saga log {self.safe_url!r} is not an amends log (the database has no "
+                f"amends_meta table); check the URL's database name. A read command never "
+                f"creates a log",
+                path=self.safe_url,
+            )
+        self._check_version(version)
+        if self.read_only and version < SCHEMA_VERSION:
+            raise LogError(
+                f"saga log {self.safe_url!r} has schema version {version}; this amends reads "
+                f"version {SCHEMA_VERSION}. Open it once for writing (e.g. `amends recover "
+                f"--db URL`) to upgrade it",
+                path=self.safe_url,
             )
 
+    def _migrate_tx(self, tx: Tx) -> None:
+        tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        version = self._version(tx)
+        self._check_version(version)
+        upgrade(tx, version, _IDENTITY_PK, self._key)
+
     # --- Database -------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise LogReadOnlyError(
+                f"saga log {self.safe_url!r} was opened read-only; nothing was written. Open "
+                f"it without read_only=True to write",
+                path=self.safe_url,
+            )
+
     async def write(self, fn: Callable[[Tx], T]) -> T:
+        self._check_writable()
         return await asyncio.to_thread(self._run_with_retries, fn, write=True)
 
     def write_sync(self, fn: Callable[[Tx], T]) -> T:
+        self._check_writable()
         return self._run_with_retries(fn, write=True)
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
@@ -311,6 +349,9 @@ class PostgresLog(SqlSagaLog):
         connect_timeout: Seconds to wait for the first connection.
         retry_seconds: How long an operation keeps retrying after losing the connection
             (e.g. a server restart) before raising :class:`~amends.errors.LogError`.
+        must_exist: Refuse a database that holds no amends log instead of creating the tables.
+        read_only: Never write (no migration; every write raises LogReadOnlyError).
+        signing_key: HMAC key of the history's hash chain; default ``$AMENDS_LOG_KEY``.
 
     Raises:
         LogError: The server cannot be reached (the message names it, without the password).
@@ -325,6 +366,9 @@ class PostgresLog(SqlSagaLog):
         max_size: int = 8,
         connect_timeout: float = 10.0,
         retry_seconds: float = 30.0,
+        must_exist: bool = False,
+        read_only: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
@@ -337,12 +381,17 @@ class PostgresLog(SqlSagaLog):
                 f"use 0 <= min_size <= max_size and max_size >= 1"
             )
         self.url = redact(url)
+        self.read_only = read_only
+        self.signing_key = signing_key_from_env(signing_key)
         self.db = _PgDatabase(
             url,
             min_size=min_size,
             max_size=max_size,
             connect_timeout=connect_timeout,
             retry_seconds=retry_seconds,
+            must_exist=must_exist,
+            read_only=read_only,
+            key=self.signing_key,
         )
 
     def __repr__(self) -> str:

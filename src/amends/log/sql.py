@@ -7,15 +7,23 @@ once. SQL is written with ``?`` placeholders; a backend rewrites them if its dri
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..errors import LeaseLostError
+from ..errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
 from .base import (
+    ChainProblem,
     Claim,
     CompensationRecord,
     Event,
+    IdemRecord,
+    LogHealth,
+    Resolution,
     ReversalRecord,
     SagaLog,
     SagaRecord,
@@ -27,9 +35,12 @@ from .base import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SAGA_COLS = "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until"
+_SAGA_COLS = (
+    "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until, meta"
+)
+_N_SAGA = 10
 _STEP_COLS = (
     "saga_id, step_id, seq, tool, args, deps, resources, declared, effective, state, "
     "result, inverse, expectation, residue, acknowledgement, violation, error, "
@@ -37,7 +48,7 @@ _STEP_COLS = (
 )
 _REV_COLS = (
     "reversal_id, saga_id, state, budget, owner, generation, lease_until, requested_at, "
-    "finished_at, calls_spent, tokens_spent, report"
+    "finished_at, calls_spent, tokens_spent, report, continuations"
 )
 _COMP_COLS = "reversal_id, step_id, state, attempts, detail, data, generation, updated_at"
 
@@ -80,6 +91,7 @@ def _reversal(row: tuple[Any, ...]) -> ReversalRecord:
         int(row[9]),
         int(row[10]),
         loads(row[11]),
+        int(row[12] or 0),
     )
 
 
@@ -108,7 +120,10 @@ def _step(row: tuple[Any, ...]) -> StepRecord:
 
 
 def _saga(
-    row: tuple[Any, ...], steps: Sequence[StepRecord] = (), reversal: ReversalRecord | None = None
+    row: tuple[Any, ...],
+    steps: Sequence[StepRecord] = (),
+    reversal: ReversalRecord | None = None,
+    resolutions: Mapping[str, Resolution] | None = None,
 ) -> SagaRecord:
     return SagaRecord(
         row[0],
@@ -122,11 +137,53 @@ def _saga(
         row[8],
         tuple(steps),
         reversal,
+        meta=loads(row[9]) or {},
+        resolutions=dict(resolutions or {}),
     )
+
+
+def chain_hash(
+    key: bytes | None,
+    prev: str,
+    saga_id: str,
+    step_id: str | None,
+    reversal_id: str | None,
+    kind: str,
+    at: float,
+    data_text: str,
+) -> str:
+    """The hash of one event, chained to the previous event of its saga (rule 11).
+
+    SHA-256 over the canonical JSON of the event's fields and ``prev`` (the previous event's hash,
+    ``""`` for a saga's first event); an HMAC-SHA-256 when the log has a signing key, so that
+    someone who can write the file but lacks the key cannot re-forge the chain after an edit.
+    ``data_text`` is the stored JSON text itself, so what is hashed is byte for byte what is kept.
+    """
+    msg = dumps([prev, saga_id, step_id, reversal_id, kind, float(at), data_text]).encode()
+    if key:
+        return hmac.new(key, msg, hashlib.sha256).hexdigest()
+    return hashlib.sha256(msg).hexdigest()
+
+
+def report_hash(key: bytes | None, report_text: str, head: str) -> str:
+    """The hash a stored report carries: over its own text and the history it summarises
+    (``head`` is the hash of the last event before ``reversal.done``)."""
+    msg = dumps(["report", head, report_text]).encode()
+    if key:
+        return hmac.new(key, msg, hashlib.sha256).hexdigest()
+    return hashlib.sha256(msg).hexdigest()
+
+
+def _head(tx: Tx, saga_id: str) -> str:
+    rows = tx.execute(
+        "SELECT hash FROM events WHERE saga_id=? ORDER BY event_id DESC LIMIT 1", (saga_id,)
+    )
+    return str(rows[0][0] or "") if rows else ""
 
 
 def _event(
     tx: Tx,
+    key: bytes | None,
     saga_id: str,
     kind: str,
     now: float,
@@ -134,12 +191,25 @@ def _event(
     step_id: str | None = None,
     reversal_id: str | None = None,
     data: Mapping[str, Any] | None = None,
-) -> None:
+) -> str:
+    """Append one event, chained to the saga's previous one; returns its hash."""
+    text = dumps(dict(data or {}))
+    prev = _head(tx, saga_id)
+    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, kind, now, text)
     tx.execute(
-        "INSERT INTO events (saga_id, step_id, reversal_id, kind, at, data) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (saga_id, step_id, reversal_id, kind, now, dumps(dict(data or {}))),
+        "INSERT INTO events (saga_id, step_id, reversal_id, kind, at, data, prev_hash, hash) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (saga_id, step_id, reversal_id, kind, now, text, prev, digest),
     )
+    return digest
+
+
+def _require_saga(tx: Tx, saga_id: str) -> None:
+    if not tx.execute("SELECT 1 FROM sagas WHERE saga_id=?", (saga_id,)):
+        raise SagaNotFoundError(
+            f"no saga {saga_id!r} in this log; `amends show --db URL` lists the sagas it holds",
+            saga_id=saga_id,
+        )
 
 
 def _check_generation(tx: Tx, reversal_id: str, generation: int) -> None:
@@ -152,10 +222,117 @@ def _check_generation(tx: Tx, reversal_id: str, generation: int) -> None:
         )
 
 
+_IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
+
+
+def _idem(row: tuple[Any, ...]) -> IdemRecord:
+    return IdemRecord(row[0], row[1], row[2], loads(row[3]), float(row[4]), float(row[5]))
+
+
+def _tuples(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in rows]
+
+
+def _verify_saga(
+    key: bytes | None,
+    saga_id: str,
+    events: Sequence[tuple[Any, ...]],
+    reversal: tuple[Any, ...] | None,
+) -> list[ChainProblem]:
+    """Walk one saga's chain: (event_id, step_id, reversal_id, kind, at, data, prev, hash)."""
+    out: list[ChainProblem] = []
+    if not events:
+        out.append(
+            ChainProblem(
+                saga_id,
+                None,
+                "deleted",
+                f"saga {saga_id!r} has no history at all; every saga starts with saga.started",
+            )
+        )
+    expected = ""
+    seen: dict[str, int] = {}  # hash -> position in ``events``
+    for pos, (eid, step, rev, kind, at, data, prev, digest) in enumerate(events):
+        prev = prev or ""
+        if not digest:
+            out.append(
+                ChainProblem(
+                    saga_id,
+                    int(eid),
+                    "inserted",
+                    f"event {eid} ({kind}) carries no hash: amends did not write it",
+                )
+            )
+            continue
+        if chain_hash(key, prev, saga_id, step, rev, kind, at, data) != digest:
+            out.append(
+                ChainProblem(
+                    saga_id,
+                    int(eid),
+                    "edited",
+                    f"event {eid} ({kind}) does not match its hash: it was changed after it was "
+                    f"written (or the log's signing key is not the one it was written with)",
+                )
+            )
+        elif prev != expected:
+            if prev in seen:  # it links to an earlier event: the ones between are foreign
+                for other in events[seen[prev] + 1 : pos]:
+                    out.append(
+                        ChainProblem(
+                            saga_id,
+                            int(other[0]),
+                            "inserted",
+                            f"event {other[0]} ({other[3]}) is outside the hash chain: the event "
+                            f"after it links past it",
+                        )
+                    )
+            else:
+                out.append(
+                    ChainProblem(
+                        saga_id,
+                        int(eid),
+                        "deleted",
+                        f"the event(s) just before event {eid} ({kind}) are missing: its chain "
+                        f"link points to an event no longer in the log",
+                    )
+                )
+        expected = digest
+        seen[digest] = pos
+    if reversal is not None and reversal[1] is not None:
+        rev_id, report_text, stored = reversal
+        done = [e for e in events if e[3] == "reversal.done" and e[2] == rev_id]
+        if not done:
+            out.append(
+                ChainProblem(
+                    saga_id,
+                    None,
+                    "deleted",
+                    f"reversal {rev_id} has a stored report but its reversal.done event is "
+                    f"missing from the history",
+                )
+            )
+        else:
+            last = done[-1]
+            claimed = (loads(last[5]) or {}).get("report_hash", stored)
+            if stored != report_hash(key, report_text, last[6] or "") or claimed != stored:
+                out.append(
+                    ChainProblem(
+                        saga_id,
+                        int(last[0]),
+                        "report mismatch",
+                        f"the stored report of reversal {rev_id} does not match the hash taken "
+                        f"over it and its history when it was written: the report was edited",
+                    )
+                )
+    return out
+
+
 class SqlSagaLog(SagaLog):
     """:class:`SagaLog` over a :class:`Database`. Subclasses open the database and migrate it."""
 
     db: Database
+    signing_key: bytes | None = None
+    """HMAC key of the event hash chain (rule 11); ``None``: plain SHA-256."""
 
     # --- forward --------------------------------------------------------------------------
     async def create_saga(
@@ -168,20 +345,20 @@ class SqlSagaLog(SagaLog):
         owner: str,
         lease_until: float,
         now: float,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
+        meta_text = dumps(dict(meta or {}))  # encode before the transaction: bad JSON fails here
+
         def fn(tx: Tx) -> None:
             tx.execute(
                 "INSERT INTO sagas (saga_id, title, tenant, actor, state, created_at, "
-                "owner, lease_until) VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
-                (saga_id, title, tenant, actor, now, owner, lease_until),
+                "owner, lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (saga_id, title, tenant, actor, now, owner, lease_until, meta_text),
             )
-            _event(
-                tx,
-                saga_id,
-                "saga.started",
-                now,
-                data={"title": title, "tenant": tenant, "actor": actor},
-            )
+            data: dict[str, Any] = {"title": title, "tenant": tenant, "actor": actor}
+            if meta:
+                data["meta"] = dict(meta)
+            _event(tx, self.signing_key, saga_id, "saga.started", now, data=data)
 
         await self.db.write(fn)
 
@@ -221,6 +398,7 @@ class SqlSagaLog(SagaLog):
             )
             _event(
                 tx,
+                self.signing_key,
                 saga_id,
                 f"step.{state}",
                 now,
@@ -261,7 +439,15 @@ class SqlSagaLog(SagaLog):
                 data["violation"] = finish.violation
             if finish.error:
                 data["error"] = finish.error
-            _event(tx, saga_id, f"step.{finish.state}", now, step_id=step_id, data=data)
+            _event(
+                tx,
+                self.signing_key,
+                saga_id,
+                f"step.{finish.state}",
+                now,
+                step_id=step_id,
+                data=data,
+            )
 
         await self.db.write(fn)
 
@@ -272,7 +458,7 @@ class SqlSagaLog(SagaLog):
                 "WHERE saga_id=? AND state='running'",
                 (state, now, saga_id),
             )
-            _event(tx, saga_id, f"saga.{state}", now)
+            _event(tx, self.signing_key, saga_id, f"saga.{state}", now)
 
         await self.db.write(fn)
 
@@ -300,45 +486,130 @@ class SqlSagaLog(SagaLog):
         lease_until: float,
         now: float,
     ) -> Claim:
+        budget_text = dumps(dict(budget))
+        return await self.db.write(
+            lambda tx: self._claim_tx(
+                tx, saga_id, reversal_id, budget_text, owner, lease_until, now
+            )
+        )
+
+    def _claim_tx(
+        self,
+        tx: Tx,
+        saga_id: str,
+        reversal_id: str,
+        budget_text: str,
+        owner: str,
+        lease_until: float,
+        now: float,
+    ) -> Claim:
+        rows = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+        if not rows:
+            tx.execute(
+                "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
+                " lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, ?, ?)",
+                (reversal_id, saga_id, budget_text, owner, lease_until, now),
+            )
+            _event(
+                tx,
+                self.signing_key,
+                saga_id,
+                "reversal.requested",
+                now,
+                reversal_id=reversal_id,
+                data={"budget": loads(budget_text), "owner": owner},
+            )
+            new = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+            return Claim("new", _reversal(new[0]))
+        rev = _reversal(rows[0])
+        if rev.state == "done":
+            return Claim("done", rev)
+        return self._join_or_take_over(tx, rev, owner, lease_until, now)
+
+    def _join_or_take_over(
+        self, tx: Tx, rev: ReversalRecord, owner: str, lease_until: float, now: float
+    ) -> Claim:
+        """A running reversal: join it while its worker's lease holds, else take it over."""
+        if rev.owner == owner or rev.lease_until is None or rev.lease_until <= now:
+            generation = rev.generation + 1
+            tx.execute(
+                "UPDATE reversals SET owner=?, generation=?, lease_until=? "
+                "WHERE reversal_id=? AND generation=?",
+                (owner, generation, lease_until, rev.reversal_id, rev.generation),
+            )
+            _event(
+                tx,
+                self.signing_key,
+                rev.saga_id,
+                "reversal.taken_over",
+                now,
+                reversal_id=rev.reversal_id,
+                data={"owner": owner, "previous_owner": rev.owner, "generation": generation},
+            )
+            again = tx.execute(
+                f"SELECT {_REV_COLS} FROM reversals WHERE reversal_id=?", (rev.reversal_id,)
+            )
+            return Claim("taken_over", _reversal(again[0]))
+        return Claim("running_elsewhere", rev)
+
+    async def continue_reversal(
+        self,
+        saga_id: str,
+        *,
+        budget: Mapping[str, Any],
+        owner: str,
+        lease_until: float,
+        now: float,
+        after_continuation: int | None = None,
+        reversal_id: str | None = None,
+    ) -> Claim:
+        budget_text = dumps(dict(budget))
+        first_id = reversal_id or f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+
         def fn(tx: Tx) -> Claim:
+            _require_saga(tx, saga_id)
             rows = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
             if not rows:
-                tx.execute(
-                    "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
-                    " lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, ?, ?)",
-                    (reversal_id, saga_id, dumps(dict(budget)), owner, lease_until, now),
-                )
-                _event(
-                    tx,
-                    saga_id,
-                    "reversal.requested",
-                    now,
-                    reversal_id=reversal_id,
-                    data={"budget": dict(budget), "owner": owner},
-                )
-                new = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
-                return Claim("new", _reversal(new[0]))
+                return self._claim_tx(tx, saga_id, first_id, budget_text, owner, lease_until, now)
             rev = _reversal(rows[0])
-            if rev.state == "done":
-                return Claim("done", rev)
-            if rev.owner == owner or rev.lease_until is None or rev.lease_until <= now:
-                generation = rev.generation + 1
-                tx.execute(
-                    "UPDATE reversals SET owner=?, generation=?, lease_until=? "
-                    "WHERE reversal_id=? AND generation=?",
-                    (owner, generation, lease_until, rev.reversal_id, rev.generation),
-                )
-                _event(
-                    tx,
-                    saga_id,
-                    "reversal.taken_over",
-                    now,
-                    reversal_id=rev.reversal_id,
-                    data={"owner": owner, "previous_owner": rev.owner, "generation": generation},
-                )
-                again = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
-                return Claim("taken_over", _reversal(again[0]))
-            return Claim("running_elsewhere", rev)
+            if rev.state != "done":  # rule 6: a run or continuation in progress is joined
+                return self._join_or_take_over(tx, rev, owner, lease_until, now)
+            if after_continuation is not None and rev.continuations > after_continuation:
+                return Claim("done", rev)  # someone continued meanwhile: join, never twice
+            generation = rev.generation + 1
+            continuations = rev.continuations + 1
+            tx.execute(
+                "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
+                "lease_until=?, finished_at=NULL, calls_spent=0, tokens_spent=0, "
+                "continuations=? WHERE reversal_id=? AND generation=?",
+                (
+                    budget_text,
+                    owner,
+                    generation,
+                    lease_until,
+                    continuations,
+                    rev.reversal_id,
+                    rev.generation,
+                ),
+            )
+            _event(
+                tx,
+                self.signing_key,
+                saga_id,
+                "reversal.continued",
+                now,
+                reversal_id=rev.reversal_id,
+                data={
+                    "budget": loads(budget_text),
+                    "owner": owner,
+                    "generation": generation,
+                    "continuation": continuations,
+                },
+            )
+            again = tx.execute(
+                f"SELECT {_REV_COLS} FROM reversals WHERE reversal_id=?", (rev.reversal_id,)
+            )
+            return Claim("claimed", _reversal(again[0]))
 
         return await self.db.write(fn)
 
@@ -387,6 +658,7 @@ class SqlSagaLog(SagaLog):
             )
             _event(
                 tx,
+                self.signing_key,
                 saga_id,
                 event,
                 now,
@@ -400,21 +672,27 @@ class SqlSagaLog(SagaLog):
     async def finish_reversal(
         self, reversal_id: str, generation: int, report: Mapping[str, Any], *, now: float
     ) -> None:
+        text = dumps(dict(report))
+
         def fn(tx: Tx) -> None:
             _check_generation(tx, reversal_id, generation)
             rows = tx.execute("SELECT saga_id FROM reversals WHERE reversal_id=?", (reversal_id,))
+            saga_id = rows[0][0]
+            # rule 11: the stored report carries a hash over itself and the history it sums up
+            digest = report_hash(self.signing_key, text, _head(tx, saga_id))
             tx.execute(
-                "UPDATE reversals SET state='done', finished_at=?, report=?, "
+                "UPDATE reversals SET state='done', finished_at=?, report=?, report_hash=?, "
                 "lease_until=NULL WHERE reversal_id=?",
-                (now, dumps(dict(report)), reversal_id),
+                (now, text, digest, reversal_id),
             )
             _event(
                 tx,
-                rows[0][0],
+                self.signing_key,
+                saga_id,
                 "reversal.done",
                 now,
                 reversal_id=reversal_id,
-                data={"status": report.get("status")},
+                data={"status": report.get("status"), "report_hash": digest},
             )
 
         await self.db.write(fn)
@@ -431,9 +709,176 @@ class SqlSagaLog(SagaLog):
     ) -> None:
         await self.db.write(
             lambda tx: _event(
-                tx, saga_id, kind, now, step_id=step_id, reversal_id=reversal_id, data=data
+                tx,
+                self.signing_key,
+                saga_id,
+                kind,
+                now,
+                step_id=step_id,
+                reversal_id=reversal_id,
+                data=data,
             )
         )
+
+    async def resolve_step(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None, now: float
+    ) -> Resolution:
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigError(
+                f"by={by!r} does not say who handled step {step_id!r}; pass a name or an id, "
+                f"e.g. by='alice@example.com'"
+            )
+        resolution = Resolution(step_id, by, note, now)
+
+        def fn(tx: Tx) -> Resolution:
+            _require_saga(tx, saga_id)
+            if not tx.execute(
+                "SELECT 1 FROM steps WHERE saga_id=? AND step_id=?", (saga_id, step_id)
+            ):
+                known = [
+                    r[0]
+                    for r in tx.execute(
+                        "SELECT step_id FROM steps WHERE saga_id=? ORDER BY seq", (saga_id,)
+                    )
+                ]
+                raise ContractError(
+                    f"saga {saga_id!r} has no step {step_id!r}; its steps are "
+                    f"{', '.join(known) or '(none)'} (`amends show {saga_id}` lists them)",
+                    saga_id=saga_id,
+                    step_id=step_id,
+                )
+            tx.execute(
+                "INSERT INTO resolutions (saga_id, step_id, by_who, note, at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT (saga_id, step_id) DO UPDATE SET by_who=excluded.by_who, "
+                "note=excluded.note, at=excluded.at",
+                (saga_id, step_id, by, note, now),
+            )
+            _event(
+                tx,
+                self.signing_key,
+                saga_id,
+                "step.resolved",
+                now,
+                step_id=step_id,
+                data={"by": by, "note": note},
+            )
+            return resolution
+
+        return await self.db.write(fn)
+
+    # --- HTTP idempotency keys ------------------------------------------------------------
+    async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
+        def fn(tx: Tx) -> IdemRecord | None:
+            rows = tx.execute(
+                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=? AND expires_at>?",
+                (tenant, key, now),
+            )
+            return _idem(rows[0]) if rows else None
+
+        return await self.db.read(fn)
+
+    async def idem_put(
+        self,
+        tenant: str,
+        key: str,
+        request_hash: str,
+        response: Mapping[str, Any],
+        expires_at: float,
+        *,
+        now: float | None = None,
+    ) -> IdemRecord:
+        at = time.time() if now is None else now
+        text = dumps(dict(response))
+
+        def fn(tx: Tx) -> IdemRecord:
+            rows = tx.execute(
+                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=?", (tenant, key)
+            )
+            if rows and float(rows[0][4]) > at:
+                return _idem(rows[0])  # another request put it first: the caller compares hashes
+            tx.execute("DELETE FROM idem_keys WHERE expires_at<=?", (at,))  # keeps the table small
+            tx.execute(
+                f"INSERT INTO idem_keys ({_IDEM_COLS}) VALUES (?,?,?,?,?,?)",
+                (tenant, key, request_hash, text, expires_at, at),
+            )
+            return IdemRecord(tenant, key, request_hash, loads(text), expires_at, at)
+
+        return await self.db.write(fn)
+
+    # --- integrity ------------------------------------------------------------------------
+    async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
+        key = self.signing_key
+
+        def fn(tx: Tx) -> list[ChainProblem]:
+            cols = "saga_id, event_id, step_id, reversal_id, kind, at, data, prev_hash, hash"
+            if saga_id is not None:
+                sagas = [saga_id]
+                rows = tx.execute(
+                    f"SELECT {cols} FROM events WHERE saga_id=? ORDER BY event_id", (saga_id,)
+                )
+                revs = tx.execute(
+                    "SELECT saga_id, reversal_id, report, report_hash FROM reversals "
+                    "WHERE saga_id=?",
+                    (saga_id,),
+                )
+            else:
+                sagas = [r[0] for r in tx.execute("SELECT saga_id FROM sagas ORDER BY saga_id")]
+                rows = tx.execute(f"SELECT {cols} FROM events ORDER BY saga_id, event_id")
+                revs = tx.execute("SELECT saga_id, reversal_id, report, report_hash FROM reversals")
+            by_saga: dict[str, list[tuple[Any, ...]]] = {}
+            for r in rows:
+                by_saga.setdefault(r[0], []).append(r[1:])
+            rev_of = {r[0]: r[1:] for r in revs}
+            problems: list[ChainProblem] = []
+            for sid in sagas:
+                problems.extend(_verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
+            return problems
+
+        return await self.db.read(fn)
+
+    async def health(self, now: float) -> LogHealth:
+        def fn(tx: Tx) -> LogHealth:
+            return LogHealth(
+                in_doubt=_tuples(
+                    tx.execute(
+                        "SELECT saga_id, step_id, tool FROM steps WHERE state='in_doubt' AND "
+                        "saga_id NOT IN (SELECT saga_id FROM reversals WHERE state='done') "
+                        "ORDER BY saga_id, seq"
+                    )
+                ),
+                stale_sagas=_tuples(
+                    tx.execute(
+                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
+                        "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
+                        (now,),
+                    )
+                ),
+                live_sagas=_tuples(
+                    tx.execute(
+                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
+                        "lease_until > ? ORDER BY saga_id",
+                        (now,),
+                    )
+                ),
+                stuck_reversals=_tuples(
+                    tx.execute(
+                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
+                        "reversals WHERE state='running' AND (lease_until IS NULL OR "
+                        "lease_until <= ?) ORDER BY requested_at",
+                        (now,),
+                    )
+                ),
+                live_reversals=_tuples(
+                    tx.execute(
+                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
+                        "reversals WHERE state='running' AND lease_until > ? "
+                        "ORDER BY requested_at",
+                        (now,),
+                    )
+                ),
+            )
+
+        return await self.db.read(fn)
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:
@@ -448,7 +893,13 @@ class SqlSagaLog(SagaLog):
                 )
             ]
             rev = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
-            return _saga(rows[0], steps, _reversal(rev[0]) if rev else None)
+            res = {
+                r[0]: Resolution(r[0], r[1], r[2], r[3])
+                for r in tx.execute(
+                    "SELECT step_id, by_who, note, at FROM resolutions WHERE saga_id=?", (saga_id,)
+                )
+            }
+            return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, res)
 
         return await self.db.read(fn)
 
@@ -522,8 +973,8 @@ class SqlSagaLog(SagaLog):
             params.append(limit)
             out = []
             for row in tx.execute(sql, params):
-                rev = _reversal(row[9:]) if row[9] is not None else None
-                out.append(_saga(row[:9], (), rev))
+                rev = _reversal(row[_N_SAGA:]) if row[_N_SAGA] is not None else None
+                out.append(_saga(row[:_N_SAGA], (), rev))
             return out
 
         return await self.db.read(fn)
@@ -561,6 +1012,7 @@ class SqlSagaLog(SagaLog):
                 )
                 _event(
                     tx,
+                    self.signing_key,
                     saga_id,
                     "step.in_doubt",
                     now,
@@ -580,6 +1032,7 @@ class SqlSagaLog(SagaLog):
                 )
                 _event(
                     tx,
+                    self.signing_key,
                     saga_id,
                     "saga.interrupted",
                     now,
@@ -637,5 +1090,72 @@ def schema_statements(autoincrement_pk: str) -> list[str]:
     ]
 
 
-MIGRATIONS: dict[int, Callable[[str], list[str]]] = {1: schema_statements}
+def schema_v2_statements(autoincrement_pk: str) -> list[str]:
+    """DDL bringing version 1 to 2: saga metadata, resolutions, continuations, the event hash
+    chain (rule 11) and the HTTP idempotency-key store."""
+    del autoincrement_pk
+    return [
+        "ALTER TABLE sagas ADD COLUMN meta TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE reversals ADD COLUMN continuations INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE reversals ADD COLUMN report_hash TEXT",
+        "ALTER TABLE events ADD COLUMN prev_hash TEXT",
+        "ALTER TABLE events ADD COLUMN hash TEXT",
+        "CREATE TABLE IF NOT EXISTS resolutions (saga_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "by_who TEXT NOT NULL, note TEXT, at DOUBLE PRECISION NOT NULL, "
+        "PRIMARY KEY (saga_id, step_id))",
+        "CREATE TABLE IF NOT EXISTS idem_keys (tenant TEXT NOT NULL, key TEXT NOT NULL, "
+        "request_hash TEXT NOT NULL, response TEXT NOT NULL, "
+        "expires_at DOUBLE PRECISION NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
+        "PRIMARY KEY (tenant, key))",
+        "CREATE INDEX IF NOT EXISTS idem_expires ON idem_keys (expires_at)",
+    ]
+
+
+def _chain_existing_events(tx: Tx, key: bytes | None) -> None:
+    """Version 2 data step: hash-chain the history written before chaining existed, and give
+    each stored report its hash, so ``verify`` covers old sagas too."""
+    heads: dict[str, str] = {}
+    rows = tx.execute(
+        "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data FROM events "
+        "ORDER BY saga_id, event_id"
+    )
+    done_prev: dict[str, str] = {}
+    for eid, saga_id, step_id, rev_id, kind, at, data in rows:
+        prev = heads.get(saga_id, "")
+        digest = chain_hash(key, prev, saga_id, step_id, rev_id, kind, at, data)
+        tx.execute("UPDATE events SET prev_hash=?, hash=? WHERE event_id=?", (prev, digest, eid))
+        if kind == "reversal.done" and rev_id is not None:
+            done_prev[rev_id] = prev
+        heads[saga_id] = digest
+    for rev_id, report_text in tx.execute(
+        "SELECT reversal_id, report FROM reversals WHERE report IS NOT NULL"
+    ):
+        tx.execute(
+            "UPDATE reversals SET report_hash=? WHERE reversal_id=?",
+            (report_hash(key, report_text, done_prev.get(rev_id, "")), rev_id),
+        )
+
+
+MIGRATIONS: dict[int, Callable[[str], list[str]]] = {
+    1: schema_statements,
+    2: schema_v2_statements,
+}
 """Schema version -> DDL that brings the previous version to it (append only, never edit)."""
+
+DATA_MIGRATIONS: dict[int, Callable[[Tx, bytes | None], None]] = {2: _chain_existing_events}
+"""Schema version -> a data step run after its DDL, in the same transaction."""
+
+
+def upgrade(tx: Tx, version: int, autoincrement_pk: str, key: bytes | None) -> None:
+    """Bring a log at ``version`` to :data:`SCHEMA_VERSION` inside the caller's transaction."""
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for stmt in MIGRATIONS[target](autoincrement_pk):
+            tx.execute(stmt)
+        step = DATA_MIGRATIONS.get(target)
+        if step is not None:
+            step(tx, key)
+        tx.execute(
+            "INSERT INTO amends_meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+            (str(target),),
+        )

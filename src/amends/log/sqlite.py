@@ -15,10 +15,12 @@ import concurrent.futures
 import os
 import queue
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
+from urllib.parse import quote
 
 from ..errors import (
     LogCorruptedError,
@@ -27,9 +29,9 @@ from ..errors import (
     LogReadOnlyError,
     SchemaVersionError,
 )
-from .sql import MIGRATIONS, SCHEMA_VERSION, Database, SqlSagaLog, Tx
+from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
 
-__all__ = ["SqliteLog"]
+__all__ = ["SqliteLog", "file_permission_problems"]
 
 T = TypeVar("T")
 
@@ -123,16 +125,30 @@ def _settle_all(settled: list[tuple[_Job, bool, Any]]) -> None:
 
 
 class _SqliteDatabase(Database):
-    def __init__(self, path: str, *, synchronous: Synchronous, busy_timeout: float) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: Synchronous,
+        busy_timeout: float,
+        must_exist: bool = False,
+        read_only: bool = False,
+        key: bytes | None = None,
+    ) -> None:
         self.path = path
         self.memory = path == ":memory:"
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        self.read_only = read_only and not self.memory
+        self._key = key
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._immutable = False
+        if not self.memory:
+            self._prepare_file(must_exist=must_exist or read_only)
         self._conn = self._connect()
         try:
             self._migrate()
@@ -140,21 +156,96 @@ class _SqliteDatabase(Database):
             self._conn.close()
             raise
         self._thread: threading.Thread | None = None
-        if not self.memory:  # ":memory:" runs writes inline (see _inline)
+        if not self.memory and not self.read_only:  # ":memory:" runs writes inline (_inline)
             self._thread = threading.Thread(
                 target=self._run, name=f"amends-sqlite:{path}", daemon=True
             )
             self._thread.start()
 
     # --- connections ----------------------------------------------------------------------
+    def _prepare_file(self, *, must_exist: bool) -> None:
+        """Refuse a missing file when asked to, never touch a file that is not an amends log,
+        and create a new log readable by its owner only (rule 11)."""
+        path = self.path
+        if not os.path.exists(path):
+            if must_exist:
+                raise LogError(
+                    f"saga log {path!r} does not exist; check the path (--db) or "
+                    f"$AMENDS_DB. A read command never creates an empty log",
+                    path=path,
+                )
+            try:  # 0600 from the start; SQLite gives -wal and -shm the same mode
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            except OSError as exc:
+                raise LogReadOnlyError(
+                    f"saga log {path!r} cannot be created ({exc.strerror}); make its "
+                    f"directory writable or choose another --db path",
+                    path=path,
+                ) from exc
+            return
+        tables = self._probe_tables()
+        if tables and "amends_meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5])
+            raise LogError(
+                f"saga log {path!r} is not an amends log (it holds other tables: {shown}); "
+                f"it was left untouched. Point --db at an amends log or a new file",
+                path=path,
+            )
+        if must_exist and not tables:
+            raise LogError(
+                f"saga log {path!r} is not an amends log (an empty database); point --db at "
+                f"the log your agents write",
+                path=path,
+            )
+
+    def _probe_tables(self) -> set[str]:
+        """The file's table names, read through a read-only connection (changes nothing)."""
+        last: sqlite3.Error | None = None
+        for immutable in (False, True):
+            try:
+                conn = sqlite3.connect(self._uri(immutable), uri=True, timeout=self.busy_timeout)
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            try:
+                rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+                self._immutable = immutable
+                return {str(r[0]) for r in rows}
+            except sqlite3.Error as exc:
+                last = exc
+                if "not a database" in str(exc).lower():
+                    break
+            finally:
+                conn.close()
+        assert last is not None
+        raise translate(last, self.path) from last
+
+    def _uri(self, immutable: bool = False) -> str:
+        # immutable=1: a WAL log in a directory we may not write (no -shm can be made); only
+        # used read-only, when the plain read-only open failed
+        extra = "&immutable=1" if immutable else ""
+        return f"file:{quote(os.path.abspath(self.path))}?mode=ro{extra}"
+
     def _connect(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            if self.read_only:
+                conn = sqlite3.connect(
+                    self._uri(self._immutable),
+                    uri=True,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            if not self.memory:
+            if not self.memory and not self.read_only:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise LogError(
@@ -181,35 +272,44 @@ class _SqliteDatabase(Database):
                 self._readers.append(conn)
         return conn
 
+    def _version(self) -> int:
+        conn = self._conn
+        has_meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='amends_meta'"
+        ).fetchone()
+        if not has_meta:
+            return 0
+        row = conn.execute("SELECT value FROM amends_meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"saga log {self.path!r} has schema version {version}, newer than this "
+                f"amends understands ({SCHEMA_VERSION}); upgrade amends",
+                path=self.path,
+            )
+
     def _migrate(self) -> None:
         conn = self._conn
         try:
+            # the common case (schema current) takes no write lock
+            version = self._version()
+            self._check_version(version)
+            if version == SCHEMA_VERSION:
+                return
+            if self.read_only:
+                raise LogError(
+                    f"saga log {self.path!r} has schema version {version}; this amends reads "
+                    f"version {SCHEMA_VERSION}. Open it once for writing (e.g. `amends recover "
+                    f"--db {self.path}`) to upgrade it, then read it again",
+                    path=self.path,
+                )
             conn.execute("BEGIN IMMEDIATE")
             try:
-                has_meta = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='amends_meta'"
-                ).fetchone()
-                version = 0
-                if has_meta:
-                    row = conn.execute(
-                        "SELECT value FROM amends_meta WHERE key='schema_version'"
-                    ).fetchone()
-                    version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise SchemaVersionError(
-                        f"saga log {self.path!r} has schema version {version}, newer than this "
-                        f"amends understands ({SCHEMA_VERSION}); upgrade amends",
-                        path=self.path,
-                    )
-                for target in range(version + 1, SCHEMA_VERSION + 1):
-                    for stmt in MIGRATIONS[target]("INTEGER PRIMARY KEY AUTOINCREMENT"):
-                        conn.execute(stmt)
-                    conn.execute(
-                        "INSERT INTO amends_meta (key, value) VALUES "
-                        "('schema_version', ?) ON CONFLICT (key) DO UPDATE SET "
-                        "value=excluded.value",
-                        (str(target),),
-                    )
+                version = self._version()  # another process may have migrated meanwhile
+                self._check_version(version)
+                upgrade(_Cursor(conn), version, "INTEGER PRIMARY KEY AUTOINCREMENT", self._key)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -279,6 +379,14 @@ class _SqliteDatabase(Database):
         if self._closed:
             raise LogError(f"saga log {self.path!r} is closed", path=self.path)
 
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise LogReadOnlyError(
+                f"saga log {self.path!r} was opened read-only; nothing was written. Open it "
+                f"without read_only=True to write",
+                path=self.path,
+            )
+
     def _inline(self, fn: Callable[[Tx], T], write: bool) -> T:
         """``:memory:`` logs: the connection is private and there is no fsync to overlap, so a
         write runs on the caller's thread (under a lock) instead of paying two thread hops."""
@@ -295,6 +403,7 @@ class _SqliteDatabase(Database):
         if self.memory:
             return self._inline(fn, write=True)
         self._check_open()
+        self._check_writable()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self._jobs.put((fn, loop, fut))
@@ -304,6 +413,7 @@ class _SqliteDatabase(Database):
         if self.memory:
             return self._inline(fn, write=True)
         self._check_open()
+        self._check_writable()
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._jobs.put((fn, None, fut))
         return fut.result()
@@ -339,6 +449,41 @@ class _SqliteDatabase(Database):
             self._readers.clear()
 
 
+def signing_key_from_env(key: bytes | None) -> bytes | None:
+    """``key``, else ``$AMENDS_LOG_KEY`` (UTF-8), else ``None``."""
+    if key is not None:
+        return key
+    env = os.environ.get("AMENDS_LOG_KEY")
+    return env.encode() if env else None
+
+
+def file_permission_problems(path: str | os.PathLike[str]) -> list[str]:
+    """What is wrong with the permissions of a SQLite log and its -wal/-shm files (rule 11).
+
+    Returns one sentence per file that others than its owner may read or write, naming the
+    file, its mode and the fix; empty when all is well (or for ``:memory:``/a URL of a server).
+    """
+    text = os.fspath(path)
+    for prefix in ("sqlite:///", "sqlite://"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+            break
+    if not text or text == ":memory:" or "://" in text:
+        return []
+    out = []
+    for name in (text, text + "-wal", text + "-shm"):
+        try:
+            mode = stat.S_IMODE(os.stat(name).st_mode)
+        except OSError:
+            continue
+        if mode & 0o077:
+            out.append(
+                f"{name} can be read or written by users other than its owner (mode "
+                f"{mode:04o}); run `chmod 600 {name}` (rule 11: a saga log is for its owner only)"
+            )
+    return out
+
+
 class SqliteLog(SqlSagaLog):
     """The saga log in one SQLite file (the embedded default).
 
@@ -348,8 +493,20 @@ class SqliteLog(SqlSagaLog):
             power cut loses nothing logged; ``"NORMAL"`` is faster in WAL mode but may lose the last
             commits on power loss (never on a process crash).
         busy_timeout: Seconds to wait for another process's lock before raising LogLockedError.
+        must_exist: Refuse a missing file (LogError naming it) instead of creating a new log;
+            read commands (``show``, ``audit``, ``doctor``) pass ``True``.
+        read_only: Open with ``mode=ro``: no write lock is taken, works on a read-only file or
+            directory, and every write raises LogReadOnlyError. Implies ``must_exist``.
+        signing_key: Key of the HMAC that chains the history (rule 11); default
+            ``$AMENDS_LOG_KEY`` if set, else a plain SHA-256 chain. Use the same key for the
+            life of the log: events hashed with another key verify as edited.
+
+    A new log file is created readable and writable by its owner only (0600), and so are its
+    ``-wal`` and ``-shm`` files. A file that holds another application's tables is refused
+    and left untouched.
 
     Raises:
+        LogError: ``must_exist`` and the file is missing, or the file is not an amends log.
         LogCorruptedError: The file is damaged or not a SQLite database.
         LogReadOnlyError: The file or its directory refuses writes.
         SchemaVersionError: The log was written by a newer amends.
@@ -361,6 +518,9 @@ class SqliteLog(SqlSagaLog):
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 10.0,
+        must_exist: bool = False,
+        read_only: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         text = os.fspath(path)
         # SQLAlchemy's spelling: sqlite:///relative.db, sqlite:////absolute/path.db
@@ -384,7 +544,16 @@ class SqliteLog(SqlSagaLog):
             text = str(Path(text).expanduser())
         self.path = text
         self.url = "sqlite:///" + text if text != ":memory:" else "sqlite:///:memory:"
-        self.db = _SqliteDatabase(text, synchronous=synchronous, busy_timeout=busy_timeout)
+        self.signing_key = signing_key_from_env(signing_key)
+        self.read_only = read_only and text != ":memory:"
+        self.db = _SqliteDatabase(
+            text,
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            must_exist=must_exist,
+            read_only=read_only,
+            key=self.signing_key,
+        )
 
     def __repr__(self) -> str:
         return f"SqliteLog({self.path!r})"
