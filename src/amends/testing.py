@@ -1,7 +1,8 @@
 """Test harness shipped to users: the adversarial generator as Hypothesis strategies.
 
 ``scenarios()`` draws whole adversarial scenarios (DAG, faults, mutations, undo requests, crash
-points) for the eval world; ``saga_dags(...)`` draws fan-out DAGs over *your* catalog's tools, so
+points) over the :mod:`amends.sandbox` vendors, and ``run_scenario`` / ``check`` run one and judge
+it on the world; ``saga_dags(...)`` draws fan-out DAGs over *your* catalog's tools, so
 you can run your own sagas through ``amends.Engine`` and check your own invariants. Needs the
 ``testing`` extra (``pip install 'amends[testing]'``).
 """
@@ -15,21 +16,22 @@ from hypothesis import strategies as st
 
 from .evals.generator import Scenario, StepSpec, generate
 from .evals.invariants import INVARIANTS, check, true_outcome
-from .evals.runner import SagaResult, run_scenario
-from .evals.world import EvalWorld, eval_catalog
+from .evals.runner import SagaResult, eval_catalog, run_scenario
+from .sandbox import World, use_world
 
 __all__ = [
     "INVARIANTS",
-    "EvalWorld",
     "SagaResult",
     "Scenario",
     "StepSpec",
+    "World",
     "check",
     "eval_catalog",
     "run_scenario",
     "saga_dags",
     "scenarios",
     "true_outcome",
+    "use_world",
 ]
 
 

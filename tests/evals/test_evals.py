@@ -26,7 +26,8 @@ from amends.testing import saga_dags, scenarios
 # unclosed during these tests; tracked in the report, filtered narrowly here.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
-RECORDS = {"r1": {"stage": "lead", "owner": "sam", "amount": "100", "version": 1}}
+RECORDS = {"r1": {"stage": "lead", "owner": "sam", "amount": "100"}}
+START = "2026-12-09T15:00:00+00:00"
 
 
 def _sc(steps: list[StepSpec], **kw: object) -> Scenario:
@@ -58,40 +59,52 @@ async def test_drift_check_invariant_catches_engine_that_skips_drift_checks() ->
         mutations=(Mutation("human_edit", "s1", "lost"),),
     )
     good = await run_scenario(sc)
-    assert good.world["crm"]["r1"]["stage"] == "lost"  # the human's value stands
+    assert good.world["crm"]["records"]["r1"]["fields"]["stage"] == "lost"  # the human's value
     assert good.reports[0].steps[0].state.value == "drifted"
     assert not any(check(good).values())
     bad = await run_scenario(sc, engine_factory=NoDriftCheckEngine)
-    assert bad.world["crm"]["r1"]["stage"] == "lead"  # the human's "lost" was overwritten
+    # the human's "lost" was overwritten: without a precondition the sandbox CRM writes blindly
+    assert bad.world["crm"]["records"]["r1"]["fields"]["stage"] == "lead"
     assert check(bad)["never_worse"] == [
         "s1: update_field overwrote another actor's change to crm r1.stage"
     ]
 
 
+def _ops(effects: list[dict[str, object]]) -> list[tuple[object, object]]:
+    """(tag, op) of every effect a tool caused, in order."""
+    return [(e["tag"], e["op"]) for e in effects if e.get("tag")]
+
+
 async def test_idempotency_invariant_catches_engine_that_ignores_idempotency_keys() -> None:
-    sc = _sc(
-        [StepSpec("s1", "payments.charge", {"customer": "c1", "cents": 500})],
-        crash=(2, True),  # call 1: the probe; call 2: the refund, which lands, then the crash
-    )
+    steps = [
+        StepSpec("s1", "docs.create_draft", {"title": "Plan", "text": "t"}),
+        StepSpec("s2", "docs.share", {"doc_id": {"$ref": "s1", "key": "id"}, "people": ["a@x"]}),
+    ]
+    sc = _sc(steps, crash=(1, True))  # call 1: the unshare, which lands, then the process dies
     good = await run_scenario(sc)
     assert good.crashed
-    assert [e["op"] for e in good.effects] == ["charge", "refund"]
-    assert good.reports[0].steps[0].state.value == "compensated"
+    assert _ops(good.effects) == [
+        ("s1:forward", "create"),
+        ("s2:forward", "share_notice"),
+        ("s2:compensate", "unshare"),  # re-sent after recovery with the same key: replayed
+        ("s1:compensate", "delete"),
+    ]
+    assert [o.state.value for o in good.reports[-1].steps] == ["reverted", "compensated"]
     assert not any(check(good).values())
     bad = await run_scenario(sc, engine_factory=NoIdempotencyEngine)
-    assert [e["op"] for e in bad.effects] == ["charge", "refund", "refund"]
-    v = check(bad)
-    assert v["idempotency"] == ["s1: inverse applied 2 times"]
-    assert "charge ch_1 refunded 2 times" in v["never_worse"]
+    assert _ops(bad.effects).count(("s2:compensate", "unshare")) == 2
+    assert check(bad)["idempotency"] == ["s2: inverse applied 2 times"]
 
 
 async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order() -> None:
     sc = _sc(
         [
-            StepSpec("s1", "calendar.create_event", {"title": "Kickoff", "attendees": ["a@x"]}),
             StepSpec(
-                "s2", "chat.post", {"channel": "#d", "text": {"$ref": "s1", "key": "event_id"}}
+                "s1",
+                "calendar.create_event",
+                {"title": "Kickoff", "start": START, "attendees": ["a@x"]},
             ),
+            StepSpec("s2", "chat.post", {"channel": "#sales", "text": {"$ref": "s1", "key": "id"}}),
         ],
         reversal_faults=(("chat.delete", "permanent", 1),),
     )
@@ -100,10 +113,10 @@ async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order(
         ("s1", "blocked"),
         ("s2", "failed"),
     ]
-    assert good.world["events"]["ev_1"]["status"] == "confirmed"
+    assert good.world["calendar"]["events"]["evt_1"]["status"] == "confirmed"
     assert not any(check(good).values())
     bad = await run_scenario(sc, engine_factory=ReverseTimeOrderEngine)
-    assert bad.world["events"]["ev_1"]["status"] == "cancelled"
+    assert bad.world["calendar"]["events"]["evt_1"]["status"] == "cancelled"
     assert check(bad)["order"] == ["s1 was undone before its dependent s2 (which never was)"]
 
 
@@ -113,7 +126,7 @@ async def test_honesty_invariant_catches_engine_that_reports_reverted_without_ch
         mutations=(Mutation("webhook_edit", "s1", "churned"),),
     )
     bad = await run_scenario(sc, engine_factory=UncheckedReportEngine)
-    assert bad.world["crm"]["r1"]["stage"] == "churned"
+    assert bad.world["crm"]["records"]["r1"]["fields"]["stage"] == "churned"
     v = check(bad)
     assert v["honesty"] == [
         "report says fully_reversed, the world shows cannot_undo",

@@ -196,11 +196,14 @@ def test_sandbox_exports_are_frozen() -> None:
         "EPOCH",
         "DemoResult",
         "Faults",
+        "SimulatedCrash",
         "World",
+        "current_world",
         "demo_catalog",
         "run_demo",
         "run_demo_async",
         "sandbox_catalog",
+        "use_world",
     ]
     w = World()
     assert {"mail", "calendar", "crm", "payments", "chat", "docs", "sms", "faults"} <= set(vars(w))

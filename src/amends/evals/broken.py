@@ -1,25 +1,23 @@
 """Deliberately broken engines: each one breaks one rule, so a test can prove its invariant bites.
 
-They wrap the real :class:`amends.Engine` without modifying the core: the plan is rewritten through
-a context variable read by a wrapper around ``amends.engine.plan`` (installed once; for every other
-engine it returns the real plan unchanged), catalog functions are wrapped, or the report is
-rewritten after the fact.
+They are the real :class:`amends.Engine` given a different planner through its ``planner=`` seam
+(the plan loses its expectations, or its dependency order), a catalog whose compensations reach
+the vendor with a fresh idempotency key, or a report rewritten after the fact. Nothing in the core
+is patched: every other engine in the process is untouched.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .. import engine as _engine_module
 from ..budget import Budget
 from ..contracts import Call, Catalog
 from ..engine import Engine
-from ..planner import Plan, PlannedStep
-from ..planner import plan as _real_plan
+from ..log.base import SagaRecord
+from ..planner import Plan, PlannedStep, plan
 from ..report import NEUTRALISED, StepOutcome, StepState, UndoReport
 
 __all__ = [
@@ -30,50 +28,31 @@ __all__ = [
     "UncheckedReportEngine",
 ]
 
-PlanRewrite = Callable[[Plan], Plan]
-_REWRITE: contextvars.ContextVar[PlanRewrite | None] = contextvars.ContextVar(
-    "amends_evals_plan_rewrite", default=None
-)
+
+def _no_drift_check(saga: SagaRecord, catalog: Catalog) -> Plan:
+    p = plan(saga, catalog)
+    return Plan(p.saga_id, tuple(dataclasses.replace(s, expectation=None) for s in p.steps))
 
 
-def _dispatching_plan(saga: Any, catalog: Catalog | None = None) -> Plan:
-    p = _real_plan(saga, catalog)
-    rewrite = _REWRITE.get()
-    return rewrite(p) if rewrite is not None else p
+def _reverse_time_order(saga: SagaRecord, catalog: Catalog) -> Plan:
+    p = plan(saga, catalog)
+    steps: list[PlannedStep] = [dataclasses.replace(s, waits_for=()) for s in p.steps]
+    return Plan(p.saga_id, tuple(reversed(steps)))
 
 
-def _install() -> None:
-    if getattr(_engine_module, "plan", None) is not _dispatching_plan:
-        setattr(_engine_module, "plan", _dispatching_plan)  # noqa: B010 - patching the core
-
-
-class _PlanRewritingEngine(Engine):
-    def rewrite(self, p: Plan) -> Plan:
-        raise NotImplementedError
-
-    async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
-        _install()
-        token = _REWRITE.set(self.rewrite)
-        try:
-            return await super().undo(saga_id, budget=budget)
-        finally:
-            _REWRITE.reset(token)
-
-
-class NoDriftCheckEngine(_PlanRewritingEngine):
+class NoDriftCheckEngine(Engine):
     """Skips drift checks: its planner drops every expectation (no probe, no precondition)."""
 
-    def rewrite(self, p: Plan) -> Plan:
-        return Plan(p.saga_id, tuple(dataclasses.replace(s, expectation=None) for s in p.steps))
+    def __init__(self, catalog: Catalog, *args: Any, **kwargs: Any) -> None:
+        super().__init__(catalog, *args, planner=_no_drift_check, **kwargs)
 
 
-class ReverseTimeOrderEngine(_PlanRewritingEngine):
+class ReverseTimeOrderEngine(Engine):
     """Iterates in reverse time order instead of dependency order: no inverse waits for the
     inverses of the steps that depend on it (so a failed dependent does not block it)."""
 
-    def rewrite(self, p: Plan) -> Plan:
-        steps: list[PlannedStep] = [dataclasses.replace(s, waits_for=()) for s in p.steps]
-        return Plan(p.saga_id, tuple(reversed(steps)))
+    def __init__(self, catalog: Catalog, *args: Any, **kwargs: Any) -> None:
+        super().__init__(catalog, *args, planner=_reverse_time_order, **kwargs)
 
 
 class NoIdempotencyEngine(Engine):

@@ -26,21 +26,50 @@ FAMILIES: tuple[str, ...] = (
     "mixed",
 )
 """Scenario families, assigned round-robin by index (see docs/evals.md)."""
+PENDING_FAMILIES: tuple[str, ...] = ("acts_then_fails",)
+"""Families of issue 10 whose engine rule has not landed yet (``generate_family`` runs them)."""
 
 RECORDS = ("r1", "r2", "r3", "r4")
 FIELDS = ("stage", "owner", "amount")
 PEOPLE = ("ana@acme.test", "bo@acme.test", "cy@globex.test", "di@initech.test")
+CUSTOMERS = ("cus_acme", "cus_globex")
+CHANNELS = ("#sales", "#finance")
 
+FORWARD_OPS = (
+    "crm.update_field",
+    "crm.add_note",
+    "payments.charge",
+    "payments.wire",
+    "calendar.create_event",
+    "chat.post",
+    "chat.edit",
+    "mail.send",
+    "mail.send_delayed",
+    "docs.create_draft",
+    "docs.share",
+    "sms.send",
+)
 INVERSE_OPS = (
     "crm.update_field",
     "crm.delete_note",
     "payments.refund",
+    "payments.recall_wire",
     "calendar.cancel_event",
     "mail.cancel_scheduled",
     "chat.delete",
+    "chat.edit",
     "docs.delete",
+    "docs.unshare",
 )
-PROBES = ("crm.read_field", "payments.get_charge", "mail.get_message", "docs.get")
+PROBES = (
+    "crm.read_field",
+    "crm.get_record",
+    "payments.get_charge",
+    "calendar.get_event",
+    "chat.get_message",
+    "mail.get_message",
+    "docs.get",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +87,8 @@ class Mutation:
     """What another actor does between forward and undo, to the effect of step ``step_id``."""
 
     kind: str
-    """human_edit, webhook_edit, dispute, settle, attendee_decline, recipient_reads,
-    member_reads, collaborator_edit or advance."""
+    """human_edit, webhook_edit, dispute, settle, close_card, attendee_decline, recipient_reads,
+    member_reads, collaborator_edit, advance or human_edit_other."""
     step_id: str | None = None
     value: Any = None
 
@@ -71,10 +100,10 @@ class Scenario:
     family: str
     steps: tuple[StepSpec, ...]
     forward_faults: tuple[tuple[str, str, int], ...] = ()
-    """(tool, transient|permanent, times) active during the forward pass."""
+    """(tool, fault kind, times) active during the forward pass (kinds: see Faults.add)."""
     mutations: tuple[Mutation, ...] = ()
     reversal_faults: tuple[tuple[str, str, int], ...] = ()
-    """(tool, transient|permanent, times) active during the reversal."""
+    """(tool, fault kind, times) active during the reversal."""
     requests: str = "single"
     """single, repeated (sequential) or concurrent undo requests."""
     n_requests: int = 1
@@ -83,7 +112,7 @@ class Scenario:
     budget_calls: int = 200
     budget_seconds: float = 20.0
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """The CRM as it stands before the saga."""
+    """CRM records created before the saga (record id -> fields)."""
 
     @property
     def ref(self) -> str:
@@ -94,54 +123,68 @@ class Scenario:
         return asdict(self)
 
 
+def _ref(step: str, key: str = "id") -> dict[str, str]:
+    return {"$ref": step, "key": key}
+
+
 def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
     sid = f"s{i}"
     args: dict[str, Any]
-    after: list[str] = []
+    after: tuple[str, ...] = ()
     if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
-        after = sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))})
+        after = tuple(sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))}))
     kind = rng.choices(
         ["update", "note", "read", "charge", "get_charge", "event", "chat_ref", "chat", "mail",
-         "delayed", "draft"],
-        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2],
+         "delayed", "draft", "share", "edit", "wire", "sms"],
+        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1],
     )[0]  # fmt: skip
-    charges = [p.step_id for p in prior if p.tool == "payments.charge"]
-    events = [p.step_id for p in prior if p.tool == "calendar.create_event"]
-    if kind == "get_charge" and charges:
-        src = rng.choice(charges)
-        return StepSpec(
-            sid, "payments.get_charge", {"charge_id": {"$ref": src, "key": "charge_id"}}
-        )
-    if kind == "chat_ref" and events:
-        src = rng.choice(events)
-        text = {"$ref": src, "key": "event_id"}
-        return StepSpec(sid, "chat.post", {"channel": "#deals", "text": text}, tuple(after))
-    if kind in ("update", "get_charge", "chat_ref"):
+    sources = ("payments.charge", "calendar.create_event", "chat.post", "docs.create_draft")
+    of = {t: [p.step_id for p in prior if p.tool == t] for t in sources}
+    shared = {p.args["doc_id"]["$ref"] for p in prior if p.tool == "docs.share"}
+    drafts = [d for d in of["docs.create_draft"] if d not in shared]  # one share per draft
+    if kind == "get_charge" and of["payments.charge"]:
+        src = rng.choice(of["payments.charge"])
+        return StepSpec(sid, "payments.get_charge", {"charge_id": _ref(src)})
+    if kind == "chat_ref" and of["calendar.create_event"]:
+        text = _ref(rng.choice(of["calendar.create_event"]))  # quotes the event: depends on it
+        return StepSpec(sid, "chat.post", {"channel": rng.choice(CHANNELS), "text": text}, after)
+    if kind == "share" and drafts:
+        args = {"doc_id": _ref(rng.choice(drafts)), "people": rng.sample(PEOPLE, 2)}
+        return StepSpec(sid, "docs.share", args, after)
+    if kind == "edit" and of["chat.post"]:
+        args = {"message_id": _ref(rng.choice(of["chat.post"])), "text": f"edited {i}"}
+        return StepSpec(sid, "chat.edit", args, after)
+    if kind in ("update", "get_charge", "chat_ref", "share", "edit"):
         args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS), "value": f"v{i}"}
-        return StepSpec(sid, "crm.update_field", args, tuple(after))
+        return StepSpec(sid, "crm.update_field", args, after)
     if kind == "note":
         return StepSpec(sid, "crm.add_note", {"record_id": rng.choice(RECORDS), "text": f"n{i}"},
-                        tuple(after))  # fmt: skip
+                        after)  # fmt: skip
     if kind == "read":
         args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS)}
-        return StepSpec(sid, "crm.read_field", args, tuple(after))
+        return StepSpec(sid, "crm.read_field", args, after)
     if kind == "charge":
-        args = {"customer": rng.choice(PEOPLE), "cents": rng.randint(1, 99) * 100}
-        return StepSpec(sid, "payments.charge", args, tuple(after))
+        args = {"customer": rng.choice(CUSTOMERS), "cents": rng.randint(1, 99) * 100}
+        return StepSpec(sid, "payments.charge", args, after)
+    if kind == "wire":
+        args = {"to_account": f"acct-{rng.randint(1, 9)}", "cents": rng.randint(1, 99) * 1000}
+        return StepSpec(sid, "payments.wire", args, after)
     if kind == "event":
-        args = {"title": f"Kickoff {i}", "attendees": rng.sample(PEOPLE, rng.randint(1, 3))}
-        return StepSpec(sid, "calendar.create_event", args, tuple(after))
+        args = {"title": f"Kickoff {i}", "start": "2026-12-09T15:00:00+00:00",
+                "attendees": rng.sample(PEOPLE, rng.randint(1, 3))}  # fmt: skip
+        return StepSpec(sid, "calendar.create_event", args, after)
     if kind == "chat":
-        return StepSpec(sid, "chat.post", {"channel": "#deals", "text": f"update {i}"},
-                        tuple(after))  # fmt: skip
+        return StepSpec(sid, "chat.post", {"channel": rng.choice(CHANNELS), "text": f"update {i}"},
+                        after)  # fmt: skip
     if kind == "mail":
-        return StepSpec(sid, "mail.send", {"to": rng.choice(PEOPLE), "subject": f"Re: {i}"},
-                        tuple(after))  # fmt: skip
+        return StepSpec(sid, "mail.send", {"to": rng.choice(PEOPLE), "subject": f"Re: {i}"}, after)
+    if kind == "sms":
+        return StepSpec(sid, "sms.send", {"to": "+15550100", "text": f"ping {i}"}, after)
     if kind == "delayed":
         args = {"to": rng.choice(PEOPLE), "subject": f"Fwd: {i}", "delay": rng.choice([30, 120])}
-        return StepSpec(sid, "mail.send_delayed", args, tuple(after))
+        return StepSpec(sid, "mail.send_delayed", args, after)
     return StepSpec(sid, "docs.create_draft", {"title": f"Proposal {i}", "text": f"draft {i}"},
-                    tuple(after))  # fmt: skip
+                    after)  # fmt: skip
 
 
 def generate_steps(rng: random.Random, n: int) -> tuple[StepSpec, ...]:
@@ -161,13 +204,13 @@ def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple
             kind = rng.choice(["human_edit", "webhook_edit"])
             out.append(Mutation(kind, s.step_id, f"edited-by-{kind}-{rng.randint(1, 999)}"))
         elif t == "payments.charge":
-            out.append(Mutation(rng.choice(["dispute", "settle"]), s.step_id))
+            out.append(Mutation(rng.choice(["dispute", "settle", "close_card"]), s.step_id))
         elif t == "calendar.create_event":
             out.append(Mutation("attendee_decline", s.step_id))
         elif t == "mail.send":
             out.append(Mutation("recipient_reads", s.step_id))
-        elif t == "mail.send_delayed":
-            out.append(Mutation("advance", s.step_id, rng.choice([10, 60, 200])))
+        elif t in ("mail.send_delayed", "payments.wire"):
+            out.append(Mutation("advance", s.step_id, rng.choice([10, 60, 200, 900])))
         elif t == "chat.post":
             out.append(Mutation("member_reads", s.step_id))
         elif t == "docs.create_draft":
@@ -177,10 +220,12 @@ def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple
     return tuple(out)
 
 
-def _faults(rng: random.Random, ops: tuple[str, ...], k: int) -> tuple[tuple[str, str, int], ...]:
+def _faults(
+    rng: random.Random, ops: tuple[str, ...], k: int, kinds: tuple[str, ...]
+) -> tuple[tuple[str, str, int], ...]:
     out = []
     for _ in range(k):
-        kind = rng.choice(["transient", "transient", "permanent"])
+        kind = rng.choice(kinds)
         times = rng.randint(1, 3) if kind == "transient" else 1
         out.append((rng.choice(ops), kind, times))
     return tuple(out)
@@ -192,15 +237,21 @@ def generate(seed: int, index: int) -> Scenario:
     family = FAMILIES[index % len(FAMILIES)]
     n = rng.randint(1, 40)
     steps = generate_steps(rng, n)
-    records = {r: {"stage": "lead", "owner": "sam", "amount": "100", "version": 1} for r in RECORDS}
+    records = {r: {"stage": "lead", "owner": "sam", "amount": "100"} for r in RECORDS}
     kw: dict[str, Any] = {}
     forward_ops = tuple(sorted({s.tool for s in steps}))
     if family in ("drift", "mixed"):
         kw["mutations"] = _mutations(rng, steps, rng.randint(1, 4))
     if family in ("forward_faults", "mixed"):
-        kw["forward_faults"] = _faults(rng, forward_ops, rng.randint(1, 3))
+        kinds = ("transient", "transient", "permanent")
+        kw["forward_faults"] = _faults(rng, forward_ops, rng.randint(1, 3), kinds)
+    if family == "acts_then_fails":  # rule 9: the vendor acted, the tool never saw the answer
+        kinds = ("act_then_raise", "raise_after_inverse", "act_then_raise")
+        ops = tuple(t for t in forward_ops if t in FORWARD_OPS) or forward_ops
+        kw["forward_faults"] = _faults(rng, ops, rng.randint(1, 3), kinds)
     if family in ("reversal_faults", "mixed"):
-        kw["reversal_faults"] = _faults(rng, INVERSE_OPS + PROBES, rng.randint(1, 4))
+        kinds = ("transient", "transient", "permanent")
+        kw["reversal_faults"] = _faults(rng, INVERSE_OPS + PROBES, rng.randint(1, 4), kinds)
     if family == "repeated":
         kw["requests"], kw["n_requests"] = "repeated", rng.randint(2, 4)
     if family == "concurrent":

@@ -1,8 +1,10 @@
 """The oracle and the five invariants, checked on the WORLD (its effect log), not on step success.
 
 The oracle derives the truth per step from the world alone: did the forward call leave an effect
-(``tag == "<step>:forward"``), and was an inverse effect applied for it (``"<step>:undo"``)? From
-that it derives the true outcome of the saga, and compares it with what each report claims.
+(``tag == "<step>:forward"``), and was an inverse effect applied for it
+(``"<step>:compensate"``)? From that it derives the true outcome of the saga, and compares it with
+what each report claims. The effects are the sandbox's own journal; the oracle never reads the
+saga log: the world is the truth.
 """
 
 from __future__ import annotations
@@ -23,12 +25,20 @@ _WITH_INVERSE = {
     "crm.update_field",
     "crm.add_note",
     "payments.charge",
+    "payments.wire",
     "calendar.create_event",
     "mail.send_delayed",
     "chat.post",
+    "chat.edit",
     "docs.create_draft",
+    "docs.share",
 }
-_RESIDUE = {"payments.charge", "calendar.create_event", "chat.post"}
+_RESIDUE = {"payments.charge", "calendar.create_event", "chat.post", "docs.share"}
+"""Tools whose compensation leaves residue (a pending refund, notices already sent)."""
+_CONFLICTING = {("crm", "update_field"), ("payments", "dispute"), ("docs", "edit")}
+"""Changes by other actors that an inverse must never overwrite (rule 4)."""
+_RESOURCES = {"crm.update_field", "crm.add_note"}
+"""Tools declaring ``resources=crm:<record_id>`` in the sandbox catalog."""
 _STANDS = {
     StepState.ACKNOWLEDGED,
     StepState.DRIFTED,
@@ -47,7 +57,7 @@ def dependents(sc: Scenario) -> dict[str, set[str]]:
     for s in sc.steps:
         deps = set(s.after)
         deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
-        if s.tool == "crm.update_field":  # resources=crm:<record>
+        if s.tool in _RESOURCES:  # resources=crm:<record>
             res = f"crm:{s.args['record_id']}"
             if res in last:
                 deps.add(last[res])
@@ -68,10 +78,12 @@ def dependents(sc: Scenario) -> dict[str, set[str]]:
 
 
 def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """tag -> its effects, each with ``seq`` (its position in the journal)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for e in effects:
-        if e["tag"]:
-            out.setdefault(e["tag"], []).append(e)
+    for seq, e in enumerate(effects):
+        tag = e.get("tag")
+        if tag:
+            out.setdefault(tag, []).append({**e, "seq": seq})
     return out
 
 
@@ -81,7 +93,7 @@ def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
     truth: dict[str, str] = {}
     for s in r.scenario.steps:
         fwd = f"{s.step_id}:forward" in tags
-        undo = f"{s.step_id}:undo" in tags
+        undo = f"{s.step_id}:compensate" in tags
         truth[s.step_id] = "undone" if fwd and undo else ("stands" if fwd else "none")
     if any(v == "stands" for v in truth.values()):
         return "cannot_undo", truth
@@ -129,36 +141,38 @@ def check(r: SagaResult) -> dict[str, list[str]]:
 
     # --- never worse ------------------------------------------------------------------------
     conflicting: dict[tuple[str, str], int] = {}
-    for e in r.effects:
-        if e["actor"] != "agent" and e["conflicts"]:
-            conflicting.setdefault((e["vendor"], e["key"]), e["seq"])
-        elif e["tag"] and e["tag"].endswith(":undo"):
+    for seq, e in enumerate(r.effects):
+        tag = e.get("tag") or ""
+        if not tag and e.get("actor") not in (None, "agent"):
+            if (e["vendor"], e["op"]) in _CONFLICTING:
+                conflicting.setdefault((e["vendor"], e["key"]), seq)
+        elif tag.endswith(":compensate"):
             seen = conflicting.get((e["vendor"], e["key"]))
-            if seen is not None and seen < e["seq"]:
+            if seen is not None and seen < seq:
                 v["never_worse"].append(
                     f"{e['tag'].split(':')[0]}: {e['op']} overwrote another actor's change to "
                     f"{e['vendor']} {e['key']}"
                 )
-    refunds = Counter(e["key"] for e in r.effects if e["op"] == "refund")
+    refunds = Counter(e["key"] for e in r.effects if e["op"] in ("refund", "reverse_entry"))
     for cid, n in refunds.items():
         if n > 1:
             v["never_worse"].append(f"charge {cid} refunded {n} times")
     for s in sc.steps:
-        if f"{s.step_id}:undo" in tags and f"{s.step_id}:forward" not in tags:
+        if f"{s.step_id}:compensate" in tags and f"{s.step_id}:forward" not in tags:
             v["never_worse"].append(f"{s.step_id}: compensated although it never took effect")
 
     # --- order: an inverse ran only after every inverse it waits for succeeded --------------
     deps = dependents(sc)
     tools = {s.step_id: s.tool for s in sc.steps}
     for s in sc.steps:
-        undo = tags.get(f"{s.step_id}:undo")
+        undo = tags.get(f"{s.step_id}:compensate")
         if not undo:
             continue
         at = undo[0]["seq"]
         for d in sorted(deps[s.step_id]):
             if tools[d] not in _WITH_INVERSE or f"{d}:forward" not in tags:
                 continue  # nothing to wait for: it had no effect, or nothing can take it back
-            d_undo = tags.get(f"{d}:undo")
+            d_undo = tags.get(f"{d}:compensate")
             if not d_undo or d_undo[0]["seq"] > at:
                 v["order"].append(
                     f"{s.step_id} was undone before its dependent {d} "
@@ -173,8 +187,9 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     if len(states) > 1:
         v["idempotency"].append("requests for the same reversal got different reports")
     for tag, effs in tags.items():
-        if tag.endswith(":undo") and len(effs) > 1:
-            v["idempotency"].append(f"{tag.split(':')[0]}: inverse applied {len(effs)} times")
+        applied = len({e.get("call") for e in effs})  # one call may emit several effects
+        if tag.endswith(":compensate") and applied > 1:
+            v["idempotency"].append(f"{tag.split(':')[0]}: inverse applied {applied} times")
 
     # --- bounded ----------------------------------------------------------------------------
     for rep in r.reports:

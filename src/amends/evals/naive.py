@@ -9,13 +9,13 @@ measures how often that claim is silently wrong.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..calls import invoke
 from ..contracts import Call, Catalog
 from ..log.base import SagaRecord
 from ..report import StepOutcome, StepState, UndoReport
@@ -74,8 +74,7 @@ class NaiveUndoStack:
                 phase="compensate",
                 idempotency_key=f"naive:{uuid.uuid4().hex}",  # no stable key: no idempotency
             )
-            out = fn(call, **args)
-            return await out if inspect.isawaitable(out) else out
+            return await invoke(fn, call, args, None)  # no timeout either
 
         return run
 

@@ -1,9 +1,12 @@
 """Runs one scenario against an engine (amends, the naive stack, or a broken engine).
 
-Forward pass with the scenario's forward faults; world mutations by other actors; reversal faults
-and the crash point; the undo requests (single, repeated, concurrent); after a simulated crash, a
-fresh engine on the same log runs ``recover()``. The result holds everything the invariants need:
-the world's effect log, every report returned, and how long each request took.
+The world is the real :mod:`amends.sandbox` (its vendors and its catalog, built once per process
+and bound to each saga's own world with :func:`amends.sandbox.use_world`). Forward pass with the
+scenario's forward faults; world mutations by other actors; reversal faults and the crash point;
+the undo requests (single, repeated, concurrent); after a simulated crash, a fresh engine on the
+same log runs ``recover()``. The result holds everything the invariants need: the world's effect
+journal (each effect tagged with the step and phase that caused it), every report returned, and
+how long each request took.
 """
 
 from __future__ import annotations
@@ -16,21 +19,44 @@ from typing import Any
 
 from ..budget import Budget
 from ..calls import RetryPolicy
+from ..contracts import Catalog
 from ..engine import Engine, Step
-from ..errors import StepFailedError
+from ..errors import AmendsError
 from ..log.base import SagaLog
 from ..log.sqlite import SqliteLog
 from ..report import UndoReport
+from ..sandbox import World, sandbox_catalog, use_world
+from ..sandbox.world import SimulatedCrash
 from .generator import Scenario
 from .naive import NaiveUndoStack
-from .world import EvalWorld, SimulatedCrash, eval_catalog
 
-__all__ = ["FAST_RETRY", "SagaResult", "run_scenario"]
+__all__ = ["EVAL_TIMEOUT", "FAST_RETRY", "SagaResult", "eval_catalog", "run_scenario"]
 
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0005, max_backoff=0.004)
 """Retries without wall-clock waits worth measuring (the sandbox has zero latency)."""
 CRASH_LEASE = 0.15
 """Lease of an engine that will crash: recovery may take over this long after the crash."""
+EVAL_TIMEOUT = 2.0
+"""Seconds a sandbox tool call may take in the eval (a stall fault exceeds it)."""
+
+_CATALOG: list[Catalog] = []
+
+
+def eval_catalog() -> Catalog:
+    """The sandbox catalog the eval uses, built once per process (issue 12: not per saga); its
+    tools act on the world bound with :func:`amends.sandbox.use_world`."""
+    if not _CATALOG:
+        _CATALOG.append(sandbox_catalog(timeout=EVAL_TIMEOUT))
+    return _CATALOG[0]
+
+
+def new_world(sc: Scenario) -> World:
+    """A fresh in-memory sandbox world with the scenario's CRM records."""
+    world = World(seed=sc.seed)
+    for rid, fields in sc.records.items():
+        world.crm.create_record(rid, fields)
+    return world
+
 
 EngineFactory = Callable[..., Engine]
 
@@ -57,28 +83,34 @@ def _resolve(value: Any, handles: dict[str, Step]) -> Any:
     return value
 
 
-def _mutate(world: EvalWorld, sc: Scenario, results: dict[str, Any]) -> None:
+def _mutate(world: World, sc: Scenario, results: dict[str, Any]) -> None:
     by_id = {s.step_id: s for s in sc.steps}
     for m in sc.mutations:
         s = by_id.get(m.step_id or "")
         res = results.get(m.step_id or "")
         if m.kind == "human_edit_other":
-            world.human_edit("r4", "phone", m.value)
+            world.crm.human_edit("r4", "phone", m.value)
             continue
         if s is None or res is None:
             continue  # the step never ran: nothing for the other actor to touch
-        if m.kind in ("human_edit", "webhook_edit"):
-            getattr(world, m.kind)(s.args["record_id"], s.args["field"], m.value)
-        elif m.kind in ("dispute", "settle"):
-            getattr(world, m.kind)(res["charge_id"])
+        if m.kind == "human_edit":
+            world.crm.human_edit(s.args["record_id"], s.args["field"], m.value)
+        elif m.kind == "webhook_edit":
+            world.crm.webhook_edit(s.args["record_id"], s.args["field"], m.value)
+        elif m.kind == "dispute":
+            world.payments.dispute(res["id"])
+        elif m.kind == "settle":
+            world.payments.settle(res["id"])
+        elif m.kind == "close_card":
+            world.payments.close_card(s.args["customer"])
         elif m.kind == "attendee_decline":
-            world.attendee_decline(res["event_id"], s.args["attendees"][0])
+            world.calendar.attendee_decline(res["id"], s.args["attendees"][0])
         elif m.kind == "recipient_reads":
-            world.recipient_reads(res["message_id"])
+            world.mail.recipient_reads(res["id"])
         elif m.kind == "member_reads":
-            world.member_reads(res["message_id"], "ana@acme.test")
+            world.chat.member_reads(res["id"], res["notified"][0])
         elif m.kind == "collaborator_edit":
-            world.collaborator_edit(res["doc_id"], str(m.value))
+            world.docs.collaborator_edit(res["id"], str(m.value))
         elif m.kind == "advance":
             world.advance(float(m.value))
 
@@ -112,10 +144,8 @@ async def run_scenario_both(
 ) -> list[SagaResult]:
     """One forward pass and mutations, then the reversal by amends and, on an identical copy of
     the world, by the naive undo stack: both engines undo literally the same saga."""
-    world = EvalWorld()
-    for rid, rec in sc.records.items():
-        world.crm[rid] = dict(rec)
-    catalog = eval_catalog(world)
+    world = new_world(sc)
+    catalog = eval_catalog()
     private = log is None or sc.crash is not None
     if private:
         log = SqliteLog(":memory:", synchronous="OFF")
@@ -127,16 +157,17 @@ async def run_scenario_both(
     try:
         for tool, kind, times in sc.forward_faults:
             world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
-        try:
-            async with eng.saga(f"eval {sc.ref} ({sc.family})", actor="agent:eval") as saga:
-                for spec in sc.steps:
-                    args = {k: _resolve(v, handles) for k, v in spec.args.items()}
-                    after = [handles[a] for a in spec.after]
-                    handles[spec.step_id] = saga.call(
-                        spec.tool, step_id=spec.step_id, after=after, **args
-                    )
-        except StepFailedError:
-            pass  # a forward step failed (injected): undo what did run
+        with use_world(world):
+            try:
+                async with eng.saga(f"eval {sc.ref} ({sc.family})", actor="agent:eval") as saga:
+                    for spec in sc.steps:
+                        args = {k: _resolve(v, handles) for k, v in spec.args.items()}
+                        after = [handles[a] for a in spec.after]
+                        handles[spec.step_id] = saga.call(
+                            spec.tool, step_id=spec.step_id, after=after, **args
+                        )
+            except (AmendsError, ConnectionError):
+                pass  # a forward step failed (injected): undo what did run
         world.faults.clear()
         forward = {sid: h.state for sid, h in handles.items()}
         results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
@@ -146,7 +177,7 @@ async def run_scenario_both(
             record = await log.get_saga(saga.id)
             assert record is not None
             copy = world.copy()
-            stack = NaiveUndoStack.from_saga(eval_catalog(copy), record)
+            stack = NaiveUndoStack.from_saga(catalog, record)
 
             async def naive_request() -> UndoReport:
                 return await stack.undo()
@@ -180,7 +211,7 @@ async def run_scenario_both(
 async def _reversal(
     sc: Scenario,
     engine: str,
-    world: EvalWorld,
+    world: World,
     request: Callable[[], Awaitable[UndoReport]],
     recover: Callable[[], Awaitable[list[UndoReport]]],
     forward: dict[str, str],
@@ -190,6 +221,19 @@ async def _reversal(
         world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
     if sc.crash:
         world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1])
+    with use_world(world):
+        return await _requests(sc, engine, world, request, recover, forward, results)
+
+
+async def _requests(
+    sc: Scenario,
+    engine: str,
+    world: World,
+    request: Callable[[], Awaitable[UndoReport]],
+    recover: Callable[[], Awaitable[list[UndoReport]]],
+    forward: dict[str, str],
+    results: dict[str, Any],
+) -> SagaResult:
     reports: list[UndoReport] = []
     durations: list[float] = []
     errors: list[str] = []
@@ -215,11 +259,12 @@ async def _reversal(
                 await timed()
     except SimulatedCrash:
         crashed = True
-        world.faults.crash_at = None
+        world.faults.disarm_crash()
         t0 = time.monotonic()
         reports.extend(await recover())
         durations.append(time.monotonic() - t0)
         await timed()  # a later request gets the same reversal (naive: runs its stack again)
+    world.faults.clear()
     return SagaResult(
         sc, engine, forward, results, world.effects(), reports, durations, crashed,
         world.snapshot(), errors,

@@ -10,12 +10,14 @@ follow up and a draft they can send. Every vendor write gets ``call.idempotency_
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from ..contracts import Call, Catalog
 from .crm import ANY
 from .payments import REFUND_SETTLE_BUSINESS_DAYS
-from .world import World, add_business_days
+from .world import World, add_business_days, current_world
 
 __all__ = ["demo_catalog", "sandbox_catalog"]
 
@@ -27,19 +29,46 @@ def _money(cents: int) -> str:
     return f"{cents / 100:,.2f} USD"
 
 
-def sandbox_catalog(world: World, *, timeout: float = DEFAULT_TIMEOUT) -> Catalog:
+class _BoundWorld:
+    """Stands for the world :func:`amends.sandbox.use_world` bound in the calling task."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(current_world(), name)
+
+
+ToolFn = Callable[..., Awaitable[Any]]
+
+
+def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Catalog:
     """The catalog of honest tool contracts over ``world``'s vendors.
 
     Args:
-        world: The sandbox world the tools act on.
+        world: The sandbox world the tools act on; ``None``: the world bound with
+            :func:`amends.sandbox.use_world` in the task that calls the tool, so that one catalog
+            (built once) serves many worlds at a time, as the eval suite does.
         timeout: Seconds each tool call may take (an injected ``timeout`` fault exceeds it).
 
     Returns:
         A :class:`amends.Catalog` with the mail, calendar, CRM, payments, chat, docs and SMS tools.
     """
     catalog = Catalog()
-    tool = catalog.tool
+    if world is None:
+        world = cast(World, _BoundWorld())
+    w = world
     key_of = _key
+
+    def tool(name: str, **kw: Any) -> Callable[[ToolFn], ToolFn]:
+        def register(fn: ToolFn) -> ToolFn:
+            @functools.wraps(fn)
+            async def acted(call: Call, /, **args: Any) -> Any:
+                out = await fn(call, **args)
+                w.after_call(call)  # injected faults due once the tool has acted
+                return out
+
+            catalog.register(name, acted, **kw)
+            return fn
+
+        return register
 
     # --- mail -----------------------------------------------------------------------------
     @tool("mail.send", reversibility="irreversible", timeout=timeout)

@@ -12,18 +12,21 @@ This module must never import the engine: the sandbox is a world, not a particip
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import functools
+import itertools
 import json
 import random
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
+from ..calls import current_call
 from ..errors import ConfigError, PermanentError, TransientError
 
 if TYPE_CHECKING:
@@ -35,7 +38,17 @@ if TYPE_CHECKING:
     from .payments import Payments
     from .sms import Sms
 
-__all__ = ["EPOCH", "FaultKind", "Faults", "World", "add_business_days", "atomic"]
+__all__ = [
+    "EPOCH",
+    "FaultKind",
+    "Faults",
+    "SimulatedCrash",
+    "World",
+    "add_business_days",
+    "atomic",
+    "current_world",
+    "use_world",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,18 +58,42 @@ def atomic(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self.world.atomic():
-            return method(self, *args, **kwargs)
+        world: World = self.world
+        with world.atomic():
+            out = method(self, *args, **kwargs)
+        world.after_commit()  # outside the transaction: the effect stays applied
+        return out
 
     return cast(F, wrapper)
 
 
-FaultKind = Literal["transient", "permanent", "timeout", "slow"]
+class SimulatedCrash(BaseException):
+    """The process dies here (an injected crash, see :meth:`Faults.arm_crash`).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: no tool or engine code may swallow it, so it
+    unwinds the whole worker as a real crash would; a fresh engine on the same log recovers.
+    """
+
+
+FaultKind = Literal[
+    "transient", "permanent", "timeout", "slow", "act_then_raise", "raise_after_inverse"
+]
 
 EPOCH = datetime(2026, 12, 7, 9, 0, tzinfo=UTC).timestamp()
 """Where the sandbox clock starts: Monday 7 December 2026, 09:00 UTC (dates stay reproducible)."""
 
-_FAULT_KINDS = ("transient", "permanent", "timeout", "slow")
+_FAULT_KINDS = (
+    "transient",
+    "permanent",
+    "timeout",
+    "slow",
+    "act_then_raise",
+    "raise_after_inverse",
+)
+_CURRENT_WORLD: contextvars.ContextVar[World | None] = contextvars.ContextVar(
+    "amends_sandbox_world", default=None
+)
+_CALL_IDS = itertools.count(1)
 
 TABLES = (
     "calendar.events",
@@ -98,13 +135,20 @@ class Faults:
 
     def __init__(self) -> None:
         self._faults: list[_Fault] = []
+        self._crash_at: int | None = None
+        self._crash_after = False
+        self._calls = 0
 
     def add(self, op: str, kind: FaultKind, *, times: int = 1, delay: float = 0.0) -> None:
         """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave.
 
         ``transient`` raises :class:`amends.TransientError` without effect, ``permanent`` raises
-        :class:`amends.PermanentError` without effect, ``timeout`` sleeps ``delay`` seconds (an
+        :class:`amends.PermanentError` without effect, ``timeout`` stalls ``delay`` seconds (an
         hour when 0) so the engine's timeout fires, ``slow`` sleeps ``delay`` and then acts.
+        ``act_then_raise``: the vendor applies the effect, then the connection drops before the
+        tool sees the answer (a ``ConnectionResetError``, so the tool records no inverse).
+        ``raise_after_inverse``: the tool acts and records its inverse, then raises a
+        ``ConnectionResetError`` (its answer is lost on the way back).
 
         Raises:
             ConfigError: ``kind`` is unknown or ``times`` is not positive.
@@ -115,9 +159,39 @@ class Faults:
             raise ConfigError(f"fault times must be a positive int, got {times!r}")
         self._faults.append(_Fault(op, kind, times, float(delay)))
 
+    def arm_crash(self, nth: int, *, after_effect: bool = False) -> None:
+        """Make the process "die" (:class:`SimulatedCrash`) at the ``nth`` tool call from now
+        (1-based; probes count), before that call acts or, with ``after_effect``, once it has
+        acted and returned to the tool but before the engine sees the answer.
+
+        Raises:
+            ConfigError: ``nth`` is not a positive int.
+        """
+        if not isinstance(nth, int) or nth < 1:
+            raise ConfigError(f"arm_crash needs a positive call number, got {nth!r}")
+        self._crash_at, self._crash_after, self._calls = nth, after_effect, 0
+
+    def disarm_crash(self) -> None:
+        """Forget an armed crash that has not fired."""
+        self._crash_at = None
+
     def clear(self) -> None:
-        """Remove every pending fault."""
+        """Remove every pending fault and any armed crash."""
         self._faults.clear()
+        self._crash_at = None
+
+    def count_call(self, op: str) -> bool:
+        """Count one tool call toward an armed crash: raise :class:`SimulatedCrash` if it is due
+        before acting; True if it is due after this call acts."""
+        if self._crash_at is None:
+            return False
+        self._calls += 1
+        if self._calls != self._crash_at:
+            return False
+        self._crash_at = None
+        if not self._crash_after:
+            raise SimulatedCrash(f"simulated crash before {op} acted")
+        return True
 
     def pending(self) -> list[dict[str, Any]]:
         """The faults not yet used up, as data."""
@@ -164,6 +238,11 @@ class _Store:
                     f"cannot open sandbox world file {path!r}: {exc}; pass a writable path "
                     f"or None for an in-memory world"
                 ) from exc
+
+    @property
+    def depth(self) -> int:
+        """How many :meth:`atomic` blocks are open (0: no vendor operation is running)."""
+        return self._depth
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
@@ -303,6 +382,8 @@ class World:
         """Faults injected per tool; see :meth:`Faults.add`."""
         self.latency = 0.0
         """Seconds added to every vendor call (``asyncio.sleep``)."""
+        self._after: dict[int, str] = {}
+        """id(call) -> what happens once that call has acted (see :meth:`after_commit`)."""
         self.mail: Mail = Mail(self)
         self.calendar: Calendar = Calendar(self)
         self.crm: Crm = Crm(self)
@@ -344,9 +425,11 @@ class World:
         self.tick()
 
     def tick(self) -> None:
-        """Apply everything that is due at the current sandbox time."""
-        self.mail.tick()
-        self.payments.tick()
+        """Apply everything that is due at the current sandbox time (the clock's effects are
+        nobody's step: they are never tagged)."""
+        with _untagged():
+            self.mail.tick()
+            self.payments.tick()
 
     # --- inspection -----------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -363,7 +446,10 @@ class World:
         """Every externally visible effect ever applied, in order.
 
         Each is ``{"vendor", "op", "key", "idempotency_key", "at", ...}``; an idempotent replay
-        applies no new effect. Effects by other actors carry ``"actor"``.
+        applies no new effect. Effects by other actors carry ``"actor"``. An effect made by a tool
+        the engine called carries ``"tag"``, ``"<step_id>:<phase>"`` (phase ``forward``,
+        ``compensate``, ``follow_up``), and ``"call"``, one number per tool call, so an oracle can
+        tell which step caused it and how many times an inverse was applied.
         """
         return self._store.effects()
 
@@ -402,11 +488,18 @@ class World:
         Raises:
             TransientError: A ``transient`` fault was injected for ``op``.
             PermanentError: A ``permanent`` fault was injected for ``op``.
+            SimulatedCrash: An armed crash is due before this call acts.
         """
         if self.latency > 0:
             await asyncio.sleep(self.latency)
+        call = current_call()
+        if self.faults.count_call(op):
+            self._after[id(call)] = "crash"
         fault = self.faults.take(op)
         if fault is None:
+            return
+        if fault.kind in ("act_then_raise", "raise_after_inverse"):
+            self._after.setdefault(id(call), fault.kind)
             return
         if fault.kind == "transient":
             raise TransientError(f"{op}: the vendor is rate limiting (injected fault); retry later")
@@ -416,6 +509,41 @@ class World:
             await asyncio.sleep(fault.delay or 3600.0)
             raise TransientError(f"{op}: the vendor did not answer (injected timeout)")
         await asyncio.sleep(fault.delay)  # slow: then act
+
+    def after_commit(self) -> None:
+        """Called when a vendor operation's transaction has committed: an ``act_then_raise``
+        fault of the current call fires now (the effect stands, the tool never sees the answer).
+
+        Raises:
+            ConnectionResetError: An ``act_then_raise`` fault was due for this call.
+        """
+        if self._store.depth or not self._after:
+            return
+        key = id(current_call())
+        if self._after.get(key) == "act_then_raise":
+            del self._after[key]
+            raise ConnectionResetError(
+                "the vendor applied the call, then the connection was reset before it answered "
+                "(injected act_then_raise fault)"
+            )
+
+    def after_call(self, call: object) -> None:
+        """Called when a tool has returned (its inverse recorded): fires a
+        ``raise_after_inverse`` fault or a crash armed for after this call's effect.
+
+        Raises:
+            ConnectionResetError: A ``raise_after_inverse`` (or undelivered ``act_then_raise``)
+                fault was due.
+            SimulatedCrash: An armed crash was due after this call's effect.
+        """
+        kind = self._after.pop(id(call), None)
+        if kind == "crash":
+            raise SimulatedCrash("simulated crash after the vendor acted, before the engine "
+                                 "recorded the answer")  # fmt: skip
+        if kind is not None:
+            raise ConnectionResetError(
+                f"the tool's answer was lost after the vendor acted (injected {kind} fault)"
+            )
 
     def get(self, tbl: str, key: str, default: Any = None) -> Any:
         return self._store.get(tbl, key, default)
@@ -450,8 +578,12 @@ class World:
         Returns ``response``, so a vendor method can end with ``return world.commit(...)``.
         """
         stamped = [{"at": self.iso(), **e} for e in (effects or [])]
+        tag, call_no = _tag()
         for e in stamped:
             e.setdefault("idempotency_key", idempotency_key)
+            if tag is not None:
+                e.setdefault("tag", tag)
+                e.setdefault("call", call_no)
         puts = list(puts)
         if idempotency_key and vendor:
             puts.append(("idem", f"{vendor}:{idempotency_key}", response))
@@ -469,3 +601,64 @@ class World:
         self.payments.seed()
         self.chat.seed()
         self._write([("meta", "seeded", True)])
+
+
+# --- which step is acting, and which world ------------------------------------------------
+_UNTAGGED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "amends_sandbox_untagged", default=False
+)
+_CALL_NO: dict[int, tuple[object, int]] = {}
+
+
+def _tag() -> tuple[str | None, int]:
+    """(``"<step_id>:<phase>"``, call number) of the tool the engine is running now, if any."""
+    call = current_call()
+    if call is None or _UNTAGGED.get():
+        return None, 0
+    held = _CALL_NO.get(id(call))
+    if held is None or held[0] is not call:
+        if len(_CALL_NO) > 4096:  # calls are short-lived; keep the table small
+            _CALL_NO.clear()
+        held = (call, next(_CALL_IDS))
+        _CALL_NO[id(call)] = held
+    return f"{call.step_id}:{call.phase}", held[1]
+
+
+@contextmanager
+def _untagged() -> Iterator[None]:
+    token = _UNTAGGED.set(True)
+    try:
+        yield
+    finally:
+        _UNTAGGED.reset(token)
+
+
+def current_world() -> World:
+    """The world bound by :func:`use_world` in this task (what a shared catalog acts on).
+
+    Raises:
+        ConfigError: No world is bound here.
+    """
+    world = _CURRENT_WORLD.get()
+    if world is None:
+        raise ConfigError(
+            "no sandbox world is bound in this task; run the saga inside "
+            "`with amends.sandbox.use_world(world):` or build the catalog with "
+            "sandbox_catalog(world)"
+        )
+    return world
+
+
+def use_world(world: World) -> AbstractContextManager[World]:
+    """Bind ``world`` for the tools of ``sandbox_catalog()`` (no argument) in this task and the
+    tasks it starts, so one catalog serves many worlds at once (the eval builds it once)."""
+
+    @contextmanager
+    def bound() -> Iterator[World]:
+        token = _CURRENT_WORLD.set(world)
+        try:
+            yield world
+        finally:
+            _CURRENT_WORLD.reset(token)
+
+    return bound()

@@ -1,0 +1,153 @@
+"""What the eval suite needs from the sandbox: effects tagged with the step that caused them,
+fault-injection points (acts then raises, answer lost after the inverse, stalls, transient N
+times, a crash at the Nth call), and one catalog shared by many worlds (``use_world``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import amends
+from amends.sandbox import SimulatedCrash, World, sandbox_catalog, use_world
+
+FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
+
+
+def tagged(world: World) -> list[tuple[str, str, str]]:
+    """(tag, vendor, op) of every effect a tool caused, in order."""
+    return [(e["tag"], e["vendor"], e["op"]) for e in world.effects() if e.get("tag")]
+
+
+async def test_effects_are_tagged_with_step_and_phase_and_other_actors_are_not(sw: World) -> None:
+    eng = amends.Engine(sandbox_catalog(sw), log=amends.SqliteLog(":memory:"), retry=FAST)
+    async with eng.saga("tagging") as saga:
+        saga.call("crm.update_field", step_id="a", record_id="acme", field="stage", value="won")
+        saga.call("payments.charge", step_id="b", customer="cus_acme", cents=700)
+    sw.crm.human_edit("acme", "owner", "kim")  # another actor: no tag
+    report = await eng.undo(saga.id)
+    assert report.status == "partially_reversed"
+    assert tagged(sw) == [
+        ("a:forward", "crm", "update_field"),
+        ("b:forward", "payments", "charge"),
+        ("a:compensate", "crm", "update_field"),
+        ("b:compensate", "payments", "refund"),
+    ] or tagged(sw) == [
+        ("a:forward", "crm", "update_field"),
+        ("b:forward", "payments", "charge"),
+        ("b:compensate", "payments", "refund"),
+        ("a:compensate", "crm", "update_field"),
+    ]
+    human = [e for e in sw.effects() if e.get("actor") == "human"]
+    assert len(human) == 1 and "tag" not in human[0]
+    calls = {e["call"] for e in sw.effects() if e.get("tag")}
+    assert len(calls) == 4  # one number per tool call
+    await eng.close()
+
+
+async def test_act_then_raise_applies_the_effect_and_the_tool_sees_an_error(sw: World) -> None:
+    """The vendor acts, the connection drops: the charge exists, the tool recorded no inverse."""
+    sw.faults.add("payments.charge", "act_then_raise")
+    eng = amends.Engine(sandbox_catalog(sw), log=amends.SqliteLog(":memory:"), retry=FAST)
+    with pytest.raises((amends.AmendsError, ConnectionError)):
+        async with eng.saga("charge") as saga:
+            saga.call("payments.charge", step_id="c", customer="cus_acme", cents=900)
+    assert tagged(sw) == [("c:forward", "payments", "charge")]
+    assert sw.payments.get_charge("ch_1")["cents"] == 900
+    record = await eng.log.get_saga(saga.id)
+    assert record is not None and record.steps[0].inverse is None
+    await eng.close()
+
+
+async def test_raise_after_inverse_loses_the_answer_after_the_inverse_was_recorded(
+    sw: World,
+) -> None:
+    from amends.calls import invoke
+
+    sw.faults.add("crm.add_note", "raise_after_inverse")
+    cat = sandbox_catalog(sw)
+    call = amends.Call(saga_id="s", step_id="n", tool="crm.add_note", phase="forward",
+                       idempotency_key="k")  # fmt: skip
+    with pytest.raises(ConnectionResetError, match="raise_after_inverse"):
+        await invoke(cat.get("crm.add_note").fn, call, {"record_id": "acme", "text": "hi"}, None)
+    assert tagged(sw) == [("n:forward", "crm", "add_note")]
+    assert sw.crm.get("acme")["notes"] == {"note_1": "hi"}
+    assert isinstance(call.recorded_inverse, amends.Inverse)
+    assert call.recorded_inverse.tool == "crm.delete_note"
+
+
+async def test_act_then_raise_commits_the_effect_in_a_world_file(tmp_path: object) -> None:
+    """On a SQLite world the effect is committed before the error (not rolled back with it)."""
+    path = f"{tmp_path}/w.world"
+    with World(path) as w:
+        w.faults.add("payments.charge", "act_then_raise")
+        cat = sandbox_catalog(w)
+        call = amends.Call(saga_id="s", step_id="x", tool="payments.charge", phase="forward",
+                           idempotency_key="k")  # fmt: skip
+        from amends.calls import invoke
+
+        with pytest.raises(ConnectionResetError, match="act_then_raise"):
+            await invoke(cat.get("payments.charge").fn, call, {"customer": "cus_acme",
+                                                               "cents": 5}, None)  # fmt: skip
+    with World(path) as again:
+        assert [e["op"] for e in again.effects() if e.get("tag")] == ["charge"]
+
+
+async def test_transient_n_times_then_success_and_stall_times_out(sw: World) -> None:
+    sw.faults.add("crm.update_field", "transient", times=3)
+    sw.faults.add("chat.post", "timeout", delay=5.0)
+    eng = amends.Engine(sandbox_catalog(sw, timeout=0.05), log=amends.SqliteLog(":memory:"),
+                        retry=amends.RetryPolicy(max_attempts=1))  # fmt: skip
+    with pytest.raises(amends.AmendsError):
+        async with eng.saga("stall") as saga:
+            saga.call("chat.post", step_id="p", channel="#sales", text="hi")
+    assert tagged(sw) == []  # the stalled post never acted
+    eng2 = amends.Engine(sandbox_catalog(sw), log=amends.SqliteLog(":memory:"), retry=FAST)
+    async with eng2.saga("retries") as saga2:
+        saga2.call("crm.update_field", step_id="u", record_id="acme", field="stage", value="x")
+    assert tagged(sw) == [("u:forward", "crm", "update_field")]
+    assert sw.faults.pending() == []
+    await eng.close()
+    await eng2.close()
+
+
+async def test_arm_crash_before_and_after_the_nth_call(sw: World) -> None:
+    cat = sandbox_catalog(sw)
+    from amends.calls import invoke
+
+    def call(step: str) -> amends.Call:
+        return amends.Call(saga_id="s", step_id=step, tool="crm.update_field",
+                           phase="forward", idempotency_key=f"k{step}")  # fmt: skip
+
+    fn = cat.get("crm.update_field").fn
+    args = {"record_id": "acme", "field": "stage", "value": "v"}
+    sw.faults.arm_crash(2)
+    await invoke(fn, call("1"), args, None)
+    with pytest.raises(SimulatedCrash, match="before"):
+        await invoke(fn, call("2"), args, None)
+    sw.faults.arm_crash(1, after_effect=True)
+    with pytest.raises(SimulatedCrash, match="after"):
+        await invoke(fn, call("3"), {**args, "value": "w"}, None)
+    assert [e["tag"] for e in sw.effects() if e.get("tag")] == ["1:forward", "3:forward"]
+    with pytest.raises(amends.ConfigError, match="positive call number"):
+        sw.faults.arm_crash(0)
+
+
+async def test_one_catalog_serves_many_worlds_bound_per_task() -> None:
+    """``sandbox_catalog()`` (no world) acts on the world bound by use_world in each task."""
+    cat = sandbox_catalog()
+    log = amends.SqliteLog(":memory:")
+    eng = amends.Engine(cat, log=log, retry=FAST)
+    worlds = [World(seed=i) for i in range(3)]
+
+    async def one(i: int, w: World) -> None:
+        with use_world(w):
+            async with eng.saga(f"w{i}") as saga:
+                saga.call("crm.update_field", record_id="acme", field="stage", value=f"v{i}")
+
+    await asyncio.gather(*(one(i, w) for i, w in enumerate(worlds)))
+    assert [w.crm.read_field("acme", "stage") for w in worlds] == ["v0", "v1", "v2"]
+    with pytest.raises(amends.AmendsError, match="use_world"):
+        async with eng.saga("unbound") as saga:
+            saga.call("crm.read_field", record_id="acme", field="stage")
+    await eng.close()
