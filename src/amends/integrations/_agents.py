@@ -123,6 +123,7 @@ class AgentRun:
         turn: Hashable | None = None,
         reported_error: Callable[[T], str | None] | None = None,
         loggable: Callable[[T], Any] | None = None,
+        refused: Callable[[Exception], bool] | None = None,
     ) -> T:
         """Run one framework tool call as a step of the saga and return what the framework's
         own call returned.
@@ -136,6 +137,8 @@ class AgentRun:
             reported_error: For frameworks that turn a tool's exception into an error answer:
                 returns the error text for such an answer, else ``None``.
             loggable: Maps the framework's answer to the JSON logged as the step's result.
+            refused: Says whether an exception from the tool is a refusal made before it acted
+                (Pydantic AI's ``ModelRetry``): the step is ``failed``, not ``in_doubt``.
 
         Raises:
             ConfigError: An argument name the saga reserves (``after``, ``step_id``).
@@ -159,6 +162,12 @@ class AgentRun:
                 raise ToolReportedError(f"{tool} answered with an error: {error}")
             return loggable(value) if loggable is not None else value
 
+        def refuse(exc: BaseException) -> None:
+            if refused is not None and isinstance(exc, Exception) and refused(exc):
+                # the tool refused before acting (the framework's "retry with other arguments"):
+                # no effect, like amends.PermanentError; not in doubt (rule 9).
+                raise amends.PermanentError(f"{tool} refused: {exc}") from exc
+
         if inspect.iscoroutinefunction(run):
             coro_fn = run
 
@@ -167,6 +176,7 @@ class AgentRun:
                     value = await coro_fn()
                 except BaseException as exc:
                     box["exc"] = exc
+                    refuse(exc)
                     raise
                 return finish(value)
 
@@ -179,6 +189,7 @@ class AgentRun:
                     value = sync_fn()
                 except BaseException as exc:
                     box["exc"] = exc
+                    refuse(exc)
                     raise
                 return finish(value)
 
@@ -202,6 +213,7 @@ class AgentRun:
         turn: Hashable | None = None,
         reported_error: Callable[[T], str | None] | None = None,
         loggable: Callable[[T], Any] | None = None,
+        refused: Callable[[Exception], bool] | None = None,
     ) -> T:
         """:meth:`call_tool` for a framework's synchronous path (called from another thread).
 
@@ -240,6 +252,7 @@ class AgentRun:
                 turn=turn,
                 reported_error=reported_error,
                 loggable=loggable,
+                refused=refused,
             ),
             self.loop,
         )
@@ -414,7 +427,10 @@ def catalog_tool_function(catalog: Catalog, tool: str) -> Callable[..., Awaitabl
     sig = inspect.signature(fn, eval_str=True)
     params = list(sig.parameters.values())[1:]  # drop `call`
 
-    async def tool_function(**kwargs: Any) -> Any:
+    plain = sig.replace(parameters=params)
+
+    async def tool_function(*args: Any, **kwargs: Any) -> Any:
+        bound = plain.bind(*args, **kwargs)  # some frameworks pass arguments positionally
         call = amends.current_call()
         if call is None:
             raise amends.ConfigError(
@@ -422,7 +438,13 @@ def catalog_tool_function(catalog: Catalog, tool: str) -> Callable[..., Awaitabl
                 f"would be lost; add the amends middleware/toolset/wrapper to the agent",
                 tool=tool,
             )
-        result = fn(call, **kwargs)
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if plain.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        result = fn(call, **named)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -430,9 +452,7 @@ def catalog_tool_function(catalog: Catalog, tool: str) -> Callable[..., Awaitabl
     tool_function.__name__ = framework_name(tool)
     tool_function.__qualname__ = tool_function.__name__
     tool_function.__doc__ = inspect.getdoc(fn) or f"The {tool} tool."
-    tool_function.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=params, return_annotation=sig.return_annotation
-    )
+    tool_function.__signature__ = plain  # type: ignore[attr-defined]
     tool_function.__annotations__ = {
         p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty
     } | (

@@ -94,7 +94,7 @@ def _title(state: Any) -> str:
     return "LangChain agent run"
 
 
-class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class AmendsMiddleware(AgentMiddleware):
     """``create_agent(..., middleware=[AmendsMiddleware(engine)])``: one saga per agent run,
     one step per tool call, sync (``invoke``) and async (``ainvoke``).
 
@@ -149,10 +149,19 @@ class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return None
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self._close_own_sync()
+        return None
+
+    def _close_own_sync(self) -> None:
         own, self._own_sync = self._own_sync, None
         if own is not None:
             own.close()
-        return None
+
+    async def _close_own(self) -> None:
+        own, self._own = self._own, None
+        if own is not None:
+            await end_run(own)
+        self._close_own_sync()
 
     async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         enclosing = current_run()
@@ -165,9 +174,7 @@ class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        own, self._own = self._own, None
-        if own is not None:
-            await end_run(own)
+        await self._close_own()
         return None
 
     def _run(self) -> AgentRun:
@@ -187,14 +194,18 @@ class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     # --- each tool call is a step ---------------------------------------------------------
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         tc = request.tool_call
-        return self._run().call_tool_sync(
-            resolve_tool_name(self.engine.catalog, tc["name"], self.names),
-            dict(tc.get("args") or {}),
-            lambda: handler(request),
-            turn=_turn_of(request),
-            reported_error=_reported_error,
-            loggable=_loggable,
-        )
+        try:
+            return self._run().call_tool_sync(
+                resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+                dict(tc.get("args") or {}),
+                lambda: handler(request),
+                turn=_turn_of(request),
+                reported_error=_reported_error,
+                loggable=_loggable,
+            )
+        except Exception:
+            self._close_own_sync()  # the exception ends the agent run: after_agent never runs
+            raise
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
@@ -202,14 +213,33 @@ class AmendsMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         async def call() -> Any:
             return await handler(request)
 
-        return await self._run().call_tool(
-            resolve_tool_name(self.engine.catalog, tc["name"], self.names),
-            dict(tc.get("args") or {}),
-            call,
-            turn=_turn_of(request),
-            reported_error=_reported_error,
-            loggable=_loggable,
-        )
+        try:
+            return await self._run().call_tool(
+                resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+                dict(tc.get("args") or {}),
+                call,
+                turn=_turn_of(request),
+                reported_error=_reported_error,
+                loggable=_loggable,
+            )
+        except Exception:
+            await self._close_own()  # the exception ends the agent run: after_agent never runs
+            raise
+
+    # A failing model call ends the run too; close the saga this middleware opened for it.
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        try:
+            return handler(request)
+        except Exception:
+            self._close_own_sync()
+            raise
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        try:
+            return await handler(request)
+        except Exception:
+            await self._close_own()
+            raise
 
 
 def amends_tool_node(

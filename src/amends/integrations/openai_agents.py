@@ -1,0 +1,256 @@
+"""OpenAI Agents SDK: wrapped function tools whose every call is a step of an amends saga.
+
+```python
+from amends.integrations.openai_agents import run_agent
+
+outcome = await run_agent(engine, agent, "Close the ACME deal")   # or run_agent_sync(...)
+outcome.result.final_output
+report = await engine.undo(outcome.saga_id)
+```
+
+:func:`run_agent` opens one saga per run (or joins the enclosing :func:`agent_run`), hands the
+runner a copy of the agent whose function tools are wrapped (:func:`wrap_agent`, built on
+``dataclasses.replace(tool, on_invoke_tool=...)``) and :class:`AmendsRunHooks`, which only observe
+(each model call begins a turn). A tool's exception goes through amends (rule 9) and then to the
+tool's own failure handler, so the model sees the same error text as without amends. Requires
+the ``amends[openai-agents]`` extra; ``import amends`` never imports the SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from agents import Agent, FunctionTool, RunHooks, Runner, function_tool
+from agents.tool import (
+    Tool,
+    maybe_invoke_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
+from agents.tool_context import ToolContext
+
+import amends
+from amends import Catalog, Engine
+
+from ._agents import (
+    AgentRun,
+    agent_run,
+    agent_run_sync,
+    catalog_tool_function,
+    current_run,
+    framework_name,
+    resolve_tool_name,
+    title_from,
+)
+
+__all__ = [
+    "AgentRunOutcome",
+    "AmendsRunHooks",
+    "agent_run",
+    "agent_run_sync",
+    "catalog_function_tools",
+    "run_agent",
+    "run_agent_sync",
+    "wrap_agent",
+    "wrap_tools",
+]
+
+R = TypeVar("R")
+
+_TURNS = itertools.count(1)
+
+
+def _the_run() -> AgentRun:
+    run = current_run()
+    if run is None:
+        raise amends.ConfigError(
+            "an amends-wrapped OpenAI Agents tool was called outside an agent run; use "
+            "run_agent(engine, agent, input) or wrap Runner.run in 'async with "
+            "agent_run(engine, title)' with hooks=AmendsRunHooks()"
+        )
+    return run
+
+
+def _wrap(tool: FunctionTool, catalog: Catalog, names: Mapping[str, str] | None) -> FunctionTool:
+    # The copy's own failure handler is switched off so the tool's exception reaches amends
+    # (rule 9: in doubt); the original tool's handler then formats it for the model as before.
+    raising = dataclasses.replace(tool)
+    set_function_tool_failure_error_function(raising, None)
+    catalog_name = resolve_tool_name(catalog, tool.name, names)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
+        try:
+            args = json.loads(args_json) if args_json.strip() else {}
+        except ValueError:
+            args = {"arguments": args_json}
+        if not isinstance(args, dict):
+            args = {"arguments": args}
+        run = _the_run()
+
+        async def call() -> Any:
+            return await raising.on_invoke_tool(ctx, args_json)
+
+        try:
+            return await run.call_tool(
+                catalog_name,
+                args,
+                call,
+                # With AmendsRunHooks each model call begins a turn; without them every call is
+                # its own turn, depending on every step done before it (safe for undo order).
+                turn=None if getattr(run, "_hooked", False) else ("openai_agents", next(_TURNS)),
+            )
+        except Exception as exc:
+            answer = await maybe_invoke_function_tool_failure_error_function(
+                function_tool=tool, context=ctx, error=exc
+            )
+            if answer is None:
+                raise
+            return answer
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+def wrap_tools(
+    tools: Sequence[Tool], engine: Engine, *, names: Mapping[str, str] | None = None
+) -> list[Tool]:
+    """Copies of ``tools`` whose function tools record each call as a step (other kinds of
+    tool, e.g. hosted tools, are passed through unchanged and are not recorded).
+
+    Raises:
+        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+    """
+    if not isinstance(engine, Engine):
+        raise amends.ConfigError(f"wrap_tools needs an amends.Engine, got {engine!r}")
+    return [_wrap(t, engine.catalog, names) if isinstance(t, FunctionTool) else t for t in tools]
+
+
+def wrap_agent(
+    agent: Agent[Any], engine: Engine, *, names: Mapping[str, str] | None = None
+) -> Agent[Any]:
+    """A copy of ``agent`` whose function tools are wrapped (:func:`wrap_tools`).
+
+    Agents reached by handoff keep their own tools; wrap them too if they act.
+    """
+    return agent.clone(tools=wrap_tools(agent.tools, engine, names=names))
+
+
+class AmendsRunHooks(RunHooks[Any]):
+    """Run hooks that begin a turn of the enclosing :func:`agent_run` at each model call (they
+    observe only). Pass them as ``Runner.run(..., hooks=AmendsRunHooks())``.
+
+    Args:
+        inner: Your own hooks, called after these.
+    """
+
+    def __init__(self, inner: RunHooks[Any] | None = None) -> None:
+        self.inner = inner
+
+    async def on_llm_start(
+        self, context: Any, agent: Any, system_prompt: Any, input_items: Any
+    ) -> None:
+        run = current_run()
+        if run is not None:
+            run._hooked = True  # type: ignore[attr-defined]
+            run.begin_turn(("openai_agents", next(_TURNS)))
+        if self.inner is not None:
+            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    # The other hooks only pass through to the user's.
+    async def on_llm_end(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_llm_end(*args)
+
+    async def on_agent_start(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_agent_start(*args)
+
+    async def on_agent_end(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_agent_end(*args)
+
+    async def on_handoff(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_handoff(*args)
+
+    async def on_tool_start(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_start(*args)
+
+    async def on_tool_end(self, *args: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_end(*args)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRunOutcome(Generic[R]):
+    """What :func:`run_agent` returns."""
+
+    result: R
+    """The SDK's ``RunResult`` (``result.final_output``)."""
+    saga_id: str
+    """The saga of this run: ``await engine.undo(outcome.saga_id)`` undoes it."""
+
+
+async def run_agent(
+    engine: Engine,
+    agent: Agent[Any],
+    input: Any,
+    *,
+    title: str | None = None,
+    names: Mapping[str, str] | None = None,
+    hooks: RunHooks[Any] | None = None,
+    **runner_kwargs: Any,
+) -> AgentRunOutcome[Any]:
+    """``Runner.run`` with every function-tool call recorded as a step of one saga.
+
+    Joins the enclosing :func:`agent_run` if there is one, else opens a saga titled ``title``
+    (default: the input's first line) for this run.
+
+    Raises:
+        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+        Exception: Whatever ``Runner.run`` raises.
+    """
+    wrapped = wrap_agent(agent, engine, names=names)
+    run_hooks = AmendsRunHooks(hooks)
+    enclosing = current_run()
+    if enclosing is not None:
+        result = await Runner.run(wrapped, input, hooks=run_hooks, **runner_kwargs)
+        return AgentRunOutcome(result, enclosing.saga_id)
+    async with agent_run(engine, title or title_from(input, "OpenAI Agents run")) as run:
+        result = await Runner.run(wrapped, input, hooks=run_hooks, **runner_kwargs)
+    return AgentRunOutcome(result, run.saga_id)
+
+
+def run_agent_sync(
+    engine: Engine,
+    agent: Agent[Any],
+    input: Any,
+    *,
+    title: str | None = None,
+    names: Mapping[str, str] | None = None,
+    hooks: RunHooks[Any] | None = None,
+    **runner_kwargs: Any,
+) -> AgentRunOutcome[Any]:
+    """:func:`run_agent` for synchronous code (the SDK's ``Runner.run_sync`` runs an event loop
+    too, so this does the same with :func:`amends.run`)."""
+    return amends.run(
+        run_agent(engine, agent, input, title=title, names=names, hooks=hooks, **runner_kwargs)
+    )
+
+
+def catalog_function_tools(catalog: Catalog, tools: Sequence[str] | None = None) -> list[Tool]:
+    """Function tools that run catalog tools (all, or those named), named with dots as
+    underscores (``crm_update_field``): the alternative of registering a tool once in the
+    catalog. Use them through :func:`run_agent` / :func:`wrap_agent`.
+
+    Raises:
+        ContractError: A name not in the catalog.
+    """
+    names = list(tools) if tools is not None else [spec.name for spec in catalog]
+    return [
+        function_tool(catalog_tool_function(catalog, n), name_override=framework_name(n))
+        for n in names
+    ]

@@ -1,0 +1,151 @@
+"""Pydantic AI: a wrapper toolset whose every tool call is a step of an amends saga.
+
+```python
+from amends.integrations.pydantic_ai import AmendsToolset
+
+toolset = AmendsToolset(FunctionToolset([...]), engine=engine)  # contracts by tool name
+agent = Agent(model, toolsets=[toolset])
+result = await agent.run("Close the ACME deal")               # or agent.run_sync(...)
+report = await engine.undo(toolset.last_saga_id)
+```
+
+Without an enclosing :func:`agent_run`, each agent run is one saga titled with the prompt; inside
+``async with agent_run(engine, "title") as run:`` every run joins that saga. A tool raising
+``ModelRetry`` refused before acting: its step is ``failed``, not ``in_doubt``. Requires the
+``amends[pydantic-ai]`` extra; ``import amends`` never imports Pydantic AI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+import amends
+from amends import Catalog, Engine
+
+from ._agents import (
+    AgentRun,
+    agent_run,
+    agent_run_sync,
+    catalog_tool_function,
+    current_run,
+    end_run,
+    resolve_tool_name,
+    start_run,
+    title_from,
+)
+
+__all__ = ["AmendsToolset", "agent_run", "agent_run_sync", "catalog_toolset"]
+
+
+@dataclasses.dataclass
+class _PerRun:
+    title: str
+    own: AgentRun | None = None
+
+
+@dataclasses.dataclass
+class AmendsToolset(WrapperToolset[Any]):
+    """Wraps a toolset so that each of its tool calls is a step of the run's saga.
+
+    Args:
+        wrapped: The toolset whose tools the agent calls (e.g. a ``FunctionToolset``).
+        engine: The engine whose catalog holds the contracts and whose log records the saga.
+        title: Saga title of runs this toolset opens; default the prompt's first line.
+        names: Framework tool name -> catalog name where the default (exact name, or dots written
+            as underscores) does not fit.
+    """
+
+    engine: Engine | None = None
+    title: str | None = None
+    names: Mapping[str, str] | None = None
+    last_saga_id: str | None = dataclasses.field(default=None, compare=False)
+    _per_run: _PerRun | None = dataclasses.field(default=None, compare=False, repr=False)
+    _parent: AmendsToolset | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, Engine):
+            raise amends.ConfigError(
+                f"AmendsToolset needs engine=amends.Engine(...), got {self.engine!r}; e.g. "
+                f"AmendsToolset(FunctionToolset([...]), engine=engine)"
+            )
+
+    @property
+    def _engine(self) -> Engine:
+        assert self.engine is not None  # checked in __post_init__
+        return self.engine
+
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractToolset[Any]:
+        # A fresh copy per agent run, so concurrent runs of one agent keep separate sagas.
+        wrapped = await self.wrapped.for_run(ctx)
+        prompt = ctx.prompt if isinstance(ctx.prompt, str) else None
+        title = self.title or title_from(prompt, "Pydantic AI agent run")
+        return dataclasses.replace(self, wrapped=wrapped, _per_run=_PerRun(title), _parent=self)
+
+    async def __aenter__(self) -> AmendsToolset:
+        await super().__aenter__()
+        per_run = self._per_run
+        if per_run is not None and current_run() is None and per_run.own is None:
+            per_run.own = await start_run(self._engine, per_run.title)
+        run = current_run() or (per_run.own if per_run else None)
+        if run is not None:
+            self._remember(run.saga_id)
+        return self
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        per_run = self._per_run
+        try:
+            if per_run is not None and per_run.own is not None:
+                own, per_run.own = per_run.own, None
+                await end_run(own)
+        finally:
+            result = await super().__aexit__(*args)
+        return result
+
+    def _remember(self, saga_id: str) -> None:
+        self.last_saga_id = saga_id
+        if self._parent is not None:
+            self._parent.last_saga_id = saga_id
+
+    def _run(self) -> AgentRun:
+        run = current_run() or (self._per_run.own if self._per_run else None)
+        if run is None:
+            raise amends.ConfigError(
+                "an AmendsToolset tool was called outside an agent run; pass the toolset to "
+                "Agent(toolsets=[...]) or agent.run(toolsets=[...]), or wrap the run in "
+                "'async with agent_run(engine, title)'"
+            )
+        return run
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        async def call() -> Any:
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+
+        return await self._run().call_tool(
+            resolve_tool_name(self._engine.catalog, name, self.names),
+            dict(tool_args),
+            call,
+            turn=("pydantic_ai", ctx.run_id, ctx.run_step),  # one model response per run step
+            refused=lambda exc: isinstance(exc, ModelRetry),
+        )
+
+
+def catalog_toolset(catalog: Catalog, tools: Sequence[str] | None = None) -> FunctionToolset[Any]:
+    """A ``FunctionToolset`` of catalog tools (all, or those named), each named with dots as
+    underscores (``crm_update_field``): the alternative of registering a tool once in the
+    catalog. Wrap it in :class:`AmendsToolset` so each call records its inverse.
+
+    Raises:
+        ContractError: A name not in the catalog.
+    """
+    names = list(tools) if tools is not None else [spec.name for spec in catalog]
+    return FunctionToolset(
+        [catalog_tool_function(catalog, n) for n in names],
+    )

@@ -1,0 +1,211 @@
+"""LangChain / LangGraph adapter: what the shared scene (test_scene.py) does not cover."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agent_scene import new_engine
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+
+import amends
+from amends.integrations.langchain import (
+    AmendsMiddleware,
+    agent_run,
+    agent_run_sync,
+    amends_tool_node,
+)
+
+
+class Scripted(GenericFakeChatModel):
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def scripted(*turns: list[tuple[str, dict[str, Any]]], final: str = "ok") -> Scripted:
+    n = iter(range(1, 100))
+    msgs = [
+        AIMessage(
+            content="", tool_calls=[{"name": t, "args": a, "id": f"c{next(n)}"} for t, a in turn]
+        )
+        for turn in turns
+    ]
+    return Scripted(messages=iter([*msgs, AIMessage(content=final)]))
+
+
+def stage_tool(world: Any) -> Any:
+    """A plain LangChain tool that records its own inverse through amends.current_call()."""
+
+    @tool
+    def set_stage(stage: str) -> str:
+        """Set the ACME deal stage."""
+        call = amends.current_call()
+        assert call is not None, "runs inside an amends step"
+        before = world.crm.read_field("acme", "stage")
+        world.crm.update_field("acme", "stage", stage, idempotency_key=call.idempotency_key)
+        call.inverse("crm.update_field", record_id="acme", field="stage", value=before)
+        call.expect("crm.read_field", {"record_id": "acme", "field": "stage"}, equals=stage)
+        return f"stage is {stage}"
+
+    return set_stage
+
+
+def declare_set_stage(engine: amends.Engine) -> None:
+    async def contract_only(call: amends.Call, **_: Any) -> None:  # the framework runs the code
+        raise AssertionError("never called: the framework runs set_stage")
+
+    engine.catalog.register("set_stage", contract_only, reversibility="reversible")
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_langchain_tool_records_its_inverse_with_current_call(sync: bool) -> None:
+    """Option A of issue 15 item 3: the tool stays a LangChain tool, its contract is in the
+    catalog by name, and its body records the inverse via amends.current_call(); undo reverts."""
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    mw = AmendsMiddleware(engine, title="Win ACME")
+    agent = create_agent(
+        scripted([("set_stage", {"stage": "closed_won"})]), [stage_tool(world)], middleware=[mw]
+    )
+    state = {"messages": [("user", "Close it")]}
+    if sync:
+        await asyncio.to_thread(agent.invoke, state)
+    else:
+        await agent.ainvoke(state)
+    assert world.crm.read_field("acme", "stage") == "closed_won"
+    assert mw.last_saga_id is not None
+    saga = await engine.log.get_saga(mw.last_saga_id)
+    assert saga is not None
+    assert (saga.title, saga.state) == ("Win ACME", "completed")
+    report = await engine.undo(mw.last_saga_id)
+    assert report.status == "fully_reversed"
+    assert [(s.tool, s.verb, s.state.value) for s in report.steps] == [
+        ("set_stage", "Revert", "reverted")
+    ]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_tool_exception_leaves_the_step_in_doubt_and_closes_the_runs_saga(
+    sync: bool,
+) -> None:
+    """Rule 9 through LangChain: the tool's exception ends the agent run unchanged, the step is
+    in_doubt, and the saga the middleware opened is closed (after_agent never runs)."""
+    _, engine = new_engine()
+
+    @tool
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise ConnectionError("processor hung up after the request was sent")
+
+    mw = AmendsMiddleware(engine)
+    agent = create_agent(
+        scripted([("charge_card", {"cents": 100})]), [charge_card], middleware=[mw]
+    )
+    state = {"messages": [("user", "Charge 1 USD")]}
+    with pytest.raises(ConnectionError, match="processor hung up"):
+        if sync:
+            await asyncio.to_thread(agent.invoke, state)
+        else:
+            await agent.ainvoke(state)
+    assert mw.last_saga_id is not None
+    saga = await engine.log.get_saga(mw.last_saga_id)
+    assert saga is not None
+    assert saga.title == "Charge 1 USD"
+    assert saga.state == "failed"  # closed, not left running
+    assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "in_doubt")]
+    report = await engine.undo(mw.last_saga_id)
+    assert report.status == "cannot_undo"
+    assert report.steps[0].state == "in_doubt"
+    assert report.manual_actions[0].step_id == saga.steps[0].step_id
+
+
+async def test_an_error_answer_from_handle_tool_errors_is_in_doubt_and_reaches_the_model() -> None:
+    """ToolNode(handle_tool_errors=True) turns the exception into an error ToolMessage: the model
+    still gets it, and the step is in_doubt (the tool began; its effect is unknown)."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    _, engine = new_engine()
+
+    @tool
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise ConnectionError("processor hung up")
+
+    model = scripted([("charge_card", {"cents": 100})])
+
+    def call_model(state: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", amends_tool_node([charge_card], engine, handle_tool_errors=True))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges(
+        "model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END]
+    )
+    graph.add_edge("tools", "model")
+    async with agent_run(engine, "Charge 1 USD") as run:
+        out = await graph.compile().ainvoke({"messages": [("user", "Charge 1 USD")]})
+    errors = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in errors] == ["error"]
+    assert "processor hung up" in str(errors[0].content)
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "in_doubt")]
+    assert "processor hung up" in (saga.steps[0].error or "")
+
+
+async def test_two_agent_runs_inside_agent_run_are_one_saga() -> None:
+    """One user request spanning two runs: one saga; the second run depends on the first."""
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    mw = AmendsMiddleware(engine)
+    first = create_agent(
+        scripted([("set_stage", {"stage": "contract_sent"})]), [stage_tool(world)], middleware=[mw]
+    )
+    second = create_agent(
+        scripted([("set_stage", {"stage": "closed_won"})]), [stage_tool(world)], middleware=[mw]
+    )
+    async with agent_run(engine, "Move ACME to won") as run:
+        await first.ainvoke({"messages": [("user", "step 1")]})
+        assert mw.last_saga_id == run.saga_id
+        await second.ainvoke({"messages": [("user", "step 2")]})
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    assert [(s.step_id, s.deps) for s in saga.steps] == [("s1", ()), ("s2", ("s1",))]
+    report = await engine.undo(run.saga_id)
+    assert report.status == "fully_reversed"
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+def test_a_tool_node_outside_an_agent_run_is_a_clear_error() -> None:
+    """amends_tool_node needs an enclosing agent_run: the error says how to add it."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    _, engine = new_engine()
+
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", amends_tool_node([ping], engine))
+    graph.add_edge(START, "tools")
+    msg = AIMessage(content="", tool_calls=[{"name": "ping", "args": {}, "id": "c1"}])
+    with pytest.raises(amends.ConfigError, match="agent_run"):
+        graph.compile().invoke({"messages": [msg]})
+    with agent_run_sync(engine, "Ping") as run:
+        out = graph.compile().invoke({"messages": [msg]})
+    assert out["messages"][-1].content == "pong"
+    assert run.steps[0].state == "done"
+
+
+def test_the_middleware_needs_an_engine() -> None:
+    with pytest.raises(amends.ConfigError, match="needs an amends.Engine"):
+        AmendsMiddleware("amends.db")  # type: ignore[arg-type]
