@@ -6,6 +6,7 @@ log = "amends.db"               # the saga log: a path (relative to this file) o
 title = "MCP session"           # title of the saga opened for each agent connection
 approval = "off"                # "off" | "irreversible" | "residue" (irreversible or residue)
 when_no_elicitation = "refuse"  # "refuse" | "allow": a client that cannot be asked
+lease_seconds = 15              # after a crash, another process recovers a saga after this
 
 [[upstream]]
 name = "fs"
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,10 @@ class GatewayConfig:
     before a call whose undo leaves residue (compensable)."""
     when_no_elicitation: str = "refuse"
     """What the gate does when the client cannot be asked: ``refuse`` the call or ``allow`` it."""
+    lease_seconds: float = 15.0
+    """How long a crashed gateway's open saga stays claimed before recovery marks its
+    unfinished steps ``in_doubt`` (rule 1)."""
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _str(value: Any, where: str) -> str:
@@ -163,7 +166,7 @@ def load_config(path: str | Path) -> GatewayConfig:
     gw = data.get("gateway", {})
     if not isinstance(gw, dict):
         raise ConfigError(f"{src}: [gateway] must be a table")
-    known = {"log", "title", "approval", "when_no_elicitation"}
+    known = {"log", "title", "approval", "when_no_elicitation", "lease_seconds"}
     bad = set(gw) - known
     if bad:
         raise ConfigError(
@@ -185,6 +188,11 @@ def load_config(path: str | Path) -> GatewayConfig:
         raise ConfigError(
             f"{src}: gateway.when_no_elicitation is {when_no!r}; use 'refuse' or 'allow'"
         )
+    lease = gw.get("lease_seconds", 15.0)
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or lease <= 0:
+        raise ConfigError(
+            f"{src}: gateway.lease_seconds must be a positive number of seconds, got {lease!r}"
+        )
     ups = data.get("upstream", [])
     if not isinstance(ups, list) or not ups:
         raise ConfigError(
@@ -202,5 +210,6 @@ def load_config(path: str | Path) -> GatewayConfig:
         title=_str(gw.get("title", "MCP session"), f"{src}: gateway.title"),
         approval=approval,
         when_no_elicitation=when_no,
+        lease_seconds=float(lease),
         source=src,
     )

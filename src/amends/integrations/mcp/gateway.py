@@ -137,7 +137,9 @@ class Gateway:
                 files = [load_contracts(c) for c in up.config.contracts]
                 self._register(up, files)
             if self._engine is None:
-                self._engine = Engine(self.catalog, log=self.config.log)
+                self._engine = Engine(
+                    self.catalog, log=self.config.log, lease_seconds=self.config.lease_seconds
+                )
         except BaseException:
             await self._stack.aclose()
             raise

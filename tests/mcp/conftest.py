@@ -1,0 +1,161 @@
+"""Fixtures for the MCP gateway tests: a real upstream MCP server (``upstream_kv.py``, built with
+the SDK), the gateway as a subprocess (stdio or streamable HTTP), and a real ``mcp.Client``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+KV_SERVER = HERE / "upstream_kv.py"
+KV_CONTRACTS = HERE / "kv_contracts.toml"
+sys.path.insert(0, str(HERE))
+
+
+@dataclass
+class KvSetup:
+    """A gateway config over the kv upstream, with its state file and saga log."""
+
+    dir: Path
+    config: Path
+    state: Path
+    db: Path
+
+    def world(self) -> dict[str, Any]:
+        """The upstream's state as the upstream wrote it."""
+        if not self.state.exists():
+            return {"kv": {}, "charges": {}, "journal": [], "emails": []}
+        data: dict[str, Any] = json.loads(self.state.read_text())
+        return data
+
+    def human_sets(self, key: str, value: str) -> None:
+        """A person edits the upstream directly, not through the gateway."""
+        data = self.world()
+        data["kv"][key] = value
+        self.state.write_text(json.dumps(data))
+
+    def gateway(self) -> Any:
+        """Parameters that start the gateway over stdio, as an MCP client config would."""
+        from mcp import StdioServerParameters
+
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "amends.integrations.mcp", "serve", "--config", str(self.config)],
+            cwd=str(self.dir),
+        )
+
+
+def write_kv_config(directory: Path, *, extra_gateway: str = "", prefix: bool = True) -> KvSetup:
+    state = directory / "kv.json"
+    config = directory / "gateway.toml"
+    config.write_text(
+        f"""
+[gateway]
+log = "saga.db"
+title = "kv session"
+{extra_gateway}
+
+[[upstream]]
+name = "kv"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(KV_SERVER))}]
+env = {{ KV_STATE = {json.dumps(str(state))} }}
+contracts = [{json.dumps(str(KV_CONTRACTS))}]
+prefix = {"true" if prefix else "false"}
+"""
+    )
+    return KvSetup(directory, config, state, directory / "saga.db")
+
+
+@pytest.fixture
+def kv(tmp_path: Path) -> KvSetup:
+    return write_kv_config(tmp_path, extra_gateway="lease_seconds = 1.0")
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class HttpGateway:
+    """``amends mcp serve --http`` as a subprocess this test owns (and may SIGKILL)."""
+
+    def __init__(self, config: Path, cwd: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "amends.integrations.mcp",
+                "serve",
+                "--config",
+                str(config),
+                "--http",
+                f"127.0.0.1:{self.port}",
+            ],
+            cwd=str(cwd),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its upstream child dies with its group on SIGKILL
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise AssertionError(f"gateway exited with {self.proc.returncode}: {err}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError("gateway did not listen within 30 s")
+
+    def kill(self) -> None:
+        """SIGKILL the gateway and its upstream (its process group)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def http_gateway() -> Iterator[Any]:
+    started: list[HttpGateway] = []
+
+    def start(setup: KvSetup) -> HttpGateway:
+        gw = HttpGateway(setup.config, setup.dir)
+        started.append(gw)
+        return gw
+
+    yield start
+    for gw in started:
+        gw.stop()

@@ -1,0 +1,184 @@
+"""End to end through real processes: a real ``mcp.Client`` -> ``amends mcp serve`` (a
+subprocess) -> an upstream MCP server built with the SDK (another subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import KvSetup, text_of
+
+pytestmark = pytest.mark.slow
+
+
+async def _call(client: Any, name: str, **args: Any) -> Any:
+    return await client.call_tool(name, args)
+
+
+async def test_each_call_is_a_step_and_undo_reverts_compensates_and_acknowledges(
+    kv: KvSetup,
+) -> None:
+    """A new key is deleted, a charge refunded once (with residue), an email acknowledged."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        r1 = await _call(c, "kv_kv_set", key="greeting", value="hello")
+        assert not r1.is_error and r1.structured_content["value"] == "hello"
+        step = r1.meta["amends/step"]
+        assert step["tool"] == "kv.kv_set" and step["reversibility"] == "reversible"
+        r2 = await _call(c, "kv_charge", customer="c1", cents=5000)
+        assert r2.structured_content["id"] == "ch_1"
+        r3 = await _call(c, "kv_send_email", to="bob@example.com", subject="Hi")
+        assert r3.meta["amends/step"]["reversibility"] == "irreversible"
+        before = kv.world()
+        assert before["kv"] == {"greeting": "hello"} and before["charges"]["ch_1"]["refunded"] == 0
+
+        undo = await _call(c, "amends_undo")
+    report = undo.structured_content
+    assert not undo.is_error
+    assert report["status"] == "cannot_undo"  # the email stands
+    states = {s["tool"]: s["state"] for s in report["steps"]}
+    assert states == {
+        "kv.kv_set": "reverted",
+        "kv.charge": "compensated",
+        "kv.send_email": "acknowledged",
+    }
+    assert [r["what"] for r in report["residue"]] == [
+        "Refund of 50.00 USD to c1 is pending; the charge stays on their statement"
+    ]
+    assert report["manual_actions"][0]["step_id"] == r3.meta["amends/step"]["step_id"]
+    world = kv.world()
+    assert world["kv"] == {}  # it did not exist before: undo deleted it
+    assert world["charges"]["ch_1"]["refunded"] == 5000
+    assert [j[0] for j in world["journal"]].count("refund") == 1
+    assert world["emails"] == [{"to": "bob@example.com", "subject": "Hi"}]
+    assert "cannot_undo" in text_of(undo)
+
+
+async def test_captured_previous_value_is_written_back(kv: KvSetup) -> None:
+    """capture reads the old value before the write; the inverse writes exactly that back."""
+    from mcp import Client
+
+    kv.human_sets("stage", "lead")
+    async with Client(kv.gateway()) as c:
+        await _call(c, "kv_kv_set", key="stage", value="won")
+        assert kv.world()["kv"]["stage"] == "won"
+        undo = await _call(c, "amends_undo")
+    assert undo.structured_content["status"] == "fully_reversed"
+    assert kv.world()["kv"]["stage"] == "lead"
+
+
+async def test_human_edit_between_forward_and_undo_is_drifted_and_kept(kv: KvSetup) -> None:
+    """rule 4: a value a person wrote after the agent is never overwritten."""
+    from mcp import Client
+
+    kv.human_sets("stage", "lead")
+    async with Client(kv.gateway()) as c:
+        await _call(c, "kv_kv_set", key="stage", value="won")
+        kv.human_sets("stage", "contract_sent")
+        preview = await _call(c, "amends_preview")
+        undo = await _call(c, "amends_undo")
+    step = undo.structured_content["steps"][0]
+    assert step["state"] == "drifted"
+    assert undo.structured_content["status"] == "cannot_undo"
+    assert kv.world()["kv"]["stage"] == "contract_sent"
+    assert "kv_set" in text_of(preview)
+
+
+async def test_refused_error_is_failed_and_unknown_error_is_in_doubt(kv: KvSetup) -> None:
+    """rule 9: only an error the contract reads as a refusal means no effect."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        refused = await _call(c, "kv_refuse_write", key="k")
+        unknown = await _call(c, "kv_flaky_write", key="k", value="v")
+        status = await _call(c, "amends_status")
+    assert refused.is_error and refused.meta["amends/step"]["state"] == "failed"
+    assert "Refused: k is locked" in text_of(refused)
+    assert unknown.is_error and unknown.meta["amends/step"]["state"] == "in_doubt"
+    assert "in doubt" in text_of(unknown)
+    states = [s["state"] for s in status.structured_content["steps"]]
+    assert states == ["failed", "in_doubt"]
+    # the flaky write did land upstream: in_doubt, not "failed", was the truth
+    assert kv.world()["kv"] == {"k": "v"}
+
+
+async def test_two_concurrent_amends_undo_give_one_reversal_and_one_refund(kv: KvSetup) -> None:
+    """rule 6: both requests get the same report; the upstream sees one refund."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        await _call(c, "kv_charge", customer="c1", cents=700)
+        a, b = await asyncio.gather(_call(c, "amends_undo"), _call(c, "amends_undo"))
+    assert a.structured_content["reversal_id"] == b.structured_content["reversal_id"]
+    assert a.structured_content["steps"][0]["state"] == "compensated"
+    journal = kv.world()["journal"]
+    assert [j for j in journal if j[0] == "refund"] == [["refund", "ch_1", 700]]
+
+
+async def test_two_gateway_processes_on_one_log_give_one_reversal(kv: KvSetup) -> None:
+    """Another gateway process on the same log joins the same reversal (rule 6)."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c1:
+        r = await _call(c1, "kv_charge", customer="c1", cents=900)
+        saga_id = r.meta["amends/step"]["saga_id"]
+        async with Client(kv.gateway()) as c2:
+            a, b = await asyncio.gather(
+                _call(c1, "amends_undo"), _call(c2, "amends_undo", saga_id=saga_id)
+            )
+    assert a.structured_content["reversal_id"] == b.structured_content["reversal_id"]
+    assert [j[0] for j in kv.world()["journal"]].count("refund") == 1
+
+
+async def test_amends_begin_and_meta_saga_key_separate_sagas(kv: KvSetup) -> None:
+    """amends_begin starts a new saga; a _meta saga key groups calls into its own saga."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        first = await _call(c, "kv_kv_set", key="a", value="1")
+        begun = await _call(c, "amends_begin", title="Second request")
+        second = await _call(c, "kv_kv_set", key="b", value="2")
+        keyed = await c.call_tool(
+            "kv_kv_set", {"key": "c", "value": "3"}, meta={"amends/saga": "user-42"}
+        )
+        keyed2 = await c.call_tool(
+            "kv_kv_set", {"key": "d", "value": "4"}, meta={"amends/saga": "user-42"}
+        )
+        undo = await _call(c, "amends_undo")  # this connection's current saga: the second
+    ids = [x.meta["amends/step"]["saga_id"] for x in (first, second, keyed, keyed2)]
+    assert ids[1] == begun.structured_content["saga_id"]
+    assert len({ids[0], ids[1], ids[2]}) == 3 and ids[2] == ids[3]
+    assert undo.structured_content["saga_id"] == ids[1]
+    assert undo.structured_content["title"] == "Second request"
+    assert kv.world()["kv"] == {"a": "1", "c": "3", "d": "4"}
+
+
+async def test_tools_list_publishes_reversibility_and_upstream_meta_is_not_leaked(
+    kv: KvSetup,
+) -> None:
+    """Each tool says what undo can do; a hint never upgrades a tool without a contract."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        r = await _call(c, "kv_kv_get", key="missing")
+    assert {
+        "amends_begin",
+        "amends_status",
+        "amends_preview",
+        "amends_undo",
+        "amends_resolve",
+    } <= set(tools)
+    assert tools["kv_kv_set"].meta["amends/reversibility"] == "reversible"
+    assert "[amends: reversible; undo reverts it]" in (tools["kv_kv_set"].description or "")
+    email = tools["kv_send_email"]
+    assert email.meta == {"amends/reversibility": "irreversible", "amends/contract": False}
+    assert email.annotations.destructive_hint is True
+    assert tools["kv_kv_get"].annotations.read_only_hint is True
+    assert r.is_error  # a read of a missing key: the upstream's error reaches the agent
+    assert "serverInfo" not in str(
+        {k: v for k, v in (r.meta or {}).items() if "kv-upstream" in str(v)}
+    )
+    assert "kv-upstream" not in str(r.meta)
