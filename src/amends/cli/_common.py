@@ -25,7 +25,7 @@ from rich.table import Table
 from ..budget import check_budget_value
 from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
 from ..contracts import Catalog
-from ..errors import ConfigError, LogError
+from ..errors import ConfigError
 from ..log import open_log
 from ..log.base import SagaLog, SagaRecord
 from ..report import UndoReport
@@ -97,15 +97,7 @@ def open_existing_log(db: str, *, read_only: bool = False) -> SagaLog:
     Raises:
         LogError: No log there, or the file is not an amends log.
     """
-    try:
-        return open_log(db, must_exist=True, read_only=read_only)
-    except TypeError:  # pragma: no cover - a log without the opening options of log API D
-        path = db.removeprefix("sqlite:///")
-        if "://" not in path and path != ":memory:" and not os.path.exists(path):
-            raise LogError(
-                f"no saga log at {path!r}: the file does not exist; check --db", path=path
-            ) from None
-        return open_log(db)
+    return open_log(db, must_exist=True, read_only=read_only)
 
 
 @contextlib.contextmanager

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import AmendsError
-from ..log import open_log
-from ..log.sql import SCHEMA_VERSION, SqlSagaLog, Tx
+from ..log import file_permission_problems
+from ..log.sql import SCHEMA_VERSION
 
 __all__ = ["Finding", "diagnose", "register"]
 
@@ -43,13 +43,14 @@ def register(sub: Any) -> None:
     """Add the ``recover`` and ``doctor`` subcommands."""
     rec = sub.add_parser(
         "recover",
-        help="after a crash: resume unfinished reversals, mark unfinished forward steps in_doubt",
+        help="after a crash: resume unfinished reversals, mark unfinished forward steps "
+        "in_doubt; exits 1 if a reversal could not be resumed (the others are)",
     )
     _db_arg(rec)
     rec.add_argument(
         "--catalog",
-        help="MODULE:ATTR of the catalog (a Catalog or callable(db) -> Catalog); "
-        "default $AMENDS_CATALOG or amends.sandbox:demo_catalog",
+        help="MODULE:ATTR or .toml file of the catalog; default: the catalog each saga "
+        "recorded, else $AMENDS_CATALOG",
     )
     rec.add_argument("--json", action="store_true", help="print JSON")
     rec.set_defaults(handler=_recover)
@@ -61,98 +62,132 @@ def register(sub: Any) -> None:
     )
     _db_arg(doc)
     doc.add_argument("--json", action="store_true", help="print JSON")
+    doc.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check the history's hash chain: finds an edited, inserted or deleted event "
+        "and a stored report that does not match (rule 11)",
+    )
     doc.set_defaults(handler=_doctor)
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from ..engine import Engine
-    from ._common import load_catalog
-
-    async def go() -> dict[str, Any]:
-        engine = Engine(load_catalog(args.catalog, args.db), log=args.db)
-        try:
-            rec = await engine.recover()
-        finally:
-            await engine.close()
-        return {
-            "in_doubt": [{"saga_id": s, "step_id": st} for s, st in rec.in_doubt],
-            "resumed": [
-                {"saga_id": r.saga_id, "reversal_id": r.reversal_id, "status": r.status.value}
-                for r in rec.resumed
-            ],
-        }
-
     try:
-        out = asyncio.run(go())
+        out = asyncio.run(recover(args.db, args.catalog))
     except AmendsError as exc:
         sys.stderr.write(f"amends recover: {exc}\n")
         return 2
     if args.json:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        for item in out["in_doubt"]:
-            sys.stdout.write(
-                f"in doubt: saga {item['saga_id']} step {item['step_id']} (its outcome is "
-                f"unknown; check the vendor, then undo the saga)\n"
-            )
-        for r in out["resumed"]:
-            sys.stdout.write(
-                f"resumed reversal {r['reversal_id']} of saga {r['saga_id']}: {r['status']}\n"
-            )
-        if not out["in_doubt"] and not out["resumed"]:
-            sys.stdout.write("nothing to recover\n")
-    return 0
+        _print_recovery(out)
+    return 1 if out["failed"] else 0
 
 
-async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
+def _print_recovery(out: dict[str, Any]) -> None:
+    from ._common import safe
+
+    for item in out["in_doubt"]:
+        sys.stdout.write(
+            f"in doubt: saga {safe(item['saga_id'])} step {safe(item['step_id'])} (its outcome "
+            f"is unknown; check the vendor, then undo the saga)\n"
+        )
+    for r in out["resumed"]:
+        sys.stdout.write(
+            f"resumed reversal {safe(r['reversal_id'])} of saga {safe(r['saga_id'])}: "
+            f"{safe(r['status'])}\n"
+        )
+    for f in out["failed"]:
+        sys.stdout.write(
+            f"NOT recovered: reversal {safe(f['reversal_id'])} of saga {safe(f['saga_id'])}: "
+            f"{safe(f['error'])}\n"
+        )
+    if not out["in_doubt"] and not out["resumed"] and not out["failed"]:
+        sys.stdout.write("nothing to recover\n")
+
+
+async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
+    """``amends recover``: mark unfinished forward steps in_doubt, then resume each reversal
+    whose worker stopped, each with the catalog its saga recorded (or ``catalog_spec``).
+
+    One reversal that cannot be resumed (its catalog is missing, an error) is reported under
+    ``failed`` and the others carry on (issue 11).
+
+    Raises:
+        LogError: The log does not exist or cannot be opened.
+    """
+    from ..budget import Budget
+    from ..engine import Engine
+    from ._common import catalog_for_saga, open_existing_log
+
+    log = open_existing_log(db)
+    out: dict[str, Any] = {"in_doubt": [], "resumed": [], "failed": []}
+    try:
+        now = time.time()
+        out["in_doubt"] = [{"saga_id": s, "step_id": st} for s, st in await log.mark_in_doubt(now)]
+        for rev in await log.expired_reversals(now):
+            try:
+                saga = await log.get_saga(rev.saga_id)
+                assert saga is not None
+                engine = Engine(catalog_for_saga(catalog_spec, saga, db), log=log)
+                # Budget.from_dict clamps a NaN/infinite budget an older amends stored.
+                report = await engine.undo(rev.saga_id, budget=Budget.from_dict(rev.budget))
+            except Exception as exc:  # one bad reversal must not stop the others
+                out["failed"].append(
+                    {
+                        "saga_id": rev.saga_id,
+                        "reversal_id": rev.reversal_id,
+                        "error": str(exc) if isinstance(exc, AmendsError) else repr(exc),
+                    }
+                )
+                continue
+            out["resumed"].append(
+                {
+                    "saga_id": report.saga_id,
+                    "reversal_id": report.reversal_id,
+                    "status": report.status.value,
+                }
+            )
+        return out
+    finally:
+        await log.close()
+
+
+async def diagnose(target: str, *, now: float | None = None, verify: bool = False) -> list[Finding]:
     """Check the saga log at ``target`` and return what was found, each with its fix.
+
+    ``verify=True`` also walks the tamper-evident history (rule 11) of every saga.
 
     Raises:
         LogError: The log cannot be opened (including SchemaVersionError).
     """
+    from ._common import open_existing_log
+
     now = time.time() if now is None else now
-    log = open_log(target)
+    log = open_existing_log(target, read_only=True)
     try:
         findings: list[Finding] = []
         version = await log.schema_version()
         findings.append(
             Finding("ok", f"schema version {version} (this amends writes {SCHEMA_VERSION})", "")
         )
-        if not isinstance(log, SqlSagaLog):  # pragma: no cover - every shipped log is SQL
-            return findings
-
-        def scan(tx: Tx) -> dict[str, list[tuple[Any, ...]]]:
-            return {
-                "in_doubt": tx.execute(
-                    "SELECT saga_id, step_id, tool FROM steps WHERE state='in_doubt' AND "
-                    "saga_id NOT IN (SELECT saga_id FROM reversals WHERE state='done') "
-                    "ORDER BY saga_id, seq"
-                ),
-                "stale_sagas": tx.execute(
-                    "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                    "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
-                    (now,),
-                ),
-                "live_sagas": tx.execute(
-                    "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                    "lease_until > ? ORDER BY saga_id",
-                    (now,),
-                ),
-                "stuck": tx.execute(
-                    "SELECT reversal_id, saga_id, owner, generation, lease_until FROM reversals "
-                    "WHERE state='running' AND (lease_until IS NULL OR lease_until <= ?) "
-                    "ORDER BY requested_at",
-                    (now,),
-                ),
-                "live": tx.execute(
-                    "SELECT reversal_id, saga_id, owner, generation, lease_until FROM reversals "
-                    "WHERE state='running' AND lease_until > ? ORDER BY requested_at",
-                    (now,),
-                ),
-            }
-
-        rows = await log.db.read(scan)
-        for saga_id, owner, _lease in rows["stale_sagas"]:
+        health = await log.health(now)  # issue 9: all SQL lives in amends.log
+        for problem in file_permission_problems(target if isinstance(target, str) else ""):
+            findings.append(Finding("action", problem, "chmod 600 the file (rule 11)"))
+        if verify:
+            for p in await log.verify():
+                where = f"event {p.event_id}" if p.event_id is not None else "its history"
+                findings.append(
+                    Finding(
+                        "action",
+                        f"saga {p.saga_id}: {where} was {p.what}"
+                        if p.what != "report mismatch"
+                        else f"saga {p.saga_id}: the stored report does not match its history",
+                        f"{p.detail}; restore the log from a backup and find out who changed it",
+                    )
+                )
+            findings.append(Finding("ok", "history hash chain checked (--verify)", ""))
+        for saga_id, owner, _lease in health.stale_sagas:
             findings.append(
                 Finding(
                     "action",
@@ -161,7 +196,7 @@ async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
                     "run `amends recover --db URL`: its unfinished steps become in_doubt",
                 )
             )
-        for saga_id, step_id, tool in rows["in_doubt"]:
+        for saga_id, step_id, tool in health.in_doubt:
             findings.append(
                 Finding(
                     "action",
@@ -171,7 +206,7 @@ async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
                     f"the report will list it as a manual action",
                 )
             )
-        for rev_id, saga_id, owner, generation, _lease in rows["stuck"]:
+        for rev_id, saga_id, owner, generation, _lease in health.stuck_reversals:
             findings.append(
                 Finding(
                     "action",
@@ -181,7 +216,7 @@ async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
                     "again)",
                 )
             )
-        for saga_id, owner, lease in rows["live_sagas"]:
+        for saga_id, owner, lease in health.live_sagas:
             findings.append(
                 Finding(
                     "info",
@@ -189,7 +224,7 @@ async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
                     "",
                 )
             )
-        for rev_id, saga_id, owner, generation, lease in rows["live"]:
+        for rev_id, saga_id, owner, generation, lease in health.live_reversals:
             findings.append(
                 Finding(
                     "info",
@@ -205,7 +240,7 @@ async def diagnose(target: str, *, now: float | None = None) -> list[Finding]:
 
 def _doctor(args: argparse.Namespace) -> int:
     try:
-        findings = asyncio.run(diagnose(args.db))
+        findings = asyncio.run(diagnose(args.db, verify=args.verify))
     except AmendsError as exc:
         if args.json:
             sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
