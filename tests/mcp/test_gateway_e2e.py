@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from conftest import KvSetup, text_of
 
 pytestmark = pytest.mark.slow
