@@ -199,4 +199,6 @@ def test_log_schema_matches_golden_file(tmp_path: Path) -> None:
         )
     )
     conn.close()
-    check_golden("schema_v1.sql", ddl + "\n")
+    from amends.log.sql import SCHEMA_VERSION
+
+    check_golden(f"schema_v{SCHEMA_VERSION}.sql", ddl + "\n")
