@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowFailureError
@@ -69,6 +70,8 @@ class TemporalRunner:
             as dead and the call moves through amends' crash rules. Default 5.
         lease_seconds: How long the reversal's claim in the log lasts for local engines (they
             take a reversal over only when it expires). Default 3600.
+        task_timeout: Seconds a worker may take over one workflow task; a worker that died
+            while holding one delays the reversal this long. Default: the heartbeat timeout.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class TemporalRunner:
         namespace: str = "default",
         heartbeat_timeout: float = 5.0,
         lease_seconds: float = 3600.0,
+        task_timeout: float | None = None,
     ) -> None:
         if heartbeat_timeout <= 0:
             raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
@@ -88,6 +92,7 @@ class TemporalRunner:
         self.namespace = namespace
         self.heartbeat_timeout = float(heartbeat_timeout)
         self.lease_seconds = float(lease_seconds)
+        self.task_timeout = float(task_timeout or max(heartbeat_timeout, 1.0))
 
     async def client(self) -> Client:
         """The Temporal client (connected on first use)."""
@@ -126,6 +131,7 @@ class TemporalRunner:
             # finds the report in the log and returns it.
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            task_timeout=timedelta(seconds=self.task_timeout),
             result_type=dict,
         )
         try:
@@ -168,6 +174,10 @@ def make_worker(
     if not isinstance(catalog, Catalog):
         raise ConfigError(f"make_worker needs an amends.Catalog, got {catalog!r}")
     acts = ReversalActivities(catalog, open_log(log), heartbeat_seconds=heartbeat_seconds)
+    # A workflow's next task goes to the worker that ran its last one (its sticky queue). When
+    # that worker died, Temporal waits this long before handing the task to another worker; the
+    # SDK default (10 s) would dominate the time a dead worker's reversal takes to move.
+    worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
     return Worker(
         client,
         task_queue=task_queue,

@@ -1,0 +1,235 @@
+"""Faults on Temporal: a worker SIGKILLed mid-reversal, the server restarted mid-reversal, many
+clients at once. Workers are real processes serving through ``amends worker``'s own code; the
+vendor is a SQLite ledger outside every process, so a compensation applied twice is countable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import ledger
+import pytest
+from devserver import DevServer
+from temporalio.client import Client
+
+import amends
+from amends.integrations.temporal import TemporalRunner, workflow_id
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+HERE = Path(__file__).parent
+HEARTBEAT_TIMEOUT = 2.0
+
+
+class Workers:
+    """Worker processes started with ``amends worker``'s code; every one is reaped at the end."""
+
+    def __init__(self, server: DevServer, db: str, ledger_path: Path, queue: str) -> None:
+        self.server, self.db, self.ledger_path, self.queue = server, db, ledger_path, queue
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [
+                sys.executable, str(HERE / "worker_proc.py"), "--temporal", self.server.target,
+                "--db", self.db, "--catalog", "ledger:catalog", "--task-queue", self.queue,
+                "--heartbeat", "0.3",
+            ],
+            env={**os.environ, "AMENDS_TEST_LEDGER": str(self.ledger_path), **env},
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.procs.append(proc)
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()  # "amends worker: serving ..." once polling
+        assert "serving task queue" in line, line + proc.stderr.read().decode()
+        return proc
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            if p.stderr is not None:
+                p.stderr.close()
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.db"
+    ledger.connect(path).close()
+    return path
+
+
+@pytest.fixture
+def workers(
+    temporal_server: DevServer, pg_url: str, ledger_path: Path, task_queue: str
+) -> Iterator[Workers]:
+    w = Workers(temporal_server, pg_url, ledger_path, task_queue)
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture
+async def engine(pg_url: str, ledger_path: Path) -> AsyncIterator[amends.Engine]:
+    eng = amends.Engine(
+        ledger.make_catalog(ledger_path),
+        log=pg_url,
+        retry=amends.RetryPolicy(initial_backoff=0.01, max_backoff=0.05),
+    )
+    yield eng
+    await eng.close()
+
+
+async def forward(engine: amends.Engine, saga_id: str, charge: str = "pay.charge") -> None:
+    async with engine.saga("Close the ACME deal", actor="agent:sales", saga_id=saga_id) as saga:
+        for i in range(3):
+            saga.call("kv.put", k=f"k{i}", v=f"new{i}")
+        for i in range(2):
+            saga.call(charge, customer=f"c{i}@acme.test", cents=1000 * (i + 1))
+
+
+def refunds(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for op, k, _, _ in ledger.effects(path):
+        if op.startswith("pay.refund"):
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+async def test_sigkilled_worker_hands_its_compensation_to_the_survivor(
+    temporal_client: Client, workers: Workers, engine: amends.Engine, ledger_path: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """SIGKILL the worker that just applied a refund, before it could report it: the reversal
+    finishes on the other worker within the heartbeat timeout plus a few seconds, no refund is
+    applied twice (the vendor's own count), and the report says what the world shows."""
+    await forward(engine, "saga-kill")
+    marker = tmp_path / "killed"
+    env = {
+        "AMENDS_TEST_KILL_AT": "compensate:pay.refund:after",
+        "AMENDS_TEST_KILL_ONCE": str(marker),
+    }
+    a = workers.start(**env)
+    b = workers.start(**env)
+    runner = TemporalRunner(
+        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT
+    )
+    started = time.monotonic()
+    report = await asyncio.wait_for(runner.undo(engine, "saga-kill", amends.Budget()), 60)
+    took = time.monotonic() - started
+
+    assert marker.exists(), report.render("text")
+    dead = int(marker.read_text())
+    assert dead in (a.pid, b.pid)
+    assert [p.poll() for p in (a, b)].count(None) == 1  # one died, the survivor still serves
+    assert refunds(ledger_path) == {"ch_s4": 1, "ch_s5": 1}  # nothing applied twice
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "", "k1": "", "k2": ""}
+    assert {c: v["refunded"] == v["cents"] for c, v in world["charges"].items()} == {
+        "ch_s4": True,
+        "ch_s5": True,
+    }
+    assert report.status == "partially_reversed"  # refunds leave residue
+    assert {s.step_id: s.state.value for s in report.steps} == {
+        "s1": "reverted",
+        "s2": "reverted",
+        "s3": "reverted",
+        "s4": "compensated",
+        "s5": "compensated",
+    }
+    # the survivor finished the dead worker's call: every refund effect came from a live worker
+    # or from the dead one before it died, and the whole undo waited one heartbeat timeout
+    assert took < HEARTBEAT_TIMEOUT + 8, took
+    stored = await engine.report("saga-kill")
+    assert stored is not None and stored.to_dict() == report.to_dict()
+
+
+async def test_server_restart_mid_reversal_finishes_with_nothing_applied_twice(
+    temporal_server: DevServer, workers: Workers, engine: amends.Engine, ledger_path: Path,
+) -> None:  # fmt: skip
+    """Stop the Temporal server while compensations are in flight, start it again: the reversal
+    finishes, every compensation applied exactly once, and the report matches the world."""
+    await forward(engine, "saga-restart")
+    workers.start(AMENDS_TEST_DELAY="1.0")
+    client = await Client.connect(temporal_server.target)
+    runner = TemporalRunner(client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT)
+    undo = asyncio.create_task(runner.undo(engine, "saga-restart", amends.Budget(seconds=120)))
+    await asyncio.sleep(1.5)  # the first compensations are running
+    temporal_server.stop()
+    await asyncio.sleep(1.0)
+    temporal_server.start()
+    report = await asyncio.wait_for(undo, 90)
+
+    effects = ledger.effects(ledger_path)
+    compensations = [e for e in effects if e[2].endswith(":undo")]
+    assert len(compensations) == len({e[2] for e in compensations}) == 5  # once each
+    assert report.status == "partially_reversed"
+    assert all(s.state.value in ("reverted", "compensated") for s in report.steps)
+    assert ledger.state(ledger_path)["kv"] == {"k0": "", "k1": "", "k2": ""}
+
+
+async def test_eight_clients_in_four_processes_attach_to_one_reversal(
+    temporal_server: DevServer, workers: Workers, engine: amends.Engine, pg_url: str,
+    ledger_path: Path,
+) -> None:  # fmt: skip
+    """8 concurrent undo requests (two in this process, six from three other processes) start
+    one workflow and get one report with one reversal id (rule 6)."""
+    await forward(engine, "saga-many")
+    workers.start(AMENDS_TEST_DELAY="1.0")
+    workers.start(AMENDS_TEST_DELAY="1.0")
+    script = (
+        "import asyncio, sys, json; sys.path.insert(0, sys.argv[4]);"
+        "import amends, ledger; from amends.integrations.temporal import TemporalRunner\n"
+        "async def one():\n"
+        "    e = amends.Engine(ledger.make_catalog(sys.argv[3]), log=sys.argv[2])\n"
+        "    r = TemporalRunner(sys.argv[1], task_queue=sys.argv[5])\n"
+        "    try:\n"
+        "        return (await r.undo(e, 'saga-many', amends.Budget())).to_dict()\n"
+        "    finally:\n"
+        "        await e.close()\n"
+        "async def main():\n"
+        "    import time; await asyncio.sleep(float(sys.argv[6]) - time.time())\n"
+        "    print(json.dumps(await asyncio.gather(one(), one())))\n"
+        "asyncio.run(main())\n"
+    )
+    go = time.time() + 4.0  # every client asks at once, once all processes have started
+    argv = [temporal_server.target, pg_url, str(ledger_path), str(HERE), workers.queue, str(go)]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, *argv, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
+    client = await Client.connect(temporal_server.target)
+    runner = TemporalRunner(client, task_queue=workers.queue)
+    await asyncio.sleep(go - time.time())
+    mine = await asyncio.gather(
+        *(runner.undo(engine, "saga-many", amends.Budget()) for _ in range(2))
+    )
+
+    theirs: list[dict[str, Any]] = []
+    for p in procs:
+        out, _ = await p.communicate()
+        assert p.returncode == 0
+        theirs += json.loads(out)
+    reports = [r.to_dict() for r in mine] + theirs
+    assert len(reports) == 8
+    assert all(r == reports[0] for r in reports)
+    runs = [w async for w in client.list_workflows(f"WorkflowId = '{workflow_id('saga-many')}'")]
+    assert len(runs) == 1
+    effects = [e for e in ledger.effects(ledger_path) if e[2].endswith(":undo")]
+    assert len(effects) == 5
