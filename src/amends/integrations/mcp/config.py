@@ -6,6 +6,8 @@ log = "amends.db"               # the saga log: a path (relative to this file) o
 title = "MCP session"           # title of the saga opened for each agent connection
 approval = "off"                # "off" | "irreversible" | "residue" (irreversible or residue)
 when_no_elicitation = "refuse"  # "refuse" | "allow": a client that cannot be asked
+actor = "agent:mcp"             # who the sagas' steps are attributed to
+tenant = "acme"                 # optional: the tenant the sagas belong to (web page, tokens)
 lease_seconds = 15              # after a crash, another process recovers a saga after this
 
 [[upstream]]
@@ -74,6 +76,10 @@ class GatewayConfig:
     before a call whose undo leaves residue (compensable)."""
     when_no_elicitation: str = "refuse"
     """What the gate does when the client cannot be asked: ``refuse`` the call or ``allow`` it."""
+    actor: str = "agent:mcp"
+    """Who the gateway's sagas are attributed to (shown in manual actions)."""
+    tenant: str | None = None
+    """The tenant the gateway's sagas belong to (the web page and tokens filter by it)."""
     lease_seconds: float = 15.0
     """How long a crashed gateway's open saga stays claimed before recovery marks its
     unfinished steps ``in_doubt`` (rule 1)."""
@@ -166,7 +172,15 @@ def load_config(path: str | Path) -> GatewayConfig:
     gw = data.get("gateway", {})
     if not isinstance(gw, dict):
         raise ConfigError(f"{src}: [gateway] must be a table")
-    known = {"log", "title", "approval", "when_no_elicitation", "lease_seconds"}
+    known = {
+        "log",
+        "title",
+        "approval",
+        "when_no_elicitation",
+        "lease_seconds",
+        "actor",
+        "tenant",
+    }
     bad = set(gw) - known
     if bad:
         raise ConfigError(
@@ -211,5 +225,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         approval=approval,
         when_no_elicitation=when_no,
         lease_seconds=float(lease),
+        actor=_str(gw.get("actor", "agent:mcp"), f"{src}: gateway.actor"),
+        tenant=_str(gw["tenant"], f"{src}: gateway.tenant") if "tenant" in gw else None,
         source=src,
     )

@@ -376,7 +376,11 @@ class Gateway:
     async def _open_saga(self, slot: _Slot, title: str | None = None) -> Saga:
         async with slot.lock:
             if slot.saga is None:
-                saga = self.engine.saga(title or self.config.title, actor="agent:mcp")
+                saga = self.engine.saga(
+                    title or self.config.title,
+                    actor=self.config.actor,
+                    tenant=self.config.tenant,
+                )
                 await saga.__aenter__()
                 slot.saga = saga
                 slot.last_id = saga.id
