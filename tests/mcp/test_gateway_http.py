@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
+
 from conftest import KvSetup
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ async def test_gateway_sigkilled_mid_call_leaves_an_honest_in_doubt_step(
     with pytest.raises(Exception):  # noqa: B017 - the connection breaks, however the SDK says it
         await first_connection()
     assert gw.proc.returncode == -9
-    time.sleep(1.2)  # lease_seconds = 1.0: the dead gateway's claim on the saga expires
+    await asyncio.sleep(1.2)  # lease_seconds = 1.0: the dead gateway's claim on the saga expires
     gw2 = http_gateway(kv)  # restart: recovery runs at start-up
     async with Client(gw2.url) as c:
         status = await c.call_tool("amends_status", {"saga_id": saga_id[0]})
