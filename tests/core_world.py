@@ -63,6 +63,7 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         "crm.update_field",
         reversibility="reversible",
         resources=lambda a: [f"crm:{a['record_id']}"],
+        idempotent=True,  # a replayed key applies nothing (seen_keys)
     )
     async def update_field(call: amends.Call, record_id: str, field: str, value: Any) -> Any:
         world.record(call)
@@ -87,7 +88,7 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         world.seen_keys[call.idempotency_key] = out
         return out
 
-    @catalog.tool("pay.charge", reversibility="compensable")
+    @catalog.tool("pay.charge", reversibility="compensable", idempotent=True)
     async def charge(call: amends.Call, customer: str, cents: int) -> dict[str, Any]:
         world.record(call)
         await world.fault("pay.charge")
@@ -113,7 +114,7 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         await world.fault("pay.get_charge")
         return dict(world.charges[charge_id])
 
-    @catalog.tool("pay.refund", reversibility="irreversible")
+    @catalog.tool("pay.refund", reversibility="irreversible", idempotent=True)
     async def refund(call: amends.Call, charge_id: str, cents: int) -> dict[str, Any]:
         world.record(call)
         await world.fault("pay.refund")
@@ -149,6 +150,7 @@ def make_catalog(world: CoreWorld) -> amends.Catalog:
         notes.append(text)
         world.effects.append(("crm.note", text, call.idempotency_key))
         call.inverse("crm.delete_note", record_id=record_id, text=text)
+        call.no_drift_check(reason="a note only this saga wrote; deleting it removes nothing else")
         return {"note": text}
 
     @catalog.tool("crm.delete_note", reversibility="irreversible")

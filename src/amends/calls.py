@@ -13,6 +13,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import random
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -96,15 +97,49 @@ async def invoke(
     token = _CURRENT.set(call)
     try:
         if inspect.iscoroutinefunction(fn):
-            coro = fn(call, **args)
+            coro: Awaitable[Any] = fn(call, **args)
         else:
-            coro = asyncio.to_thread(fn, call, **args)  # copies the context: current_call() works
+            coro = _in_thread(fn, call, args)
         if timeout is None:
             return await coro
         async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
             return await coro
     finally:
         _CURRENT.reset(token)
+
+
+def _in_thread(fn: Callable[..., Any], call: Call, args: Mapping[str, Any]) -> Awaitable[Any]:
+    """Run a plain ``def`` tool in its own daemon thread.
+
+    Not the loop's default executor: ``asyncio.run`` waits for that executor's threads when it
+    shuts down, so a tool stuck in a thread would hold ``undo_sync`` past its time budget (rule 7).
+    A daemon thread is abandoned when the call times out or is cancelled; its late result is
+    dropped. The thread runs in a copy of the context, so :func:`current_call` works there.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if fut.done():  # timed out or cancelled meanwhile
+            return
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            outcome = (True, ctx.run(fn, call, **args))
+        except BaseException as exc:  # handed to the awaiting task, which decides (rule 9)
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop has closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=work, name=f"amends-tool:{call.tool}", daemon=True).start()
+    return fut
 
 
 def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:

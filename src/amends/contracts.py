@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, Final, Literal
 
 from .errors import ContractError
+from .secrets import SecretResolver
 
 __all__ = [
     "NOTHING",
@@ -70,6 +71,35 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$"
 Phase = Literal["forward", "compensate", "follow_up", "probe"]
 
 
+def _timestamp(iso: str) -> float:
+    """Seconds since the epoch of an ISO-8601 time (naive times are UTC)."""
+    when = datetime.fromisoformat(iso)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _deadline_iso(deadline: datetime | str | float, tool: str) -> str:
+    """Normalise an inverse's ``deadline=`` to an ISO-8601 UTC string (rule 10)."""
+    try:
+        if isinstance(deadline, datetime):
+            when = deadline if deadline.tzinfo else deadline.replace(tzinfo=UTC)
+        elif isinstance(deadline, str):
+            when = datetime.fromtimestamp(_timestamp(deadline), UTC)
+        elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
+            when = datetime.fromtimestamp(float(deadline), UTC)
+        else:
+            raise TypeError(type(deadline).__name__)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise ContractError(
+            f"deadline= of the inverse recorded by {tool!r} must be a datetime, an ISO-8601 "
+            f"string or seconds since the epoch, got {deadline!r}; e.g. "
+            f"deadline=datetime.now(UTC) + timedelta(days=1)",
+            tool=tool,
+        ) from exc
+    return when.astimezone(UTC).isoformat()
+
+
 def _check_json(value: Any, what: str, *, tool: str | None = None) -> Any:
     """Round-trip ``value`` through JSON so that what is logged is exactly what is replayed."""
     try:
@@ -90,13 +120,47 @@ class Inverse:
     """Catalog name of the tool to call at undo time."""
     args: Mapping[str, Any]
     """Concrete arguments captured from the world as observed when the step ran."""
+    deadline: str | None = None
+    """ISO-8601 time after which the vendor no longer accepts this inverse (an undo window, e.g.
+    a wire recall); after it the step is Acknowledge, in the preview and at undo (rule 10).
+    ``None``: the window never closes."""
+    landed: Expectation | None = None
+    """A read-only probe showing whether this inverse has taken effect ("did my refund land?").
+    Used after a crash when the inverse's vendor ignores idempotency keys (rule 5)."""
+    no_drift_check: str | None = None
+    """Why the step needs no expectation, as the tool said (``call.no_drift_check``, rule 4);
+    shown in the report and by ``amends audit``."""
+    undo_after: tuple[str, ...] = ()
+    """Steps whose inverses must succeed before this one runs (``saga.call(...,
+    undo_after=[...])``, rule 3)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "args": dict(self.args)}
+        out: dict[str, Any] = {"tool": self.tool, "args": dict(self.args)}
+        if self.deadline is not None:
+            out["deadline"] = self.deadline
+        if self.landed is not None:
+            out["landed"] = self.landed.to_dict()
+        if self.no_drift_check is not None:
+            out["no_drift_check"] = self.no_drift_check
+        if self.undo_after:
+            out["undo_after"] = list(self.undo_after)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Inverse:
-        return cls(tool=data["tool"], args=dict(data["args"]))
+        landed = data.get("landed")
+        return cls(
+            tool=data["tool"],
+            args=dict(data["args"]),
+            deadline=data.get("deadline"),
+            landed=Expectation.from_dict(landed) if landed else None,
+            no_drift_check=data.get("no_drift_check"),
+            undo_after=tuple(data.get("undo_after", ())),
+        )
+
+    def deadline_passed(self, now: float) -> bool:
+        """Whether the undo window closed before ``now`` (seconds since the epoch)."""
+        return self.deadline is not None and _timestamp(self.deadline) <= now
 
 
 @dataclass(frozen=True)
@@ -246,6 +310,13 @@ class ToolSpec:
     description: str = ""
     timeout: float | None = None
     """Seconds one call may take before the engine treats it as timed out."""
+    sensitive: tuple[str, ...] = ()
+    """Arguments that carry secrets (rule 11): redacted before anything reaches the log."""
+    resolve_secret: SecretResolver | None = None
+    """Gives a redacted secret back at undo time to an inverse that needs it (rule 11)."""
+    idempotent: bool = False
+    """Whether the vendor honours ``call.idempotency_key`` (a replay applies nothing). Only such a
+    tool is re-sent a call that was in flight at a crash (rule 5). Default ``False``."""
 
     def resources_for(self, args: Mapping[str, Any]) -> list[str]:
         if self.resources is None:
@@ -289,6 +360,9 @@ class Catalog:
         resources: ResourcesFn | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        sensitive: Sequence[str] = (),
+        resolve_secret: SecretResolver | None = None,
+        idempotent: bool = False,
     ) -> Callable[[ToolFn], ToolFn]:
         """Register the decorated function as tool ``name``.
 
@@ -300,6 +374,14 @@ class Catalog:
                 steps sharing a resource are ordered, forward and in reverse.
             description: Shown by ``amends audit``; defaults to the function's docstring.
             timeout: Seconds one call may take.
+            sensitive: Names of arguments that carry secrets (a card number, an API key);
+                their values never reach the log, the report, the CLI or the web page
+                (rule 11).
+            resolve_secret: Called at undo time with an :class:`amends.secrets.SecretRequest`
+                when an inverse needs a redacted secret (e.g. ``amends.secrets.from_env()``).
+            idempotent: ``True`` if the vendor honours ``call.idempotency_key`` (a replayed key
+                applies nothing). A call in flight at a crash is re-sent only to such a tool;
+                otherwise the engine re-observes the world or reports ``in_doubt`` (rule 5).
 
         Raises:
             ContractError: The name is taken or malformed, the class unknown, or the function
@@ -314,6 +396,9 @@ class Catalog:
                 resources=resources,
                 description=description,
                 timeout=timeout,
+                sensitive=sensitive,
+                resolve_secret=resolve_secret,
+                idempotent=idempotent,
             )
             return fn
 
@@ -328,6 +413,9 @@ class Catalog:
         resources: ResourcesFn | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        sensitive: Sequence[str] = (),
+        resolve_secret: SecretResolver | None = None,
+        idempotent: bool = False,
     ) -> ToolSpec:
         """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -379,6 +467,12 @@ class Catalog:
                 f"timeout of tool {name!r} must be a positive number of seconds, got {timeout!r}",
                 tool=name,
             )
+        if not isinstance(idempotent, bool):
+            raise ContractError(
+                f"idempotent= of tool {name!r} must be True or False, got {idempotent!r}",
+                tool=name,
+            )
+        secret_args = _check_sensitive(name, sensitive, resolve_secret)
         doc = description if description is not None else (inspect.getdoc(fn) or "")
         spec = ToolSpec(
             name=name,
@@ -388,6 +482,9 @@ class Catalog:
             resources=resources,
             description=doc.strip().splitlines()[0] if doc else "",
             timeout=timeout,
+            sensitive=secret_args,
+            resolve_secret=resolve_secret,
+            idempotent=idempotent,
         )
         self._tools[name] = spec
         return spec
@@ -427,8 +524,30 @@ class Catalog:
                 resources=spec.resources,
                 description=spec.description,
                 timeout=spec.timeout,
+                sensitive=spec.sensitive,
+                resolve_secret=spec.resolve_secret,
+                idempotent=spec.idempotent,
             )
         return self
+
+
+def _check_sensitive(
+    name: str, sensitive: Sequence[str], resolve_secret: SecretResolver | None
+) -> tuple[str, ...]:
+    """Validate ``sensitive=`` / ``resolve_secret=`` of tool ``name`` (rule 11)."""
+    if isinstance(sensitive, str) or not all(isinstance(a, str) and a for a in sensitive):
+        raise ContractError(
+            f"sensitive= of tool {name!r} must be a list of argument names, got {sensitive!r}; "
+            f'e.g. sensitive=["card_number"]',
+            tool=name,
+        )
+    if resolve_secret is not None and not callable(resolve_secret):
+        raise ContractError(
+            f"resolve_secret= of tool {name!r} must be a function of a SecretRequest, got "
+            f"{resolve_secret!r}; e.g. resolve_secret=amends.secrets.from_env()",
+            tool=name,
+        )
+    return tuple(sensitive)
 
 
 def _settles_at(now: datetime, days: float | None, business_days: int | None) -> str | None:
@@ -486,12 +605,24 @@ class Call:
         self.recorded_residue: list[Residue] = []
         self.recorded_acknowledgement: Acknowledgement | None = None
         self.recorded_follow_ups: list[FollowUp] = []
+        self.recorded_no_drift_check: str | None = None
+        self.recorded_landed: Expectation | None = None
         self.tokens = 0
 
-    def inverse(self, tool: str, /, **args: Any) -> None:
+    def inverse(
+        self, tool: str, /, *, deadline: datetime | str | float | None = None, **args: Any
+    ) -> None:
         """Record the call that takes this step back, with concrete arguments observed now.
 
         Ignored outside forward calls, so a tool can serve as its own inverse.
+
+        Args:
+            tool: Catalog name of the inverse tool.
+            deadline: When the undo window closes (a wire recall window, a grace period): a
+                datetime, an ISO-8601 string or seconds since the epoch. After it the step is
+                Acknowledge in the preview and at undo (rule 10). ``deadline`` is therefore not
+                available as an argument name of an inverse.
+            **args: The inverse's arguments, as JSON data.
 
         Raises:
             ContractError: Called twice, or with arguments that are not JSON.
@@ -510,7 +641,60 @@ class Call:
         if not isinstance(tool, str) or not tool:
             raise ContractError(f"inverse tool name must be a string, got {tool!r}", tool=self.tool)
         self.recorded_inverse = Inverse(
-            tool, _check_json(args, f"inverse arguments of {self.tool!r}", tool=self.tool)
+            tool,
+            _check_json(args, f"inverse arguments of {self.tool!r}", tool=self.tool),
+            deadline=None if deadline is None else _deadline_iso(deadline, self.tool),
+        )
+
+    def no_drift_check(self, *, reason: str) -> None:
+        """Say why this step needs no expectation (rule 4), e.g. "a draft only this saga can see".
+
+        A reversible or compensable step must record an expectation with :meth:`expect` or call
+        this; otherwise its inverse is never dispatched blindly (the step is reported as a
+        contract violation needing review). The reason is shown in the report and by
+        ``amends audit``.
+
+        Raises:
+            ContractError: ``reason`` is empty.
+        """
+        if self.phase != "forward":
+            return
+        if not isinstance(reason, str) or not reason.strip():
+            raise ContractError(
+                f"no_drift_check(reason=...) of {self.tool!r} needs a plain-language reason why "
+                f"no one else can change what this step wrote, got {reason!r}; e.g. "
+                f'call.no_drift_check(reason="a draft only this saga can see")',
+                tool=self.tool,
+                step_id=self.step_id,
+            )
+        self.recorded_no_drift_check = reason.strip()
+
+    def landed(
+        self,
+        probe: str,
+        args: Mapping[str, Any] | None = None,
+        /,
+        *,
+        equals: Any,
+        path: Sequence[str | int] | str = (),
+    ) -> None:
+        """Record how to observe that the inverse has taken effect ("did my refund land?").
+
+        After a crash with the inverse in flight, a vendor that ignores idempotency keys cannot
+        safely be sent it again; the engine runs this read-only probe instead: if it shows
+        ``equals`` (at ``path``) the inverse landed, otherwise the step is re-checked against its
+        expectation or reported ``in_doubt`` (rule 5). Same arguments as :meth:`expect`.
+        """
+        if self.phase != "forward":
+            return
+        keys = (path,) if isinstance(path, str) else tuple(path)
+        self.recorded_landed = Expectation(
+            probe,
+            _check_json(
+                dict(args or {}), f"landed-probe arguments of {self.tool!r}", tool=self.tool
+            ),
+            _check_json(equals, f"landed value of {self.tool!r}", tool=self.tool),
+            keys,
         )
 
     def expect(

@@ -23,7 +23,7 @@ from .errors import ConfigError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
 from .log.base import Claim, ReversalRecord, SagaRecord
 from .planner import Plan, plan
-from .report import StepOutcome, UndoReport
+from .report import StepOutcome, StepState, UndoReport, verb_for
 from .reversal import run_plan
 from .saga import Ref, Saga, Step, new_id
 
@@ -224,7 +224,11 @@ class Engine:
 
         heartbeat = asyncio.create_task(beat())
         try:
-            saga = await self._settled_saga(saga_id, meter)
+            # rule 7: steps still in flight are waited for inside the reversal, each within the
+            # seconds budget, while independent steps proceed.
+            live = self.live_sagas.get(saga_id)
+            called = list(live.steps) if live is not None else []  # asked for before undo
+            saga = await self._saga_or_raise(saga_id)
             the_plan = self.planner(saga, self.catalog)
 
             def progress(outcome: StepOutcome) -> None:
@@ -240,7 +244,11 @@ class Engine:
                 retry=self.retry,
                 meter=meter,
                 on_progress=progress,
+                reload=lambda: self._saga_or_raise(saga_id),
+                replan=lambda fresh: self.planner(fresh, self.catalog),
+                poll_interval=self.poll_interval,
             )
+            outcomes += await self._late_steps(saga_id, called, outcomes, meter)
             if lost:
                 raise lost[0]
             report = UndoReport(
@@ -263,18 +271,33 @@ class Engine:
             stop.set()
             await heartbeat
 
-    async def _settled_saga(self, saga_id: str, meter: BudgetMeter) -> SagaRecord:
-        """The saga once no step of it is mid-call: in-flight steps finish, later ones cancel."""
-        live = self.live_sagas.get(saga_id)
-        if live is not None:
-            await live.settle()
-        while True:
-            saga = await self._saga_or_raise(saga_id)
-            running = [s for s in saga.steps if s.state == "intent"]
-            expired = saga.lease_until is None or saga.lease_until <= time.time()
-            if not running or expired or meter.remaining_seconds() <= 0:
-                return saga
-            await asyncio.sleep(self.poll_interval)
+    async def _late_steps(
+        self, saga_id: str, called: list[Step], outcomes: list[StepOutcome], meter: BudgetMeter
+    ) -> list[StepOutcome]:
+        """Steps of a saga running here, asked for before undo but still waiting for another
+        step when the reversal was claimed: refused by the log (never ran); listed as Cancel."""
+        if not called:
+            return []
+        pending = [s.task for s in called if s.task is not None and not s.task.done()]
+        if pending and meter.remaining_seconds() > 0:
+            await asyncio.wait(pending, timeout=meter.remaining_seconds())
+        saga = await self._saga_or_raise(saga_id)
+        seen = {o.step_id for o in outcomes} | {
+            s.id for s in called if s.task is None or not s.task.done()
+        }
+        seen |= {s.step_id for s in saga.steps if s.step_id not in {c.id for c in called}}
+        return [
+            StepOutcome(
+                step_id=s.step_id,
+                tool=s.tool,
+                verb=verb_for(StepState.CANCELLED),
+                state=StepState.CANCELLED,
+                detail="undo was asked before this step started, so it never ran",
+                reversibility=s.declared,
+            )
+            for s in saga.steps
+            if s.step_id not in seen and s.state == "cancelled"
+        ]
 
     # --- recovery -------------------------------------------------------------------------
     async def recover(self) -> RecoveryReport:

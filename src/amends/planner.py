@@ -1,24 +1,28 @@
 """The compensation plan: what undo will do to each step, and what each inverse must wait for.
 
 Pure function of the logged saga and the catalog; it calls no tool and writes nothing, so the
-service can show it before the user clicks (``GET /sagas/{id}/preview``).
+service can show it before the user clicks (``GET /sagas/{id}/preview``). The preview and undo
+use the same plan (rule 10).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .contracts import Catalog, Expectation, Inverse, Residue, Reversibility
 from .log.base import SagaRecord, StepRecord
 
-__all__ = ["Action", "Plan", "PlannedStep", "plan"]
+__all__ = ["Action", "Plan", "PlannedStep", "plan", "undo_cycle", "undo_waits"]
 
-Action = Literal["revert", "compensate", "cancel", "acknowledge", "skip", "in_doubt", "wait"]
+Action = Literal[
+    "revert", "compensate", "cancel", "acknowledge", "skip", "in_doubt", "wait", "review"
+]
 """What undo does to a step: run its inverse (revert / compensate), nothing because it never
-committed (cancel) or had no effect (skip), ask a person (acknowledge, in_doubt), or wait for a
-step still running in another process (wait)."""
+committed (cancel) or had no effect (skip), ask a person (acknowledge, in_doubt, review: an
+inverse that may not run blindly, rule 4), or wait for a step still running (wait)."""
 
 VERBS: Mapping[str, str | None] = {
     "revert": "Revert",
@@ -26,13 +30,14 @@ VERBS: Mapping[str, str | None] = {
     "cancel": "Cancel",
     "acknowledge": "Acknowledge",
     "in_doubt": "Acknowledge",
+    "review": "Acknowledge",
     "skip": None,
     "wait": None,
 }
 
 # Actions whose inverse another step must wait for (rule 3). An acknowledged, skipped or
 # cancelled dependent has no inverse to wait for: its effect (if any) stands whatever we do.
-_GATING: frozenset[str] = frozenset({"revert", "compensate", "in_doubt", "wait"})
+_GATING: frozenset[str] = frozenset({"revert", "compensate", "in_doubt", "wait", "review"})
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,8 @@ class PlannedStep:
     inverse: Inverse | None
     expectation: Expectation | None
     waits_for: tuple[str, ...]
-    """Steps whose inverses must succeed before this one runs (dependents, transitively)."""
+    """Steps whose inverses must succeed before this one runs (dependents, transitively, and
+    undo-order declarations, rule 3)."""
     expected_residue: tuple[Residue, ...]
     reason: str
     """Why this action, in plain language (shown in the preview)."""
@@ -68,9 +74,11 @@ class PlannedStep:
             "expectation": self.expectation.to_dict() if self.expectation else None,
             "waits_for": list(self.waits_for),
             "expected_residue": [r.to_dict() for r in self.expected_residue],
-            "needs_person": self.action in ("acknowledge", "in_doubt"),
+            "needs_person": self.action in ("acknowledge", "in_doubt", "review"),
             "reason": self.reason,
             "violation": self.step.violation,
+            "deadline": self.inverse.deadline if self.inverse else None,
+            "no_drift_check": self.inverse.no_drift_check if self.inverse else None,
         }
 
 
@@ -89,7 +97,15 @@ class Plan:
         return {"saga_id": self.saga_id, "steps": [p.to_dict() for p in self.steps]}
 
 
-def _classify(step: StepRecord, catalog: Catalog | None) -> tuple[Action, Reversibility, str]:
+def _in_doubt_reason(step: StepRecord) -> str:
+    # rule 8: name the real cause (timed out, contract violation, process stopped).
+    cause = step.error or "its process stopped before it logged a result"
+    return f"the call's outcome is unknown ({cause}); check whether it happened"
+
+
+def _classify(
+    step: StepRecord, catalog: Catalog | None, now: float
+) -> tuple[Action, Reversibility, str]:
     declared = Reversibility(step.declared)
     effective = Reversibility(step.effective) if step.effective else declared
     if step.state == "cancelled":
@@ -99,65 +115,125 @@ def _classify(step: StepRecord, catalog: Catalog | None) -> tuple[Action, Revers
     if step.state == "failed":
         return "skip", effective, f"the call failed, so it had no effect ({step.error})"
     if step.state == "in_doubt":
-        return (
-            "in_doubt",
-            effective,
-            (
-                "the call's outcome is unknown (its process stopped before logging a result); "
-                "check whether it happened"
-            ),
-        )
+        return "in_doubt", effective, _in_doubt_reason(step)
     if step.state == "intent":
         return "wait", effective, "still running; undo waits for its result"
     if effective is Reversibility.READ_ONLY:
         return "skip", effective, "read-only: nothing to undo"
-    if effective is Reversibility.IRREVERSIBLE:
+    if effective is Reversibility.IRREVERSIBLE or not step.inverse:
         why = step.violation or "irreversible: no call can take it back"
-        return "acknowledge", effective, why
-    if catalog is not None and step.inverse and step.inverse["tool"] not in catalog:
+        return "acknowledge", Reversibility.IRREVERSIBLE, why
+    inverse = Inverse.from_dict(step.inverse)
+    if catalog is not None and inverse.tool not in catalog:
         return (
             "acknowledge",
             Reversibility.IRREVERSIBLE,
-            (f"its inverse tool {step.inverse['tool']!r} is not in this catalog"),
+            f"its inverse tool {inverse.tool!r} is not in this catalog",
         )
+    if inverse.deadline_passed(now):
+        return (
+            "acknowledge",
+            effective,
+            f"the undo window of {inverse.tool} closed at {inverse.deadline}; it can no longer "
+            f"be taken back by a call",
+        )
+    if step.expectation is None and inverse.no_drift_check is None:
+        # rule 4: no drift check means no blind overwrite.
+        why = step.violation or (
+            f"tool {step.tool!r} recorded no expectation and gave no reason why none is needed"
+        )
+        return "review", effective, f"needs review, not undone blindly: {why}"
     action: Action = "revert" if effective is Reversibility.REVERSIBLE else "compensate"
-    return action, effective, f"{action} with {step.inverse['tool'] if step.inverse else '?'}"
+    return action, effective, f"{action} with {inverse.tool}"
 
 
-def _dependents(steps: Iterable[StepRecord]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for s in steps:
-        out.setdefault(s.step_id, set())
-        for d in s.deps:
-            out.setdefault(d, set()).add(s.step_id)
-    return out
+def undo_waits(
+    steps: Iterable[tuple[str, Sequence[str], Sequence[str]]],
+) -> dict[str, set[str]]:
+    """Rule 3: for each step, every step whose inverse its inverse must wait for (transitively).
+
+    ``steps`` are ``(step_id, forward deps, undo_after)`` in call order (a step's deps come
+    before it). Forward edges reversed: a step's inverse waits for the inverses of every step
+    that depends on it. A declaration ``undo_after=[o]`` on ``s`` replaces the reversed forward
+    edge between the two: ``s`` waits for ``o``, ``o`` no longer waits for ``s``. A step that
+    appears in its own set is on a cycle (see :func:`undo_cycle`).
+    """
+    items = list(steps)
+    dependents: dict[str, set[str]] = {sid: set() for sid, _, _ in items}
+    for sid, deps, _ in items:
+        for d in deps:
+            dependents.setdefault(d, set()).add(sid)
+    waits: dict[str, set[str]] = {}
+    for sid, _, _ in reversed(items):  # dependents come later: their sets are built first
+        out: set[str] = set()
+        for t in dependents.get(sid, ()):
+            out.add(t)
+            out |= waits.get(t, set())
+        waits[sid] = out
+    declared = [(sid, o) for sid, _, after in items for o in after]
+    if not declared:
+        return waits
+    direct: dict[str, set[str]] = {sid: set(dependents.get(sid, ())) for sid in waits}
+    for sid, o in declared:
+        direct.setdefault(o, set()).discard(sid)
+        direct.setdefault(sid, set()).add(o)
+    return {sid: _reach(direct, sid) for sid in direct}
 
 
-def plan(saga: SagaRecord, catalog: Catalog | None = None) -> Plan:
-    """The compensation plan of ``saga``: the forward dependency graph, reversed (rule 3)."""
+def _reach(direct: Mapping[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(direct.get(start, ()))
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(direct.get(d, ()))
+    return seen
+
+
+def undo_cycle(steps: Iterable[tuple[str, Sequence[str], Sequence[str]]]) -> list[str]:
+    """The steps whose inverses would each wait for the other (rule 3), in call order."""
+    items = list(steps)
+    waits = undo_waits(items)
+    return [sid for sid, _, _ in items if sid in waits.get(sid, ())]
+
+
+def plan(saga: SagaRecord, catalog: Catalog | None = None, *, now: float | None = None) -> Plan:
+    """The compensation plan of ``saga``: the forward dependency graph reversed, with undo-order
+    declarations (rule 3), each step classified (rules 4, 9, 10).
+
+    Args:
+        saga: The logged saga.
+        catalog: The catalog undo will use (an inverse tool missing from it is Acknowledge).
+        now: Seconds since the epoch for undo windows (``call.inverse(..., deadline=...)``);
+            default the current time.
+    """
+    at = time.time() if now is None else now
     steps = list(saga.steps)
-    classified = {s.step_id: _classify(s, catalog) for s in steps}
-    dependents = _dependents(steps)
+    classified = {s.step_id: _classify(s, catalog, at) for s in steps}
+    waits_all = undo_waits(
+        (
+            s.step_id,
+            s.deps,
+            tuple(s.inverse.get("undo_after", ())) if s.inverse else (),
+        )
+        for s in steps
+    )
     order = {x.step_id: x.seq for x in steps}
     planned = []
     for s in steps:
         action, cls, reason = classified[s.step_id]
         waits: list[str] = []
         if action in ("revert", "compensate"):
-            seen: set[str] = set()
-            todo = list(dependents.get(s.step_id, ()))
-            while todo:  # transitive: a skipped probe between two writes still orders them
-                d = todo.pop()
-                if d in seen:
-                    continue
-                seen.add(d)
-                if d in classified and classified[d][0] in _GATING:
-                    waits.append(d)
-                todo.extend(dependents.get(d, ()))
+            waits = [
+                d
+                for d in waits_all.get(s.step_id, ())
+                if d != s.step_id and d in classified and classified[d][0] in _GATING
+            ]
         waits.sort(key=lambda d: order.get(d, 0))
         inverse = (
             Inverse.from_dict(s.inverse)
-            if s.inverse and action in ("revert", "compensate")
+            if s.inverse and action in ("revert", "compensate", "review")
             else None
         )
         expectation = Expectation.from_dict(s.expectation) if s.expectation and inverse else None

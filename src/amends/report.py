@@ -15,7 +15,7 @@ from typing import Any
 
 from .contracts import ManualAction, Residue
 
-__all__ = ["Outcome", "StepOutcome", "StepState", "UndoReport"]
+__all__ = ["Outcome", "StepOutcome", "StepState", "UndoReport", "verb_for"]
 
 
 class Outcome(StrEnum):
@@ -49,6 +49,20 @@ NEUTRALISED = frozenset(
 )
 """States in which the step's effect no longer stands."""
 STANDING = frozenset(StepState) - NEUTRALISED
+
+_VERBS: Mapping[StepState, str | None] = {
+    StepState.REVERTED: "Revert",
+    StepState.COMPENSATED: "Compensate",
+    StepState.CANCELLED: "Cancel",
+    StepState.NOT_NEEDED: None,
+}
+
+
+def verb_for(state: StepState) -> str | None:
+    """The one verb of a step state (rule 8), whatever the cause: Revert, Compensate, Cancel,
+    ``None`` when there was nothing to undo, and Acknowledge for every effect that still stands
+    (a person must follow up)."""
+    return _VERBS.get(state, "Acknowledge")
 
 
 @dataclass(frozen=True)

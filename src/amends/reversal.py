@@ -8,18 +8,35 @@ fenced by the reversal's lease generation, so a worker that lost its lease stops
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .budget import BudgetMeter
 from .calls import RetryPolicy, idempotency_key, invoke
-from .contracts import NOTHING, Acknowledgement, Call, Catalog, Expectation, ManualAction, Residue
-from .errors import LeaseLostError, PermanentError, PreconditionFailed, TransientError
+from .contracts import (
+    NOTHING,
+    Acknowledgement,
+    Call,
+    Catalog,
+    Expectation,
+    FollowUp,
+    ManualAction,
+    Residue,
+)
+from .errors import (
+    ContractError,
+    PermanentError,
+    PreconditionFailed,
+    TransientError,
+)
 from .log.base import CompensationRecord, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
-from .report import NEUTRALISED, StepOutcome, StepState
+from .report import NEUTRALISED, StepOutcome, StepState, verb_for
+from .secrets import SecretRequest, resolve_markers, scrub_record, vault_for
 
 __all__ = ["run_plan"]
 
@@ -49,6 +66,9 @@ class _Runner:
         retry: RetryPolicy,
         clock: Callable[[], float],
         on_progress: Callable[[StepOutcome], None] | None,
+        reload: Callable[[], Awaitable[SagaRecord]] | None = None,
+        replan: Callable[[SagaRecord], Plan] | None = None,
+        poll_interval: float = 0.02,
     ) -> None:
         self.catalog = catalog
         self.log = log
@@ -62,6 +82,11 @@ class _Runner:
         self.rng = random.Random(f"{reversal.reversal_id}:{reversal.generation}")
         self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
         self.on_progress = on_progress
+        self.reload = reload
+        """Reads the saga again (to wait for a step still in flight, rule 7); ``None``: no wait."""
+        self.replan = replan
+        """Plans a re-read saga with the same planner (a step that finished while we waited)."""
+        self.poll_interval = poll_interval
 
     async def _record(
         self,
@@ -79,8 +104,8 @@ class _Runner:
             p.step_id,
             state=state,
             attempts=attempts,
-            detail=detail,
-            data=data,
+            detail=vault_for(self).scrub(detail),  # rule 11: no resolved secret in the log
+            data=vault_for(self).scrub(data),
             calls_spent=self.meter.calls,
             tokens_spent=self.meter.tokens,
             event=event,
@@ -99,6 +124,66 @@ class _Runner:
         precondition: Expectation | None = None,
         counter: list[int],
     ) -> tuple[Any, Call]:
+        """Rule 11: give redacted secrets back to this call, and keep them out of what it yields.
+
+        ``[redacted:NAME]`` markers in ``args`` are resolved by the tool's resolver (or the
+        forward tool's); a detail, residue or follow-up it produces is scrubbed of the values.
+        """
+        vault = vault_for(self)
+        fwd = next((s for s in self.saga.steps if s.step_id == step_id), None)
+        specs = [self.catalog.get(tool)] if tool in self.catalog else []
+        if fwd is not None and fwd.tool in self.catalog and fwd.tool != tool:
+            specs.append(self.catalog.get(fwd.tool))
+        try:
+            real = await resolve_markers(
+                args,
+                [(s.name, s.resolve_secret) for s in specs],
+                SecretRequest(
+                    "",
+                    tool,
+                    fwd.tool if fwd else None,
+                    self.saga.saga_id,
+                    step_id,
+                    self.saga.tenant,
+                    fwd.args if fwd else {},
+                ),
+                vault,
+            )
+        except ContractError as exc:
+            raise _Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
+        try:
+            result, call = await self._call_raw(
+                tool,
+                real,
+                phase=phase,
+                key=key,
+                step_id=step_id,
+                precondition=precondition,
+                counter=counter,
+            )
+        except _Stop as stop:
+            raise _Stop(stop.state, vault.scrub(stop.detail)) from None
+        if vault:
+            call.recorded_residue = [scrub_record(vault, r) for r in call.recorded_residue]
+        return result, call
+
+    async def _call_raw(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        *,
+        phase: Any,
+        key: str,
+        step_id: str,
+        precondition: Expectation | None = None,
+        counter: list[int],
+    ) -> tuple[Any, Call]:
+        if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
+            raise _Stop(
+                StepState.FAILED,
+                f"{tool} was not called: no tool of that name is in the catalog; register it "
+                f"or fix the name the tool recorded",
+            )
         spec = self.catalog.get(tool)
         attempt = 0
         while True:
@@ -120,119 +205,172 @@ class _Runner:
                 attempt=attempt,
                 precondition=precondition,
             )
-            timeout = spec.timeout
             remaining = self.meter.remaining_seconds()
-            timeout = remaining if timeout is None else min(timeout, remaining)
+            timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
             try:
                 result = await invoke(spec.fn, call, args, max(timeout, 0.001))
-            except TimeoutError:
+            except Exception as exc:
                 self.meter.tokens += call.tokens
-                raise _Stop(
-                    StepState.IN_DOUBT,
-                    f"{tool} did not answer within {timeout:.2f}s; whether it took effect "
-                    f"is unknown",
-                ) from None
-            except TransientError as exc:
-                self.meter.tokens += call.tokens
-                wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
-                if wait is None:
-                    raise _Stop(
-                        StepState.FAILED,
-                        f"{tool} kept failing transiently after {attempt} attempts: {exc}",
-                    ) from exc
-                if wait >= self.meter.remaining_seconds():
-                    raise _Stop(
-                        StepState.FAILED,
-                        f"{tool} failed transiently ({exc}) and the "
-                        f"time budget leaves no room to retry",
-                    ) from exc
-                await asyncio.sleep(wait)
+                await asyncio.sleep(self._retry_wait(tool, exc, attempt, timeout, spec.timeout))
                 continue
-            except PreconditionFailed as exc:
-                self.meter.tokens += call.tokens
-                raise _Stop(
-                    StepState.DRIFTED,
-                    f"the vendor refused the write because the "
-                    f"world changed since the agent acted: {exc}",
-                ) from exc
-            except PermanentError as exc:
-                self.meter.tokens += call.tokens
-                raise _Stop(StepState.FAILED, f"{tool} failed permanently: {exc}") from exc
-            except LeaseLostError:
-                raise
-            except Exception as exc:  # any other exception counts as permanent (DESIGN.md)
-                self.meter.tokens += call.tokens
-                raise _Stop(StepState.FAILED, f"{tool} raised {type(exc).__name__}: {exc}") from exc
             self.meter.tokens += call.tokens
             return result, call
 
-    # --- one step -------------------------------------------------------------------------
-    async def _step(self, p: PlannedStep) -> StepOutcome:
-        def base(state: StepState, detail: str, **more: Any) -> StepOutcome:
-            return StepOutcome(
-                step_id=p.step_id,
-                tool=p.step.tool,
-                verb=p.verb,
-                state=state,
-                detail=detail,
-                reversibility=p.reversibility.value,
-                violation=p.step.violation,
-                **more,
+    def _retry_wait(
+        self, tool: str, exc: Exception, attempt: int, timeout: float, own: float | None
+    ) -> float:
+        """What a failed call means (raises :class:`_Stop`), or how long to wait before the next
+        try: the one retry decision, ``RetryPolicy.next_wait``, as on the forward side."""
+        if isinstance(exc, TransientError):
+            wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
+            if wait is None:
+                raise _Stop(
+                    StepState.FAILED,
+                    f"{tool} kept failing transiently after {attempt} attempts: {exc}",
+                ) from exc
+            if wait >= self.meter.remaining_seconds():
+                raise _Stop(
+                    StepState.FAILED,
+                    f"{tool} failed transiently ({exc}) and the time budget leaves no room to "
+                    f"retry",
+                ) from exc
+            return wait
+        if isinstance(exc, TimeoutError):
+            cause = (
+                f"{tool} timed out after {timeout:.2f} s"
+                if own is not None and own <= timeout
+                else f"the time budget of {self.meter.budget.seconds:g} s ran out while {tool} "
+                f"was running (after {timeout:.2f} s)"
             )
+            raise _Stop(StepState.IN_DOUBT, f"{cause}; whether it took effect is unknown") from None
+        if isinstance(exc, PreconditionFailed):
+            raise _Stop(
+                StepState.DRIFTED,
+                f"the vendor refused the write because the world changed since the agent "
+                f"acted: {exc}",
+            ) from exc
+        if isinstance(exc, PermanentError):
+            raise _Stop(StepState.FAILED, f"{tool} failed permanently: {exc}") from exc
+        # Any other exception counts as permanent (DESIGN.md) -- amends' own errors included: a
+        # LeaseLostError from a nested engine is this inverse failing, never this reversal's
+        # lease lost (rule 7: no take-over loop, no budget reset).
+        raise _Stop(StepState.FAILED, f"{tool} raised {type(exc).__name__}: {exc}") from exc
 
-        if p.action == "cancel":
-            return base(StepState.CANCELLED, p.reason)
-        if p.action == "skip":
-            return base(StepState.NOT_NEEDED, p.reason)
-        if p.action == "acknowledge":
-            return base(
-                StepState.ACKNOWLEDGED,
-                p.reason,
-                manual_action=self._manual(p, StepState.ACKNOWLEDGED, p.reason),
-            )
-        if p.action in ("in_doubt", "wait"):
-            detail = (
-                p.reason
-                if p.action == "in_doubt"
-                else "still running in another process when undo finished; whether it took effect "
-                "is unknown"
-            )
-            return base(
-                StepState.IN_DOUBT,
-                detail,
-                manual_action=self._manual(p, StepState.IN_DOUBT, detail),
-            )
+    # --- one step -------------------------------------------------------------------------
+    def _outcome(self, p: PlannedStep, state: StepState, detail: str, **more: Any) -> StepOutcome:
+        return StepOutcome(
+            step_id=p.step_id,
+            tool=p.step.tool,
+            verb=verb_for(state),  # rule 8: one verb per state, whatever the cause
+            state=state,
+            detail=detail,
+            reversibility=p.reversibility.value,
+            violation=p.step.violation,
+            **more,
+        )
+
+    async def _step(self, p: PlannedStep) -> StepOutcome:
+        if p.action == "wait":
+            p = await self._await_in_flight(p)
+        quick = self._without_inverse(p)
+        if quick is not None:
+            return quick
         prior = self.done.get(p.step_id)
         if prior is not None and prior.state in _FINAL:
             # rule 5: logged done is never dispatched again, even after a crash.
             return self._from_record(p, prior)
-        for dep in p.waits_for:  # rule 3: dependents' inverses first
-            outcome = await self.futures[dep]
-            if outcome.state not in NEUTRALISED:
-                detail = (
-                    f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
-                    f"first, and that step is {outcome.state.value}"
+        blocked = await self._gate(p)
+        if blocked is not None:
+            return blocked
+        return await self._compensate(p, prior)
+
+    def _without_inverse(self, p: PlannedStep) -> StepOutcome | None:
+        """Steps undo does not call an inverse for: their outcome follows from the plan."""
+        if p.action == "cancel":
+            return self._outcome(p, StepState.CANCELLED, p.reason)
+        if p.action == "skip":
+            return self._outcome(p, StepState.NOT_NEEDED, p.reason)
+        if p.action == "acknowledge":
+            manual = self._manual(p, StepState.ACKNOWLEDGED, p.reason)
+            return self._outcome(p, StepState.ACKNOWLEDGED, p.reason, manual_action=manual)
+        if p.action == "review":  # rule 4: never reverted blindly
+            manual = self._manual(p, StepState.DRIFTED, p.reason)
+            return self._outcome(p, StepState.DRIFTED, p.reason, manual_action=manual)
+        if p.action in ("in_doubt", "wait"):
+            detail = (
+                p.reason
+                if p.action == "in_doubt"
+                else "still running in another process when undo finished; whether it took "
+                "effect is unknown"
+            )
+            manual = self._manual(p, StepState.IN_DOUBT, detail)
+            return self._outcome(p, StepState.IN_DOUBT, detail, manual_action=manual)
+        return None
+
+    async def _await_in_flight(self, p: PlannedStep) -> PlannedStep:
+        """Rule 7: wait for a step still in flight (here or in another process) within the
+        seconds budget, while independent steps proceed; then plan it as it ended."""
+        if self.reload is None or self.replan is None:
+            return p
+        while True:
+            saga = await self.reload()
+            rec = next((s for s in saga.steps if s.step_id == p.step_id), None)
+            if rec is not None and rec.state != "intent":
+                fresh = self.replan(saga)[p.step_id]
+                waits = tuple(d for d in fresh.waits_for if d in self.futures and d != p.step_id)
+                return dataclasses.replace(fresh, waits_for=waits)
+            why = None
+            if saga.lease_until is None or saga.lease_until <= time.time():
+                why = "the process running it stopped before it logged a result"
+            elif self.meter.remaining_seconds() <= 0:
+                why = (
+                    f"it was still running when the time budget of "
+                    f"{self.meter.budget.seconds:g} s ran out"
                 )
-                await self._record(
+            if why is not None:
+                return dataclasses.replace(
                     p,
-                    StepState.BLOCKED.value,
-                    attempts=0,
-                    detail=detail,
-                    data={},
-                    event="compensation.blocked",
+                    action="in_doubt",
+                    verb="Acknowledge",
+                    reason=f"the call's outcome is unknown ({why}); check whether it happened",
                 )
-                return base(
-                    StepState.BLOCKED,
-                    detail,
-                    manual_action=self._manual(p, StepState.BLOCKED, detail),
-                )
+            await asyncio.sleep(min(self.poll_interval, max(self.meter.remaining_seconds(), 0)))
+
+    async def _gate(self, p: PlannedStep) -> StepOutcome | None:
+        """Rule 3: the inverses this one waits for first; if one did not succeed, blocked."""
+        for dep in p.waits_for:
+            outcome = await self.futures[dep]
+            if outcome.state in NEUTRALISED:
+                continue
+            detail = (
+                f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
+                f"first, and that step is {outcome.state.value}"
+            )
+            manual = self._manual(p, StepState.BLOCKED, detail)
+            await self._record(
+                p,
+                StepState.BLOCKED.value,
+                attempts=0,
+                detail=detail,
+                data={"manual_action": manual.to_dict()},
+                event="compensation.blocked",
+            )
+            return self._outcome(p, StepState.BLOCKED, detail, manual_action=manual)
+        return None
+
+    async def _compensate(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
         assert p.inverse is not None
         counter = [0]
-        redispatch = prior is not None and prior.state == "dispatched"
+        key = idempotency_key(self.saga.saga_id, p.step_id, "undo")
+        in_flight = prior is not None and prior.state == "dispatched"
+        resent = False
         try:
-            if p.expectation is not None and not redispatch:
+            if in_flight:
+                if await self._landed_before(p, counter):
+                    return await self._succeeded(p, counter, list(p.expected_residue), [], True)
+                resent = self._idempotent(p.inverse.tool)
+            else:
                 await self._check_drift(p, counter)
-            key = idempotency_key(self.saga.saga_id, p.step_id, "undo")
             await self._record(
                 p,
                 "dispatched",
@@ -250,20 +388,8 @@ class _Runner:
                 precondition=p.expectation,
                 counter=counter,
             )
-            # what the compensation observed supersedes what the forward call expected
-            residue = list(call.recorded_residue) or list(p.expected_residue)
-            for i, fu in enumerate(call.recorded_follow_ups):  # rule 7: follow-ups spend budget
-                _, fcall = await self._call(
-                    fu.tool,
-                    fu.args,
-                    phase="follow_up",
-                    key=f"{key}:follow_up:{i}",
-                    step_id=p.step_id,
-                    counter=[1],
-                )
-                residue += fcall.recorded_residue
         except _Stop as stop:
-            if redispatch and stop.state is not StepState.IN_DOUBT:
+            if resent and stop.state is not StepState.IN_DOUBT:
                 # rule 8: an earlier attempt was sent before a crash; this retry's failure says
                 # nothing about whether that attempt took effect.
                 stop = _Stop(
@@ -272,84 +398,194 @@ class _Runner:
                     f"and this retry did not complete ({stop.detail}); whether the earlier "
                     f"attempt took effect is unknown",
                 )
-            manual = self._manual(p, stop.state, stop.detail)
-            await self._record(
-                p,
-                stop.state.value,
-                attempts=counter[0],
-                detail=stop.detail,
-                data={"manual_action": manual.to_dict()},
-                event=f"compensation.{stop.state.value}",
-            )
-            return base(
-                stop.state,
-                stop.detail,
-                attempts=counter[0],
-                manual_action=manual,
-            )
-        state = StepState.REVERTED if p.action == "revert" else StepState.COMPENSATED
-        detail = (
-            f"{'reverted' if p.action == 'revert' else 'compensated'} with "
-            f"{p.inverse.tool}" + (f" after {counter[0]} attempts" if counter[0] > 1 else "")
+            return await self._stopped(p, stop, counter)
+        # what the compensation observed supersedes what the forward call expected
+        residue = list(call.recorded_residue) or list(p.expected_residue)
+        more, missing = await self._follow_ups(p, call, key)
+        return await self._succeeded(p, counter, residue + more, missing, False)
+
+    def _idempotent(self, tool: str) -> bool:
+        return tool in self.catalog and self.catalog.get(tool).idempotent
+
+    async def _landed_before(self, p: PlannedStep, counter: list[int]) -> bool:
+        """Rule 5: the inverse was in flight at a crash. ``True``: it landed (do not send it
+        again); ``False``: safe to send (the vendor dedups the key, or the world shows it did
+        not land). Raises ``in_doubt`` when the engine cannot tell."""
+        inv = p.inverse
+        assert inv is not None
+        if self._idempotent(inv.tool):
+            return False  # the vendor honours the key: the replay applies nothing twice
+        looked: list[str] = []
+        try:
+            if inv.landed is not None:
+                looked.append(f"{inv.landed.probe} does not show it landed")
+                if await self._holds(inv.landed, p, counter, "landed"):
+                    return True
+            if p.expectation is not None:
+                looked.append(f"{p.expectation.probe} no longer shows the agent's write")
+                if await self._holds(p.expectation, p, counter, "probe"):
+                    return False  # the world is as the step left it: the attempt did not land
+        except _Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise
+            looked.append(f"a probe failed: {stop.detail}")
+        seen = "; ".join(looked) if looked else "no probe can tell whether it landed"
+        raise _Stop(
+            StepState.IN_DOUBT,
+            f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and its "
+            f"vendor does not honour idempotency keys, so it was not sent again; whether it "
+            f"took effect is unknown ({seen})",
         )
-        await self._record(
-            p,
-            state.value,
-            attempts=counter[0],
-            detail=detail,
-            data={"residue": [r.to_dict() for r in residue]},
-            event=f"compensation.{state.value}",
+
+    async def _observe(self, exp: Expectation, p: PlannedStep, kind: str) -> Any:
+        """Run the read-only probe of ``exp`` (spends budget); what it returned."""
+        if not self._is_probe(exp):
+            raise _Stop(
+                StepState.DRIFTED,
+                f"cannot check the world: probe {exp.probe!r} is "
+                f"{'not in the catalog' if exp.probe not in self.catalog else 'not read_only'}; "
+                f"not touched",
+            )
+        observed, _ = await self._call(
+            exp.probe,
+            exp.args,
+            phase="probe",
+            key=idempotency_key(self.saga.saga_id, p.step_id, "probe")
+            + ("" if kind == "probe" else f":{kind}"),
+            step_id=p.step_id,
+            counter=[0],
         )
-        return base(state, detail, attempts=counter[0], residue=tuple(residue))
+        return observed
+
+    async def _holds(self, exp: Expectation, p: PlannedStep, counter: list[int], kind: str) -> bool:
+        """Whether the world shows ``exp``. A probe that errors raises: never a match (rule 4)."""
+        return exp.holds(await self._observe(exp, p, kind))
 
     async def _check_drift(self, p: PlannedStep, counter: list[int]) -> None:
         """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes."""
         exp = p.expectation
-        assert exp is not None
-        spec = self.catalog.get(exp.probe) if exp.probe in self.catalog else None
-        if spec is None or spec.reversibility.value != "read_only":
-            raise _Stop(
-                StepState.DRIFTED,
-                f"cannot check the world: probe {exp.probe!r} is "
-                f"{'not in the catalog' if spec is None else 'not read_only'}; "
-                f"not touched",
-            )
+        if exp is None:  # the tool said why no check is needed (the planner reviewed the rest)
+            return
+        if not self._is_probe(exp):
+            await self._observe(exp, p, "probe")  # raises: cannot check, not touched
         try:
-            observed, _ = await self._call(
-                exp.probe,
-                exp.args,
-                phase="probe",
-                key=idempotency_key(self.saga.saga_id, p.step_id, "probe"),
-                step_id=p.step_id,
-                counter=[0],
-            )
+            observed = await self._observe(exp, p, "probe")
         except _Stop as stop:
             if stop.state is StepState.OVER_BUDGET:
                 raise
             raise _Stop(
                 StepState.DRIFTED,
-                f"could not check the world before undoing "
-                f"({stop.detail}); not touched, needs review",
+                f"could not check the world before undoing ({stop.detail}); not touched, "
+                f"needs review",
             ) from None
         value = exp.extract(observed)
         if value != exp.equals:
             shown = "nothing" if value is NOTHING else repr(value)
             raise _Stop(
                 StepState.DRIFTED,
-                f"someone changed it since the agent acted: expected "
-                f"{exp.equals!r}, found {shown}; left as it is",
+                f"someone changed it since the agent acted: expected {exp.equals!r}, found "
+                f"{shown}; left as it is",
             )
+
+    def _is_probe(self, exp: Expectation) -> bool:
+        return (
+            exp.probe in self.catalog
+            and self.catalog.get(exp.probe).reversibility.value == "read_only"
+        )
+
+    async def _follow_ups(
+        self, p: PlannedStep, call: Call, key: str
+    ) -> tuple[list[Residue], list[tuple[FollowUp, str]]]:
+        """Rule 7: follow-ups (and theirs, breadth first) each spend budget. One that fails or is
+        cut off is returned as missing; it never changes what the inverse achieved."""
+        residue: list[Residue] = []
+        missing: list[tuple[FollowUp, str]] = []
+        queue = deque((fu, f"{key}:follow_up:{i}") for i, fu in enumerate(call.recorded_follow_ups))
+        while queue:
+            fu, fkey = queue.popleft()
+            try:
+                _, fcall = await self._call(
+                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1]
+                )
+            except _Stop as stop:
+                missing.append((fu, stop.detail))
+                continue
+            residue += fcall.recorded_residue
+            queue.extend(
+                (sub, f"{fkey}:follow_up:{j}") for j, sub in enumerate(fcall.recorded_follow_ups)
+            )
+        return residue, missing
+
+    async def _succeeded(
+        self,
+        p: PlannedStep,
+        counter: list[int],
+        residue: list[Residue],
+        missing: list[tuple[FollowUp, str]],
+        landed: bool,
+    ) -> StepOutcome:
+        assert p.inverse is not None
+        state = StepState.REVERTED if p.action == "revert" else StepState.COMPENSATED
+        detail = f"{'reverted' if p.action == 'revert' else 'compensated'} with {p.inverse.tool}"
+        if counter[0] > 1:
+            detail += f" after {counter[0]} attempts"
+        if landed:
+            detail += (
+                " (the attempt in flight when a worker stopped had landed, as "
+                f"{p.inverse.landed.probe if p.inverse.landed else 'a probe'} shows)"
+            )
+        if p.inverse.no_drift_check:
+            detail += f"; no drift check: {p.inverse.no_drift_check}"
+        manual = None
+        if missing:  # rule 7: the missing follow-up is residue and a manual action
+            residue += [
+                Residue(
+                    f"follow-up {_did(fu.tool, fu.args)} was not made ({why})",
+                    self._parties(p),
+                )
+                for fu, why in missing
+            ]
+            manual = self._manual_follow_ups(p, missing)
+            detail += f"; {len(missing)} follow-up(s) missing"
+        await self._record(
+            p,
+            state.value,
+            attempts=counter[0],
+            detail=detail,
+            data={
+                "residue": [r.to_dict() for r in residue],
+                **({"manual_action": manual.to_dict()} if manual else {}),
+            },
+            event=f"compensation.{state.value}",
+        )
+        return self._outcome(
+            p,
+            state,
+            detail,
+            attempts=counter[0],
+            residue=tuple(residue),
+            manual_action=manual,
+        )
+
+    async def _stopped(self, p: PlannedStep, stop: _Stop, counter: list[int]) -> StepOutcome:
+        manual = self._manual(p, stop.state, stop.detail)
+        await self._record(
+            p,
+            stop.state.value,
+            attempts=counter[0],
+            detail=stop.detail,
+            data={"manual_action": manual.to_dict()},
+            event=f"compensation.{stop.state.value}",
+        )
+        return self._outcome(p, stop.state, stop.detail, attempts=counter[0], manual_action=manual)
 
     def _from_record(self, p: PlannedStep, rec: CompensationRecord) -> StepOutcome:
         state = StepState(rec.state)
         ma = rec.data.get("manual_action")
-        return StepOutcome(
-            step_id=p.step_id,
-            tool=p.step.tool,
-            verb=p.verb,
-            state=state,
-            detail=rec.detail or state.value,
-            reversibility=p.reversibility.value,
+        return self._outcome(
+            p,
+            state,
+            rec.detail or state.value,
             attempts=rec.attempts,
             residue=tuple(Residue.from_dict(r) for r in rec.data.get("residue", ())),
             manual_action=ManualAction(
@@ -357,41 +593,90 @@ class _Runner:
             )
             if ma
             else None,
-            violation=p.step.violation,
         )
+
+    # --- manual actions (rule 8: who can act, and a draft naming the parties) ----------------
+    def _asker(self) -> str:
+        if self.saga.actor:
+            return f"the person who asked the agent ({self.saga.actor})"
+        return "the person who asked the agent"
+
+    def _parties(self, p: PlannedStep) -> tuple[str, ...]:
+        ack = Acknowledgement.from_dict(p.step.acknowledgement) if p.step.acknowledgement else None
+        if ack and ack.parties:
+            return ack.parties
+        found: list[str] = []
+        for r in p.step.residue:
+            for party in r.get("parties", ()):
+                if party not in found:
+                    found.append(party)
+        return tuple(found)
 
     def _manual(self, p: PlannedStep, state: StepState, detail: str) -> ManualAction:
         ack = Acknowledgement.from_dict(p.step.acknowledgement) if p.step.acknowledgement else None
-        asker = (
-            f"the person who asked the agent ({self.saga.actor})"
-            if self.saga.actor
-            else "the person who asked the agent"
-        )
-        args = ", ".join(f"{k}={v!r}" for k, v in sorted(p.step.args.items()))
-        did = f"{p.step.tool}({args})"
+        parties = self._parties(p)
+        did = _did(p.step.tool, p.step.args)
+        to = ", ".join(parties) if parties else "everyone affected"
+        who = self._asker()
         if state is StepState.ACKNOWLEDGED:
             what = (ack.what if ack and ack.what else f"{did} cannot be taken back") + (
                 "" if not p.step.violation else f" (contract violation: {p.step.violation})"
             )
-            return ManualAction(
-                p.step_id,
-                what,
-                ack.who if ack else asker,
-                ack.parties if ack else (),
-                ack.draft if ack else None,
+            draft = (ack.draft if ack else None) or (
+                f"Hello {to}: an assistant acting for us did {did} ({self.saga.title!r}), "
+                f"which cannot be undone automatically. Please tell us if it affects you, and "
+                f"we will put it right by hand."
             )
-        parties = ack.parties if ack else ()
+            return ManualAction(p.step_id, what, ack.who if ack else who, parties, draft)
         if state is StepState.DRIFTED:
             what = f"Review {did}: {detail}. Decide whether to undo it by hand."
+            draft = (
+                f"Hello {to}: {did}, done by an assistant acting for us, was not undone "
+                f"automatically because it needs review ({detail}). Please check it and tell us "
+                f"whether it should be reverted."
+            )
         elif state is StepState.IN_DOUBT:
             what = f"Check whether {did} took effect, and undo it by hand if it did: {detail}"
-        elif state is StepState.BLOCKED:
-            what = f"Undo {did} by hand once the step it waits for is resolved: {detail}"
+            draft = (
+                f"Hello {to}: we cannot tell whether {did}, asked by an assistant acting for us, "
+                f"went through. Please check on your side and, if it did, reverse it."
+            )
         elif state is StepState.OVER_BUDGET:
-            what = f"Undo {did} by hand or run undo again with a larger budget: {detail}"
-        else:
-            what = f"Undo {did} by hand: its inverse failed ({detail})"
-        return ManualAction(p.step_id, what, asker, parties, ack.draft if ack else None)
+            what = (
+                f"Undo {did}, which was not attempted ({detail}): continue with a larger "
+                f"budget: amends undo {self.saga.saga_id} --continue --budget-calls N "
+                f"--budget-seconds S, or undo it by hand"
+            )
+            who = f"{who}, or whoever runs amends for this saga"
+            draft = (
+                f"Hello {to}: {did}, done by an assistant acting for us, has not been undone "
+                f"yet. We will undo it shortly; no action is needed from you unless it "
+                f"caused a problem."
+            )
+        else:  # failed, blocked
+            reason = "its inverse failed" if state is StepState.FAILED else "it was not attempted"
+            what = f"Undo {did} by hand: {reason} ({detail})"
+            draft = (
+                f"Hello {to}: {did}, done by an assistant acting for us, could not be undone "
+                f"automatically. Please undo it on your side or tell us how to proceed."
+            )
+        return ManualAction(p.step_id, what, who, parties, draft)
+
+    def _manual_follow_ups(
+        self, p: PlannedStep, missing: list[tuple[FollowUp, str]]
+    ) -> ManualAction:
+        parties = self._parties(p)
+        to = ", ".join(parties) if parties else "everyone affected"
+        calls = "; ".join(f"{_did(fu.tool, fu.args)} ({why})" for fu, why in missing)
+        return ManualAction(
+            p.step_id,
+            f"The undo of {p.step.tool} succeeded, but follow-up(s) it asked for were not made: "
+            f"{calls}. Make them by hand.",
+            self._asker(),
+            parties,
+            f"Hello {to}: we undid {_did(p.step.tool, p.step.args)}, but could not complete "
+            f"every follow-up step automatically; we are finishing it by hand.",
+        )
 
     async def run(self) -> list[StepOutcome]:
         loop = asyncio.get_running_loop()
@@ -422,6 +707,11 @@ class _Runner:
         return [self.futures[p.step_id].result() for p in self.plan.steps]
 
 
+def _did(tool: str, args: Mapping[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
+    return f"{tool}({shown})"
+
+
 async def run_plan(
     *,
     catalog: Catalog,
@@ -433,8 +723,14 @@ async def run_plan(
     clock: Callable[[], float] = time.time,
     meter: BudgetMeter,
     on_progress: Callable[[StepOutcome], None] | None = None,
+    reload: Callable[[], Awaitable[SagaRecord]] | None = None,
+    replan: Callable[[SagaRecord], Plan] | None = None,
+    poll_interval: float = 0.02,
 ) -> list[StepOutcome]:
-    """Run ``plan`` as the given reversal (generation-fenced); returns per-step outcomes."""
+    """Run ``plan`` as the given reversal (generation-fenced); returns per-step outcomes.
+
+    ``reload`` and ``replan`` let the runner wait for a step still in flight (rule 7).
+    """
     done = await log.get_compensations(reversal.reversal_id)
     runner = _Runner(
         catalog=catalog,
@@ -447,5 +743,8 @@ async def run_plan(
         retry=retry,
         clock=clock,
         on_progress=on_progress,
+        reload=reload,
+        replan=replan,
+        poll_interval=poll_interval,
     )
     return await runner.run()

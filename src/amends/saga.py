@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -18,6 +19,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from .calls import RetryPolicy, idempotency_key, invoke
+from .catalog_ref import catalog_meta
 from .contracts import NOTHING, Call, Catalog, Inverse, Reversibility, ToolFn, ToolSpec
 from .errors import (
     ConfigError,
@@ -28,6 +30,8 @@ from .errors import (
     TransientError,
 )
 from .log.base import SagaLog, StepFinish
+from .planner import undo_cycle
+from .secrets import redact_args, scrub_record, vault_for
 
 __all__ = ["Ref", "Saga", "SagaHost", "Step", "new_id"]
 
@@ -37,6 +41,23 @@ _RNG = random.Random()
 def new_id(prefix: str) -> str:
     """A fresh, time-ordered id (``saga_…``, ``rev_…``), so ids sort by creation in listings."""
     return f"{prefix}_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+def check_id(value: Any, what: str, *, saga_id: str | None = None) -> None:
+    """Refuse a saga or step id that is not 1-128 of letters, digits and ``_ . : -``.
+
+    Raises:
+        ConfigError: The id is not a string or breaks those rules (the message shows it).
+    """
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ConfigError(
+            f"{what} {value!r} is not valid: use 1-128 letters, digits and _ . : - "
+            f"(starting with a letter or digit), e.g. 'charge_card'",
+            saga_id=saga_id,
+        )
 
 
 class SagaHost(Protocol):
@@ -64,15 +85,49 @@ class Ref:
         return Ref(self.step, (*self.path, key))
 
     def resolve(self) -> Any:
+        """The referenced value, once the step is done.
+
+        Raises:
+            ContractError: The result has no such key or index (names the step and the key).
+        """
         value = self.step.result
-        for key in self.path:
-            value = value[key]
+        for i, key in enumerate(self.path):
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                so_far = f"{self.step.id}{''.join(f'[{k!r}]' for k in self.path[:i])}"
+                has = (
+                    f"its keys: {', '.join(map(repr, value))}"
+                    if isinstance(value, Mapping)
+                    else f"it is {type(value).__name__} {value!r:.80}"
+                )
+                raise ContractError(
+                    f"reference {self!r}: the result of step {self.step.id} ({self.step.tool}) "
+                    f"has no {key!r} at {so_far} ({has}); refer to a key the tool returns",
+                    saga_id=self.step.saga.id,
+                    step_id=self.step.id,
+                    tool=self.step.tool,
+                ) from None
         return value
 
     def __repr__(self) -> str:
         return f"ref({self.step.id}{''.join(f'[{k!r}]' for k in self.path)})"
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        # issue 11: f"see {a['id']}" would send the text "ref(s1['id'])" to the vendor and lose
+        # the dependency; refuse it where it is written, with the fix.
+        raise ContractError(
+            f"{self!r} is the result of step {self.step.id}, known only once it has run, so "
+            f"it cannot be formatted into a string; pass it as its own argument "
+            f"(id={self.step.id}[...]), or await the step first and pass after=[step]: "
+            f"text=f\"see {{(await step)['id']}}\", after=[step]",
+            saga_id=self.step.saga.id,
+            step_id=self.step.id,
+            tool=self.step.tool,
+        )
+
+    def __format__(self, spec: str) -> str:
+        return self.__str__()
 
 
 def _refs(value: Any, found: list[Step]) -> None:
@@ -135,6 +190,8 @@ class Step:
         self.args = args
         self.deps = deps
         self.resources = resources
+        self.undo_after: list[Step] = []
+        """Steps whose inverses this step's inverse waits for (rule 3)."""
         self.state = "pending"
         """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
         ``skipped``."""
@@ -157,6 +214,9 @@ class Step:
 
     def __getitem__(self, key: Any) -> Ref:
         return Ref(self, (key,))
+
+    def __format__(self, spec: str) -> str:
+        return Ref(self).__str__()  # issue 11: a step's result cannot be formatted before it runs
 
     def __await__(self) -> Any:
         return self._wait().__await__()
@@ -193,6 +253,8 @@ class Saga:
         self.title = title
         self.tenant = tenant
         self.actor = actor
+        if saga_id is not None:
+            check_id(saga_id, "saga id")
         self.id = saga_id or new_id("saga")
         self.steps: list[Step] = []
         self._by_id: dict[str, Step] = {}
@@ -203,6 +265,12 @@ class Saga:
 
     async def __aenter__(self) -> Saga:
         e = self.engine
+        if await e.log.get_saga(self.id) is not None:
+            raise ConfigError(
+                f"saga id {self.id!r} is already used in {e.log.url}; give each saga a new id "
+                f"(or omit saga_id= for a generated one)",
+                saga_id=self.id,
+            )
         await e.log.create_saga(
             self.id,
             self.title,
@@ -211,6 +279,8 @@ class Saga:
             owner=e.owner,
             lease_until=time.time() + e.lease_seconds,
             now=time.time(),
+            # issue 11: which catalog ran the saga, so undo uses the same tools.
+            meta={"catalog": catalog_meta(e.catalog)},
         )
         self._entered = True
         e.live_sagas[self.id] = self
@@ -233,6 +303,12 @@ class Saga:
         tb: TracebackType | None,
     ) -> None:
         try:
+            if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
+                # issue 10 item 9: the agent's task was cancelled; cancel the tools still in
+                # flight (their steps end in_doubt, rule 9) instead of waiting for them.
+                for s in self.steps:
+                    if s.task is not None and not s.task.done():
+                        s.task.cancel()
             await self.settle()
         finally:
             if self._heartbeat is not None:
@@ -255,7 +331,14 @@ class Saga:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def call(
-        self, tool: str, /, *, after: Iterable[Step] = (), step_id: str | None = None, **args: Any
+        self,
+        tool: str,
+        /,
+        *,
+        after: Iterable[Step] = (),
+        step_id: str | None = None,
+        undo_after: Iterable[Step] = (),
+        **args: Any,
     ) -> Step:
         """Start tool ``tool`` as a step of this saga and return its handle.
 
@@ -263,15 +346,22 @@ class Saga:
             tool: Catalog name.
             after: Steps this one depends on (it starts after they are done).
             step_id: A readable id; default ``s1``, ``s2``, ... in call order.
+            undo_after: Steps whose inverses must succeed before this step's inverse runs (a
+                refund the processor accepts only once the deal is reopened). Replaces the
+                reversed forward edge between the two (rule 3).
             **args: The tool's arguments. A :class:`Step` or ``step["key"]`` stands for that
                 step's result and makes this step depend on it.
 
         Raises:
-            ContractError: Unknown tool, a dependency from another saga, or a duplicate step id.
+            ContractError: Unknown tool, a dependency from another saga, a duplicate step id,
+                or an ``undo_after`` that makes the undo order a cycle (the message names the
+                steps).
             SagaClosedError: Called outside ``async with`` or after the saga closed.
         """
         self._check_open()
-        return self._start(self.engine.catalog.get(tool), tool, after, step_id, args)
+        return self._start(
+            self.engine.catalog.get(tool), tool, after, step_id, args, undo_after=undo_after
+        )
 
     def call_with(
         self,
@@ -281,6 +371,7 @@ class Saga:
         *,
         after: Iterable[Step] = (),
         step_id: str | None = None,
+        undo_after: Iterable[Step] = (),
         **args: Any,
     ) -> Step:
         """Run ``fn(call, **args)`` as the forward call of a new step named ``tool``.
@@ -309,7 +400,7 @@ class Saga:
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False
             )
-        return self._start(spec, tool, after, step_id, args)
+        return self._start(spec, tool, after, step_id, args, undo_after=undo_after)
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:
@@ -326,11 +417,19 @@ class Saga:
         after: Iterable[Step],
         step_id: str | None,
         args: dict[str, Any],
+        *,
+        undo_after: Iterable[Step] = (),
     ) -> Step:
         self._check_open()
-        self._check_open()
         seq = len(self.steps) + 1
-        sid = step_id or f"s{seq}"
+        if step_id is not None:
+            check_id(step_id, "step id", saga_id=self.id)
+            sid = step_id
+        else:  # issue 11: an automatic id never collides with a custom one ("s2")
+            n = seq
+            while f"s{n}" in self._by_id:
+                n += 1
+            sid = f"s{n}"
         if sid in self._by_id:
             raise ContractError(
                 f"step id {sid!r} is already used in saga {self.id!r}", saga_id=self.id, step_id=sid
@@ -360,12 +459,44 @@ class Saga:
             if d not in unique:
                 unique.append(d)
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
+        step.undo_after = self._undo_after(step, undo_after)
         for r in resources:
             self._last_by_resource[r] = step
         self.steps.append(step)
         self._by_id[sid] = step
         step.task = asyncio.create_task(_run_step(self.engine, self, step))
         return step
+
+    def _undo_after(self, step: Step, undo_after: Iterable[Step]) -> list[Step]:
+        """Check an undo-order declaration (rule 3): steps of this saga, no cycle."""
+        if isinstance(undo_after, Step):
+            undo_after = [undo_after]
+        out: list[Step] = []
+        for o in undo_after:
+            if not isinstance(o, Step) or o.saga is not self or o is step:
+                raise ContractError(
+                    f"undo_after= of step {step.id!r} takes earlier steps of this saga, got "
+                    f"{o!r}; e.g. saga.call('pay.charge', ..., undo_after=[close_deal])",
+                    saga_id=self.id,
+                    step_id=step.id,
+                )
+            if o not in out:
+                out.append(o)
+        if not out:
+            return out
+        graph = [(s.id, [d.id for d in s.deps], [o.id for o in s.undo_after]) for s in self.steps]
+        graph.append((step.id, [d.id for d in step.deps], [o.id for o in out]))
+        cycle = undo_cycle(graph)
+        if cycle:
+            names = ", ".join(cycle)
+            raise ContractError(
+                f"undo_after={[o.id for o in out]} on step {step.id!r} ({step.tool}) makes the "
+                f"undo order a cycle: the inverses of {names} would each wait for another of "
+                f"them; drop the declaration or the forward dependency that contradicts it",
+                saga_id=self.id,
+                step_id=step.id,
+            )
+        return out
 
     async def gather(self, *steps: Step) -> list[Any]:
         """Await several steps; returns their results in order.
@@ -377,51 +508,126 @@ class Saga:
 
 
 # --- the forward call of one step ---------------------------------------------------------
+# Split along the rules: wait for dependencies, write the intent (rule 1), dispatch with retries
+# (the one retry decision, calls.RetryPolicy.next_wait), decide what a failure means (rule 9),
+# record the result with its contract checks (rules 2 and 4).
+
+
+class _Refused(Exception):
+    """The vendor refused the forward call (PermanentError, or transient errors to the end)."""
+
+
 async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
     for dep in step.deps:
         assert dep.task is not None
         await asyncio.shield(dep.task)
-    now = time.time
-    spec = step.spec
     bad = [d for d in step.deps if d.state != "done"]
-    dep_ids = [d.id for d in step.deps]
     if bad:
-        started = await host.log.begin_step(
-            saga.id,
-            step.id,
-            seq=step.seq,
-            tool=step.tool,
-            args=_jsonable(step.args),
-            deps=dep_ids,
-            resources=step.resources,
-            declared=spec.reversibility.value,
-            now=now(),
-        )
-        reason = f"never ran: step {bad[0].id} ({bad[0].tool}) it waits for is {bad[0].state}"
-        if started:
-            step.state = "skipped"
-            await host.log.finish_step(
-                saga.id, step.id, StepFinish("skipped", error=reason), now=now()
-            )
-        else:
-            step.state = "cancelled"
-        step._error = StepFailedError(
-            reason, state=step.state, saga_id=saga.id, step_id=step.id, tool=step.tool
-        )
+        await _never_ran(host, saga, step, bad[0])
         return
-    args = _resolve(step.args)
-    logged_args = _jsonable(args)
-    # rule 1: the intent is durable before the tool is called.
+    try:
+        args = _resolve(step.args)
+    except ContractError as exc:  # issue 11: a reference to a key the result lacks
+        await _unresolvable(host, saga, step, exc)
+        return
+    if not await _begin(host, saga, step, args):
+        return
+    step.state = "intent"
+    calls: list[Call] = []
+    try:
+        result = await _dispatch(host, saga, step, args, calls)
+        finish = _finish_done(host.catalog, step.spec.reversibility, step, calls[-1], result)
+        step._result = result
+    except asyncio.CancelledError:
+        # rule 9: cancelled after the call began -> the vendor may have acted.
+        finish = _finish_failed(
+            host.catalog,
+            step,
+            calls,
+            "in_doubt",
+            "the agent's task was cancelled while the tool was running; whether it took "
+            "effect is unknown",
+        )
+        await asyncio.shield(_log_finish(host, saga, step, finish))
+        raise
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            raise
+        finish = _failure(host.catalog, step, calls, exc)
+    await _log_finish(host, saga, step, finish)
+
+
+async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
+    started = await host.log.begin_step(
+        saga.id,
+        step.id,
+        seq=step.seq,
+        tool=step.tool,
+        args=redact_args(step.spec.sensitive, step.args, vault_for(saga), _jsonable),
+        deps=[d.id for d in step.deps],
+        resources=step.resources,
+        declared=step.spec.reversibility.value,
+        now=time.time(),
+    )
+    reason = f"never ran: step {bad.id} ({bad.tool}) it waits for is {bad.state}"
+    if started:
+        step.state = "skipped"
+        await host.log.finish_step(
+            saga.id, step.id, StepFinish("skipped", error=reason), now=time.time()
+        )
+    else:
+        step.state = "cancelled"
+    step._error = StepFailedError(
+        reason, state=step.state, saga_id=saga.id, step_id=step.id, tool=step.tool
+    )
+
+
+async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractError) -> None:
+    """An argument refers to a key its step's result lacks: the tool is never called (no
+    effect), and the step is logged ``failed`` with the reason, so the report shows it."""
+    reason = f"never ran: {exc}"
+    started = await host.log.begin_step(
+        saga.id,
+        step.id,
+        seq=step.seq,
+        tool=step.tool,
+        args=redact_args(step.spec.sensitive, step.args, vault_for(saga), _jsonable),
+        deps=[d.id for d in step.deps],
+        resources=step.resources,
+        declared=step.spec.reversibility.value,
+        now=time.time(),
+    )
+    if started:
+        step.state = "failed"
+        await host.log.finish_step(
+            saga.id, step.id, StepFinish("failed", error=reason), now=time.time()
+        )
+    else:
+        step.state = "cancelled"
+    step._error = StepFailedError(
+        f"step {step.id} ({step.tool}) {reason}",
+        state=step.state,
+        saga_id=saga.id,
+        step_id=step.id,
+        tool=step.tool,
+    )
+
+
+async def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> bool:
+    """Rule 1: the intent is durable before the tool is called. ``False``: undo came first."""
+    # rule 11: sensitive arguments never reach the log; their values are scrubbed from
+    # everything this saga logs from now on (results, inverses, errors).
+    logged_args = redact_args(step.spec.sensitive, args, vault_for(saga), _jsonable)
     started = await host.log.begin_step(
         saga.id,
         step.id,
         seq=step.seq,
         tool=step.tool,
         args=logged_args,
-        deps=dep_ids,
+        deps=[d.id for d in step.deps],
         resources=step.resources,
-        declared=spec.reversibility.value,
-        now=now(),
+        declared=step.spec.reversibility.value,
+        now=time.time(),
     )
     if not started:
         step.state = "cancelled"
@@ -433,105 +639,170 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
             step_id=step.id,
             tool=step.tool,
         )
-        return
-    step.state = "intent"
-    call: Call | None = None
-    finish: StepFinish
-    try:
-        attempt = 0
-        while True:
-            attempt += 1
-            call = Call(
-                saga_id=saga.id,
-                step_id=step.id,
-                tool=step.tool,
-                phase="forward",
-                idempotency_key=idempotency_key(saga.id, step.id),
-                attempt=attempt,
-            )
-            try:
-                result = await invoke(spec.fn, call, args, spec.timeout)
-                break
-            except TransientError as exc:
-                if attempt >= host.retry.max_attempts:
-                    raise StepFailedError(
-                        f"{step.tool} kept failing transiently after {attempt} attempts: {exc}"
-                    ) from exc
-                await asyncio.sleep(
-                    exc.retry_after
-                    if exc.retry_after is not None
-                    else host.retry.backoff(attempt, _RNG)
-                )
-        finish = _finish_done(host.catalog, spec.reversibility, step, call, result)
-        step._result = result
-    except TimeoutError:
-        finish = StepFinish(
-            "in_doubt",
-            error=f"{step.tool} did not answer within "
-            f"{spec.timeout}s; whether it took effect is unknown",
-        )
-    except asyncio.CancelledError:
-        finish = StepFinish(
-            "in_doubt",
-            error="the step's task was cancelled while its tool "
-            "was running; whether it took effect is unknown",
-        )
-        step.state = "in_doubt"
-        await asyncio.shield(host.log.finish_step(saga.id, step.id, finish, now=now()))
-        raise
-    except (PermanentError, StepFailedError) as exc:
-        finish = StepFinish("failed", error=str(exc))
-    except ContractError as exc:  # the tool misused Call; its effect may have happened
-        finish = StepFinish("in_doubt", error=f"contract error inside the tool: {exc}")
-    except Exception as exc:  # any other exception counts as permanent (DESIGN.md)
-        finish = StepFinish("failed", error=f"{type(exc).__name__}: {exc}")
-    await host.log.finish_step(saga.id, step.id, finish, now=now())
-    step.state = finish.state
-    if finish.state != "done":
-        step._error = StepFailedError(
-            f"step {step.id} ({step.tool}) {finish.state}: {finish.error}",
-            state=finish.state,
+    return started
+
+
+async def _dispatch(
+    host: SagaHost, saga: Saga, step: Step, args: dict[str, Any], calls: list[Call]
+) -> Any:
+    """Call the tool, retrying transient refusals; every attempt's Call is appended to ``calls``."""
+    attempt = 0
+    while True:
+        attempt += 1
+        call = Call(
             saga_id=saga.id,
             step_id=step.id,
             tool=step.tool,
+            phase="forward",
+            idempotency_key=idempotency_key(saga.id, step.id),
+            attempt=attempt,
         )
+        calls.append(call)
+        try:
+            return await invoke(step.spec.fn, call, args, step.spec.timeout)
+        except TransientError as exc:
+            if not isinstance(call.recorded_inverse, Inverse):  # no effect: may retry
+                wait = host.retry.next_wait(attempt, exc.retry_after, _RNG)
+                if wait is not None:
+                    await asyncio.sleep(wait)
+                    continue
+                raise _Refused(
+                    f"{step.tool} kept failing transiently after {attempt} attempts: {exc}"
+                ) from exc
+            raise
+        except PermanentError as exc:
+            raise _Refused(str(exc)) from exc
+
+
+def _failure(catalog: Catalog, step: Step, calls: list[Call], exc: Exception) -> StepFinish:
+    """Rule 9: only the vendor's refusal means no effect; anything else is in doubt."""
+    if isinstance(exc, _Refused):
+        return _finish_failed(catalog, step, calls, "failed", str(exc))
+    if isinstance(exc, TimeoutError) and step.spec.timeout is not None:
+        return _finish_failed(
+            catalog,
+            step,
+            calls,
+            "in_doubt",
+            f"{step.tool} timed out after {step.spec.timeout:g} s; whether it took effect is "
+            f"unknown",
+        )
+    if isinstance(exc, ContractError):  # the tool misused Call (e.g. a non-JSON inverse)
+        return _finish_failed(
+            catalog,
+            step,
+            calls,
+            "in_doubt",
+            f"contract violation inside {step.tool}: {exc}; whether it took effect is unknown",
+            violation=str(exc),
+        )
+    return _finish_failed(
+        catalog,
+        step,
+        calls,
+        "in_doubt",
+        f"{step.tool} raised {type(exc).__name__}: {exc}; only amends.PermanentError or "
+        f"amends.TransientError say the vendor refused, so whether it took effect is unknown",
+    )
+
+
+def _finish_failed(
+    catalog: Catalog,
+    step: Step,
+    calls: list[Call],
+    state: str,
+    error: str,
+    *,
+    violation: str | None = None,
+) -> StepFinish:
+    """A failed call; if it recorded an inverse first, the effect happened (rule 9)."""
+    call = calls[-1] if calls else None
+    if call is not None and isinstance(call.recorded_inverse, Inverse):
+        done = _finish_done(catalog, step.spec.reversibility, step, call, None)
+        why = (
+            f"{error} — but it recorded its inverse first, so the effect happened; undo "
+            f"compensates it"
+        )
+        return dataclasses.replace(done, error=why, violation=done.violation or violation)
+    return StepFinish(state, error=error, violation=violation)
+
+
+async def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> None:
+    finish = scrub_record(vault_for(saga), finish)  # rule 11
+    await host.log.finish_step(saga.id, step.id, finish, now=time.time())
+    if finish.state == "done" and finish.error is None:
+        step.state = "done"
+        return
+    # a call that raised after recording its inverse is logged done (undo compensates it) but,
+    # for the agent, it failed: its dependents do not run.
+    step.state = "failed" if finish.state == "done" else finish.state
+    step._error = StepFailedError(
+        f"step {step.id} ({step.tool}) {finish.state if finish.state != 'done' else 'failed'}: "
+        f"{finish.error}",
+        state=finish.state,
+        saga_id=saga.id,
+        step_id=step.id,
+        tool=step.tool,
+    )
+
+
+def _contract_violation(
+    catalog: Catalog, declared: Reversibility, step: Step, call: Call
+) -> tuple[str | None, bool]:
+    """Rules 2 and 4: (violation, whether the inverse may still be used after review)."""
+    inv = call.recorded_inverse
+    if declared not in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
+        return None, False
+    # rule 2: no inverse recorded -> logged and reported as irreversible.
+    if not isinstance(inv, Inverse):
+        return (
+            f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
+            f"call call.inverse(...) or register it as 'irreversible'"
+        ), False
+    if inv.tool not in catalog:
+        return (
+            f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
+            f"catalog; register it or record an inverse the catalog has"
+        ), False
+    for what, exp in (("expectation", call.recorded_expectation), ("landed", call.recorded_landed)):
+        if exp is not None and (
+            exp.probe not in catalog
+            or catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
+        ):
+            return (
+                f"tool {step.tool!r} recorded {what} probe {exp.probe!r}, which is not a "
+                f"read_only tool of the catalog; drift could not be checked"
+            ), False
+    if call.recorded_expectation is None and call.recorded_no_drift_check is None:
+        # rule 4: no drift check means no blind overwrite; the inverse is kept for a person
+        # to review, never dispatched.
+        return (
+            f"tool {step.tool!r} is {declared.value!r} but recorded no expectation and gave no "
+            f"reason why none is needed; call call.expect(...) or "
+            f"call.no_drift_check(reason=...) so undo never overwrites a change made since"
+        ), True
+    return None, True
 
 
 def _finish_done(
     catalog: Catalog, declared: Reversibility, step: Step, call: Call, result: Any
 ) -> StepFinish:
-    effective = declared
-    violation = None
+    violation, keep = _contract_violation(catalog, declared, step, call)
+    effective = declared if violation is None or keep else Reversibility.IRREVERSIBLE
     inv = call.recorded_inverse
-    if declared in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
-        # rule 2: no inverse recorded -> logged and reported as irreversible.
-        if not isinstance(inv, Inverse):
-            violation = (
-                f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
-                f"call call.inverse(...) or register it as 'irreversible'"
-            )
-        elif inv.tool not in catalog:
-            violation = (
-                f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
-                f"catalog; register it or record an inverse the catalog has"
-            )
-        elif call.recorded_expectation is not None and (
-            call.recorded_expectation.probe not in catalog
-            or catalog.get(call.recorded_expectation.probe).reversibility
-            is not Reversibility.READ_ONLY
-        ):
-            violation = (
-                f"tool {step.tool!r} recorded expectation probe "
-                f"{call.recorded_expectation.probe!r}, which is not a read_only "
-                f"tool of the catalog; drift could not be checked"
-            )
-        if violation:
-            effective = Reversibility.IRREVERSIBLE
+    inverse = None
+    if isinstance(inv, Inverse):
+        inverse = dataclasses.replace(
+            inv,
+            landed=call.recorded_landed,
+            no_drift_check=call.recorded_no_drift_check,
+            undo_after=tuple(s.id for s in step.undo_after),
+        ).to_dict()
     return StepFinish(
         "done",
         effective=effective.value,
         result=_jsonable(result),
-        inverse=inv.to_dict() if isinstance(inv, Inverse) else None,
+        inverse=inverse,
         expectation=None
         if call.recorded_expectation is None
         else call.recorded_expectation.to_dict(),

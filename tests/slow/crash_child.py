@@ -81,7 +81,7 @@ async def kv_get(call: amends.Call, key: str) -> Any:
     return read(key)
 
 
-@catalog.tool("kv.put", reversibility="reversible", resources=lambda a: [a["key"]])
+@catalog.tool("kv.put", reversibility="reversible", resources=lambda a: [a["key"]], idempotent=True)
 async def kv_put(call: amends.Call, key: str, value: str | None) -> Any:
     before = read(key)
     maybe_die(call, "before_effect")
@@ -92,17 +92,18 @@ async def kv_put(call: amends.Call, key: str, value: str | None) -> Any:
     return {"key": key, "value": value}
 
 
-@catalog.tool("pay.charge", reversibility="compensable")
+@catalog.tool("pay.charge", reversibility="compensable", idempotent=True)
 async def charge(call: amends.Call, who: str, cents: int) -> Any:
     maybe_die(call, "before_effect")
     apply(call, "charge", f"charge:{who}", str(cents))
     maybe_die(call, "after_effect")
     call.inverse("pay.refund", who=who, cents=cents)
+    call.expect("kv.get", {"key": f"refund:{who}"}, equals=None)  # not refunded since
     call.residue(f"Refund of {cents} cents to {who}", parties=[who], settles_in_business_days=3)
     return {"charged": cents}
 
 
-@catalog.tool("pay.refund", reversibility="irreversible")
+@catalog.tool("pay.refund", reversibility="irreversible", idempotent=True)
 async def refund(call: amends.Call, who: str, cents: int) -> Any:
     maybe_die(call, "before_effect")
     apply(call, "refund", f"refund:{who}", str(cents))

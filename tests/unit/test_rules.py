@@ -380,6 +380,7 @@ async def test_token_budget(catalog: amends.Catalog, world: CoreWorld) -> None:
     async def summary(call: amends.Call, text: str) -> str:
         call.spend(tokens=700)
         call.inverse("llm.forget", text=text)
+        call.no_drift_check(reason="a summary only this saga keeps")
         return text
 
     @catalog.tool("llm.forget", reversibility="irreversible")
