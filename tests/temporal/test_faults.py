@@ -233,3 +233,48 @@ async def test_eight_clients_in_four_processes_attach_to_one_reversal(
     assert len(runs) == 1
     effects = [e for e in ledger.effects(ledger_path) if e[2].endswith(":undo")]
     assert len(effects) == 5
+
+
+@pytest.mark.parametrize(
+    ("point", "state", "applied"),
+    [
+        # the refund landed, then its worker died: the world no longer shows the charge
+        # unrefunded, the vendor ignores keys, so nothing is re-sent and the step is in_doubt
+        ("after", "in_doubt", 1),
+        # the worker died before the refund reached the vendor: the probe shows it did not land,
+        # so re-sending is safe and the step is compensated
+        ("before", "compensated", 1),
+    ],
+)
+async def test_rule5_no_blind_resend_to_a_vendor_without_keys_after_a_worker_dies(
+    temporal_client: Client, workers: Workers, engine: amends.Engine, ledger_path: Path,
+    tmp_path: Path, point: str, state: str, applied: int,
+) -> None:  # fmt: skip
+    """Rule 5 on Temporal: a compensation in flight when its worker was SIGKILLed is re-sent only
+    where that is safe. For a refund whose vendor ignores idempotency keys the workflow
+    re-observes the world: never a second refund, in_doubt with a manual action when it cannot
+    tell (the same rule, and the same detail, as after a crash of the local engine)."""
+    async with engine.saga("Charge", actor="agent:sales", saga_id="saga-r5") as saga:
+        saga.call("pay.charge_nokey", customer="c0@acme.test", cents=1000)
+    marker = tmp_path / "killed"
+    env = {
+        "AMENDS_TEST_KILL_AT": f"compensate:pay.refund_nokey:{point}",
+        "AMENDS_TEST_KILL_ONCE": str(marker),
+    }
+    workers.start(**env)
+    workers.start(**env)
+    runner = TemporalRunner(
+        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT
+    )
+    report = await asyncio.wait_for(runner.undo(engine, "saga-r5", amends.Budget()), 60)
+
+    assert marker.exists(), report.render("text")
+    assert refunds(ledger_path) == {"ch_s1": applied}  # a second refund is never amends' doing
+    step = report.step("s1")
+    assert step.state.value == state, step.detail
+    if state == "in_doubt":
+        assert "was not sent again" in step.detail
+        assert report.status == "cannot_undo"
+        assert step.manual_action is not None and step.manual_action.who
+    else:
+        assert ledger.state(ledger_path)["charges"]["ch_s1"]["refunded"] == 1000
