@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -22,7 +23,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..evals.generator import FAMILIES, generate
 from ..evals.invariants import INVARIANTS, check, true_outcome
-from ..evals.suite import ENGINES, EngineTally, _factory, run_suite
+from ..evals.suite import ENGINES, EngineTally, _factory, default_jobs, run_suite
 
 __all__ = ["register"]
 
@@ -45,6 +46,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--concurrency", type=int, default=48, help="sagas run at once in one event loop"
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="processes to shard the sagas over (default: one per core)",
+    )
     p.set_defaults(handler=_eval)
 
 
@@ -54,6 +61,11 @@ def _eval(args: argparse.Namespace) -> int:
         return _replay(args.replay, engines, as_json=args.json)
     if args.sagas < 1:
         raise ConfigError(f"--sagas must be at least 1, got {args.sagas}")
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}; omit it for one per core")
+    if args.concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")
     console = Console(stderr=True)
     total = args.sagas * len(engines)
     t0 = time.monotonic()
@@ -72,27 +84,44 @@ def _eval(args: argparse.Namespace) -> int:
                 args.sagas,
                 args.seed,
                 engines,
+                jobs=jobs,
                 concurrency=args.concurrency,
-                on_done=lambda: progress.advance(task),
+                on_done=lambda n: progress.advance(task, n),
             )
         )
     elapsed = time.monotonic() - t0
     if args.json:
         out = {
-            "command": f"amends eval --sagas {args.sagas} --seed {args.seed}",
+            "command": f"amends eval --sagas {args.sagas} --seed {args.seed} --jobs {jobs}",
             "seconds": round(elapsed, 2),
+            "sagas_per_second": round(args.sagas / elapsed, 1) if elapsed else None,
+            "jobs": jobs,
+            "load": _load(),
             "engines": {e: t.to_dict() for e, t in tallies.items()},
         }
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        _print_tables(tallies, args.sagas, args.seed, elapsed)
+        _print_tables(tallies, args.sagas, args.seed, elapsed, jobs)
     amends = tallies.get("amends")
     return 1 if amends is not None and any(amends.violations.values()) else 0
 
 
-def _print_tables(tallies: dict[str, EngineTally], sagas: int, seed: int, elapsed: float) -> None:
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _print_tables(
+    tallies: dict[str, EngineTally], sagas: int, seed: int, elapsed: float, jobs: int
+) -> None:
     out = Console()
-    out.print(f"[bold]amends eval[/bold] — {sagas} sagas, seed {seed}, {elapsed:.1f}s")
+    rate = sagas / elapsed if elapsed else 0.0
+    out.print(
+        f"[bold]amends eval[/bold] — {sagas} sagas, seed {seed}, {elapsed:.1f}s "
+        f"({rate:.0f} sagas/s, {jobs} jobs, load {_load()})"
+    )
     inv = Table(title="Invariants (sagas where it held)", header_style="bold")
     inv.add_column("invariant")
     for e in tallies:

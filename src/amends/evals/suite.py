@@ -1,20 +1,25 @@
-"""Runs many scenarios concurrently in one event loop and tallies the invariants."""
+"""Runs many scenarios and tallies the invariants: concurrently in one event loop per process,
+sharded over processes (``jobs``), each saga on the real SQL log (an in-memory ``SqliteLog``)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import Engine
+from ..errors import ConfigError
 from ..log.sqlite import SqliteLog
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
 from .invariants import INVARIANTS, check
 from .runner import SagaResult, run_scenario, run_scenario_both
 
-__all__ = ["ENGINES", "EngineTally", "run_suite"]
+__all__ = ["ENGINES", "EngineTally", "default_jobs", "run_indexes", "run_suite"]
 
 ENGINES: tuple[str, ...] = ("amends", "naive", *BROKEN_ENGINES)
 
@@ -59,6 +64,21 @@ class EngineTally:
                     self.failing[name].append(r.scenario.ref)
                 self.examples.setdefault(name, f"{r.scenario.ref}: {msgs[0]}")
 
+    def merge(self, other: EngineTally) -> None:
+        """Add ``other``'s counts (another shard of the same run) to this tally."""
+        self.sagas += other.sagas
+        self.silently_wrong += other.silently_wrong
+        for name in INVARIANTS:
+            self.violations[name] += other.violations[name]
+            room = 20 - len(self.failing[name])
+            self.failing[name].extend(other.failing[name][:room])
+            if name in other.examples:
+                self.examples.setdefault(name, other.examples[name])
+        for fam, counts in other.by_family.items():
+            mine = self.by_family.setdefault(fam, {"sagas": 0, "wrong": 0, "violated": 0})
+            for k, n in counts.items():
+                mine[k] += n
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
@@ -86,20 +106,95 @@ def _factory(engine: str) -> tuple[str, Callable[..., Engine] | None]:
     return "amends", BROKEN_ENGINES[engine]
 
 
+def default_jobs() -> int:
+    """Processes ``amends eval`` shards over by default: one per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 async def run_suite(
     sagas: int,
     seed: int,
     engines: Sequence[str] = ("amends", "naive"),
     *,
+    jobs: int = 1,
     concurrency: int = 48,
     shared_logs: int = 4,
-    on_done: Callable[[], None] | None = None,
+    on_done: Callable[[int], None] | None = None,
 ) -> dict[str, EngineTally]:
-    """Run ``sagas`` scenarios of ``seed`` on each engine; ``concurrency`` at a time.
+    """Run ``sagas`` scenarios of ``seed`` on each engine and tally the invariants.
+
+    Args:
+        sagas: How many scenarios (indexes ``0 .. sagas-1``).
+        seed: The generator seed.
+        engines: ``"amends"``, ``"naive"`` and/or names of :data:`BROKEN_ENGINES`.
+        jobs: Processes to shard the scenarios over (1: all in this process).
+        concurrency: Scenarios in flight at once in one event loop.
+        shared_logs: In-memory SQLite logs shared by the scenarios of one process.
+        on_done: Called with a number of finished sagas (per engine) as they finish.
+
+    Raises:
+        ConfigError: ``sagas``, ``jobs`` or ``concurrency`` is not positive, or an engine is
+            unknown.
+    """
+    for name, value in (("sagas", sagas), ("jobs", jobs), ("concurrency", concurrency)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        raise ConfigError(f"unknown engine {unknown[0]!r}; use one of {', '.join(ENGINES)}")
+    if jobs == 1 or sagas < 2 * jobs:
+        return await run_indexes(range(sagas), seed, engines, concurrency=concurrency,
+                                 shared_logs=shared_logs, on_done=on_done)  # fmt: skip
+    # Chunks small enough that the progress bar moves and no process idles at the end; each
+    # chunk is every ``n_chunks``-th index so every chunk has every family.
+    n_chunks = min(sagas, jobs * 8)
+    chunks = [range(k, sagas, n_chunks) for k in range(n_chunks)]
+    tallies = {e: EngineTally(e) for e in engines}
+    loop = asyncio.get_running_loop()
+    ctx = multiprocessing.get_context("spawn")  # no inherited threads or event loops
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        futures = [
+            loop.run_in_executor(
+                pool, _run_chunk, list(chunk), seed, tuple(engines), concurrency, shared_logs
+            )
+            for chunk in chunks
+        ]
+        for fut in asyncio.as_completed(futures):
+            part = await fut
+            for e, t in part.items():
+                tallies[e].merge(t)
+                if on_done is not None:
+                    on_done(t.sagas)
+    return tallies
+
+
+def _run_chunk(
+    indexes: list[int], seed: int, engines: tuple[str, ...], concurrency: int, shared_logs: int
+) -> dict[str, EngineTally]:
+    """One shard, in a worker process (its own event loop, catalog and logs)."""
+    return asyncio.run(
+        run_indexes(indexes, seed, engines, concurrency=concurrency, shared_logs=shared_logs)
+    )
+
+
+async def run_indexes(
+    indexes: Iterable[int],
+    seed: int,
+    engines: Sequence[str] = ("amends", "naive"),
+    *,
+    concurrency: int = 48,
+    shared_logs: int = 4,
+    on_done: Callable[[int], None] | None = None,
+) -> dict[str, EngineTally]:
+    """Run the scenarios ``seed:i`` for ``i`` in ``indexes`` in this process's event loop.
 
     Scenarios without a crash point share ``shared_logs`` in-memory logs (creating and closing
     one SQLite log per saga would dominate the run); each crash scenario gets its own.
     """
+    indexes = list(indexes)
     tallies = {e: EngineTally(e) for e in engines}
     gate = asyncio.Semaphore(concurrency)
     logs = [SqliteLog(":memory:", synchronous="OFF") for _ in range(shared_logs)]
@@ -116,13 +211,10 @@ async def run_suite(
         for r in rs:
             tallies[r.engine if factory is None else engine].add(r, check(r))
             if on_done is not None:
-                on_done()
+                on_done(1)
 
     jobs = [
-        one(e, i)
-        for e in engines
-        if not (e == "naive" and "amends" in engines)
-        for i in range(sagas)
+        one(e, i) for e in engines if not (e == "naive" and "amends" in engines) for i in indexes
     ]
     try:
         await asyncio.gather(*jobs)

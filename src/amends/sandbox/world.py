@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import functools
 import itertools
 import json
@@ -209,13 +208,19 @@ class Faults:
         return None
 
 
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class _Store:
     """Tables of JSON values keyed by string; in memory or write-through to SQLite."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self._mem: dict[str, dict[str, Any]] = {}
-        self._effects: list[dict[str, Any]] = []
+        # In memory, values are kept as JSON text: a read decodes a private copy (json's C
+        # decoder is several times faster than copy.deepcopy), and nothing a caller holds can
+        # alias the world's state.
+        self._mem: dict[str, dict[str, str]] = {}
+        self._effects: list[str] = []
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._depth = 0
@@ -270,8 +275,8 @@ class _Store:
     def get(self, tbl: str, key: str, default: Any = None) -> Any:
         with self._lock:
             if self._db is None:
-                value = self._mem.get(tbl, {}).get(key)
-                return copy.deepcopy(value) if value is not None else default
+                text = self._mem.get(tbl, {}).get(key)
+                return json.loads(text) if text is not None else default
             row = self._db.execute(
                 "SELECT value FROM kv WHERE tbl = ? AND key = ?", (tbl, key)
             ).fetchone()
@@ -280,7 +285,7 @@ class _Store:
     def items(self, tbl: str) -> list[tuple[str, Any]]:
         with self._lock:
             if self._db is None:
-                return [(k, copy.deepcopy(v)) for k, v in sorted(self._mem.get(tbl, {}).items())]
+                return [(k, json.loads(v)) for k, v in sorted(self._mem.get(tbl, {}).items())]
             rows = self._db.execute(
                 "SELECT key, value FROM kv WHERE tbl = ? ORDER BY key", (tbl,)
             ).fetchall()
@@ -300,8 +305,8 @@ class _Store:
         with self._lock:
             if self._db is None:
                 for tbl, key, value in puts:
-                    self._mem.setdefault(tbl, {})[key] = json.loads(json.dumps(value))
-                self._effects.extend(json.loads(json.dumps(e)) for e in effects)
+                    self._mem.setdefault(tbl, {})[key] = _dumps(value)
+                self._effects.extend(_dumps(e) for e in effects)
                 return
             db = self._db
             if self._depth:  # inside atomic(): its transaction commits
@@ -332,7 +337,7 @@ class _Store:
     def effects(self) -> list[dict[str, Any]]:
         with self._lock:
             if self._db is None:
-                return copy.deepcopy(self._effects)
+                return [json.loads(e) for e in self._effects]
             rows = self._db.execute("SELECT value FROM effects ORDER BY seq").fetchall()
             return [json.loads(r[0]) for r in rows]
 
