@@ -79,7 +79,7 @@ async def test_scene_gives_the_exact_saga_report_and_world(name: str, sync: bool
     assert first.status == "cannot_undo"
     states = {s.tool: (s.verb, s.state.value) for s in first.steps}
     assert states == {
-        "crm.update_field": ("Revert", "drifted"),
+        "crm.update_field": ("Acknowledge", "drifted"),  # rule 8: the verb never claims more
         "payments.charge": ("Compensate", "compensated"),
         "chat.post": ("Compensate", "compensated"),
         "lookup_weather": ("Acknowledge", "acknowledged"),

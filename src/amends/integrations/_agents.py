@@ -30,13 +30,18 @@ import amends
 from amends import Catalog, Engine, Saga, Step
 
 __all__ = [
+    "APPROVAL_MODES",
     "AgentRun",
     "ToolReportedError",
     "agent_run",
     "agent_run_sync",
+    "approval_message",
     "catalog_tool_function",
     "current_run",
+    "needs_approval",
     "resolve_tool_name",
+    "spend",
+    "tokens_of",
 ]
 
 T = TypeVar("T")
@@ -483,3 +488,105 @@ async def start_run(engine: Engine, title: str) -> AgentRun:
 async def end_run(run: AgentRun) -> None:
     """Wait for the run's steps and close its saga."""
     await run.saga.__aexit__(None, None, None)
+
+
+# --- the approval gate (the MCP gateway's counterpart for frameworks with human-in-the-loop) --
+
+APPROVAL_MODES = ("off", "irreversible", "residue")
+"""``off``: never ask; ``irreversible``: ask before a call undo cannot take back (a tool with no
+contract included); ``residue``: also before a compensable call (undo leaves residue)."""
+
+_UNDO_SAYS = {
+    "irreversible": "Undo CANNOT take this back: a person would have to follow up.",
+    "compensable": "Undo can compensate this, but not without trace: residue remains.",
+}
+
+
+def check_approval(mode: str) -> str:
+    """``mode`` if it is one of :data:`APPROVAL_MODES`.
+
+    Raises:
+        ConfigError: Any other value.
+    """
+    if mode not in APPROVAL_MODES:
+        raise amends.ConfigError(
+            f"approval is {mode!r}; use one of {', '.join(repr(m) for m in APPROVAL_MODES)}"
+        )
+    return mode
+
+
+def _class_of(catalog: Catalog, tool: str) -> tuple[str, bool]:
+    if tool not in catalog:
+        return "irreversible", False  # no contract: the default (DESIGN.md)
+    spec = catalog.get(tool)
+    return spec.reversibility.value, spec.explicit
+
+
+def needs_approval(catalog: Catalog, tool: str, mode: str) -> bool:
+    """Whether the gate asks a person before catalog tool ``tool`` runs, under ``mode``."""
+    if check_approval(mode) == "off":
+        return False
+    cls, _ = _class_of(catalog, tool)
+    return cls == "irreversible" or (mode == "residue" and cls == "compensable")
+
+
+def approval_message(catalog: Catalog, tool: str, args: Mapping[str, Any]) -> str:
+    """The question put to the person: the call, its class, what undo can and cannot do."""
+    cls, explicit = _class_of(catalog, tool)
+    label = cls if explicit else "irreversible (no contract)"
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return "\n".join(
+        [
+            f"The agent wants to call {tool}({shown[:300]}).",
+            f"Class: {label}. {_UNDO_SAYS.get(cls, '')}".rstrip(),
+            "Allow this call?",
+        ]
+    )
+
+
+def refusal_text(tool: str, catalog: Catalog) -> str:
+    """What the model is told when the person does not approve (the call was not made)."""
+    cls, _ = _class_of(catalog, tool)
+    return f"amends: the user did not approve {tool} ({cls}); the call was not made"
+
+
+# --- tokens a framework call spent -------------------------------------------------------
+
+
+def tokens_of(usage: Any) -> int:
+    """Total tokens of a framework's usage record or run result (LangChain ``AIMessage`` /
+    ``usage_metadata``, Pydantic AI ``RunUsage`` / ``result.usage()``, OpenAI Agents ``Usage`` /
+    ``result.context_wrapper.usage``), for ``call.spend(tokens=...)`` in a compensation that
+    runs an agent: the reversal's budget counts them.
+
+    Raises:
+        ConfigError: No token count can be found in ``usage``.
+    """
+    inner = getattr(usage, "usage", None)  # pydantic_ai run result (a property since 2.x)
+    if inner is not None and not isinstance(usage, Mapping):
+        usage = inner if hasattr(inner, "total_tokens") or not callable(inner) else inner()
+    wrapper = getattr(usage, "context_wrapper", None)  # openai-agents RunResult
+    if wrapper is not None:
+        usage = wrapper.usage
+    meta = getattr(usage, "usage_metadata", None)  # langchain AIMessage
+    if meta is not None:
+        usage = meta
+    if isinstance(usage, Mapping):
+        total = usage.get("total_tokens")
+        if total is None and ("input_tokens" in usage or "output_tokens" in usage):
+            total = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    else:
+        total = getattr(usage, "total_tokens", None)
+    if not isinstance(total, int) or total < 0:
+        raise amends.ConfigError(
+            f"no token count in {usage!r}; pass a usage record or run result of LangChain, "
+            f"Pydantic AI or OpenAI Agents, or call call.spend(tokens=n) yourself"
+        )
+    return total
+
+
+def spend(call: amends.Call, usage: Any) -> int:
+    """``call.spend(tokens=tokens_of(usage))``; returns the tokens spent."""
+    n = tokens_of(usage)
+    call.spend(tokens=n)
+    return n

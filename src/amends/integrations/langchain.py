@@ -24,6 +24,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -35,11 +36,16 @@ from ._agents import (
     SyncAgentRun,
     agent_run,
     agent_run_sync,
+    approval_message,
     catalog_tool_function,
+    check_approval,
     current_run,
     end_run,
     framework_name,
+    needs_approval,
+    refusal_text,
     resolve_tool_name,
+    spend,
     start_run,
     title_from,
 )
@@ -49,7 +55,9 @@ __all__ = [
     "agent_run",
     "agent_run_sync",
     "amends_tool_node",
+    "approval_message",
     "catalog_tools",
+    "spend",
 ]
 
 Handler = Callable[[ToolCallRequest], Any]
@@ -104,9 +112,14 @@ class AmendsMiddleware(AgentMiddleware):
         title: The saga title of runs this middleware opens; default the user's message.
         names: Framework tool name -> catalog name, where :func:`resolve_tool_name`'s default
             (exact name, or dots written as underscores) does not fit.
+        approval: The approval gate: ``"off"`` (default), ``"irreversible"`` or ``"residue"``.
+            Before such a call the graph is paused with a LangGraph ``interrupt`` carrying
+            ``{"amends_approval": message, "tool", "args", "tool_call_id"}``; resume with
+            ``Command(resume=True)`` to run it or ``Command(resume=False)`` to refuse it (the
+            model is told; nothing is recorded). Needs a checkpointer, like every interrupt.
 
     Raises:
-        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+        ConfigError: ``engine`` is not an :class:`amends.Engine`, or an unknown approval mode.
     """
 
     def __init__(
@@ -115,6 +128,7 @@ class AmendsMiddleware(AgentMiddleware):
         *,
         title: str | None = None,
         names: Mapping[str, str] | None = None,
+        approval: str = "off",
     ) -> None:
         super().__init__()
         if not isinstance(engine, Engine):
@@ -125,6 +139,7 @@ class AmendsMiddleware(AgentMiddleware):
         self.engine = engine
         self.title = title
         self.names = dict(names or {})
+        self.approval = check_approval(approval)
         self.last_saga_id: str | None = None
         """The saga of the latest run (the one it opened or the enclosing one it joined)."""
         self._own: AgentRun | None = None
@@ -192,36 +207,73 @@ class AmendsMiddleware(AgentMiddleware):
         return run
 
     # --- each tool call is a step ---------------------------------------------------------
+    def _gate(self, request: ToolCallRequest, tool: str) -> ToolMessage | None:
+        """The approval gate: ``None`` to go ahead, else the refusal answer for the model."""
+        if not needs_approval(self.engine.catalog, tool, self.approval):
+            return None
+        from langgraph.types import interrupt
+
+        tc = request.tool_call
+        args = dict(tc.get("args") or {})
+        answer = interrupt(  # pauses the graph; returns the value it is resumed with
+            {
+                "amends_approval": approval_message(self.engine.catalog, tool, args),
+                "tool": tool,
+                "args": args,
+                "tool_call_id": tc.get("id"),
+            }
+        )
+        if answer is True or (isinstance(answer, Mapping) and answer.get("approve") is True):
+            return None
+        return ToolMessage(
+            content=refusal_text(tool, self.engine.catalog),
+            tool_call_id=tc.get("id") or "",
+            name=tc.get("name"),
+            status="error",
+        )
+
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         tc = request.tool_call
+        tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
         try:
+            refused = self._gate(request, tool)
+            if refused is not None:
+                return refused
             return self._run().call_tool_sync(
-                resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+                tool,
                 dict(tc.get("args") or {}),
                 lambda: handler(request),
                 turn=_turn_of(request),
                 reported_error=_reported_error,
                 loggable=_loggable,
             )
+        except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
+            raise
         except Exception:
             self._close_own_sync()  # the exception ends the agent run: after_agent never runs
             raise
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
+        tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
 
         async def call() -> Any:
             return await handler(request)
 
         try:
+            refused = self._gate(request, tool)
+            if refused is not None:
+                return refused
             return await self._run().call_tool(
-                resolve_tool_name(self.engine.catalog, tc["name"], self.names),
+                tool,
                 dict(tc.get("args") or {}),
                 call,
                 turn=_turn_of(request),
                 reported_error=_reported_error,
                 loggable=_loggable,
             )
+        except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
+            raise
         except Exception:
             await self._close_own()  # the exception ends the agent run: after_agent never runs
             raise
@@ -230,6 +282,8 @@ class AmendsMiddleware(AgentMiddleware):
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         try:
             return handler(request)
+        except GraphBubbleUp:
+            raise
         except Exception:
             self._close_own_sync()
             raise
@@ -237,6 +291,8 @@ class AmendsMiddleware(AgentMiddleware):
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         try:
             return await handler(request)
+        except GraphBubbleUp:
+            raise
         except Exception:
             await self._close_own()
             raise
@@ -247,15 +303,16 @@ def amends_tool_node(
     engine: Engine,
     *,
     names: Mapping[str, str] | None = None,
+    approval: str = "off",
     **tool_node_kwargs: Any,
 ) -> ToolNode:
     """A LangGraph ``ToolNode`` whose every tool call is a step of the enclosing
-    :func:`agent_run` (sync and async graphs).
+    :func:`agent_run` (sync and async graphs); ``approval`` as in :class:`AmendsMiddleware`.
 
     Raises:
-        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+        ConfigError: ``engine`` is not an :class:`amends.Engine`, or an unknown approval mode.
     """
-    mw = AmendsMiddleware(engine, names=names)
+    mw = AmendsMiddleware(engine, names=names, approval=approval)
     return ToolNode(
         tools,
         wrap_tool_call=mw.wrap_tool_call,

@@ -39,10 +39,14 @@ from ._agents import (
     AgentRun,
     agent_run,
     agent_run_sync,
+    approval_message,
     catalog_tool_function,
+    check_approval,
     current_run,
     framework_name,
+    needs_approval,
     resolve_tool_name,
+    spend,
     title_from,
 )
 
@@ -51,9 +55,12 @@ __all__ = [
     "AmendsRunHooks",
     "agent_run",
     "agent_run_sync",
+    "approval_message",
+    "approval_requests",
     "catalog_function_tools",
     "run_agent",
     "run_agent_sync",
+    "spend",
     "wrap_agent",
     "wrap_tools",
 ]
@@ -74,7 +81,9 @@ def _the_run() -> AgentRun:
     return run
 
 
-def _wrap(tool: FunctionTool, catalog: Catalog, names: Mapping[str, str] | None) -> FunctionTool:
+def _wrap(
+    tool: FunctionTool, catalog: Catalog, names: Mapping[str, str] | None, approval: str
+) -> FunctionTool:
     # The copy's own failure handler is switched off so the tool's exception reaches amends
     # (rule 9: in doubt); the original tool's handler then formats it for the model as before.
     raising = dataclasses.replace(tool)
@@ -110,31 +119,73 @@ def _wrap(tool: FunctionTool, catalog: Catalog, names: Mapping[str, str] | None)
                 raise
             return answer
 
+    if needs_approval(catalog, catalog_name, approval):
+        # the SDK's human-in-the-loop: the run stops with an interruption before the call
+        return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, needs_approval=True)
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
 
 def wrap_tools(
-    tools: Sequence[Tool], engine: Engine, *, names: Mapping[str, str] | None = None
+    tools: Sequence[Tool],
+    engine: Engine,
+    *,
+    names: Mapping[str, str] | None = None,
+    approval: str = "off",
 ) -> list[Tool]:
     """Copies of ``tools`` whose function tools record each call as a step (other kinds of
     tool, e.g. hosted tools, are passed through unchanged and are not recorded).
 
+    Args:
+        tools: The agent's tools.
+        engine: The engine whose catalog holds the contracts.
+        names: Framework tool name -> catalog name where the default does not fit.
+        approval: The approval gate: ``"off"`` (default), ``"irreversible"`` or ``"residue"``:
+            such tools get ``needs_approval=True``, so the run stops with interruptions
+            (:func:`approval_requests` words them); approve or reject on ``result.to_state()``
+            and run again inside the same :func:`agent_run`.
+
     Raises:
-        ConfigError: ``engine`` is not an :class:`amends.Engine`.
+        ConfigError: ``engine`` is not an :class:`amends.Engine`, or an unknown approval mode.
     """
     if not isinstance(engine, Engine):
         raise amends.ConfigError(f"wrap_tools needs an amends.Engine, got {engine!r}")
-    return [_wrap(t, engine.catalog, names) if isinstance(t, FunctionTool) else t for t in tools]
+    check_approval(approval)
+    return [
+        _wrap(t, engine.catalog, names, approval) if isinstance(t, FunctionTool) else t
+        for t in tools
+    ]
 
 
 def wrap_agent(
-    agent: Agent[Any], engine: Engine, *, names: Mapping[str, str] | None = None
+    agent: Agent[Any],
+    engine: Engine,
+    *,
+    names: Mapping[str, str] | None = None,
+    approval: str = "off",
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools are wrapped (:func:`wrap_tools`).
 
     Agents reached by handoff keep their own tools; wrap them too if they act.
     """
-    return agent.clone(tools=wrap_tools(agent.tools, engine, names=names))
+    return agent.clone(tools=wrap_tools(agent.tools, engine, names=names, approval=approval))
+
+
+def approval_requests(engine: Engine, result: Any) -> list[tuple[Any, str]]:
+    """The interruptions of a run stopped by the approval gate, each with the question to put
+    to the person (the call, its class, what undo can and cannot do)."""
+    out = []
+    for item in result.interruptions:
+        raw = item.raw_item
+        name = item.tool_name or getattr(raw, "name", None) or "tool"
+        try:
+            args = json.loads(getattr(raw, "arguments", None) or "{}")
+        except ValueError:
+            args = {}
+        tool = resolve_tool_name(engine.catalog, name)
+        out.append(
+            (item, approval_message(engine.catalog, tool, args if isinstance(args, dict) else {}))
+        )
+    return out
 
 
 class AmendsRunHooks(RunHooks[Any]):
@@ -202,6 +253,7 @@ async def run_agent(
     title: str | None = None,
     names: Mapping[str, str] | None = None,
     hooks: RunHooks[Any] | None = None,
+    approval: str = "off",
     **runner_kwargs: Any,
 ) -> AgentRunOutcome[Any]:
     """``Runner.run`` with every function-tool call recorded as a step of one saga.
@@ -213,7 +265,7 @@ async def run_agent(
         ConfigError: ``engine`` is not an :class:`amends.Engine`.
         Exception: Whatever ``Runner.run`` raises.
     """
-    wrapped = wrap_agent(agent, engine, names=names)
+    wrapped = wrap_agent(agent, engine, names=names, approval=approval)
     run_hooks = AmendsRunHooks(hooks)
     enclosing = current_run()
     if enclosing is not None:
@@ -232,6 +284,7 @@ def run_agent_sync(
     title: str | None = None,
     names: Mapping[str, str] | None = None,
     hooks: RunHooks[Any] | None = None,
+    approval: str = "off",
     **runner_kwargs: Any,
 ) -> AgentRunOutcome[Any]:
     """:func:`run_agent` for synchronous code (the SDK's ``Runner.run_sync`` runs an event loop

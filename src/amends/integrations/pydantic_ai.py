@@ -36,11 +36,12 @@ from ._agents import (
     current_run,
     end_run,
     resolve_tool_name,
+    spend,
     start_run,
     title_from,
 )
 
-__all__ = ["AmendsToolset", "agent_run", "agent_run_sync", "catalog_toolset"]
+__all__ = ["AmendsToolset", "agent_run", "agent_run_sync", "catalog_toolset", "spend"]
 
 
 @dataclasses.dataclass

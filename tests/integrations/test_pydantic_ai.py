@@ -1,0 +1,212 @@
+"""Pydantic AI adapter: what the shared scene (test_scene.py) does not cover."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agent_scene import new_engine
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+
+import amends
+from amends.integrations.pydantic_ai import AmendsToolset, agent_run, spend
+
+
+def scripted(*turns: list[tuple[str, dict[str, Any]]], final: str = "ok") -> FunctionModel:
+    script = [[ToolCallPart(n, a) for n, a in turn] for turn in turns]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=script.pop(0) if script else [TextPart(final)])
+
+    return FunctionModel(respond)
+
+
+def set_stage_tool(world: Any) -> Any:
+    """A plain Pydantic AI tool function that records its inverse via amends.current_call()."""
+
+    def set_stage(stage: str) -> str:
+        """Set the ACME deal stage."""
+        call = amends.current_call()
+        assert call is not None
+        before = world.crm.read_field("acme", "stage")
+        world.crm.update_field("acme", "stage", stage, idempotency_key=call.idempotency_key)
+        call.inverse("crm.update_field", record_id="acme", field="stage", value=before)
+        call.expect("crm.read_field", {"record_id": "acme", "field": "stage"}, equals=stage)
+        return f"stage is {stage}"
+
+    return set_stage
+
+
+def declare(engine: amends.Engine, name: str, reversibility: str) -> None:
+    async def contract_only(call: amends.Call, **_: Any) -> None:
+        raise AssertionError("never called: the framework runs the tool")
+
+    engine.catalog.register(name, contract_only, reversibility=reversibility)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_pydantic_ai_tool_records_its_inverse_with_current_call(sync: bool) -> None:
+    """The tool stays a plain function; its contract is in the catalog by name; undo reverts."""
+    world, engine = new_engine()
+    declare(engine, "set_stage", "reversible")
+    toolset = AmendsToolset(FunctionToolset([set_stage_tool(world)]), engine=engine)
+    agent = Agent(scripted([("set_stage", {"stage": "closed_won"})]), toolsets=[toolset])
+    if sync:
+        await asyncio.to_thread(agent.run_sync, "Win ACME")
+    else:
+        await agent.run("Win ACME")
+    assert world.crm.read_field("acme", "stage") == "closed_won"
+    assert toolset.last_saga_id is not None
+    saga = await engine.log.get_saga(toolset.last_saga_id)
+    assert saga is not None and (saga.title, saga.state) == ("Win ACME", "completed")
+    report = await engine.undo(toolset.last_saga_id)
+    assert report.status == "fully_reversed"
+    assert [(s.tool, s.state.value) for s in report.steps] == [("set_stage", "reverted")]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+async def test_model_retry_is_a_refusal_the_step_failed_and_the_retry_is_a_new_step() -> None:
+    """ModelRetry means the tool refused before acting: that step is failed (nothing to undo),
+    the model's retry is a new step, and the world changed once."""
+    world, engine = new_engine()
+    declare(engine, "set_stage", "reversible")
+    inner = set_stage_tool(world)
+
+    def set_stage(stage: str) -> str:
+        """Set the ACME deal stage (one of the CRM's stages)."""
+        if stage != stage.lower():
+            raise ModelRetry("stages are lower case, e.g. 'closed_won'")
+        return str(inner(stage))
+
+    toolset = AmendsToolset(FunctionToolset([set_stage]), engine=engine)
+    agent = Agent(
+        scripted(
+            [("set_stage", {"stage": "CLOSED_WON"})], [("set_stage", {"stage": "closed_won"})]
+        ),
+        toolsets=[toolset],
+    )
+    await agent.run("Win ACME")
+    assert toolset.last_saga_id is not None
+    saga = await engine.log.get_saga(toolset.last_saga_id)
+    assert saga is not None
+    assert [(s.tool, s.state, s.deps) for s in saga.steps] == [
+        ("set_stage", "failed", ()),
+        ("set_stage", "done", ()),  # the failed step is no dependency
+    ]
+    assert "stages are lower case" in (saga.steps[0].error or "")
+    report = await engine.undo(toolset.last_saga_id)
+    assert [s.state.value for s in report.steps] == ["not_needed", "reverted"]
+    assert report.status == "fully_reversed"
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+async def test_a_tool_exception_fails_the_run_the_step_is_in_doubt_and_the_saga_closed() -> None:
+    """Rule 9 through Pydantic AI: the exception reaches agent.run unchanged; the toolset's
+    saga is closed on the way out."""
+    _, engine = new_engine()
+
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise ConnectionError("processor hung up")
+
+    toolset = AmendsToolset(FunctionToolset([charge_card]), engine=engine)
+    agent = Agent(scripted([("charge_card", {"cents": 100})]), toolsets=[toolset])
+    with pytest.raises(ConnectionError, match="processor hung up"):
+        await agent.run("Charge 1 USD")
+    assert toolset.last_saga_id is not None
+    saga = await engine.log.get_saga(toolset.last_saga_id)
+    assert saga is not None
+    assert (saga.state, [s.state for s in saga.steps]) == ("failed", ["in_doubt"])
+
+
+async def test_concurrent_runs_of_one_agent_get_separate_sagas() -> None:
+    """for_run gives each run its own state: two runs at once, two sagas, one step each."""
+    _, engine = new_engine()
+    declare(engine, "note", "irreversible")
+
+    def note(text: str) -> str:
+        """Write a note."""
+        return text
+
+    toolset = AmendsToolset(FunctionToolset([note]), engine=engine)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            prompt = str(messages[0].parts[-1].content)  # type: ignore[union-attr]
+            return ModelResponse(parts=[ToolCallPart("note", {"text": prompt})])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(respond), toolsets=[toolset])
+    await asyncio.gather(agent.run("first"), agent.run("second"))
+    sagas = [await engine.log.get_saga(s.saga_id) for s in await engine.log.list_sagas()]
+    got = sorted((s.title, [(st.tool, st.args) for st in s.steps]) for s in sagas if s)
+    assert got == [
+        ("first", [("note", {"text": "first"})]),
+        ("second", [("note", {"text": "second"})]),
+    ]
+
+
+async def test_two_runs_inside_agent_run_are_one_saga() -> None:
+    """One user request spanning two agent runs: one saga; the later run depends on the first."""
+    world, engine = new_engine()
+    declare(engine, "set_stage", "reversible")
+    toolset = AmendsToolset(FunctionToolset([set_stage_tool(world)]), engine=engine)
+    first = Agent(scripted([("set_stage", {"stage": "contract_sent"})]), toolsets=[toolset])
+    second = Agent(scripted([("set_stage", {"stage": "closed_won"})]), toolsets=[toolset])
+    async with agent_run(engine, "Move ACME to won") as run:
+        await first.run("step 1")
+        await second.run("step 2")
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    assert [(s.step_id, s.deps) for s in saga.steps] == [("s1", ()), ("s2", ("s1",))]
+    assert toolset.last_saga_id == run.saga_id
+    report = await engine.undo(run.saga_id)
+    assert [s.state.value for s in report.steps] == ["reverted", "reverted"]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+async def test_tokens_a_compensation_spends_through_an_agent_count_in_the_report() -> None:
+    """A compensation that runs a Pydantic AI agent (to word a retraction) reports the tokens it
+    used with spend(call, result): the reversal's report counts them."""
+    _, engine = new_engine()
+    writer = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("Sorry, ignore.")])))
+    used: list[int] = []
+
+    @engine.catalog.tool("notes.retract", reversibility="irreversible")
+    async def retract(call: amends.Call, note_id: str) -> str:
+        result = await writer.run(f"Word a retraction of note {note_id}")
+        used.append(spend(call, result))
+        return str(result.output)
+
+    @engine.catalog.tool("notes.post", reversibility="reversible")
+    async def post(call: amends.Call, text: str) -> str:
+        call.inverse("notes.retract", note_id="n1")
+        call.no_drift_check(reason="a note only this saga can see")
+        return "n1"
+
+    toolset = AmendsToolset(FunctionToolset([notes_post]), engine=engine)
+    agent = Agent(scripted([("notes_post", {"text": "hello"})]), toolsets=[toolset])
+    await agent.run("Post a note")
+    assert toolset.last_saga_id is not None
+    report = await engine.undo(toolset.last_saga_id)
+    assert [s.state.value for s in report.steps] == ["reverted"], report.render("text")
+    assert used and used[0] > 0
+    assert report.tokens == used[0]
+
+
+def notes_post(text: str) -> str:
+    """Post a note (the framework's function; the catalog's notes.post holds the contract)."""
+    call = amends.current_call()
+    assert call is not None
+    call.inverse("notes.retract", note_id="n1")
+    call.no_drift_check(reason="a note only this saga can see")
+    return "n1"
+
+
+def test_the_toolset_needs_an_engine() -> None:
+    with pytest.raises(amends.ConfigError, match="needs engine=amends.Engine"):
+        AmendsToolset(FunctionToolset([]))
