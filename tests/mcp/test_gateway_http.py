@@ -62,3 +62,19 @@ async def test_gateway_sigkilled_mid_call_leaves_an_honest_in_doubt_step(
     assert report["status"] == "cannot_undo"
     assert any(m["step_id"] == steps["kv.slow_set"]["step_id"] for m in report["manual_actions"])
     assert "b" not in kv.world()["kv"]  # killed before it wrote: in_doubt was the honest answer
+
+
+async def test_each_handshake_connection_over_http_has_its_own_saga(
+    kv: KvSetup, http_gateway: Any
+) -> None:
+    """Default: one saga per agent connection; undo on one leaves the other's steps alone."""
+    from mcp import Client
+
+    gw = http_gateway(kv)
+    async with Client(gw.url, mode="legacy") as a, Client(gw.url, mode="legacy") as b:
+        ra = await a.call_tool("kv_kv_set", {"key": "a", "value": "1"})
+        rb = await b.call_tool("kv_kv_set", {"key": "b", "value": "2"})
+        undo = await a.call_tool("amends_undo", {})
+    assert ra.meta["amends/step"]["saga_id"] != rb.meta["amends/step"]["saga_id"]
+    assert undo.structured_content["saga_id"] == ra.meta["amends/step"]["saga_id"]
+    assert kv.world()["kv"] == {"b": "2"}

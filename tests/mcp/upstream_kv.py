@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+try:  # mcp 2.x
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:  # mcp 1.x: the same server as a 1.x peer (interop test)
+    from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[no-redef]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
 
 STATE = Path(os.environ["KV_STATE"])
 app = MCPServer("kv-upstream")

@@ -365,9 +365,12 @@ class Gateway:
             return f"key:{key}"
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-            self._sessions[id(ctx.session)] = ctx.session
-            return f"session:{id(ctx.session)}"
+        # A handshake-era connection (stdio, stateful HTTP) has one saga; the SDK builds a
+        # session object per request, so the connection it belongs to is the identity.
+        conn = getattr(ctx.session, "_connection", None)
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS and conn is not None:
+            self._sessions[id(conn)] = conn
+            return f"connection:{id(conn)}"
         return "stateless"  # one per gateway process: one stdio connection, or keyless HTTP
 
     def _slot(self, ctx: Any) -> _Slot:
