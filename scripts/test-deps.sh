@@ -12,3 +12,4 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+bash "$(dirname "$0")/mcp-deps.sh"  # the MCP gateway tests: filesystem server (npm), an mcp 1.x venv
