@@ -30,7 +30,7 @@ def charge_tool(catalog: amends.Catalog, world: CoreWorld, name: str, **behave: 
             call.inverse("pay.refund", charge_id=cid, cents=object())
         if behave.get("hang"):
             await asyncio.sleep(30)
-        raise behave.get("raise", RuntimeError("connection reset by peer"))
+        raise behave.get("fail", RuntimeError("connection reset by peer"))
 
 
 # --- rule 9: unknown means in doubt ---------------------------------------------------------
@@ -82,9 +82,9 @@ async def test_vendor_refusal_means_no_effect_and_even_a_permanent_error_after_t
 ) -> None:
     """Only PermanentError/TransientError mean "no effect"; with an inverse recorded first,
     the effect is compensated whatever the tool raised."""
-    charge_tool(catalog, world, "pay.refused", raise_=None, **{"raise": amends.PermanentError("no")})
+    charge_tool(catalog, world, "pay.refused", fail=amends.PermanentError("no"))
     charge_tool(
-        catalog, world, "pay.late_refusal", inverse_first=True, **{"raise": amends.PermanentError("x")}
+        catalog, world, "pay.late_refusal", inverse_first=True, fail=amends.PermanentError("x")
     )
     async with engine.saga("charges") as saga:
         a = saga.call("pay.refused", customer="c1", cents=1)
@@ -314,8 +314,7 @@ async def test_a_failed_follow_up_keeps_the_inverse_state_and_becomes_residue_an
     s1 = report.step("s1")
     assert s1.state is StepState.REVERTED
     assert [r.what for r in s1.residue] == [
-        "follow-up fx.notify(depth=1) was not made (fx.notify failed permanently: mail server "
-        "down)"
+        "follow-up fx.notify(depth=1) was not made (fx.notify failed permanently: mail server down)"
     ]
     assert s1.manual_action is not None and "fx.notify(depth=1)" in s1.manual_action.what
     assert report.status == "partially_reversed"
@@ -527,8 +526,8 @@ async def test_every_manual_action_has_who_and_a_draft_naming_the_parties(
         m = s.manual_action
         assert m is not None and m.who and m.draft, s
         assert s.verb == "Acknowledge"
-    assert "c1" in report.step("s2").manual_action.draft  # type: ignore[union-attr]
-    assert "+1555" in report.step("s4").manual_action.draft  # type: ignore[union-attr]
+    assert "c1" in report.step("s2").manual_action.draft  # type: ignore[union-attr,operator]
+    assert "+1555" in report.step("s4").manual_action.draft  # type: ignore[union-attr,operator]
     assert "ann" in report.step("s2").manual_action.who  # type: ignore[union-attr]
 
 
@@ -656,9 +655,7 @@ class Crash(BaseException):
     """The worker dies here (not an Exception: nothing in the engine may catch it)."""
 
 
-def ledger(
-    catalog: amends.Catalog, refunds: list[str], *, landed: bool, crash_after: bool
-) -> None:
+def ledger(catalog: amends.Catalog, refunds: list[str], *, landed: bool, crash_after: bool) -> None:
     """A charge whose refund vendor ignores idempotency keys (``idempotent`` not declared)."""
     state: dict[str, int] = {"refunded": 0}
 
