@@ -209,3 +209,63 @@ def test_a_tool_node_outside_an_agent_run_is_a_clear_error() -> None:
 def test_the_middleware_needs_an_engine() -> None:
     with pytest.raises(amends.ConfigError, match="needs an amends.Engine"):
         AmendsMiddleware("amends.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_the_approval_gate_pauses_the_graph_with_an_interrupt(
+    approve: bool, sync: bool
+) -> None:
+    """approval="irreversible": before a call undo cannot take back, the graph pauses with an
+    interrupt carrying the question; resumed with True it runs as a step of the same saga, with
+    False the model is told and nothing runs. Sibling calls are not run twice."""
+    from agent_scene import TITLE, _langchain_model, _langchain_tools
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    world, engine = new_engine()
+    mw = AmendsMiddleware(engine, approval="irreversible")
+    agent = create_agent(
+        _langchain_model(),
+        _langchain_tools(engine),
+        middleware=[mw],
+        checkpointer=InMemorySaver(),
+    )
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+
+    async def invoke(arg: Any) -> Any:
+        if sync:
+            return await asyncio.to_thread(agent.invoke, arg, cfg)
+        return await agent.ainvoke(arg, cfg)
+
+    out = await invoke({"messages": [("user", TITLE)]})
+    [pause] = out["__interrupt__"]
+    assert pause.value == {
+        "amends_approval": "The agent wants to call lookup_weather(city='Paris').\n"
+        "Class: irreversible (no contract). Undo CANNOT take this back: a person would have to "
+        "follow up.\nAllow this call?",
+        "tool": "lookup_weather",
+        "args": {"city": "Paris"},
+        "tool_call_id": "c4",
+    }
+    out = await invoke(Command(resume=approve))
+    assert out["messages"][-1].content == "Done: ACME is closed."
+    answers = {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    saga = await engine.log.get_saga(mw.last_saga_id or "")
+    assert saga is not None and saga.state == "completed"
+    tools = sorted(s.tool for s in saga.steps)  # parallel calls of one turn have no order
+    if approve:
+        assert answers["c4"].content == "sunny in Paris"
+        assert tools == ["chat.post", "crm.update_field", "lookup_weather", "payments.charge"]
+    else:
+        assert answers["c4"].content == (
+            "amends: the user did not approve lookup_weather (irreversible); the call was not made"
+        )
+        assert tools == ["chat.post", "crm.update_field", "payments.charge"]
+    assert [e["op"] for e in world.effects()].count("post") == 1  # the sibling ran once
+
+
+def test_an_unknown_approval_mode_is_refused() -> None:
+    _, engine = new_engine()
+    with pytest.raises(amends.ConfigError, match="approval is 'ask'; use one of 'off'"):
+        AmendsMiddleware(engine, approval="ask")

@@ -1,0 +1,176 @@
+"""OpenAI Agents SDK adapter: what the shared scene (test_scene.py) does not cover."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agent_scene import TITLE, new_engine, openai_agent
+from agents import Agent, Runner, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+import amends
+from amends.integrations.openai_agents import (
+    agent_run,
+    approval_requests,
+    run_agent,
+    wrap_agent,
+    wrap_tools,
+)
+
+DEFAULT_ERROR_TEXT = "An error occurred while running the tool"
+
+
+def one_call_agent(tool: Any, args: dict[str, Any]) -> Agent[Any]:
+    model = ScriptedModel(
+        [
+            ModelStep(output=[function_call(tool.name, args, call_id="c1")]),
+            ModelStep(output=[assistant_message("ok")]),
+        ]
+    )
+    return Agent(name="a", model=model, tools=[tool])
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_tool_exception_is_in_doubt_and_the_model_sees_the_sdks_own_error_text(
+    sync: bool,
+) -> None:
+    """Rule 9 through the SDK: the step is in_doubt, and the tool's failure handler still
+    words the error for the model exactly as without amends."""
+    _, engine = new_engine()
+
+    @function_tool
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise ConnectionError("processor hung up")
+
+    agent = one_call_agent(charge_card, {"cents": 100})
+    if sync:
+        from amends.integrations.openai_agents import run_agent_sync
+
+        outcome = await asyncio.to_thread(run_agent_sync, engine, agent, "Charge 1 USD")
+    else:
+        outcome = await run_agent(engine, agent, "Charge 1 USD")
+    outputs = [getattr(i, "output", None) for i in outcome.result.new_items]
+    assert any(isinstance(o, str) and o.startswith(DEFAULT_ERROR_TEXT) for o in outputs)
+    saga = await engine.log.get_saga(outcome.saga_id)
+    assert saga is not None
+    assert (saga.title, saga.state) == ("Charge 1 USD", "failed")
+    assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "in_doubt")]
+    assert "processor hung up" in (saga.steps[0].error or "")
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+async def test_the_approval_gate_asks_before_residue_leaving_calls(approve: bool) -> None:
+    """approval="residue": the run stops before each compensable or irreversible call with the
+    question to ask; approved calls run as steps of the same saga, rejected ones never run."""
+    world, engine = new_engine()
+    agent = openai_agent(engine)
+    asked: list[str] = []
+    async with agent_run(engine, TITLE) as run:
+        outcome = await run_agent(engine, agent, TITLE, approval="residue")
+        while outcome.result.interruptions:
+            state = outcome.result.to_state()
+            for item, question in approval_requests(engine, outcome.result):
+                asked.append(question.splitlines()[0])
+                (state.approve if approve else state.reject)(item)
+            outcome = await run_agent(engine, agent, state, approval="residue")
+    assert outcome.result.final_output == "Done: ACME is closed."
+    assert outcome.saga_id == run.saga_id
+    assert asked == [
+        "The agent wants to call payments.charge(customer='cus_acme', cents=5000).",
+        "The agent wants to call chat.post(channel='#sales', "
+        "text='ACME is closed: 50.00 USD charged').",
+        "The agent wants to call lookup_weather(city='Paris').",
+    ]
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    steps = {s.tool: tuple(sorted(d for d in s.deps)) for s in saga.steps}
+    ops = [e["op"] for e in world.effects()]
+    if approve:
+        assert steps == {
+            "crm.update_field": (),
+            "payments.charge": (),  # approved and run in turn 1: no dependency on its sibling
+            "chat.post": ("s1", "s2"),
+            "lookup_weather": ("s1", "s2"),
+        }
+        assert ops.count("charge") == 1 and ops.count("post") == 1
+    else:
+        assert steps == {"crm.update_field": ()}  # reversible: not gated
+        assert "charge" not in ops and "post" not in ops
+
+
+async def test_without_the_hooks_every_call_depends_on_every_step_done_before_it() -> None:
+    """wrap_agent + Runner.run without AmendsRunHooks: turns are unknown, so each call depends
+    on every step done when it started (more order than needed, never less)."""
+    _, engine = new_engine()
+    agent = wrap_agent(openai_agent(engine), engine)
+    async with agent_run(engine, TITLE) as run:
+        result = await Runner.run(agent, TITLE)
+    assert result.final_output == "Done: ACME is closed."
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    tool_of = {s.step_id: s.tool for s in saga.steps}
+    deps = {s.tool: {tool_of[d] for d in s.deps} for s in saga.steps}
+    assert deps["chat.post"] >= {"crm.update_field", "payments.charge"}
+    assert deps["lookup_weather"] >= {"crm.update_field", "payments.charge"}
+
+
+async def test_the_hooks_pass_every_event_to_the_users_hooks() -> None:
+    """AmendsRunHooks only observe, and the user's own hooks still get every event."""
+    from agents import RunHooks
+
+    _, engine = new_engine()
+    seen: list[str] = []
+
+    class Mine(RunHooks[Any]):
+        async def on_llm_start(self, *args: Any) -> None:
+            seen.append("llm_start")
+
+        async def on_tool_end(self, *args: Any) -> None:
+            seen.append("tool_end")
+
+        async def on_agent_end(self, *args: Any) -> None:
+            seen.append("agent_end")
+
+    outcome = await run_agent(engine, openai_agent(engine), TITLE, hooks=Mine())
+    assert outcome.result.final_output == "Done: ACME is closed."
+    assert seen.count("llm_start") == 3 and seen.count("tool_end") == 4
+    assert seen[-1] == "agent_end"
+
+
+def test_only_function_tools_are_wrapped_and_bad_input_is_refused() -> None:
+    """Other tools pass through unchanged; no engine or an unknown approval mode: ConfigError."""
+    _, engine = new_engine()
+
+    @function_tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    other = object()
+    wrapped = wrap_tools([ping, other], engine)  # type: ignore[list-item]
+    assert wrapped[1] is other
+    assert wrapped[0] is not ping and wrapped[0].name == "ping"
+    with pytest.raises(amends.ConfigError, match="needs an amends.Engine"):
+        wrap_tools([ping], "amends.db")  # type: ignore[arg-type]
+    with pytest.raises(amends.ConfigError, match="approval is 'always'"):
+        wrap_tools([ping], engine, approval="always")
+
+
+async def test_a_wrapped_tool_outside_an_agent_run_is_a_clear_error() -> None:
+    """A wrapped agent run without run_agent/agent_run: the tool call says how to fix it."""
+    _, engine = new_engine()
+
+    @function_tool(failure_error_function=None)
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    from agents.exceptions import UserError
+
+    agent = wrap_agent(one_call_agent(ping, {}), engine)
+    with pytest.raises(UserError, match="outside an agent run; use run_agent") as caught:
+        await Runner.run(agent, "ping")
+    assert isinstance(caught.value.__cause__, amends.ConfigError)
