@@ -51,7 +51,13 @@ def fingerprint(catalog: Catalog) -> str:
 
 
 def _module_attr(catalog: Catalog) -> str | None:
-    """``MODULE:ATTR`` of an importable module whose attribute is this very catalog."""
+    """``MODULE:ATTR`` of an importable module whose attribute is this very catalog.
+
+    Several modules may hold it (``from tools import catalog``): the one that defines its tools
+    wins, then a module that is not a pytest ``conftest``, then the shortest name.
+    """
+    tool_modules = {getattr(t.fn, "__module__", None) for t in catalog}
+    found: list[tuple[bool, bool, int, str]] = []
     for name, module in list(sys.modules.items()):
         if module is None or name == "__main__" or name.startswith("_"):
             continue
@@ -61,8 +67,9 @@ def _module_attr(catalog: Catalog) -> str | None:
             continue
         for attr, value in items:
             if value is catalog and not attr.startswith("_"):
-                return f"{name}:{attr}"
-    return None
+                ref = f"{name}:{attr}"
+                found.append((name not in tool_modules, "conftest" in name, len(ref), ref))
+    return min(found)[3] if found else None
 
 
 def _infer(catalog: Catalog) -> str | None:
@@ -85,11 +92,14 @@ def catalog_meta(catalog: Catalog) -> dict[str, Any]:
 
 
 def needed_tools(steps: Iterable[Any]) -> list[str]:
-    """Every tool an undo of these logged steps may call or plan with: the steps' own tools,
-    their inverses and their expectation probes (sorted, unique)."""
+    """Every tool an undo of these logged steps may call or plan with: the inverses, the
+    expectation probes, and the tools of steps declared reversible or compensable (their
+    contract says how to compensate). Irreversible and read-only steps need no tool at undo:
+    they are acknowledged or not needed (sorted, unique)."""
     names: set[str] = set()
     for s in steps:
-        names.add(s.tool)
+        if s.declared in ("reversible", "compensable"):
+            names.add(s.tool)
         if s.inverse:
             names.add(str(s.inverse.get("tool")))
         if s.expectation:

@@ -15,7 +15,7 @@ import pytest
 import amends
 
 sys.path.insert(0, str(Path(__file__).parent))
-from input_tools import CATALOG
+from input_tools import CATALOG, WORLD
 
 
 def log_rows(db: str) -> list[str]:
@@ -36,6 +36,7 @@ def rows() -> Callable[[str], list[str]]:
 async def saga_db(tmp_path: Path) -> tuple[str, str]:
     """A finished saga (CRM update + an email) in a fresh SQLite log; (db path, saga id)."""
     db = str(tmp_path / "input.db")
+    WORLD.crm["r1"] = {"stage": "lead", "owner": "ann", "version": 1}  # shared module world
     engine = amends.Engine(CATALOG, log=db)
     async with engine.saga("Close the ACME deal", tenant="acme", actor="agent:sales") as saga:
         a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")

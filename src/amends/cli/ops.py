@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -174,6 +175,16 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         health = await log.health(now)  # issue 9: all SQL lives in amends.log
         for problem in file_permission_problems(target if isinstance(target, str) else ""):
             findings.append(Finding("action", problem, "chmod 600 the file (rule 11)"))
+        read_only = _read_only(target)
+        if read_only:
+            findings.append(
+                Finding(
+                    "info",
+                    f"the log is read-only ({read_only}): show and doctor work; undo, resolve "
+                    f"and recover need write access",
+                    "",
+                )
+            )
         if verify:
             for p in await log.verify():
                 where = f"event {p.event_id}" if p.event_id is not None else "its history"
@@ -236,6 +247,19 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         return findings
     finally:
         await log.close()
+
+
+def _read_only(target: str) -> str | None:
+    """Why the SQLite log at ``target`` cannot be written, or ``None`` (issue 11 item 4)."""
+    path = target.removeprefix("sqlite:///")
+    if "://" in path or path == ":memory:" or not os.path.exists(path):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.stat(path).st_mode & 0o222 or not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.stat(folder).st_mode & 0o222 or not os.access(folder, os.W_OK):
+        return "its directory is not writable"
+    return None
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import socket
 import sys
 from typing import Any
 
@@ -18,10 +21,11 @@ def register(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve the HTTP API and web page (needs amends[server])")
     add_db_argument(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--port", type=_port, default=8000, help="port, 1-65535 (default 8000)")
     serve.add_argument(
         "--catalog",
-        help="MODULE:ATTR of the catalog (default $AMENDS_CATALOG or amends.sandbox:demo_catalog)",
+        help="MODULE:ATTR or .toml file of the catalog; default: the one the log's sagas "
+        "recorded, else $AMENDS_CATALOG",
     )
     serve.add_argument("--undo-label", default="Undo", help="label of the undo button")
     serve.add_argument(
@@ -36,7 +40,20 @@ def register(sub: Any) -> None:
     create.add_argument("--tenant", required=True, help="the tenant the token may see")
     add_db_argument(create)
     create.add_argument("--tokens", help="token file (default <db>.tokens)")
+    create.add_argument(
+        "--expires-in", type=float, metavar="SECONDS", help="stop working after SECONDS"
+    )
     create.set_defaults(handler=_token_create)
+    listing = tsub.add_parser("list", help="list tokens: id, tenant, state, last used (no secrets)")
+    add_db_argument(listing)
+    listing.add_argument("--tokens", help="token file (default <db>.tokens)")
+    listing.add_argument("--tenant", help="only this tenant's tokens")
+    listing.set_defaults(handler=_token_list)
+    revoke = tsub.add_parser("revoke", help="revoke a token by its id (see token list)")
+    revoke.add_argument("token_id", help="the token's id, tok_...")
+    add_db_argument(revoke)
+    revoke.add_argument("--tokens", help="token file (default <db>.tokens)")
+    revoke.set_defaults(handler=_token_revoke)
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -44,9 +61,32 @@ def _token_create(args: argparse.Namespace) -> int:
 
     store = TokenStore(default_tokens_path(args.db, args.tokens))
     try:
-        sys.stdout.write(store.create(args.tenant) + "\n")
+        sys.stdout.write(store.create(args.tenant, expires_in=args.expires_in) + "\n")
     finally:
         store.close()
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    from ..server.auth import TokenStore, default_tokens_path, format_tokens
+
+    store = TokenStore(default_tokens_path(args.db, args.tokens))
+    try:
+        sys.stdout.write(format_tokens(store.list(args.tenant)))
+    finally:
+        store.close()
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    from ..server.auth import TokenStore, default_tokens_path
+
+    store = TokenStore(default_tokens_path(args.db, args.tokens))
+    try:
+        info = store.revoke(args.token_id)
+    finally:
+        store.close()
+    sys.stdout.write(f"revoked {info.token_id} (tenant {info.tenant})\n")
     return 0
 
 
@@ -63,9 +103,92 @@ def _serve(args: argparse.Namespace) -> int:
     from ..server.auth import TokenStore, default_tokens_path
     from ._common import load_catalog
 
-    catalog = load_catalog(args.catalog, args.db)
+    if args.no_auth and args.host not in ("127.0.0.1", "::1", "localhost"):
+        # issue 13.8: without tokens, every saga is served to anyone who can reach the port
+        raise ConfigError(
+            f"--no-auth serves every saga to anyone who can connect, so it is refused on "
+            f"--host {args.host!r}; use --host 127.0.0.1, or create a token with "
+            f"`amends token create --tenant T` and drop --no-auth"
+        )
+    catalog = load_catalog(_serve_catalog(args.catalog, args.db), args.db)
+    sock = _bind(args.host, args.port)  # issue 11: a bad or busy port is one line, before serving
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))
     settings = ServerSettings(no_auth=args.no_auth, undo_label=args.undo_label, tokens=tokens)
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    server.run(sockets=[sock])
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"port {value} is out of range; give a port from 1 to 65535, e.g. --port 8000"
+        )
+    return value
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says "serving on"."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"--host {host!r} is not an address this machine knows ({exc})") from exc
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        busy = exc.errno == errno.EADDRINUSE
+        raise ConfigError(
+            f"cannot serve on {host}:{port}: "
+            + (
+                "the port is already in use; stop the other server or pick another --port"
+                if busy
+                else f"{exc.strerror or exc}; pick another --host or --port"
+            )
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_catalog(spec: str | None, db: str) -> str:
+    """``--catalog``, else the one catalog the log's sagas recorded, else ``$AMENDS_CATALOG``;
+    the log must exist.
+
+    Raises:
+        ConfigError: The sagas recorded several catalogs, or none can be known.
+        LogError: The log does not exist or is not an amends log.
+    """
+    from ._common import open_existing_log, recorded_catalog, run_async
+
+    async def refs() -> set[str]:
+        log = open_existing_log(db, read_only=True)
+        try:
+            sagas = await log.list_sagas(limit=10_000)
+        finally:
+            await log.close()
+        return {str(r) for r in (recorded_catalog(s).get("ref") for s in sagas) if r}
+
+    found = run_async(refs())  # also: a mistyped --db is an error, never a new empty log
+    if spec:
+        return spec
+    if len(found) > 1:
+        raise ConfigError(
+            f"the sagas in {db} were run with several catalogs ({', '.join(sorted(found))}); "
+            f"serve one with --catalog (sagas needing tools it lacks are refused)"
+        )
+    chosen = next(iter(found), None) or os.environ.get("AMENDS_CATALOG")
+    if not chosen:
+        raise ConfigError(
+            f"no saga in {db} records which catalog ran it; pass --catalog MODULE:ATTR or "
+            f"--catalog tools.toml"
+        )
+    return chosen

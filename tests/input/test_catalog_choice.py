@@ -1,0 +1,117 @@
+"""Issue 11 item 3: a saga is undone with the catalog that ran it, never the sandbox by default."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from input_tools import SPEC, WORLD
+
+import amends
+from amends.catalog_ref import SANDBOX_REF
+from amends.cli import main
+
+Rows = Callable[[str], list[str]]
+
+
+async def test_a_saga_records_the_catalog_that_ran_it(saga_db: tuple[str, str]) -> None:
+    db, saga_id = saga_db
+    log = amends.SqliteLog(db, read_only=True)
+    saga = await log.get_saga(saga_id)
+    await log.close()
+    assert saga is not None
+    meta = saga.meta["catalog"]
+    assert meta["ref"] == SPEC  # found as a module attribute: importable again by the CLI
+    assert "crm.update_field" in meta["tools"]
+    assert len(meta["fingerprint"]) == 16
+
+
+async def test_undo_without_catalog_uses_the_recorded_one(
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, saga_id = saga_db
+    assert WORLD.crm["r1"]["stage"] == "won"
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1  # the email stands: cannot_undo, honestly
+    assert [(s["step_id"], s["state"]) for s in out["steps"]] == [
+        ("s1", "reverted"),
+        ("s2", "acknowledged"),
+    ]
+    assert WORLD.crm["r1"]["stage"] == "lead"
+
+
+async def test_catalog_missing_the_sagas_tools_is_refused_by_name_and_nothing_is_written(
+    saga_db: tuple[str, str], rows: Rows, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, saga_id = saga_db
+    before = rows(db)
+    code = await asyncio.to_thread(
+        main, ["undo", saga_id, "--db", db, "--catalog", "amends.sandbox:demo_catalog"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"saga {saga_id} was not made by the sandbox" in err
+    assert rows(db) == before
+    toml = Path(db).with_name("other.toml")
+    toml.write_text("[[tool]]\nname='x.y'\nhttp={url='http://127.0.0.1:9/x'}\n")
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--catalog", str(toml)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"saga {saga_id} needs tool(s) crm.read_field, crm.update_field, missing from " in err
+    assert "nothing was done" in err
+    assert rows(db) == before
+
+
+async def test_saga_without_a_recorded_catalog_asks_for_one_instead_of_the_sandbox(
+    tmp_path: Path, rows: Rows, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "anon.db")
+    catalog = amends.Catalog()  # local: no module attribute names it, so ref is None
+
+    @catalog.tool("crm.touch", reversibility="irreversible")
+    async def touch(call: amends.Call) -> None:
+        return None
+
+    engine = amends.Engine(catalog, log=db)
+    async with engine.saga("anon") as saga:
+        saga.call("crm.touch")
+    await engine.close()
+    before = rows(db)
+    code = await asyncio.to_thread(main, ["undo", saga.id, "--db", db])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"saga {saga.id} does not record which catalog ran it" in err
+    assert "--catalog MODULE:ATTR" in err
+    assert rows(db) == before
+
+
+async def test_sandbox_sagas_record_the_sandbox_catalog(tmp_path: Path) -> None:
+    from amends.sandbox import World, sandbox_catalog
+
+    db = str(tmp_path / "sb.db")
+    engine = amends.Engine(sandbox_catalog(World(db + ".world")), log=db)
+    async with engine.saga("sandbox") as saga:
+        saga.call("payments.charge", customer="cus_acme", cents=700)
+    saga_rec = await engine.log.get_saga(saga.id)
+    await engine.close()
+    assert saga_rec is not None and saga_rec.meta["catalog"]["ref"] == SANDBOX_REF
+
+
+def test_catalog_module_is_imported_from_the_current_directory_as_python_m_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mytools_input11.py").write_text(
+        "import amends\ncatalog = amends.Catalog()\n"
+        "@catalog.tool('my.tool', reversibility='irreversible')\n"
+        "async def t(call):\n    return None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["audit", "--catalog", "mytools_input11:catalog", "--json"]) == 0
+    assert [r["tool"] for r in json.loads(capsys.readouterr().out)] == ["my.tool"]
+    assert str(tmp_path) not in sys.path  # the import path is restored afterwards
