@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,11 +15,21 @@ import httpx
 import pytest
 from server_harness import _free_socket
 
+import amends
 from amends.server import TokenStore
 
 pytestmark = pytest.mark.slow
 
 AMENDS = [sys.executable, "-m", "amends.cli"]
+DEMO = "amends.sandbox:demo_catalog"
+
+
+async def _create_log(db: str) -> None:
+    log = amends.SqliteLog(db)
+    try:
+        await log.list_sagas()
+    finally:
+        await log.close()
 
 
 def test_token_create_prints_a_token_once_and_stores_only_its_hash(tmp_path: Path) -> None:
@@ -93,12 +104,13 @@ def test_serve_answers_with_tokens_per_tenant(
         text=True,
         check=True,
     ).stdout.strip()
+    asyncio.run(_create_log(db))  # serve reads an existing log; it never creates one
     sock = _free_socket()
     port = sock.getsockname()[1]
     sock.close()
     procs.append(
         subprocess.Popen(
-            [*AMENDS, "serve", "--db", db, "--port", str(port)],
+            [*AMENDS, "serve", "--db", db, "--port", str(port), "--catalog", DEMO],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

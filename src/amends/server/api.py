@@ -1,0 +1,613 @@
+"""The JSON API of ``amends serve``: sagas, previews, undo / continue, resolve, reversals, SSE.
+
+Every route authenticates first, then validates, and only then touches the log; state-changing
+routes pass the CSRF guard (:func:`.security.guard_write`). A saga whose history does not verify
+(rule 11) is marked, its stored report withheld, and it cannot be undone from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from ..budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from ..catalog_ref import needed_tools
+from ..errors import ConfigError, ContractError, SagaNotFoundError
+from ..log.base import ChainProblem, Event, ReversalRecord, SagaRecord
+from ..report import UndoReport
+from .app import ApiError, _State
+from .security import Principal, authenticate, guard_write
+
+__all__ = ["router"]
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+"""Saga, step and reversal ids in a URL: 1-128 characters, letters, digits and ``_.:-``."""
+_KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+_UNDO_WAIT = 1.0
+"""Seconds POST undo waits for the reversal before answering 202 (the brief's ~1 s)."""
+_STUCK_GRACE = 2.0
+"""Seconds past a running reversal's lease before its event stream reports it stuck."""
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer: a stable code and a sentence naming the value and the fix."""
+
+    error: str
+    detail: Any
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        400: "malformed request (JSON, Idempotency-Key)",
+        401: "missing, unknown, expired or revoked token",
+        403: "cross-origin browser request or missing CSRF token",
+        404: "no such saga, step or reversal for this token",
+        409: "conflict: key reused, history does not verify, nothing to continue",
+        413: "body too large",
+        415: "body is not application/json",
+        422: "invalid id, query parameter or body",
+        429: "too many invalid tokens from this address",
+    }
+    return {c: {"model": ErrorBody, "description": text[c]} for c in codes}
+
+
+_READ = _errors(401, 404, 422, 429)
+_WRITE = _errors(400, 401, 403, 404, 409, 413, 415, 422, 429)
+
+SagaId = Path(pattern=ID_PATTERN, max_length=128, description="a saga id")
+StepId = Path(pattern=ID_PATTERN, max_length=128, description="a step id")
+ReversalId = Path(pattern=ID_PATTERN, max_length=128, description="a reversal id")
+
+router = APIRouter()
+
+
+# --- helpers --------------------------------------------------------------------------------
+def _state(request: Request) -> _State:
+    st: _State = request.app.state.amends
+    return st
+
+
+def _visible(saga: SagaRecord | None, tenant: str | None) -> bool:
+    return saga is not None and (tenant is None or saga.tenant == tenant)
+
+
+async def load_saga(request: Request, saga_id: str) -> tuple[SagaRecord, Principal]:
+    """The caller's saga ``saga_id`` (404 for a missing one or another tenant's)."""
+    who = authenticate(request)
+    saga = await _state(request).engine.log.get_saga(saga_id)
+    if saga is None or not _visible(saga, who.tenant):
+        raise ApiError(404, "saga_not_found", f"no saga {saga_id!r} for this token")
+    return saga, who
+
+
+async def load_reversal(request: Request, reversal_id: str) -> tuple[ReversalRecord, SagaRecord]:
+    """The caller's reversal ``reversal_id`` and its saga (404 otherwise)."""
+    who = authenticate(request)
+    log = _state(request).engine.log
+    rev = await log.get_reversal(reversal_id=reversal_id)
+    saga = None if rev is None else await log.get_saga(rev.saga_id)
+    if rev is None or saga is None or not _visible(saga, who.tenant):
+        raise ApiError(404, "reversal_not_found", f"no reversal {reversal_id!r} for this token")
+    return rev, saga
+
+
+async def integrity(st: _State, saga_id: str) -> list[ChainProblem]:
+    """Rule 11: check one saga's hash chain now (and remember the answer for listings)."""
+    problems = await st.engine.log.verify(saga_id)
+    if problems:
+        st.tampered[saga_id] = problems
+    else:
+        st.tampered.pop(saga_id, None)
+    return problems
+
+
+def _integrity_body(problems: list[ChainProblem] | None) -> dict[str, Any]:
+    if not problems:
+        return {"verified": True, "problems": []}
+    return {
+        "verified": False,
+        "problems": [
+            {"event_id": p.event_id, "what": p.what, "detail": p.detail} for p in problems
+        ],
+    }
+
+
+_UNVERIFIED = (
+    "This saga's history does not verify: its log was edited, so its stored report is not "
+    "shown. Run `amends doctor --verify`."
+)
+
+
+def saga_summary(s: SagaRecord, problems: list[ChainProblem] | None) -> dict[str, Any]:
+    """One saga as listed; a saga whose history does not verify never shows a stored outcome."""
+    rev = s.reversal
+    report = None if problems or rev is None else rev.report
+    return {
+        "saga_id": s.saga_id,
+        "title": s.title,
+        "tenant": s.tenant,
+        "actor": s.actor,
+        "state": s.state,
+        "created_at": s.created_at,
+        "finished_at": s.finished_at,
+        "integrity": _integrity_body(problems),
+        "reversal": None
+        if rev is None
+        else {
+            "reversal_id": rev.reversal_id,
+            "state": rev.state,
+            "status": "unverified" if problems else (report or {}).get("status"),
+            "headline": _UNVERIFIED if problems else (report or {}).get("headline"),
+        },
+    }
+
+
+def _event(e: Event) -> dict[str, Any]:
+    return {
+        "event_id": e.event_id,
+        "kind": e.kind,
+        "step_id": e.step_id,
+        "reversal_id": e.reversal_id,
+        "at": e.at,
+        "data": e.data,
+    }
+
+
+def reversal_body(rev: ReversalRecord, problems: list[ChainProblem] | None) -> dict[str, Any]:
+    """A reversal as the API shows it; the report is withheld when the history does not verify."""
+    return {
+        "reversal_id": rev.reversal_id,
+        "saga_id": rev.saga_id,
+        "state": rev.state,
+        "budget": rev.budget,
+        "requested_at": rev.requested_at,
+        "finished_at": rev.finished_at,
+        "tool_calls": rev.calls_spent,
+        "continuations": getattr(rev, "continuations", 0),
+        "integrity": _integrity_body(problems),
+        "report": None if problems else rev.report,
+    }
+
+
+async def saga_detail(st: _State, saga: SagaRecord, problems: list[ChainProblem]) -> dict[str, Any]:
+    """Steps (redacted arguments, verbs, states), reversal, resolutions and history."""
+    the_plan = await st.engine.preview(saga.saga_id)
+    planned = {p.step_id: p for p in the_plan.steps}
+    report = None if problems or saga.reversal is None else saga.reversal.report
+    final = {s["step_id"]: s for s in (report or {}).get("steps", [])}
+    steps = []
+    for s in saga.steps:
+        p = planned.get(s.step_id)
+        steps.append(
+            {
+                "step_id": s.step_id,
+                "seq": s.seq,
+                "tool": s.tool,
+                "args": s.args,
+                "deps": list(s.deps),
+                "state": s.state,
+                "reversibility": s.effective or s.declared,
+                "verb": getattr(p, "verb", None),
+                "undo_state": final.get(s.step_id, {}).get("state"),
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+                "violation": s.violation,
+                "error": s.error,
+            }
+        )
+    resolutions = getattr(saga, "resolutions", {}) or {}
+    return {
+        **saga_summary(saga, problems),
+        "steps": steps,
+        "resolutions": {k: v.to_dict() for k, v in resolutions.items()},
+        "history": [_event(e) for e in await st.engine.log.events(saga.saga_id)],
+    }
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+async def read_json(request: Request, what: str) -> Any:
+    """The JSON body (``None`` when empty); 415 / 400 for anything else."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"the {what} body must be application/json, got {ctype or 'no content type'!r}",
+        )
+    try:
+        return json.loads(raw, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
+
+
+async def read_budget(request: Request) -> Budget:
+    data = await read_json(request, "budget")
+    if data is None:
+        return Budget()
+    try:
+        return Budget.parse(data)  # issue 11: finite, non-negative, bounded (from_dict clamps)
+    except (ConfigError, TypeError) as exc:
+        raise ApiError(422, "invalid_budget", str(exc)) from None
+
+
+async def check_idempotency_key(
+    request: Request, who: Principal, saga_id: str, operation: str
+) -> None:
+    """Issue 13.7: bind an ``Idempotency-Key`` to its first request, per tenant, in the log.
+
+    A retry of the same request joins the same reversal anyway (rule 6); the same key on a
+    different request is a 409, in every server process sharing the log. Keys expire after
+    ``settings.idempotency_ttl``.
+    """
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return
+    if not _KEY_RE.match(key):
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-200 visible ASCII characters, got {len(key)} "
+            f"character(s){' (empty)' if not key.strip() else ''}; send a UUID",
+        )
+    st = _state(request)
+    tenant = who.tenant if who.tenant is not None else "*"
+    digest = hashlib.sha256(f"{operation}\n{saga_id}".encode()).hexdigest()
+    now = time.time()
+    rec = await st.engine.log.idem_get(tenant, key, now)
+    if rec is None:
+        rec = await st.engine.log.idem_put(
+            tenant,
+            key,
+            digest,
+            {"operation": operation, "saga_id": saga_id},
+            now + st.settings.idempotency_ttl,
+            now=now,
+        )
+    if rec.request_hash != digest:
+        raise ApiError(
+            409,
+            "idempotency_key_reused",
+            f"Idempotency-Key {key!r} was already used for a different request "
+            f"(another saga or operation); use a new key for each request",
+        )
+
+
+# --- routes ---------------------------------------------------------------------------------
+@router.get("/sagas", summary="List sagas (newest first)", responses=_READ)
+async def list_sagas(
+    request: Request,
+    tenant: str | None = Query(None, max_length=128, description="only this tenant (no-auth)"),
+    status: str | None = Query(
+        None, max_length=32, description="forward state: running|completed|failed"
+    ),
+    since: float | None = Query(None, description="created at or after (unix seconds)"),
+    until: float | None = Query(None, description="created before (unix seconds)"),
+    limit: int = Query(100, ge=1, le=1000),
+) -> dict[str, Any]:
+    own = authenticate(request).tenant
+    if own is not None and tenant is not None and tenant != own:
+        return {"sagas": []}
+    st = _state(request)
+    sagas = await st.engine.log.list_sagas(
+        tenant=own if own is not None else tenant,
+        state=status,
+        since=since,
+        until=until,
+        limit=limit,
+    )
+    return {"sagas": [saga_summary(s, st.tampered.get(s.saga_id)) for s in sagas]}
+
+
+@router.get("/sagas/{saga_id}", summary="A saga: steps, verbs, states, history", responses=_READ)
+async def get_saga(request: Request, saga_id: str = SagaId) -> dict[str, Any]:
+    saga, _ = await load_saga(request, saga_id)
+    st = _state(request)
+    return await saga_detail(st, saga, await integrity(st, saga.saga_id))
+
+
+@router.get(
+    "/sagas/{saga_id}/preview",
+    summary="What undo will do (engine.preview: probes only, nothing else dispatched)",
+    responses=_READ,
+)
+async def preview(request: Request, saga_id: str = SagaId) -> dict[str, Any]:
+    saga, _ = await load_saga(request, saga_id)
+    body: dict[str, Any] = (await _state(request).engine.preview(saga.saga_id)).to_dict()
+    return body
+
+
+_BUDGET_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "title": "Budget",
+                    "additionalProperties": False,
+                    "properties": {
+                        "tool_calls": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": MAX_TOOL_CALLS,
+                        },
+                        "tokens": {"type": "integer", "minimum": 0, "maximum": MAX_TOKENS},
+                        "seconds": {"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+                    },
+                }
+            }
+        },
+    },
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": "Retries with the same key join the same reversal; the same key on "
+            "another request is a 409.",
+        }
+    ],
+}
+
+
+@router.post(
+    "/sagas/{saga_id}/undo",
+    summary="Undo a saga (joins its one reversal), or continue it with ?continue=true",
+    openapi_extra=_BUDGET_BODY,
+    responses={202: {"description": "the reversal is running"}, **_WRITE},
+)
+async def undo(
+    request: Request,
+    saga_id: str = SagaId,
+    cont: bool = Query(
+        False,
+        alias="continue",
+        description="continue a reversal that stopped short, with this new budget (rule 6)",
+    ),
+) -> JSONResponse:
+    saga, who = await load_saga(request, saga_id)
+    guard_write(request, who)
+    budget = await read_budget(request)
+    st = _state(request)
+    missing = [t for t in needed_tools(saga.steps) if t not in st.engine.catalog]
+    if missing and (saga.reversal is None or saga.reversal.state != "done"):
+        # issue 11: never undo with tools other than the saga's own (rule 6 would keep that
+        # report forever); refuse before anything is written.
+        raise ApiError(
+            409,
+            "catalog_mismatch",
+            f"saga {saga.saga_id!r} needs tool(s) {', '.join(missing)}, missing from the "
+            f"catalog this server runs; restart amends serve with --catalog set to the "
+            f"catalog that ran the saga",
+        )
+    await check_idempotency_key(request, who, saga.saga_id, "continue" if cont else "undo")
+    problems = await integrity(st, saga.saga_id)
+    if problems:
+        raise ApiError(409, "history_does_not_verify", _UNVERIFIED)
+    rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
+    if not cont and rev is not None and rev.state == "done" and rev.report is not None:
+        return JSONResponse(reversal_body(rev, None), status_code=200)
+    if cont and (rev is None or rev.state != "done"):
+        raise ApiError(
+            409,
+            "nothing_to_continue",
+            f"saga {saga.saga_id!r} has no finished reversal to continue; "
+            f"POST /sagas/{saga.saga_id}/undo without ?continue first",
+        )
+    prior = getattr(rev, "continuations", 0) if rev is not None else 0
+
+    def start() -> Awaitable[UndoReport]:
+        if cont:
+            return st.engine.resume(saga.saga_id, budget=budget)
+        return st.engine.undo(saga.saga_id, budget=budget)
+
+    await _run_in_background(st, saga.saga_id, start)
+    rev = await _await_reversal(st, saga.saga_id, prior if cont else None)
+    body = reversal_body(rev, None)
+    body["events"] = f"/reversals/{rev.reversal_id}/events"
+    return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
+
+
+async def _run_in_background(
+    st: _State, saga_id: str, start: Callable[[], Awaitable[UndoReport]]
+) -> None:
+    """Start (or join) the saga's reversal task and wait up to ~1 s for it."""
+    task = st.tasks.get(saga_id)
+    if task is None or task.done():
+        task = asyncio.ensure_future(start())
+        st.tasks[saga_id] = task
+        task.add_done_callback(lambda t: _settled(st, saga_id, t))
+    done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
+    if task in done:
+        task.result()  # an engine error surfaces through the app's handlers
+
+
+async def _await_reversal(st: _State, saga_id: str, prior: int | None) -> ReversalRecord:
+    deadline = time.monotonic() + 10
+    while True:
+        rev = await st.engine.log.get_reversal(saga_id=saga_id)
+        started = rev is not None and (
+            prior is None or getattr(rev, "continuations", 0) > prior or rev.state != "done"
+        )
+        if rev is not None and started:
+            return rev
+        if time.monotonic() > deadline:
+            raise ApiError(409, "reversal_not_started", "the reversal did not start; retry")
+        await asyncio.sleep(0.02)
+
+
+def _settled(st: _State, saga_id: str, task: asyncio.Future[UndoReport]) -> None:
+    """Forget a finished background undo (its report is in the log from now on)."""
+    if st.tasks.get(saga_id) is task:
+        del st.tasks[saga_id]
+    if task.cancelled():
+        return
+    exc = task.exception()  # retrieved, so asyncio does not log it as lost
+    if exc is None:
+        st.live.pop(task.result().reversal_id, None)
+
+
+class ResolveBody(BaseModel):
+    """Who handled a step's manual action, and what they did."""
+
+    by: str | None = None
+    """Who handled it; default: the token's id."""
+    note: str | None = None
+    """What they did or checked."""
+
+
+@router.post(
+    "/sagas/{saga_id}/steps/{step_id}/resolve",
+    summary="Record that a person handled a step's manual action (engine.resolve)",
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "title": "Resolution",
+                        "additionalProperties": False,
+                        "properties": {
+                            "by": {"type": ["string", "null"], "maxLength": 200},
+                            "note": {"type": ["string", "null"], "maxLength": 2000},
+                        },
+                    }
+                }
+            },
+        }
+    },
+    responses=_WRITE,
+)
+async def resolve(request: Request, saga_id: str = SagaId, step_id: str = StepId) -> dict[str, Any]:
+    saga, who = await load_saga(request, saga_id)
+    guard_write(request, who)
+    data = await read_json(request, "resolution") or {}
+    if not isinstance(data, dict) or set(data) - {"by", "note"}:
+        raise ApiError(
+            422,
+            "invalid_resolution",
+            f"the body must be an object with 'by' and 'note' (strings), got {data!r:.200}",
+        )
+    by, note = data.get("by") or who.who, data.get("note")
+    for name, value, most in (("by", by, 200), ("note", note, 2000)):
+        if value is not None and (not isinstance(value, str) or len(value) > most):
+            raise ApiError(
+                422, "invalid_resolution", f"{name!r} must be a string of at most {most} characters"
+            )
+    if step_id not in {s.step_id for s in saga.steps}:
+        raise ApiError(404, "step_not_found", f"saga {saga.saga_id!r} has no step {step_id!r}")
+    try:
+        res = await _state(request).engine.resolve(saga.saga_id, step_id, by=by, note=note)
+    except (SagaNotFoundError, ContractError) as exc:
+        raise ApiError(404, "step_not_found", str(exc)) from None
+    body: dict[str, Any] = res.to_dict() if hasattr(res, "to_dict") else {"step_id": step_id}
+    return body
+
+
+@router.get(
+    "/reversals/{reversal_id}",
+    summary="A reversal and, when done, its report",
+    responses=_READ,
+)
+async def get_reversal(request: Request, reversal_id: str = ReversalId) -> dict[str, Any]:
+    rev, saga = await load_reversal(request, reversal_id)
+    return reversal_body(rev, await integrity(_state(request), saga.saga_id))
+
+
+@router.get(
+    "/reversals/{reversal_id}/events",
+    summary="Server-Sent Events: each step's progress, then the report (or 'stuck')",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}, **_READ},
+)
+async def reversal_events(request: Request, reversal_id: str = ReversalId) -> StreamingResponse:
+    rev, saga = await load_reversal(request, reversal_id)
+    return StreamingResponse(
+        _stream(_state(request), rev.reversal_id, saga.saga_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _stream(st: _State, reversal_id: str, saga_id: str) -> AsyncIterator[str]:
+    """History of the reversal from the log (replay), then live progress until it is done.
+
+    Live steps come from ``engine.progress_hooks`` (this process) and from the log (another
+    process running the reversal); a step is sent once, as a ``step`` event, whichever source
+    sees it first. The stream ends with one ``done`` event carrying the report, or one ``stuck``
+    event when the worker running the reversal is gone (its lease expired; issue 13.7).
+    """
+    waker = asyncio.Event()
+    st.wakers.add(waker)
+    after = 0
+    sent: set[str] = set()
+    quiet = 0
+    try:
+        while True:
+            for e in await st.engine.log.events(saga_id, after=after):
+                after = e.event_id
+                if e.reversal_id == reversal_id:
+                    yield _sse("log", _event(e))
+            for outcome in st.live.get(reversal_id, []):
+                if outcome["step_id"] not in sent:
+                    sent.add(outcome["step_id"])
+                    yield _sse("step", outcome)
+            rev = await st.engine.log.get_reversal(reversal_id=reversal_id)
+            if rev is not None and rev.state == "done" and rev.report is not None:
+                for s in rev.report.get("steps", []):
+                    if s["step_id"] not in sent:
+                        sent.add(s["step_id"])
+                        yield _sse("step", s)
+                yield _sse("done", rev.report)
+                return
+            stuck = _stuck(rev, st, saga_id)
+            if stuck is not None:
+                yield _sse("stuck", {"reversal_id": reversal_id, "detail": stuck})
+                return
+            waker.clear()
+            try:
+                await asyncio.wait_for(waker.wait(), 0.25)
+            except TimeoutError:
+                quiet += 1
+                if quiet % 60 == 0:  # a comment line every ~15 s keeps proxies from closing
+                    yield ": keep-alive\n\n"
+    finally:
+        st.wakers.discard(waker)
+
+
+def _stuck(rev: ReversalRecord | None, st: _State, saga_id: str) -> str | None:
+    """Why the reversal will not progress on its own, or ``None`` while it may."""
+    if rev is None:
+        return "the reversal is no longer in the log"
+    task = st.tasks.get(saga_id)
+    if task is not None and not task.done():
+        return None  # this process is running it
+    lease = rev.lease_until
+    if rev.state != "done" and lease is not None and lease < time.time() - _STUCK_GRACE:
+        return (
+            f"the worker running this reversal stopped: its lease expired at "
+            f"{time.strftime('%H:%M:%S UTC', time.gmtime(lease))}; POST "
+            f"/sagas/{saga_id}/undo to take it over"
+        )
+    return None

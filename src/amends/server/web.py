@@ -1,0 +1,197 @@
+"""The web page of ``amends serve``: sign-in (POST), sign-out (POST), saga list, saga page.
+
+The token never travels in a URL (issue 13.4): the sign-in form posts it, guarded by a login-CSRF
+token bound to a short-lived cookie, and the session cookie is HttpOnly, SameSite=Strict and
+Secure over TLS. Pages carry no inline script (CSP); the saga page's script reads the CSRF token
+from a ``<meta>`` tag and sends it with every state-changing request.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from .api import ID_PATTERN, integrity, load_reversal, load_saga, saga_detail, saga_summary
+from .app import ApiError, _State
+from .security import COOKIE, Principal, authenticate, check_same_origin, csrf_token
+
+__all__ = ["router"]
+
+_LOGIN_COOKIE = "amends_login_csrf"
+_templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+router = APIRouter(include_in_schema=False)
+
+
+def _state(request: Request) -> _State:
+    st: _State = request.app.state.amends
+    return st
+
+
+def _page(
+    request: Request, name: str, who: Principal | None, status: int = 200, **ctx: Any
+) -> HTMLResponse:
+    ctx.setdefault("settings", _state(request).settings)
+    ctx["csrf"] = csrf_token(who.secret) if who is not None else ""
+    ctx["fmt"] = _when
+    return _templates.TemplateResponse(request, name, ctx, status_code=status)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _signed_in(request: Request) -> Principal | None:
+    try:
+        return authenticate(request)
+    except ApiError as exc:
+        if exc.status in (401, 429):
+            return None
+        raise
+
+
+def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLResponse:
+    nonce = secrets.token_urlsafe(24)
+    resp = _page(request, "login.html", None, status, error=error, login_csrf=nonce)
+    resp.set_cookie(
+        _LOGIN_COOKIE,
+        nonce,
+        max_age=600,
+        path="/login",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return resp
+
+
+@router.get("/login")
+async def login_page(request: Request) -> Response:
+    if _state(request).settings.no_auth:
+        return RedirectResponse("/", status_code=303)
+    if "token" in request.query_params:
+        # issue 13.4: a token in a URL lands in access logs and browser history
+        return _login_form(
+            request,
+            "Tokens are never accepted in a URL. Paste it in the form below (and consider "
+            "revoking it: `amends token revoke`).",
+            400,
+        )
+    return _login_form(request, None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    st = _state(request)
+    if st.settings.no_auth:
+        return RedirectResponse("/", status_code=303)
+    check_same_origin(request)
+    form = await request.form()
+    sent, kept = str(form.get("csrf", "")), request.cookies.get(_LOGIN_COOKIE, "")
+    if not kept or not hmac.compare_digest(sent.encode(), kept.encode()):
+        # login CSRF: only a form this server rendered for this browser may sign it in
+        return _login_form(request, "The sign-in form expired. Please try again.", 403)
+    client = request.client.host if request.client else "unknown"
+    wait = st.limiter.retry_after(client)
+    if wait is not None:
+        return _login_form(request, f"Too many invalid tokens. Try again in {wait} s.", 429)
+    token = str(form.get("token", "")).strip()
+    assert st.settings.tokens is not None
+    if st.settings.tokens.check(token) is None:
+        st.limiter.failed(client)
+        return _login_form(request, "That token is not valid.", 401)
+    resp = RedirectResponse("/", status_code=303)
+    resp.set_cookie(
+        COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    resp.delete_cookie(_LOGIN_COOKIE, path="/login")
+    return resp
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    check_same_origin(request)
+    who = _signed_in(request)
+    form = await request.form()
+    if who is not None and not hmac.compare_digest(
+        str(form.get("csrf", "")).encode(), csrf_token(who.secret).encode()
+    ):
+        raise ApiError(403, "csrf_token_invalid", "sign out from the amends page itself")
+    resp = RedirectResponse("/login", status_code=303)
+    resp.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return resp
+
+
+@router.get("/")
+async def home(request: Request) -> Response:
+    who = _signed_in(request)
+    if who is None:
+        return RedirectResponse("/login", status_code=303)
+    st = _state(request)
+    sagas = await st.engine.log.list_sagas(tenant=who.tenant, limit=200)
+    rows = [saga_summary(s, st.tampered.get(s.saga_id)) for s in sagas]
+    return _page(request, "list.html", who, sagas=rows)
+
+
+@router.get("/ui/sagas/{saga_id}")
+async def saga_page(request: Request, saga_id: str) -> Response:
+    import re
+
+    if not re.match(ID_PATTERN, saga_id):
+        raise ApiError(404, "saga_not_found", f"no saga {saga_id[:130]!r} for this token")
+    if _signed_in(request) is None:
+        return RedirectResponse("/login", status_code=303)
+    saga, who = await load_saga(request, saga_id)
+    st = _state(request)
+    problems = await integrity(st, saga.saga_id)
+    detail = await saga_detail(st, saga, problems)
+    the_plan = (await st.engine.preview(saga.saga_id)).to_dict()
+    report = None if problems or saga.reversal is None else saga.reversal.report
+    return _page(
+        request,
+        "saga.html",
+        who,
+        saga=detail,
+        plan=the_plan,
+        report=report,
+        resolutions=detail["resolutions"],
+        can_continue=_can_continue(report),
+    )
+
+
+def _can_continue(report: dict[str, Any] | None) -> bool:
+    """Rule 6: a reversal that stopped short (over budget, blocked, now resolved) may continue."""
+    if not report:
+        return False
+    return any(s.get("state") in ("over_budget", "blocked") for s in report.get("steps", []))
+
+
+@router.get("/ui/reversals/{reversal_id}/outcome")
+async def outcome_fragment(request: Request, reversal_id: str) -> Response:
+    rev, saga = await load_reversal(request, reversal_id)
+    who = authenticate(request)
+    problems = await integrity(_state(request), saga.saga_id)
+    report = None if problems else rev.report
+    resolutions = {k: v.to_dict() for k, v in (getattr(saga, "resolutions", {}) or {}).items()}
+    return _page(
+        request,
+        "_outcome.html",
+        who,
+        report=report,
+        resolutions=resolutions,
+        saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
+        can_continue=_can_continue(report),
+    )

@@ -1,0 +1,549 @@
+"""Issue 13 items 2-8 against the app in-process (fast tier): each test fails when its protection
+is removed. Real-server checks (a 100 MiB body, two server processes) are in test_security_live.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import sqlite3
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from server_harness import _seed, log_snapshot
+
+import amends
+from amends.server import ServerSettings, TokenStore, create_app
+from amends.server.auth import FailedAuthLimiter, permission_problems
+from amends.server.security import csrf_token
+from core_world import CoreWorld, fresh
+
+BASE = "http://127.0.0.1:8000"
+
+
+@dataclass
+class App:
+    client: TestClient
+    db: str
+    world: CoreWorld
+    tokens: TokenStore
+    sagas: dict[str, str]
+    acme: str
+    globex: str
+
+    def auth(self, tenant: str = "acme") -> dict[str, str]:
+        return {"Authorization": f"Bearer {getattr(self, tenant)}"}
+
+    def sign_in(self, token: str | None = None) -> str:
+        """Sign in through the form; returns the page's CSRF token."""
+        page = self.client.get("/login")
+        nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert nonce is not None, page.text
+        r = self.client.post(
+            "/login",
+            data={"token": token or self.acme, "csrf": nonce.group(1)},
+            headers={"Origin": BASE, "Sec-Fetch-Site": "same-origin"},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303, r.text
+        return csrf_token(token or self.acme)
+
+
+def _make(tmp_path: Path, **settings: Any) -> Iterator[App]:
+    db = str(tmp_path / "sec.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    tokens = TokenStore(str(tmp_path / "sec.db.tokens"))
+    acme, globex = tokens.create("acme"), tokens.create("globex")
+    app = create_app(
+        lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens, **settings)
+    )
+    with TestClient(app, base_url=BASE) as client:
+        yield App(client, db, world, tokens, sagas, acme, globex)
+    tokens.close()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    yield from _make(tmp_path)
+
+
+@pytest.fixture
+def noauth(tmp_path: Path) -> Iterator[App]:
+    db = str(tmp_path / "open.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(no_auth=True))
+    with TestClient(app, base_url=BASE) as client:
+        yield App(client, db, world, TokenStore(":memory:"), sagas, "", "")
+
+
+# --- 6. headers -------------------------------------------------------------------------------
+def test_every_page_and_answer_carries_csp_nosniff_no_referrer_and_no_store(app: App) -> None:
+    csrf = app.sign_in()
+    assert csrf
+    sid = app.sagas["acme1"]
+    for path in ("/login", "/", f"/ui/sagas/{sid}", "/sagas", "/openapi.json", "/nope"):
+        r = app.client.get(path, headers=app.auth() if path == "/sagas" else {})
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp, path
+        assert "frame-ancestors 'none'" in csp, path
+        assert r.headers["x-content-type-options"] == "nosniff", path
+        assert r.headers["referrer-policy"] == "no-referrer", path
+        assert r.headers["cache-control"] == "no-store", path
+    page = app.client.get(f"/ui/sagas/{sid}").text
+    scripts = re.findall(r"<script[^>]*>", page)
+    assert scripts == ['<script src="/static/app.js">']  # no inline script: CSP can forbid it
+    assert " style=" not in page and "<style" not in page
+    assert "onclick" not in page.lower()
+
+
+def test_api_docs_are_off_by_default_so_no_cdn_script_runs_on_the_cookies_origin(app: App) -> None:
+    assert app.client.get("/docs").status_code == 404
+    assert app.client.get("/redoc").status_code == 404
+    assert app.client.get("/openapi.json").status_code == 200
+
+
+# --- 4. sign-in -------------------------------------------------------------------------------
+def test_a_token_in_the_url_is_refused_and_signs_nobody_in(app: App) -> None:
+    r = app.client.get(f"/login?token={app.acme}", follow_redirects=False)
+    assert r.status_code == 400
+    assert "never accepted in a URL" in r.text
+    assert "amends_session" not in r.headers.get("set-cookie", "")
+    assert app.client.get("/", follow_redirects=False).headers["location"] == "/login"
+
+
+def test_sign_in_is_a_post_and_the_cookie_is_httponly_samesite_strict(app: App) -> None:
+    page = app.client.get("/login")
+    assert '<form method="post" action="/login">' in page.text
+    nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert nonce is not None
+    r = app.client.post(
+        "/login",
+        data={"token": app.acme, "csrf": nonce.group(1)},
+        headers={"Origin": BASE},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    cookie = [c for c in r.headers.get_list("set-cookie") if c.startswith("amends_session=")]
+    assert len(cookie) == 1
+    flags = cookie[0].lower()
+    assert "httponly" in flags and "samesite=strict" in flags and "path=/" in flags
+    assert "secure" not in flags  # plain http on loopback: a Secure cookie would not come back
+    assert app.client.get("/", follow_redirects=False).status_code == 200
+
+
+def test_the_session_cookie_is_secure_over_tls(tmp_path: Path) -> None:
+    for a in _make(tmp_path):
+        with TestClient(a.client.app, base_url="https://127.0.0.1:8443") as tls:
+            page = tls.get("/login")
+            nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert nonce is not None
+            r = tls.post(
+                "/login",
+                data={"token": a.acme, "csrf": nonce.group(1)},
+                headers={"Origin": "https://127.0.0.1:8443"},
+                follow_redirects=False,
+            )
+            assert r.status_code == 303
+            (cookie,) = [
+                c for c in r.headers.get_list("set-cookie") if c.startswith("amends_session=")
+            ]
+            assert "secure" in cookie.lower()
+
+
+def test_login_csrf_a_form_without_this_browsers_nonce_signs_nobody_in(app: App) -> None:
+    """An attacker's page posting its own token must not sign the victim into its account."""
+    r = app.client.post(
+        "/login", data={"token": app.globex, "csrf": "forged"}, follow_redirects=False
+    )
+    assert r.status_code == 403
+    assert "amends_session" not in r.headers.get("set-cookie", "")
+    r = app.client.post(
+        "/login",
+        data={"token": app.globex, "csrf": "x"},
+        headers={"Origin": "http://127.0.0.1:9999", "Sec-Fetch-Site": "same-site"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403
+    assert r.json()["error"] == "cross_origin_request"
+
+
+def test_sign_out_is_a_post_with_the_csrf_token(app: App) -> None:
+    csrf = app.sign_in()
+    r = app.client.get("/logout")
+    assert (r.status_code, r.headers["allow"]) == (405, "POST")
+    r = app.client.post("/logout", data={"csrf": "wrong"}, follow_redirects=False)
+    assert r.status_code == 403
+    assert app.client.get("/", follow_redirects=False).status_code == 200  # still signed in
+    r = app.client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert 'amends_session=""' in r.headers["set-cookie"]
+
+
+# --- 5. CSRF ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        # a form on another port of the same host: same site, another origin
+        (
+            {"Origin": "http://127.0.0.1:9999", "Sec-Fetch-Site": "same-site"},
+            "cross_origin_request",
+        ),
+        ({"Origin": "http://127.0.0.1:9999"}, "cross_origin_request"),
+        (
+            {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+            "cross_origin_request",
+        ),
+        # a no-cors fetch or an empty form from our own origin without the page's token
+        ({"Sec-Fetch-Site": "same-origin"}, "csrf_token_missing"),
+        ({}, "csrf_token_missing"),
+        ({"X-Amends-CSRF": "0" * 40}, "csrf_token_invalid"),
+    ],
+)
+def test_a_cookie_undo_without_same_origin_and_csrf_token_is_refused_and_runs_nothing(
+    app: App, headers: dict[str, str], error: str
+) -> None:
+    app.sign_in()
+    sid = app.sagas["acme1"]
+    before = log_snapshot(app.db)
+    r = app.client.post(
+        f"/sagas/{sid}/undo",
+        content=b"",
+        headers={"Content-Type": "application/x-www-form-urlencoded", **headers},
+    )
+    assert (r.status_code, r.json()["error"]) == (403, error), r.text
+    assert log_snapshot(app.db) == before
+    assert app.world.crm["r1"]["stage"] == "won"
+
+
+def test_the_page_undo_with_its_csrf_token_runs(app: App) -> None:
+    csrf = app.sign_in()
+    sid = app.sagas["acme1"]
+    r = app.client.post(
+        f"/sagas/{sid}/undo",
+        json={},
+        headers={"X-Amends-CSRF": csrf, "Origin": BASE, "Sec-Fetch-Site": "same-origin"},
+    )
+    assert r.status_code in (200, 202), r.text
+    assert app.world.crm["r1"]["stage"] == "lead"
+
+
+def test_no_auth_mode_refuses_a_cross_origin_form_but_serves_curl(noauth: App) -> None:
+    sid = noauth.sagas["acme1"]
+    before = log_snapshot(noauth.db)
+    r = noauth.client.post(
+        f"/sagas/{sid}/undo",
+        content=b"",
+        headers={"Origin": "http://127.0.0.1:9999", "Sec-Fetch-Site": "same-site"},
+    )
+    assert (r.status_code, r.json()["error"]) == (403, "cross_origin_request")
+    r = noauth.client.post(f"/sagas/{sid}/undo", headers={"Sec-Fetch-Site": "same-origin"})
+    assert (r.status_code, r.json()["error"]) == (403, "csrf_token_missing")
+    assert log_snapshot(noauth.db) == before
+    page = noauth.client.get(f"/ui/sagas/{sid}").text
+    token = re.search(r'name="amends-csrf" content="([^"]+)"', page)
+    assert token is not None
+    r = noauth.client.post(
+        f"/sagas/{sid}/undo", headers={"X-Amends-CSRF": token.group(1), "Origin": BASE}
+    )
+    assert r.status_code in (200, 202), r.text
+    r = noauth.client.post(f"/sagas/{noauth.sagas['acme2']}/undo")  # curl: no browser headers
+    assert r.status_code in (200, 202), r.text
+
+
+# --- 7. limits ----------------------------------------------------------------------------------
+def test_a_body_over_the_limit_is_413_declared_or_streamed(app: App) -> None:
+    sid = app.sagas["acme1"]
+    before = log_snapshot(app.db)
+    big = b"{" + b" " * (70 * 1024) + b"}"
+    r = app.client.post(
+        f"/sagas/{sid}/undo",
+        content=big,
+        headers={**app.auth(), "Content-Type": "application/json"},
+    )
+    assert (r.status_code, r.json()["error"]) == (413, "body_too_large")
+
+    def chunks() -> Iterator[bytes]:
+        yield b"{"
+        for _ in range(80):
+            yield b" " * 1024
+        yield b"}"
+
+    r = app.client.post(
+        f"/sagas/{sid}/undo",
+        content=chunks(),
+        headers={**app.auth(), "Content-Type": "application/json"},
+    )
+    assert (r.status_code, r.json()["error"]) == (413, "body_too_large")
+    assert log_snapshot(app.db) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "status"),
+    [("", 400), ("k" * 201, 400), ("a b", 400), ("k" * 200, 202)],
+)
+def test_idempotency_key_must_be_1_to_200_visible_characters(
+    app: App, key: str, status: int
+) -> None:
+    r = app.client.post(
+        f"/sagas/{app.sagas['acme1']}/undo", headers={**app.auth(), "Idempotency-Key": key}
+    )
+    assert r.status_code in ((200, 202) if status == 202 else (status,)), r.text
+    if status == 400:
+        assert r.json()["error"] == "invalid_idempotency_key"
+
+
+def test_idempotency_keys_are_per_tenant_and_kept_in_the_log_across_servers(
+    app: App, tmp_path: Path
+) -> None:
+    key = {"Idempotency-Key": "shared-key"}
+    r = app.client.post(f"/sagas/{app.sagas['acme1']}/undo", headers={**app.auth(), **key})
+    assert r.status_code in (200, 202)
+    # another tenant's identical key is its own key: no 409 that would reveal acme's use
+    r = app.client.post(
+        f"/sagas/{app.sagas['globex1']}/undo", headers={**app.auth("globex"), **key}
+    )
+    assert r.status_code in (200, 202), r.text
+    # a second server on the same log refuses acme's reused key for another saga
+    _, catalog = fresh()
+    other = create_app(
+        lambda: amends.Engine(catalog, log=app.db), ServerSettings(tokens=app.tokens)
+    )
+    before = log_snapshot(app.db)
+    with TestClient(other, base_url=BASE) as second:
+        r = second.post(f"/sagas/{app.sagas['acme2']}/undo", headers={**app.auth(), **key})
+    assert (r.status_code, r.json()["error"]) == (409, "idempotency_key_reused")
+    assert log_snapshot(app.db)[1] == before[1]  # no reversal for acme2
+    assert app.world.crm["r2"]["stage"] == "won"
+
+
+def test_an_expired_idempotency_key_may_be_used_again(tmp_path: Path) -> None:
+    for a in _make(tmp_path, idempotency_ttl=0.2):
+        key = {**a.auth(), "Idempotency-Key": "k"}
+        assert a.client.post(f"/sagas/{a.sagas['acme1']}/undo", headers=key).status_code in (
+            200,
+            202,
+        )
+        assert a.client.post(f"/sagas/{a.sagas['acme2']}/undo", headers=key).status_code == 409
+        time.sleep(0.3)
+        assert a.client.post(f"/sagas/{a.sagas['acme2']}/undo", headers=key).status_code in (
+            200,
+            202,
+        )
+
+
+@pytest.mark.parametrize("bad", ["has space", "x" * 129, "-lead", "a/b", "ü"])
+def test_ids_in_urls_follow_length_and_charset_rules(app: App, bad: str) -> None:
+    r = app.client.get(f"/sagas/{bad}", headers=app.auth())
+    assert r.status_code in (404, 422), r.text  # "a/b" is another path: 404
+    if r.status_code == 422:
+        assert r.json()["error"] == "invalid_request"
+    r = app.client.post(f"/sagas/{app.sagas['acme1']}/steps/{bad}/resolve", headers=app.auth())
+    assert r.status_code in (404, 422), r.text
+
+
+def test_failed_auth_is_rate_limited_per_address_with_retry_after(app: App) -> None:
+    for _ in range(10):
+        r = app.client.get("/sagas", headers={"Authorization": "Bearer amd_guess"})
+        assert r.status_code == 401
+    r = app.client.get("/sagas", headers=app.auth())  # even a good token waits now
+    assert (r.status_code, r.json()["error"]) == (429, "too_many_failed_attempts")
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+
+
+def test_failed_auth_limiter_forgets_after_its_window() -> None:
+    lim = FailedAuthLimiter(limit=2, window=10)
+    lim.failed("a", now=0)
+    lim.failed("a", now=1)
+    assert lim.retry_after("a", now=2) == 8
+    assert lim.retry_after("b", now=2) is None
+    assert lim.retry_after("a", now=11) is None
+
+
+def test_405_answers_carry_allow(app: App) -> None:
+    r = app.client.delete("/sagas", headers=app.auth())
+    assert (r.status_code, r.headers["allow"]) == (405, "GET")
+    r = app.client.get(f"/sagas/{app.sagas['acme1']}/undo", headers=app.auth())
+    assert (r.status_code, r.headers["allow"]) == (405, "POST")
+    assert r.json()["error"] == "method_not_allowed"
+
+
+def test_openapi_documents_the_4xx_answers(app: App) -> None:
+    doc = app.client.get("/openapi.json").json()
+    undo = doc["paths"]["/sagas/{saga_id}/undo"]["post"]["responses"]
+    assert {"400", "401", "403", "404", "409", "413", "415", "422", "429"} <= set(undo)
+    assert undo["409"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            assert {"401", "422"} <= set(op["responses"]), path
+            assert "HTTPValidationError" not in json.dumps(op["responses"]), path
+
+
+async def test_an_event_stream_of_a_reversal_whose_worker_is_gone_reports_stuck_and_ends(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "stuck.db")
+    world, catalog = fresh()
+    sagas = await _seed(db, catalog, world)
+    log = amends.SqliteLog(db)
+    try:
+        claim = await log.claim_reversal(
+            sagas["acme1"],
+            reversal_id="rev_dead",
+            budget={"tool_calls": 5},
+            owner="worker-gone",
+            lease_until=time.time() - 30,
+            now=time.time() - 60,
+        )
+    finally:
+        await log.close()
+    assert claim.reversal.state == "running"
+    tokens = TokenStore(":memory:")
+    token = tokens.create("acme")
+    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens))
+
+    def read() -> list[str]:
+        with TestClient(app, base_url=BASE) as c:
+            r = c.get("/reversals/rev_dead/events", headers={"Authorization": f"Bearer {token}"})
+            return [line for line in r.text.splitlines() if line.startswith("event: ")]
+
+    events = await asyncio.wait_for(asyncio.to_thread(read), 20)
+    assert events[-1] == "event: stuck"
+    tokens.close()
+
+
+# --- 8. tokens, 2. file permissions -----------------------------------------------------------
+def test_token_store_file_is_created_owner_only_and_doctor_helper_flags_wider(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.tokens"
+    store = TokenStore(str(path))
+    store.create("acme")
+    store.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert permission_problems(str(path)) == []
+    os.chmod(path, 0o644)
+    (problem,) = permission_problems(str(path))
+    assert "mode 0644" in problem and f"chmod 600 {path}" in problem
+
+
+def test_tokens_expire_are_revoked_at_once_and_record_last_use(app: App) -> None:
+    short = app.tokens.create("acme", expires_in=0.2)
+    assert app.client.get("/sagas", headers={"Authorization": f"Bearer {short}"}).status_code == 200
+    time.sleep(0.3)
+    r = app.client.get("/sagas", headers={"Authorization": f"Bearer {short}"})
+    assert r.status_code == 401
+    assert app.client.get("/sagas", headers=app.auth()).status_code == 200
+    (acme,) = [t for t in app.tokens.list("acme") if t.expires_at is None]
+    assert acme.last_used_at is not None and acme.last_used_at <= time.time()
+    states = sorted(t.state(time.time()) for t in app.tokens.list("acme"))
+    assert states == ["active", "expired"]
+    app.tokens.revoke(acme.token_id)
+    r = app.client.get("/sagas", headers=app.auth())
+    assert (r.status_code, r.json()["error"]) == (401, "invalid_token")
+    with pytest.raises(amends.ConfigError, match="no token with id 'tok_nope'"):
+        app.tokens.revoke("tok_nope")
+    with pytest.raises(amends.ConfigError, match="--expires-in must be a positive number"):
+        app.tokens.create("acme", expires_in=0)
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    from amends.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_token_list_and_revoke_commands_never_print_a_secret(tmp_path: Path) -> None:
+    db = str(tmp_path / "c.db")
+    code, token, _ = _cli("token", "create", "--tenant", "acme", "--db", db, "--expires-in", "600")
+    assert code == 0
+    token = token.strip()
+    code, out, _ = _cli("token", "list", "--db", db)
+    assert code == 0
+    assert token not in out
+    header, row = out.splitlines()
+    assert header.split()[:3] == ["ID", "TENANT", "STATE"]
+    token_id = row.split()[0]
+    assert row.split()[1:3] == ["acme", "active"] and row.rstrip().endswith("never")
+    code, out, _ = _cli("token", "revoke", token_id, "--db", db)
+    assert (code, out) == (0, f"revoked {token_id} (tenant acme)\n")
+    assert "revoked" in _cli("token", "list", "--db", db)[1]
+    code, _, err = _cli("token", "revoke", "tok_nope", "--db", db)
+    assert code == 2 and "no token with id 'tok_nope'" in err
+
+
+def test_serve_no_auth_is_refused_on_a_non_loopback_address(tmp_path: Path) -> None:
+    db = str(tmp_path / "n.db")
+    code, _, err = _cli("serve", "--db", db, "--no-auth", "--host", "0.0.0.0", "--catalog", "x:y")
+    assert code == 2
+    assert "--no-auth serves every saga to anyone who can connect" in err
+    assert "--host '0.0.0.0'" in err
+
+
+# --- 3. tamper-evident history surfaced ---------------------------------------------------------
+def _forge_report(db: str, saga_id: str) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        (raw,) = conn.execute(
+            "SELECT report FROM reversals WHERE saga_id = ?", (saga_id,)
+        ).fetchone()
+        report = json.loads(raw)
+        report["status"] = "fully_reversed"
+        report["headline"] = "Undone 3 of 3"
+        conn.execute(
+            "UPDATE reversals SET report = ? WHERE saga_id = ?", (json.dumps(report), saga_id)
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_a_forged_report_is_marked_never_shown_and_the_saga_cannot_be_undone(app: App) -> None:
+    sid = app.sagas["acme2"]
+    r = app.client.post(f"/sagas/{sid}/undo", headers=app.auth())
+    assert r.status_code in (200, 202)
+    deadline = time.monotonic() + 20
+    while app.client.get(f"/sagas/{sid}", headers=app.auth()).json()["reversal"]["state"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    body = app.client.get(f"/sagas/{sid}", headers=app.auth()).json()
+    assert body["integrity"] == {"verified": True, "problems": []}
+    assert body["reversal"]["status"] == "cannot_undo"
+    _forge_report(app.db, sid)
+
+    body = app.client.get(f"/sagas/{sid}", headers=app.auth()).json()
+    assert body["integrity"]["verified"] is False
+    assert body["integrity"]["problems"][0]["what"] == "report mismatch"
+    assert body["reversal"]["status"] == "unverified"
+    assert "fully_reversed" not in json.dumps(body)
+    rev = body["reversal"]["reversal_id"]
+    got = app.client.get(f"/reversals/{rev}", headers=app.auth()).json()
+    assert got["report"] is None and got["integrity"]["verified"] is False
+    listed = app.client.get("/sagas", headers=app.auth()).json()["sagas"]
+    (mine,) = [s for s in listed if s["saga_id"] == sid]
+    assert mine["reversal"]["status"] == "unverified"
+    r = app.client.post(f"/sagas/{sid}/undo", headers=app.auth())
+    assert (r.status_code, r.json()["error"]) == (409, "history_does_not_verify")
+
+    app.sign_in()
+    page = app.client.get(f"/ui/sagas/{sid}").text
+    assert "History does not verify" in page
+    assert "Undone 3 of 3" not in page and "fully_reversed" not in page
+    assert app.client.get(f"/ui/reversals/{rev}/outcome").text.strip() == ""
