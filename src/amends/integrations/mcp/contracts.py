@@ -38,7 +38,7 @@ inverse = { tool = "move_file", args = { source = "{args.path}", destination = "
 ```
 
 Templates are those of :mod:`amends.toml_catalog` (``"{args.x}"`` keeps the value's type; other
-strings are formatted) over ``args``, ``capture`` and ``result`` (the upstream's
+strings are formatted) over ``args``, ``capture``, ``observed`` and ``result`` (the upstream's
 ``structured_content``, or its text), plus filters for text: ``{result.notified|join}``,
 ``{args.cents|money}``, ``{result|json}``.
 """
@@ -93,6 +93,7 @@ _TOOL_KEYS = {
     "undo_after",
     "errors",
     "compensate_residue",
+    "observe",
 }
 _EFFECT_KEYS = {"inverse", "expect", "residue", "acknowledge", "no_drift_check"}
 
@@ -263,6 +264,10 @@ class ToolContract:
     """Arguments redacted everywhere amends shows or stores them (rule 11)."""
     timeout: float | None = None
     captures: tuple[Capture, ...] = ()
+    observes: tuple[Capture, ...] = ()
+    """Read-only calls made right *after* a successful write, under ``{observed.<name>}``: the
+    state the write left (an edit's new content), for the expectation. A person's change in
+    the instant between the write and this read would be taken for the agent's."""
     effects: Effects = field(default_factory=Effects)
     if_absent: tuple[str, Effects] | None = None
     """(capture name, effects used instead when that capture found nothing)."""
@@ -354,6 +359,25 @@ def _path(value: Any, where: str) -> tuple[str, ...]:
     raise ConfigError(f"{where}: path must be a key or a list of keys, got {value!r}")
 
 
+def _captures(raw: Any, where: str, roots: set[str]) -> tuple[Capture, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where} must be an array of tables ([[tool.capture]])")
+    out: list[Capture] = []
+    for c in raw:
+        c = _table(c, where, {"name", "tool"}, {"args", "path", "absent_when"})
+        _check_template(c.get("args", {}), roots, f"{where} {c['name']!r}")
+        out.append(
+            Capture(
+                c["name"],
+                c["tool"],
+                dict(c.get("args", {})),
+                _path(c.get("path"), where),
+                _regex(c.get("absent_when"), f"{where} absent_when"),
+            )
+        )
+    return tuple(out)
+
+
 def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise ConfigError(f"{src}: tool #{i} needs a name (the upstream's tool name)")
@@ -371,23 +395,13 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
             f"{where}: reversibility {cls!r} is not one of {', '.join(sorted(_CLASSES))}; "
             f"say what undo can do (a tool without a contract is irreversible)"
         )
-    captures: list[Capture] = []
-    raw_caps = entry.get("capture", [])
-    if not isinstance(raw_caps, list):
-        raise ConfigError(f"{where}: capture must be an array of tables ([[tool.capture]])")
-    for c in raw_caps:
-        c = _table(c, f"{where} capture", {"name", "tool"}, {"args", "path", "absent_when"})
-        _check_template(c.get("args", {}), {"args"}, f"{where} capture {c['name']!r}")
-        captures.append(
-            Capture(
-                c["name"],
-                c["tool"],
-                dict(c.get("args", {})),
-                _path(c.get("path"), f"{where} capture"),
-                _regex(c.get("absent_when"), f"{where} capture absent_when"),
-            )
-        )
-    roots = {"args", "result"} | ({"capture"} if captures else set())
+    captures = _captures(entry.get("capture", []), f"{where} capture", {"args"})
+    observes = _captures(entry.get("observe", []), f"{where} observe", {"args", "result"})
+    roots = (
+        {"args", "result"}
+        | ({"capture"} if captures else set())
+        | ({"observed"} if observes else set())
+    )
     effects = _effects(entry, where, roots)
     if_absent = None
     if "if_absent" in entry:
@@ -443,7 +457,8 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
         idempotent=idem,
         sensitive=tuple(sensitive),
         timeout=float(timeout) if timeout is not None else None,
-        captures=tuple(captures),
+        captures=captures,
+        observes=observes,
         effects=effects,
         if_absent=if_absent,
         undo_after=tuple(undo_after),

@@ -174,7 +174,7 @@ class Gateway:
                     )
                 contracts[name] = c
         for name, c in contracts.items():
-            refs = [cap.tool for cap in c.captures]
+            refs = [cap.tool for cap in (*c.captures, *c.observes)]
             for eff in (c.effects, c.if_absent[1] if c.if_absent else None):
                 if eff is not None and eff.inverse is not None:
                     refs.append(eff.inverse["tool"])
@@ -242,7 +242,8 @@ class Gateway:
 
         def meta(call: Call, phase: str) -> dict[str, Any]:
             m: dict[str, Any] = {
-                META_KEY: call.idempotency_key + (":before" if phase == "before" else ""),
+                META_KEY: call.idempotency_key
+                + (f":{phase}" if phase in ("before", "after") else ""),
                 META_PHASE: phase,
                 "amends/saga_id": call.saga_id,
                 "amends/step_id": call.step_id,
@@ -267,6 +268,14 @@ class Gateway:
                 self._residue(call, contract.compensate_residue, scope, where)
             if call.phase == "forward" and contract is not None:
                 scope["result"] = value
+                try:
+                    if contract.observes:
+                        scope["observed"] = await self._observe(call, exp, contract, scope, meta)
+                except (AmendsError, ConfigError) as exc:
+                    # The write happened; without the observation no expectation can be
+                    # recorded, so nothing is: the step is irreversible with a violation.
+                    print(f"amends mcp: {exp.catalog_name}: {exc}", file=sys.stderr)
+                    return value
                 effects = contract.effects
                 if contract.if_absent is not None and contract.if_absent[0] in absent:
                     effects = contract.if_absent[1]
@@ -318,6 +327,20 @@ class Gateway:
             except ConfigError as exc:
                 raise PermanentError(f"{exc}; the write was not sent") from exc
         return captured
+
+    async def _observe(
+        self, call: Call, exp: Exported, contract: ToolContract, scope: dict[str, Any], meta: Any
+    ) -> dict[str, Any]:
+        observed: dict[str, Any] = {}
+        for ob in contract.observes:
+            where = f"contract of {exp.catalog_name!r} observe {ob.name!r}"
+            res = await exp.upstream.call(
+                ob.tool, render(dict(ob.args), scope, where), meta(call, "after")
+            )
+            if res.is_error:
+                raise ConfigError(f"{where}: the read after the write failed: {error_text(res)}")
+            observed[ob.name] = _dig(result_value(res), ob.path, where)
+        return observed
 
     def _record(
         self, call: Call, exp: Exported, eff: Effects, scope: dict[str, Any], where: str

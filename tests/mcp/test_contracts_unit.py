@@ -1,0 +1,129 @@
+"""Contract and config files: templates, filters, and a clear error for each mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amends import ConfigError
+from amends.integrations.mcp import load_config, load_contracts
+from amends.integrations.mcp.contracts import BUILTIN_CONTRACTS, render
+
+
+def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_builtin_contract_files_load_and_name_every_inverse_and_probe() -> None:
+    """Every shipped file parses; every reversible/compensable tool has an inverse and an
+    expectation or a reason (rule 4)."""
+    for name in BUILTIN_CONTRACTS:
+        cf = load_contracts(f"builtin:{name}")
+        assert cf.tools
+        for c in cf.tools.values():
+            if c.reversibility in ("reversible", "compensable"):
+                assert c.effects.inverse is not None
+                assert c.effects.expect is not None or c.effects.no_drift_check is not None
+    fs = load_contracts("builtin:filesystem").tools
+    assert {"write_file", "edit_file", "move_file", "create_directory"} <= set(fs)
+    assert fs["write_file"].captures[0].name == "old"
+
+
+def test_render_keeps_types_for_whole_fields_and_formats_filters() -> None:
+    scope = {"args": {"cents": 1_200_000, "who": ["a@x", "b@x"]}, "result": {"id": "ch_1"}}
+    assert render("{args.cents}", scope, "t") == 1_200_000
+    assert render("{args.cents|money}", scope, "t") == "12,000.00 USD"
+    assert render("to {args.who|join} for {result.id}", scope, "t") == "to a@x, b@x for ch_1"
+    assert render(["{args.who}"], scope, "t") == [["a@x", "b@x"]]
+    assert render("{args.who|json}", scope, "t") == '["a@x", "b@x"]'
+
+
+def test_render_names_a_missing_value() -> None:
+    with pytest.raises(ConfigError, match=r"'nope'"):
+        render("{result.nope}", {"result": {"id": 1}}, "where")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[[tool]]\nname = "w"\nreversibility = "maybe"\n', "reversibility 'maybe' is not one of"),
+        ('[[tool]]\nname = "w"\nreversibility = "reversible"\n', "declares no \\[tool.inverse\\]"),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "reversible"\ninverse = { tool = "w" }\n',
+            "neither \\[tool.expect\\] nor no_drift_check",
+        ),
+        ('[[tool]]\nname = "w"\nreversibility = "irreversible"\ncolour = 1\n', "unknown key"),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "reversible"\nno_drift_check = "x"\n'
+            'inverse = { tool = "w", args = { a = "{capture.old}" } }\n',
+            "uses 'capture'",
+        ),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "irreversible"\n'
+            'acknowledge = { who = "{args.x|shout}" }\n',
+            "unknown filter 'shout'",
+        ),
+        ('[errors]\nrefused = "("\n', "not a valid regular expression"),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "reversible"\nno_drift_check = "x"\n'
+            'inverse = { tool = "w" }\nif_absent = { capture = "old" }\n',
+            "capture 'old' is not declared",
+        ),
+        ("tool = [", "is not valid TOML"),
+    ],
+)
+def test_contract_mistakes_are_clear_errors(tmp_path: Path, toml: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_contracts(write(tmp_path, toml))
+
+
+def test_missing_contract_file_and_unknown_builtin() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_contracts("/nonexistent/contracts.toml")
+    with pytest.raises(ConfigError, match="builtin:filesystem"):
+        load_contracts("builtin:nope")
+
+
+def test_config_resolves_paths_next_to_the_file(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(
+            tmp_path,
+            '[gateway]\nlog = "x.db"\napproval = "residue"\n'
+            '[[upstream]]\nname = "fs"\ncommand = "node"\ncontracts = ["mine.toml", '
+            '"builtin:filesystem"]\n',
+            "g.toml",
+        )
+    )
+    assert cfg.log == str(tmp_path / "x.db")
+    assert cfg.approval == "residue"
+    assert cfg.upstreams[0].contracts == (str(tmp_path / "mine.toml"), "builtin:filesystem")
+    assert cfg.upstreams[0].prefix is True
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("", "declares no upstream servers"),
+        ('[[upstream]]\nname = "a"\n', "exactly one of command"),
+        ('[[upstream]]\nname = "a"\ncommand = "x"\nurl = "http://h"\n', "exactly one of"),
+        ('[[upstream]]\nname = "a b"\ncommand = "x"\n', "needs a name of letters"),
+        (
+            '[[upstream]]\nname = "a"\ncommand = "x"\n[[upstream]]\nname = "a"\ncommand = "y"\n',
+            "used twice",
+        ),
+        ('[gateway]\napproval = "always"\n[[upstream]]\nname = "a"\ncommand = "x"\n', "approval"),
+        ('[gateway]\nlease_seconds = 0\n[[upstream]]\nname = "a"\ncommand = "x"\n', "positive"),
+        ('[gateways]\n[[upstream]]\nname = "a"\ncommand = "x"\n', "unknown top-level"),
+    ],
+)
+def test_config_mistakes_are_clear_errors(tmp_path: Path, toml: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, toml, "g.toml"))
+
+
+def test_missing_config_names_the_fix() -> None:
+    with pytest.raises(ConfigError, match="--config"):
+        load_config("/nonexistent/gateway.toml")

@@ -1,0 +1,145 @@
+"""The shipped contracts (builtin:filesystem) against the real reference filesystem MCP server
+(@modelcontextprotocol/server-filesystem from npm, installed by scripts/mcp-deps.sh)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+FS_SERVER = (
+    ROOT
+    / ".amends-mcp"
+    / "node"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-filesystem"
+    / "dist"
+    / "index.js"
+)
+
+
+@pytest.fixture(scope="module")
+def fs_server() -> Path:
+    if not FS_SERVER.exists():
+        subprocess.run(["bash", str(ROOT / "scripts" / "mcp-deps.sh")], check=True, timeout=600)
+    assert FS_SERVER.exists(), "scripts/mcp-deps.sh did not install the filesystem server"
+    return FS_SERVER
+
+
+def fs_gateway(tmp_path: Path, fs_server: Path) -> tuple[object, Path]:
+    from mcp import StdioServerParameters
+
+    files = tmp_path / "files"
+    files.mkdir()
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f"""
+[gateway]
+log = "saga.db"
+
+[[upstream]]
+name = "fs"
+command = "node"
+args = [{json.dumps(str(fs_server))}, {json.dumps(str(files))}]
+contracts = ["builtin:filesystem"]
+"""
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
+        cwd=str(tmp_path),
+    )
+    return params, files
+
+
+async def test_write_edit_move_are_undone_with_the_captured_previous_content(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """Overwrite, edit and move are reverted; a new file is moved aside (residue); a created
+    directory is acknowledged (the server cannot remove it)."""
+    from mcp import Client
+
+    params, files = fs_gateway(tmp_path, fs_server)
+    (files / "notes.txt").write_text("original notes")
+    (files / "plan.txt").write_text("plan: keep")
+    (files / "old-name.txt").write_text("moving")
+    async with Client(params) as c:
+        steps = [
+            await c.call_tool(
+                "fs_write_file", {"path": str(files / "notes.txt"), "content": "agent notes"}
+            ),
+            await c.call_tool(
+                "fs_edit_file",
+                {
+                    "path": str(files / "plan.txt"),
+                    "edits": [{"oldText": "keep", "newText": "drop"}],
+                },
+            ),
+            await c.call_tool(
+                "fs_move_file",
+                {"source": str(files / "old-name.txt"), "destination": str(files / "new-name.txt")},
+            ),
+            await c.call_tool("fs_write_file", {"path": str(files / "new.txt"), "content": "hi"}),
+            await c.call_tool("fs_create_directory", {"path": str(files / "made")}),
+        ]
+        assert [s.is_error for s in steps] == [False] * 5, [s.content for s in steps]
+        assert (files / "plan.txt").read_text() == "plan: drop"
+        undo = await c.call_tool("amends_undo", {})
+    report = undo.structured_content
+    states = [(s["tool"], s["state"]) for s in report["steps"]]
+    assert states == [
+        ("fs.write_file", "compensated"),
+        ("fs.edit_file", "reverted"),
+        ("fs.move_file", "reverted"),
+        ("fs.write_file", "compensated"),
+        ("fs.create_directory", "acknowledged"),
+    ]
+    assert (files / "notes.txt").read_text() == "original notes"
+    assert (files / "plan.txt").read_text() == "plan: keep"
+    assert (files / "old-name.txt").read_text() == "moving"
+    assert not (files / "new-name.txt").exists()
+    assert not (files / "new.txt").exists()
+    assert (files / "new.txt.amends-undone").read_text() == "hi"
+    assert [r["what"] for r in report["residue"]] == [
+        f"{files / 'new.txt'} did not exist before; the filesystem server cannot delete files, "
+        f"so undo moved it to {files / 'new.txt'}.amends-undone"
+    ]
+    assert report["status"] == "cannot_undo"  # the directory stands
+
+
+async def test_a_file_edited_by_a_person_after_the_agent_is_drifted_and_kept(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """rule 4 against the real server: the person's content is never overwritten."""
+    from mcp import Client
+
+    params, files = fs_gateway(tmp_path, fs_server)
+    target = files / "doc.txt"
+    target.write_text("v1")
+    async with Client(params) as c:
+        await c.call_tool("fs_write_file", {"path": str(target), "content": "v2 by agent"})
+        target.write_text("v3 by a person")
+        undo = await c.call_tool("amends_undo", {})
+    assert undo.structured_content["steps"][0]["state"] == "drifted"
+    assert target.read_text() == "v3 by a person"
+
+
+async def test_a_write_outside_the_allowed_directories_is_refused_not_in_doubt(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """The server's "Access denied" is read as a refusal (nothing written): failed, no undo."""
+    from mcp import Client
+
+    params, _files = fs_gateway(tmp_path, fs_server)
+    async with Client(params) as c:
+        r = await c.call_tool("fs_write_file", {"path": str(tmp_path / "x.txt"), "content": "x"})
+    assert r.is_error and r.meta["amends/step"]["state"] == "failed"
+    assert not (tmp_path / "x.txt").exists()
