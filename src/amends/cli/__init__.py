@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "amends.cli.eval",  # eval
     "amends.cli.serve",  # serve, token
     "amends.cli.ops",  # recover, doctor
+    "amends.integrations.mcp.cli",  # mcp serve, mcp audit, sandbox mcp (SDK imported when run)
 )
 
 
