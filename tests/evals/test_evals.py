@@ -13,6 +13,7 @@ from amends.cli import main
 from amends.evals.broken import (
     NoDriftCheckEngine,
     NoIdempotencyEngine,
+    ResendAfterCrashEngine,
     ReverseTimeOrderEngine,
     UncheckedReportEngine,
 )
@@ -80,7 +81,8 @@ async def test_idempotency_invariant_catches_engine_that_ignores_idempotency_key
         StepSpec("s1", "docs.create_draft", {"title": "Plan", "text": "t"}),
         StepSpec("s2", "docs.share", {"doc_id": {"$ref": "s1", "key": "id"}, "people": ["a@x"]}),
     ]
-    sc = _sc(steps, crash=(1, True))  # call 1: the unshare, which lands, then the process dies
+    # call 1: the drift probe; call 2: the unshare, which lands, then the process dies
+    sc = _sc(steps, crash=(2, True))
     good = await run_scenario(sc)
     assert good.crashed
     assert _ops(good.effects) == [
@@ -94,6 +96,28 @@ async def test_idempotency_invariant_catches_engine_that_ignores_idempotency_key
     bad = await run_scenario(sc, engine_factory=NoIdempotencyEngine)
     assert _ops(bad.effects).count(("s2:compensate", "unshare")) == 2
     assert check(bad)["idempotency"] == ["s2: inverse applied 2 times"]
+
+
+async def test_rule5_a_reversal_in_flight_at_a_crash_is_never_resent_to_a_key_ignoring_ledger() -> (
+    None
+):
+    """The ledger ignores idempotency keys: after the crash amends asks the landed probe instead
+    of re-sending (one reversing entry); an engine that re-sends blindly books two."""
+    sc = _sc(
+        [StepSpec("s1", "ledger.post", {"account": "acme", "cents": 500})],
+        crash=(2, True),  # call 1: the drift probe; call 2: the reversal lands, the worker dies
+    )
+    good = await run_scenario(sc)
+    assert good.crashed
+    assert _ops(good.effects) == [("s1:forward", "post"), ("s1:compensate", "reverse_entry")]
+    assert good.world["ledger"]["entries"]["le_1"]["status"] == "reversed"
+    assert [o.state.value for o in good.reports[-1].steps] == ["compensated"]
+    assert not any(check(good).values())
+    bad = await run_scenario(sc, engine_factory=ResendAfterCrashEngine)
+    assert _ops(bad.effects).count(("s1:compensate", "reverse_entry")) == 2
+    v = check(bad)
+    assert v["never_worse"] == ["le_1 refunded 2 times"]
+    assert v["idempotency"] == ["s1: inverse applied 2 times"]
 
 
 async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order() -> None:

@@ -40,6 +40,9 @@ async def test_every_catalog_tool_declares_its_class_and_probes_are_read_only(sw
         "docs.get": "read_only",
         "docs.share": "compensable",
         "docs.unshare": "irreversible",
+        "ledger.get_entry": "read_only",
+        "ledger.post": "compensable",
+        "ledger.reverse": "irreversible",
         "mail.cancel_scheduled": "irreversible",
         "mail.get_message": "read_only",
         "mail.send": "irreversible",
@@ -52,6 +55,11 @@ async def test_every_catalog_tool_declares_its_class_and_probes_are_read_only(sw
         "payments.wire": "reversible",
         "sms.send": "irreversible",
     }
+    # rule 5: every vendor that replays a known key says so; the legacy ledger ignores keys
+    writes = {spec.name for spec in catalog if spec.reversibility.value != "read_only"}
+    idempotent = {spec.name for spec in catalog if spec.idempotent}
+    assert writes - idempotent == {"ledger.post", "ledger.reverse"}
+    assert idempotent <= writes
 
 
 async def test_crm_update_reverts_and_world_is_as_before(
@@ -254,9 +262,11 @@ async def test_docs_collaborator_edit_is_drift(sw: World, sandbox_engine: amends
     assert sw.docs.get("doc_1")["status"] == "draft"
 
 
-async def test_wire_recalled_inside_window_failed_after(
+async def test_wire_recalled_inside_window_needs_review_after(
     sw: World, sandbox_engine: amends.Engine
 ) -> None:
+    """Inside the recall window the wire is recalled; after it the expectation (in_flight) no
+    longer holds, so the step is drifted (needs review) and no recall is attempted (rule 4)."""
     async with sandbox_engine.saga("w1") as s1:
         s1.call("payments.wire", to_account="DE001", cents=100)
     async with sandbox_engine.saga("w2") as s2:
@@ -265,8 +275,9 @@ async def test_wire_recalled_inside_window_failed_after(
     assert states(r1) == {"s1": "reverted"}
     sw.advance(601)
     r2 = await sandbox_engine.undo(s2.id)
-    assert states(r2) == {"s1": "failed"} and r2.status == "cannot_undo"
-    assert "recall window has closed" in r2.steps[0].detail
+    assert states(r2) == {"s1": "drifted"} and r2.status == "cannot_undo"
+    assert "'completed'" in r2.steps[0].detail
+    assert [e["op"] for e in sw.effects() if e["op"] == "recall_wire"] == ["recall_wire"]
     assert sw.payments.get_wire("wire_1")["status"] == "recalled"
     assert sw.payments.get_wire("wire_2")["status"] == "completed"
 

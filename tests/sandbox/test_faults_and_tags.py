@@ -151,3 +151,21 @@ async def test_one_catalog_serves_many_worlds_bound_per_task() -> None:
         async with eng.saga("unbound") as saga:
             saga.call("crm.read_field", record_id="acme", field="stage")
     await eng.close()
+
+
+def test_ledger_ignores_idempotency_keys_every_request_applies(sw: World) -> None:
+    """The legacy ledger has no replay table: a second reversal books a second entry."""
+    entry = sw.ledger.post("acme", 500, "deal")
+    sw.ledger.reverse(entry["id"])
+    sw.ledger.reverse(entry["id"])
+    assert sw.ledger.get_entry(entry["id"])["status"] == "reversed"
+    assert sw.ledger.balance("acme") == -500  # credited twice
+    assert [e["op"] for e in sw.effects() if e["vendor"] == "ledger"] == [
+        "post",
+        "reverse_entry",
+        "reverse_entry",
+    ]
+    with pytest.raises(amends.PermanentError, match="non-zero int"):
+        sw.ledger.post("acme", 0)
+    with pytest.raises(amends.PermanentError, match="no entry"):
+        sw.ledger.get_entry("le_99")

@@ -24,6 +24,7 @@ __all__ = [
     "BROKEN_ENGINES",
     "NoDriftCheckEngine",
     "NoIdempotencyEngine",
+    "ResendAfterCrashEngine",
     "ReverseTimeOrderEngine",
     "UncheckedReportEngine",
 ]
@@ -55,6 +56,24 @@ class ReverseTimeOrderEngine(Engine):
         super().__init__(catalog, *args, planner=_reverse_time_order, **kwargs)
 
 
+class ResendAfterCrashEngine(Engine):
+    """Believes every vendor honours idempotency keys: a compensation in flight at a crash is
+    re-sent blindly, even to the legacy ledger, which books it twice (rule 5)."""
+
+    def __init__(self, catalog: Catalog, *args: Any, **kwargs: Any) -> None:
+        wrapped = Catalog()
+        for spec in catalog:
+            wrapped.register(
+                spec.name,
+                spec.fn,
+                reversibility=spec.reversibility.value,
+                resources=spec.resources,
+                timeout=spec.timeout,
+                idempotent=True,
+            )
+        super().__init__(wrapped, *args, **kwargs)
+
+
 class NoIdempotencyEngine(Engine):
     """Ignores idempotency: every compensation attempt reaches the vendor with a fresh key, so a
     re-dispatch after a crash applies the inverse again."""
@@ -68,6 +87,7 @@ class NoIdempotencyEngine(Engine):
                 reversibility=spec.reversibility.value,
                 resources=spec.resources,
                 timeout=spec.timeout,
+                idempotent=spec.idempotent,  # it still claims the vendor replays keys
             )
         super().__init__(wrapped, *args, **kwargs)
 
@@ -99,6 +119,7 @@ class UncheckedReportEngine(Engine):
 BROKEN_ENGINES: dict[str, type[Engine]] = {
     "broken-no-drift-check": NoDriftCheckEngine,
     "broken-no-idempotency": NoIdempotencyEngine,
+    "broken-resend-after-crash": ResendAfterCrashEngine,
     "broken-reverse-time-order": ReverseTimeOrderEngine,
     "broken-unchecked-report": UncheckedReportEngine,
 }

@@ -32,8 +32,9 @@ _WITH_INVERSE = {
     "chat.edit",
     "docs.create_draft",
     "docs.share",
+    "ledger.post",
 }
-_RESIDUE = {"payments.charge", "calendar.create_event", "chat.post", "docs.share"}
+_RESIDUE = {"payments.charge", "calendar.create_event", "chat.post", "docs.share", "ledger.post"}
 """Tools whose compensation leaves residue (a pending refund, notices already sent)."""
 _CONFLICTING: dict[tuple[str, str], frozenset[str]] = {
     ("crm", "update_field"): frozenset({"update_field"}),
@@ -159,10 +160,11 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                     f"{e['tag'].split(':')[0]}: {e['op']} overwrote another actor's change to "
                     f"{e['vendor']} {e['key']}"
                 )
+    # money given back twice: a second refund, a second reversing ledger entry (rule 5)
     refunds = Counter(e["key"] for e in r.effects if e["op"] in ("refund", "reverse_entry"))
-    for cid, n in refunds.items():
+    for key, n in refunds.items():
         if n > 1:
-            v["never_worse"].append(f"charge {cid} refunded {n} times")
+            v["never_worse"].append(f"{key} refunded {n} times")
     for s in sc.steps:
         if f"{s.step_id}:compensate" in tags and f"{s.step_id}:forward" not in tags:
             v["never_worse"].append(f"{s.step_id}: compensated although it never took effect")

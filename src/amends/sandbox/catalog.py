@@ -5,7 +5,9 @@ Every contract follows the rules of DESIGN.md: the inverse is computed while the
 runs, from what the vendor returned (rule 2: inverse is data); the expectation names a read-only
 probe and the value the world must still show (rule 4: drift); residue says in plain language
 what stays behind, who sees it and when it settles; an irreversible tool acknowledges with who can
-follow up and a draft they can send. Every vendor write gets ``call.idempotency_key``.
+follow up and a draft they can send. Every vendor write gets ``call.idempotency_key``, and every
+tool whose vendor replays a known key says so (``idempotent=True``, rule 5), except the legacy
+ledger, which ignores keys: it names a probe that shows whether its reversal landed instead.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return register
 
     # --- mail -----------------------------------------------------------------------------
-    @tool("mail.send", reversibility="irreversible", timeout=timeout)
+    @tool("mail.send", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def mail_send(call: Call, to: str, subject: str, body: str = "") -> dict[str, Any]:
         """Send an email now; delivered mail cannot be unsent."""
         await world.gate("mail.send")
@@ -86,7 +88,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return msg
 
-    @tool("mail.send_delayed", reversibility="reversible", timeout=timeout)
+    @tool("mail.send_delayed", reversibility="reversible", timeout=timeout, idempotent=True)
     async def mail_send_delayed(
         call: Call, to: str, subject: str, body: str = "", delay: float = 30.0
     ) -> dict[str, Any]:
@@ -99,7 +101,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return msg
 
-    @tool("mail.cancel_scheduled", reversibility="irreversible", timeout=timeout)
+    @tool("mail.cancel_scheduled", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def mail_cancel_scheduled(call: Call, message_id: str) -> dict[str, Any]:
         """Stop a scheduled email before it is delivered (the inverse of mail.send_delayed)."""
         await world.gate("mail.cancel_scheduled")
@@ -112,7 +114,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return world.mail.get(message_id)
 
     # --- calendar -------------------------------------------------------------------------
-    @tool("calendar.create_event", reversibility="compensable", timeout=timeout)
+    @tool("calendar.create_event", reversibility="compensable", timeout=timeout, idempotent=True)
     async def calendar_create_event(
         call: Call, title: str, start: str, attendees: list[str]
     ) -> dict[str, Any]:
@@ -130,7 +132,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return event
 
-    @tool("calendar.cancel_event", reversibility="irreversible", timeout=timeout)
+    @tool("calendar.cancel_event", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def calendar_cancel_event(call: Call, event_id: str) -> dict[str, Any]:
         """Cancel an event; a cancellation notice goes to every attendee."""
         await world.gate("calendar.cancel_event")
@@ -148,6 +150,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         reversibility="reversible",
         resources=lambda a: [f"crm:{a['record_id']}"],
         timeout=timeout,
+        idempotent=True,
     )
     async def crm_update_field(
         call: Call, record_id: str, field: str, value: Any
@@ -187,6 +190,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         reversibility="reversible",
         resources=lambda a: [f"crm:{a['record_id']}"],
         timeout=timeout,
+        idempotent=True,
     )
     async def crm_add_note(call: Call, record_id: str, text: str) -> dict[str, Any]:
         """Attach a note to a record; its inverse deletes that note."""
@@ -198,14 +202,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return note
 
-    @tool("crm.delete_note", reversibility="irreversible", timeout=timeout)
+    @tool("crm.delete_note", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def crm_delete_note(call: Call, record_id: str, note_id: str) -> dict[str, Any]:
         """Delete a note (the inverse of crm.add_note)."""
         await world.gate("crm.delete_note")
         return world.crm.delete_note(record_id, note_id, idempotency_key=key_of(call))
 
     # --- payments -------------------------------------------------------------------------
-    @tool("payments.charge", reversibility="compensable", timeout=timeout)
+    @tool("payments.charge", reversibility="compensable", timeout=timeout, idempotent=True)
     async def payments_charge(
         call: Call, customer: str, cents: int, description: str = ""
     ) -> dict[str, Any]:
@@ -226,7 +230,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return ch
 
-    @tool("payments.refund", reversibility="irreversible", timeout=timeout)
+    @tool("payments.refund", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def payments_refund(call: Call, charge_id: str, cents: int) -> dict[str, Any]:
         """Refund a charge (at most once, never more than charged); settles in 3 business days."""
         await world.gate("payments.refund")
@@ -246,17 +250,18 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         await world.gate("payments.get_charge")
         return world.payments.get_charge(charge_id)
 
-    @tool("payments.wire", reversibility="reversible", timeout=timeout)
+    @tool("payments.wire", reversibility="reversible", timeout=timeout, idempotent=True)
     async def payments_wire(call: Call, to_account: str, cents: int) -> dict[str, Any]:
         """Send a wire; recallable inside its recall window, irreversible after it."""
         await world.gate("payments.wire")
         wire = world.payments.wire(to_account, cents, idempotency_key=key_of(call))
-        # No expectation: once the window closes the recall itself fails permanently, and the
-        # report says "failed" with a manual action rather than pretending someone drifted it.
         call.inverse("payments.recall_wire", wire_id=wire["id"])
+        # rule 4: only a wire still in flight can be recalled; once its recall window has closed
+        # (sandbox clock, not the engine's) or someone recalled it, the step needs review.
+        call.expect("payments.get_wire", {"wire_id": wire["id"]}, equals="in_flight", path="status")
         return wire
 
-    @tool("payments.recall_wire", reversibility="irreversible", timeout=timeout)
+    @tool("payments.recall_wire", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def payments_recall_wire(call: Call, wire_id: str) -> dict[str, Any]:
         """Recall a wire inside its recall window (the inverse of payments.wire)."""
         await world.gate("payments.recall_wire")
@@ -269,7 +274,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return world.payments.get_wire(wire_id)
 
     # --- chat -----------------------------------------------------------------------------
-    @tool("chat.post", reversibility="compensable", timeout=timeout)
+    @tool("chat.post", reversibility="compensable", timeout=timeout, idempotent=True)
     async def chat_post(call: Call, channel: str, text: str) -> dict[str, Any]:
         """Post to a channel (members are notified); compensated by deleting the post."""
         await world.gate("chat.post")
@@ -284,7 +289,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return msg
 
-    @tool("chat.edit", reversibility="reversible", timeout=timeout)
+    @tool("chat.edit", reversibility="reversible", timeout=timeout, idempotent=True)
     async def chat_edit(call: Call, message_id: str, text: str) -> dict[str, Any]:
         """Edit a message; its inverse edits the old text back."""
         await world.gate("chat.edit")
@@ -293,7 +298,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.expect("chat.get_message", {"message_id": message_id}, equals=text, path="text")
         return out
 
-    @tool("chat.delete", reversibility="irreversible", timeout=timeout)
+    @tool("chat.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def chat_delete(call: Call, message_id: str) -> dict[str, Any]:
         """Delete a message (the inverse of chat.post); its notifications stay seen."""
         await world.gate("chat.delete")
@@ -306,7 +311,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return world.chat.get(message_id)
 
     # --- docs -----------------------------------------------------------------------------
-    @tool("docs.create_draft", reversibility="reversible", timeout=timeout)
+    @tool("docs.create_draft", reversibility="reversible", timeout=timeout, idempotent=True)
     async def docs_create_draft(call: Call, title: str, text: str) -> dict[str, Any]:
         """Create a private draft; its inverse deletes it without trace."""
         await world.gate("docs.create_draft")
@@ -315,13 +320,17 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
         return doc
 
-    @tool("docs.share", reversibility="compensable", timeout=timeout)
+    @tool("docs.share", reversibility="compensable", timeout=timeout, idempotent=True)
     async def docs_share(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Share a document (each person is notified); compensated by unsharing."""
         await world.gate("docs.share")
         out = world.docs.share(doc_id, people, idempotency_key=key_of(call))
         added = out["added"]
         call.inverse("docs.unshare", doc_id=doc_id, people=added)
+        # rule 4: if someone changed who can see the document since, unsharing needs review.
+        call.expect(
+            "docs.get", {"doc_id": doc_id}, equals=out["doc"]["shared_with"], path="shared_with"
+        )
         if added:
             call.residue(
                 f"{', '.join(added)} got a notification that '{out['doc']['title']}' was shared "
@@ -330,13 +339,13 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
             )
         return out
 
-    @tool("docs.unshare", reversibility="irreversible", timeout=timeout)
+    @tool("docs.unshare", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def docs_unshare(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Remove people's access to a document (the inverse of docs.share)."""
         await world.gate("docs.unshare")
         return world.docs.unshare(doc_id, people, idempotency_key=key_of(call))
 
-    @tool("docs.delete", reversibility="irreversible", timeout=timeout)
+    @tool("docs.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def docs_delete(call: Call, doc_id: str) -> dict[str, Any]:
         """Delete a document (the inverse of docs.create_draft)."""
         await world.gate("docs.delete")
@@ -348,8 +357,38 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         await world.gate("docs.get")
         return world.docs.get(doc_id)
 
+    # --- ledger: a legacy vendor that ignores idempotency keys ------------------------------
+    @tool("ledger.post", reversibility="compensable", timeout=timeout)  # idempotent=False
+    async def ledger_post(call: Call, account: str, cents: int, memo: str = "") -> dict[str, Any]:
+        """Book an entry on an account; compensated by a reversing entry."""
+        await world.gate("ledger.post")
+        entry = world.ledger.post(account, cents, memo)
+        call.inverse("ledger.reverse", entry_id=entry["id"])
+        call.expect("ledger.get_entry", {"entry_id": entry["id"]}, equals="posted", path="status")
+        # rule 5: the ledger ignores idempotency keys, so a reversal in flight at a crash is
+        # never re-sent blindly; this probe shows whether it landed.
+        call.landed("ledger.get_entry", {"entry_id": entry["id"]}, equals="reversed", path="status")
+        call.residue(
+            f"A reversing entry of {_money(cents)} stands next to the original one on the "
+            f"statement of {account}",
+            parties=[account],
+        )
+        return entry
+
+    @tool("ledger.reverse", reversibility="irreversible", timeout=timeout)  # idempotent=False
+    async def ledger_reverse(call: Call, entry_id: str) -> dict[str, Any]:
+        """Book a reversing entry (the inverse of ledger.post); every request books one."""
+        await world.gate("ledger.reverse")
+        return world.ledger.reverse(entry_id)
+
+    @tool("ledger.get_entry", reversibility="read_only", timeout=timeout)
+    async def ledger_get_entry(call: Call, entry_id: str) -> dict[str, Any]:
+        """Read a ledger entry: posted or reversed."""
+        await world.gate("ledger.get_entry")
+        return world.ledger.get_entry(entry_id)
+
     # --- SMS ------------------------------------------------------------------------------
-    @tool("sms.send", reversibility="irreversible", timeout=timeout)
+    @tool("sms.send", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def sms_send(call: Call, to: str, text: str) -> dict[str, Any]:
         """Send a text message; it cannot be taken back."""
         await world.gate("sms.send")

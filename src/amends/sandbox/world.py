@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .chat import Chat
     from .crm import Crm
     from .docs import Docs
+    from .ledger import Ledger
     from .mail import Mail
     from .payments import Payments
     from .sms import Sms
@@ -100,6 +101,7 @@ TABLES = (
     "chat.messages",
     "crm.records",
     "docs.docs",
+    "ledger.entries",
     "mail.messages",
     "payments.charges",
     "payments.customers",
@@ -374,6 +376,7 @@ class World:
         from .chat import Chat
         from .crm import Crm
         from .docs import Docs
+        from .ledger import Ledger
         from .mail import Mail
         from .payments import Payments
         from .sms import Sms
@@ -396,6 +399,7 @@ class World:
         self.chat: Chat = Chat(self)
         self.docs: Docs = Docs(self)
         self.sms: Sms = Sms(self)
+        self.ledger: Ledger = Ledger(self)
         with self._store.atomic():  # two processes opening a new file seed it once
             if self._store.get("meta", "seeded") is None:
                 self._seed_data()
