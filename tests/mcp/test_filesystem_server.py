@@ -143,3 +143,38 @@ async def test_a_write_outside_the_allowed_directories_is_refused_not_in_doubt(
         r = await c.call_tool("fs_write_file", {"path": str(tmp_path / "x.txt"), "content": "x"})
     assert r.is_error and r.meta["amends/step"]["state"] == "failed"
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_audit_shows_hints_as_hints_and_suggest_writes_an_unusable_draft(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """A server's readOnlyHint never upgrades a tool without a contract; the --suggest draft is
+    refused until a person reviews it, and then says irreversible for every tool."""
+    from amends import ConfigError
+    from amends.integrations.mcp import load_contracts
+
+    files = tmp_path / "files"
+    files.mkdir()
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[[upstream]]\nname = "fs"\ncommand = "node"\n'
+        f"args = [{json.dumps(str(fs_server))}, {json.dumps(str(files))}]\n"
+    )
+    draft = tmp_path / "draft.toml"
+    out = subprocess.run(
+        [sys.executable, "-m", "amends.cli", "mcp", "audit", "--config", str(config), "--json",
+         "--suggest", str(draft)],
+        capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["tool"]: r for r in json.loads(out.stdout)}
+    read = rows["read_text_file"]
+    assert read["hints"]["read_only_hint"] is True
+    assert read["class"] == "irreversible (no contract)"
+    assert "a hint is not a contract" in read["note"]
+    with pytest.raises(ConfigError, match="is a draft"):
+        load_contracts(draft)
+    draft.write_text(draft.read_text().replace("reviewed = false\n", ""))
+    reviewed = load_contracts(draft).tools
+    assert set(reviewed) == set(rows)
+    assert {c.reversibility for c in reviewed.values()} == {"irreversible"}

@@ -28,6 +28,7 @@ def register(sub: Any) -> None:
         "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
     )
     serve_p.set_defaults(handler=_serve)
+    register_audit(msub)
 
     sandbox = sub.add_parser("sandbox", help="the sandbox vendors as a service")
     ssub = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
@@ -103,3 +104,48 @@ async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> Non
             uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
         )
         await uv.serve()
+
+
+def register_audit(msub: Any) -> None:
+    audit = msub.add_parser(
+        "audit",
+        help="list each upstream tool with its contract class and the server's hints; "
+        "--suggest writes a draft contract file for the tools without one",
+    )
+    audit.add_argument("--config", required=True, help="gateway config file (TOML)")
+    audit.add_argument(
+        "--suggest",
+        metavar="FILE",
+        help="write a draft contract file for the tools without a contract (not used until a "
+        "person reviews it)",
+    )
+    audit.add_argument("--json", action="store_true", help="print JSON")
+    audit.set_defaults(handler=_audit)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    _need_sdk()
+    from .audit import audit_rows, suggest
+
+    rows = asyncio.run(audit_rows(args.config))
+    if args.suggest:
+        text = suggest(rows)
+        with open(args.suggest, "x", encoding="utf-8") as f:  # never overwrite a reviewed file
+            f.write(text)
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    for r in rows:
+        hint = ", ".join(f"{k}={v}" for k, v in r["hints"].items() if v is not None)
+        sys.stdout.write(
+            f"{r['agent_name']:32} {r['class']:28} {('hints: ' + hint) if hint else ''}\n"
+        )
+        if r["note"]:
+            sys.stdout.write(f"{'':32} {r['note']}\n")
+    missing = sum(1 for r in rows if not r["contract"])
+    if args.suggest:
+        sys.stdout.write(f"draft contracts for {missing} tool(s) written to {args.suggest}\n")
+    return 0

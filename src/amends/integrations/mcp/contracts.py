@@ -488,7 +488,13 @@ def load_contracts(source: str | Path) -> ContractFile:
         raise ConfigError(
             f"contract file {str(path)!r} is not valid TOML: {exc}; fix the syntax at that line"
         ) from exc
-    unknown = set(data) - {"tool", "errors"}
+    if data.get("reviewed") is False:
+        raise ConfigError(
+            f"contract file {str(path)!r} is a draft written by `amends mcp audit --suggest` and "
+            f"is not used until reviewed: check every entry, then delete the line "
+            f"'reviewed = false'"
+        )
+    unknown = set(data) - {"tool", "errors", "reviewed"}
     if unknown:
         raise ConfigError(
             f"contract file {str(path)!r} has unknown top-level key(s) "
