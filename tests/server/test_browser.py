@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_harness import Live
+from server_harness import Live, log_snapshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -139,3 +139,48 @@ def test_login_rejects_a_bad_token_and_other_tenants_page_is_404(browser: Any, l
     page.fill("#token", "amd_wrong")
     page.click("button[type=submit]")
     assert page.get_by_role("alert").inner_text() == "That token is not valid."
+
+
+def test_a_page_on_another_port_of_the_same_host_cannot_undo(browser: Any, live: Live) -> None:
+    """Issue 13.5: same site (the SameSite=Strict cookie is sent), another origin: an empty form
+    POST and a no-cors fetch both reach the server with the cookie and are refused; nothing
+    runs."""
+    import http.server
+    import threading
+
+    target = f"{live.url}/sagas/{live.sagas['acme1']}/undo"
+    other = f"{live.url}/sagas/{live.sagas['acme2']}/undo"
+    attack = (
+        f"<form id='f' method='post' action='{target}'></form><script>"
+        f"fetch('{other}', {{method: 'POST', mode: 'no-cors', credentials: 'include'}})"
+        f".finally(function () {{ document.getElementById('f').submit(); }});"
+        f"</script>"
+    ).encode()
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(attack)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    evil = http.server.HTTPServer(("127.0.0.1", 0), Attacker)
+    thread = threading.Thread(target=evil.serve_forever, daemon=True)
+    thread.start()
+    before = log_snapshot(live.db)
+    try:
+        page = _page(browser, live)  # signed in: the session cookie exists
+        page.goto(f"http://127.0.0.1:{evil.server_address[1]}/")
+        page.wait_for_url(target)
+        body = page.locator("body").inner_text()
+        # the cookie came along (else: 401 missing_token) and the request was refused
+        assert "cross_origin_request" in body, body
+    finally:
+        evil.shutdown()
+        evil.server_close()
+    assert log_snapshot(live.db) == before
+    assert live.world.crm["r1"]["stage"] == "won"
+    assert live.world.crm["r2"]["stage"] == "won"
