@@ -18,6 +18,7 @@ from amends.integrations._agents import (
     agent_run_sync,
     catalog_tool_function,
     current_run,
+    declare,
     resolve_tool_name,
     title_from,
 )
@@ -182,11 +183,7 @@ async def test_current_call_inside_the_tool_records_the_inverse() -> None:
     """Tool code the framework runs can record its inverse with amends.current_call(); the step
     is then reverted by undo (the catalog declares the contract by tool name)."""
     world, engine = new_engine()
-    engine.catalog.register(
-        "crm_set_stage",
-        lambda call, **_: None,  # contract only: the framework runs the real code
-        reversibility="reversible",
-    )
+    declare(engine.catalog, "crm_set_stage", reversibility="reversible")  # contract only
 
     def set_stage(value: str) -> str:
         call = amends.current_call()
@@ -324,3 +321,18 @@ def test_agent_run_is_exported_by_each_adapter() -> None:
         assert mod.agent_run is agent_run
         assert mod.agent_run_sync is agent_run_sync
     assert AgentRun.__module__ == "amends.integrations._agents"
+
+
+async def test_a_declared_contract_is_never_run_by_amends_itself() -> None:
+    """declare() registers a contract only; calling it from amends (not through an adapter) is a
+    clear error naming the fix."""
+    _, engine = new_engine()
+    spec = declare(engine.catalog, "set_stage", reversibility="reversible")
+    assert spec.reversibility == "reversible"
+    async with engine.saga("direct") as saga:
+        step = saga.call("set_stage", stage="won")
+        with pytest.raises(amends.StepFailedError):
+            await step
+    got = await engine.log.get_saga(saga.id)
+    assert got is not None
+    assert "runs only through its adapter" in (got.steps[0].error or "")

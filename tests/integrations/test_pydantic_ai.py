@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import amends
-from amends.integrations.pydantic_ai import AmendsToolset, agent_run, spend
+from amends.integrations.pydantic_ai import AmendsToolset, agent_run, declare, spend
 
 
 def scripted(*turns: list[tuple[str, dict[str, Any]]], final: str = "ok") -> FunctionModel:
@@ -41,18 +41,15 @@ def set_stage_tool(world: Any) -> Any:
     return set_stage
 
 
-def declare(engine: amends.Engine, name: str, reversibility: str) -> None:
-    async def contract_only(call: amends.Call, **_: Any) -> None:
-        raise AssertionError("never called: the framework runs the tool")
-
-    engine.catalog.register(name, contract_only, reversibility=reversibility)
+def declare_tool(engine: amends.Engine, name: str, reversibility: str) -> None:
+    declare(engine.catalog, name, reversibility=reversibility)
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 async def test_a_pydantic_ai_tool_records_its_inverse_with_current_call(sync: bool) -> None:
     """The tool stays a plain function; its contract is in the catalog by name; undo reverts."""
     world, engine = new_engine()
-    declare(engine, "set_stage", "reversible")
+    declare_tool(engine, "set_stage", "reversible")
     toolset = AmendsToolset(FunctionToolset([set_stage_tool(world)]), engine=engine)
     agent = Agent(scripted([("set_stage", {"stage": "closed_won"})]), toolsets=[toolset])
     if sync:
@@ -73,7 +70,7 @@ async def test_model_retry_is_a_refusal_the_step_failed_and_the_retry_is_a_new_s
     """ModelRetry means the tool refused before acting: that step is failed (nothing to undo),
     the model's retry is a new step, and the world changed once."""
     world, engine = new_engine()
-    declare(engine, "set_stage", "reversible")
+    declare_tool(engine, "set_stage", "reversible")
     inner = set_stage_tool(world)
 
     def set_stage(stage: str) -> str:
@@ -126,7 +123,7 @@ async def test_a_tool_exception_fails_the_run_the_step_is_in_doubt_and_the_saga_
 async def test_concurrent_runs_of_one_agent_get_separate_sagas() -> None:
     """for_run gives each run its own state: two runs at once, two sagas, one step each."""
     _, engine = new_engine()
-    declare(engine, "note", "irreversible")
+    declare_tool(engine, "note", "irreversible")
 
     def note(text: str) -> str:
         """Write a note."""
@@ -153,7 +150,7 @@ async def test_concurrent_runs_of_one_agent_get_separate_sagas() -> None:
 async def test_two_runs_inside_agent_run_are_one_saga() -> None:
     """One user request spanning two agent runs: one saga; the later run depends on the first."""
     world, engine = new_engine()
-    declare(engine, "set_stage", "reversible")
+    declare_tool(engine, "set_stage", "reversible")
     toolset = AmendsToolset(FunctionToolset([set_stage_tool(world)]), engine=engine)
     first = Agent(scripted([("set_stage", {"stage": "contract_sent"})]), toolsets=[toolset])
     second = Agent(scripted([("set_stage", {"stage": "closed_won"})]), toolsets=[toolset])

@@ -38,6 +38,7 @@ __all__ = [
     "approval_message",
     "catalog_tool_function",
     "current_run",
+    "declare",
     "needs_approval",
     "resolve_tool_name",
     "spend",
@@ -409,6 +410,42 @@ def resolve_tool_name(catalog: Catalog, name: str, names: Mapping[str, str] | No
         return name
     matches = [spec.name for spec in catalog if spec.name.replace(".", "_") == name]
     return matches[0] if len(matches) == 1 else name
+
+
+def declare(
+    catalog: Catalog,
+    name: str,
+    *,
+    reversibility: str,
+    resources: Callable[[Mapping[str, Any]], list[str]] | None = None,
+    idempotent: bool = False,
+    timeout: float | None = None,
+) -> Any:
+    """Declare the contract of a framework tool that keeps its own code: ``name`` is the tool's
+    name as the framework calls it, and the tool records its inverse and expectation on
+    :func:`amends.current_call`. Returns the catalog's ``ToolSpec``.
+
+    Raises:
+        ContractError: As :meth:`amends.Catalog.register` (name taken or malformed, unknown
+            class).
+    """
+
+    async def runs_in_the_framework(call: amends.Call, **args: Any) -> Any:
+        # The adapter runs the framework's own tool in its place; amends never calls this.
+        raise amends.ConfigError(
+            f"tool {name!r} is declared for an agent framework and runs only through its "
+            f"adapter; register a function with @catalog.tool to call it from amends",
+            tool=name,
+        )
+
+    return catalog.register(
+        name,
+        runs_in_the_framework,
+        reversibility=reversibility,
+        resources=resources,
+        idempotent=idempotent,
+        timeout=timeout,
+    )
 
 
 def framework_name(tool: str) -> str:

@@ -40,6 +40,7 @@ from ._agents import (
     catalog_tool_function,
     check_approval,
     current_run,
+    declare,
     end_run,
     framework_name,
     needs_approval,
@@ -57,6 +58,7 @@ __all__ = [
     "amends_tool_node",
     "approval_message",
     "catalog_tools",
+    "declare",
     "spend",
 ]
 

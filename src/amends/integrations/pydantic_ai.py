@@ -34,6 +34,7 @@ from ._agents import (
     agent_run_sync,
     catalog_tool_function,
     current_run,
+    declare,
     end_run,
     resolve_tool_name,
     spend,
@@ -41,7 +42,14 @@ from ._agents import (
     title_from,
 )
 
-__all__ = ["AmendsToolset", "agent_run", "agent_run_sync", "catalog_toolset", "spend"]
+__all__ = [
+    "AmendsToolset",
+    "agent_run",
+    "agent_run_sync",
+    "catalog_toolset",
+    "declare",
+    "spend",
+]
 
 
 @dataclasses.dataclass
