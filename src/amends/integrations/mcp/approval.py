@@ -56,37 +56,79 @@ def approval_message(gw: Gateway, exp: Exported, args: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def gate(gw: Gateway, ctx: Any, exp: Exported, args: dict[str, Any]) -> str | None:
-    """``None`` if the call may go ahead, else the reason it is refused (for the agent)."""
+APPROVAL_KEY = "amends_approval"
+"""Key of the approval question in a 2026-07-28 ``InputRequiredResult``."""
+
+_SCHEMA = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Allow"}},
+    "required": ["approve"],
+}
+
+
+def _verdict(exp: Exported, cls: str, answer: Any) -> str | None:
+    action = getattr(answer, "action", None) or (answer or {}).get("action")
+    content = getattr(answer, "content", None)
+    if content is None and isinstance(answer, dict):
+        content = answer.get("content")
+    if action == "accept" and (content or {}).get("approve") is True:
+        return None
+    return (
+        f"amends: the user did not approve {exp.catalog_name} ({cls}); the call was not sent "
+        f"(answer: {action})"
+    )
+
+
+async def gate(
+    gw: Gateway,
+    ctx: Any,
+    exp: Exported,
+    args: dict[str, Any],
+    input_responses: dict[str, Any] | None = None,
+) -> Any:
+    """Decide whether the call may go ahead.
+
+    Returns:
+        ``None`` to go ahead; a string: the reason it is refused (for the agent); or, on a
+        2026-07-28 connection, an ``InputRequiredResult`` asking the client for the user's answer
+        (the client retries the call with it).
+    """
     mode = gw.config.approval
     if mode == "off":
         return None
     cls = gw.catalog.get(exp.catalog_name).reversibility.value
     if not (cls == "irreversible" or (mode == "residue" and cls == "compensable")):
         return None
+    if input_responses and APPROVAL_KEY in input_responses:
+        return _verdict(exp, cls, input_responses[APPROVAL_KEY])
     message = approval_message(gw, exp, args)
     caps = getattr(ctx.session, "client_capabilities", None)
     can_ask = caps is not None and getattr(caps, "elicitation", None) is not None
     if can_ask:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # 2026-07-28: the server cannot call the client mid-request; it returns the question
+            # and the client calls again with the user's answer.
+            import mcp_types as types
+
+            return types.InputRequiredResult(
+                input_requests={
+                    APPROVAL_KEY: types.ElicitRequest(
+                        params=types.ElicitRequestFormParams(
+                            message=message, requested_schema=_SCHEMA
+                        )
+                    )
+                }
+            )
         try:
             answer = await ctx.session.elicit_form(
-                message,
-                requested_schema={
-                    "type": "object",
-                    "properties": {"approve": {"type": "boolean", "title": "Allow"}},
-                    "required": ["approve"],
-                },
-                related_request_id=ctx.request_id,
+                message, requested_schema=_SCHEMA, related_request_id=ctx.request_id
             )
         except Exception:  # no back-channel on this transport: treated as "cannot ask"
             can_ask = False
         else:
-            if answer.action == "accept" and (answer.content or {}).get("approve") is True:
-                return None
-            return (
-                f"amends: the user did not approve {exp.catalog_name} ({cls}); the call was "
-                f"not sent (answer: {answer.action})"
-            )
+            return _verdict(exp, cls, answer)
     if gw.config.when_no_elicitation == "allow":
         return None
     return (

@@ -472,9 +472,14 @@ class Gateway:
         return out
 
     async def call_tool(
-        self, ctx: Any, name: str, arguments: dict[str, Any]
-    ) -> mcp_types.CallToolResult:
-        """Forward one call as a saga step, or run one of the amends tools."""
+        self,
+        ctx: Any,
+        name: str,
+        arguments: dict[str, Any],
+        input_responses: dict[str, Any] | None = None,
+    ) -> Any:
+        """Forward one call as a saga step, or run one of the amends tools; returns a
+        ``CallToolResult`` (or an ``InputRequiredResult`` when the approval gate asks)."""
         from .tools import run_amends_tool
 
         if name.startswith("amends_"):
@@ -486,9 +491,11 @@ class Gateway:
             )
         from .approval import gate
 
-        refusal = await gate(self, ctx, exp, arguments)
-        if refusal is not None:
+        refusal = await gate(self, ctx, exp, arguments, input_responses)
+        if isinstance(refusal, str):
             return _error(refusal)
+        if refusal is not None:
+            return refusal  # the question for the user (2026-07-28 input_required)
         slot = self._slot(ctx)
         meta = ctx.meta if isinstance(ctx.meta, dict) else {}
         saga = await self._open_saga(slot, meta.get(META_TITLE))
@@ -544,7 +551,9 @@ class Gateway:
 
         async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
             try:
-                return await self.call_tool(ctx, params.name, dict(params.arguments or {}))
+                return await self.call_tool(
+                    ctx, params.name, dict(params.arguments or {}), params.input_responses
+                )
             except AmendsError as exc:
                 return _error(str(exc))
 
