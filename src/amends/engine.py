@@ -8,26 +8,42 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .budget import Budget, BudgetMeter
-from .calls import RetryPolicy, run
-from .contracts import Catalog
+from .calls import RetryPolicy, idempotency_key, invoke, run
+from .contracts import NOTHING, Call, Catalog, Expectation, Reversibility
 from .errors import ConfigError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
-from .log.base import Claim, ReversalRecord, SagaRecord
-from .planner import Plan, plan
+from .log.base import Claim, Resolution, ReversalRecord, SagaRecord
+from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import StepOutcome, StepState, UndoReport, verb_for
 from .reversal import run_plan
 from .saga import Ref, Saga, Step, new_id
 
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
+
+
+_PREVIEW_PROBE_SECONDS = 10.0
+"""How long one preview probe may take when its tool declares no timeout."""
+
+
+def _check_budget(budget: Budget | None) -> Budget:
+    budget = budget or Budget()
+    if not isinstance(budget, Budget):
+        raise ConfigError(
+            f"budget must be an amends.Budget, got {budget!r}; e.g. "
+            f"amends.Budget(tool_calls=50, tokens=10_000, seconds=30)"
+        )
+    return budget
 
 
 def _owner_id() -> str:
@@ -101,13 +117,67 @@ class Engine:
         return Saga(self, title, tenant=tenant, actor=actor, saga_id=saga_id)
 
     # --- undo -----------------------------------------------------------------------------
-    async def preview(self, saga_id: str) -> Plan:
-        """The plan undo would follow now, without executing anything.
+    async def preview(self, saga_id: str) -> Preview:
+        """What undo would do now, honestly (rule 10): the plan of the same planner, with every
+        expectation re-observed by its read-only probe. A step that drifted is shown as needing
+        review, not as Revert. Nothing but those probes is dispatched; the log is not written.
 
         Raises:
             SagaNotFoundError: No such saga.
         """
-        return self.planner(await self._saga_or_raise(saga_id), self.catalog)
+        saga = await self._saga_or_raise(saga_id)
+        the_plan = self.planner(saga, self.catalog)
+        steps = await asyncio.gather(*(self._preview_step(saga, p) for p in the_plan.steps))
+        return Preview(the_plan.saga_id, tuple(steps), checked_at=time.time())
+
+    def preview_sync(self, saga_id: str) -> Preview:
+        """:meth:`preview` for synchronous callers."""
+        return run(self.preview(saga_id))
+
+    async def _preview_step(self, saga: SagaRecord, p: PlannedStep) -> PreviewStep:
+        base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
+        if p.action not in ("revert", "compensate"):
+            return PreviewStep(**base, needs_review=p.action == "review", check="not needed")
+        exp = p.expectation
+        if exp is None:
+            reason = p.inverse.no_drift_check if p.inverse else None
+            return PreviewStep(**base, check=f"no drift check: {reason}")
+        observed, problem = await self._probe(saga, p.step_id, exp)
+        if problem is None and exp.holds(observed):
+            return PreviewStep(**base, check="the world still shows the agent's write")
+        found = exp.extract(observed) if problem is None else NOTHING
+        why = problem or (
+            f"someone changed it since the agent acted: expected {exp.equals!r}, found "
+            f"{'nothing' if found is NOTHING else repr(found)}"
+        )
+        base.update(action="review", verb=VERBS["review"], reason=f"needs review: {why}")
+        return PreviewStep(**base, needs_review=True, check=why)
+
+    async def _probe(
+        self, saga: SagaRecord, step_id: str, exp: Expectation
+    ) -> tuple[Any, str | None]:
+        """One read-only probe for the preview: (observed, None) or (None, what went wrong)."""
+        if exp.probe not in self.catalog or (
+            self.catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
+        ):
+            return None, f"cannot check the world: probe {exp.probe!r} is not a read_only tool"
+        spec = self.catalog.get(exp.probe)
+        call = Call(
+            saga_id=saga.saga_id,
+            step_id=step_id,
+            tool=exp.probe,
+            phase="probe",
+            idempotency_key=idempotency_key(saga.saga_id, step_id, "probe") + ":preview",
+        )
+        try:
+            return await invoke(
+                spec.fn, call, exp.args, spec.timeout or _PREVIEW_PROBE_SECONDS
+            ), None
+        except Exception as exc:  # rule 4: a probe that errors is never a match
+            return (
+                None,
+                f"could not check the world ({exp.probe} raised {type(exc).__name__}: {exc})",
+            )
 
     async def _saga_or_raise(self, saga_id: str) -> SagaRecord:
         if not isinstance(saga_id, str) or not saga_id:
@@ -122,51 +192,131 @@ class Engine:
         return saga
 
     async def report(self, saga_id: str) -> UndoReport | None:
-        """The report of the saga's reversal if it has finished, else ``None``."""
+        """The report of the saga's reversal if it has finished, else ``None``; manual actions
+        a person has resolved since are shown as handled (who, when, note)."""
         rev = await self.log.get_reversal(saga_id=saga_id)
-        return UndoReport.from_dict(rev.report) if rev and rev.report else None
+        if not (rev and rev.report):
+            return None
+        return await self._current(UndoReport.from_dict(rev.report))
+
+    async def _current(self, report: UndoReport) -> UndoReport:
+        """``report`` with the saga's latest resolutions (rule 6: the engine's outcome is kept)."""
+        saga = await self.log.get_saga(report.saga_id)
+        if saga is None or not saga.resolutions:
+            return report
+        return report.with_resolutions(saga.resolutions)
 
     async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
         """Undo a saga: the one reversal of it, started here or joined if already asked for.
 
         Concurrent and repeated calls — in this process or others sharing the log — all get the
-        same report (rule 6). A second caller's ``budget`` is ignored: the reversal keeps its own.
+        same report (rule 6). A second caller's ``budget`` is ignored: the reversal keeps its own;
+        continue a reversal that stopped short with :meth:`resume`.
 
         Raises:
             SagaNotFoundError: No such saga in the log.
             LogError: The log cannot be read or written.
         """
-        budget = budget or Budget()
-        if not isinstance(budget, Budget):
-            raise ConfigError(f"budget must be an amends.Budget, got {budget!r}")
-        with self._lock:
-            fut = self._reversals.get(saga_id)
-            mine = fut is None
-            if fut is None:
-                fut = concurrent.futures.Future()
-                self._reversals[saga_id] = fut
-        if not mine:
-            return await asyncio.wrap_future(fut)
-        try:
-            report = await self._undo(saga_id, budget)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            with self._lock:
-                self._reversals.pop(saga_id, None)
-            raise
-        fut.set_result(report)
-        with self._lock:
-            self._reversals.pop(saga_id, None)
-        return report
+        budget = _check_budget(budget)
+        return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget))
 
     def undo_sync(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
         """:meth:`undo` for synchronous callers."""
         return run(self.undo(saga_id, budget=budget))
 
+    async def resume(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+        """Continue the saga's reversal with a new budget (rule 6).
+
+        The continuation belongs to the same reversal (same ``reversal_id``) and attempts only
+        what was not attempted (over budget) or is now unblocked (a step it waited for was
+        undone, or a person resolved it with :meth:`resolve`); a compensation logged done is
+        never sent again. Concurrent requests, here or in other processes, join one
+        continuation. Without a reversal yet, this is :meth:`undo`.
+
+        Raises:
+            SagaNotFoundError: No such saga in the log.
+            LogError: The log cannot be read or written.
+        """
+        budget = _check_budget(budget)
+        await self._saga_or_raise(saga_id)
+        rev = await self.log.get_reversal(saga_id=saga_id)
+        seen = rev.continuations if rev is not None else None
+
+        async def claim() -> Claim:
+            return await self.log.continue_reversal(
+                saga_id,
+                budget=budget.to_dict(),
+                owner=self.owner,
+                lease_until=time.time() + self.lease_seconds,
+                now=time.time(),
+                after_continuation=seen,
+                reversal_id=new_id("rev"),
+            )
+
+        return await self._joined(f"resume:{saga_id}", lambda: self._claimed(saga_id, claim))
+
+    def resume_sync(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+        """:meth:`resume` for synchronous callers."""
+        return run(self.resume(saga_id, budget=budget))
+
+    async def resolve(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None = None
+    ) -> Resolution:
+        """Record that a person handled a step's manual action (sent the draft, checked that an
+        in-doubt charge did not go through). The report keeps the engine's outcome and lists the
+        manual action as handled (who, when, note); steps that waited for this one are unblocked
+        for :meth:`resume` (rule 6).
+
+        Raises:
+            ConfigError: ``by`` is empty or ``note`` is not a string.
+            SagaNotFoundError: No such saga in the log.
+            ContractError: The saga has no step ``step_id``.
+        """
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigError(
+                f"resolve(by=...) must name who handled the manual action, got {by!r}; "
+                f"e.g. by='ann@example.com'"
+            )
+        if note is not None and not isinstance(note, str):
+            raise ConfigError(f"resolve(note=...) must be text or None, got {note!r}")
+        await self._saga_or_raise(saga_id)
+        return await self.log.resolve_step(
+            saga_id, step_id, by=by.strip(), note=note, now=time.time()
+        )
+
+    def resolve_sync(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None = None
+    ) -> Resolution:
+        """:meth:`resolve` for synchronous callers."""
+        return run(self.resolve(saga_id, step_id, by=by, note=note))
+
+    async def _joined(self, key: str, start: Callable[[], Awaitable[UndoReport]]) -> UndoReport:
+        """Requests of this engine for the same reversal (or continuation) share one run."""
+        with self._lock:
+            fut = self._reversals.get(key)
+            mine = fut is None
+            if fut is None:
+                fut = concurrent.futures.Future()
+                self._reversals[key] = fut
+        if not mine:
+            return await asyncio.wrap_future(fut)
+        try:
+            report = await start()
+        except BaseException as exc:
+            fut.set_exception(exc)
+            with self._lock:
+                self._reversals.pop(key, None)
+            raise
+        fut.set_result(report)
+        with self._lock:
+            self._reversals.pop(key, None)
+        return report
+
     async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
         await self._saga_or_raise(saga_id)
-        while True:
-            claim = await self.log.claim_reversal(
+
+        async def claim() -> Claim:
+            return await self.log.claim_reversal(
                 saga_id,
                 reversal_id=new_id("rev"),
                 budget=budget.to_dict(),
@@ -174,16 +324,23 @@ class Engine:
                 lease_until=time.time() + self.lease_seconds,
                 now=time.time(),
             )
-            if claim.outcome == "done":
-                assert claim.reversal.report is not None
-                return UndoReport.from_dict(claim.reversal.report)
-            if claim.outcome == "running_elsewhere":
-                report = await self._wait_elsewhere(claim.reversal)
+
+        return await self._claimed(saga_id, claim)
+
+    async def _claimed(self, saga_id: str, claim: Callable[[], Awaitable[Claim]]) -> UndoReport:
+        """Rule 6: run the claimed reversal, or join the one running or finished elsewhere."""
+        while True:
+            got = await claim()
+            if got.outcome == "done":
+                assert got.reversal.report is not None
+                return await self._current(UndoReport.from_dict(got.reversal.report))
+            if got.outcome == "running_elsewhere":
+                report = await self._wait_elsewhere(got.reversal)
                 if report is not None:
-                    return report
+                    return await self._current(report)
                 continue  # its lease expired: take it over
             try:
-                return await self._execute(saga_id, claim)
+                return await self._execute(saga_id, got)
             except LeaseLostError:
                 continue  # another worker took over; join it
 
@@ -262,7 +419,8 @@ class Engine:
                 budget=budget.to_dict(),
                 requested_at=rev.requested_at,
                 finished_at=time.time(),
-            )
+                continuations=rev.continuations,
+            ).with_resolutions(saga.resolutions)
             await self.log.finish_reversal(
                 rev.reversal_id, rev.generation, report.to_dict(), now=time.time()
             )

@@ -15,7 +15,16 @@ from typing import Any, Literal
 from .contracts import Catalog, Expectation, Inverse, Residue, Reversibility
 from .log.base import SagaRecord, StepRecord
 
-__all__ = ["Action", "Plan", "PlannedStep", "plan", "undo_cycle", "undo_waits"]
+__all__ = [
+    "Action",
+    "Plan",
+    "PlannedStep",
+    "Preview",
+    "PreviewStep",
+    "plan",
+    "undo_cycle",
+    "undo_waits",
+]
 
 Action = Literal[
     "revert", "compensate", "cancel", "acknowledge", "skip", "in_doubt", "wait", "review"
@@ -95,6 +104,47 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"saga_id": self.saga_id, "steps": [p.to_dict() for p in self.steps]}
+
+
+@dataclass(frozen=True)
+class PreviewStep(PlannedStep):
+    """One step of a :class:`Preview`: the planned step, after re-observing its expectation."""
+
+    needs_review: bool = False
+    """The world changed since the agent acted (or could not be checked, or the step has no drift
+    check and no reason): undo will not revert it; a person should look (rule 10)."""
+    check: str = ""
+    """What the re-observation found, in plain language."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "needs_review": self.needs_review, "check": self.check}
+
+
+@dataclass(frozen=True)
+class Preview(Plan):
+    """What undo would do now (``engine.preview``): the same planner's plan, each expectation
+    re-observed by its read-only probe, nothing else dispatched (rule 10)."""
+
+    steps: tuple[PreviewStep, ...]
+    checked_at: float = 0.0
+    """When the probes ran (epoch seconds)."""
+
+    @property
+    def needs_review(self) -> list[str]:
+        """Steps a person should look at before undo (drifted, or no drift check)."""
+        return [p.step_id for p in self.steps if p.needs_review]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **super().to_dict(),
+            "checked_at": self.checked_at,
+            "needs_review": self.needs_review,
+            "undo_windows": [
+                {"step_id": p.step_id, "closes_at": p.inverse.deadline}
+                for p in self.steps
+                if p.inverse is not None and p.inverse.deadline is not None
+            ],
+        }
 
 
 def _in_doubt_reason(step: StepRecord) -> str:

@@ -6,10 +6,12 @@ place, so that no caller can claim more than the steps show.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -144,6 +146,27 @@ class UndoReport:
     budget: Mapping[str, Any] = field(default_factory=dict)
     requested_at: float = 0.0
     finished_at: float = 0.0
+    continuations: int = 0
+    """How many times the reversal was continued with a new budget (rule 6)."""
+    resolutions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """step_id -> who handled its manual action, when and with what note (``engine.resolve``).
+    The engine's outcome is kept; the manual action is shown as handled."""
+
+    def with_resolutions(self, resolutions: Mapping[str, Any]) -> UndoReport:
+        """This report with the given resolutions (``Resolution`` objects or their dicts)."""
+        found = {
+            k: dict(v.to_dict() if hasattr(v, "to_dict") else v) for k, v in resolutions.items()
+        }
+        return dataclasses.replace(self, resolutions=found)
+
+    def handled(self, step_id: str) -> Mapping[str, Any] | None:
+        """Who handled ``step_id``'s manual action, when and how; ``None`` while it is open."""
+        return self.resolutions.get(step_id)
+
+    @property
+    def open_manual_actions(self) -> list[ManualAction]:
+        """Manual actions no one has resolved yet."""
+        return [m for m in self.manual_actions if m.step_id not in self.resolutions]
 
     @property
     def status(self) -> Outcome:
@@ -194,7 +217,10 @@ class UndoReport:
             "headline": self.headline,
             "steps": [s.to_dict() for s in self.steps],
             "residue": [r.to_dict() for r in self.residue],
-            "manual_actions": [m.to_dict() for m in self.manual_actions],
+            "manual_actions": [
+                {**m.to_dict(), "handled": self.resolutions.get(m.step_id)}
+                for m in self.manual_actions
+            ],
             "violations": self.violations,
             "tool_calls": self.tool_calls,
             "tokens": self.tokens,
@@ -202,6 +228,8 @@ class UndoReport:
             "budget": dict(self.budget),
             "requested_at": self.requested_at,
             "finished_at": self.finished_at,
+            "continuations": self.continuations,
+            "resolutions": {k: dict(v) for k, v in self.resolutions.items()},
         }
 
     @classmethod
@@ -217,6 +245,8 @@ class UndoReport:
             dict(d.get("budget", {})),
             float(d.get("requested_at", 0.0)),
             float(d.get("finished_at", 0.0)),
+            int(d.get("continuations", 0)),
+            {k: dict(v) for k, v in (d.get("resolutions") or {}).items()},
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -234,6 +264,13 @@ class UndoReport:
         if fmt == "html":
             return _render_html(self)
         raise ValueError(f"render format {fmt!r} is not known; use 'text' or 'html'")
+
+
+def _handled_text(res: Mapping[str, Any] | None) -> str:
+    if res is None:
+        return "open"
+    when = datetime.fromtimestamp(float(res["at"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"handled by {res['by']} at {when}" + (f": {res['note']}" if res.get("note") else "")
 
 
 def _verb(s: StepOutcome) -> str:
@@ -270,6 +307,8 @@ def _render_text(r: UndoReport) -> str:
             )
             if m.draft:
                 out.append(f"    draft: {m.draft}")
+            if r.resolutions:
+                out.append(f"    {_handled_text(r.handled(m.step_id))}")
     return "\n".join(out) + "\n"
 
 
@@ -308,6 +347,7 @@ def _render_html(r: UndoReport) -> str:
         + (f"; affected: {e(', '.join(m.parties))}" if m.parties else "")
         + "</p>"
         + (f"<p>Draft message:</p><pre class='draft'>{e(m.draft)}</pre>" if m.draft else "")
+        + (f"<p>{e(_handled_text(r.handled(m.step_id)))}</p>" if r.resolutions else "")
         + "</li>"
         for m in r.manual_actions
     )

@@ -41,6 +41,8 @@ from .secrets import SecretRequest, resolve_markers, scrub_record, vault_for
 __all__ = ["run_plan"]
 
 _FINAL = frozenset(s.value for s in StepState)
+_RETRY = frozenset({StepState.OVER_BUDGET.value, StepState.BLOCKED.value})
+"""Recorded states that were never dispatched: a continuation attempts them (rule 6)."""
 
 
 class _Stop(Exception):
@@ -276,6 +278,14 @@ class _Runner:
         if quick is not None:
             return quick
         prior = self.done.get(p.step_id)
+        if prior is not None and prior.state in _RETRY:
+            # rule 6: a continuation attempts what was not attempted (over budget) or may now be
+            # unblocked; an attempt that was in flight before stays in flight (rule 5).
+            prior = (
+                dataclasses.replace(prior, state="dispatched")
+                if prior.data.get("in_flight")
+                else None
+            )
         if prior is not None and prior.state in _FINAL:
             # rule 5: logged done is never dispatched again, even after a crash.
             return self._from_record(p, prior)
@@ -340,8 +350,8 @@ class _Runner:
         """Rule 3: the inverses this one waits for first; if one did not succeed, blocked."""
         for dep in p.waits_for:
             outcome = await self.futures[dep]
-            if outcome.state in NEUTRALISED:
-                continue
+            if outcome.state in NEUTRALISED or dep in self.saga.resolutions:
+                continue  # undone, or a person resolved it (rule 6)
             detail = (
                 f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
                 f"first, and that step is {outcome.state.value}"
@@ -398,7 +408,7 @@ class _Runner:
                     f"and this retry did not complete ({stop.detail}); whether the earlier "
                     f"attempt took effect is unknown",
                 )
-            return await self._stopped(p, stop, counter)
+            return await self._stopped(p, stop, counter, in_flight=in_flight)
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or list(p.expected_residue)
         more, missing = await self._follow_ups(p, call, key)
@@ -567,14 +577,16 @@ class _Runner:
             manual_action=manual,
         )
 
-    async def _stopped(self, p: PlannedStep, stop: _Stop, counter: list[int]) -> StepOutcome:
+    async def _stopped(
+        self, p: PlannedStep, stop: _Stop, counter: list[int], *, in_flight: bool = False
+    ) -> StepOutcome:
         manual = self._manual(p, stop.state, stop.detail)
         await self._record(
             p,
             stop.state.value,
             attempts=counter[0],
             detail=stop.detail,
-            data={"manual_action": manual.to_dict()},
+            data={"manual_action": manual.to_dict(), "in_flight": in_flight},
             event=f"compensation.{stop.state.value}",
         )
         return self._outcome(p, stop.state, stop.detail, attempts=counter[0], manual_action=manual)

@@ -712,3 +712,146 @@ async def test_a_compensation_in_flight_at_a_crash_is_not_re_sent_to_a_vendor_ig
     if state is StepState.IN_DOUBT:
         assert "does not honour idempotency keys, so it was not sent again" in s1.detail
         assert s1.manual_action is not None and s1.manual_action.draft
+
+
+# --- rule 10: the preview is honest ---------------------------------------------------------
+
+
+async def close_deal(engine: amends.Engine) -> amends.Saga:
+    async with engine.saga("Close the ACME deal", actor="ann") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        b = saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+        await saga.gather(a, b)
+    return saga
+
+
+async def test_preview_re_observes_every_expectation_and_shows_drift_as_needs_review(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    saga = await close_deal(engine)
+    world.human_edit("r1", "stage", "lost")
+    before = len(world.calls)
+    preview = await engine.preview(saga.id)
+    assert [c[1] for c in world.calls[before:]] == ["probe", "probe"]  # nothing but probes
+    assert await engine.log.get_reversal(saga_id=saga.id) is None  # nothing written
+    s1, s2 = preview["s1"], preview["s2"]
+    assert (s1.action, s1.verb, s1.needs_review) == ("review", "Acknowledge", True)
+    assert s1.check == "someone changed it since the agent acted: expected 'won', found 'lost'"
+    assert (s2.action, s2.verb, s2.needs_review) == ("compensate", "Compensate", False)
+    assert preview.to_dict()["needs_review"] == ["s1"]
+    report = await engine.undo(saga.id)  # undo agrees with the preview
+    assert report.step("s1").state is StepState.DRIFTED
+
+
+async def test_after_the_undo_window_closes_the_step_is_acknowledged_in_preview_and_undo(
+    engine: amends.Engine, catalog: amends.Catalog
+) -> None:
+    sent: list[str] = []
+
+    @catalog.tool("bank.wire", reversibility="compensable")
+    async def wire(call: amends.Call, to: str, window: float) -> None:
+        call.inverse("bank.recall", to=to, deadline=time.time() + window)
+        call.no_drift_check(reason="a wire cannot be changed by anyone else")
+
+    @catalog.tool("bank.recall", reversibility="irreversible")
+    async def recall(call: amends.Call, to: str) -> None:
+        sent.append(to)
+
+    async with engine.saga("wires") as saga:
+        saga.call("bank.wire", to="open", window=3600)
+        saga.call("bank.wire", to="closing", window=0.05)
+    early = await engine.preview(saga.id)
+    assert [p.action for p in early.steps] == ["compensate", "compensate"]
+    assert [w["step_id"] for w in early.to_dict()["undo_windows"]] == ["s1", "s2"]
+    await asyncio.sleep(0.1)
+    late = await engine.preview(saga.id)
+    assert [p.action for p in late.steps] == ["compensate", "acknowledge"]
+    assert late["s2"].reason.startswith("the undo window of bank.recall closed at ")
+    report = await engine.undo(saga.id)
+    assert report.step("s2").state is StepState.ACKNOWLEDGED
+    assert sent == ["open"]
+
+
+# --- rule 6: continue and resolve ------------------------------------------------------------
+
+
+def refunds(world: CoreWorld) -> int:
+    return sum(1 for e in world.effects if e[0] == "pay.refund")
+
+
+async def test_resume_continues_an_over_budget_reversal_as_the_same_reversal(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    saga = await close_deal(engine)
+    first = await engine.undo(saga.id, budget=amends.Budget(tool_calls=2))
+    assert first.step("s1").state is StepState.OVER_BUDGET
+    assert f"amends undo {saga.id} --continue" in first.step("s1").manual_action.what  # type: ignore[union-attr]
+    assert "run undo again" not in first.to_json()
+    again = await engine.undo(saga.id, budget=amends.Budget())  # undo joins: same report
+    assert again.step("s1").state is StepState.OVER_BUDGET
+    report = await engine.resume(saga.id, budget=amends.Budget(tool_calls=10))
+    assert report.reversal_id == first.reversal_id
+    assert report.continuations == 1
+    assert report.step("s1").state is StepState.REVERTED
+    assert report.step("s2").state is StepState.COMPENSATED
+    assert refunds(world) == 1  # the refund logged done was not sent again
+    assert world.crm["r1"]["stage"] == "lead"
+    assert report.status == "partially_reversed"
+
+
+async def test_resolve_records_who_handled_it_and_resume_proceeds_past_it(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    saga = await close_deal(engine)
+    world.faults["pay.refund"] = [amends.PermanentError("card closed")]
+    first = await engine.undo(saga.id)
+    assert first.step("s2").state is StepState.FAILED
+    assert first.step("s1").state is StepState.BLOCKED
+    res = await engine.resolve(saga.id, "s2", by="ann", note="refunded by bank transfer")
+    assert (res.by, res.note) == ("ann", "refunded by bank transfer")
+    shown = await engine.report(saga.id)
+    assert shown is not None and shown.handled("s2") is not None
+    assert [m.step_id for m in shown.open_manual_actions] == ["s1"]
+    report = await engine.resume(saga.id, budget=amends.Budget())
+    assert report.step("s2").state is StepState.FAILED  # the engine's outcome is kept
+    assert report.step("s1").state is StepState.REVERTED  # unblocked by the resolution
+    assert world.crm["r1"]["stage"] == "lead"
+    assert report.open_manual_actions == []
+    handled = report.to_dict()["manual_actions"][0]["handled"]
+    assert (handled["by"], handled["note"]) == ("ann", "refunded by bank transfer")
+    assert "handled by ann at " in report.render("text")
+    assert report.status == "cannot_undo"
+    assert refunds(world) == 0
+
+
+async def test_resolve_refuses_unknown_steps_and_anonymous_people(engine: amends.Engine) -> None:
+    saga = await close_deal(engine)
+    with pytest.raises(amends.ContractError):
+        await engine.resolve(saga.id, "s9", by="ann")
+    with pytest.raises(amends.ConfigError, match="must name who handled"):
+        await engine.resolve(saga.id, "s1", by=" ")
+    with pytest.raises(amends.SagaNotFoundError):
+        await engine.resolve("nope", "s1", by="ann")
+
+
+async def test_concurrent_resume_requests_join_one_continuation(
+    catalog: amends.Catalog, world: CoreWorld, tmp_path: Any
+) -> None:
+    db = str(tmp_path / "c.db")
+    one, two = amends.Engine(catalog, log=db), amends.Engine(catalog, log=db)
+    saga = await close_deal(one)
+    await one.undo(saga.id, budget=amends.Budget(tool_calls=2))
+    a, b = await asyncio.gather(
+        one.resume(saga.id, budget=amends.Budget()),
+        two.resume(saga.id, budget=amends.Budget()),
+    )
+    c = await one.resume(saga.id, budget=amends.Budget())  # a later request continues again
+    assert a.reversal_id == b.reversal_id == c.reversal_id
+    assert (a.continuations, b.continuations) == (1, 1)
+    assert c.continuations == 2
+    assert a.step("s1").state is StepState.REVERTED
+    assert [s.state for s in c.steps] == [s.state for s in a.steps]
+    assert refunds(world) == 1
+    assert sum(1 for e in world.effects if e[0] == "crm.update_field") == 2  # forward + revert
+    await one.close()
+    await two.close()
