@@ -169,3 +169,68 @@ def test_ledger_ignores_idempotency_keys_every_request_applies(sw: World) -> Non
         sw.ledger.post("acme", 0)
     with pytest.raises(amends.PermanentError, match="no entry"):
         sw.ledger.get_entry("le_99")
+
+
+async def _engine(world: World) -> amends.Engine:
+    return amends.Engine(sandbox_catalog(world), log=amends.SqliteLog(":memory:"), retry=FAST)
+
+
+async def test_finance_lock_undo_after_reopens_the_deal_then_refunds(sw: World) -> None:
+    """Rule 3: the charge's refund waits for the deal's reopening (undo_after); without the
+    declaration the processor refuses the refund and the deal's revert is blocked."""
+    for declare in (True, False):
+        world = World(seed=1)
+        eng = await _engine(world)
+        async with eng.saga("finance lock") as saga:
+            close = saga.call("crm.update_field", record_id="acme", field="stage",
+                              value="closed_won")  # fmt: skip
+            saga.call("payments.charge", customer="cus_acme", cents=900, deal="acme",
+                      after=[close], undo_after=[close] if declare else [])  # fmt: skip
+        report = await eng.undo(saga.id)
+        states = [s.state.value for s in report.steps]
+        if declare:
+            assert states == ["reverted", "compensated"]
+            assert report.status == "partially_reversed"
+            assert world.payments.get_charge("ch_1")["refunded"] == 900
+            assert world.crm.read_field("acme", "stage") == "negotiation"
+        else:
+            assert states == ["blocked", "failed"]
+            assert "finance lock" in report.steps[1].detail
+            assert world.payments.get_charge("ch_1")["refunded"] == 0
+        await eng.close()
+
+
+async def test_cancel_event_asks_nested_follow_ups_announce_then_log(sw: World) -> None:
+    """Rule 7: the cancellation's follow-up (announce) asks its own follow-up (log activity);
+    both run, tagged follow_up, and each spends budget."""
+    eng = await _engine(sw)
+    async with eng.saga("event") as saga:
+        saga.call("calendar.create_event", title="Kickoff", start="2026-12-09T15:00:00+00:00",
+                  attendees=["a@x"], announce="#sales", log_to="acme")  # fmt: skip
+    report = await eng.undo(saga.id)
+    assert [s.state.value for s in report.steps] == ["compensated"]
+    assert [(t, op) for t, _, op in tagged(sw)] == [
+        ("s1:forward", "invite"),
+        ("s1:compensate", "cancellation_notice"),
+        ("s1:follow_up", "post"),
+        ("s1:follow_up", "notify"),
+        ("s1:follow_up", "notify"),
+        ("s1:follow_up", "notify"),
+        ("s1:follow_up", "log_activity"),
+    ]
+    assert report.tool_calls == 4  # probe, cancel, announce, log
+    await eng.close()
+
+
+async def test_private_note_is_reverted_without_drift_check_and_says_why(sw: World) -> None:
+    eng = await _engine(sw)
+    async with eng.saga("note") as saga:
+        saga.call("docs.create_private_note", text="todo")
+    plan = await eng.preview(saga.id)
+    assert "only this saga can see" in str(plan.to_dict())
+    report = await eng.undo(saga.id)
+    assert [s.state.value for s in report.steps] == ["reverted"]
+    assert sw.docs.get("doc_1")["status"] == "deleted"
+    with pytest.raises(amends.PermanentError, match="private"):
+        sw.docs.collaborator_edit("doc_1", "x")
+    await eng.close()

@@ -116,12 +116,19 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     # --- calendar -------------------------------------------------------------------------
     @tool("calendar.create_event", reversibility="compensable", timeout=timeout, idempotent=True)
     async def calendar_create_event(
-        call: Call, title: str, start: str, attendees: list[str]
+        call: Call,
+        title: str,
+        start: str,
+        attendees: list[str],
+        announce: str | None = None,
+        log_to: str | None = None,
     ) -> dict[str, Any]:
-        """Create an event and invite its attendees; cancelling notifies each of them."""
+        """Create an event and invite its attendees; cancelling notifies each of them (and, with
+        ``announce``, posts to that channel, which logs it on CRM record ``log_to``)."""
         await world.gate("calendar.create_event")
         event = world.calendar.create_event(title, start, attendees, idempotency_key=key_of(call))
-        call.inverse("calendar.cancel_event", event_id=event["id"])
+        extra = {k: v for k, v in (("announce", announce), ("log_to", log_to)) if v}
+        call.inverse("calendar.cancel_event", event_id=event["id"], **extra)
         call.expect(
             "calendar.get_event", {"event_id": event["id"]}, equals="confirmed", path="status"
         )
@@ -133,10 +140,18 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return event
 
     @tool("calendar.cancel_event", reversibility="irreversible", timeout=timeout, idempotent=True)
-    async def calendar_cancel_event(call: Call, event_id: str) -> dict[str, Any]:
-        """Cancel an event; a cancellation notice goes to every attendee."""
+    async def calendar_cancel_event(
+        call: Call, event_id: str, announce: str | None = None, log_to: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel an event; a cancellation notice goes to every attendee. With ``announce``, a
+        follow-up posts the cancellation to that channel (rule 7: it spends budget)."""
         await world.gate("calendar.cancel_event")
-        return world.calendar.cancel_event(event_id, idempotency_key=key_of(call))
+        event = world.calendar.cancel_event(event_id, idempotency_key=key_of(call))
+        if announce and call.phase == "compensate":
+            text = f"'{event['title']}' ({event['start']}) is cancelled"
+            more = {"log_to": log_to} if log_to else {}
+            call.follow_up("chat.announce", channel=announce, text=text, **more)
+        return event
 
     @tool("calendar.get_event", reversibility="read_only", timeout=timeout)
     async def calendar_get_event(call: Call, event_id: str) -> dict[str, Any]:
@@ -202,6 +217,20 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return note
 
+    @tool("crm.log_activity", reversibility="irreversible", timeout=timeout, idempotent=True)
+    async def crm_log_activity(call: Call, record_id: str, text: str) -> dict[str, Any]:
+        """Append a line to a record's activity log; people read it, it is never rewritten."""
+        await world.gate("crm.log_activity")
+        out = world.crm.log_activity(record_id, text, idempotency_key=key_of(call))
+        if call.phase == "forward":
+            call.acknowledge(
+                who="the record's owner",
+                parties=[record_id],
+                what=f"Activity '{text}' was logged on CRM record {record_id}",
+                draft=f"Please ignore the activity '{text}' on {record_id}; logged in error.",
+            )
+        return out
+
     @tool("crm.delete_note", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def crm_delete_note(call: Call, record_id: str, note_id: str) -> dict[str, Any]:
         """Delete a note (the inverse of crm.add_note)."""
@@ -211,12 +240,18 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     # --- payments -------------------------------------------------------------------------
     @tool("payments.charge", reversibility="compensable", timeout=timeout, idempotent=True)
     async def payments_charge(
-        call: Call, customer: str, cents: int, description: str = ""
+        call: Call, customer: str, cents: int, description: str = "", deal: str | None = None
     ) -> dict[str, Any]:
-        """Charge a card (vendor idempotency key = the step's); compensated by a refund."""
+        """Charge a card (vendor idempotency key = the step's); compensated by a refund. With
+        ``deal``, the charge is under the finance lock: refundable only while the deal is open
+        (declare ``saga.call(..., undo_after=[the step that closed it])``)."""
         await world.gate("payments.charge")
         ch = world.payments.charge(
-            customer, cents, description=description, idempotency_key=call.idempotency_key
+            customer,
+            cents,
+            description=description,
+            deal=deal,
+            idempotency_key=call.idempotency_key,
         )
         call.inverse("payments.refund", charge_id=ch["id"], cents=cents)
         # drift: a refund someone issued by hand since would make ours a double refund.
@@ -298,6 +333,25 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.expect("chat.get_message", {"message_id": message_id}, equals=text, path="text")
         return out
 
+    @tool("chat.announce", reversibility="irreversible", timeout=timeout, idempotent=True)
+    async def chat_announce(
+        call: Call, channel: str, text: str, log_to: str | None = None
+    ) -> dict[str, Any]:
+        """Post an announcement (members are notified); as a follow-up, it asks for one more:
+        logging the announcement on CRM record ``log_to`` (a nested follow-up, rule 7)."""
+        await world.gate("chat.announce")
+        msg = world.chat.post(channel, text, idempotency_key=key_of(call))
+        if call.phase == "follow_up" and log_to:
+            call.follow_up("crm.log_activity", record_id=log_to, text=f"announced in {channel}")
+        elif call.phase == "forward":
+            call.acknowledge(
+                who="the poster",
+                parties=msg["notified"],
+                what=f"Announcement in {channel} was posted and its members notified",
+                draft=f"Please disregard the announcement '{text}' in {channel}.",
+            )
+        return msg
+
     @tool("chat.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def chat_delete(call: Call, message_id: str) -> dict[str, Any]:
         """Delete a message (the inverse of chat.post); its notifications stay seen."""
@@ -318,6 +372,17 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
         call.inverse("docs.delete", doc_id=doc["id"])
         call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
+        return doc
+
+    @tool("docs.create_private_note", reversibility="reversible", timeout=timeout, idempotent=True)
+    async def docs_create_private_note(call: Call, text: str) -> dict[str, Any]:
+        """Create a private note (no one else can see, share or edit it); deleted on undo."""
+        await world.gate("docs.create_private_note")
+        doc = world.docs.create_draft("Private note", text, private=True,
+                                      idempotency_key=key_of(call))  # fmt: skip
+        call.inverse("docs.delete", doc_id=doc["id"])
+        # rule 4: nothing to compare: the vendor lets no one but this saga touch a private note
+        call.no_drift_check(reason="a private note only this saga can see; no one else can edit it")
         return doc
 
     @tool("docs.share", reversibility="compensable", timeout=timeout, idempotent=True)

@@ -158,6 +158,26 @@ class Crm:
         return self.update_field(record_id, field, value, actor="webhook")["record"]  # type: ignore[no-any-return]
 
     @atomic
+    def log_activity(
+        self, record_id: str, text: str, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Append a line to a record's activity log (what happened to the deal, for people)."""
+        w = self.world
+        if (prior := w.replay("crm", idempotency_key)) is not None:
+            return dict(prior)
+        rec = self.get(record_id)
+        rec.setdefault("activity", []).append({"text": text, "at": w.iso()})
+        return dict(
+            w.commit(
+                [(_TBL, record_id, rec)],
+                [{"vendor": "crm", "op": "log_activity", "key": record_id, "text": text}],
+                vendor="crm",
+                idempotency_key=idempotency_key,
+                response={"record_id": record_id, "text": text},
+            )
+        )
+
+    @atomic
     def add_note(
         self, record_id: str, text: str, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:

@@ -27,9 +27,10 @@ class Docs:
 
     @atomic
     def create_draft(
-        self, title: str, text: str, *, idempotency_key: str | None = None
+        self, title: str, text: str, *, private: bool = False, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """Create a private draft (no one is notified)."""
+        """Create a draft (no one is notified). A ``private`` one can never be shared or edited
+        by anyone else."""
         w = self.world
         if (prior := w.replay("docs", idempotency_key)) is not None:
             return dict(prior)
@@ -41,6 +42,7 @@ class Docs:
             "status": "draft",
             "shared_with": [],
             "notified": [],
+            "private": private,
         }
         return dict(
             w.commit(
@@ -103,6 +105,8 @@ class Docs:
         doc = self.get(doc_id)
         if doc["status"] == "deleted":
             raise PermanentError(f"document {doc_id!r} is deleted; it cannot be shared")
+        if doc.get("private"):
+            raise PermanentError(f"document {doc_id!r} is private; it cannot be shared")
         new = [p for p in people if p not in doc["shared_with"]]
         doc["shared_with"] += new
         doc["notified"] += new
@@ -140,8 +144,14 @@ class Docs:
 
     @atomic
     def collaborator_edit(self, doc_id: str, text: str) -> None:
-        """Another actor: a collaborator rewrites the document's text."""
+        """Another actor: a collaborator rewrites the document's text.
+
+        Raises:
+            PermanentError: The document is private (no one else can edit it).
+        """
         doc = self.get(doc_id)
+        if doc.get("private"):
+            raise PermanentError(f"document {doc_id!r} is private; no collaborator can edit it")
         doc["text"] = text
         self.world.commit(
             [(_TBL, doc_id, doc)],

@@ -61,9 +61,13 @@ class Payments:
         cents: int,
         *,
         description: str = "",
+        deal: str | None = None,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
         """Charge the customer's card. A known idempotency key replays the first charge.
+
+        A charge booked against ``deal`` (a CRM record) is under the finance lock: the
+        processor refunds it only while that deal is not ``closed_won``.
 
         Raises:
             PermanentError: Unknown customer, closed card, or a non-positive amount.
@@ -81,6 +85,7 @@ class Payments:
             "customer": customer,
             "cents": cents,
             "description": description,
+            "deal": deal,
             "status": "succeeded",
             "refunded": 0,
             "refunds": [],
@@ -144,6 +149,12 @@ class Payments:
             raise PermanentError(
                 f"card of {ch['customer']!r} is closed; a refund cannot land, pay the customer "
                 f"another way"
+            )
+        deal = ch.get("deal")
+        if deal and w.crm.get(deal)["fields"].get("stage") == "closed_won":
+            raise PermanentError(
+                f"finance lock: charge {charge_id!r} belongs to deal {deal!r}, which is "
+                f"closed_won; reopen the deal before refunding"
             )
         if ch["refunds"]:
             raise PermanentError(

@@ -138,6 +138,7 @@ class Faults:
         self._faults: list[_Fault] = []
         self._crash_at: int | None = None
         self._crash_after = False
+        self._crash_op: str | None = None
         self._calls = 0
 
     def add(self, op: str, kind: FaultKind, *, times: int = 1, delay: float = 0.0) -> None:
@@ -160,10 +161,11 @@ class Faults:
             raise ConfigError(f"fault times must be a positive int, got {times!r}")
         self._faults.append(_Fault(op, kind, times, float(delay)))
 
-    def arm_crash(self, nth: int, *, after_effect: bool = False) -> None:
+    def arm_crash(self, nth: int, *, after_effect: bool = False, op: str | None = None) -> None:
         """Make the process "die" (:class:`SimulatedCrash`) at the ``nth`` tool call from now
         (1-based; probes count), before that call acts or, with ``after_effect``, once it has
-        acted and returned to the tool but before the engine sees the answer.
+        acted and returned to the tool but before the engine sees the answer. With ``op``, only
+        calls of that tool count (a crash in the middle of a refund, say).
 
         Raises:
             ConfigError: ``nth`` is not a positive int.
@@ -171,6 +173,7 @@ class Faults:
         if not isinstance(nth, int) or nth < 1:
             raise ConfigError(f"arm_crash needs a positive call number, got {nth!r}")
         self._crash_at, self._crash_after, self._calls = nth, after_effect, 0
+        self._crash_op = op
 
     def disarm_crash(self) -> None:
         """Forget an armed crash that has not fired."""
@@ -184,7 +187,7 @@ class Faults:
     def count_call(self, op: str) -> bool:
         """Count one tool call toward an armed crash: raise :class:`SimulatedCrash` if it is due
         before acting; True if it is due after this call acts."""
-        if self._crash_at is None:
+        if self._crash_at is None or self._crash_op not in (None, op):
             return False
         self._calls += 1
         if self._calls != self._crash_at:
