@@ -500,11 +500,11 @@ class Gateway:
         meta = ctx.meta if isinstance(ctx.meta, dict) else {}
         saga = await self._open_saga(slot, meta.get(META_TITLE))
         try:
-            step = saga.call(exp.catalog_name, **arguments)
+            step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
         except amends.SagaClosedError:  # undone meanwhile: start a new saga
             slot.saga = None
             saga = await self._open_saga(slot, meta.get(META_TITLE))
-            step = saga.call(exp.catalog_name, **arguments)
+            step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
         spec = self.catalog.get(exp.catalog_name)
         info = {
             "saga_id": saga.id,
@@ -540,6 +540,18 @@ class Gateway:
             is_error=False,
             _meta={META_STEP: info},
         )
+
+    def _undo_after(self, saga: Saga, exp: Exported) -> dict[str, Any]:
+        """rule 3: the contract's undo_after names tools; this step's inverse waits for the
+        inverse of the latest earlier step of each of them in the saga."""
+        if exp.contract is None or not exp.contract.undo_after:
+            return {}
+        wanted = {self._upstream_name(exp.upstream, t) for t in exp.contract.undo_after}
+        latest: dict[str, Any] = {}
+        for s in saga.steps:
+            if s.tool in wanted:
+                latest[s.tool] = s
+        return {"undo_after": list(latest.values())} if latest else {}
 
     def server(self) -> Server[Any]:
         """A low-level SDK server whose handlers are this gateway's."""

@@ -1,0 +1,97 @@
+"""Contract declarations through the gateway: undo order (rule 3), sensitive arguments
+(rule 11), and a person resolving an in-doubt step then continuing the reversal (rule 6)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import KV_CONTRACTS, KvSetup, text_of, write_kv_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def kv_extra(tmp_path: Path) -> KvSetup:
+    """The kv contracts plus: charge's refund waits for kv_set's inverse; send_email has a
+    sensitive subject."""
+    text = KV_CONTRACTS.read_text()
+    text = text.replace(
+        '[[tool]]\nname = "charge"\nreversibility = "compensable"\n',
+        '[[tool]]\nname = "charge"\nreversibility = "compensable"\nundo_after = ["kv_set"]\n',
+    )
+    text += (
+        '\n[[tool]]\nname = "send_email"\nreversibility = "irreversible"\n'
+        'sensitive = ["subject"]\n'
+        'acknowledge = { who = "the sender", parties = ["{args.to}"] }\n'
+    )
+    contracts = tmp_path / "contracts.toml"
+    contracts.write_text(text)
+    setup = write_kv_config(tmp_path)
+    setup.config.write_text(setup.config.read_text().replace(str(KV_CONTRACTS), str(contracts)))
+    return setup
+
+
+async def test_undo_after_blocks_the_refund_when_the_inverse_it_waits_for_drifted(
+    kv_extra: KvSetup,
+) -> None:
+    """rule 3: the charge's compensation waits for kv_set's inverse; that one drifted, so the
+    refund is blocked, not sent."""
+    from mcp import Client
+
+    async with Client(kv_extra.gateway()) as c:
+        await c.call_tool("kv_kv_set", {"key": "deal", "value": "won"})
+        await c.call_tool("kv_charge", {"customer": "c1", "cents": 100})
+        kv_extra.human_sets("deal", "reopened by a person")
+        undo = await c.call_tool("amends_undo", {})
+    states = {s["tool"]: s["state"] for s in undo.structured_content["steps"]}
+    assert states == {"kv.kv_set": "drifted", "kv.charge": "blocked"}
+    assert kv_extra.world()["charges"]["ch_1"]["refunded"] == 0
+
+
+async def test_sensitive_argument_never_reaches_the_log_or_the_agent_reports(
+    kv_extra: KvSetup,
+) -> None:
+    """rule 11: the upstream gets the subject; the saga log and amends_status never hold it."""
+    from mcp import Client
+
+    secret = "card 4111-1111-1111-1111"
+    async with Client(kv_extra.gateway()) as c:
+        r = await c.call_tool("kv_send_email", {"to": "bob@example.com", "subject": secret})
+        status = await c.call_tool("amends_status", {})
+        undo = await c.call_tool("amends_undo", {})
+    assert not r.is_error
+    assert kv_extra.world()["emails"] == [{"to": "bob@example.com", "subject": secret}]
+    assert secret not in text_of(status) and secret not in str(status.structured_content)
+    assert secret not in str(undo.structured_content)
+    con = sqlite3.connect(kv_extra.db)
+    try:
+        dumped = "\n".join(con.iterdump())
+    finally:
+        con.close()
+    assert secret not in dumped
+    assert "bob@example.com" in dumped  # the log does hold the step (not an empty file)
+
+
+async def test_resolve_an_in_doubt_step_then_continue(kv: KvSetup) -> None:
+    """amends_resolve records who handled the manual action; the report lists it as handled."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        flaky = await c.call_tool("kv_flaky_write", {"key": "k", "value": "v"})
+        step_id = flaky.meta["amends/step"]["step_id"]
+        undo = await c.call_tool("amends_undo", {})
+        resolved = await c.call_tool(
+            "amends_resolve", {"step_id": step_id, "by": "ann@example.com", "note": "checked"}
+        )
+        again = await c.call_tool("amends_undo", {"continue": True})
+        status = await c.call_tool("amends_status", {})
+    assert undo.structured_content["steps"][0]["state"] == "in_doubt"
+    assert not resolved.is_error, text_of(resolved)
+    assert resolved.structured_content["by"] == "ann@example.com"
+    assert not again.is_error, text_of(again)
+    assert again.structured_content["reversal_id"] == undo.structured_content["reversal_id"]
+    report = status.structured_content["report"]
+    assert "ann@example.com" in str(report)
