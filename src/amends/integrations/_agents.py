@@ -31,6 +31,7 @@ from amends import Catalog, Engine, Saga, Step
 
 __all__ = [
     "APPROVAL_MODES",
+    "UNDO_TOOL",
     "AgentRun",
     "ToolReportedError",
     "agent_run",
@@ -43,6 +44,7 @@ __all__ = [
     "resolve_tool_name",
     "spend",
     "tokens_of",
+    "undo_tool_functions",
 ]
 
 T = TypeVar("T")
@@ -264,6 +266,22 @@ class AgentRun:
         )
         return future.result()
 
+    async def undo(self, budget: amends.Budget | None = None) -> amends.UndoReport:
+        """Undo everything this run recorded so far (the saga's one reversal, rule 6)."""
+        undo = self.engine.undo(self.saga_id, budget=budget)
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self.loop:
+            return await undo
+        # the saga's live steps belong to its own loop: undo there
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(undo, self.loop))
+
+    def undo_sync(self, budget: amends.Budget | None = None) -> amends.UndoReport:
+        """:meth:`undo` from a thread that is not the saga's event loop."""
+        return asyncio.run_coroutine_threadsafe(self.undo(budget), self.loop).result()
+
     @contextlib.contextmanager
     def activate(self) -> Iterator[AgentRun]:
         """Make this run the :func:`current_run` inside the ``with`` block."""
@@ -446,6 +464,40 @@ def declare(
         idempotent=idempotent,
         timeout=timeout,
     )
+
+
+UNDO_TOOL = "amends_undo"
+"""The name of the undo tool the agent can be given (never recorded as a step itself)."""
+
+_UNDO_DOC = (
+    "Undo everything you have done in this request so far. Reversible actions are reverted, "
+    "compensable ones compensated (with what remains listed); irreversible ones are reported "
+    "for a person to follow up. Returns the honest undo report."
+)
+
+
+def undo_tool_functions(
+    budget: amends.Budget | None = None,
+) -> tuple[Callable[[], str], Callable[[], Awaitable[str]]]:
+    """The sync and async bodies of the agent's undo tool (:data:`UNDO_TOOL`): undo the current
+    run's saga and return the report as text. Adapters never record it as a step (a step that
+    undoes its own saga would wait for itself)."""
+
+    def no_run() -> str:
+        return "amends: there is no agent run to undo here (the undo tool runs inside a run)"
+
+    def undo_sync() -> str:
+        run = current_run()
+        return no_run() if run is None else run.undo_sync(budget).render("text")
+
+    async def undo_async() -> str:
+        run = current_run()
+        return no_run() if run is None else (await run.undo(budget)).render("text")
+
+    for fn in (undo_sync, undo_async):
+        fn.__name__ = UNDO_TOOL
+        fn.__doc__ = _UNDO_DOC
+    return undo_sync, undo_async
 
 
 def framework_name(tool: str) -> str:

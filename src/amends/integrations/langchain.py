@@ -32,6 +32,7 @@ import amends
 from amends import Catalog, Engine
 
 from ._agents import (
+    UNDO_TOOL,
     AgentRun,
     SyncAgentRun,
     agent_run,
@@ -49,6 +50,7 @@ from ._agents import (
     spend,
     start_run,
     title_from,
+    undo_tool_functions,
 )
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "catalog_tools",
     "declare",
     "spend",
+    "undo_tool",
 ]
 
 Handler = Callable[[ToolCallRequest], Any]
@@ -236,6 +239,9 @@ class AmendsMiddleware(AgentMiddleware):
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         tc = request.tool_call
+        if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            with self._run().activate():
+                return handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
         try:
             refused = self._gate(request, tool)
@@ -257,6 +263,9 @@ class AmendsMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
+        if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            with self._run().activate():
+                return await handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
 
         async def call() -> Any:
@@ -357,3 +366,13 @@ def catalog_tools(catalog: Catalog, tools: Sequence[str] | None = None) -> list[
             )
         )
     return out
+
+
+def undo_tool(budget: amends.Budget | None = None) -> StructuredTool:
+    """A tool the agent can call to undo everything its run has done so far (``amends_undo``);
+    it answers with the honest report. Give it to an agent that has :class:`AmendsMiddleware`
+    (or a graph with :func:`amends_tool_node`); it is never recorded as a step itself."""
+    sync_fn, async_fn = undo_tool_functions(budget)
+    return StructuredTool.from_function(
+        func=sync_fn, coroutine=async_fn, name=UNDO_TOOL, description=async_fn.__doc__ or ""
+    )

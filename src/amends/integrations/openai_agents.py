@@ -36,6 +36,7 @@ import amends
 from amends import Catalog, Engine
 
 from ._agents import (
+    UNDO_TOOL,
     AgentRun,
     agent_run,
     agent_run_sync,
@@ -49,6 +50,7 @@ from ._agents import (
     resolve_tool_name,
     spend,
     title_from,
+    undo_tool_functions,
 )
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "run_agent",
     "run_agent_sync",
     "spend",
+    "undo_tool",
     "wrap_agent",
     "wrap_tools",
 ]
@@ -153,7 +156,9 @@ def wrap_tools(
         raise amends.ConfigError(f"wrap_tools needs an amends.Engine, got {engine!r}")
     check_approval(approval)
     return [
-        _wrap(t, engine.catalog, names, approval) if isinstance(t, FunctionTool) else t
+        _wrap(t, engine.catalog, names, approval)
+        if isinstance(t, FunctionTool) and t.name != UNDO_TOOL  # undo is not a step
+        else t
         for t in tools
     ]
 
@@ -309,3 +314,10 @@ def catalog_function_tools(catalog: Catalog, tools: Sequence[str] | None = None)
         function_tool(catalog_tool_function(catalog, n), name_override=framework_name(n))
         for n in names
     ]
+
+
+def undo_tool(budget: amends.Budget | None = None) -> FunctionTool:
+    """A function tool the agent can call to undo everything its run has done so far
+    (``amends_undo``); it answers with the honest report. Use it with :func:`run_agent` (or
+    inside :func:`agent_run`); it is never recorded as a step itself."""
+    return function_tool(undo_tool_functions(budget)[1], name_override=UNDO_TOOL)

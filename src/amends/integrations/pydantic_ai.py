@@ -29,6 +29,7 @@ import amends
 from amends import Catalog, Engine
 
 from ._agents import (
+    UNDO_TOOL,
     AgentRun,
     agent_run,
     agent_run_sync,
@@ -40,6 +41,7 @@ from ._agents import (
     spend,
     start_run,
     title_from,
+    undo_tool_functions,
 )
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "catalog_toolset",
     "declare",
     "spend",
+    "undo_tool",
 ]
 
 
@@ -137,6 +140,9 @@ class AmendsToolset(WrapperToolset[Any]):
         async def call() -> Any:
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
+        if name == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            with self._run().activate():
+                return await call()
         return await self._run().call_tool(
             resolve_tool_name(self._engine.catalog, name, self.names),
             dict(tool_args),
@@ -158,3 +164,10 @@ def catalog_toolset(catalog: Catalog, tools: Sequence[str] | None = None) -> Fun
     return FunctionToolset(
         [catalog_tool_function(catalog, n) for n in names],
     )
+
+
+def undo_tool(budget: amends.Budget | None = None) -> Any:
+    """A tool function the agent can call to undo everything its run has done so far
+    (``amends_undo``); it answers with the honest report. Put it in the toolset you wrap in
+    :class:`AmendsToolset`; it is never recorded as a step itself."""
+    return undo_tool_functions(budget)[1]
