@@ -547,3 +547,14 @@ def test_a_forged_report_is_marked_never_shown_and_the_saga_cannot_be_undone(app
     assert "History does not verify" in page
     assert "Undone 3 of 3" not in page and "fully_reversed" not in page
     assert app.client.get(f"/ui/reversals/{rev}/outcome").text.strip() == ""
+
+
+def test_doctor_warns_about_a_token_file_others_can_read(app: App) -> None:
+    tokens = app.db + ".tokens"
+    code, out, _ = _cli("doctor", "--db", app.db)
+    assert code == 0 and tokens not in out
+    os.chmod(tokens, 0o644)
+    code, out, _ = _cli("doctor", "--db", app.db)
+    assert code == 1, out
+    assert f"{tokens} has mode 0644: other users can read it" in out
+    assert "chmod 600 the token file" in out

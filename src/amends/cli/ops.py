@@ -175,6 +175,10 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         health = await log.health(now)  # issue 9: all SQL lives in amends.log
         for problem in file_permission_problems(target if isinstance(target, str) else ""):
             findings.append(Finding("action", problem, "chmod 600 the file (rule 11)"))
+        from ..server.auth import token_file_problems  # no FastAPI needed
+
+        for problem in token_file_problems(target if isinstance(target, str) else ""):
+            findings.append(Finding("action", problem, "chmod 600 the token file (rule 11)"))
         read_only = _read_only(target)
         if read_only:
             findings.append(

@@ -28,6 +28,7 @@ __all__ = [
     "default_tokens_path",
     "format_tokens",
     "permission_problems",
+    "token_file_problems",
     "tokens_path_for",
 ]
 
@@ -62,6 +63,14 @@ def permission_problems(path: str) -> list[str]:
         if mode & 0o077:
             found.append(f"{p} has mode {mode:04o}: other users can read it; run `chmod 600 {p}`")
     return found
+
+
+def token_file_problems(db: str) -> list[str]:
+    """``amends doctor``: the token file of log ``db`` (if any) readable beyond its owner."""
+    path = default_tokens_path(db, None)
+    if path == ":memory:" or not os.path.exists(path):
+        return []
+    return permission_problems(path)
 
 
 def _digest(token: str) -> str:
