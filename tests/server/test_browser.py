@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,41 @@ def test_a_page_on_another_port_of_the_same_host_cannot_undo(browser: Any, live:
     assert log_snapshot(live.db) == before
     assert live.world.crm["r1"]["stage"] == "won"
     assert live.world.crm["r2"]["stage"] == "won"
+
+
+def test_continue_and_mark_handled_on_the_page(browser: Any, live: Live) -> None:
+    """A reversal cut off by its budget shows "Continue undo"; clicking it finishes the same
+    reversal; "Mark handled" records the resolution and the page shows who handled it."""
+    import httpx
+
+    sid = live.sagas["acme2"]
+    r = httpx.post(
+        f"{live.url}/sagas/{sid}/undo", json={"tool_calls": 1}, headers=live.auth(), timeout=30
+    )
+    assert r.status_code in (200, 202), r.text
+    rev_id = r.json()["reversal_id"]
+    deadline = time.monotonic() + 30
+    while (
+        httpx.get(f"{live.url}/reversals/{rev_id}", headers=live.auth()).json()["state"] != "done"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    page = _page(browser, live)
+    page.goto(f"{live.url}/ui/sagas/{sid}")
+    assert "over_budget" in page.locator("#outcome").inner_text()
+    page.get_by_role("button", name="Continue undo").click()
+    page.locator(".state-compensated").wait_for(timeout=30_000)
+    assert page.get_by_role("button", name="Continue undo").count() == 0
+    steps = page.locator("ul.steps-out li").all_inner_texts()
+    assert not any("over_budget" in s for s in steps), steps
+    assert live.world.crm["r2"]["stage"] == "lead"
+    assert live.world.charges["ch_2"]["refunded"] == 5000
+
+    page.locator("button.resolve").first.click()
+    page.locator(".resolve-status").filter(has_text="Handled by token tok_").wait_for()
+    page.reload()
+    assert "Handled by token tok_" in page.locator(".handled").first.inner_text()
+    body = httpx.get(f"{live.url}/sagas/{sid}", headers=live.auth()).json()
+    assert len(body["resolutions"]) == 1
+    got = httpx.get(f"{live.url}/reversals/{rev_id}", headers=live.auth()).json()
+    assert got["continuations"] == 1

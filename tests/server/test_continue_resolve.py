@@ -1,0 +1,151 @@
+"""Issue 10 over HTTP: the preview is engine.preview (drift probed), ``POST .../undo?continue=true``
+continues a reversal that stopped short (rule 6), ``POST .../steps/{step}/resolve`` records that
+a person handled a manual action. In-process app, fast tier."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from server_harness import _seed, log_snapshot
+
+import amends
+from amends.server import ServerSettings, TokenStore, create_app
+from core_world import CoreWorld, fresh
+
+BASE = "http://127.0.0.1:8000"
+
+
+class Ctx:
+    def __init__(self, client: TestClient, db: str, world: CoreWorld, sagas: dict[str, str]):
+        self.client, self.db, self.world, self.sagas = client, db, world, sagas
+        self.auth: dict[str, str] = {}
+
+    def wait_done(self, saga_id: str) -> dict[str, object]:
+        deadline = time.monotonic() + 20
+        while True:
+            body = self.client.get(f"/sagas/{saga_id}", headers=self.auth).json()
+            if body["reversal"] and body["reversal"]["state"] == "done":
+                rev = self.client.get(
+                    f"/reversals/{body['reversal']['reversal_id']}", headers=self.auth
+                ).json()
+                return dict(rev)
+            assert time.monotonic() < deadline, body
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[Ctx]:
+    db = str(tmp_path / "c.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    tokens = TokenStore(":memory:")
+    token = tokens.create("acme")
+    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens))
+    with TestClient(app, base_url=BASE) as client:
+        c = Ctx(client, db, world, sagas)
+        c.auth = {"Authorization": f"Bearer {token}"}
+        yield c
+    tokens.close()
+
+
+def test_preview_probes_expectations_and_shows_a_drifted_step_as_needing_review(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme1"]
+    ctx.world.human_edit("r1", "stage", "lost")  # someone changed it since the agent acted
+    before = log_snapshot(ctx.db)
+    plan = ctx.client.get(f"/sagas/{sid}/preview", headers=ctx.auth).json()
+    by_tool = {p["tool"]: p for p in plan["steps"]}
+    assert by_tool["crm.update_field"]["needs_review"] is True
+    assert plan["needs_review"] == [by_tool["crm.update_field"]["step_id"]]
+    assert by_tool["pay.charge"]["needs_review"] is False
+    assert log_snapshot(ctx.db) == before  # probes only: nothing written
+    assert ctx.world.crm["r1"]["stage"] == "lost"
+    calls = {(tool, phase) for tool, phase, _ in ctx.world.calls}
+    assert ("crm.update_field", "compensate") not in calls
+    assert ("pay.refund", "compensate") not in calls
+
+
+def test_continue_attempts_what_the_budget_cut_off_in_the_same_reversal(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme1"]
+    r = ctx.client.post(f"/sagas/{sid}/undo", json={"tool_calls": 1}, headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    first = ctx.wait_done(sid)
+    states = {s["tool"]: s["state"] for s in first["report"]["steps"]}  # type: ignore[index]
+    assert "over_budget" in states.values(), states
+    rev_id = first["reversal_id"]
+    r = ctx.client.post(
+        f"/sagas/{sid}/undo?continue=true", json={"tool_calls": 50}, headers=ctx.auth
+    )
+    assert r.status_code in (200, 202), r.text
+    assert r.json()["reversal_id"] == rev_id
+    deadline = time.monotonic() + 20
+    while True:
+        done = ctx.client.get(f"/reversals/{rev_id}", headers=ctx.auth).json()
+        if done["state"] == "done" and done["continuations"] == 1:
+            break
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+    states = {s["tool"]: s["state"] for s in done["report"]["steps"]}
+    assert states == {
+        "crm.update_field": "reverted",
+        "pay.charge": "compensated",
+        "mail.send": "acknowledged",
+    }
+    assert ctx.world.crm["r1"]["stage"] == "lead"
+    assert ctx.world.charges["ch_1"]["refunded"] == 5000
+    assert len([e for e in ctx.world.effects if e[0] == "pay.refund"]) == 1
+
+
+def test_continue_without_a_finished_reversal_is_409_and_runs_nothing(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme2"]
+    before = log_snapshot(ctx.db)
+    r = ctx.client.post(f"/sagas/{sid}/undo?continue=true", headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "nothing_to_continue")
+    assert log_snapshot(ctx.db) == before
+
+
+def test_resolve_records_who_handled_a_manual_action_and_the_page_shows_it(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme3"]
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    done = ctx.wait_done(sid)
+    (mail,) = [s for s in done["report"]["steps"] if s["tool"] == "mail.send"]  # type: ignore[index]
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/{mail['step_id']}/resolve",
+        json={"by": "ann@acme", "note": "sent the draft"},
+        headers=ctx.auth,
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["by"], r.json()["note"], r.json()["step_id"]) == (
+        "ann@acme",
+        "sent the draft",
+        mail["step_id"],
+    )
+    body = ctx.client.get(f"/sagas/{sid}", headers=ctx.auth).json()
+    assert body["resolutions"][mail["step_id"]]["by"] == "ann@acme"
+    assert any(e["kind"] == "step.resolved" for e in body["history"])
+    r = ctx.client.post(f"/sagas/{sid}/steps/{mail['step_id']}/resolve", headers=ctx.auth)
+    assert r.status_code == 200 and r.json()["by"].startswith("token tok_")  # default: the token
+
+
+@pytest.mark.parametrize(
+    ("step", "body", "status", "error"),
+    [
+        ("s9", {"by": "x"}, 404, "step_not_found"),
+        ("s1", {"by": "x", "extra": 1}, 422, "invalid_resolution"),
+        ("s1", {"by": 5}, 422, "invalid_resolution"),
+        ("s1", {"note": "n" * 2001}, 422, "invalid_resolution"),
+        ("s1", [1], 422, "invalid_resolution"),
+    ],
+)
+def test_a_bad_resolve_is_refused_and_writes_nothing(
+    ctx: Ctx, step: str, body: object, status: int, error: str
+) -> None:
+    sid = ctx.sagas["acme1"]
+    before = log_snapshot(ctx.db)
+    r = ctx.client.post(f"/sagas/{sid}/steps/{step}/resolve", json=body, headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    assert log_snapshot(ctx.db) == before
