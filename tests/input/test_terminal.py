@@ -1,0 +1,57 @@
+"""Issue 11 item 6: control characters and escape sequences in saga data never reach the tty."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from input_tools import CATALOG, SPEC, WORLD
+
+import amends
+from amends.cli import main
+from amends.cli._common import safe
+
+EVIL = "\x1b[2J\x1b[H\x1b[32mfully_reversed\x1b[0m\r\x07\u202eevil"
+
+
+def test_safe_shows_every_control_character_as_a_visible_escape() -> None:
+    assert safe(EVIL) == ("\\x1b[2J\\x1b[H\\x1b[32mfully_reversed\\x1b[0m\\x0d\\x07\\u202eevil")
+    assert safe("plain: café, 日本") == "plain: café, 日本"
+
+
+@pytest.fixture
+async def evil_db(tmp_path: Path) -> tuple[str, str]:
+    WORLD.crm["r1"] = {"stage": "lead", "owner": "ann", "version": 1}
+    db = str(tmp_path / "evil.db")
+    engine = amends.Engine(CATALOG, log=db)
+    async with engine.saga(EVIL, tenant="acme", actor=EVIL) as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value=EVIL)
+        saga.call("mail.send", to=EVIL, subject=EVIL, after=[a])
+    await engine.close()
+    return db, saga.id
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "{saga}"],
+        ["show", "{saga}", "--history"],
+        ["show"],
+        ["undo", "{saga}", "--catalog", SPEC],
+        ["undo", "{saga}", "--catalog", SPEC, "--json"],
+    ],
+)
+async def test_cli_output_never_carries_raw_escape_sequences(
+    evil_db: tuple[str, str], capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    db, saga_id = evil_db
+    args = [a.replace("{saga}", saga_id) for a in argv] + ["--db", db]
+    code = await asyncio.to_thread(main, args)
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    text = out.out + out.err
+    for raw in ("\x1b", "\r", "\x07", "\u202e"):
+        assert raw not in text
+    if "--json" not in argv:
+        assert "\\x1b[2J" in text  # shown, visibly, not executed

@@ -1,0 +1,260 @@
+"""Issue 11 item 2: TOML HTTP tools: 2xx only, no redirects, unknown outcome = in_doubt,
+load-time validation naming file, tool and key, credentials only from the environment."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import amends
+from amends import StepState
+
+
+class Vendor:
+    def __init__(self) -> None:
+        self.value = "lead"
+        self.writes: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+
+
+@pytest.fixture
+def vendor() -> Iterator[tuple[str, Vendor]]:
+    v = Vendor()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def reply(self, code: int, body: Any, **headers: str) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            for k, val in headers.items():
+                self.send_header(k, val)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            v.headers.append(dict(self.headers))
+            if self.path == "/read":
+                return self.reply(200, v.value)
+            if self.path == "/set":
+                v.writes.append(args["value"])
+                v.value = args["value"]
+                return self.reply(200, {"value": v.value})
+            if self.path == "/set-then-hang-up":  # acts, then the connection drops
+                v.writes.append(args["value"])
+                v.value = args["value"]
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return None
+            if self.path.startswith("/moved"):
+                return self.reply(302, {}, Location="/set")
+            if self.path == "/slow":
+                time.sleep(1.0)
+                return self.reply(200, {})
+            return self.reply(404, {"error": "no such path"})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", v
+    server.shutdown()
+    server.server_close()
+
+
+def catalog_file(
+    tmp_path: Path, base: str, forward: str, inverse: str = "/set", extra: str = ""
+) -> Path:
+    path = tmp_path / "tools.toml"
+    path.write_text(f'''
+[[tool]]
+name = "crm.read"
+reversibility = "read_only"
+http = {{ url = "{base}/read" }}
+
+[[tool]]
+name = "crm.set_inverse"
+reversibility = "reversible"
+http = {{ url = "{base}{inverse}" }}
+
+[[tool]]
+name = "crm.set"
+reversibility = "reversible"
+timeout = 0.3
+http = {{ url = "{base}{forward}" {extra} }}
+
+[tool.before]
+tool = "crm.read"
+
+[tool.inverse]
+tool = "crm.set_inverse"
+args = {{ value = "{{before}}" }}
+
+[tool.expect]
+probe = "crm.read"
+equals = "{{args.value}}"
+''')
+    return path
+
+
+async def _run(catalog: amends.Catalog, value: str = "won") -> tuple[amends.Engine, str, str]:
+    engine = amends.Engine(
+        catalog,
+        log=amends.SqliteLog(":memory:"),
+        retry=amends.RetryPolicy(max_attempts=1, initial_backoff=0.001, max_backoff=0.01),
+    )
+    async with engine.saga("toml") as saga:
+        step = saga.call("crm.set", value=value)
+        try:
+            await step
+        except amends.StepFailedError:
+            pass
+    rec = await engine.log.get_saga(saga.id)
+    assert rec is not None
+    return engine, saga.id, rec.steps[0].state
+
+
+async def test_a_redirect_is_not_followed_and_the_forward_step_failed(
+    tmp_path: Path, vendor: tuple[str, Vendor]
+) -> None:
+    base, v = vendor
+    engine, saga_id, state = await _run(
+        amends.load_toml_catalog(catalog_file(tmp_path, base, "/moved"))
+    )
+    rec = await engine.log.get_saga(saga_id)
+    assert rec is not None
+    assert state == "failed"
+    assert "HTTP 302 redirect to /set; redirects are not followed" in (rec.steps[0].error or "")
+    assert v.writes == []  # the redirect target was never called
+    await engine.close()
+
+
+async def test_an_inverse_answered_with_a_redirect_is_never_reported_reverted(
+    tmp_path: Path, vendor: tuple[str, Vendor]
+) -> None:
+    base, v = vendor
+    cat = amends.load_toml_catalog(catalog_file(tmp_path, base, "/set", inverse="/moved-inverse"))
+    engine, saga_id, state = await _run(cat)
+    assert state == "done" and v.value == "won"
+    report = await engine.undo(saga_id)
+    assert report.step("s1").state is StepState.FAILED
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert "redirects are not followed" in report.step("s1").detail
+    assert v.value == "won" and v.writes == ["won"]
+    await engine.close()
+
+
+@pytest.mark.parametrize("path", ["/set-then-hang-up", "/slow"])
+async def test_an_ambiguous_outcome_leaves_the_forward_step_in_doubt(
+    tmp_path: Path, vendor: tuple[str, Vendor], path: str
+) -> None:
+    """Connection lost after sending, or no answer within the timeout: the vendor may have
+    acted (rule 9), so the step is in_doubt and undo lists it as a manual action."""
+    base, _v = vendor
+    engine, saga_id, state = await _run(
+        amends.load_toml_catalog(catalog_file(tmp_path, base, path))
+    )
+    assert state == "in_doubt"
+    report = await engine.undo(saga_id)
+    assert report.step("s1").state is StepState.IN_DOUBT
+    assert report.manual_actions
+    await engine.close()
+
+
+async def test_credentials_come_from_the_environment_and_never_reach_the_log(
+    tmp_path: Path, vendor: tuple[str, Vendor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, v = vendor
+    monkeypatch.setenv("CRM_TOKEN_T11", "s3cr3t-value")
+    extra = ', headers = { Authorization = "Bearer ${env:CRM_TOKEN_T11}" }'
+    cat = amends.load_toml_catalog(catalog_file(tmp_path, base, "/set", extra=extra))
+    engine, saga_id, state = await _run(cat)
+    assert state == "done"
+    assert v.headers[-1]["Authorization"] == "Bearer s3cr3t-value"
+    rec = await engine.log.get_saga(saga_id)
+    events = await engine.log.events(saga_id)
+    assert "s3cr3t" not in repr(rec) + repr(events)
+    await engine.close()
+
+
+BASE = "[[tool]]\nname = 'a.b'\nreversibility = 'irreversible'\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (
+            "http = { url = 'http://x/', method = 'TRACE' }",
+            "http.method is 'TRACE'; use one of GET",
+        ),
+        ('http = { url = "http://x/", method = "PO\\r\\nST" }', "http.method is 'PO\\r\\nST'"),
+        ("timeout = '10'\nhttp = { url = 'http://x/' }", "timeout must be a number of seconds"),
+        (
+            "timeout = -1\nhttp = { url = 'http://x/' }",
+            "timeout must be more than 0 and at most 600",
+        ),
+        ("timeout = nan\nhttp = { url = 'http://x/' }", "at most 600 seconds, got nan"),
+        ("timeout = 1e9\nhttp = { url = 'http://x/' }", "at most 600 seconds, got 1000000000.0"),
+        ("timeout = true\nhttp = { url = 'http://x/' }", "timeout must be a number of seconds"),
+        (
+            'http = { url = "http://x/a\\r\\nX-Evil: 1" }',
+            "contains whitespace or control characters",
+        ),
+        ("http = { url = 'http://{args.host}/x' }", "has a template in its host"),
+        ("http = { url = 'ftp://x/' }", "must be an absolute http:// or https:// URL with a host"),
+        ("http = { url = 'http://u:pw@x/' }", "carries credentials; send them in a header"),
+        ("http = { url = 'http://x/{result.id}' }", "http.url template '{result.id}' must start"),
+        (
+            'http = { url = "http://x/", headers = { "X-Note" = "a\\r\\nX-Evil: 1" } }',
+            "http.headers.X-Note contains control characters",
+        ),
+        (
+            'http = { url = "http://x/", headers = { "Bad Name" = "v" } }',
+            "http.headers name 'Bad Name' is not a valid header name",
+        ),
+        (
+            "http = { url = 'http://x/', headers = { Authorization = 'Bearer abc' } }",
+            "http.headers.Authorization holds a literal credential; read it from the environment",
+        ),
+        (
+            "http = { url = 'http://x/', headers = { X-Api-Key = '${env:NOPE_T11_UNSET}' } }",
+            "environment variable 'NOPE_T11_UNSET' is not set; export NOPE_T11_UNSET=...",
+        ),
+        (
+            "http = { url = 'http://x/', headers = { X-Api-Key = '${env:1BAD}' } }",
+            "${env:1BAD} is not a valid variable name",
+        ),
+        (
+            "http = { url = 'http://x/' }\n[tool.inverse]\ntool = 'a.b'\n"
+            "args = { key = '${env:HOME}' }",
+            "${env:...} is allowed only in http.url and http.headers",
+        ),
+    ],
+)
+def test_bad_http_tables_are_refused_at_load_naming_file_tool_and_key(
+    tmp_path: Path, body: str, fragment: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE + body + "\n")
+    with pytest.raises(amends.ConfigError) as exc:
+        amends.load_toml_catalog(path, environ={"HOME": "/root"})
+    message = str(exc.value)
+    assert fragment in message
+    assert f"{path}: tool 'a.b'" in message
+
+
+def test_url_templates_fill_the_path_percent_encoded(tmp_path: Path) -> None:
+    from amends.toml_catalog import _HttpTool
+
+    tool = _HttpTool("a.b", "http://x/records/{args.id}?f={args.f}", "GET", {}, 5.0)
+    assert tool._url_for({"id": "../admin", "f": "a b"}) == "http://x/records/..%2Fadmin?f=a%20b"
