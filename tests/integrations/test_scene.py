@@ -37,6 +37,8 @@ async def play(name: str, sync: bool) -> dict[str, Any]:
     saga_id = await PLAYERS[name](engine, sync=sync)
     shape = await saga_shape(engine, saga_id)
     human_edit(world)  # between forward and undo
+    preview = await engine.preview(saga_id)  # rule 10: same planner, probes only
+    tool_of = {p.step_id: p.step.tool for p in preview.steps}
     first = await engine.undo(saga_id)
     second = await engine.undo(saga_id)
     tools = await step_tools(engine, saga_id)
@@ -46,6 +48,7 @@ async def play(name: str, sync: bool) -> dict[str, Any]:
         "first": first,
         "second": second,
         "report": neutral_report(first, tools),
+        "preview": {tool_of[p.step_id]: (p.verb, p.needs_review) for p in preview.steps},
         "world": world.snapshot(),
         "effects": neutral_effects(world.effects(), tools),
     }
@@ -73,6 +76,12 @@ async def test_scene_gives_the_exact_saga_report_and_world(name: str, sync: bool
     assert out["shape"].title == TITLE
     assert out["shape"].steps == EXPECTED_STEPS
 
+    assert out["preview"] == {
+        "crm.update_field": ("Acknowledge", True),  # drifted: needs review, not "Revert"
+        "payments.charge": ("Compensate", False),
+        "chat.post": ("Compensate", False),
+        "lookup_weather": ("Acknowledge", False),
+    }
     first, second = out["first"], out["second"]
     assert second.reversal_id == first.reversal_id  # rule 6: undo twice -> one reversal
     assert second.to_dict() == first.to_dict()
@@ -115,5 +124,6 @@ async def test_every_adapter_agrees_with_plain_amends() -> None:
         out = await play(name, sync)
         assert out["shape"] == reference["shape"], (name, sync)
         assert out["report"] == reference["report"], (name, sync)
+        assert out["preview"] == reference["preview"], (name, sync)
         assert out["world"] == reference["world"], (name, sync)
         assert out["effects"] == reference["effects"], (name, sync)
