@@ -111,6 +111,43 @@ async def refund(call: amends.Call, who: str, cents: int) -> Any:
     return {"refunded": cents}
 
 
+def apply_ignoring_keys(call: amends.Call, op: str, k: str, v: str) -> None:
+    """A vendor that ignores idempotency keys: every call applies again (rule 5's hard case)."""
+    conn = vendor()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO kv VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v=excluded.v", (k, v)
+        )
+        n = conn.execute("SELECT COUNT(*) FROM effects").fetchone()[0]
+        conn.execute(
+            "INSERT INTO effects (op, k, idem) VALUES (?, ?, ?)",
+            (op, k, f"{call.idempotency_key}#{n}"),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+@catalog.tool("ledger.charge", reversibility="compensable", idempotent=True)
+async def ledger_charge(call: amends.Call, who: str, cents: int) -> Any:
+    apply(call, "charge", f"charge:{who}", str(cents))
+    call.inverse("ledger.refund", who=who, cents=cents)
+    call.expect("kv.get", {"key": f"refund:{who}"}, equals=None)  # not refunded since
+    if os.environ.get("LEDGER_LANDED_PROBE"):
+        call.landed("kv.get", {"key": f"refund:{who}"}, equals=str(cents))
+    call.residue(f"Refund of {cents} cents to {who}", parties=[who])
+    return {"charged": cents}
+
+
+@catalog.tool("ledger.refund", reversibility="irreversible")  # its vendor ignores keys
+async def ledger_refund(call: amends.Call, who: str, cents: int) -> Any:
+    maybe_die(call, "before_effect")
+    apply_ignoring_keys(call, "refund", f"refund:{who}", str(cents))
+    maybe_die(call, "after_effect")  # the vendor applied it; the log does not know yet
+    return {"refunded": cents}
+
+
 async def main() -> None:
     engine = amends.Engine(
         catalog, log=DB, lease_seconds=0.5, retry=amends.RetryPolicy(initial_backoff=0.001)
@@ -123,6 +160,15 @@ async def main() -> None:
                 c = saga.call("kv.put", key="owner", value="agent", after=[b])
                 saga.call("kv.put", key="note", value="hello")
                 await saga.gather(a, b, c)
+        elif MODE == "ledger":
+            async with engine.saga("ledger crash test", saga_id="saga-ledger") as saga:
+                await saga.call("ledger.charge", who="c1", cents=700)
+        elif MODE == "ledger-undo":
+            print(json.dumps((await engine.undo("saga-ledger")).to_dict()))
+        elif MODE == "ledger-recover":
+            rec = await engine.recover()
+            report = await engine.undo("saga-ledger")
+            print(json.dumps({"resumed": len(rec.resumed), "report": report.to_dict()}))
         elif MODE == "undo":
             report = await engine.undo("saga-crash")
             print(json.dumps(report.to_dict()))

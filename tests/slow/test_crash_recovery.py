@@ -159,3 +159,41 @@ def test_undo_from_two_processes_on_one_sqlite_file_is_one_reversal(tmp_path: Pa
     assert all(o == outs[0] for o in outs)
     _, effects = world(tmp_path)
     assert sum(1 for e in effects if e[2].endswith(":undo")) == 4  # s1..s4 once each
+
+
+@pytest.mark.parametrize(
+    ("kill", "landed_probe", "state"),
+    [
+        # the vendor applied the refund, then the worker was SIGKILLed before logging it
+        ("compensate:ledger.refund:after_effect", False, "in_doubt"),
+        ("compensate:ledger.refund:after_effect", True, "compensated"),
+        # killed before the vendor saw anything: the world shows it, so it is sent once
+        ("compensate:ledger.refund:before_effect", False, "compensated"),
+    ],
+)
+def test_sigkill_mid_refund_on_a_ledger_ignoring_keys_refunds_exactly_once(
+    tmp_path: Path, kill: str, landed_probe: bool, state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 5: a compensation in flight at a crash is re-sent only to a vendor that honours
+    idempotency keys. This ledger does not, so recovery re-observes the world: exactly one
+    refund, and an honest report (compensated when a probe shows it landed, else in_doubt)."""
+    if landed_probe:
+        monkeypatch.setenv("LEDGER_LANDED_PROBE", "1")
+    assert child(tmp_path, "ledger").returncode == 0
+    died = child(tmp_path, "ledger-undo", kill)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    time.sleep(0.6)  # the dead worker's lease expires
+    done = child(tmp_path, "ledger-recover")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["resumed"] == 1
+    _, effects = world(tmp_path)
+    assert [e[0] for e in effects].count("refund") == 1, effects  # never a second refund
+    step = out["report"]["steps"][0]
+    assert step["state"] == state, step
+    if state == "in_doubt":
+        assert "does not honour idempotency keys, so it was not sent again" in step["detail"]
+        assert step["manual_action"]["who"] and "c1" in step["manual_action"]["draft"]
+        assert out["report"]["status"] == "cannot_undo"
+    else:
+        assert out["report"]["status"] == "partially_reversed"  # the refund settles later
