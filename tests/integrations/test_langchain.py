@@ -268,3 +268,20 @@ def test_an_unknown_approval_mode_is_refused() -> None:
     _, engine = new_engine()
     with pytest.raises(amends.ConfigError, match="approval is 'ask'; use one of 'off'"):
         AmendsMiddleware(engine, approval="ask")
+
+
+async def test_a_new_run_while_the_middleware_still_records_one_is_refused() -> None:
+    """A middleware that opened a saga for a run (here paused by an approval interrupt) refuses
+    a second run instead of mixing both into one saga; the message names agent_run."""
+    from agent_scene import TITLE, _langchain_model, _langchain_tools
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    _, engine = new_engine()
+    mw = AmendsMiddleware(engine, approval="irreversible")
+    agent = create_agent(
+        _langchain_model(), _langchain_tools(engine), middleware=[mw], checkpointer=InMemorySaver()
+    )
+    out = await agent.ainvoke({"messages": [("user", TITLE)]}, {"configurable": {"thread_id": "1"}})
+    assert out["__interrupt__"]
+    with pytest.raises(amends.ConfigError, match="already recording another agent run"):
+        await agent.ainvoke({"messages": [("user", "other")]}, {"configurable": {"thread_id": "2"}})

@@ -87,6 +87,9 @@ class AgentRun:
         """The open saga every tool call of this run becomes a step of."""
         self.loop = loop
         """The event loop the saga lives on (tool calls from other threads are sent there)."""
+        self.turns_from_hooks = False
+        """Set by adapters whose framework announces each model call (OpenAI Agents' hooks);
+        otherwise they key turns by the model response that asked for the call."""
         self._turn: Hashable = object()
         self._seen: tuple[Step, ...] = ()
         self._turn_lock = threading.Lock()

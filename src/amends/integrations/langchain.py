@@ -154,8 +154,9 @@ class AmendsMiddleware(AgentMiddleware):
     def _check_free(self) -> None:
         if self._own is not None or self._own_sync is not None:
             raise amends.ConfigError(
-                "this AmendsMiddleware is already recording another agent run; for concurrent "
-                "runs wrap each in 'async with agent_run(engine, title)' (or agent_run_sync)"
+                "this AmendsMiddleware is already recording another agent run (running now, "
+                "or paused by an approval interrupt and not resumed); for concurrent runs wrap "
+                "each in 'async with agent_run(engine, title)' (or agent_run_sync)"
             )
 
     def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:

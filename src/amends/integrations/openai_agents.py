@@ -114,7 +114,7 @@ def _wrap(
                 call,
                 # With AmendsRunHooks each model call begins a turn; without them every call is
                 # its own turn, depending on every step done before it (safe for undo order).
-                turn=None if getattr(run, "_hooked", False) else ("openai_agents", next(_TURNS)),
+                turn=None if run.turns_from_hooks else ("openai_agents", next(_TURNS)),
             )
         except Exception as exc:
             answer = await maybe_invoke_function_tool_failure_error_function(
@@ -211,7 +211,7 @@ class AmendsRunHooks(RunHooks[Any]):
     ) -> None:
         run = current_run()
         if run is not None:
-            run._hooked = True  # type: ignore[attr-defined]
+            run.turns_from_hooks = True
             run.begin_turn(("openai_agents", next(_TURNS)))
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
