@@ -558,3 +558,38 @@ def test_doctor_warns_about_a_token_file_others_can_read(app: App) -> None:
     assert code == 1, out
     assert f"{tokens} has mode 0644: other users can read it" in out
     assert "chmod 600 the token file" in out
+
+
+def test_the_periodic_check_marks_a_forged_saga_in_listings(tmp_path: Path) -> None:
+    """serve's periodic chain check (at start-up, then every verify_interval) marks a forged saga
+    in the listing even when nobody opened the saga itself."""
+    db = str(tmp_path / "p.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+
+    async def undo() -> None:
+        async with amends.Engine(catalog, log=db) as engine:
+            await engine.undo(sagas["acme1"])
+
+    asyncio.run(undo())
+    _forge_report(db, sagas["acme1"])
+    tokens = TokenStore(":memory:")
+    token = tokens.create("acme")
+    app = create_app(
+        lambda: amends.Engine(catalog, log=db),
+        ServerSettings(tokens=tokens, verify_interval=0.1),
+    )
+    with TestClient(app, base_url=BASE) as client:
+        deadline = time.monotonic() + 10
+        while True:
+            listed = client.get("/sagas", headers={"Authorization": f"Bearer {token}"}).json()
+            (forged,) = [s for s in listed["sagas"] if s["saga_id"] == sagas["acme1"]]
+            if forged["integrity"]["verified"] is False:
+                break
+            assert time.monotonic() < deadline, forged
+            time.sleep(0.05)
+        assert forged["reversal"]["status"] == "unverified"
+        assert "Undone 3 of 3" not in json.dumps(listed)
+        others = [s for s in listed["sagas"] if s["saga_id"] != sagas["acme1"]]
+        assert all(s["integrity"]["verified"] for s in others)
+    tokens.close()
