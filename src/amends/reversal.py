@@ -36,7 +36,7 @@ from .errors import (
 from .log.base import CompensationRecord, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
 from .report import NEUTRALISED, StepOutcome, StepState, verb_for
-from .secrets import SecretRequest, resolve_markers, scrub_record, vault_for
+from .secrets import resolve_call_args, scrub_record, vault_for
 
 __all__ = ["run_plan"]
 
@@ -132,25 +132,8 @@ class _Runner:
         forward tool's); a detail, residue or follow-up it produces is scrubbed of the values.
         """
         vault = vault_for(self)
-        fwd = next((s for s in self.saga.steps if s.step_id == step_id), None)
-        specs = [self.catalog.get(tool)] if tool in self.catalog else []
-        if fwd is not None and fwd.tool in self.catalog and fwd.tool != tool:
-            specs.append(self.catalog.get(fwd.tool))
         try:
-            real = await resolve_markers(
-                args,
-                [(s.name, s.resolve_secret) for s in specs],
-                SecretRequest(
-                    "",
-                    tool,
-                    fwd.tool if fwd else None,
-                    self.saga.saga_id,
-                    step_id,
-                    self.saga.tenant,
-                    fwd.args if fwd else {},
-                ),
-                vault,
-            )
+            real = await resolve_call_args(self.catalog, self.saga, tool, step_id, args, vault)
         except ContractError as exc:
             raise _Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
         try:

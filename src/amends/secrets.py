@@ -24,9 +24,13 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError, ContractError
+
+if TYPE_CHECKING:
+    from .contracts import Catalog
+    from .log.base import SagaRecord
 
 __all__ = [
     "SecretRequest",
@@ -36,6 +40,7 @@ __all__ = [
     "marker",
     "markers_in",
     "redact_args",
+    "resolve_call_args",
     "resolve_markers",
     "scrub_record",
     "vault_for",
@@ -293,3 +298,41 @@ async def resolve_markers(
         vault.add(name, got)
         secrets[name] = got
     return dict(_substitute(dict(args), secrets))
+
+
+async def resolve_call_args(
+    catalog: Catalog,
+    saga: SagaRecord,
+    tool: str,
+    step_id: str,
+    args: Mapping[str, Any],
+    vault: Vault,
+) -> dict[str, Any]:
+    """The arguments of one undo-time call (inverse, probe, follow-up) with secrets resolved.
+
+    The resolver is the called tool's ``resolve_secret``, else that of the tool of step
+    ``step_id`` (which declared the argument sensitive). Every resolved value goes into
+    ``vault``: scrub what the call raises or records with it before logging (rule 11). Used by
+    the local runner and by any other runner (Temporal activities) so both behave alike.
+
+    Raises:
+        ContractError: A marker has no resolver, or the resolver failed or returned nothing.
+    """
+    fwd = next((s for s in saga.steps if s.step_id == step_id), None)
+    specs = [catalog.get(tool)] if tool in catalog else []
+    if fwd is not None and fwd.tool in catalog and fwd.tool != tool:
+        specs.append(catalog.get(fwd.tool))
+    return await resolve_markers(
+        args,
+        [(s.name, s.resolve_secret) for s in specs],
+        SecretRequest(
+            "",
+            tool,
+            fwd.tool if fwd else None,
+            saga.saga_id,
+            step_id,
+            saga.tenant,
+            fwd.args if fwd else {},
+        ),
+        vault,
+    )
