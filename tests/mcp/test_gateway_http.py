@@ -61,7 +61,9 @@ async def test_gateway_sigkilled_mid_call_leaves_an_honest_in_doubt_step(
     assert by_tool == {"kv.kv_set": "reverted", "kv.slow_set": "in_doubt"}
     assert report["status"] == "cannot_undo"
     assert any(m["step_id"] == steps["kv.slow_set"]["step_id"] for m in report["manual_actions"])
-    assert "b" not in kv.world()["kv"]  # killed before it wrote: in_doubt was the honest answer
+    # The upstream may or may not have written "b" after the gateway died (the SDK starts it in
+    # its own process group): exactly why the step is in_doubt and undo did not touch it.
+    assert kv.world()["kv"].get("b") in (None, "2")
 
 
 async def test_each_handshake_connection_over_http_has_its_own_saga(

@@ -131,12 +131,33 @@ class Gateway:
 
     # --- start and stop -------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
+        return await self.start()
+
+    async def start(self, *, keep_connections: bool = True) -> Gateway:
+        """Connect the upstreams, register their tools, open the log (``async with`` does this).
+
+        Args:
+            keep_connections: ``False`` lists each upstream's tools and closes the connection;
+                each later call opens its own (the catalog ``amends undo`` uses).
+
+        Raises:
+            ConfigError: An upstream cannot be started, or a contract does not fit it.
+        """
+        from amends.catalog_ref import tag_catalog
+
+        from .undo_catalog import REF, write_sidecar
+
         try:
             for up in self.upstreams:
-                await up.connect(self._stack)
+                await up.connect(self._stack, keep=keep_connections)
                 files = [load_contracts(c) for c in up.config.contracts]
                 self._register(up, files)
-            if self._engine is None:
+            # The saga records where its catalog comes from, so `amends undo`, `amends serve`
+            # and the web page undo it with the same contracts (issue 11), without a gateway.
+            tag_catalog(self.catalog, REF)
+            if self._own_engine and keep_connections:
+                write_sidecar(self.config)
+            if self._engine is None and keep_connections:
                 self._engine = Engine(
                     self.catalog, log=self.config.log, lease_seconds=self.config.lease_seconds
                 )

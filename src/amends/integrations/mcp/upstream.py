@@ -78,39 +78,46 @@ class Upstream:
         self.tools: dict[str, mcp_types.Tool] = {}
         self._client: Any = None
 
-    async def connect(self, stack: AsyncExitStack) -> None:
-        """Start (or reach) the server, list its tools; closed with ``stack``.
+    def _target(self) -> tuple[Any, str]:
+        from mcp.client.stdio import get_default_environment
+
+        from mcp import StdioServerParameters
+
+        cfg = self.config
+        if cfg.command is not None:
+            env = get_default_environment()
+            env.update(cfg.env or {})
+            params = StdioServerParameters(
+                command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd
+            )
+            return params, f"command {' '.join([cfg.command, *cfg.args])!r}"
+        assert cfg.url is not None
+        return cfg.url, f"URL {cfg.url!r}"
+
+    async def connect(self, stack: AsyncExitStack, *, keep: bool = True) -> None:
+        """Start (or reach) the server and list its tools. With ``keep``, the connection stays
+        open until ``stack`` closes; without, every later :meth:`call` opens its own (for
+        ``amends undo`` and the web page, which undo a gateway's saga without a gateway).
 
         Raises:
             ConfigError: The server cannot be started or reached (the message names it).
         """
-        from mcp.client.stdio import get_default_environment
+        from mcp import Client
 
-        from mcp import Client, StdioServerParameters
-
-        cfg = self.config
-        target: Any
-        if cfg.command is not None:
-            env = get_default_environment()
-            env.update(cfg.env or {})
-            target = StdioServerParameters(
-                command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd
-            )
-            where = f"command {' '.join([cfg.command, *cfg.args])!r}"
-        else:
-            assert cfg.url is not None
-            target = cfg.url
-            where = f"URL {cfg.url!r}"
+        target, where = self._target()
         try:
-            self._client = await stack.enter_async_context(Client(target))
-            cursor: str | None = None
-            while True:
-                page = await self._client.list_tools(cursor=cursor)
-                for t in page.tools:
-                    self.tools[t.name] = t
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            async with AsyncExitStack() as local:
+                client = await (stack if keep else local).enter_async_context(Client(target))
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    for t in page.tools:
+                        self.tools[t.name] = t
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                if keep:
+                    self._client = client
         except (OSError, AmendsError) as exc:
             raise ConfigError(
                 f"upstream {self.name!r} ({where}) could not be started: {exc}; check the "
@@ -132,12 +139,17 @@ class Upstream:
                 nothing ran.
             UpstreamError: The transport failed after the request was sent: outcome unknown.
         """
-        from mcp import MCPError
+        from mcp import Client, MCPError
 
         try:
-            result: mcp_types.CallToolResult = await self._client.call_tool(
-                tool, json.loads(json.dumps(arguments)), meta=meta
-            )
+            args = json.loads(json.dumps(arguments))
+            m: Any = meta
+            result: mcp_types.CallToolResult
+            if self._client is not None:
+                result = await self._client.call_tool(tool, args, meta=m)
+            else:  # no kept connection: one for this call
+                async with Client(self._target()[0]) as client:
+                    result = await client.call_tool(tool, args, meta=m)
         except MCPError as exc:
             # JSON-RPC errors -32601/-32602 mean the request was rejected before the tool ran.
             if exc.code in (-32601, -32602):
