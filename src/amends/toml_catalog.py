@@ -31,6 +31,19 @@ equals = "{args.value}"
 A template string that is exactly ``"{path}"`` keeps the value's type; other strings are
 formatted. Paths are dotted (``{result.charge.id}``).
 
+The rest of the contract, as the Python decorator and :class:`~amends.Call` state it:
+
+- ``idempotent = true``: the vendor honours the ``Idempotency-Key`` header (rule 5; default
+  false, so a compensation in flight at a crash is re-observed, never blindly re-sent).
+- ``no_drift_check = "a draft only this saga can see"``: why no ``[tool.expect]`` is needed
+  (rule 4; without either, a reversible step is never reverted blindly).
+- ``[tool.landed]`` (``probe``, ``args``, ``equals``, ``path``): how to see that the inverse
+  landed after a crash.
+- ``[tool.inverse] deadline = "{result.recall_until}"``: when the undo window closes.
+- ``sensitive = ["api_key"]``: arguments redacted before anything is logged (rule 11);
+  ``secret_env = { api_key = "CRM_API_KEY" }`` says where an inverse gets the value again at
+  undo time (default ``$API_KEY``).
+
 HTTP tools send the arguments as a JSON object (``POST`` unless ``method`` says otherwise) with
 headers ``Idempotency-Key`` and, for compensations with an expectation, ``X-Amends-Precondition``
 (JSON). The response's JSON body is the result. Only a 2xx is success. Redirects are never
@@ -94,6 +107,11 @@ _TOOL_KEYS = {
     "residue",
     "acknowledge",
     "timeout",
+    "idempotent",
+    "no_drift_check",
+    "landed",
+    "sensitive",
+    "secret_env",
 }
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 _ENV = re.compile(r"\$\{env:([^}]*)\}")
@@ -311,6 +329,18 @@ def _check_headers(value: Any, where: str, environ: Mapping[str, str]) -> dict[s
     return out
 
 
+_SSL: list[Any] = []
+
+
+def _ssl_context() -> Any:
+    """One TLS context for every HTTP tool (building one per call costs ~50 ms of CPU)."""
+    if not _SSL:
+        import httpx
+
+        _SSL.append(httpx.create_ssl_context())
+    return _SSL[0]
+
+
 class _HttpTool:
     """The transport of one TOML tool: one HTTP request per call, judged by its status."""
 
@@ -341,7 +371,9 @@ class _HttpTool:
         url = self._url_for(args)
         what = f"{self.name}: {self.method} {url}"
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
+            async with httpx.AsyncClient(
+                timeout=self.timeout, follow_redirects=False, verify=_ssl_context()
+            ) as client:
                 resp = await client.request(self.method, url, json=dict(args), headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # nothing reached the vendor: safe to retry
@@ -405,8 +437,20 @@ def _make_tool(
 ) -> Any:
     transport = _transport(entry, where, environ)
     before = _table(entry, "before", where, {"tool"}, {"args"})
-    inverse = _table(entry, "inverse", where, {"tool"}, {"args"})
+    inverse = _table(entry, "inverse", where, {"tool"}, {"args", "deadline"})
     expect = _table(entry, "expect", where, {"probe", "equals"}, {"args", "path"})
+    landed = _table(entry, "landed", where, {"probe", "equals"}, {"args", "path"})
+    no_drift = entry.get("no_drift_check")
+    if no_drift is not None and (not isinstance(no_drift, str) or not no_drift.strip()):
+        raise ConfigError(
+            f"{where}: no_drift_check must say why no expectation is needed, e.g. no_drift_check "
+            f'= "a draft only this saga can see"; got {no_drift!r}'
+        )
+    if no_drift is not None and expect is not None:
+        raise ConfigError(
+            f"{where}: has both [tool.expect] and no_drift_check; keep the expectation (rule 4: "
+            f"drift is checked) or say why none is needed, not both"
+        )
     residue = _table(
         entry,
         "residue",
@@ -419,6 +463,7 @@ def _make_tool(
     for label, tpl in (
         ("inverse", inverse),
         ("expect", expect),
+        ("landed", landed),
         ("residue", residue),
         ("acknowledge", ack),
     ):
@@ -446,6 +491,15 @@ def _make_tool(
             return result  # templates describe the forward call's contract only
         scope["result"] = result
         _record(call, scope, where, inverse, expect, residue, ack)
+        if landed is not None:
+            call.landed(
+                landed["probe"],
+                fill(landed.get("args", {}), scope, where),
+                equals=fill(landed["equals"], scope, where),
+                path=landed.get("path", ()),
+            )
+        if no_drift is not None:
+            call.no_drift_check(reason=no_drift)
         return result
 
     tool.__name__ = entry["name"].replace(".", "_")
@@ -463,7 +517,10 @@ def _record(
 ) -> None:
     """Record the contract of a forward call that returned, from its templates (rule 2)."""
     if inverse is not None:
-        call.inverse(inverse["tool"], **fill(inverse.get("args", {}), scope, where))
+        deadline = fill(inverse.get("deadline"), scope, where)
+        call.inverse(
+            inverse["tool"], deadline=deadline, **fill(inverse.get("args", {}), scope, where)
+        )
     if expect is not None:
         call.expect(
             expect["probe"],
@@ -575,6 +632,13 @@ def _register(
         ) -> list[str]:
             return [str(fill(t, {"args": args}, _w)) for t in _t]
 
+    sensitive, resolver = _secrets(entry, where)
+    idempotent = entry.get("idempotent", False)
+    if not isinstance(idempotent, bool):
+        raise ConfigError(
+            f"{where}: idempotent must be true or false (does the vendor honour the "
+            f"Idempotency-Key header?), got {idempotent!r}"
+        )
     try:
         catalog.register(
             entry["name"],
@@ -583,6 +647,39 @@ def _register(
             resources=res_fn,
             description=entry.get("description"),
             timeout=_check_timeout(entry.get("timeout"), where),
+            sensitive=sensitive,
+            resolve_secret=resolver,
+            idempotent=idempotent,
         )
     except AmendsError as exc:
         raise ConfigError(f"{where}: {exc}", tool=entry["name"]) from exc
+
+
+def _secrets(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Any]:
+    """``sensitive = ["api_key"]`` (rule 11: redacted everywhere) and, for an inverse that needs
+    the value again, ``secret_env = { api_key = "CRM_API_KEY" }`` (default ``$API_KEY``)."""
+    sensitive = entry.get("sensitive", [])
+    if not isinstance(sensitive, list) or not all(isinstance(n, str) for n in sensitive):
+        raise ConfigError(
+            f'{where}: sensitive must be a list of argument names, e.g. sensitive = ["api_key"]; '
+            f"got {sensitive!r}"
+        )
+    table = entry.get("secret_env", {})
+    if not isinstance(table, dict) or not all(
+        isinstance(v, str) and _ENV_NAME.fullmatch(v) for v in table.values()
+    ):
+        raise ConfigError(
+            f"{where}: secret_env must map argument names to variable names, e.g. secret_env = "
+            f'{{ api_key = "CRM_API_KEY" }}; got {table!r}'
+        )
+    unknown = sorted(set(table) - set(sensitive))
+    if unknown:
+        raise ConfigError(
+            f"{where}: secret_env names {', '.join(unknown)}, which sensitive does not list; "
+            f"add them to sensitive"
+        )
+    if not sensitive:
+        return (), None
+    from .secrets import from_env
+
+    return tuple(sensitive), from_env(table)

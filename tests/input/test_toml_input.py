@@ -60,7 +60,7 @@ def vendor() -> Iterator[tuple[str, Vendor]]:
             if self.path.startswith("/moved"):
                 return self.reply(302, {}, Location="/set")
             if self.path == "/slow":
-                time.sleep(1.0)
+                time.sleep(2.0)
                 return self.reply(200, {})
             return self.reply(404, {"error": "no such path"})
 
@@ -75,6 +75,7 @@ def vendor() -> Iterator[tuple[str, Vendor]]:
 def catalog_file(
     tmp_path: Path, base: str, forward: str, inverse: str = "/set", extra: str = ""
 ) -> Path:
+    timeout = 0.5 if forward == "/slow" else 10
     path = tmp_path / "tools.toml"
     path.write_text(f'''
 [[tool]]
@@ -90,7 +91,7 @@ http = {{ url = "{base}{inverse}" }}
 [[tool]]
 name = "crm.set"
 reversibility = "reversible"
-timeout = 0.3
+timeout = {timeout}
 http = {{ url = "{base}{forward}" {extra} }}
 
 [tool.before]
@@ -133,7 +134,7 @@ async def test_a_redirect_is_not_followed_and_the_forward_step_failed(
     )
     rec = await engine.log.get_saga(saga_id)
     assert rec is not None
-    assert state == "failed"
+    assert state == "failed", rec.steps[0].error
     assert "HTTP 302 redirect to /set; redirects are not followed" in (rec.steps[0].error or "")
     assert v.writes == []  # the redirect target was never called
     await engine.close()
@@ -258,3 +259,78 @@ def test_url_templates_fill_the_path_percent_encoded(tmp_path: Path) -> None:
 
     tool = _HttpTool("a.b", "http://x/records/{args.id}?f={args.f}", "GET", {}, 5.0)
     assert tool._url_for({"id": "../admin", "f": "a b"}) == "http://x/records/..%2Fadmin?f=a%20b"
+
+
+async def test_contract_keys_match_the_python_decorator(
+    tmp_path: Path, vendor: tuple[str, Vendor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """idempotent, no_drift_check, landed, inverse deadline and sensitive arguments."""
+    base, v = vendor
+    path = tmp_path / "contract.toml"
+    path.write_text(f'''
+[[tool]]
+name = "crm.read"
+reversibility = "read_only"
+http = {{ url = "{base}/read" }}
+
+[[tool]]
+name = "crm.set"
+reversibility = "reversible"
+idempotent = true
+no_drift_check = "a draft only this saga can see"
+sensitive = ["api_key"]
+secret_env = {{ api_key = "CRM_KEY_T11" }}
+http = {{ url = "{base}/set" }}
+
+[tool.inverse]
+tool = "crm.set"
+args = {{ value = "lead", api_key = "{{args.api_key}}" }}
+deadline = 4102444800
+
+[tool.landed]
+probe = "crm.read"
+equals = "lead"
+''')
+    cat = amends.load_toml_catalog(path)
+    spec = cat.get("crm.set")
+    assert (spec.idempotent, spec.sensitive) == (True, ("api_key",))
+    engine = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("contract") as saga:
+        await saga.call("crm.set", value="won", api_key="k-very-secret-1")
+    rec = await engine.log.get_saga(saga.id)
+    events = await engine.log.events(saga.id)
+    assert rec is not None
+    step = rec.steps[0]
+    assert "k-very-secret-1" not in repr(rec) + repr(events)
+    assert step.violation is None  # no_drift_check stands in for the expectation
+    monkeypatch.setenv("CRM_KEY_T11", "k-very-secret-1")
+    report = await engine.undo(saga.id)
+    assert report.step("s1").state is StepState.REVERTED
+    assert "a draft only this saga can see" in repr(report.to_dict())
+    assert v.value == "lead"
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("idempotent = 'yes'", "idempotent must be true or false"),
+        ("no_drift_check = ''", "no_drift_check must say why no expectation is needed"),
+        ("sensitive = 'api_key'", "sensitive must be a list of argument names"),
+        (
+            "sensitive = ['a']\nsecret_env = { b = 'B' }",
+            "secret_env names b, which sensitive does not list",
+        ),
+        (
+            "no_drift_check = 'why'\n[tool.expect]\nprobe = 'a.b'\nequals = 1",
+            "has both [tool.expect] and no_drift_check",
+        ),
+    ],
+)
+def test_bad_contract_keys_are_refused_at_load(tmp_path: Path, body: str, fragment: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE + "http = { url = 'http://x/' }\n" + body + "\n")
+    with pytest.raises(amends.ConfigError) as exc:
+        amends.load_toml_catalog(path)
+    assert fragment in str(exc.value)
+    assert f"{path}: tool 'a.b'" in str(exc.value)
