@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from amends.cli import main
@@ -20,7 +20,7 @@ from amends.evals.broken import (
 from amends.evals.generator import FAMILIES, Mutation, Scenario, StepSpec, generate
 from amends.evals.invariants import check
 from amends.evals.runner import run_scenario
-from amends.evals.suite import run_suite
+from amends.evals.suite import run_indexes, run_suite
 from amends.testing import saga_dags, scenarios
 
 # An event loop's self-pipe socket (not created by amends.evals) is sometimes garbage-collected
@@ -35,23 +35,64 @@ def _sc(steps: list[StepSpec], **kw: object) -> Scenario:
     return Scenario(7, 0, "handmade", tuple(steps), records=RECORDS, **kw)  # type: ignore[arg-type]
 
 
-async def test_fifty_sagas_amends_holds_every_invariant_and_naive_is_silently_wrong() -> None:
-    tallies = await run_suite(50, 3, ("amends", "naive"))
+async def test_every_family_amends_holds_every_invariant_and_naive_is_silently_wrong() -> None:
+    """Two sagas of every family but stall (its own test: it sleeps), on the sandbox."""
+    indexes = [i for i in range(2 * len(FAMILIES)) if generate(3, i).family != "stall"]
+    tallies = await run_indexes(indexes, 3, ("amends", "naive"))
     amends, naive = tallies["amends"], tallies["naive"]
-    assert amends.sagas == naive.sagas == 50
+    assert amends.sagas == naive.sagas == len(indexes) == 28
     assert amends.violations == dict.fromkeys(amends.violations, 0), amends.examples
     assert amends.silently_wrong == 0
-    assert naive.silently_wrong > 0
     assert naive.silent_failure_rate > 0.5
-    assert set(amends.by_family) == set(FAMILIES)
+    assert set(amends.by_family) == set(FAMILIES) - {"stall"}
 
 
-def test_generator_is_deterministic_and_covers_1_to_40_steps() -> None:
+def test_generator_is_deterministic_and_covers_1_to_40_steps_plus_the_familys() -> None:
     assert generate(1, 17) == generate(1, 17)
     assert generate(1, 17) != generate(2, 17)
     sizes = [len(generate(1, i).steps) for i in range(300)]
-    assert min(sizes) >= 1 and max(sizes) <= 40
+    assert min(sizes) >= 1 and max(sizes) <= 40 + 4  # a family appends up to 4 steps
     assert [generate(1, i).family for i in range(len(FAMILIES))] == list(FAMILIES)
+
+
+def test_generator_produces_each_issue_10_class() -> None:
+    """Each class of issue 10 is generated, as data a replay shows."""
+    by_family = {f: [generate(2, i) for i in range(k, 15 * len(FAMILIES), len(FAMILIES))]
+                 for k, f in enumerate(FAMILIES)}  # fmt: skip
+    tools = {f: {s.tool for sc in scs for s in sc.steps} for f, scs in by_family.items()}
+    kinds = {f: {k for sc in scs for _, k, _ in sc.forward_faults + sc.reversal_faults}
+             for f, scs in by_family.items()}  # fmt: skip
+    assert kinds["acts_then_fails"] == {"act_then_raise", "raise_after_inverse"}  # rule 9
+    keyless = by_family["keyless_crash"]  # rule 5
+    assert all(sc.crash_op == "ledger.reverse" and "ledger.post" in {s.tool for s in sc.steps}
+               for sc in keyless)  # fmt: skip
+    assert {"chat.announce", "crm.log_activity"} <= {  # rule 7: nested, failing follow-ups
+        t for sc in by_family["follow_ups"] for t, _, _ in sc.reversal_faults
+    }
+    assert any("log_to" in s.args for sc in by_family["follow_ups"] for s in sc.steps)
+    declared = [s for sc in by_family["undo_order"] for s in sc.steps if s.undo_after]  # rule 3
+    assert declared and all(s.tool == "payments.charge" and "deal" in s.args for s in declared)
+    assert {"careless.update_field", "docs.create_private_note"} <= tools["no_expectation"]
+    assert all(sc.stall and sc.budget_seconds == 1.0 for sc in by_family["stall"])  # rule 7
+
+
+async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> None:
+    """Rule 7: undo asked while a forward call stalls answers within its seconds budget; the
+    stalled step is reported as still standing (its effect lands later), never cancelled."""
+    steps = [
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "a"}),
+        StepSpec("s2", "payments.charge", {"customer": "cus_acme", "cents": 300}),
+        StepSpec("s3", "chat.post", {"channel": "#sales", "text": "hi"}, ("s2",)),
+    ]
+    sc = _sc(steps, stall="payments.charge", stall_seconds=1.5, budget_seconds=0.3)
+    r = await run_scenario(sc)
+    assert r.durations[0] < 1.2
+    states = {o.step_id: o.state.value for o in r.reports[0].steps}
+    assert states["s1"] == "reverted"
+    assert states["s2"] in ("in_doubt", "over_budget")
+    assert states.get("s3", "cancelled") in ("cancelled", "not_needed")
+    assert ("s2:forward", "charge") in _ops(r.effects)  # it acted after the undo answered
+    assert not any(check(r).values()), check(r)
 
 
 async def test_drift_check_invariant_catches_engine_that_skips_drift_checks() -> None:
@@ -174,8 +215,18 @@ async def test_bounded_and_idempotency_catch_the_naive_stack() -> None:
     assert not any(check(good).values())
 
 
+@pytest.mark.slow
+async def test_three_hundred_sagas_over_two_processes_amends_holds_every_invariant() -> None:
+    tallies = await run_suite(300, 11, ("amends", "naive"), jobs=2)
+    amends, naive = tallies["amends"], tallies["naive"]
+    assert amends.sagas == naive.sagas == 300
+    assert amends.violations == dict.fromkeys(amends.violations, 0), amends.examples
+    assert set(amends.by_family) == set(FAMILIES)
+    assert naive.silent_failure_rate > 0.5
+
+
 def test_cli_eval_json_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["eval", "--sagas", "9", "--seed", "4", "--json"]) == 0
+    assert main(["eval", "--sagas", "9", "--seed", "4", "--json", "--jobs", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["engines"]["amends"]["silent_failure_rate"] == 0
     assert data["engines"]["naive"]["sagas"] == 9
@@ -190,6 +241,7 @@ def test_cli_eval_json_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(seeds=st.integers(0, 50), indexes=st.integers(0, 500)))
 def test_property_amends_holds_every_invariant(sc: Scenario) -> None:
+    assume(sc.family != "stall")  # it sleeps seconds; pinned by its own test and the slow run
     r = asyncio.run(run_scenario(sc))
     assert check(r) == {k: [] for k in check(r)}, sc.ref
 

@@ -24,10 +24,20 @@ FAMILIES: tuple[str, ...] = (
     "crash",
     "budget",
     "mixed",
+    "acts_then_fails",
+    "keyless_crash",
+    "follow_ups",
+    "undo_order",
+    "no_expectation",
+    "stall",
 )
-"""Scenario families, assigned round-robin by index (see docs/evals.md)."""
-PENDING_FAMILIES: tuple[str, ...] = ("acts_then_fails",)
-"""Families of issue 10 whose engine rule has not landed yet (``generate_family`` runs them)."""
+"""Scenario families, assigned round-robin by index (see docs/evals.md). The last six are the
+classes of issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency
+keys with a crash mid-compensation (rule 5), nested and failing follow-ups (rule 7), undo-order
+declarations (rule 3), tools without expectations or with ``no_drift_check`` (rule 4), and a
+forward step stalling while undo runs on a seconds budget (rule 7)."""
+STALL_SECONDS = 4.0
+"""How long a stalled forward call sleeps before it acts (longer than a budget + the slack)."""
 
 RECORDS = ("r1", "r2", "r3", "r4")
 FIELDS = ("stage", "owner", "amount")
@@ -47,6 +57,9 @@ FORWARD_OPS = (
     "mail.send_delayed",
     "docs.create_draft",
     "docs.share",
+    "docs.create_private_note",
+    "ledger.post",
+    "careless.update_field",
     "sms.send",
 )
 INVERSE_OPS = (
@@ -60,6 +73,9 @@ INVERSE_OPS = (
     "chat.edit",
     "docs.delete",
     "docs.unshare",
+    "ledger.reverse",
+    "chat.announce",
+    "crm.log_activity",
 )
 PROBES = (
     "crm.read_field",
@@ -69,6 +85,7 @@ PROBES = (
     "chat.get_message",
     "mail.get_message",
     "docs.get",
+    "ledger.get_entry",
 )
 
 
@@ -80,6 +97,8 @@ class StepSpec:
     tool: str
     args: dict[str, Any]
     after: tuple[str, ...] = ()
+    undo_after: tuple[str, ...] = ()
+    """Steps whose inverses must succeed before this step's (``saga.call(undo_after=...)``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +128,12 @@ class Scenario:
     n_requests: int = 1
     crash: tuple[int, bool] | None = None
     """(nth tool call of the reversal, after its effect?) at which the process dies."""
+    crash_op: str | None = None
+    """Count only calls of this tool toward the crash (e.g. ``ledger.reverse``)."""
+    stall: str | None = None
+    """A forward tool whose first call stalls ``stall_seconds`` before acting, while the undo
+    is requested with a seconds budget."""
+    stall_seconds: float = STALL_SECONDS
     budget_calls: int = 200
     budget_seconds: float = 20.0
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -128,16 +153,22 @@ def _ref(step: str, key: str = "id") -> dict[str, str]:
 
 
 def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
-    sid = f"s{i}"
-    args: dict[str, Any]
     after: tuple[str, ...] = ()
     if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
         after = tuple(sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))}))
     kind = rng.choices(
         ["update", "note", "read", "charge", "get_charge", "event", "chat_ref", "chat", "mail",
-         "delayed", "draft", "share", "edit", "wire", "sms"],
-        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1],
+         "delayed", "draft", "share", "edit", "wire", "sms", "ledger", "private", "careless"],
+        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0],  # careless: its family
     )[0]  # fmt: skip
+    return _kind_step(rng, kind, i, prior, after)
+
+
+def _kind_step(
+    rng: random.Random, kind: str, i: int, prior: list[StepSpec], after: tuple[str, ...]
+) -> StepSpec:
+    sid = f"s{i}"
+    args: dict[str, Any]
     sources = ("payments.charge", "calendar.create_event", "chat.post", "docs.create_draft")
     of = {t: [p.step_id for p in prior if p.tool == t] for t in sources}
     shared = {p.args["doc_id"]["$ref"] for p in prior if p.tool == "docs.share"}
@@ -169,10 +200,22 @@ def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
     if kind == "wire":
         args = {"to_account": f"acct-{rng.randint(1, 9)}", "cents": rng.randint(1, 99) * 1000}
         return StepSpec(sid, "payments.wire", args, after)
-    if kind == "event":
+    if kind in ("event", "announced_event"):
         args = {"title": f"Kickoff {i}", "start": "2026-12-09T15:00:00+00:00",
                 "attendees": rng.sample(PEOPLE, rng.randint(1, 3))}  # fmt: skip
+        if kind == "announced_event" or rng.random() < 0.3:  # its undo asks follow-ups
+            args["announce"] = rng.choice(CHANNELS)
+            if rng.random() < 0.7:
+                args["log_to"] = rng.choice(RECORDS)  # a nested follow-up
         return StepSpec(sid, "calendar.create_event", args, after)
+    if kind == "ledger":
+        args = {"account": rng.choice(CUSTOMERS), "cents": rng.randint(1, 99) * 100}
+        return StepSpec(sid, "ledger.post", args, after)
+    if kind == "private":
+        return StepSpec(sid, "docs.create_private_note", {"text": f"todo {i}"}, after)
+    if kind == "careless":
+        args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS), "value": f"c{i}"}
+        return StepSpec(sid, "careless.update_field", args, after)
     if kind == "chat":
         return StepSpec(sid, "chat.post", {"channel": rng.choice(CHANNELS), "text": f"update {i}"},
                         after)  # fmt: skip
@@ -195,12 +238,36 @@ def generate_steps(rng: random.Random, n: int) -> tuple[StepSpec, ...]:
     return tuple(steps)
 
 
+def _with(
+    rng: random.Random, steps: tuple[StepSpec, ...], kinds: tuple[str, ...]
+) -> tuple[StepSpec, ...]:
+    """``steps`` and, appended, one step of each of ``kinds`` (what a family is about)."""
+    out = list(steps)
+    for kind in kinds:
+        i = len(out) + 1
+        after = (rng.choice(out).step_id,) if out and rng.random() < 0.4 else ()
+        if kind == "finance_lock":
+            # rule 3: close the deal, charge against it; the refund needs the deal reopened
+            # first, which the charge declares with undo_after (or forgets to, 1 in 4).
+            rid = rng.choice(RECORDS)
+            won = {"record_id": rid, "field": "stage", "value": "closed_won"}
+            close = StepSpec(f"s{i}", "crm.update_field", won, after)
+            args = {"customer": rng.choice(CUSTOMERS), "cents": rng.randint(1, 99) * 100,
+                    "deal": rid}  # fmt: skip
+            declared = (close.step_id,) if rng.random() < 0.75 else ()
+            out += [close, StepSpec(f"s{i + 1}", "payments.charge", args, (close.step_id,),
+                                    declared)]  # fmt: skip
+        else:
+            out.append(_kind_step(rng, kind, i, out, after))
+    return tuple(out)
+
+
 def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple[Mutation, ...]:
     out: list[Mutation] = []
     for _ in range(k):
         s = rng.choice(steps)
         t = s.tool
-        if t == "crm.update_field":
+        if t in ("crm.update_field", "careless.update_field"):
             kind = rng.choice(["human_edit", "webhook_edit"])
             out.append(Mutation(kind, s.step_id, f"edited-by-{kind}-{rng.randint(1, 999)}"))
         elif t == "payments.charge":
@@ -239,9 +306,37 @@ def generate(seed: int, index: int) -> Scenario:
     steps = generate_steps(rng, n)
     records = {r: {"stage": "lead", "owner": "sam", "amount": "100"} for r in RECORDS}
     kw: dict[str, Any] = {}
+    if family == "keyless_crash":  # rule 5: crash mid-reversal on a vendor ignoring keys
+        steps = _with(rng, steps, ("ledger",) * rng.randint(1, 2))
+        kw["crash"] = (1, rng.random() < 0.7)
+        kw["crash_op"] = "ledger.reverse"
+        if rng.random() < 0.3:
+            kw["requests"], kw["n_requests"] = "concurrent", 2
+    if family == "follow_ups":  # rule 7: nested follow-ups, some failing or cut off
+        steps = _with(rng, steps, ("announced_event",) * rng.randint(1, 2))
+        if rng.random() < 0.6:
+            follow = ("chat.announce", "crm.log_activity")
+            kw["reversal_faults"] = _faults(rng, follow, rng.randint(1, 2),
+                                            ("transient", "permanent"))  # fmt: skip
+        if rng.random() < 0.3:
+            kw["budget_calls"] = rng.randint(1, 2 * len(steps))
+    if family == "undo_order":  # rule 3: the finance lock, declared or not
+        steps = _with(rng, steps, ("finance_lock",) * rng.randint(1, 2))
+        if rng.random() < 0.3:
+            kw["mutations"] = _mutations(rng, steps, rng.randint(1, 2))
+    if family == "no_expectation":  # rule 4: a careless tool, a private note
+        steps = _with(rng, steps, ("careless", "private"))
+        careless = [s for s in steps if s.tool == "careless.update_field"]
+        edits = [Mutation("human_edit", s.step_id, f"human-{rng.randint(1, 99)}") for s in careless
+                 if rng.random() < 0.5]  # fmt: skip
+        kw["mutations"] = tuple(edits)
+    if family == "stall":  # rule 7: the seconds budget bounds waiting for an in-flight step
+        kw["stall"] = rng.choice(sorted({s.tool for s in steps}))
+        kw["budget_seconds"] = 1.0
     forward_ops = tuple(sorted({s.tool for s in steps}))
     if family in ("drift", "mixed"):
         kw["mutations"] = _mutations(rng, steps, rng.randint(1, 4))
+    kinds: tuple[str, ...]
     if family in ("forward_faults", "mixed"):
         kinds = ("transient", "transient", "permanent")
         kw["forward_faults"] = _faults(rng, forward_ops, rng.randint(1, 3), kinds)

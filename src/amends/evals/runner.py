@@ -19,13 +19,13 @@ from typing import Any
 
 from ..budget import Budget
 from ..calls import RetryPolicy
-from ..contracts import Catalog
-from ..engine import Engine, Step
+from ..contracts import Call, Catalog
+from ..engine import Engine, Saga, Step
 from ..errors import AmendsError
 from ..log.base import SagaLog
 from ..log.sqlite import SqliteLog
 from ..report import UndoReport
-from ..sandbox import World, sandbox_catalog, use_world
+from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
 from .generator import Scenario
 from .naive import NaiveUndoStack
@@ -44,10 +44,30 @@ _CATALOG: list[Catalog] = []
 
 def eval_catalog() -> Catalog:
     """The sandbox catalog the eval uses, built once per process (issue 12: not per saga); its
-    tools act on the world bound with :func:`amends.sandbox.use_world`."""
+    tools act on the world bound with :func:`amends.sandbox.use_world`. It adds one tool a
+    careless author wrote: ``careless.update_field`` records an inverse but no expectation and
+    no reason why none is needed (rule 4: it must never be reverted blindly)."""
     if not _CATALOG:
-        _CATALOG.append(sandbox_catalog(timeout=EVAL_TIMEOUT))
+        catalog = sandbox_catalog(timeout=EVAL_TIMEOUT)
+        catalog.register(
+            "careless.update_field",
+            _careless_update_field,
+            reversibility="reversible",
+            resources=lambda a: [f"crm:{a['record_id']}"],
+            timeout=EVAL_TIMEOUT,
+            idempotent=True,
+        )
+        _CATALOG.append(catalog)
     return _CATALOG[0]
+
+
+async def _careless_update_field(call: Call, record_id: str, field: str, value: Any) -> Any:
+    """Set a CRM field and record how to put the old value back -- and nothing else."""
+    world = current_world()
+    await world.gate("careless.update_field")
+    out = world.crm.update_field(record_id, field, value, idempotency_key=call.idempotency_key)
+    call.inverse("crm.update_field", record_id=record_id, field=field, value=out["old"])
+    return out
 
 
 def new_world(sc: Scenario) -> World:
@@ -154,20 +174,37 @@ async def run_scenario_both(
     lease = CRASH_LEASE if sc.crash else 15.0
     eng = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
     handles: dict[str, Step] = {}
-    try:
-        for tool, kind, times in sc.forward_faults:
-            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+    sagas: list[Saga] = []
+
+    async def forward_pass() -> None:
         with use_world(world):
             try:
                 async with eng.saga(f"eval {sc.ref} ({sc.family})", actor="agent:eval") as saga:
+                    sagas.append(saga)
                     for spec in sc.steps:
                         args = {k: _resolve(v, handles) for k, v in spec.args.items()}
                         after = [handles[a] for a in spec.after]
+                        more = {"undo_after": [handles[a] for a in spec.undo_after]}
                         handles[spec.step_id] = saga.call(
-                            spec.tool, step_id=spec.step_id, after=after, **args
-                        )
-            except (AmendsError, ConnectionError):
-                pass  # a forward step failed (injected): undo what did run
+                            spec.tool, step_id=spec.step_id, after=after,
+                            **(more if spec.undo_after else {}), **args,
+                        )  # fmt: skip
+            except (AmendsError, ConnectionError, TimeoutError):
+                pass  # a forward step failed or is in doubt (injected): undo what did run
+
+    try:
+        for tool, kind, times in sc.forward_faults:
+            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+        if sc.stall:
+            world.faults.add(sc.stall, "slow", delay=sc.stall_seconds)
+        fwd = asyncio.create_task(forward_pass())
+        if sc.stall:  # undo is asked while the stalled call is still in flight
+            while not fwd.done() and any(f["op"] == sc.stall for f in world.faults.pending()):
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.02)
+        else:
+            await fwd
+        saga = sagas[0]
         world.faults.clear()
         forward = {sid: h.state for sid, h in handles.items()}
         results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
@@ -202,6 +239,10 @@ async def run_scenario_both(
 
             out.insert(0, await _reversal(sc, "amends", world, request, recover, forward,
                                           results))  # fmt: skip
+            if sc.stall:  # the stalled call acts late: the oracle judges the final world
+                await fwd
+                out[0].effects, out[0].world = world.effects(), world.snapshot()
+        await fwd
         return out
     finally:
         if private:
@@ -220,7 +261,7 @@ async def _reversal(
     for tool, kind, times in sc.reversal_faults:
         world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
     if sc.crash:
-        world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1])
+        world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1], op=sc.crash_op)
     with use_world(world):
         return await _requests(sc, engine, world, request, recover, forward, results)
 

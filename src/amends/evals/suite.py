@@ -130,7 +130,9 @@ async def run_suite(
         sagas: How many scenarios (indexes ``0 .. sagas-1``).
         seed: The generator seed.
         engines: ``"amends"``, ``"naive"`` and/or names of :data:`BROKEN_ENGINES`.
-        jobs: Processes to shard the scenarios over (1: all in this process).
+        jobs: Processes to shard the scenarios over (1: all in this process). Worker
+            processes are spawned, so a script calling this with ``jobs > 1`` needs the usual
+            ``if __name__ == "__main__":`` guard.
         concurrency: Scenarios in flight at once in one event loop.
         shared_logs: In-memory SQLite logs shared by the scenarios of one process.
         on_done: Called with a number of finished sagas (per engine) as they finish.
@@ -162,12 +164,17 @@ async def run_suite(
             )
             for chunk in chunks
         ]
-        for fut in asyncio.as_completed(futures):
-            part = await fut
-            for e, t in part.items():
-                tallies[e].merge(t)
-                if on_done is not None:
-                    on_done(t.sagas)
+        try:
+            for fut in asyncio.as_completed(futures):
+                part = await fut
+                for e, t in part.items():
+                    tallies[e].merge(t)
+                    if on_done is not None:
+                        on_done(t.sagas)
+        finally:
+            for f in futures:
+                f.cancel()
+            await asyncio.gather(*futures, return_exceptions=True)
     return tallies
 
 
@@ -197,13 +204,15 @@ async def run_indexes(
     indexes = list(indexes)
     tallies = {e: EngineTally(e) for e in engines}
     gate = asyncio.Semaphore(concurrency)
+    # a stall scenario mostly sleeps (a forward call stalls for seconds): its own, wider gate
+    stall_gate = asyncio.Semaphore(4 * concurrency)
     logs = [SqliteLog(":memory:", synchronous="OFF") for _ in range(shared_logs)]
 
     async def one(engine: str, index: int) -> None:
         kind, factory = _factory(engine)
         log = logs[index % len(logs)]
         sc = generate(seed, index)
-        async with gate:
+        async with stall_gate if sc.stall else gate:
             if engine == "amends" and "naive" in engines:  # one forward pass for both
                 rs = await run_scenario_both(sc, log=log)
             else:
