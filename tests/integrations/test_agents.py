@@ -338,3 +338,22 @@ async def test_a_declared_contract_is_never_run_by_amends_itself() -> None:
     got = await engine.log.get_saga(saga.id)
     assert got is not None
     assert "runs only through its adapter" in (got.steps[0].error or "")
+
+
+async def test_a_tool_slower_than_its_contracts_timeout_is_in_doubt_and_says_so() -> None:
+    """The catalog's timeout bounds the framework's tool: the step is in_doubt (it may still
+    act) and the framework gets amends' StepFailedError naming the timeout, not a cancellation."""
+    _, engine = new_engine()
+    declare(engine.catalog, "slow_sync", reversibility="irreversible", timeout=0.05)
+
+    async def slow() -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    async with agent_run(engine, "Slow") as run:
+        with pytest.raises(amends.StepFailedError, match="in_doubt") as caught:
+            await run.call_tool("slow_sync", {}, slow, turn=1)
+    assert caught.value.state == "in_doubt"
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None and saga.steps[0].state == "in_doubt"
+    assert "0.05" in (saga.steps[0].error or "")

@@ -173,8 +173,8 @@ class AgentRun:
                 raise ToolReportedError(f"{tool} answered with an error: {error}")
             return loggable(value) if loggable is not None else value
 
-        def refuse(exc: BaseException) -> None:
-            if refused is not None and isinstance(exc, Exception) and refused(exc):
+        def refuse(exc: Exception) -> None:
+            if refused is not None and refused(exc):
                 # the tool refused before acting (the framework's "retry with other arguments"):
                 # no effect, like amends.PermanentError; not in doubt (rule 9).
                 raise amends.PermanentError(f"{tool} refused: {exc}") from exc
@@ -185,7 +185,7 @@ class AgentRun:
             async def forward_async(call: amends.Call, **_: Any) -> Any:
                 try:
                     value = await coro_fn()
-                except BaseException as exc:
+                except Exception as exc:  # not a cancellation: a timeout is the engine's to report
                     box["exc"] = exc
                     refuse(exc)
                     raise
@@ -198,7 +198,7 @@ class AgentRun:
             def forward_sync(call: amends.Call, **_: Any) -> Any:
                 try:
                     value = sync_fn()
-                except BaseException as exc:
+                except Exception as exc:  # not a cancellation: a timeout is the engine's to report
                     box["exc"] = exc
                     refuse(exc)
                     raise
