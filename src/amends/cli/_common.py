@@ -163,7 +163,9 @@ def recorded_catalog(saga: SagaRecord) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def catalog_for_saga(spec: str | None, saga: SagaRecord, db: str) -> Catalog:
+def catalog_for_saga(
+    spec: str | None, saga: SagaRecord, db: str, *, continuing: bool = False
+) -> Catalog:
     """The catalog to undo ``saga`` with (issue 11 item 3): ``--catalog`` if given, else the one
     the saga recorded, else ``$AMENDS_CATALOG``; never the sandbox's for a saga it did not make.
 
@@ -187,13 +189,15 @@ def catalog_for_saga(spec: str | None, saga: SagaRecord, db: str) -> Catalog:
             saga_id=saga.saga_id,
         )
     catalog = load_catalog(chosen, db)
-    check_tools(catalog, saga, chosen)
+    check_tools(catalog, saga, chosen, continuing=continuing)
     return catalog
 
 
-def check_tools(catalog: Catalog, saga: SagaRecord, where: str) -> None:
+def check_tools(
+    catalog: Catalog, saga: SagaRecord, where: str, *, continuing: bool = False
+) -> None:
     """Refuse a catalog that lacks a tool the saga's undo needs; warn if it changed since."""
-    if saga.reversal is not None and saga.reversal.state == "done":
+    if saga.reversal is not None and saga.reversal.state == "done" and not continuing:
         return  # undo only joins the finished reversal: no tool is called
     missing = [t for t in needed_tools(saga.steps) if t not in catalog]
     if missing:

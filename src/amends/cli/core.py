@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ..budget import Budget
+from ..contracts import Catalog
 from ..engine import Engine
 from ..errors import ConfigError, SagaNotFoundError
 from ..log.base import Event, SagaLog, SagaRecord
@@ -318,7 +318,7 @@ def _undo(args: argparse.Namespace) -> int:
         log = open_existing_log(args.db)
         try:
             saga = await _get(log, args.saga_id)
-            catalog = catalog_for_saga(args.catalog, saga, args.db)
+            catalog = catalog_for_saga(args.catalog, saga, args.db, continuing=args.continue_)
         except BaseException:
             await log.close()
             raise
@@ -327,10 +327,7 @@ def _undo(args: argparse.Namespace) -> int:
             if args.dry_run:
                 return await engine.preview(args.saga_id)
             if args.continue_:
-                resume = getattr(engine, "resume", None)
-                if resume is None:  # pragma: no cover - until the engine has resume()
-                    raise ConfigError("this amends cannot continue a reversal yet")
-                return await resume(args.saga_id, budget=budget)
+                return await engine.resume(args.saga_id, budget=budget)
             return await engine.undo(args.saga_id, budget=budget)
         finally:
             await engine.close()
@@ -352,39 +349,48 @@ def _undo(args: argparse.Namespace) -> int:
 
 def _print_preview(data: dict[str, Any]) -> None:
     console = Console()
-    table = Table(title="What undo would do now (nothing was dispatched)", header_style="bold")
-    table.add_column("step", no_wrap=True)
-    for col in ("tool", "action", "detail"):
+    table = Table(
+        title="What undo would do now (probes only; nothing else was dispatched)",
+        header_style="bold",
+    )
+    table.add_column("step", no_wrap=True)  # issue 17: ids are never broken
+    for col in ("tool", "verb", "why"):
         table.add_column(col, overflow="fold")
     for s in data.get("steps", []):
-        table.add_row(
-            markup(s.get("step_id", "")),
-            markup(s.get("tool", "")),
-            markup(s.get("verb") or s.get("action") or "—"),
-            markup(s.get("detail") or s.get("reason") or ""),
-        )
+        verb = s.get("verb") or "—"
+        if s.get("needs_review"):
+            verb = f"{verb} (needs review)"
+        why = " ".join(str(x) for x in (s.get("reason"), s.get("check")) if x)
+        table.add_row(markup(s["step_id"]), markup(s["tool"]), markup(verb), markup(why))
     console.print(table)
+    for w in data.get("undo_windows", []):
+        console.print(
+            f"undo window of step {markup(w['step_id'])} closes at {_when(w['closes_at'])}"
+        )
+    review = data.get("needs_review") or []
+    if review:
+        console.print(
+            f"[yellow]{len(review)} step(s) need a person's review before undo:[/yellow] "
+            f"{markup(', '.join(review))}"
+        )
 
 
 def _resolve(args: argparse.Namespace) -> int:
     async def go() -> Any:
         log = open_existing_log(args.db)
+        # resolve() calls no tool: an empty catalog suffices, whatever ran the saga.
+        engine = Engine(Catalog(), log=log)
         try:
             saga = await _get(log, args.saga_id)
-            resolve = getattr(log, "resolve_step", None)
-            if resolve is None:  # pragma: no cover - until the log has resolve_step()
-                raise ConfigError("this amends cannot record resolutions yet")
             if args.step_id not in {s.step_id for s in saga.steps}:
                 raise ConfigError(
                     f"saga {saga.saga_id} has no step {args.step_id!r}; its steps: "
                     f"{', '.join(s.step_id for s in saga.steps)}",
                     saga_id=saga.saga_id,
                 )
-            return await resolve(
-                args.saga_id, args.step_id, by=args.by, note=args.note, now=time.time()
-            )
+            return await engine.resolve(args.saga_id, args.step_id, by=args.by, note=args.note)
         finally:
-            await log.close()
+            await engine.close()
 
     res = run_async(go())
     if args.json:
@@ -392,7 +398,7 @@ def _resolve(args: argparse.Namespace) -> int:
     else:
         Console().print(
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
-            f"{markup(args.by)}. Continue the reversal with: amends undo "
+            f"{markup(res.by)}. Continue the reversal with: amends undo "
             f"{markup(args.saga_id)} --continue"
         )
     return 0

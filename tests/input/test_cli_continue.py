@@ -1,0 +1,83 @@
+"""Issue 10 in the CLI: `amends undo --dry-run` (the honest preview), `--continue` after the
+budget ran out, and `amends resolve` recording who handled a manual action."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+from input_tools import WORLD
+
+from amends.cli import main
+
+Rows = Callable[[str], list[str]]
+
+
+async def test_dry_run_shows_a_drifted_step_as_needing_review_and_dispatches_nothing(
+    saga_db: tuple[str, str],
+    rows: Rows,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db, saga_id = saga_db
+    monkeypatch.setenv("COLUMNS", "200")
+    WORLD.human_edit("r1", "stage", "lost")
+    before, calls = rows(db), len(WORLD.calls)
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--dry-run", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["needs_review"] == ["s1"]
+    assert [c[1] for c in WORLD.calls[calls:]] == ["probe"]  # one read-only probe, nothing else
+    assert WORLD.crm["r1"]["stage"] == "lost"
+    assert rows(db) == before
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--dry-run"])
+    out = capsys.readouterr().out
+    assert "(needs review)" in out
+    assert "1 step(s) need a person's review before undo: s1" in out
+
+
+async def test_undo_continue_finishes_a_reversal_stopped_by_its_budget(
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, saga_id = saga_db
+    code = await asyncio.to_thread(
+        main, ["undo", saga_id, "--db", db, "--budget-calls", "0", "--json"]
+    )
+    first = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert first["steps"][0]["state"] == "over_budget"
+    assert WORLD.crm["r1"]["stage"] == "won"
+    code = await asyncio.to_thread(
+        main, ["undo", saga_id, "--db", db, "--continue", "--budget-calls", "20", "--json"]
+    )
+    second = json.loads(capsys.readouterr().out)
+    assert second["reversal_id"] == first["reversal_id"]  # the same reversal, continued
+    assert [(s["step_id"], s["state"]) for s in second["steps"]] == [
+        ("s1", "reverted"),
+        ("s2", "acknowledged"),
+    ]
+    assert WORLD.crm["r1"]["stage"] == "lead"
+    assert code == 1  # the email still stands
+
+
+async def test_resolve_records_who_handled_a_manual_action(
+    saga_db: tuple[str, str], rows: Rows, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, saga_id = saga_db
+    assert await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"]) == 1
+    capsys.readouterr()
+    argv = ["resolve", saga_id, "s2", "--db", db, "--by", "ann", "--note", "sent the draft"]
+    assert await asyncio.to_thread(main, [*argv, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["step_id"], res["by"], res["note"]) == ("s2", "ann", "sent the draft")
+    before = rows(db)
+    code = await asyncio.to_thread(main, ["resolve", saga_id, "s9", "--db", db, "--by", "ann"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"saga {saga_id} has no step 's9'; its steps: s1, s2" in err
+    code = await asyncio.to_thread(main, ["resolve", saga_id, "s2", "--db", db, "--by", " "])
+    assert code == 2
+    assert "must name who handled the manual action" in capsys.readouterr().err
+    assert rows(db) == before
