@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import durable, evals, fanout, reversal, scale
+from . import durable, evals, fanout, mcp_gateway, reversal, scale
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smallest sizes (under a minute)")
     parser.add_argument(
-        "--only", default="", help="comma list: durable,fanout,reversal,scale,evals,pg"
+        "--only", default="", help="comma list: durable,fanout,reversal,scale,evals,pg,mcp"
     )
     parser.add_argument(
         "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             ("scale", lambda: scale.run(loop, args.quick)),
             ("evals", lambda: evals.run(loop, args.quick)),
             ("pg", lambda: postgres(loop, args.quick)),
+            ("mcp", lambda: mcp_gateway.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:

@@ -1,0 +1,194 @@
+"""7. MCP gateway: latency of one tool call through ``amends mcp serve`` vs the same call made
+directly to the upstream server, both over stdio with a real ``mcp.Client`` (issue 14).
+
+Goal: overhead <= 1 ms plus one durable step, plus the capture read where the contract asks for
+one. The upstream is this module run with ``--upstream``: an in-memory key-value server, so the
+figures are the gateway's cost, not a vendor's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import Section, Spread, Target, scratch
+
+CONTRACTS = """
+[[tool]]
+name = "get"
+reversibility = "read_only"
+
+[[tool]]
+name = "set"
+reversibility = "reversible"
+[[tool.capture]]
+name = "old"
+tool = "get"
+args = { key = "{args.key}" }
+[tool.inverse]
+tool = "set"
+args = { key = "{args.key}", value = "{capture.old}" }
+[tool.expect]
+probe = "get"
+args = { key = "{args.key}" }
+equals = "{args.value}"
+"""
+
+
+def upstream() -> None:
+    """The benchmark's upstream: ``get``/``set`` on a dict, ``send`` (no contract)."""
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    data: dict[str, str] = {}
+    schema = {"type": "object", "properties": {"key": {}, "value": {}, "to": {}}}
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[types.Tool(name=n, input_schema=schema) for n in ("get", "set", "send")]
+        )
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        a = params.arguments or {}
+        if params.name == "set":
+            data[a["key"]] = a["value"]
+        value = {"result": data.get(a.get("key", ""), "")}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(value))],
+            structured_content=value,
+        )
+
+    server = Server("bench-upstream", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    asyncio.run(main())
+
+
+async def _timed(client: Any, tool: str, args: dict[str, Any], n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        a = {k: (f"{v}{i}" if k == "value" else v) for k, v in args.items()}
+        t = time.perf_counter()
+        r = await client.call_tool(tool, a)
+        out.append(time.perf_counter() - t)
+        assert not r.is_error, r.content
+    return out
+
+
+async def _measure(n: int) -> dict[str, list[float]]:
+    import amends
+    from mcp import Client, StdioServerParameters
+
+    up = StdioServerParameters(command=sys.executable, args=["-m", "benchmarks.mcp_gateway"])
+    contracts = scratch("mcp_contracts.toml")
+    contracts.write_text(CONTRACTS)
+    db = scratch("mcp_gateway.db")
+    config = scratch("mcp_gateway.toml")
+    config.write_text(
+        f'[gateway]\nlog = {json.dumps(str(db))}\n[[upstream]]\nname = "b"\n'
+        f"command = {json.dumps(sys.executable)}\n"
+        f'args = ["-m", "benchmarks.mcp_gateway"]\ncwd = {json.dumps(str(Path.cwd()))}\n'
+        f"contracts = [{json.dumps(str(contracts))}]\n"
+    )
+    gw = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
+    )
+    out: dict[str, list[float]] = {}
+    async with Client(up) as direct:
+        await _timed(direct, "set", {"key": "k", "value": "v"}, 20)  # warm-up
+        out["direct get"] = await _timed(direct, "get", {"key": "k"}, n)
+        out["direct set"] = await _timed(direct, "set", {"key": "k", "value": "v"}, n)
+        out["direct send"] = await _timed(direct, "send", {"to": "x"}, n)
+    async with Client(gw) as via:
+        await _timed(via, "b_set", {"key": "k", "value": "v"}, 20)
+        out["gateway get"] = await _timed(via, "b_get", {"key": "k"}, n)
+        out["gateway set"] = await _timed(via, "b_set", {"key": "k", "value": "v"}, n)
+        out["gateway send"] = await _timed(via, "b_send", {"to": "x"}, n)
+    # One durable step on the same kind of log, in-process, for the goal's "one durable step".
+    catalog = amends.Catalog()
+
+    @catalog.tool("noop")  # irreversible, as b.send: intent and result both made durable
+    async def noop(call: amends.Call) -> int:
+        return 0
+
+    engine = amends.Engine(catalog, log=str(scratch("mcp_step.db")))
+    steps = []
+    async with engine.saga("bench: durable step") as saga:
+        for _ in range(n):
+            t = time.perf_counter()
+            await saga.call("noop")
+            steps.append(time.perf_counter() - t)
+    await engine.close()
+    out["durable step"] = steps
+    return out
+
+
+def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
+    n = 100 if quick else 400
+    got = loop.run_until_complete(_measure(n))
+    med = {k: statistics.median(v) for k, v in got.items()}
+    sec = Section(
+        "7. MCP gateway: one tools/call over stdio, direct vs through amends mcp serve",
+        ["call", "direct ms median [p10-p90]", "gateway ms median [p10-p90]", "overhead ms"],
+    )
+    for tool, what in (
+        ("get", "read-only tool (a step, no capture)"),
+        ("send", "tool without contract (irreversible step)"),
+        ("set", "reversible tool with one capture read"),
+    ):
+        d, g = got[f"direct {tool}"], got[f"gateway {tool}"]
+        sec.rows.append(
+            [
+                what,
+                Spread.of(d).fmt(1000, 2),
+                Spread.of(g).fmt(1000, 2),
+                f"{(med[f'gateway {tool}'] - med[f'direct {tool}']) * 1000:.2f}",
+            ]
+        )
+    step = med["durable step"]
+    sec.rows.append(
+        [
+            "one durable step (in-process, same log)",
+            "",
+            Spread.of(got["durable step"]).fmt(1000, 2),
+            "",
+        ]
+    )
+    budget_send = 0.001 + step
+    budget_set = 0.001 + step + med["direct get"]
+    over_send = med["gateway send"] - med["direct send"]
+    over_set = med["gateway set"] - med["direct set"]
+    sec.targets += [
+        Target(
+            "gateway overhead, no capture",
+            f"{over_send * 1000:.2f} ms",
+            f"<= 1 ms + one durable step ({budget_send * 1000:.2f} ms)",
+            over_send <= budget_send,
+        ),
+        Target(
+            "gateway overhead, one capture read",
+            f"{over_set * 1000:.2f} ms",
+            f"<= 1 ms + one durable step + one read ({budget_set * 1000:.2f} ms)",
+            over_set <= budget_set,
+        ),
+    ]
+    sec.notes.append(
+        f"{n} sequential calls each; the upstream is an in-memory server in its own process; "
+        "overhead = gateway median - direct median. The gateway hop adds one stdio JSON-RPC "
+        "round trip (client -> gateway -> upstream) besides amends' own work."
+    )
+    return [sec]
+
+
+if __name__ == "__main__":
+    upstream()

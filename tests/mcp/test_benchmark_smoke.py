@@ -1,0 +1,36 @@
+"""benchmarks/mcp_gateway.py runs at a tiny size, so the gateway benchmark cannot rot."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_gateway_benchmark_measures_direct_and_gateway_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call kind is timed both ways, through real processes."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import common, mcp_gateway
+
+    monkeypatch.setattr(common, "SCRATCH", tmp_path / "bench")
+    monkeypatch.setattr(mcp_gateway, "scratch", common.scratch)
+    monkeypatch.chdir(ROOT)  # the upstream is `python -m benchmarks.mcp_gateway`
+    loop = asyncio.new_event_loop()
+    try:
+        got = loop.run_until_complete(mcp_gateway._measure(5))
+    finally:
+        loop.close()
+    assert set(got) == {
+        "direct get", "direct set", "direct send",
+        "gateway get", "gateway set", "gateway send", "durable step",
+    }  # fmt: skip
+    assert all(len(v) == 5 and min(v) > 0 for v in got.values())
