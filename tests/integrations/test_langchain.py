@@ -253,7 +253,11 @@ async def test_the_approval_gate_pauses_the_graph_with_an_interrupt(
     saga = await engine.log.get_saga(mw.last_saga_id or "")
     assert saga is not None and saga.state == "completed"
     tools = sorted(s.tool for s in saga.steps)  # parallel calls of one turn have no order
+    deps = {s.tool: len(s.deps) for s in saga.steps}
+    assert deps["crm.update_field"] == deps["payments.charge"] == 0  # turn 1
+    assert deps["chat.post"] == 2
     if approve:
+        assert deps["lookup_weather"] == 2  # resumed in its own turn (turn 2)
         assert answers["c4"].content == "sunny in Paris"
         assert tools == ["chat.post", "crm.update_field", "lookup_weather", "payments.charge"]
     else:

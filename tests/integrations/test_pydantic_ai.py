@@ -207,3 +207,71 @@ def notes_post(text: str) -> str:
 def test_the_toolset_needs_an_engine() -> None:
     with pytest.raises(amends.ConfigError, match="needs engine=amends.Engine"):
         AmendsToolset(FunctionToolset([]))
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+async def test_the_approval_gate_defers_residue_leaving_calls(approve: bool) -> None:
+    """approval="residue": compensable and irreversible calls are deferred with the question as
+    metadata; approved ones run as steps of the same saga, in their original turn (the charge
+    does not depend on its sibling), rejected ones never run."""
+    from agent_scene import CATALOG_TOOLS, FINAL_TEXT, TITLE, TURNS, lookup_weather
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    from amends.integrations.pydantic_ai import catalog_toolset
+
+    world, engine = new_engine()
+    script = [[ToolCallPart(n, a, tool_call_id=i) for i, n, a in turn] for turn in TURNS]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=script.pop(0) if script else [TextPart(FINAL_TEXT)])
+
+    inner = FunctionToolset(
+        [*catalog_toolset(engine.catalog, CATALOG_TOOLS).tools.values(), lookup_weather]
+    )
+    toolset = AmendsToolset(inner, engine=engine, approval="residue")
+    agent = Agent(
+        FunctionModel(respond), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+    )
+    asked: list[str] = []
+    async with agent_run(engine, TITLE) as run:
+        out = await agent.run(TITLE)
+        while isinstance(out.output, DeferredToolRequests):
+            calls = out.output.approvals
+            asked += [
+                out.output.metadata[c.tool_call_id]["amends_approval"].splitlines()[1]
+                for c in calls
+            ]
+            out = await agent.run(
+                message_history=out.all_messages(),
+                deferred_tool_results=DeferredToolResults(
+                    approvals={c.tool_call_id: approve for c in calls}
+                ),
+            )
+    assert out.output == FINAL_TEXT
+    assert asked == [
+        "Class: compensable. Undo can compensate this, but not without trace: residue remains.",
+        "Class: compensable. Undo can compensate this, but not without trace: residue remains.",
+        "Class: irreversible (no contract). Undo CANNOT take this back: a person would have to "
+        "follow up.",
+    ]
+    saga = await engine.log.get_saga(run.saga_id)
+    assert saga is not None
+    got = {s.tool: s.deps for s in saga.steps}
+    ops = [e["op"] for e in world.effects()]
+    if approve:
+        assert got == {
+            "crm.update_field": (),
+            "payments.charge": (),
+            "chat.post": ("s1", "s2"),
+            "lookup_weather": ("s1", "s2"),
+        }
+        assert ops.count("charge") == 1
+    else:
+        assert got == {"crm.update_field": ()}
+        assert "charge" not in ops and "post" not in ops
+
+
+def test_an_unknown_approval_mode_is_refused() -> None:
+    _, engine = new_engine()
+    with pytest.raises(amends.ConfigError, match="approval is 'ask'"):
+        AmendsToolset(FunctionToolset([]), engine=engine, approval="ask")

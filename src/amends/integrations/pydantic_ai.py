@@ -18,10 +18,12 @@ Without an enclosing :func:`agent_run`, each agent run is one saga titled with t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
@@ -33,10 +35,13 @@ from ._agents import (
     AgentRun,
     agent_run,
     agent_run_sync,
+    approval_message,
     catalog_tool_function,
+    check_approval,
     current_run,
     declare,
     end_run,
+    needs_approval,
     resolve_tool_name,
     spend,
     start_run,
@@ -55,6 +60,17 @@ __all__ = [
 ]
 
 
+def _turn_of(ctx: RunContext[Any]) -> Hashable:
+    """The model response that asked for this call: the ids of its tool calls. Stable when a
+    deferred (approved) call runs in a later agent run, unlike the run step."""
+    for msg in reversed(ctx.messages):
+        if isinstance(msg, ModelResponse):
+            ids = frozenset(p.tool_call_id for p in msg.parts if isinstance(p, ToolCallPart))
+            if ctx.tool_call_id in ids:
+                return ("pydantic_ai", ids)
+    return ("pydantic_ai", ctx.run_id, ctx.run_step)  # one model response per run step
+
+
 @dataclasses.dataclass
 class _PerRun:
     title: str
@@ -71,11 +87,18 @@ class AmendsToolset(WrapperToolset[Any]):
         title: Saga title of runs this toolset opens; default the prompt's first line.
         names: Framework tool name -> catalog name where the default (exact name, or dots written
             as underscores) does not fit.
+        approval: The approval gate: ``"off"`` (default), ``"irreversible"`` or ``"residue"``.
+            Such a call is deferred with Pydantic AI's ``ApprovalRequired`` (metadata
+            ``{"amends_approval": question}``), so the run ends with ``DeferredToolRequests``
+            (add it to the agent's ``output_type``); run again with
+            ``deferred_tool_results=DeferredToolResults(approvals={call_id: True | False})``
+            inside the same :func:`agent_run`. Nothing is recorded before approval.
     """
 
     engine: Engine | None = None
     title: str | None = None
     names: Mapping[str, str] | None = None
+    approval: str = "off"
     last_saga_id: str | None = dataclasses.field(default=None, compare=False)
     _per_run: _PerRun | None = dataclasses.field(default=None, compare=False, repr=False)
     _parent: AmendsToolset | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -86,6 +109,7 @@ class AmendsToolset(WrapperToolset[Any]):
                 f"AmendsToolset needs engine=amends.Engine(...), got {self.engine!r}; e.g. "
                 f"AmendsToolset(FunctionToolset([...]), engine=engine)"
             )
+        check_approval(self.approval)
 
     @property
     def _engine(self) -> Engine:
@@ -143,11 +167,18 @@ class AmendsToolset(WrapperToolset[Any]):
         if name == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
             with self._run().activate():
                 return await call()
+        catalog_name = resolve_tool_name(self._engine.catalog, name, self.names)
+        catalog = self._engine.catalog
+        if needs_approval(catalog, catalog_name, self.approval) and not ctx.tool_call_approved:
+            # the framework's human-in-the-loop: the call is deferred, nothing has run
+            raise ApprovalRequired(
+                metadata={"amends_approval": approval_message(catalog, catalog_name, tool_args)}
+            )
         return await self._run().call_tool(
-            resolve_tool_name(self._engine.catalog, name, self.names),
+            catalog_name,
             dict(tool_args),
             call,
-            turn=("pydantic_ai", ctx.run_id, ctx.run_step),  # one model response per run step
+            turn=_turn_of(ctx),
             refused=lambda exc: isinstance(exc, ModelRetry),
         )
 
