@@ -593,3 +593,20 @@ def test_the_periodic_check_marks_a_forged_saga_in_listings(tmp_path: Path) -> N
         others = [s for s in listed["sagas"] if s["saga_id"] != sagas["acme1"]]
         assert all(s["integrity"]["verified"] for s in others)
     tokens.close()
+
+
+def test_behind_a_tls_proxy_the_cookie_is_secure_and_the_proxy_origin_is_ours(
+    tmp_path: Path,
+) -> None:
+    public = "https://amends.example.com"
+    for a in _make(tmp_path, public_origin=public):
+        # the proxy speaks TLS to the browser and plain http to amends (here: the test client)
+        proxy = TestClient(a.client.app, base_url="http://127.0.0.1:8000")
+        proxy.cookies.set("amends_login_csrf", "n0nce", path="/login")
+        form = {"token": a.acme, "csrf": "n0nce"}
+        r = proxy.post("/login", data=form, headers={"Origin": BASE}, follow_redirects=False)
+        assert (r.status_code, r.json()["error"]) == (403, "cross_origin_request")
+        r = proxy.post("/login", data=form, headers={"Origin": public}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        (cookie,) = [c for c in r.headers.get_list("set-cookie") if c.startswith("amends_session=")]
+        assert "secure" in cookie.lower()

@@ -49,6 +49,12 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
+def _over_tls(request: Request) -> bool:
+    """Whether the browser talks TLS: directly, or to the proxy named by ``public_origin``."""
+    origin = _state(request).settings.public_origin or ""
+    return request.url.scheme == "https" or origin.startswith("https://")
+
+
 def _signed_in(request: Request) -> Principal | None:
     try:
         return authenticate(request)
@@ -68,7 +74,7 @@ def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLR
         path="/login",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_tls(request),
     )
     return resp
 
@@ -114,7 +120,7 @@ async def login(request: Request) -> Response:
         token,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_tls(request),
         path="/",
     )
     resp.delete_cookie(_LOGIN_COOKIE, path="/login")
