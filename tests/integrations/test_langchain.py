@@ -289,3 +289,33 @@ async def test_a_new_run_while_the_middleware_still_records_one_is_refused() -> 
     assert out["__interrupt__"]
     with pytest.raises(amends.ConfigError, match="already recording another agent run"):
         await agent.ainvoke({"messages": [("user", "other")]}, {"configurable": {"thread_id": "2"}})
+
+
+async def test_invalid_arguments_and_unknown_tools_never_ran_so_nothing_is_in_doubt() -> None:
+    """ToolNode answers arguments that fail validation and tools the agent does not have
+    without running anything: the first is a failed step (no effect), the second no step; the
+    model gets ToolNode's own answers."""
+    _, engine = new_engine()
+
+    @tool
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise AssertionError("never runs")
+
+    mw = AmendsMiddleware(engine)
+    agent = create_agent(
+        scripted([("charge_card", {"cents": "a lot"}), ("refund_all", {})]),
+        [charge_card],
+        middleware=[mw],
+    )
+    out = await agent.ainvoke({"messages": [("user", "Charge")]})
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answers] == ["error", "error"]
+    assert str(answers[0].content).startswith("Error invoking tool 'charge_card'")
+    assert "refund_all is not a valid tool" in str(answers[1].content)
+    saga = await engine.log.get_saga(mw.last_saga_id or "")
+    assert saga is not None
+    assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "failed")]
+    report = await engine.undo(saga.saga_id)
+    assert report.status == "fully_reversed"
+    assert [s.state.value for s in report.steps] == ["not_needed"]

@@ -135,6 +135,7 @@ class AgentRun:
         reported_error: Callable[[T], str | None] | None = None,
         loggable: Callable[[T], Any] | None = None,
         refused: Callable[[Exception], bool] | None = None,
+        refused_answer: Callable[[T], str | None] | None = None,
     ) -> T:
         """Run one framework tool call as a step of the saga and return what the framework's
         own call returned.
@@ -150,6 +151,8 @@ class AgentRun:
             loggable: Maps the framework's answer to the JSON logged as the step's result.
             refused: Says whether an exception from the tool is a refusal made before it acted
                 (Pydantic AI's ``ModelRetry``): the step is ``failed``, not ``in_doubt``.
+            refused_answer: For an answer the framework gave without running the tool (invalid
+                arguments): returns its text, else ``None``; the step is ``failed``.
 
         Raises:
             ConfigError: An argument name the saga reserves (``after``, ``step_id``).
@@ -168,6 +171,9 @@ class AgentRun:
 
         def finish(value: Any) -> Any:
             box["value"] = value
+            refusal = refused_answer(value) if refused_answer is not None else None
+            if refusal is not None:  # the framework refused before the tool ran: no effect
+                raise amends.PermanentError(f"{tool} did not run: {refusal}")
             error = reported_error(value) if reported_error is not None else None
             if error is not None:  # rule 9: the tool began and failed; effect unknown
                 raise ToolReportedError(f"{tool} answered with an error: {error}")
@@ -225,6 +231,7 @@ class AgentRun:
         reported_error: Callable[[T], str | None] | None = None,
         loggable: Callable[[T], Any] | None = None,
         refused: Callable[[Exception], bool] | None = None,
+        refused_answer: Callable[[T], str | None] | None = None,
     ) -> T:
         """:meth:`call_tool` for a framework's synchronous path (called from another thread).
 
@@ -264,6 +271,7 @@ class AgentRun:
                 reported_error=reported_error,
                 loggable=loggable,
                 refused=refused,
+                refused_answer=refused_answer,
             ),
             self.loop,
         )

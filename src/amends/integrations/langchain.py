@@ -94,6 +94,18 @@ def _reported_error(answer: Any) -> str | None:
     return None
 
 
+def _refused_answer(answer: Any) -> str | None:
+    # ToolNode's own answer to arguments that fail validation (ToolInvocationError): the tool
+    # never ran. Any other error answer stays in doubt.
+    if (
+        isinstance(answer, ToolMessage)
+        and answer.status == "error"
+        and str(answer.content).startswith("Error invoking tool '")
+    ):
+        return str(answer.content)
+    return None
+
+
 def _loggable(answer: Any) -> Any:
     if isinstance(answer, ToolMessage):
         return answer.artifact if answer.artifact is not None else answer.content
@@ -243,6 +255,8 @@ class AmendsMiddleware(AgentMiddleware):
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
             with self._run().activate():
                 return handler(request)
+        if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
+            return handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
         try:
             refused = self._gate(request, tool)
@@ -254,6 +268,7 @@ class AmendsMiddleware(AgentMiddleware):
                 lambda: handler(request),
                 turn=_turn_of(request),
                 reported_error=_reported_error,
+                refused_answer=_refused_answer,
                 loggable=_loggable,
             )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
@@ -267,6 +282,8 @@ class AmendsMiddleware(AgentMiddleware):
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
             with self._run().activate():
                 return await handler(request)
+        if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
+            return await handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
 
         async def call() -> Any:
@@ -282,6 +299,7 @@ class AmendsMiddleware(AgentMiddleware):
                 call,
                 turn=_turn_of(request),
                 reported_error=_reported_error,
+                refused_answer=_refused_answer,
                 loggable=_loggable,
             )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
