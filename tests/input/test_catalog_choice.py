@@ -115,3 +115,23 @@ def test_catalog_module_is_imported_from_the_current_directory_as_python_m_does(
     assert main(["audit", "--catalog", "mytools_input11:catalog", "--json"]) == 0
     assert [r["tool"] for r in json.loads(capsys.readouterr().out)] == ["my.tool"]
     assert str(tmp_path) not in sys.path  # the import path is restored afterwards
+
+
+def test_http_undo_with_a_catalog_lacking_the_sagas_tools_is_409_and_writes_nothing(
+    saga_db: tuple[str, str], rows: Rows
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from amends.server.app import ServerSettings, create_app
+
+    db, saga_id = saga_db
+    other = amends.Catalog()
+    other.register("mail.send", lambda call, **kw: None)
+    before = rows(db)
+    app = create_app(lambda: amends.Engine(other, log=db), ServerSettings(no_auth=True))
+    with TestClient(app) as client:
+        r = client.post(f"/sagas/{saga_id}/undo")
+    assert r.status_code == 409
+    assert r.json()["error"] == "catalog_mismatch"
+    assert "needs tool(s) crm.read_field, crm.update_field, missing from" in r.json()["detail"]
+    assert rows(db) == before

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import AmendsError
-from ._common import Handler
+from ._common import Handler, safe
 
 __all__ = ["main"]
 
@@ -28,9 +28,12 @@ _COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="amends", description="Honest undo for AI-agent tool calls."
     )
+    parser.add_argument("--version", action="version", version=f"amends {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:
@@ -51,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except AmendsError as exc:
-        sys.stderr.write(f"amends: error: {exc}\n")
+        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
+        return 2
+    except BrokenPipeError:  # `amends show | head`: the reader left; not an error of ours
+        return 0
+    except OSError as exc:  # a file or port the user named: one line, never a traceback
+        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
         return 2
     except KeyboardInterrupt:
         return 130

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from ..budget import check_budget_value
@@ -40,10 +41,13 @@ Handler = Callable[[argparse.Namespace], int]
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def safe(value: Any) -> str:
-    """``str(value)`` with every control character shown as a visible escape (``\\x1b``)."""
+def safe(value: Any, *, keep_newlines: bool = False) -> str:
+    """``str(value)`` with every control character shown as a visible escape (``\\x1b``);
+    ``keep_newlines`` lets a multi-line message keep its line breaks."""
 
     def one(m: re.Match[str]) -> str:
+        if keep_newlines and m.group() == "\n":
+            return "\n"
         code = ord(m.group())
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
@@ -246,20 +250,26 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
         console.print("[bold]Residue[/bold] (what remains after compensation)")
         for r in report.residue:
             when = f"settles {r.settles_at}" if r.settles_at else "does not settle"
-            console.print(
-                f"  • {markup(r.what)} — affects "
-                f"{markup(', '.join(r.parties) or 'no one else')}; {markup(when)}"
+            _item(
+                console,
+                f"• {markup(r.what)} — affects {markup(', '.join(r.parties) or 'no one else')}; "
+                f"{markup(when)}",
             )
     if report.manual_actions:
         console.print("[bold]Needs a person[/bold]")
         for m in report.manual_actions:
-            console.print(f"  • {markup(f'[{m.step_id}]')} {markup(m.what)}")
-            console.print(
-                f"    who: {markup(m.who)}"
-                + (f"; affected: {markup(', '.join(m.parties))}" if m.parties else "")
-            )
+            _item(console, f"• {markup(f'[{m.step_id}]')} {markup(m.what)}")
+            who = f"who: {markup(m.who)}"
+            if m.parties:
+                who += f"; affected: {markup(', '.join(m.parties))}"
+            _item(console, who, indent=4)
             if m.draft:
-                console.print(f"    draft: {markup(m.draft)}")
+                _item(console, f"draft: {markup(m.draft)}", indent=4)
+
+
+def _item(console: Console, text: str, indent: int = 2) -> None:
+    # issue 17: a long line wraps under its own item, not back at column 0
+    console.print(Padding(text, (0, 0, 0, indent), expand=False))
 
 
 def _standard(value: Any) -> Any:

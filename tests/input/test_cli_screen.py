@@ -1,0 +1,91 @@
+"""Issue 17 item 4: the CLI at 80 columns (ids never broken), --version, and a fast --help."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+import amends
+
+HERE = Path(__file__).parent
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
+    env["TERM"] = "xterm-256color"
+    return env
+
+
+def _in_pty(argv: list[str], columns: int = 80) -> str:
+    """Run the CLI on a pseudo-terminal ``columns`` wide; its screen text, escapes removed."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amends.cli", *argv],
+        stdin=slave, stdout=slave, stderr=slave, cwd=HERE, env=_env(), close_fds=True,
+    )  # fmt: skip
+    os.close(slave)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+@pytest.mark.slow
+def test_show_and_undo_at_80_columns_never_break_an_id(saga_db: tuple[str, str]) -> None:
+    db, saga_id = saga_db
+    for argv in (["show", saga_id, "--db", db], ["undo", saga_id, "--db", db]):
+        screen = _in_pty(argv)
+        lines = screen.splitlines()
+        assert all(len(line) <= 80 for line in lines), screen
+        assert any(saga_id in line for line in lines), screen
+        for step_id in ("s1", "s2"):
+            assert any(re.search(rf"\b{step_id}\b", line) for line in lines), screen
+    log = amends.SqliteLog(db, read_only=True)
+    import asyncio
+
+    rev = asyncio.run(log.get_reversal(saga_id=saga_id))
+    asyncio.run(log.close())
+    assert rev is not None
+    assert any(rev.reversal_id in line for line in screen.splitlines()), screen
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from amends.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"amends {amends.__version__}"
+
+
+@pytest.mark.slow
+def test_help_imports_no_server_or_optional_extra() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "amends.cli", "--help"],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert "Honest undo for AI-agent tool calls." in proc.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()}
+    for heavy in ("fastapi", "uvicorn", "starlette", "jinja2", "httpx", "psycopg", "temporalio"):
+        assert heavy not in imported
