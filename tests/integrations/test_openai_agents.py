@@ -174,3 +174,22 @@ async def test_a_wrapped_tool_outside_an_agent_run_is_a_clear_error() -> None:
     with pytest.raises(UserError, match="outside an agent run; use run_agent") as caught:
         await Runner.run(agent, "ping")
     assert isinstance(caught.value.__cause__, amends.ConfigError)
+
+
+async def test_arguments_the_sdk_rejects_are_a_failed_step_not_in_doubt() -> None:
+    """Invalid arguments: the SDK refuses before calling the function (ModelBehaviorError), so
+    the step is failed (no effect) and the model gets the SDK's own error text."""
+    _, engine = new_engine()
+
+    @function_tool
+    def charge_card(cents: int) -> str:
+        """Charge the card."""
+        raise AssertionError("never runs")
+
+    outcome = await run_agent(engine, one_call_agent(charge_card, {"cents": "a lot"}), "Charge")
+    outputs = [getattr(i, "output", None) for i in outcome.result.new_items]
+    assert any(isinstance(o, str) and o.startswith(DEFAULT_ERROR_TEXT) for o in outputs)
+    saga = await engine.log.get_saga(outcome.saga_id)
+    assert saga is not None
+    assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "failed")]
+    assert "Invalid JSON input for tool charge_card" in (saga.steps[0].error or "")

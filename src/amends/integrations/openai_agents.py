@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from agents import Agent, FunctionTool, RunHooks, Runner, function_tool
+from agents.exceptions import ModelBehaviorError
 from agents.tool import (
     Tool,
     maybe_invoke_function_tool_failure_error_function,
@@ -115,6 +116,8 @@ def _wrap(
                 # With AmendsRunHooks each model call begins a turn; without them every call is
                 # its own turn, depending on every step done before it (safe for undo order).
                 turn=None if run.turns_from_hooks else ("openai_agents", next(_TURNS)),
+                # the SDK rejects arguments that fail validation before calling the function
+                refused=lambda exc: isinstance(exc, ModelBehaviorError),
             )
         except Exception as exc:
             answer = await maybe_invoke_function_tool_failure_error_function(
