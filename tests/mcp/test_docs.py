@@ -54,7 +54,11 @@ async def test_the_documented_client_and_gateway_configs_run(tmp_path: Path) -> 
     args = [str(gateway_toml) if a.endswith("gateway.toml") else a for a in client["args"]]
     bin_dir = str(Path(sys.executable).parent)  # where `amends` is installed
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    params = StdioServerParameters(command=client["command"], args=args, env=env, cwd=str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"  # clients start servers in unpredictable places
+    elsewhere.mkdir()
+    params = StdioServerParameters(
+        command=client["command"], args=args, env=env, cwd=str(elsewhere)
+    )
     async with Client(params) as c:
         names = {t.name for t in (await c.list_tools()).tools}
         assert {"crm.update_field", "amends_undo"} <= names
