@@ -82,3 +82,20 @@ async def test_show_and_doctor_work_on_a_read_only_log_in_a_read_only_directory(
         folder.chmod(stat.S_IRWXU)
         for p in folder.iterdir():
             p.chmod(stat.S_IRUSR | stat.S_IWUSR)
+
+
+async def test_read_commands_need_no_write_lock_on_a_current_log(
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another process holds the write lock: show and doctor still answer at once."""
+    db, saga_id = saga_db
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        assert await asyncio.to_thread(main, ["show", saga_id, "--db", db, "--json"]) == 0
+        assert saga_id in capsys.readouterr().out
+        assert await asyncio.to_thread(main, ["doctor", "--db", db]) in (0, 1)
+        assert "schema version" in capsys.readouterr().out
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -267,13 +267,15 @@ def _read_only(target: str) -> str | None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from ._common import safe
+
     try:
         findings = asyncio.run(diagnose(args.db, verify=args.verify))
     except AmendsError as exc:
         if args.json:
             sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
         else:
-            sys.stdout.write(f"ACTION  cannot open the saga log: {exc}\n")
+            sys.stdout.write(f"ACTION  cannot open the saga log: {safe(exc)}\n")
         return 2
     needs = any(f.level == "action" for f in findings)
     if args.json:
@@ -283,8 +285,9 @@ def _doctor(args: argparse.Namespace) -> int:
         )
     else:
         for f in findings:
-            sys.stdout.write(f"{f.level.upper():7} {f.what}\n")
+            # issue 11 item 6: ids and owners come from the log; never raw escapes
+            sys.stdout.write(f"{f.level.upper():7} {safe(f.what)}\n")
             if f.fix:
-                sys.stdout.write(f"        fix: {f.fix}\n")
+                sys.stdout.write(f"        fix: {safe(f.fix)}\n")
         sys.stdout.write("needs action\n" if needs else "healthy\n")
     return 1 if needs else 0
