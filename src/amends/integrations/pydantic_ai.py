@@ -53,6 +53,7 @@ __all__ = [
     "AmendsToolset",
     "agent_run",
     "agent_run_sync",
+    "approval_message",
     "catalog_toolset",
     "declare",
     "spend",
