@@ -232,3 +232,30 @@ def http_saga(saga_db: tuple[str, str]):  # type: ignore[no-untyped-def]
     app = create_app(lambda: amends.Engine(CATALOG, log=db), ServerSettings(no_auth=True))
     with TestClient(app) as client:
         yield client, saga_id, db
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ('{"seconds": 1e400}', 422, "budget.seconds must be a finite number, got inf"),
+        ('{"seconds": NaN}', 400, "NaN is not a number JSON allows"),
+        ('{"seconds": Infinity}', 400, "Infinity is not a number JSON allows"),
+        ('{"seconds": -1}', 422, "budget.seconds must be non-negative, got -1"),
+        ('{"tool_calls": 1.5}', 422, "budget.tool_calls must be a whole number, got 1.5"),
+        ('{"tool_calls": 100001}', 422, "budget.tool_calls is 100001, above the upper bound"),
+        ('{"tokens": "9"}', 422, "budget.tokens must be a whole number, got '9'"),
+        ('{"calls": 3}', 422, "unknown budget field(s) ['calls']"),
+        ("[1, 2]", 422, "budget must be an object with tool_calls, tokens, seconds"),
+    ],
+)
+def test_http_undo_refuses_each_bad_budget_with_a_4xx_and_writes_nothing(
+    http_saga: tuple[object, str, str], rows: Rows, body: str, status: int, fragment: str
+) -> None:
+    client, saga_id, db = http_saga
+    before = rows(db)
+    r = client.post(  # type: ignore[attr-defined]
+        f"/sagas/{saga_id}/undo", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == status, r.text
+    assert fragment in r.json()["detail"]
+    assert rows(db) == before
