@@ -319,3 +319,44 @@ async def test_invalid_arguments_and_unknown_tools_never_ran_so_nothing_is_in_do
     report = await engine.undo(saga.saga_id)
     assert report.status == "fully_reversed"
     assert [s.state.value for s in report.steps] == ["not_needed"]
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_failing_model_call_closes_the_saga_the_middleware_opened(sync: bool) -> None:
+    """The model fails after a tool call: the run ends with the model's error, the saga is
+    closed (not left running with a heartbeat), and its step can be undone."""
+    world, engine = new_engine()
+    declare_set_stage(engine)
+
+    class FailsSecond(Scripted):
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self, "_calls", 0) >= 1:
+                raise TimeoutError("model endpoint timed out")
+            object.__setattr__(self, "_calls", 1)
+            return super()._generate(*args, **kwargs)
+
+    model = FailsSecond(
+        messages=iter(
+            [
+                AIMessage(
+                    content="",
+                    tool_calls=[{"name": "set_stage", "args": {"stage": "won"}, "id": "c1"}],
+                )
+            ]
+        )
+    )
+    mw = AmendsMiddleware(engine)
+    agent = create_agent(model, [stage_tool(world)], middleware=[mw])
+    state = {"messages": [("user", "Win ACME")]}
+    with pytest.raises(TimeoutError, match="model endpoint timed out"):
+        if sync:
+            await asyncio.to_thread(agent.invoke, state)
+        else:
+            await agent.ainvoke(state)
+    saga = await engine.log.get_saga(mw.last_saga_id or "")
+    assert saga is not None
+    assert saga.state == "completed"  # closed; its one step is done
+    assert [(s.tool, s.state) for s in saga.steps] == [("set_stage", "done")]
+    report = await engine.undo(saga.saga_id)
+    assert report.status == "fully_reversed"
+    assert world.crm.read_field("acme", "stage") == "negotiation"
