@@ -149,3 +149,19 @@ def test_a_bad_resolve_is_refused_and_writes_nothing(
     r = ctx.client.post(f"/sagas/{sid}/steps/{step}/resolve", json=body, headers=ctx.auth)
     assert (r.status_code, r.json()["error"]) == (status, error), r.text
     assert log_snapshot(ctx.db) == before
+
+
+def test_the_saga_page_probes_each_expectation_once_and_dispatches_nothing_else(
+    ctx: Ctx,
+) -> None:
+    from amends.server.security import COOKIE
+
+    sid = ctx.sagas["acme1"]
+    ctx.client.cookies.set(COOKIE, ctx.auth["Authorization"][7:])
+    before = len(ctx.world.calls)
+    page = ctx.client.get(f"/ui/sagas/{sid}")
+    assert page.status_code == 200
+    made = ctx.world.calls[before:]
+    assert sorted(tool for tool, _, _ in made) == ["crm.read_field", "pay.get_charge"]
+    assert {phase for _, phase, _ in made} == {"probe"}
+    assert "Checked: the world still shows the agent" in page.text

@@ -178,9 +178,15 @@ def reversal_body(rev: ReversalRecord, problems: list[ChainProblem] | None) -> d
     }
 
 
-async def saga_detail(st: _State, saga: SagaRecord, problems: list[ChainProblem]) -> dict[str, Any]:
-    """Steps (redacted arguments, verbs, states), reversal, resolutions and history."""
-    the_plan = await st.engine.preview(saga.saga_id)
+async def saga_detail(
+    st: _State, saga: SagaRecord, problems: list[ChainProblem], preview: Any = None
+) -> dict[str, Any]:
+    """Steps (redacted arguments, verbs, states), reversal, resolutions and history.
+
+    ``preview``: the saga's ``engine.preview`` when the caller already has it (its probes run
+    once per page, not twice).
+    """
+    the_plan = preview if preview is not None else await st.engine.preview(saga.saga_id)
     planned = {p.step_id: p for p in the_plan.steps}
     report = None if problems or saga.reversal is None else saga.reversal.report
     final = {s["step_id"]: s for s in (report or {}).get("steps", [])}

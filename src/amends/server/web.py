@@ -163,8 +163,9 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     saga, who = await load_saga(request, saga_id)
     st = _state(request)
     problems = await integrity(st, saga.saga_id)
-    detail = await saga_detail(st, saga, problems)
-    the_plan = (await st.engine.preview(saga.saga_id)).to_dict()
+    preview = await st.engine.preview(saga.saga_id)  # rule 10: probes the world, once
+    detail = await saga_detail(st, saga, problems, preview)
+    the_plan = preview.to_dict()
     report = None if problems or saga.reversal is None else saga.reversal.report
     return _page(
         request,
