@@ -135,3 +135,28 @@ def test_http_undo_with_a_catalog_lacking_the_sagas_tools_is_409_and_writes_noth
     assert r.json()["error"] == "catalog_mismatch"
     assert "needs tool(s) crm.read_field, crm.update_field, missing from" in r.json()["detail"]
     assert rows(db) == before
+
+
+async def test_a_catalog_whose_contracts_changed_since_the_saga_is_named_in_a_warning(
+    saga_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same tool names, another contract: undo goes ahead with the catalog at hand and says so."""
+    db, saga_id = saga_db
+    (tmp_path / "changed_tools_t11.py").write_text(
+        "from core_world import fresh\n"
+        "WORLD, catalog = fresh()\n"
+        "catalog.register('extra.tool', lambda call: None, reversibility='irreversible')\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        code = await asyncio.to_thread(
+            main, ["undo", saga_id, "--db", db, "--catalog", "changed_tools_t11:catalog"]
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "amends: warning: the contracts of catalog changed_tools_t11:catalog changed since " in err
+    )
+    assert f"saga {saga_id} ran (fingerprint " in err
