@@ -16,6 +16,7 @@ from amends.evals.broken import (
     ResendAfterCrashEngine,
     ReverseTimeOrderEngine,
     UncheckedReportEngine,
+    WaitsForInFlightEngine,
 )
 from amends.evals.generator import FAMILIES, Mutation, Scenario, StepSpec, generate
 from amends.evals.invariants import check
@@ -86,13 +87,19 @@ async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> 
     ]
     sc = _sc(steps, stall="payments.charge", stall_seconds=1.5, budget_seconds=0.3)
     r = await run_scenario(sc)
-    assert r.durations[0] < 1.2
+    assert r.stalled == ["s2"]
+    assert r.durations[0] < 1.5
     states = {o.step_id: o.state.value for o in r.reports[0].steps}
     assert states["s1"] == "reverted"
     assert states["s2"] in ("in_doubt", "over_budget")
     assert states.get("s3", "cancelled") in ("cancelled", "not_needed")
     assert ("s2:forward", "charge") in _ops(r.effects)  # it acted after the undo answered
     assert not any(check(r).values()), check(r)
+    bad = await run_scenario(sc, engine_factory=WaitsForInFlightEngine)
+    assert bad.durations[0] > 1.0  # it waited for the stalled call
+    assert check(bad)["bounded"] == [
+        "the first answer came only after the stalled step s2 acted (1.5s later); budget 0.3s"
+    ]
 
 
 async def test_drift_check_invariant_catches_engine_that_skips_drift_checks() -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "ResendAfterCrashEngine",
     "ReverseTimeOrderEngine",
     "UncheckedReportEngine",
+    "WaitsForInFlightEngine",
 ]
 
 
@@ -102,6 +103,17 @@ def _fresh_key(fn: Callable[..., Any]) -> Callable[..., Any]:
     return tool
 
 
+class WaitsForInFlightEngine(Engine):
+    """Waits for every step still running forward before undoing, however long it takes: the
+    seconds budget no longer bounds waiting for an in-flight step (rule 7)."""
+
+    async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+        live = self.live_sagas.get(saga_id)
+        if live is not None:
+            await live.settle()
+        return await super().undo(saga_id, budget=budget)
+
+
 class UncheckedReportEngine(Engine):
     """Reports "reverted" without checking: every step that still stands is claimed undone."""
 
@@ -122,5 +134,6 @@ BROKEN_ENGINES: dict[str, type[Engine]] = {
     "broken-resend-after-crash": ResendAfterCrashEngine,
     "broken-reverse-time-order": ReverseTimeOrderEngine,
     "broken-unchecked-report": UncheckedReportEngine,
+    "broken-waits-for-in-flight": WaitsForInFlightEngine,
 }
 """Selectable with ``amends eval --engine NAME``."""

@@ -228,6 +228,18 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         if rep.tool_calls > sc.budget_calls:
             v["bounded"].append(f"{rep.tool_calls} tool calls, budget {sc.budget_calls}")
             break
+    if sc.stall:
+        # rule 7: the seconds budget bounds waiting for a step still in flight. Judged on the
+        # world, not the wall clock (a loaded machine stretches both): the answer must come
+        # before the stalled call acted, i.e. the engine did not wait for it.
+        for sid in r.stalled:
+            landed = [e["seq"] for e in tags.get(f"{sid}:forward", [])]
+            if landed and r.answered_at and min(landed) < r.answered_at[0]:
+                v["bounded"].append(
+                    f"the first answer came only after the stalled step {sid} acted "
+                    f"({sc.stall_seconds}s later); budget {sc.budget_seconds}s"
+                )
+        return v
     for took in r.durations:
         if took > sc.budget_seconds + _TIME_SLACK:
             v["bounded"].append(f"a request took {took:.1f}s, budget {sc.budget_seconds}s")

@@ -95,6 +95,10 @@ class SagaResult:
     world: dict[str, Any]
     errors: list[str] = field(default_factory=list)
     """Exceptions an undo request raised (an engine must answer, not raise)."""
+    answered_at: list[int] = field(default_factory=list)
+    """Length of the world's effect journal when each request got its answer."""
+    stalled: list[str] = field(default_factory=list)
+    """Steps whose forward call stalled (the stall family)."""
 
 
 def _resolve(value: Any, handles: dict[str, Step]) -> Any:
@@ -278,6 +282,7 @@ async def _requests(
     reports: list[UndoReport] = []
     durations: list[float] = []
     errors: list[str] = []
+    answered_at: list[int] = []
     crashed = False
 
     async def timed() -> None:
@@ -287,6 +292,7 @@ async def _requests(
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         durations.append(time.monotonic() - t0)
+        answered_at.append(len(world.effects()))
 
     try:
         if sc.requests == "concurrent":
@@ -308,5 +314,5 @@ async def _requests(
     world.faults.clear()
     return SagaResult(
         sc, engine, forward, results, world.effects(), reports, durations, crashed,
-        world.snapshot(), errors,
+        world.snapshot(), errors, answered_at, list(world.faults.stalled),
     )  # fmt: skip

@@ -140,6 +140,8 @@ class Faults:
         self._crash_after = False
         self._crash_op: str | None = None
         self._calls = 0
+        self.stalled: list[str] = []
+        """Steps whose call met a ``slow`` or ``timeout`` fault (the step id, or the tool)."""
 
     def add(self, op: str, kind: FaultKind, *, times: int = 1, delay: float = 0.0) -> None:
         """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave.
@@ -513,6 +515,8 @@ class World:
         if fault.kind in ("act_then_raise", "raise_after_inverse"):
             self._after.setdefault(id(call), fault.kind)
             return
+        if fault.kind in ("timeout", "slow"):
+            self.faults.stalled.append(call.step_id if call is not None else op)
         if fault.kind == "transient":
             raise TransientError(f"{op}: the vendor is rate limiting (injected fault); retry later")
         if fault.kind == "permanent":
