@@ -560,9 +560,11 @@ def test_doctor_warns_about_a_token_file_others_can_read(app: App) -> None:
     assert "chmod 600 the token file" in out
 
 
-def test_the_periodic_check_marks_a_forged_saga_in_listings(tmp_path: Path) -> None:
+def test_the_periodic_check_marks_a_forged_saga_in_listings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """serve's periodic chain check (at start-up, then every verify_interval) marks a forged saga
-    in the listing even when nobody opened the saga itself."""
+    in the listing even when nobody opened the saga itself, and names it in the server's log."""
     db = str(tmp_path / "p.db")
     world, catalog = fresh()
     sagas = asyncio.run(_seed(db, catalog, world))
@@ -593,6 +595,8 @@ def test_the_periodic_check_marks_a_forged_saga_in_listings(tmp_path: Path) -> N
         others = [s for s in listed["sagas"] if s["saga_id"] != sagas["acme1"]]
         assert all(s["integrity"]["verified"] for s in others)
     tokens.close()
+    named = [r.getMessage() for r in caplog.records if r.name == "amends.server"]
+    assert any(f"the history of saga {sagas['acme1']} does not verify" in m for m in named), named
 
 
 def test_behind_a_tls_proxy_the_cookie_is_secure_and_the_proxy_origin_is_ours(
