@@ -193,3 +193,29 @@ async def test_arguments_the_sdk_rejects_are_a_failed_step_not_in_doubt() -> Non
     assert saga is not None
     assert [(s.tool, s.state) for s in saga.steps] == [("charge_card", "failed")]
     assert "Invalid JSON input for tool charge_card" in (saga.steps[0].error or "")
+
+
+async def test_runner_run_sync_inside_agent_run_sync_records_one_saga() -> None:
+    """Runner.run_sync runs its own event loop; inside agent_run_sync every call is a step of
+    that run's saga, with turns from AmendsRunHooks."""
+    from amends.integrations.openai_agents import AmendsRunHooks, agent_run_sync
+
+    _, engine = new_engine()
+    agent = wrap_agent(openai_agent(engine), engine)
+
+    def in_thread() -> str:
+        with agent_run_sync(engine, TITLE) as run:
+            result = Runner.run_sync(agent, TITLE, hooks=AmendsRunHooks())
+        assert result.final_output == "Done: ACME is closed."
+        return run.saga_id
+
+    saga_id = await asyncio.to_thread(in_thread)
+    saga = await engine.log.get_saga(saga_id)
+    assert saga is not None
+    tool_of = {s.step_id: s.tool for s in saga.steps}
+    assert {s.tool: sorted(tool_of[d] for d in s.deps) for s in saga.steps} == {
+        "crm.update_field": [],
+        "payments.charge": [],
+        "chat.post": ["crm.update_field", "payments.charge"],
+        "lookup_weather": ["crm.update_field", "payments.charge"],
+    }

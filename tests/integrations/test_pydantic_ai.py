@@ -275,3 +275,39 @@ def test_an_unknown_approval_mode_is_refused() -> None:
     _, engine = new_engine()
     with pytest.raises(amends.ConfigError, match="approval is 'ask'"):
         AmendsToolset(FunctionToolset([]), engine=engine, approval="ask")
+
+
+async def test_run_sync_inside_agent_run_sync_records_one_saga() -> None:
+    """agent.run_sync runs its own event loop; inside agent_run_sync (whose saga lives on
+    another) every call is still a step of that one saga, with the same dependencies."""
+    from agent_scene import CATALOG_TOOLS, FINAL_TEXT, TITLE, TURNS, lookup_weather
+
+    from amends.integrations.pydantic_ai import agent_run_sync, catalog_toolset
+
+    _, engine = new_engine()
+    script = [[ToolCallPart(n, a, tool_call_id=i) for i, n, a in turn] for turn in TURNS]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=script.pop(0) if script else [TextPart(FINAL_TEXT)])
+
+    inner = FunctionToolset(
+        [*catalog_toolset(engine.catalog, CATALOG_TOOLS).tools.values(), lookup_weather]
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[AmendsToolset(inner, engine=engine)])
+
+    def in_thread() -> str:
+        with agent_run_sync(engine, TITLE) as run:
+            assert agent.run_sync(TITLE).output == FINAL_TEXT
+            assert agent.run_sync("again").output == FINAL_TEXT
+        return run.saga_id
+
+    saga_id = await asyncio.to_thread(in_thread)
+    saga = await engine.log.get_saga(saga_id)
+    assert saga is not None
+    tool_of = {s.step_id: s.tool for s in saga.steps}
+    assert {s.tool: sorted(tool_of[d] for d in s.deps) for s in saga.steps} == {
+        "crm.update_field": [],
+        "payments.charge": [],
+        "chat.post": ["crm.update_field", "payments.charge"],
+        "lookup_weather": ["crm.update_field", "payments.charge"],
+    }

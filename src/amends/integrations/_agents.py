@@ -158,6 +158,17 @@ class AgentRun:
             ConfigError: An argument name the saga reserves (``after``, ``step_id``).
             Exception: Whatever the tool raised, unchanged, so the framework handles it as before.
         """
+        if asyncio.get_running_loop() is not self.loop:
+            return await self._call_from_other_loop(
+                tool,
+                args,
+                run,
+                turn=turn,
+                reported_error=reported_error,
+                loggable=loggable,
+                refused=refused,
+                refused_answer=refused_answer,
+            )
         if turn is not None:
             self.begin_turn(turn)
         clash = _RESERVED_ARGS.intersection(args)
@@ -220,6 +231,52 @@ class AgentRun:
                 return box["value"]  # type: ignore[no-any-return]
             raise
         return box["value"]  # type: ignore[no-any-return]
+
+    async def _call_from_other_loop(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        run: Callable[[], Awaitable[T]] | Callable[[], T],
+        **options: Any,
+    ) -> T:
+        """A framework running its own event loop (``run_sync``) inside a run whose saga lives
+        on another: the step is made on the saga's loop, the framework's coroutine still runs
+        on the framework's loop, with the framework's context variables and the step's
+        :func:`amends.current_call`."""
+        caller_loop = asyncio.get_running_loop()
+        caller = contextvars.copy_context()
+
+        def restore_caller_context() -> None:
+            for var, value in caller.items():
+                if var is not _ACTIVE and not isinstance(value, amends.Call):
+                    var.set(value)
+
+        inner: Callable[[], Any]
+        if inspect.iscoroutinefunction(run):
+            coro_fn = run
+
+            async def on_caller_loop() -> Any:
+                restore_caller_context()
+                return await coro_fn()
+
+            async def relay() -> Any:  # runs inside the step, on the saga's loop
+                return await asyncio.wrap_future(
+                    asyncio.run_coroutine_threadsafe(on_caller_loop(), caller_loop)
+                )
+
+            inner = relay
+        else:
+            sync_fn = run
+
+            def in_caller_context() -> Any:
+                restore_caller_context()
+                return sync_fn()
+
+            inner = in_caller_context
+        future = asyncio.run_coroutine_threadsafe(
+            self.call_tool(tool, args, inner, **options), self.loop
+        )
+        return await asyncio.wrap_future(future)
 
     def call_tool_sync(
         self,
