@@ -1,0 +1,68 @@
+"""Issue 13 on the PostgreSQL saga log: idempotency keys per tenant shared by two servers, and a
+forged report marked and refused — the same protections as on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from server_harness import _seed
+
+import amends
+from amends.server import ServerSettings, TokenStore, create_app
+from core_world import fresh
+
+pytestmark = pytest.mark.slow
+
+BASE = "http://127.0.0.1:8000"
+
+
+def test_postgres_log_keys_per_tenant_across_servers_and_a_forged_report_is_marked(
+    pg_url: str,
+) -> None:
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(pg_url, catalog, world))
+    tokens = TokenStore(":memory:")
+    acme = {"Authorization": f"Bearer {tokens.create('acme')}"}
+    globex = {"Authorization": f"Bearer {tokens.create('globex')}"}
+    settings = ServerSettings(tokens=tokens, verify_interval=0)
+    one = create_app(lambda: amends.Engine(catalog, log=pg_url), settings)
+    two = create_app(lambda: amends.Engine(catalog, log=pg_url), settings)
+    key = {"Idempotency-Key": "pg-key"}
+    with TestClient(one, base_url=BASE) as a, TestClient(two, base_url=BASE) as b:
+        r = a.post(f"/sagas/{sagas['acme1']}/undo", headers={**acme, **key})
+        assert r.status_code in (200, 202), r.text
+        r = b.post(f"/sagas/{sagas['acme2']}/undo", headers={**acme, **key})
+        assert (r.status_code, r.json()["error"]) == (409, "idempotency_key_reused")
+        r = b.post(f"/sagas/{sagas['globex1']}/undo", headers={**globex, **key})
+        assert r.status_code in (200, 202), r.text
+        deadline = time.monotonic() + 30
+        while a.get(f"/sagas/{sagas['acme1']}", headers=acme).json()["reversal"]["state"] != (
+            "done"
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        body = a.get(f"/sagas/{sagas['acme1']}", headers=acme).json()
+        assert body["integrity"]["verified"] is True
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (raw,) = conn.execute(
+                "SELECT report FROM reversals WHERE saga_id = %s", (sagas["acme1"],)
+            ).fetchone()  # type: ignore[misc]
+            report = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            report["status"] = "fully_reversed"
+            conn.execute(
+                "UPDATE reversals SET report = %s WHERE saga_id = %s",
+                (json.dumps(report), sagas["acme1"]),
+            )
+        body = b.get(f"/sagas/{sagas['acme1']}", headers=acme).json()
+        assert body["integrity"]["verified"] is False
+        assert body["reversal"]["status"] == "unverified"
+        assert "fully_reversed" not in json.dumps(body)
+        r = b.post(f"/sagas/{sagas['acme1']}/undo", headers=acme)
+        assert (r.status_code, r.json()["error"]) == (409, "history_does_not_verify")
+    assert world.crm["r2"]["stage"] == "won"  # the refused key ran nothing
+    tokens.close()
