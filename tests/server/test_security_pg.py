@@ -66,3 +66,34 @@ def test_postgres_log_keys_per_tenant_across_servers_and_a_forged_report_is_mark
         assert (r.status_code, r.json()["error"]) == (409, "history_does_not_verify")
     assert world.crm["r2"]["stage"] == "won"  # the refused key ran nothing
     tokens.close()
+
+
+def test_postgres_tables_hold_no_secret_bytes(pg_url: str) -> None:
+    from test_secrets import Ledger, leaks, run_secret_saga, secret_catalog
+
+    ledger = Ledger()
+
+    async def go() -> None:
+        engine = amends.Engine(secret_catalog(ledger), log=pg_url)
+        try:
+            sid = await run_secret_saga(engine)
+            await engine.undo(sid)
+        finally:
+            await engine.close()
+
+    asyncio.run(go())
+    assert ledger.refunds_with == ["4111111111111111"]  # the resolver gave the card back
+    dump = []
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            )
+        ]
+        assert {"sagas", "steps", "events", "reversals", "compensations"} <= set(tables)
+        for t in tables:
+            dump.extend(repr(row) for row in conn.execute(f'SELECT * FROM "{t}"'))
+    text = "\n".join(dump)
+    assert leaks(text) == []
+    assert "[redacted:card_number]" in text
