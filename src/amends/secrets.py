@@ -256,48 +256,42 @@ async def resolve_markers(
     tools = " or ".join(repr(t) for t, _ in resolvers)
     secrets: dict[str, Any] = {}
     for name in sorted(names):
+        req = dataclasses.replace(request, name=name)
         if resolver is None:
-            raise ContractError(
+            raise _refused(
+                req,
                 f"the inverse needs secret {name!r}, which was redacted from the log (rule 11), "
                 f"and neither {tools} has a resolver; register the tool with "
                 f"resolve_secret=amends.secrets.from_env() or a secret-store callback",
-                tool=request.tool,
-                saga_id=request.saga_id,
-                step_id=request.step_id,
             )
-        req = SecretRequest(
-            name,
-            request.tool,
-            request.forward_tool,
-            request.saga_id,
-            request.step_id,
-            request.tenant,
-            request.args,
-        )
-        try:
-            got = resolver(req)
-            if inspect.isawaitable(got):
-                got = await got
-        except Exception as exc:
-            raise ContractError(
-                f"the resolver for secret {name!r} of {tools} raised "
-                f"{type(exc).__name__}: {vault.scrub(str(exc))}; fix the resolver or provide "
-                f"the secret it reads",
-                tool=request.tool,
-                saga_id=request.saga_id,
-                step_id=request.step_id,
-            ) from None
-        if got is None or got == "":
-            raise ContractError(
-                f"the resolver for secret {name!r} of {tools} returned {got!r}; it must return "
-                f"the secret's value",
-                tool=request.tool,
-                saga_id=request.saga_id,
-                step_id=request.step_id,
-            )
-        vault.add(name, got)
-        secrets[name] = got
+        secrets[name] = await _ask(resolver, req, tools, vault)
     return dict(_substitute(dict(args), secrets))
+
+
+async def _ask(resolver: SecretResolver, req: SecretRequest, tools: str, vault: Vault) -> Any:
+    """One secret from ``resolver``, remembered in ``vault`` so it is scrubbed from now on."""
+    try:
+        got = resolver(req)
+        if inspect.isawaitable(got):
+            got = await got
+    except Exception as exc:
+        raise _refused(
+            req,
+            f"the resolver for secret {req.name!r} of {tools} raised {type(exc).__name__}: "
+            f"{vault.scrub(str(exc))}; fix the resolver or provide the secret it reads",
+        ) from None
+    if got is None or got == "":
+        raise _refused(
+            req,
+            f"the resolver for secret {req.name!r} of {tools} returned {got!r}; it must return "
+            f"the secret's value",
+        )
+    vault.add(req.name, got)
+    return got
+
+
+def _refused(req: SecretRequest, message: str) -> ContractError:
+    return ContractError(message, tool=req.tool, saga_id=req.saga_id, step_id=req.step_id)
 
 
 async def resolve_call_args(

@@ -292,3 +292,29 @@ def test_bad_sensitive_declarations_are_contract_errors(kwargs: dict[str, Any], 
     catalog = amends.Catalog()
     with pytest.raises(amends.ContractError, match=match):
         catalog.register("x.y", lambda call: None, **kwargs)
+
+
+async def test_a_resolver_that_fails_or_returns_nothing_is_a_clear_contract_error() -> None:
+    from amends.secrets import Vault, resolve_markers
+
+    req = SecretRequest("", "pay.refund", "pay.charge", "saga_1", "s1", "acme", {})
+    args = {"card_number": "[redacted:card_number]", "note": "card [redacted:card_number] ok"}
+
+    def broken(r: SecretRequest) -> str:
+        raise KeyError(r.name)
+
+    for resolver, match in (
+        (broken, r"resolver for secret 'card_number' of 'pay.refund' raised KeyError"),
+        (lambda r: "", r"returned ''; it must return the secret's value"),
+    ):
+        with pytest.raises(amends.ContractError, match=match) as info:
+            await resolve_markers(args, [("pay.refund", resolver)], req, Vault())
+        assert (info.value.step_id, info.value.saga_id) == ("s1", "saga_1")
+
+    async def store(r: SecretRequest) -> str:  # an async secret-store callback
+        return CARD if r.name == "card_number" else "?"
+
+    vault = Vault()
+    got = await resolve_markers(args, [("pay.refund", None), ("pay.charge", store)], req, vault)
+    assert got == {"card_number": CARD, "note": f"card {CARD} ok"}
+    assert vault.scrub(f"declined {CARD}") == "declined [redacted:card_number]"
