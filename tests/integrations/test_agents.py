@@ -304,6 +304,7 @@ def test_titles_come_from_the_prompts_first_line() -> None:
     assert len(title_from("x" * 200)) == 80
 
 
+@pytest.mark.slow  # a subprocess: a fresh interpreter is the only honest check
 def test_import_amends_never_imports_a_framework() -> None:
     """Frameworks are imported lazily: only the adapter modules import them."""
     code = (
