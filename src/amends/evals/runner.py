@@ -292,7 +292,7 @@ async def _requests(
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         durations.append(time.monotonic() - t0)
-        answered_at.append(len(world.effects()))
+        answered_at.append(world.effect_count())
 
     try:
         if sc.requests == "concurrent":

@@ -341,6 +341,12 @@ class _Store:
             [(json.dumps(e, sort_keys=True),) for e in effects],
         )
 
+    def effect_count(self) -> int:
+        with self._lock:
+            if self._db is None:
+                return len(self._effects)
+            return int(self._db.execute("SELECT COUNT(*) FROM effects").fetchone()[0])
+
     def effects(self) -> list[dict[str, Any]]:
         with self._lock:
             if self._db is None:
@@ -466,6 +472,10 @@ class World:
         tell which step caused it and how many times an inverse was applied.
         """
         return self._store.effects()
+
+    def effect_count(self) -> int:
+        """How many effects :meth:`effects` would return (cheap: nothing is decoded)."""
+        return self._store.effect_count()
 
     def copy(self) -> World:
         """An in-memory world with this world's state, effects and clock (faults not copied)."""
