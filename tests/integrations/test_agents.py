@@ -358,3 +358,29 @@ async def test_a_tool_slower_than_its_contracts_timeout_is_in_doubt_and_says_so(
     saga = await engine.log.get_saga(run.saga_id)
     assert saga is not None and saga.steps[0].state == "in_doubt"
     assert "0.05" in (saga.steps[0].error or "")
+
+
+def test_tokens_of_reads_each_frameworks_usage_record() -> None:
+    """spend()/tokens_of() read LangChain's usage_metadata, Pydantic AI's RunUsage and result,
+    and OpenAI Agents' Usage and RunResult; anything else is a clear error."""
+    from agents.usage import Usage
+    from langchain_core.messages import AIMessage
+    from pydantic_ai.usage import RunUsage
+
+    from amends.integrations._agents import tokens_of
+
+    msg = AIMessage(
+        content="x", usage_metadata={"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}
+    )
+    assert tokens_of(msg) == 12
+    assert tokens_of({"input_tokens": 3, "output_tokens": 4}) == 7
+    assert tokens_of(RunUsage(input_tokens=10, output_tokens=2)) == 12
+    assert tokens_of(Usage(input_tokens=1, output_tokens=2, total_tokens=3)) == 3
+
+    class OpenAIResult:  # RunResult's shape: result.context_wrapper.usage
+        class context_wrapper:
+            usage = Usage(input_tokens=4, output_tokens=4, total_tokens=8)
+
+    assert tokens_of(OpenAIResult()) == 8
+    with pytest.raises(amends.ConfigError, match="no token count in 'lots'"):
+        tokens_of("lots")
