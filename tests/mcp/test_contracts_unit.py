@@ -127,3 +127,20 @@ def test_config_mistakes_are_clear_errors(tmp_path: Path, toml: str, message: st
 def test_missing_config_names_the_fix() -> None:
     with pytest.raises(ConfigError, match="--config"):
         load_config("/nonexistent/gateway.toml")
+
+
+def test_builtin_sandbox_contracts_agree_with_the_python_sandbox_catalog() -> None:
+    """Same tools, classes and idempotency as amends.sandbox.sandbox_catalog, so a change to
+    one without the other is caught here (the demo through MCP must equal in-process)."""
+    from amends.sandbox import World, sandbox_catalog
+
+    world = World()
+    try:
+        python = {s.name: s for s in sandbox_catalog(world)}
+    finally:
+        world.close()
+    toml = load_contracts("builtin:sandbox").tools
+    assert set(toml) == set(python)
+    for name, spec in python.items():
+        assert toml[name].reversibility == spec.reversibility.value, name
+        assert toml[name].idempotent == spec.idempotent, name

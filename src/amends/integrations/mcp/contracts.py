@@ -94,8 +94,10 @@ _TOOL_KEYS = {
     "errors",
     "compensate_residue",
     "observe",
+    "landed",
+    "compensate_follow_up",
 }
-_EFFECT_KEYS = {"inverse", "expect", "residue", "acknowledge", "no_drift_check"}
+_EFFECT_KEYS = {"inverse", "expect", "residue", "acknowledge", "no_drift_check", "landed"}
 
 
 def _money(value: Any) -> str:
@@ -247,6 +249,9 @@ class Effects:
     acknowledge: Mapping[str, Any] | None = None
     no_drift_check: str | None = None
     """Why no expectation is needed (rule 4), e.g. "a draft only this saga can see"."""
+    landed: Mapping[str, Any] | None = None
+    """For a server that ignores idempotency keys: how to see that the inverse took effect,
+    so a compensation in flight at a crash is never sent twice (rule 5)."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,9 @@ class ToolContract:
     """Upstream tool names: this step's inverse waits for the inverse of the latest earlier step
     of one of these tools (rule 3)."""
     errors: ErrorRules = field(default_factory=ErrorRules)
+    compensate_follow_ups: tuple[Mapping[str, Any], ...] = ()
+    """Calls this tool asks for when it runs as an inverse (``{when, tool, args}``, templates over
+    ``args`` and ``result``); each spends budget (rule 7)."""
     compensate_residue: Mapping[str, Any] | None = None
     """Residue this tool leaves when it runs *as an inverse* (a refund that settles later),
     templates over ``args`` and ``result``."""
@@ -339,6 +347,10 @@ def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
             entry["acknowledge"], f"{where} acknowledge", {"who"}, {"parties", "draft", "what"}
         )
         _check_template(ack, roots, f"{where} acknowledge")
+    landed = None
+    if "landed" in entry:
+        landed = _table(entry["landed"], f"{where} landed", {"probe", "equals"}, {"args", "path"})
+        _check_template(landed, roots, f"{where} landed")
     reason = entry.get("no_drift_check")
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         raise ConfigError(
@@ -346,7 +358,7 @@ def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
         )
     if expect is not None and reason is not None:
         raise ConfigError(f"{where}: give either expect or no_drift_check, not both")
-    return Effects(inverse, expect, residue, ack, reason)
+    return Effects(inverse, expect, residue, ack, reason, landed)
 
 
 def _path(value: Any, where: str) -> tuple[str, ...]:
@@ -431,6 +443,14 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
             {"parties", "settles_in_days", "settles_in_business_days", "settles_at", "when"},
         )
         _check_template(comp_residue, {"args", "result"}, f"{where} compensate_residue")
+    raw_fu = entry.get("compensate_follow_up", [])
+    if not isinstance(raw_fu, list):
+        raise ConfigError(f"{where}: compensate_follow_up must be an array of tables")
+    follow_ups = []
+    for fu in raw_fu:
+        fu = _table(fu, f"{where} compensate_follow_up", {"tool"}, {"args", "when"})
+        _check_template(fu, {"args", "result"}, f"{where} compensate_follow_up")
+        follow_ups.append(fu)
     idem = entry.get("idempotent", False)
     if not isinstance(idem, bool):
         raise ConfigError(f"{where}: idempotent must be true or false, got {idem!r}")
@@ -464,6 +484,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
         undo_after=tuple(undo_after),
         errors=ErrorRules.parse(entry.get("errors"), where, errors),
         compensate_residue=comp_residue,
+        compensate_follow_ups=tuple(follow_ups),
     )
 
 

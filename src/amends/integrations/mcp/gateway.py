@@ -201,6 +201,9 @@ class Gateway:
                     refs.append(eff.inverse["tool"])
                 if eff is not None and eff.expect is not None:
                     refs.append(eff.expect["probe"])
+                if eff is not None and eff.landed is not None:
+                    refs.append(eff.landed["probe"])
+            refs += [fu["tool"] for fu in c.compensate_follow_ups]
             missing = [r for r in refs if r not in up.tools]
             if missing:
                 raise ConfigError(
@@ -283,10 +286,16 @@ class Gateway:
                 self._raw[(call.saga_id, call.step_id)] = res
             raise_for_error(res, rules, exp.catalog_name)
             value = result_value(res)
-            compensating = call.phase in ("compensate", "follow_up")
-            if compensating and contract is not None and contract.compensate_residue is not None:
+            if call.phase in ("compensate", "follow_up") and contract is not None:
                 scope["result"] = value
-                self._residue(call, contract.compensate_residue, scope, where)
+                if contract.compensate_residue is not None:
+                    self._residue(call, contract.compensate_residue, scope, where)
+                for fu in contract.compensate_follow_ups:
+                    filled = render(dict(fu), scope, f"{where} compensate_follow_up")
+                    if "when" not in filled or filled["when"]:
+                        call.follow_up(
+                            self._upstream_name(up, filled["tool"]), **filled.get("args", {})
+                        )
             if call.phase == "forward" and contract is not None:
                 scope["result"] = value
                 try:
@@ -381,6 +390,14 @@ class Gateway:
             )
         elif eff.no_drift_check is not None and hasattr(call, "no_drift_check"):
             call.no_drift_check(reason=eff.no_drift_check)
+        if eff.landed is not None and hasattr(call, "landed"):
+            lp = render(eff.landed.get("path", []), scope, f"{where} landed path")
+            call.landed(
+                self._upstream_name(up, eff.landed["probe"]),
+                render(dict(eff.landed.get("args", {})), scope, f"{where} landed"),
+                equals=render(eff.landed["equals"], scope, f"{where} landed"),
+                path=(lp,) if isinstance(lp, str) else tuple(lp),
+            )
         if eff.residue is not None:
             self._residue(call, eff.residue, scope, where)
         if eff.acknowledge is not None:
