@@ -614,3 +614,13 @@ def test_behind_a_tls_proxy_the_cookie_is_secure_and_the_proxy_origin_is_ours(
         assert r.status_code == 303, r.text
         (cookie,) = [c for c in r.headers.get_list("set-cookie") if c.startswith("amends_session=")]
         assert "secure" in cookie.lower()
+
+
+@pytest.mark.parametrize("bad", ["amends.example.com", "ftp://x", "https://x/path", "https://"])
+def test_serve_public_origin_must_be_an_origin(tmp_path: Path, bad: str) -> None:
+    db = str(tmp_path / "o.db")
+    code, _, err = _cli("serve", "--db", db, "--catalog", "x:y", "--public-origin", bad)
+    assert code == 2
+    assert (
+        f"--public-origin must be scheme://host[:port] as the browser sees it, got {bad!r}" in err
+    )

@@ -29,6 +29,12 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--undo-label", default="Undo", help="label of the undo button")
     serve.add_argument(
+        "--public-origin",
+        metavar="URL",
+        help="the origin browsers use behind a proxy, e.g. https://amends.example.com "
+        "(CSRF origin check; Secure cookies when https)",
+    )
+    serve.add_argument(
         "--no-auth", action="store_true", help="no tokens: every request sees every saga"
     )
     serve.add_argument("--tokens", help="token file (default <db>.tokens)")
@@ -110,14 +116,35 @@ def _serve(args: argparse.Namespace) -> int:
             f"--host {args.host!r}; use --host 127.0.0.1, or create a token with "
             f"`amends token create --tenant T` and drop --no-auth"
         )
+    public_origin = _origin(args.public_origin)  # bad flags first, before the log is opened
     catalog = load_catalog(_serve_catalog(args.catalog, args.db), args.db)
     sock = _bind(args.host, args.port)  # issue 11: a bad or busy port is one line, before serving
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))
-    settings = ServerSettings(no_auth=args.no_auth, undo_label=args.undo_label, tokens=tokens)
+    settings = ServerSettings(
+        no_auth=args.no_auth,
+        undo_label=args.undo_label,
+        tokens=tokens,
+        public_origin=public_origin,
+    )
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     server.run(sockets=[sock])
     return 0
+
+
+def _origin(url: str | None) -> str | None:
+    """``--public-origin``: scheme://host[:port], nothing else (it is compared with Origin)."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        raise ConfigError(
+            f"--public-origin must be scheme://host[:port] as the browser sees it, got {url!r}; "
+            f"e.g. --public-origin https://amends.example.com"
+        )
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _port(text: str) -> int:
