@@ -63,15 +63,24 @@ async def test_undo_continue_finishes_a_reversal_stopped_by_its_budget(
 
 
 async def test_resolve_records_who_handled_a_manual_action(
-    saga_db: tuple[str, str], rows: Rows, capsys: pytest.CaptureFixture[str]
+    saga_db: tuple[str, str],
+    rows: Rows,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     db, saga_id = saga_db
-    assert await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"]) == 1
-    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "200")
+    assert await asyncio.to_thread(main, ["undo", saga_id, "--db", db]) == 1
+    assert f"open — when done: amends resolve {saga_id} s2 --by NAME" in capsys.readouterr().out
     argv = ["resolve", saga_id, "s2", "--db", db, "--by", "ann", "--note", "sent the draft"]
     assert await asyncio.to_thread(main, [*argv, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert (res["step_id"], res["by"], res["note"]) == ("s2", "ann", "sent the draft")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert await asyncio.to_thread(main, ["show", saga_id, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "handled by ann at " in out
+    assert "sent the draft" in out
     before = rows(db)
     code = await asyncio.to_thread(main, ["resolve", saga_id, "s9", "--db", db, "--by", "ann"])
     err = capsys.readouterr().err

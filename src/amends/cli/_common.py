@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import importlib
 import json
 import math
@@ -265,6 +266,24 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
             _item(console, who, indent=4)
             if m.draft:
                 _item(console, f"draft: {markup(m.draft)}", indent=4)
+            res = report.handled(m.step_id)
+            if res is not None:
+                when = dt.datetime.fromtimestamp(float(res["at"]), dt.UTC).strftime(
+                    "%Y-%m-%d %H:%M"
+                )
+                note = f": {res['note']}" if res.get("note") else ""
+                _item(
+                    console,
+                    f"[green]handled[/green] by {markup(res['by'])} at {when}Z{markup(note)}",
+                    indent=4,
+                )
+            else:
+                _item(
+                    console,
+                    f"open — when done: amends resolve {markup(report.saga_id)} "
+                    f"{markup(m.step_id)} --by NAME",
+                    indent=4,
+                )
 
 
 def _item(console: Console, text: str, indent: int = 2) -> None:

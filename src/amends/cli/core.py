@@ -240,7 +240,8 @@ def _print_saga(console: Console, saga: SagaRecord) -> None:
     if rev is None:
         console.print(f"Not undone. Undo it with: amends undo {markup(saga.saga_id)}")
     elif rev.report is not None:
-        print_report(UndoReport.from_dict(rev.report), console)
+        report = UndoReport.from_dict(rev.report).with_resolutions(saga.resolutions)
+        print_report(report, console)
     else:
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
