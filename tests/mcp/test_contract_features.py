@@ -95,3 +95,27 @@ async def test_resolve_an_in_doubt_step_then_continue(kv: KvSetup) -> None:
     assert again.structured_content["reversal_id"] == undo.structured_content["reversal_id"]
     report = status.structured_content["report"]
     assert "ann@example.com" in str(report)
+
+
+async def test_the_approval_question_never_shows_a_sensitive_argument(kv_extra: KvSetup) -> None:
+    """rule 11 holds for the approval gate too: the user is asked without the secret."""
+    import mcp_types as types
+
+    from mcp import Client
+
+    text = kv_extra.config.read_text()
+    kv_extra.config.write_text(
+        text.replace('title = "kv session"', 'title = "kv session"\napproval = "irreversible"')
+    )
+    asked: list[str] = []
+
+    async def elicit(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    secret = "card 4111-1111-1111-1111"
+    async with Client(kv_extra.gateway(), elicitation_callback=elicit) as c:
+        r = await c.call_tool("kv_send_email", {"to": "bob@example.com", "subject": secret})
+    assert not r.is_error
+    assert len(asked) == 1 and "bob@example.com" in asked[0]
+    assert secret not in asked[0] and "subject=<redacted>" in asked[0]

@@ -183,3 +183,14 @@ async def test_tools_list_publishes_reversibility_and_upstream_meta_is_not_leake
         {k: v for k, v in (r.meta or {}).items() if "kv-upstream" in str(v)}
     )
     assert "kv-upstream" not in str(r.meta)
+
+
+async def test_upstream_meta_is_dropped_from_results_and_content(kv: KvSetup) -> None:
+    """Only amends' own step information reaches the agent in _meta."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        r = await c.call_tool("kv_with_meta", {"key": "x"})
+    assert text_of(r) == "read x"
+    assert "internal" not in str(r.meta) and r.meta["amends/step"]["state"] == "done"
+    assert all(block.meta is None for block in r.content)

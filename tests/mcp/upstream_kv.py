@@ -131,5 +131,16 @@ def slow_set(key: str, value: str, seconds: float) -> dict[str, Any]:
     return kv_set(key, value)
 
 
+@app.tool()
+def with_meta(key: str) -> Any:
+    """Answers with the server's own _meta on the result and on its content (not for agents)."""
+    import mcp.types as t
+
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=f"read {key}", _meta={"internal": "block"})],
+        _meta={"internal": "result"},
+    )
+
+
 if __name__ == "__main__":
     app.run()

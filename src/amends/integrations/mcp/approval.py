@@ -45,7 +45,9 @@ def approval_message(gw: Gateway, exp: Exported, args: dict[str, Any]) -> str:
     cls = spec.reversibility.value
     label = cls if spec.explicit else "irreversible (no contract)"
     parties = _parties(exp, args)
-    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    secret = set(exp.contract.sensitive) if exp.contract is not None else set()
+    # rule 11: a sensitive argument is never shown, not even to the user being asked
+    shown = ", ".join(f"{k}={'<redacted>' if k in secret else repr(v)}" for k, v in args.items())
     lines = [
         f"The agent wants to call {exp.catalog_name}({shown[:300]}).",
         f"Class: {label}. {_UNDO_SAYS.get(cls, '')}",

@@ -571,9 +571,14 @@ class Gateway:
         assert raw is not None
         import mcp_types as types
 
-        # The upstream's own _meta is not passed on (issue 14): only amends' step information.
+        # The upstream's own _meta is not passed on (issue 14), on the result or on its content
+        # blocks: only amends' step information.
+        content = [
+            c.model_copy(update={"meta": None}) if getattr(c, "meta", None) else c
+            for c in raw.content
+        ]
         return types.CallToolResult(
-            content=raw.content,
+            content=content,
             structured_content=raw.structured_content,
             is_error=False,
             _meta={META_STEP: info},
