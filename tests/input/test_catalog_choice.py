@@ -160,3 +160,27 @@ async def test_a_catalog_whose_contracts_changed_since_the_saga_is_named_in_a_wa
         "amends: warning: the contracts of catalog changed_tools_t11:catalog changed since " in err
     )
     assert f"saga {saga_id} ran (fingerprint " in err
+
+
+async def test_serve_takes_the_one_catalog_its_sagas_recorded_and_refuses_ambiguity(
+    saga_db: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amends.cli.serve import _serve_catalog
+
+    monkeypatch.delenv("AMENDS_CATALOG", raising=False)
+    db, _ = saga_db
+    assert await asyncio.to_thread(_serve_catalog, None, db) == SPEC
+    assert await asyncio.to_thread(_serve_catalog, "x.toml", db) == "x.toml"
+    from amends.sandbox import World, sandbox_catalog
+
+    engine = amends.Engine(sandbox_catalog(World(db + ".world")), log=db)
+    async with engine.saga("sandbox") as saga:
+        saga.call("payments.charge", customer="cus_acme", cents=700)
+    await engine.close()
+    with pytest.raises(amends.ConfigError) as exc:
+        await asyncio.to_thread(_serve_catalog, None, db)
+    assert f"were run with several catalogs ({SANDBOX_REF}, {SPEC})" in str(exc.value)
+    empty = str(tmp_path / "empty.db")
+    await amends.SqliteLog(empty).close()
+    with pytest.raises(amends.ConfigError, match="no saga in .* records which catalog ran it"):
+        await asyncio.to_thread(_serve_catalog, None, empty)
