@@ -438,40 +438,7 @@ class Catalog:
                 f"tool {name!r} has reversibility {reversibility!r}; use one of {choices}",
                 tool=name,
             ) from None
-        if not callable(fn):
-            raise ContractError(f"tool {name!r} must be a function, got {fn!r}", tool=name)
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            params = []
-        if params and params[0].kind not in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            inspect.Parameter.VAR_POSITIONAL,
-        ):
-            params = []
-        if not params:
-            raise ContractError(
-                f"tool {name!r} must take the amends.Call as its first positional parameter, "
-                f"e.g. 'async def {getattr(fn, '__name__', 'tool')}(call, ...)'",
-                tool=name,
-            )
-        if resources is not None and not callable(resources):
-            raise ContractError(
-                f"resources of tool {name!r} must be a function of the arguments, got "
-                f"{resources!r}; e.g. resources=lambda args: [f\"crm:{{args['record_id']}}\"]",
-                tool=name,
-            )
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
-            raise ContractError(
-                f"timeout of tool {name!r} must be a positive number of seconds, got {timeout!r}",
-                tool=name,
-            )
-        if not isinstance(idempotent, bool):
-            raise ContractError(
-                f"idempotent= of tool {name!r} must be True or False, got {idempotent!r}",
-                tool=name,
-            )
+        _check_tool_args(name, fn, resources, timeout, idempotent)
         secret_args = _check_sensitive(name, sensitive, resolve_secret)
         doc = description if description is not None else (inspect.getdoc(fn) or "")
         spec = ToolSpec(
@@ -529,6 +496,44 @@ class Catalog:
                 idempotent=spec.idempotent,
             )
         return self
+
+
+def _check_tool_args(name: str, fn: Any, resources: Any, timeout: Any, idempotent: Any) -> None:
+    """Validate what :meth:`Catalog.register` is given (besides the name and the class)."""
+    if not callable(fn):
+        raise ContractError(f"tool {name!r} must be a function, got {fn!r}", tool=name)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    ):
+        params = []
+    if not params:
+        raise ContractError(
+            f"tool {name!r} must take the amends.Call as its first positional parameter, "
+            f"e.g. 'async def {getattr(fn, '__name__', 'tool')}(call, ...)'",
+            tool=name,
+        )
+    if resources is not None and not callable(resources):
+        raise ContractError(
+            f"resources of tool {name!r} must be a function of the arguments, got "
+            f"{resources!r}; e.g. resources=lambda args: [f\"crm:{{args['record_id']}}\"]",
+            tool=name,
+        )
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise ContractError(
+            f"timeout of tool {name!r} must be a positive number of seconds, got {timeout!r}",
+            tool=name,
+        )
+    if not isinstance(idempotent, bool):
+        raise ContractError(
+            f"idempotent= of tool {name!r} must be True or False, got {idempotent!r}",
+            tool=name,
+        )
 
 
 def _check_sensitive(

@@ -357,55 +357,13 @@ class Engine:
     async def _execute(self, saga_id: str, claim: Claim) -> UndoReport:
         rev = claim.reversal
         budget = Budget.from_dict(rev.budget)
+        # a take-over keeps what the reversal spent; only a continuation resets it (rule 7)
         meter = BudgetMeter(budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent)
         stop = asyncio.Event()
         lost: list[LeaseLostError] = []
-
-        async def beat() -> None:
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), self.lease_seconds / 3)
-                except TimeoutError:
-                    pass
-                if stop.is_set():
-                    return
-                try:
-                    await self.log.renew_reversal_lease(
-                        rev.reversal_id, rev.generation, time.time() + self.lease_seconds
-                    )
-                except LeaseLostError as exc:
-                    lost.append(exc)
-                    return
-                except Exception:
-                    continue
-
-        heartbeat = asyncio.create_task(beat())
+        heartbeat = asyncio.create_task(self._beat(rev, stop, lost))
         try:
-            # rule 7: steps still in flight are waited for inside the reversal, each within the
-            # seconds budget, while independent steps proceed.
-            live = self.live_sagas.get(saga_id)
-            called = list(live.steps) if live is not None else []  # asked for before undo
-            saga = await self._saga_or_raise(saga_id)
-            the_plan = self.planner(saga, self.catalog)
-
-            def progress(outcome: StepOutcome) -> None:
-                for hook in self.progress_hooks:
-                    hook(rev.reversal_id, outcome)
-
-            outcomes = await run_plan(
-                catalog=self.catalog,
-                log=self.log,
-                saga=saga,
-                reversal=rev,
-                plan=the_plan,
-                retry=self.retry,
-                meter=meter,
-                on_progress=progress,
-                reload=lambda: self._saga_or_raise(saga_id),
-                replan=lambda fresh: self.planner(fresh, self.catalog),
-                poll_interval=self.poll_interval,
-            )
-            outcomes += await self._late_steps(saga_id, called, outcomes, meter)
+            saga, outcomes = await self._run(saga_id, rev, meter)
             if lost:
                 raise lost[0]
             report = UndoReport(
@@ -428,6 +386,56 @@ class Engine:
         finally:
             stop.set()
             await heartbeat
+
+    async def _beat(
+        self, rev: ReversalRecord, stop: asyncio.Event, lost: list[LeaseLostError]
+    ) -> None:
+        """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.lease_seconds / 3)
+            except TimeoutError:
+                pass
+            if stop.is_set():
+                return
+            try:
+                await self.log.renew_reversal_lease(
+                    rev.reversal_id, rev.generation, time.time() + self.lease_seconds
+                )
+            except LeaseLostError as exc:
+                lost.append(exc)
+                return
+            except Exception:  # a missed heartbeat only shortens the lease; the next retries
+                continue
+
+    async def _run(
+        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter
+    ) -> tuple[SagaRecord, list[StepOutcome]]:
+        """Plan the saga and run the plan; steps still in flight are waited for inside the
+        reversal, each within the seconds budget, while independent steps proceed (rule 7)."""
+        live = self.live_sagas.get(saga_id)
+        called = list(live.steps) if live is not None else []  # asked for before undo
+        saga = await self._saga_or_raise(saga_id)
+
+        def progress(outcome: StepOutcome) -> None:
+            for hook in self.progress_hooks:
+                hook(rev.reversal_id, outcome)
+
+        outcomes = await run_plan(
+            catalog=self.catalog,
+            log=self.log,
+            saga=saga,
+            reversal=rev,
+            plan=self.planner(saga, self.catalog),
+            retry=self.retry,
+            meter=meter,
+            on_progress=progress,
+            reload=lambda: self._saga_or_raise(saga_id),
+            replan=lambda fresh: self.planner(fresh, self.catalog),
+            poll_interval=self.poll_interval,
+        )
+        outcomes += await self._late_steps(saga_id, called, outcomes, meter)
+        return saga, outcomes
 
     async def _late_steps(
         self, saga_id: str, called: list[Step], outcomes: list[StepOutcome], meter: BudgetMeter

@@ -269,6 +269,14 @@ def plan(saga: SagaRecord, catalog: Catalog | None = None, *, now: float | None 
         )
         for s in steps
     )
+    for sid, (act, cls, _) in list(classified.items()):
+        if sid in waits_all.get(sid, ()) and act in ("revert", "compensate"):
+            # a log written outside saga.call (which refuses cycles) must not deadlock undo
+            classified[sid] = (
+                "review",
+                cls,
+                "needs review: its undo-order declarations form a cycle, so no order is safe",
+            )
     order = {x.step_id: x.seq for x in steps}
     planned = []
     for s in steps:
