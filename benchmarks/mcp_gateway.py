@@ -114,6 +114,34 @@ async def _measure(n: int) -> dict[str, list[float]]:
         out["gateway get"] = await _timed(via, "b_get", {"key": "k"}, n)
         out["gateway set"] = await _timed(via, "b_set", {"key": "k", "value": "v"}, n)
         out["gateway send"] = await _timed(via, "b_send", {"to": "x"}, n)
+    # The same calls through a Gateway object in this process (no extra stdio hop), against a
+    # direct call on the gateway's own upstream connection: amends' own work per call.
+    from amends.integrations.mcp import load_config
+    from amends.integrations.mcp.gateway import Gateway
+
+    class _Ctx:  # what the SDK hands a handler; only these fields are read
+        meta = None
+        protocol_version = "2026-07-28"
+        session = None
+        request_id = None
+
+    async with Gateway(load_config(config)) as inproc:
+        upstream_conn = inproc.upstreams[0]
+        for tool, args in (("send", {"to": "x"}), ("set", {"key": "k", "value": "v"})):
+            for label, call in (
+                (f"in-process direct {tool}", lambda a, t=tool: upstream_conn.call(t, a)),
+                (
+                    f"in-process gateway {tool}",
+                    lambda a, t=tool: inproc.call_tool(_Ctx(), f"b_{t}", a),
+                ),
+            ):
+                xs = []
+                for i in range(n):
+                    a = {k: (f"{v}{i}" if k == "value" else v) for k, v in args.items()}
+                    t0 = time.perf_counter()
+                    await call(a)
+                    xs.append(time.perf_counter() - t0)
+                out[label] = xs
     # One durable step on the same kind of log, in-process, for the goal's "one durable step".
     catalog = amends.Catalog()
 
@@ -153,6 +181,19 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
                 Spread.of(d).fmt(1000, 2),
                 Spread.of(g).fmt(1000, 2),
                 f"{(med[f'gateway {tool}'] - med[f'direct {tool}']) * 1000:.2f}",
+            ]
+        )
+    for tool, what in (
+        ("send", "amends' work alone, no contract"),
+        ("set", "amends' work alone, one capture read"),
+    ):
+        d, g = got[f"in-process direct {tool}"], got[f"in-process gateway {tool}"]
+        sec.rows.append(
+            [
+                f"{what} (in-process gateway, no extra hop)",
+                Spread.of(d).fmt(1000, 2),
+                Spread.of(g).fmt(1000, 2),
+                f"{(statistics.median(g) - statistics.median(d)) * 1000:.2f}",
             ]
         )
     step = med["durable step"]

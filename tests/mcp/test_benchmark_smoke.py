@@ -32,5 +32,7 @@ def test_gateway_benchmark_measures_direct_and_gateway_calls(
     assert set(got) == {
         "direct get", "direct set", "direct send",
         "gateway get", "gateway set", "gateway send", "durable step",
+        "in-process direct send", "in-process gateway send",
+        "in-process direct set", "in-process gateway set",
     }  # fmt: skip
     assert all(len(v) == 5 and min(v) > 0 for v in got.values())
