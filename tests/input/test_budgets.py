@@ -101,6 +101,7 @@ def test_cli_budget_flags_refuse_bad_values_and_leave_the_log_untouched(
         main(["undo", saga_id, "--db", db, "--catalog", SPEC, flag, text])
     assert exc.value.code == 2
     err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err  # one line, not the usage block
     assert fragment in err
     assert "Traceback" not in err
     assert rows(db) == before

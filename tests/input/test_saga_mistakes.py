@@ -107,6 +107,7 @@ def test_serve_with_a_bad_port_is_one_line(
         main(["serve", "--db", db, "--catalog", SPEC, "--no-auth", "--port", port])
     err = capsys.readouterr().err
     assert exc.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
     assert fragment in err
     assert "Traceback" not in err
 

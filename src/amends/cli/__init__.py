@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ..errors import AmendsError
 from ._common import Handler, safe
@@ -27,12 +28,18 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake reported on one line (the value, what is wrong, the fix)
+    instead of the whole usage block (issue 11)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {safe(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="amends", description="Honest undo for AI-agent tool calls."
-    )
+    parser = _Parser(prog="amends", description="Honest undo for AI-agent tool calls.")
     parser.add_argument("--version", action="version", version=f"amends {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
