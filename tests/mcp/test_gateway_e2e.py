@@ -194,3 +194,38 @@ async def test_upstream_meta_is_dropped_from_results_and_content(kv: KvSetup) ->
     assert text_of(r) == "read x"
     assert "internal" not in str(r.meta) and r.meta["amends/step"]["state"] == "done"
     assert all(block.meta is None for block in r.content)
+
+
+async def test_amends_show_and_undo_from_the_cli_after_the_gateway_is_gone(kv: KvSetup) -> None:
+    """The saga records the gateway's catalog: `amends undo` rebuilds it from the config next to
+    the log and undoes with the same contracts, no gateway running."""
+    import json
+    import subprocess
+    import sys
+
+    from mcp import Client
+
+    kv.human_sets("plan", "basic")
+    async with Client(kv.gateway()) as c:
+        r = await c.call_tool("kv_kv_set", {"key": "plan", "value": "pro"})
+    saga_id = r.meta["amends/step"]["saga_id"]
+    cli = [sys.executable, "-m", "amends.cli"]
+    show = await asyncio.to_thread(
+        subprocess.run,
+        [*cli, "show", saga_id, "--db", str(kv.db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert show.returncode == 0, show.stderr
+    assert "kv.kv_set" in show.stdout
+    undo = await asyncio.to_thread(
+        subprocess.run,
+        [*cli, "undo", saga_id, "--db", str(kv.db), "--json"],
+        capture_output=True, text=True, timeout=120, cwd=str(kv.dir.parent),
+    )  # fmt: skip
+    assert undo.returncode in (0, 1), undo.stderr
+    report = json.loads(undo.stdout)
+    report = report.get("report", report)
+    assert report["status"] == "fully_reversed"
+    assert kv.world()["kv"]["plan"] == "basic"
