@@ -229,3 +229,34 @@ async def test_amends_show_and_undo_from_the_cli_after_the_gateway_is_gone(kv: K
     report = report.get("report", report)
     assert report["status"] == "fully_reversed"
     assert kv.world()["kv"]["plan"] == "basic"
+
+
+async def test_two_upstreams_are_routed_by_prefix_and_undone_in_one_saga(tmp_path: Any) -> None:
+    """Any number of upstreams: each tool goes to its own server; one saga spans both."""
+    import json
+    import sys
+
+    from conftest import KV_CONTRACTS, KV_SERVER, KvSetup
+    from mcp import Client
+
+    states = {name: tmp_path / f"{name}.json" for name in ("a", "b")}
+    ups = "".join(
+        f'\n[[upstream]]\nname = "{n}"\ncommand = {json.dumps(sys.executable)}\n'
+        f"args = [{json.dumps(str(KV_SERVER))}]\n"
+        f"env = {{ KV_STATE = {json.dumps(str(p))} }}\n"
+        f"contracts = [{json.dumps(str(KV_CONTRACTS))}]\n"
+        for n, p in states.items()
+    )
+    config = tmp_path / "gateway.toml"
+    config.write_text('[gateway]\nlog = "saga.db"\n' + ups)
+    setup = KvSetup(tmp_path, config, states["a"], tmp_path / "saga.db")
+    async with Client(setup.gateway()) as c:
+        await c.call_tool("a_kv_set", {"key": "k", "value": "in a"})
+        await c.call_tool("b_kv_set", {"key": "k", "value": "in b"})
+        assert json.loads(states["a"].read_text())["kv"] == {"k": "in a"}
+        assert json.loads(states["b"].read_text())["kv"] == {"k": "in b"}
+        undo = await c.call_tool("amends_undo", {})
+    assert sorted(s["tool"] for s in undo.structured_content["steps"]) == ["a.kv_set", "b.kv_set"]
+    assert undo.structured_content["status"] == "fully_reversed"
+    assert json.loads(states["a"].read_text())["kv"] == {}
+    assert json.loads(states["b"].read_text())["kv"] == {}
