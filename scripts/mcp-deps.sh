@@ -10,11 +10,15 @@ MCP1_SPEC='mcp>=1.20,<2'
 root=.amends-mcp
 mkdir -p "$root"
 if [ ! -f "$root/node/node_modules/@modelcontextprotocol/server-filesystem/package.json" ]; then
+  if ! command -v npm >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
   if command -v npm >/dev/null; then
     npm install --silent --no-audit --no-fund --prefix "$root/node" \
       "@modelcontextprotocol/server-filesystem@$FS_VERSION" >/dev/null
   else
-    echo "mcp-deps: npm is missing; install it with: sudo apt-get install npm" >&2
+    echo "mcp-deps: npm is missing; install it with: sudo apt-get install nodejs npm" >&2
+    exit 1
   fi
 fi
 if [ ! -x "$root/mcp1/bin/python" ] || ! "$root/mcp1/bin/python" -c 'import mcp' 2>/dev/null; then
