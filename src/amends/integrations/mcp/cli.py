@@ -27,6 +27,12 @@ def register(sub: Any) -> None:
     serve_p.add_argument(
         "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
     )
+    serve_p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --http on a non-loopback address (the gateway has no authentication of "
+        "its own: put it behind an authenticating proxy)",
+    )
     serve_p.set_defaults(handler=_serve)
     register_audit(msub)
 
@@ -69,8 +75,25 @@ def parse_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _serve(args: argparse.Namespace) -> int:
     address = parse_address(args.http) if args.http else None
+    if address is not None and not args.allow_remote and not _loopback(address[0]):
+        raise ConfigError(
+            f"--http {args.http!r} is not a loopback address and the gateway has no "
+            f"authentication of its own: anyone who reaches it can call your tools. Serve it on "
+            f"127.0.0.1, or put it behind an authenticating proxy and pass --allow-remote"
+        )
     _need_sdk()
     asyncio.run(serve(args.config, http=address))
     return 0
