@@ -601,6 +601,8 @@ def load_toml_catalog(
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ConfigError(f'{where} needs a name, e.g. name = "crm.update_field"')
         _register(entry, f"{p}: tool {entry['name']!r}", catalog, env)
+    for entry in tools:  # now that every tool is known: the names the contracts refer to
+        _check_references(entry, f"{p}: tool {entry['name']!r}", catalog)
     # issue 11: a saga run with these tools records this file, so undo uses the same tools.
     return tag_catalog(catalog, str(p.resolve()))
 
@@ -683,3 +685,31 @@ def _secrets(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Any
     from .secrets import from_env
 
     return tuple(sensitive), from_env(table)
+
+
+def _check_references(entry: Mapping[str, Any], where: str, catalog: Catalog) -> None:
+    """The tools a contract names exist; probes (``before``, ``expect``, ``landed``) are
+    read-only tools, so checking the world never changes it (rule 4)."""
+    from .contracts import Reversibility
+
+    for key, field, probe in (
+        ("before", "tool", True),
+        ("expect", "probe", True),
+        ("landed", "probe", True),
+        ("inverse", "tool", False),
+    ):
+        table = entry.get(key)
+        if not isinstance(table, dict):
+            continue
+        name = table.get(field)
+        if not isinstance(name, str) or name not in catalog:
+            known = ", ".join(t.name for t in catalog)
+            raise ConfigError(
+                f"{where}: {key}.{field} is {name!r}, which is not a tool of this catalog "
+                f"(known: {known}); declare it as a [[tool]] too"
+            )
+        if probe and catalog.get(name).reversibility is not Reversibility.READ_ONLY:
+            raise ConfigError(
+                f"{where}: {key}.{field} {name!r} must be a read_only tool (a probe never changes "
+                f'the world); declare it with reversibility = "read_only"'
+            )

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import amends
 from amends import StepState
@@ -334,3 +336,90 @@ def test_bad_contract_keys_are_refused_at_load(tmp_path: Path, body: str, fragme
         amends.load_toml_catalog(path)
     assert fragment in str(exc.value)
     assert f"{path}: tool 'a.b'" in str(exc.value)
+
+
+def test_contracts_must_name_declared_tools_and_probes_must_be_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "refs.toml"
+    path.write_text(
+        BASE + "http = { url = 'http://x/' }\n[tool.expect]\nprobe = 'a.b'\nequals = 1\n"
+    )
+    with pytest.raises(amends.ConfigError) as exc:
+        amends.load_toml_catalog(path)
+    assert f"{path}: tool 'a.b': expect.probe 'a.b' must be a read_only tool" in str(exc.value)
+    path.write_text(BASE + "http = { url = 'http://x/' }\n[tool.inverse]\ntool = 'nope.x'\n")
+    with pytest.raises(amends.ConfigError) as exc:
+        amends.load_toml_catalog(path)
+    assert "inverse.tool is 'nope.x', which is not a tool of this catalog (known: a.b)" in str(
+        exc.value
+    )
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value).lower() if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+
+
+_scalars = (
+    st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        ["{args.x}", "{result.id}", "${env:HOME}", "${env:NOPE}", "http://x/{args.a}", "GET"]
+    )
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["url", "method", "headers", "tool", "args", "probe", "equals", "what"]
+            ),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=8,
+)
+_entries = st.dictionaries(
+    st.sampled_from(
+        ["reversibility", "http", "timeout", "before", "inverse", "expect", "landed", "residue",
+         "acknowledge", "resources", "idempotent", "no_drift_check", "sensitive", "secret_env",
+         "description", "bogus"]
+    ),
+    _values,
+    max_size=6,
+)  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(entries=st.lists(_entries, min_size=1, max_size=3), valid_http=st.booleans())
+def test_any_toml_catalog_loads_or_gets_a_config_error_never_a_traceback(
+    tmp_path: Path, entries: list[dict[str, Any]], valid_http: bool
+) -> None:
+    lines = []
+    loaded = 0
+    for i, entry in enumerate(entries):
+        if valid_http:
+            entry["http"] = {"url": "http://127.0.0.1:9/x"}
+        lines.append(f'[[tool]]\nname = "t.n{i}"')
+        lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
+    path = tmp_path / "fuzz.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    try:
+        catalog = amends.load_toml_catalog(path, environ={"HOME": "/root"})
+    except amends.AmendsError as exc:
+        assert str(path) in str(exc)
+    else:
+        loaded += len(catalog)
+        assert loaded == len(entries)
