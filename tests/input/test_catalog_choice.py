@@ -184,3 +184,31 @@ async def test_serve_takes_the_one_catalog_its_sagas_recorded_and_refuses_ambigu
     await amends.SqliteLog(empty).close()
     with pytest.raises(amends.ConfigError, match="no saga in .* records which catalog ran it"):
         await asyncio.to_thread(_serve_catalog, None, empty)
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        (
+            "raise RuntimeError('no config')\n",
+            "importing 'broken_t11' raised RuntimeError: no conf",
+        ),
+        ("def catalog(db):\n    raise KeyError('x')\n", "calling catalog('x.db') raised KeyError"),
+        ("catalog = 42\n", "'broken_t11:catalog' is int, not an amends.Catalog"),
+    ],
+)
+def test_a_catalog_module_that_fails_is_one_line_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    fragment: str,
+) -> None:
+    (tmp_path / "broken_t11.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "broken_t11", raising=False)
+    assert main(["audit", "--catalog", "broken_t11:catalog", "--db", "x.db"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err
+    assert len(err.strip().splitlines()) == 1
+    sys.modules.pop("broken_t11", None)

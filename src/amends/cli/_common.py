@@ -27,7 +27,7 @@ from rich.table import Table
 from ..budget import check_budget_value
 from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
 from ..contracts import Catalog
-from ..errors import ConfigError
+from ..errors import AmendsError, ConfigError
 from ..log import open_log
 from ..log.base import SagaLog, SagaRecord
 from ..report import UndoReport
@@ -147,12 +147,24 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
             f"module path, run amends from the directory that holds it, and that it is "
             f"installed in this environment"
         ) from exc
+    except Exception as exc:  # the user's module failed while importing: one line, its cause
+        raise ConfigError(
+            f"--catalog {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}; "
+            f"fix that module"
+        ) from exc
     try:
         obj = getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"--catalog {spec!r}: module {module_name!r} has no {attr!r}") from None
     if not isinstance(obj, Catalog) and callable(obj):
-        obj = obj(db)
+        try:
+            obj = obj(db)
+        except AmendsError:
+            raise
+        except Exception as exc:
+            raise ConfigError(
+                f"--catalog {spec!r}: calling {attr}({db!r}) raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(obj, Catalog):
         raise ConfigError(
             f"--catalog {spec!r} is {type(obj).__name__}, not an amends.Catalog "
