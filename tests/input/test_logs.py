@@ -99,3 +99,13 @@ async def test_read_commands_need_no_write_lock_on_a_current_log(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_directory_given_as_the_log_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", "--db", str(tmp_path)]) == 2
+    assert (
+        f"--db {str(tmp_path)!r} is a directory; give the saga log file" in capsys.readouterr().err
+    )
+    assert os.listdir(tmp_path) == []

@@ -27,7 +27,7 @@ from rich.table import Table
 from ..budget import check_budget_value
 from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
 from ..contracts import Catalog
-from ..errors import AmendsError, ConfigError
+from ..errors import AmendsError, ConfigError, LogError
 from ..log import open_log
 from ..log.base import SagaLog, SagaRecord
 from ..report import UndoReport
@@ -102,6 +102,13 @@ def open_existing_log(db: str, *, read_only: bool = False) -> SagaLog:
     Raises:
         LogError: No log there, or the file is not an amends log.
     """
+    path = db.removeprefix("sqlite:///")
+    if "://" not in path and os.path.isdir(path):
+        raise LogError(
+            f"--db {path!r} is a directory; give the saga log file, e.g. --db "
+            f"{os.path.join(path, 'amends.db')}",
+            path=path,
+        )
     return open_log(db, must_exist=True, read_only=read_only)
 
 
