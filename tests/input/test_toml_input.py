@@ -59,6 +59,9 @@ def vendor() -> Iterator[tuple[str, Vendor]]:
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return None
+            if self.path == "/gateway-timeout":  # the upstream may have acted
+                v.writes.append(args["value"])
+                return self.reply(504, {"error": "upstream timed out"})
             if self.path.startswith("/moved"):
                 return self.reply(302, {}, Location="/set")
             if self.path == "/slow":
@@ -157,7 +160,7 @@ async def test_an_inverse_answered_with_a_redirect_is_never_reported_reverted(
     await engine.close()
 
 
-@pytest.mark.parametrize("path", ["/set-then-hang-up", "/slow"])
+@pytest.mark.parametrize("path", ["/set-then-hang-up", "/slow", "/gateway-timeout"])
 async def test_an_ambiguous_outcome_leaves_the_forward_step_in_doubt(
     tmp_path: Path, vendor: tuple[str, Vendor], path: str
 ) -> None:
