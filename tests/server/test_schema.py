@@ -20,6 +20,25 @@ from server_harness import Live
 
 pytestmark = pytest.mark.slow
 
+# Load schemathesis' lazily imported modules now, at collection: importing them later, deep in a
+# test, made pytest's assertion rewriter hit CPython 3.11.7's "AST constructor recursion depth
+# mismatch" SystemError (seen when the whole tests/server directory runs).
+for _op in schemathesis.openapi.from_dict(
+    {
+        "openapi": "3.1.0",
+        "info": {"title": "warm-up", "version": "1"},
+        "paths": {
+            "/x/{i}": {
+                "post": {
+                    "parameters": [{"name": "i", "in": "path", "required": True}],
+                    "responses": {"200": {"description": "ok"}},
+                }
+            }
+        },
+    }
+).get_all_operations():
+    _op.ok().as_strategy()  # type: ignore[union-attr]
+
 EXAMPLES = int(os.environ.get("AMENDS_SCHEMA_EXAMPLES", "40"))
 """Examples per operation and caller; raise it for a longer run (docs/security.md)."""
 CHECKS = [
