@@ -611,7 +611,7 @@ class _Runner:
         ack = Acknowledgement.from_dict(p.step.acknowledgement) if p.step.acknowledgement else None
         parties = self._parties(p)
         did = _did(p.step.tool, p.step.args)
-        to = ", ".join(parties) if parties else "everyone affected"
+        to = ", ".join(parties) if parties else "team"
         who = self._asker()
         if state is StepState.ACKNOWLEDGED:
             what = (ack.what if ack and ack.what else f"{did} cannot be taken back") + (
@@ -661,7 +661,7 @@ class _Runner:
         self, p: PlannedStep, missing: list[tuple[FollowUp, str]]
     ) -> ManualAction:
         parties = self._parties(p)
-        to = ", ".join(parties) if parties else "everyone affected"
+        to = ", ".join(parties) if parties else "team"
         calls = "; ".join(f"{_did(fu.tool, fu.args)} ({why})" for fu, why in missing)
         return ManualAction(
             p.step_id,
