@@ -260,3 +260,32 @@ async def test_two_upstreams_are_routed_by_prefix_and_undone_in_one_saga(tmp_pat
     assert undo.structured_content["status"] == "fully_reversed"
     assert json.loads(states["a"].read_text())["kv"] == {}
     assert json.loads(states["b"].read_text())["kv"] == {}
+
+
+async def test_a_hung_upstream_call_times_out_as_in_doubt(tmp_path: Any) -> None:
+    """call_timeout bounds a call without a contract timeout; past it the outcome is unknown."""
+    from conftest import write_kv_config
+    from mcp import Client
+
+    setup = write_kv_config(tmp_path, extra_gateway="call_timeout = 0.5")
+    async with Client(setup.gateway()) as c:
+        r = await c.call_tool("kv_slow_set", {"key": "k", "value": "v", "seconds": 2.0})
+    assert r.is_error and r.meta["amends/step"]["state"] == "in_doubt"
+    assert "0.5" in text_of(r)
+
+
+async def test_two_unprefixed_upstreams_with_the_same_tool_names_are_refused(
+    tmp_path: Any,
+) -> None:
+    """A name clash is a clear start-up error, never one tool silently shadowing another."""
+    from amends import ConfigError
+    from amends.integrations.mcp import Gateway, load_config
+    from conftest import write_kv_config
+
+    setup = write_kv_config(tmp_path, prefix=False)
+    text = setup.config.read_text()
+    second = text[text.index("[[upstream]]") :].replace('name = "kv"', 'name = "kv2"')
+    setup.config.write_text(text + "\n" + second)
+    with pytest.raises(ConfigError, match="set prefix = true"):
+        async with Gateway(load_config(setup.config)):
+            pass

@@ -8,6 +8,7 @@ approval = "off"                # "off" | "irreversible" | "residue" (irreversib
 when_no_elicitation = "refuse"  # "refuse" | "allow": a client that cannot be asked
 actor = "agent:mcp"             # who the sagas' steps are attributed to
 tenant = "acme"                 # optional: the tenant the sagas belong to (web page, tokens)
+call_timeout = 300              # seconds a call may take (a contract's timeout wins)
 lease_seconds = 15              # after a crash, another process recovers a saga after this
 
 [[upstream]]
@@ -80,6 +81,9 @@ class GatewayConfig:
     """Who the gateway's sagas are attributed to (shown in manual actions)."""
     tenant: str | None = None
     """The tenant the gateway's sagas belong to (the web page and tokens filter by it)."""
+    call_timeout: float = 300.0
+    """Seconds an upstream call may take when its contract gives no timeout; past it the step is
+    ``in_doubt`` (rule 9), so a hung upstream never holds a saga forever."""
     lease_seconds: float = 15.0
     """How long a crashed gateway's open saga stays claimed before recovery marks its
     unfinished steps ``in_doubt`` (rule 1)."""
@@ -180,6 +184,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         "lease_seconds",
         "actor",
         "tenant",
+        "call_timeout",
     }
     bad = set(gw) - known
     if bad:
@@ -207,6 +212,16 @@ def load_config(path: str | Path) -> GatewayConfig:
         raise ConfigError(
             f"{src}: gateway.lease_seconds must be a positive number of seconds, got {lease!r}"
         )
+    call_timeout = gw.get("call_timeout", 300.0)
+    if (
+        isinstance(call_timeout, bool)
+        or not isinstance(call_timeout, int | float)
+        or call_timeout <= 0
+    ):
+        raise ConfigError(
+            f"{src}: gateway.call_timeout must be a positive number of seconds, "
+            f"got {call_timeout!r}"
+        )
     ups = data.get("upstream", [])
     if not isinstance(ups, list) or not ups:
         raise ConfigError(
@@ -225,6 +240,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         approval=approval,
         when_no_elicitation=when_no,
         lease_seconds=float(lease),
+        call_timeout=float(call_timeout),
         actor=_str(gw.get("actor", "agent:mcp"), f"{src}: gateway.actor"),
         tenant=_str(gw["tenant"], f"{src}: gateway.tenant") if "tenant" in gw else None,
         source=src,

@@ -220,13 +220,26 @@ class Gateway:
                 )
                 continue
             agent_name, catalog_name = self._names(up.config, tool_name)
+            if agent_name.startswith("amends_"):
+                raise ConfigError(
+                    f"upstream {up.name!r} lists a tool {tool_name!r}, which would hide the "
+                    f"gateway's own amends_* tools; set prefix = true for this upstream"
+                )
+            clash = self._by_catalog.get(catalog_name)
+            if clash is not None or catalog_name in self.catalog:
+                other = clash.upstream.name if clash is not None else "the catalog"
+                raise ConfigError(
+                    f"tool {tool_name!r} of upstream {up.name!r} has the same name as one of "
+                    f"{other!r}; set prefix = true on one of them"
+                )
             contract = contracts.get(tool_name)
             exp = Exported(agent_name, catalog_name, up, tool_name, contract)
             kwargs: dict[str, Any] = {
                 "reversibility": contract.reversibility if contract else None,
                 "description": (contract.description if contract else "")
                 or (up.tools[tool_name].description or "").strip().split("\n")[0],
-                "timeout": contract.timeout if contract else None,
+                # a hung upstream must not hold a step forever: it times out as in_doubt
+                "timeout": (contract.timeout if contract else None) or self.config.call_timeout,
             }
             if contract is not None and contract.resources:
                 templates = list(contract.resources)
