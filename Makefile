@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
 
-.PHONY: demo test check fast lint typecheck bench bench-quick eval clean
+.PHONY: demo test check fast lint typecheck bench bench-quick eval docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,5 +45,9 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
 	$(BIN)/python -m benchmarks --quick
 
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache
