@@ -47,7 +47,7 @@ bench-quick: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf site $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache

@@ -27,9 +27,7 @@ def _help(command: str) -> str:
     parser: argparse.ArgumentParser = build_parser()
     words = command.split()
     for word in words:
-        sub = next(
-            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-        )
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parser = sub.choices[word]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -73,7 +71,7 @@ def _http_api() -> str:
             )
             lines += ["", f"Responses: {codes}", ""]
             details += lines
-    return "\n".join(out + ["", *details])
+    return "\n".join([*out, "", *details])
 
 
 def _catalog() -> Any:
