@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..budget import Budget
+from ..budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
 from ..contracts import Catalog
 from ..engine import Engine
 from ..errors import ConfigError, SagaNotFoundError
@@ -68,10 +68,10 @@ def register(sub: Any) -> None:
     undo.add_argument("saga_id")
     add_db_argument(undo)
     add_catalog_argument(undo)
-    for name, flag, meta, text in (
-        ("tool_calls", "--budget-calls", "N", "most tool calls"),
-        ("tokens", "--budget-tokens", "N", "most tokens"),
-        ("seconds", "--budget-seconds", "S", "most seconds"),
+    for name, flag, meta, text, bound in (
+        ("tool_calls", "--budget-calls", "N", "most tool calls", MAX_TOOL_CALLS),
+        ("tokens", "--budget-tokens", "N", "most tokens", MAX_TOKENS),
+        ("seconds", "--budget-seconds", "S", "most seconds", MAX_SECONDS),
     ):
         default = getattr(Budget(), name)
         undo.add_argument(
@@ -80,7 +80,7 @@ def register(sub: Any) -> None:
             type=budget_flag(name, flag),
             default=default,
             metavar=meta,
-            help=f"{text} (default {default:g})",
+            help=f"{text} (default {default:,g}; finite, 0 to {bound:,g})",
         )
     undo.add_argument(
         "--continue",
