@@ -80,7 +80,7 @@ def register(sub: Any) -> None:
             type=budget_flag(name, flag),
             default=default,
             metavar=meta,
-            help=f"{text} (default {default:,g}; finite, 0 to {bound:,g})",
+            help=f"{text} (default {default:,g}; finite, 0 to {int(bound):,})",
         )
     undo.add_argument(
         "--continue",
