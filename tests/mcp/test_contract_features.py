@@ -119,3 +119,30 @@ async def test_the_approval_question_never_shows_a_sensitive_argument(kv_extra: 
     assert not r.is_error
     assert len(asked) == 1 and "bob@example.com" in asked[0]
     assert secret not in asked[0] and "subject=<redacted>" in asked[0]
+
+
+async def test_a_contract_that_cannot_be_filled_is_reported_with_its_cause(tmp_path: Path) -> None:
+    """rule 2 and rule 8: the write happened, its inverse cannot be filled in; the step is
+    irreversible, its effect stands, and the manual action names the real cause."""
+    from mcp import Client
+
+    contracts = tmp_path / "contracts.toml"
+    contracts.write_text(
+        '[[tool]]\nname = "kv_get"\nreversibility = "read_only"\n'
+        '[[tool]]\nname = "kv_set"\nreversibility = "reversible"\n'
+        'inverse = { tool = "kv_set", args = { key = "{args.key}", value = "{result.nope}" } }\n'
+        'expect = { probe = "kv_get", args = { key = "{args.key}" }, path = "value", '
+        'equals = "{args.value}" }\n'
+    )
+    setup = write_kv_config(tmp_path)
+    setup.config.write_text(setup.config.read_text().replace(str(KV_CONTRACTS), str(contracts)))
+    async with Client(setup.gateway()) as c:
+        r = await c.call_tool("kv_kv_set", {"key": "k", "value": "v"})
+        undo = await c.call_tool("amends_undo", {})
+    assert not r.is_error  # the write happened and the agent gets its result
+    report = undo.structured_content
+    assert report["status"] == "cannot_undo"
+    assert report["steps"][0]["state"] == "acknowledged"
+    what = report["manual_actions"][0]["what"]
+    assert "could not be applied" in what and "'nope'" in what
+    assert setup.world()["kv"] == {"k": "v"}

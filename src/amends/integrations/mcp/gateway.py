@@ -314,10 +314,10 @@ class Gateway:
                 try:
                     if contract.observes:
                         scope["observed"] = await self._observe(call, exp, contract, scope, meta)
-                except (AmendsError, ConfigError) as exc:
+                except AmendsError as exc:
                     # The write happened; without the observation no expectation can be
-                    # recorded, so nothing is: the step is irreversible with a violation.
-                    print(f"amends mcp: {exp.catalog_name}: {exc}", file=sys.stderr)
+                    # recorded, so no inverse is: irreversible, and the report says why.
+                    self._contract_failed(call, exp, exc)
                     return value
                 effects = contract.effects
                 if contract.if_absent is not None and contract.if_absent[0] in absent:
@@ -325,9 +325,9 @@ class Gateway:
                 try:
                     self._record(call, exp, effects, scope, where)
                 except ConfigError as exc:
-                    # The effect happened but its inverse cannot be filled in: record nothing,
-                    # so the engine logs the step as irreversible with a violation (rule 2).
-                    print(f"amends mcp: {exc}", file=sys.stderr)
+                    # The effect happened but its inverse cannot be filled in: nothing is
+                    # recorded, so the step is irreversible (rule 2), and the report says why.
+                    self._contract_failed(call, exp, exc)
             return value
 
         forward.__name__ = exp.catalog_name.replace(".", "_").replace("-", "_")
@@ -388,40 +388,62 @@ class Gateway:
     def _record(
         self, call: Call, exp: Exported, eff: Effects, scope: dict[str, Any], where: str
     ) -> None:
+        """Fill every template first, then record: a template that cannot be filled leaves
+        nothing half-recorded (an inverse without its expectation)."""
         up = exp.upstream
+        todo: list[Any] = []
         if eff.inverse is not None:
-            args = render(dict(eff.inverse.get("args", {})), scope, f"{where} inverse")
-            call.inverse(self._upstream_name(up, eff.inverse["tool"]), **args)
-        if eff.expect is not None:
-            e = eff.expect
-            path = render(e.get("path", []), scope, f"{where} expect path")
-            call.expect(
-                self._upstream_name(up, e["probe"]),
-                render(dict(e.get("args", {})), scope, f"{where} expect"),
-                equals=render(e["equals"], scope, f"{where} expect"),
-                path=(path,) if isinstance(path, str) else tuple(path),
+            inv_tool = self._upstream_name(up, eff.inverse["tool"])
+            inv_args = render(dict(eff.inverse.get("args", {})), scope, f"{where} inverse")
+            todo.append(lambda: call.inverse(inv_tool, **inv_args))
+        for key, record in (("expect", call.expect), ("landed", getattr(call, "landed", None))):
+            table = getattr(eff, key)
+            if table is None or record is None:
+                continue
+            path = render(table.get("path", []), scope, f"{where} {key} path")
+            probe_args = render(dict(table.get("args", {})), scope, f"{where} {key}")
+            equals = render(table["equals"], scope, f"{where} {key}")
+            probe = self._upstream_name(up, table["probe"])
+            keys = (path,) if isinstance(path, str) else tuple(path)
+            todo.append(
+                lambda r=record, p=probe, a=probe_args, e=equals, k=keys: r(p, a, equals=e, path=k)
             )
-        elif eff.no_drift_check is not None and hasattr(call, "no_drift_check"):
-            call.no_drift_check(reason=eff.no_drift_check)
-        if eff.landed is not None and hasattr(call, "landed"):
-            lp = render(eff.landed.get("path", []), scope, f"{where} landed path")
-            call.landed(
-                self._upstream_name(up, eff.landed["probe"]),
-                render(dict(eff.landed.get("args", {})), scope, f"{where} landed"),
-                equals=render(eff.landed["equals"], scope, f"{where} landed"),
-                path=(lp,) if isinstance(lp, str) else tuple(lp),
-            )
+        if eff.expect is None and eff.no_drift_check is not None:
+            reason = eff.no_drift_check
+            if hasattr(call, "no_drift_check"):
+                todo.append(lambda: call.no_drift_check(reason=reason))
         if eff.residue is not None:
-            self._residue(call, eff.residue, scope, where)
+            r = render(dict(eff.residue), scope, f"{where} residue")
+            todo.append(lambda: self._residue_filled(call, r))
         if eff.acknowledge is not None:
             a = render(dict(eff.acknowledge), scope, f"{where} acknowledge")
-            call.acknowledge(
-                who=a["who"], parties=a.get("parties", ()), draft=a.get("draft"), what=a.get("what")
+            todo.append(
+                lambda: call.acknowledge(
+                    who=a["who"],
+                    parties=a.get("parties", ()),
+                    draft=a.get("draft"),
+                    what=a.get("what"),
+                )
             )
+        for step in todo:
+            step()
 
     @staticmethod
-    def _residue(call: Call, table: Any, scope: dict[str, Any], where: str) -> None:
-        r = render(dict(table), scope, f"{where} residue")
+    def _contract_failed(call: Call, exp: Exported, exc: Exception) -> None:
+        # rule 8: the real cause reaches the report, not only the gateway's stderr.
+        print(f"amends mcp: {exp.catalog_name}: {exc}", file=sys.stderr)
+        call.acknowledge(
+            who="whoever maintains the gateway's contracts",
+            what=f"{exp.catalog_name} ran, but its contract could not be applied ({exc}); "
+            f"its effect stands and undo cannot take it back",
+        )
+
+    @classmethod
+    def _residue(cls, call: Call, table: Any, scope: dict[str, Any], where: str) -> None:
+        cls._residue_filled(call, render(dict(table), scope, f"{where} residue"))
+
+    @staticmethod
+    def _residue_filled(call: Call, r: dict[str, Any]) -> None:
         if "when" not in r or r["when"]:
             call.residue(
                 r["what"],
