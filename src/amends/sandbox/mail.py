@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
-from .world import atomic
+from ._base import atomic
 
 if TYPE_CHECKING:
     from .world import World

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PermanentError
-from .world import add_business_days, atomic
+from ._base import add_business_days, atomic
 
 if TYPE_CHECKING:
     from .world import World

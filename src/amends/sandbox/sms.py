@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .world import atomic
+from ._base import atomic
 
 if TYPE_CHECKING:
     from .world import World

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import itertools
 import json
 import random
@@ -22,11 +21,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..calls import current_call
 from ..errors import ConfigError, PermanentError, TransientError
+from ._base import add_business_days, atomic
 
 if TYPE_CHECKING:
     from .calendar import Calendar
@@ -49,22 +49,6 @@ __all__ = [
     "current_world",
     "use_world",
 ]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def atomic(method: F) -> F:
-    """Decorator for vendor methods: the whole method runs in one world transaction."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        world: World = self.world
-        with world.atomic():
-            out = method(self, *args, **kwargs)
-        world.after_commit()  # outside the transaction: the effect stays applied
-        return out
-
-    return cast(F, wrapper)
 
 
 class SimulatedCrash(BaseException):
@@ -110,17 +94,6 @@ TABLES = (
     "sms.messages",
 )
 """Every vendor table; :meth:`World.snapshot` always shows each (empty ones as ``{}``)."""
-
-
-def add_business_days(start: date, days: int) -> date:
-    """``start`` moved forward by ``days`` working days (Saturday and Sunday skipped)."""
-    day = start
-    left = days
-    while left > 0:
-        day += timedelta(days=1)
-        if day.weekday() < 5:
-            left -= 1
-    return day
 
 
 @dataclass
