@@ -186,12 +186,15 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
         sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
         return 0
     con = Console()
+    crash = f"{sc.crash} in {sc.crash_op}" if sc.crash and sc.crash_op else str(sc.crash)
+    stall = f", {sc.stall} stalls {sc.stall_seconds}s" if sc.stall else ""
     con.print(f"[bold]saga {sc.ref}[/bold] family {sc.family}, {len(sc.steps)} steps, "
-              f"requests {sc.requests} x{sc.n_requests}, crash {sc.crash}, "
-              f"budget {sc.budget_calls} calls")  # fmt: skip
-    steps = Table("step", "tool", "args", "after", header_style="bold")
+              f"requests {sc.requests} x{sc.n_requests}, crash {crash}{stall}, "
+              f"budget {sc.budget_calls} calls, {sc.budget_seconds}s")  # fmt: skip
+    steps = Table("step", "tool", "args", "after", "undo after", header_style="bold")
     for s in sc.steps:
-        steps.add_row(s.step_id, s.tool, escape(json.dumps(s.args)), ", ".join(s.after))
+        steps.add_row(s.step_id, s.tool, escape(json.dumps(s.args)), ", ".join(s.after),
+                      ", ".join(s.undo_after))  # fmt: skip
     con.print(steps)
     for m in sc.mutations:
         con.print(f"mutation: {m.kind} on {m.step_id} {m.value if m.value is not None else ''}")
