@@ -98,9 +98,12 @@ def free_port() -> int:
 class HttpGateway:
     """``amends mcp serve --http`` as a subprocess this test owns (and may SIGKILL)."""
 
-    def __init__(self, config: Path, cwd: Path) -> None:
-        self.port = free_port()
+    def __init__(self, config: Path, cwd: Path, *, port: int | None = None) -> None:
+        """Serve on ``--http 127.0.0.1:<free port>``, or, given ``port``, on the address the
+        config's ``[gateway] http`` names (no flag)."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        flag = [] if port else ["--http", f"127.0.0.1:{self.port}"]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -109,8 +112,7 @@ class HttpGateway:
                 "serve",
                 "--config",
                 str(config),
-                "--http",
-                f"127.0.0.1:{self.port}",
+                *flag,
             ],
             cwd=str(cwd),
             stdout=subprocess.DEVNULL,
@@ -151,8 +153,8 @@ class HttpGateway:
 def http_gateway() -> Iterator[Any]:
     started: list[HttpGateway] = []
 
-    def start(setup: KvSetup) -> HttpGateway:
-        gw = HttpGateway(setup.config, setup.dir)
+    def start(setup: KvSetup, port: int | None = None) -> HttpGateway:
+        gw = HttpGateway(setup.config, setup.dir, port=port)
         started.append(gw)
         return gw
 

@@ -80,3 +80,16 @@ async def test_each_handshake_connection_over_http_has_its_own_saga(
     assert ra.meta["amends/step"]["saga_id"] != rb.meta["amends/step"]["saga_id"]
     assert undo.structured_content["saga_id"] == ra.meta["amends/step"]["saga_id"]
     assert kv.world()["kv"] == {"b": "2"}
+
+
+async def test_the_http_address_can_come_from_the_config(tmp_path: Any, http_gateway: Any) -> None:
+    """[gateway] http = "HOST:PORT" serves streamable HTTP without the flag."""
+    from conftest import free_port, write_kv_config
+    from mcp import Client
+
+    port = free_port()
+    setup = write_kv_config(tmp_path, extra_gateway=f'http = "127.0.0.1:{port}"')
+    gw = http_gateway(setup, port)
+    async with Client(gw.url) as c:
+        r = await c.call_tool("kv_kv_set", {"key": "a", "value": "1"})
+    assert r.meta["amends/step"]["state"] == "done"

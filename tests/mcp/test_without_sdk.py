@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 # Makes `import mcp` / `import mcp_types` fail in the child, as on a machine without the extra.
 NO_SDK = "import sys; sys.modules['mcp'] = None; sys.modules['mcp_types'] = None; "
@@ -25,10 +26,12 @@ def test_amends_and_its_help_work_without_the_sdk() -> None:
     assert "mcp" in out.stdout and "sandbox" in out.stdout
 
 
-def test_serving_without_the_sdk_names_the_extra() -> None:
+def test_serving_without_the_sdk_names_the_extra(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[[upstream]]\nname = "a"\ncommand = "x"\n')
     out = run(
         "from amends.cli import main; "
-        "raise SystemExit(main(['mcp', 'serve', '--config', 'x.toml']))"
+        f"raise SystemExit(main(['mcp', 'serve', '--config', {str(config)!r}]))"
     )
     assert out.returncode == 2
     assert "pip install 'amends[mcp]'" in out.stderr

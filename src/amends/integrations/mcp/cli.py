@@ -87,10 +87,13 @@ def _loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    address = parse_address(args.http) if args.http else None
+    from .config import load_config
+
+    http = args.http or load_config(args.config).http  # the config is checked before the SDK
+    address = parse_address(http) if http else None
     if address is not None and not args.allow_remote and not _loopback(address[0]):
         raise ConfigError(
-            f"--http {args.http!r} is not a loopback address and the gateway has no "
+            f"--http {http!r} is not a loopback address and the gateway has no "
             f"authentication of its own: anyone who reaches it can call your tools. Serve it on "
             f"127.0.0.1, or put it behind an authenticating proxy and pass --allow-remote"
         )

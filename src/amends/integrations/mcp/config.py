@@ -8,6 +8,7 @@ approval = "off"                # "off" | "irreversible" | "residue" (irreversib
 when_no_elicitation = "refuse"  # "refuse" | "allow": a client that cannot be asked
 actor = "agent:mcp"             # who the sagas' steps are attributed to
 tenant = "acme"                 # optional: the tenant the sagas belong to (web page, tokens)
+http = "127.0.0.1:8765"         # optional: serve streamable HTTP here instead of stdio
 call_timeout = 300              # seconds a call may take (a contract's timeout wins)
 lease_seconds = 15              # after a crash, another process recovers a saga after this
 
@@ -81,6 +82,8 @@ class GatewayConfig:
     """Who the gateway's sagas are attributed to (shown in manual actions)."""
     tenant: str | None = None
     """The tenant the gateway's sagas belong to (the web page and tokens filter by it)."""
+    http: str | None = None
+    """``HOST:PORT`` to serve streamable HTTP on (``--http`` overrides); ``None``: stdio."""
     call_timeout: float = 300.0
     """Seconds an upstream call may take when its contract gives no timeout; past it the step is
     ``in_doubt`` (rule 9), so a hung upstream never holds a saga forever."""
@@ -185,6 +188,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         "actor",
         "tenant",
         "call_timeout",
+        "http",
     }
     bad = set(gw) - known
     if bad:
@@ -241,6 +245,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         when_no_elicitation=when_no,
         lease_seconds=float(lease),
         call_timeout=float(call_timeout),
+        http=_str(gw["http"], f"{src}: gateway.http") if "http" in gw else None,
         actor=_str(gw.get("actor", "agent:mcp"), f"{src}: gateway.actor"),
         tenant=_str(gw["tenant"], f"{src}: gateway.tenant") if "tenant" in gw else None,
         source=src,
