@@ -42,15 +42,20 @@ async def test_malformed_saga_and_step_ids_are_refused(engine: amends.Engine, ba
 
 
 async def test_a_custom_step_id_never_collides_with_automatic_ones(engine: amends.Engine) -> None:
+    """Naming the first step "s2" used to make the second (automatic "s2") and every later
+    unnamed call fail; automatic ids now skip the taken ones."""
     async with engine.saga("ids") as saga:
-        a = saga.call("mail.send", to="a@x", subject="1")
-        b = saga.call("mail.send", step_id="s2", to="b@x", subject="2")
+        a = saga.call("mail.send", step_id="s2", to="a@x", subject="1")
+        b = saga.call("mail.send", to="b@x", subject="2")
         c = saga.call("mail.send", to="c@x", subject="3")
-        d = saga.call("mail.send", to="d@x", subject="4")
-        await saga.gather(a, b, c, d)
-    assert [a.id, b.id, c.id, d.id] == ["s1", "s2", "s3", "s4"]
+        d = saga.call("mail.send", step_id="mine", to="d@x", subject="4")
+        e = saga.call("mail.send", to="e@x", subject="5")
+        await saga.gather(a, b, c, d, e)
+    assert [a.id, b.id, c.id, d.id, e.id] == ["s2", "s3", "s4", "mine", "s5"]
     rec = await engine.log.get_saga(saga.id)
-    assert rec is not None and [s.state for s in rec.steps] == ["done"] * 4
+    assert rec is not None and [s.state for s in rec.steps] == ["done"] * 5
+    with pytest.raises(amends.SagaClosedError):
+        saga.call("mail.send", to="f@x", subject="6")
 
 
 async def test_a_step_reference_formatted_into_a_string_is_caught_with_the_fix(
