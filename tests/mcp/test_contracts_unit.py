@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from amends import ConfigError
 from amends.integrations.mcp import load_config, load_contracts
@@ -144,3 +147,19 @@ def test_builtin_sandbox_contracts_agree_with_the_python_sandbox_catalog() -> No
     for name, spec in python.items():
         assert toml[name].reversibility == spec.reversibility.value, name
         assert toml[name].idempotent == spec.idempotent, name
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=10,
+)
+
+
+@given(value=_json, word=st.text(alphabet="abcdefghij -", min_size=1, max_size=10))
+def test_a_whole_field_keeps_any_json_value_and_text_fields_embed_it(value: Any, word: str) -> None:
+    """'{args.v}' alone is the value itself (type kept); inside text it is formatted as str."""
+    scope = {"args": {"v": value}}
+    assert render("{args.v}", scope, "t") == value
+    assert render([{"k": "{args.v}"}], scope, "t") == [{"k": value}]
+    assert render(word + "{args.v}", scope, "t") == word + str(value)
