@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
-from amends import ConfigError
+from amends import AmendsError, ConfigError
 
 __all__ = ["parse_address", "register", "serve"]
 
@@ -114,7 +115,12 @@ async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> Non
     config = load_config(config_path)
     async with Gateway(config) as gw:
         # After a crash: steps left mid-call become in_doubt, dead reversals resume (rule 1).
-        await gw.engine.recover()
+        try:
+            await gw.engine.recover()
+        except AmendsError as exc:  # serving must not depend on an old saga's recovery
+            sys.stderr.write(
+                f"amends mcp: recovery did not finish ({exc}); run `amends recover` on the log\n"
+            )
         server = gw.server()
         if http is None:
             from mcp.server.stdio import stdio_server
