@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import itertools
 import json
 import random
@@ -400,8 +401,7 @@ class World:
 
     def iso(self, ts: float | None = None) -> str:
         """``ts`` (default now) as an ISO timestamp, to the second."""
-        value = self.now() if ts is None else ts
-        return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
+        return _iso(self.now() if ts is None else ts)
 
     def advance(self, seconds: float) -> None:
         """Move the sandbox clock forward: send-delay windows expire, refunds settle, wire recall
@@ -600,6 +600,12 @@ class World:
         self.payments.seed()
         self.chat.seed()
         self._write([("meta", "seeded", True)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _iso(ts: float) -> str:
+    # every effect is stamped; the sandbox clock moves only with advance(), so few values recur
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 # --- which step is acting, and which world ------------------------------------------------
