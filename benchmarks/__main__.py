@@ -5,14 +5,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
+import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from . import durable, evals, fanout, mcp_gateway, reversal, scale
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
+
+
+def _pg_launcher() -> Any:
+    """tests/pg.py: the repository's one PostgreSQL launcher (issue 9), shared with the tests."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "pg.py"
+    spec = importlib.util.spec_from_file_location("amends_tests_pg", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the PostgreSQL launcher {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
@@ -21,16 +36,16 @@ def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         import amends
 
         amends.PostgresLog  # noqa: B018 - the optional backend must import
-        from .pgserver import PgServer, PgUnavailableError
+        pg = _pg_launcher()
     except (ImportError, AttributeError) as exc:
         return [Section("6. PostgreSQL", ["status"], [[f"not measured: {exc}"]])]
     try:
-        server = PgServer(SCRATCH)
-    except (PgUnavailableError, OSError) as exc:
+        server = pg.PgServer(SCRATCH)
+    except (pg.PgUnavailable, OSError) as exc:
         return [Section("6. PostgreSQL", ["status"], [[f"not measured: {exc}"]])]
     try:
-        out = durable.run(loop, quick, pg_url=server.url)
-        out += reversal.run(loop, quick, pg_url=server.url)
+        out = durable.run(loop, quick, pg_url=server.new_database())
+        out += reversal.run(loop, quick, pg_url=server.new_database())
     finally:
         server.stop()
     for sec in out:
@@ -42,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smallest sizes (under a minute)")
     parser.add_argument(
-        "--only", default="", help="comma list: durable,fanout,reversal,scale,evals,pg,mcp"
+        "--only",
+        default="",
+        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,mcp",
     )
     parser.add_argument(
         "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
@@ -56,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan: list[tuple[str, Callable[[], list[Section]]]] = [
             ("durable", lambda: durable.run(loop, args.quick)),
+            ("interleaved", lambda: [durable.interleaved_section(loop, args.quick)]),
             ("fanout", lambda: fanout.run(loop, args.quick)),
             ("reversal", lambda: reversal.run(loop, args.quick)),
             ("scale", lambda: scale.run(loop, args.quick)),
@@ -68,7 +86,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             t = time.perf_counter()
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            sections.extend(fn())
+            before = os.getloadavg()
+            produced = fn()
+            after = os.getloadavg()
+            for sec in produced:  # every figure with the machine load it was taken under
+                sec.notes.append(
+                    f"Machine load average (1 min) while this ran: {before[0]:.2f} at the start, "
+                    f"{after[0]:.2f} at the end (5 min: {after[1]:.2f}); 2 cores."
+                )
+            sections.extend(produced)
             print(f"  {name}: {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
             if args.out:  # write as we go, so a late failure keeps the figures already taken
                 write_markdown(args.out, sections, quick=args.quick, argv=cmd, started=started)

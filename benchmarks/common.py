@@ -82,11 +82,13 @@ def noop_catalog() -> amends.Catalog:
     @catalog.tool("bench.noop", reversibility="reversible")
     async def noop(call: amends.Call, i: int) -> int:
         call.inverse("bench.noop", i=i)
+        call.no_drift_check(reason="a benchmark no-op: there is no state anyone could change")
         return i
 
     @catalog.tool("bench.slow", reversibility="reversible")
     async def slow(call: amends.Call, i: int) -> int:
         call.inverse("bench.slow_undo", i=i)
+        call.no_drift_check(reason="a benchmark no-op: there is no state anyone could change")
         return i
 
     @catalog.tool("bench.slow_undo", reversibility="reversible")

@@ -1,5 +1,8 @@
 """A real PostgreSQL 15 for the test session: ``initdb`` + ``pg_ctl`` in a temp dir, loopback only.
 
+The one PostgreSQL launcher of the repository (issue 9): the benchmarks load this file too
+(``benchmarks/__main__.py``), with ``root`` on the repository's disk.
+
 As root, PostgreSQL refuses to run, so the server runs as an unprivileged user (``amends-test``,
 created with ``useradd`` if missing; ``nobody`` if that fails) via ``runuser``. Missing binaries
 are a test FAILURE with the fix, never a silent skip.
@@ -56,7 +59,7 @@ def _run_as_user() -> tuple[list[str], int, int]:
 class PgServer:
     """One throwaway PostgreSQL cluster; ``new_database()`` gives each test its own database."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
         for tool in ("initdb", "pg_ctl", "postgres"):
             if not (PG_BIN / tool).exists():
                 raise PgUnavailable(
@@ -65,7 +68,9 @@ class PgServer:
                     f"AMENDS_PG_BIN to the directory holding initdb and pg_ctl"
                 )
         self.prefix, uid, gid = _run_as_user()
-        self.root = Path(tempfile.mkdtemp(prefix="amends-pg-"))
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix="amends-pg-", dir=root))
         os.chmod(self.root, 0o755)
         self.data = self.root / "data"
         self.data.mkdir()
@@ -93,7 +98,8 @@ class PgServer:
             conf.write(
                 f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
                 f"unix_socket_directories = '{self.data}'\nmax_connections = 200\n"
-                "shared_buffers = 64MB\nfsync = on\nlog_min_messages = warning\n"
+                "shared_buffers = 64MB\nfsync = on\nsynchronous_commit = on\n"
+                "log_min_messages = warning\n"
             )
         self.start()
 

@@ -38,6 +38,7 @@ async def _stuck_saga(url: str) -> None:
 async def test_doctor_finds_each_problem_and_recover_fixes_it(
     log_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    await open_log(log_url).close()  # doctor reads an existing log only (never creates one)
     assert await _run(["doctor", "--db", log_url]) == 0
     assert "healthy" in capsys.readouterr().out
     await _stuck_saga(log_url)
@@ -49,7 +50,11 @@ async def test_doctor_finds_each_problem_and_recover_fixes_it(
     assert "amends recover" in actions[0]["fix"]
     assert await _run(["recover", "--db", log_url, "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec == {"in_doubt": [{"saga_id": "stuck", "step_id": "s1"}], "resumed": []}
+    assert rec == {
+        "in_doubt": [{"saga_id": "stuck", "step_id": "s1"}],
+        "resumed": [],
+        "failed": [],
+    }
     assert await _run(["doctor", "--db", log_url]) == 1
     text = capsys.readouterr().out
     assert "step s1 (crm.update_field) of saga stuck is in_doubt" in text
@@ -81,3 +86,28 @@ async def _run(argv: list[str]) -> int:
     import asyncio
 
     return await asyncio.to_thread(main, argv)
+
+
+async def test_doctor_verify_finds_an_edited_event_and_names_the_saga(
+    log_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _stuck_saga(log_url)
+    assert await _run(["recover", "--db", log_url, "--json"]) == 0
+    capsys.readouterr()
+    log = open_log(log_url)
+    try:
+        assert await log.verify() == []
+        first = (await log.events("stuck"))[1]
+        await log.db.write(  # type: ignore[attr-defined]
+            lambda tx: tx.execute(
+                "UPDATE records SET body=? WHERE rec_id=?", ('{"tool":"x"}', first.event_id)
+            )
+        )
+    finally:
+        await log.close()
+    assert await _run(["doctor", "--db", log_url, "--verify", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    tampered = [f for f in out["findings"] if "was edited" in f["what"]]
+    assert [f["what"] for f in tampered] == [f"saga stuck: event {first.event_id} was edited"]
+    assert "changed after it was written" in tampered[0]["fix"]
+    assert "restore the log from a backup" in tampered[0]["fix"]

@@ -293,13 +293,13 @@ async def test_verify_names_an_edited_a_deleted_and_an_inserted_event(log: SagaL
         await _saga(log, sid)
     ids = {sid: [e.event_id for e in await log.events(sid)] for sid in ("edited", "deleted")}
     await _tamper(
-        log, "UPDATE events SET data=? WHERE event_id=?", '{"args":{"i":99}}', ids["edited"][1]
+        log, "UPDATE records SET body=? WHERE rec_id=?", '{"args":{"i":99}}', ids["edited"][1]
     )
-    await _tamper(log, "DELETE FROM events WHERE event_id=?", ids["deleted"][2])
+    await _tamper(log, "DELETE FROM records WHERE rec_id=?", ids["deleted"][2])
     await _tamper(
         log,
-        "INSERT INTO events (saga_id, step_id, kind, at, data) VALUES (?, 's1', 'step.done', ?, "
-        "'{}')",
+        "INSERT INTO records (saga_id, step_id, kind, phase, at, body) VALUES "
+        "(?, 's1', 'step.done', 'f', ?, '{\"state\":\"done\"}')",
         "inserted",
         NOW,
     )
@@ -322,7 +322,7 @@ async def test_verify_catches_an_edited_report_and_a_deleted_tail(log: SagaLog) 
     problems = await log.verify("s")
     assert [p.what for p in problems] == ["report mismatch"]
     await _saga(log, "t")
-    await _tamper(log, "DELETE FROM events WHERE saga_id='t'")
+    await _tamper(log, "DELETE FROM records WHERE saga_id='t'")
     assert [(p.saga_id, p.event_id, p.what) for p in await log.verify("t")] == [
         ("t", None, "deleted")
     ]

@@ -15,24 +15,38 @@ from amends.log import open_log
 from amends.log.sql import MIGRATIONS, SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
-TABLES = ("amends_meta", "sagas", "steps", "reversals", "compensations", "events")
+TABLES = {
+    1: ("amends_meta", "sagas", "steps", "reversals", "compensations", "events"),
+    2: (
+        "amends_meta",
+        "sagas",
+        "steps",
+        "reversals",
+        "compensations",
+        "events",
+        "resolutions",
+        "idem_keys",
+    ),
+}
 
 
-def _v1_copy(tmp_path: Path) -> Path:
-    path = tmp_path / "log_v1.db"
-    shutil.copy(DATA / "log_v1.db", path)
+def _copy(version: int, tmp_path: Path) -> Path:
+    path = tmp_path / f"log_v{version}.db"
+    shutil.copy(DATA / f"log_v{version}.db", path)
     return path
 
 
-def _load_v1_into_postgres(url: str) -> None:
+def _load_into_postgres(version: int, url: str) -> None:
+    """The fixture's rows in a PostgreSQL log at schema ``version`` (its own DDL)."""
     import psycopg
 
-    src = sqlite3.connect(DATA / "log_v1.db")
+    src = sqlite3.connect(DATA / f"log_v{version}.db")
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            for stmt in MIGRATIONS[1]("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"):
-                conn.execute(stmt)
-            for table in TABLES:
+            for v in range(1, version + 1):
+                for stmt in MIGRATIONS[v]("postgres"):
+                    conn.execute(stmt)
+            for table in TABLES[version]:
                 cur = src.execute(f"SELECT * FROM {table}")
                 cols = [d[0] for d in cur.description]
                 marks = ", ".join(["%s"] * len(cols))
@@ -50,16 +64,30 @@ def _load_v1_into_postgres(url: str) -> None:
         src.close()
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])]
-)
-def v1_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of a schema-v1 log holding the fixture's sagas."""
+def _url(request: pytest.FixtureRequest, tmp_path: Path, version: int) -> str:
     if request.param == "sqlite":
-        return f"sqlite:///{_v1_copy(tmp_path)}"
+        return f"sqlite:///{_copy(version, tmp_path)}"
     url: str = request.getfixturevalue("pg_url")
-    _load_v1_into_postgres(url)
+    _load_into_postgres(version, url)
     return url
+
+
+_BACKENDS = [
+    "sqlite",
+    pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow]),
+]
+
+
+@pytest.fixture(params=_BACKENDS)
+def v1_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a schema-v1 log holding the v1 fixture's sagas."""
+    return _url(request, tmp_path, 1)
+
+
+@pytest.fixture(params=_BACKENDS)
+def v2_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a schema-v2 log holding the v2 fixture's sagas."""
+    return _url(request, tmp_path, 2)
 
 
 async def test_a_v1_log_migrates_and_keeps_every_saga_report_and_event(v1_url: str) -> None:
@@ -121,11 +149,53 @@ async def test_an_engine_undoes_a_saga_recorded_by_v1(v1_url: str) -> None:
         await engine.close()
 
 
-def test_the_v1_fixture_is_a_real_v1_log() -> None:
-    conn = sqlite3.connect(f"file:{DATA / 'log_v1.db'}?mode=ro", uri=True)
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_fixtures_are_real_logs_of_their_version(version: int) -> None:
+    conn = sqlite3.connect(f"file:{DATA / f'log_v{version}.db'}?mode=ro", uri=True)
     try:
-        assert conn.execute("SELECT value FROM amends_meta").fetchall() == [("1",)]
+        assert conn.execute("SELECT value FROM amends_meta").fetchall() == [(str(version),)]
         cols = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
-        assert "hash" not in cols
+        assert ("hash" in cols) is (version == 2)
     finally:
         conn.close()
+
+
+async def test_a_v2_log_migrates_with_meta_resolutions_continuations_and_keys(
+    v2_url: str,
+) -> None:
+    log = open_log(v2_url)
+    try:
+        assert await log.schema_version() == SCHEMA_VERSION
+        meta = await log.get_saga("meta")
+        assert meta is not None and meta.meta == {
+            "catalog": {
+                "fingerprint": "f1",
+                "ref": "amends.sandbox:demo_catalog",
+                "tools": ["crm.update_field"],
+            }
+        }
+        deal = await log.get_saga("deal")
+        assert deal is not None
+        assert {k: (r.by, r.note) for k, r in deal.resolutions.items()} == {
+            "s3": ("alice", "sent the draft")
+        }
+        rev = deal.reversal
+        assert rev is not None
+        assert (rev.state, rev.continuations, rev.generation) == ("done", 1, 2)
+        assert rev.report is not None and rev.report["continued"] is True
+        comps = await log.get_compensations(rev.reversal_id)
+        assert {k: c.state for k, c in comps.items()} == {"s1": "reverted", "s2": "compensated"}
+        key = await log.idem_get("acme", "k1", 1_700_000_100.0)
+        assert key is not None and (key.request_hash, key.response) == ("h1", {"status": 200})
+        kinds = [e.kind for e in await log.events("deal")]
+        assert kinds.count("reversal.done") == 2 and "reversal.continued" in kinds
+        assert "step.resolved" in kinds
+        assert await log.verify() == []
+        # and it keeps working: a second continuation joins nothing stale
+        again = await log.continue_reversal(
+            "deal", budget={}, owner="w", lease_until=2e9, now=2e9, after_continuation=1
+        )
+        assert (again.outcome, again.reversal.continuations) == ("claimed", 2)
+        assert (again.reversal.calls_spent, again.reversal.tokens_spent) == (0, 0)
+    finally:
+        await log.close()

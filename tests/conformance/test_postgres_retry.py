@@ -19,7 +19,8 @@ async def test_connection_lost_at_commit_is_looked_up_and_rerun_once(pg_url: str
 
     def fn(tx: Any) -> str:
         tx.execute(
-            "INSERT INTO events (saga_id, kind, at, data) VALUES ('s', 'probe.event', 0, '{}')"
+            "INSERT INTO records (saga_id, kind, phase, at, body) "
+            "VALUES ('s', 'probe.event', '', 0, '{}')"
         )
         pid = tx.execute("SELECT pg_backend_pid()")[0][0]
         runs.append(pid)

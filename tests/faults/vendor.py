@@ -83,7 +83,10 @@ def make_catalog(path: str | Path, hook: Hook | None = None) -> amends.Catalog:
         point(f"{call.phase}:{call.tool}:before")
         return read(key)
 
-    @catalog.tool("kv.put", reversibility="reversible", resources=lambda a: [a["key"]])
+    # the vendor applies each idempotency key once (``effects``): resending is safe (rule 5)
+    @catalog.tool(
+        "kv.put", reversibility="reversible", idempotent=True, resources=lambda a: [a["key"]]
+    )
     async def kv_put(call: amends.Call, key: str, value: str | None) -> Any:
         before = read(key)
         apply(call, "put", key, value)
@@ -91,14 +94,16 @@ def make_catalog(path: str | Path, hook: Hook | None = None) -> amends.Catalog:
         call.expect("kv.get", {"key": key}, equals=value)
         return {"key": key, "value": value}
 
-    @catalog.tool("pay.charge", reversibility="compensable")
+    @catalog.tool("pay.charge", reversibility="compensable", idempotent=True)
     async def charge(call: amends.Call, who: str, cents: int) -> Any:
         apply(call, "charge", f"charge:{who}", str(cents))
         call.inverse("pay.refund", who=who, cents=cents)
+        # rule 4: the charge must still stand (not refunded or disputed) when it is refunded
+        call.expect("kv.get", {"key": f"charge:{who}"}, equals=str(cents))
         call.residue(f"Refund of {cents} cents to {who}", parties=[who], settles_in_business_days=3)
         return {"charged": cents}
 
-    @catalog.tool("pay.refund", reversibility="irreversible")
+    @catalog.tool("pay.refund", reversibility="irreversible", idempotent=True)
     async def refund(call: amends.Call, who: str, cents: int) -> Any:
         apply(call, "refund", f"refund:{who}", str(cents))
         return {"refunded": cents}

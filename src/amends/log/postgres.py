@@ -17,6 +17,7 @@ Requires the ``amends[postgres]`` extra (psycopg 3 and psycopg_pool), imported l
 from __future__ import annotations
 
 import asyncio
+import queue
 import re
 import threading
 import time
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
-from .sqlite import signing_key_from_env
+from .sqlite import _settle_all, signing_key_from_env
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,11 +37,12 @@ __all__ = ["PostgresLog", "redact"]
 
 T = TypeVar("T")
 
-_IDENTITY_PK = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
 _MIGRATION_LOCK = 0x616D656E6473  # "amends": pg_advisory_xact_lock key for migrations
 # SQLSTATEs whose transaction never committed and may be re-run as a whole.
 _RERUN = {"40001", "40P01", "23505"}
 _MAX_RERUNS = 50
+_MAX_BATCH = 256
+_MAX_BATCH_BYTES = 1 << 20
 
 
 def redact(url: str) -> str:
@@ -70,6 +72,7 @@ class _Cursor:
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self._cur = cur
         self._last = 0
+        self.cache: dict[str, str] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self._cur.execute(to_pyformat(sql), tuple(params))
@@ -85,10 +88,16 @@ class _Cursor:
 class _CommitUnknown(Exception):
     """The connection died while COMMIT was in flight: outcome must be looked up."""
 
-    def __init__(self, xid: int, cause: BaseException) -> None:
+    def __init__(self, xid: int, cause: BaseException, result: Any) -> None:
         super().__init__(str(cause))
         self.xid = xid
         self.cause = cause
+        self.result = result
+        """What the write function returned: the write's result if it turns out committed."""
+
+
+class _Fallback(Exception):
+    """A write of a group-commit batch failed: re-run the batch with one savepoint per write."""
 
 
 class _PgDatabase(Database):
@@ -142,14 +151,20 @@ class _PgDatabase(Database):
                 f"port, user, password and database are right (psql '<url>' tests it)",
                 path=self.safe_url,
             ) from exc
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._run, name="amends-pg-writer", daemon=True)
         try:
             if self.read_only or self.must_exist:
                 self._run_with_retries(self._check_tx, write=False)
-            if not self.read_only:
-                self._run_with_retries(self._migrate_tx, write=True)
+            if not self.read_only and self._run_with_retries(self._version, write=False) != (
+                SCHEMA_VERSION
+            ):
+                self._migrate()
         except BaseException:
             self.pool.close()
             raise
+        self._stopping = False
+        self._writer.start()
 
     # --- errors ---------------------------------------------------------------------------
     def translate(self, exc: BaseException) -> LogError:
@@ -213,7 +228,7 @@ class _PgDatabase(Database):
             except psycopg.OperationalError as exc:
                 if exc.sqlstate and exc.sqlstate[:2] in ("40", "23", "53", "25"):
                     raise  # the server answered: it did not commit
-                raise _CommitUnknown(xid, exc) from exc
+                raise _CommitUnknown(xid, exc, result) from exc
             return result
 
     def _xact_status(self, xid: int) -> str | None:
@@ -242,7 +257,7 @@ class _PgDatabase(Database):
                 return self._one_attempt(fn, write=write)
             except _CommitUnknown as unknown:
                 pending_xid = unknown.xid
-                pending_result = None
+                pending_result = unknown.result
                 err: BaseException = unknown.cause
             except psycopg.Error as exc:
                 state = exc.sqlstate or ""
@@ -302,11 +317,24 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             )
 
-    def _migrate_tx(self, tx: Tx) -> None:
-        tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
-        version = self._version(tx)
-        self._check_version(version)
-        upgrade(tx, version, _IDENTITY_PK, self._key)
+    def _migrate(self) -> None:
+        """Upgrade the schema under a session advisory lock, in a transaction whose snapshot is
+        taken after the lock is held (so a worker that waited sees the version another worker
+        just wrote, and does not run the same DDL again)."""
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection() as conn:
+                conn.execute(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})")
+                try:
+                    with conn.transaction(), conn.cursor() as cur:
+                        tx = _Cursor(cur)
+                        version = self._version(tx)
+                        self._check_version(version)
+                        upgrade(tx, version, "postgres", self._key)
+                finally:
+                    conn.execute(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})")
+        except psycopg.Error as exc:
+            raise self.translate(exc) from exc
 
     # --- Database -------------------------------------------------------------------------
     def _check_writable(self) -> None:
@@ -317,22 +345,106 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             )
 
-    async def write(self, fn: Callable[[Tx], T]) -> T:
+    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
         self._check_writable()
-        return await asyncio.to_thread(self._run_with_retries, fn, write=True)
+        if self._stopping or self._closed:
+            raise LogError(f"saga log {self.safe_url!r} is closed", path=self.safe_url)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((fn, loop, fut, size))
+        return await fut
 
-    def write_sync(self, fn: Callable[[Tx], T]) -> T:
-        self._check_writable()
-        return self._run_with_retries(fn, write=True)
+    # --- group commit (issue 12) ----------------------------------------------------------
+    def _run(self) -> None:
+        """The writer thread: every write waiting at that moment goes into one transaction
+        (one WAL flush for all of them), capped by count and bytes."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch = [job]
+            size = job[3]
+            while len(batch) < _MAX_BATCH and size < _MAX_BATCH_BYTES:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._jobs.put(None)
+                    break
+                batch.append(more)
+                size += more[3]
+            _settle_all(self._commit(batch))
+
+    def _commit(self, batch: list[Any]) -> list[tuple[Any, bool, Any]]:
+        if len(batch) == 1:
+            try:
+                return [(batch[0], True, self._run_with_retries(batch[0][0], write=True))]
+            except BaseException as exc:
+                return [(batch[0], False, exc)]
+        fns = [job[0] for job in batch]
+        psycopg = self._psycopg
+
+        def fast(tx: Tx) -> list[Any]:
+            out = []
+            for fn in fns:
+                try:
+                    out.append(fn(tx))
+                except psycopg.Error as exc:
+                    if (exc.sqlstate or "") in _RERUN and exc.sqlstate != "23505":
+                        raise  # a serialization failure: the whole batch runs again
+                    raise _Fallback from exc
+                except Exception as exc:
+                    raise _Fallback from exc
+            return out
+
+        try:
+            values = self._run_with_retries(fast, write=True)
+            return [(job, True, v) for job, v in zip(batch, values, strict=True)]
+        except _Fallback:
+            pass  # one write failed: run the batch again, each write in its own savepoint
+        except BaseException as exc:
+            return [(job, False, exc) for job in batch]
+
+        def careful(tx: Tx) -> list[tuple[bool, Any]]:
+            out: list[tuple[bool, Any]] = []
+            for i, fn in enumerate(fns):
+                tx.execute(f"SAVEPOINT w{i}")
+                try:
+                    value = fn(tx)
+                except psycopg.Error as exc:
+                    if (exc.sqlstate or "") in _RERUN and exc.sqlstate != "23505":
+                        raise
+                    tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                    tx.cache.clear()
+                    out.append((False, self.translate(exc)))
+                    continue
+                except Exception as exc:
+                    tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                    tx.cache.clear()
+                    out.append((False, exc))
+                    continue
+                tx.execute(f"RELEASE SAVEPOINT w{i}")
+                out.append((True, value))
+            return out
+
+        try:
+            outs = self._run_with_retries(careful, write=True)
+        except BaseException as exc:
+            return [(job, False, exc) for job in batch]
+        return [(job, ok, v) for job, (ok, v) in zip(batch, outs, strict=True)]
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
         return await asyncio.to_thread(self._run_with_retries, fn, write=False)
 
     async def close(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._stopping:
                 return
-            self._closed = True
+            self._stopping = True  # new writes are refused; queued ones still commit
+        self._jobs.put(None)
+        await asyncio.to_thread(self._writer.join)
+        self._closed = True
         await asyncio.to_thread(self.pool.close)
 
 

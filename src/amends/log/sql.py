@@ -3,12 +3,14 @@
 Backends supply a :class:`Database` (how to run a function inside one transaction, and how to read);
 everything about *what* is written, and the checks that keep the rules across processes, lives here
 once. SQL is written with ``?`` placeholders; a backend rewrites them if its driver wants others.
+
+Schema v3 (issue 12): a step write is one append-only record (one encoded blob) plus at most one
+read (the saga's reversal and chain head, in one statement); a compensation event likewise. The
+reversal row is written only when a reversal is claimed, continued, taken over or finished.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -28,33 +30,53 @@ from .base import (
     SagaLog,
     SagaRecord,
     StepFinish,
-    StepRecord,
-    dumps,
-    loads,
 )
+from .records import (
+    COMPENSATION,
+    FINISH,
+    INTENT,
+    RESOLVED,
+    chain_hash,
+    dumps,
+    event_data,
+    finish_body,
+    fold_compensations,
+    fold_steps,
+    hkind,
+    loads,
+    report_hash,
+    spent,
+    verify_saga,
+)
+from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "SqlSagaLog", "Tx", "upgrade"]
 
 T = TypeVar("T")
-
-SCHEMA_VERSION = 2
 
 _SAGA_COLS = (
     "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until, meta"
 )
 _N_SAGA = 10
-_STEP_COLS = (
-    "saga_id, step_id, seq, tool, args, deps, resources, declared, effective, state, "
-    "result, inverse, expectation, residue, acknowledgement, violation, error, "
-    "started_at, finished_at"
-)
 _REV_COLS = (
-    "reversal_id, saga_id, state, budget, owner, generation, lease_until, requested_at, "
-    "finished_at, calls_spent, tokens_spent, report, continuations"
+    "r.reversal_id, r.saga_id, r.state, r.budget, r.owner, r.generation, r.lease_until, "
+    "r.requested_at, r.finished_at, r.report, r.continuations, "
+    # spent by the current run: derived from its latest compensation record (issue 12)
+    "(SELECT c.body FROM records c WHERE c.reversal_id = r.reversal_id AND c.phase = 'c' "
+    "ORDER BY c.rec_id DESC LIMIT 1)"
 )
-_COMP_COLS = "reversal_id, step_id, state, attempts, detail, data, generation, updated_at"
+_REV = f"SELECT {_REV_COLS} FROM reversals r"
+_REC_COLS = "rec_id, step_id, reversal_id, kind, phase, at, body"
+_IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
+_RECOVERY_ERROR = "the process running this step stopped before it logged a result"
 
 
 class Tx(Protocol):
     """A cursor inside one transaction."""
+
+    cache: dict[str, str]
+    """Chain heads (saga_id -> hash) written in this transaction, so a batch of writes to one
+    saga reads its head once. Cleared by the backend when it rolls part of a batch back."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; returns its rows (empty for statements without a result)."""
@@ -67,8 +89,11 @@ class Database(ABC):
     """How a backend runs work: ``write`` inside one durable transaction, ``read`` consistently."""
 
     @abstractmethod
-    async def write(self, fn: Callable[[Tx], T]) -> T:
-        """Run ``fn`` in a write transaction and commit durably before returning."""
+    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
+        """Run ``fn`` in a write transaction and commit durably before returning.
+
+        ``size`` is roughly how many bytes ``fn`` writes (group commit caps a batch by bytes).
+        """
 
     @abstractmethod
     async def read(self, fn: Callable[[Tx], T]) -> T: ...
@@ -77,7 +102,9 @@ class Database(ABC):
     async def close(self) -> None: ...
 
 
-def _reversal(row: tuple[Any, ...]) -> ReversalRecord:
+def _reversal(row: Sequence[Any]) -> ReversalRecord:
+    continuations = int(row[10] or 0)
+    calls, tokens = spent(row[11], continuations)
     return ReversalRecord(
         row[0],
         row[1],
@@ -88,40 +115,16 @@ def _reversal(row: tuple[Any, ...]) -> ReversalRecord:
         row[6],
         row[7],
         row[8],
-        int(row[9]),
-        int(row[10]),
-        loads(row[11]),
-        int(row[12] or 0),
-    )
-
-
-def _step(row: tuple[Any, ...]) -> StepRecord:
-    return StepRecord(
-        saga_id=row[0],
-        step_id=row[1],
-        seq=int(row[2]),
-        tool=row[3],
-        args=loads(row[4]),
-        deps=tuple(loads(row[5])),
-        resources=tuple(loads(row[6])),
-        declared=row[7],
-        effective=row[8],
-        state=row[9],
-        result=loads(row[10]),
-        inverse=loads(row[11]),
-        expectation=loads(row[12]),
-        residue=tuple(loads(row[13]) or ()),
-        acknowledgement=loads(row[14]),
-        violation=row[15],
-        error=row[16],
-        started_at=row[17],
-        finished_at=row[18],
+        calls,
+        tokens,
+        loads(row[9]),
+        continuations,
     )
 
 
 def _saga(
-    row: tuple[Any, ...],
-    steps: Sequence[StepRecord] = (),
+    row: Sequence[Any],
+    steps: Sequence[Any] = (),
     reversal: ReversalRecord | None = None,
     resolutions: Mapping[str, Resolution] | None = None,
 ) -> SagaRecord:
@@ -142,65 +145,39 @@ def _saga(
     )
 
 
-def chain_hash(
-    key: bytes | None,
-    prev: str,
-    saga_id: str,
-    step_id: str | None,
-    reversal_id: str | None,
-    kind: str,
-    at: float,
-    data_text: str,
-) -> str:
-    """The hash of one event, chained to the previous event of its saga (rule 11).
-
-    SHA-256 over the canonical JSON of the event's fields and ``prev`` (the previous event's hash,
-    ``""`` for a saga's first event); an HMAC-SHA-256 when the log has a signing key, so that
-    someone who can write the file but lacks the key cannot re-forge the chain after an edit.
-    ``data_text`` is the stored JSON text itself, so what is hashed is byte for byte what is kept.
-    """
-    msg = dumps([prev, saga_id, step_id, reversal_id, kind, float(at), data_text]).encode()
-    if key:
-        return hmac.new(key, msg, hashlib.sha256).hexdigest()
-    return hashlib.sha256(msg).hexdigest()
-
-
-def report_hash(key: bytes | None, report_text: str, head: str) -> str:
-    """The hash a stored report carries: over its own text and the history it summarises
-    (``head`` is the hash of the last event before ``reversal.done``)."""
-    msg = dumps(["report", head, report_text]).encode()
-    if key:
-        return hmac.new(key, msg, hashlib.sha256).hexdigest()
-    return hashlib.sha256(msg).hexdigest()
-
-
 def _head(tx: Tx, saga_id: str) -> str:
+    cached = tx.cache.get(saga_id)
+    if cached is not None:
+        return cached
     rows = tx.execute(
-        "SELECT hash FROM events WHERE saga_id=? ORDER BY event_id DESC LIMIT 1", (saga_id,)
+        "SELECT hash FROM records WHERE saga_id=? ORDER BY rec_id DESC LIMIT 1", (saga_id,)
     )
     return str(rows[0][0] or "") if rows else ""
 
 
-def _event(
+def _append(
     tx: Tx,
     key: bytes | None,
     saga_id: str,
     kind: str,
     now: float,
+    text: str,
     *,
+    phase: str = "",
     step_id: str | None = None,
     reversal_id: str | None = None,
-    data: Mapping[str, Any] | None = None,
+    prev: str | None = None,
 ) -> str:
-    """Append one event, chained to the saga's previous one; returns its hash."""
-    text = dumps(dict(data or {}))
-    prev = _head(tx, saga_id)
-    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, kind, now, text)
+    """Append one record, chained to the saga's previous one (rule 11); returns its hash."""
+    if prev is None:
+        prev = _head(tx, saga_id)
+    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, hkind(kind, phase), now, text)
     tx.execute(
-        "INSERT INTO events (saga_id, step_id, reversal_id, kind, at, data, prev_hash, hash) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (saga_id, step_id, reversal_id, kind, now, text, prev, digest),
+        "INSERT INTO records (saga_id, step_id, reversal_id, kind, phase, at, body, prev_hash, "
+        "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest),
     )
+    tx.cache[saga_id] = digest
     return digest
 
 
@@ -212,119 +189,41 @@ def _require_saga(tx: Tx, saga_id: str) -> None:
         )
 
 
-def _check_generation(tx: Tx, reversal_id: str, generation: int) -> None:
-    rows = tx.execute("SELECT generation FROM reversals WHERE reversal_id = ?", (reversal_id,))
+def _lease_lost(reversal_id: str, current: Any, generation: int) -> LeaseLostError:
+    return LeaseLostError(
+        f"reversal {reversal_id!r} was taken over by another worker (generation {current}, "
+        f"this worker holds {generation}); this worker stops and sends nothing more",
+    )
+
+
+def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | None]:
+    """Check the lease generation; returns (saga_id, continuations, chain head or None) read in
+    one statement (issue 12: at most ~2 statements per compensation event)."""
+    rows = tx.execute(
+        "SELECT r.generation, r.saga_id, r.continuations, (SELECT hash FROM records WHERE "
+        "saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1) FROM reversals r "
+        "WHERE r.reversal_id = ?",
+        (reversal_id,),
+    )
     if not rows or int(rows[0][0]) != generation:
-        current = rows[0][0] if rows else None
-        raise LeaseLostError(
-            f"reversal {reversal_id!r} was taken over by another worker (generation {current}, "
-            f"this worker holds {generation}); this worker stops and sends nothing more",
-        )
+        raise _lease_lost(reversal_id, rows[0][0] if rows else None, generation)
+    saga_id = str(rows[0][1])
+    head = tx.cache.get(saga_id, str(rows[0][3] or ""))
+    return saga_id, int(rows[0][2] or 0), head
 
 
-_IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
+def _intent_summary(text: str) -> tuple[int, str]:
+    """(seq, tool) of an intent record; a damaged record must not stop ``doctor`` (it reports
+    the damage through ``verify``)."""
+    try:
+        body = loads(text)
+        return int(body.get("seq", 0)), str(body.get("tool", "?"))
+    except (ValueError, TypeError, AttributeError):
+        return 0, "?"
 
 
-def _idem(row: tuple[Any, ...]) -> IdemRecord:
+def _idem(row: Sequence[Any]) -> IdemRecord:
     return IdemRecord(row[0], row[1], row[2], loads(row[3]), float(row[4]), float(row[5]))
-
-
-def _tuples(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in rows]
-
-
-def _verify_saga(
-    key: bytes | None,
-    saga_id: str,
-    events: Sequence[tuple[Any, ...]],
-    reversal: tuple[Any, ...] | None,
-) -> list[ChainProblem]:
-    """Walk one saga's chain: (event_id, step_id, reversal_id, kind, at, data, prev, hash)."""
-    out: list[ChainProblem] = []
-    if not events:
-        out.append(
-            ChainProblem(
-                saga_id,
-                None,
-                "deleted",
-                f"saga {saga_id!r} has no history at all; every saga starts with saga.started",
-            )
-        )
-    expected = ""
-    seen: dict[str, int] = {}  # hash -> position in ``events``
-    for pos, (eid, step, rev, kind, at, data, prev, digest) in enumerate(events):
-        prev = prev or ""
-        if not digest:
-            out.append(
-                ChainProblem(
-                    saga_id,
-                    int(eid),
-                    "inserted",
-                    f"event {eid} ({kind}) carries no hash: amends did not write it",
-                )
-            )
-            continue
-        if chain_hash(key, prev, saga_id, step, rev, kind, at, data) != digest:
-            out.append(
-                ChainProblem(
-                    saga_id,
-                    int(eid),
-                    "edited",
-                    f"event {eid} ({kind}) does not match its hash: it was changed after it was "
-                    f"written (or the log's signing key is not the one it was written with)",
-                )
-            )
-        elif prev != expected:
-            if prev in seen:  # it links to an earlier event: the ones between are foreign
-                for other in events[seen[prev] + 1 : pos]:
-                    out.append(
-                        ChainProblem(
-                            saga_id,
-                            int(other[0]),
-                            "inserted",
-                            f"event {other[0]} ({other[3]}) is outside the hash chain: the event "
-                            f"after it links past it",
-                        )
-                    )
-            else:
-                out.append(
-                    ChainProblem(
-                        saga_id,
-                        int(eid),
-                        "deleted",
-                        f"the event(s) just before event {eid} ({kind}) are missing: its chain "
-                        f"link points to an event no longer in the log",
-                    )
-                )
-        expected = digest
-        seen[digest] = pos
-    if reversal is not None and reversal[1] is not None:
-        rev_id, report_text, stored = reversal
-        done = [e for e in events if e[3] == "reversal.done" and e[2] == rev_id]
-        if not done:
-            out.append(
-                ChainProblem(
-                    saga_id,
-                    None,
-                    "deleted",
-                    f"reversal {rev_id} has a stored report but its reversal.done event is "
-                    f"missing from the history",
-                )
-            )
-        else:
-            last = done[-1]
-            claimed = (loads(last[5]) or {}).get("report_hash", stored)
-            if stored != report_hash(key, report_text, last[6] or "") or claimed != stored:
-                out.append(
-                    ChainProblem(
-                        saga_id,
-                        int(last[0]),
-                        "report mismatch",
-                        f"the stored report of reversal {rev_id} does not match the hash taken "
-                        f"over it and its history when it was written: the report was edited",
-                    )
-                )
-    return out
 
 
 class SqlSagaLog(SagaLog):
@@ -332,7 +231,7 @@ class SqlSagaLog(SagaLog):
 
     db: Database
     signing_key: bytes | None = None
-    """HMAC key of the event hash chain (rule 11); ``None``: plain SHA-256."""
+    """HMAC key of the record hash chain (rule 11); ``None``: plain SHA-256."""
 
     # --- forward --------------------------------------------------------------------------
     async def create_saga(
@@ -348,6 +247,11 @@ class SqlSagaLog(SagaLog):
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         meta_text = dumps(dict(meta or {}))  # encode before the transaction: bad JSON fails here
+        data: dict[str, Any] = {"title": title, "tenant": tenant, "actor": actor}
+        if meta:
+            data["meta"] = dict(meta)
+        text = dumps(data)
+        key = self.signing_key
 
         def fn(tx: Tx) -> None:
             tx.execute(
@@ -355,12 +259,9 @@ class SqlSagaLog(SagaLog):
                 "owner, lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                 (saga_id, title, tenant, actor, now, owner, lease_until, meta_text),
             )
-            data: dict[str, Any] = {"title": title, "tenant": tenant, "actor": actor}
-            if meta:
-                data["meta"] = dict(meta)
-            _event(tx, self.signing_key, saga_id, "saga.started", now, data=data)
+            _append(tx, key, saga_id, "saga.started", now, text, prev="")
 
-        await self.db.write(fn)
+        await self.db.write(fn, len(text) + len(meta_text))
 
     async def begin_step(
         self,
@@ -375,90 +276,54 @@ class SqlSagaLog(SagaLog):
         declared: str,
         now: float,
     ) -> bool:
+        text = dumps(  # rule 1: the whole intent, encoded once
+            {
+                "seq": seq,
+                "tool": tool,
+                "args": dict(args),
+                "deps": list(deps),
+                "resources": list(resources),
+                "declared": declared,
+            }
+        )
+        key = self.signing_key
+
         def fn(tx: Tx) -> bool:
             # Atomic with the intent: once a reversal exists, no new step may start (issue 2 #4).
-            undoing = tx.execute("SELECT 1 FROM reversals WHERE saga_id = ?", (saga_id,))
-            state = "cancelled" if undoing else "intent"
-            tx.execute(
-                "INSERT INTO steps (saga_id, step_id, seq, tool, args, deps, resources, declared,"
-                " state, residue, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,'[]',?,?)",
-                (
-                    saga_id,
-                    step_id,
-                    seq,
-                    tool,
-                    dumps(dict(args)),
-                    dumps(list(deps)),
-                    dumps(list(resources)),
-                    declared,
-                    state,
-                    now,
-                    now if undoing else None,
-                ),
-            )
-            _event(
-                tx,
-                self.signing_key,
-                saga_id,
-                f"step.{state}",
-                now,
-                step_id=step_id,
-                data={"tool": tool, "args": dict(args), "deps": list(deps)},
-            )
+            row = tx.execute(
+                "SELECT (SELECT 1 FROM reversals WHERE saga_id=?), (SELECT hash FROM records "
+                "WHERE saga_id=? ORDER BY rec_id DESC LIMIT 1)",
+                (saga_id, saga_id),
+            )[0]
+            undoing = row[0] is not None
+            kind = "step.cancelled" if undoing else "step.intent"
+            prev = tx.cache.get(saga_id, str(row[1] or ""))
+            _append(tx, key, saga_id, kind, now, text, phase=INTENT, step_id=step_id, prev=prev)
             return not undoing
 
-        return await self.db.write(fn)
+        return await self.db.write(fn, len(text))
 
     async def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
     ) -> None:
-        def fn(tx: Tx) -> None:
-            tx.execute(
-                "UPDATE steps SET state=?, effective=?, result=?, inverse=?, expectation=?, "
-                "residue=?, acknowledgement=?, violation=?, error=?, finished_at=? "
-                "WHERE saga_id=? AND step_id=?",
-                (
-                    finish.state,
-                    finish.effective,
-                    dumps(finish.result),
-                    None if finish.inverse is None else dumps(finish.inverse),
-                    None if finish.expectation is None else dumps(finish.expectation),
-                    dumps([dict(r) for r in finish.residue]),
-                    None if finish.acknowledgement is None else dumps(finish.acknowledgement),
-                    finish.violation,
-                    finish.error,
-                    now,
-                    saga_id,
-                    step_id,
-                ),
-            )
-            data: dict[str, Any] = {"effective": finish.effective}
-            if finish.inverse is not None:
-                data["inverse"] = finish.inverse
-            if finish.violation:
-                data["violation"] = finish.violation
-            if finish.error:
-                data["error"] = finish.error
-            _event(
-                tx,
-                self.signing_key,
-                saga_id,
-                f"step.{finish.state}",
-                now,
-                step_id=step_id,
-                data=data,
-            )
-
-        await self.db.write(fn)
+        text = dumps(finish_body(finish))
+        kind = f"step.{finish.state}"
+        key = self.signing_key
+        await self.db.write(
+            lambda tx: _append(tx, key, saga_id, kind, now, text, phase=FINISH, step_id=step_id),
+            len(text),
+        )
 
     async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None:
+        key = self.signing_key
+
         def fn(tx: Tx) -> None:
             tx.execute(
                 "UPDATE sagas SET state=?, finished_at=?, lease_until=NULL "
                 "WHERE saga_id=? AND state='running'",
                 (state, now, saga_id),
             )
-            _event(tx, self.signing_key, saga_id, f"saga.{state}", now)
+            _append(tx, key, saga_id, f"saga.{state}", now, "{}")
 
         await self.db.write(fn)
 
@@ -503,23 +368,24 @@ class SqlSagaLog(SagaLog):
         lease_until: float,
         now: float,
     ) -> Claim:
-        rows = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+        rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
         if not rows:
             tx.execute(
                 "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
                 " lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, ?, ?)",
                 (reversal_id, saga_id, budget_text, owner, lease_until, now),
             )
-            _event(
+            text = dumps({"budget": loads(budget_text), "owner": owner})
+            _append(
                 tx,
                 self.signing_key,
                 saga_id,
                 "reversal.requested",
                 now,
+                text,
                 reversal_id=reversal_id,
-                data={"budget": loads(budget_text), "owner": owner},
             )
-            new = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+            new = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
             return Claim("new", _reversal(new[0]))
         rev = _reversal(rows[0])
         if rev.state == "done":
@@ -537,18 +403,17 @@ class SqlSagaLog(SagaLog):
                 "WHERE reversal_id=? AND generation=?",
                 (owner, generation, lease_until, rev.reversal_id, rev.generation),
             )
-            _event(
+            text = dumps({"owner": owner, "previous_owner": rev.owner, "generation": generation})
+            _append(
                 tx,
                 self.signing_key,
                 rev.saga_id,
                 "reversal.taken_over",
                 now,
+                text,
                 reversal_id=rev.reversal_id,
-                data={"owner": owner, "previous_owner": rev.owner, "generation": generation},
             )
-            again = tx.execute(
-                f"SELECT {_REV_COLS} FROM reversals WHERE reversal_id=?", (rev.reversal_id,)
-            )
+            again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
             return Claim("taken_over", _reversal(again[0]))
         return Claim("running_elsewhere", rev)
 
@@ -568,7 +433,7 @@ class SqlSagaLog(SagaLog):
 
         def fn(tx: Tx) -> Claim:
             _require_saga(tx, saga_id)
-            rows = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+            rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
             if not rows:
                 return self._claim_tx(tx, saga_id, first_id, budget_text, owner, lease_until, now)
             rev = _reversal(rows[0])
@@ -578,10 +443,11 @@ class SqlSagaLog(SagaLog):
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
             generation = rev.generation + 1
             continuations = rev.continuations + 1
+            # calls/tokens spent restart at 0: compensation records carry run=continuations
             tx.execute(
                 "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
-                "lease_until=?, finished_at=NULL, calls_spent=0, tokens_spent=0, "
-                "continuations=? WHERE reversal_id=? AND generation=?",
+                "lease_until=?, finished_at=NULL, continuations=? "
+                "WHERE reversal_id=? AND generation=?",
                 (
                     budget_text,
                     owner,
@@ -592,23 +458,24 @@ class SqlSagaLog(SagaLog):
                     rev.generation,
                 ),
             )
-            _event(
+            text = dumps(
+                {
+                    "budget": loads(budget_text),
+                    "owner": owner,
+                    "generation": generation,
+                    "continuation": continuations,
+                }
+            )
+            _append(
                 tx,
                 self.signing_key,
                 saga_id,
                 "reversal.continued",
                 now,
+                text,
                 reversal_id=rev.reversal_id,
-                data={
-                    "budget": loads(budget_text),
-                    "owner": owner,
-                    "generation": generation,
-                    "continuation": continuations,
-                },
             )
-            again = tx.execute(
-                f"SELECT {_REV_COLS} FROM reversals WHERE reversal_id=?", (rev.reversal_id,)
-            )
+            again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
             return Claim("claimed", _reversal(again[0]))
 
         return await self.db.write(fn)
@@ -617,11 +484,17 @@ class SqlSagaLog(SagaLog):
         self, reversal_id: str, generation: int, lease_until: float
     ) -> None:
         def fn(tx: Tx) -> None:
-            _check_generation(tx, reversal_id, generation)
             tx.execute(
-                "UPDATE reversals SET lease_until=? WHERE reversal_id=? AND state='running'",
-                (lease_until, reversal_id),
+                "UPDATE reversals SET lease_until=? WHERE reversal_id=? AND generation=? "
+                "AND state='running'",
+                (lease_until, reversal_id, generation),
             )
+            if tx.rowcount() == 0:
+                rows = tx.execute(
+                    "SELECT generation FROM reversals WHERE reversal_id=?", (reversal_id,)
+                )
+                if not rows or int(rows[0][0]) != generation:
+                    raise _lease_lost(reversal_id, rows[0][0] if rows else None, generation)
 
         await self.db.write(fn)
 
@@ -640,62 +513,64 @@ class SqlSagaLog(SagaLog):
         event: str,
         now: float,
     ) -> None:
+        body: dict[str, Any] = {
+            "state": state,
+            "attempts": attempts,
+            "detail": detail,
+            "data": dict(data),
+            "generation": generation,
+            "calls_spent": calls_spent,
+            "tokens_spent": tokens_spent,
+        }
+        text = dumps(body)  # encoded once; ``run`` is spliced in below only for continuations
+        key = self.signing_key
+
         def fn(tx: Tx) -> None:
-            _check_generation(tx, reversal_id, generation)
-            rows = tx.execute("SELECT saga_id FROM reversals WHERE reversal_id=?", (reversal_id,))
-            saga_id = rows[0][0]
-            tx.execute(
-                "INSERT INTO compensations (reversal_id, step_id, state, attempts, detail, data, "
-                "generation, updated_at) VALUES (?,?,?,?,?,?,?,?) "
-                "ON CONFLICT (reversal_id, step_id) DO UPDATE SET state=excluded.state, "
-                "attempts=excluded.attempts, detail=excluded.detail, data=excluded.data, "
-                "generation=excluded.generation, updated_at=excluded.updated_at",
-                (reversal_id, step_id, state, attempts, detail, dumps(dict(data)), generation, now),
-            )
-            tx.execute(
-                "UPDATE reversals SET calls_spent=?, tokens_spent=? WHERE reversal_id=?",
-                (calls_spent, tokens_spent, reversal_id),
-            )
-            _event(
+            saga_id, run, head = _fenced(tx, reversal_id, generation)
+            stored = text if not run else f'{text[:-1]},"run":{run}}}'
+            _append(
                 tx,
-                self.signing_key,
+                key,
                 saga_id,
                 event,
                 now,
+                stored,
+                phase=COMPENSATION,
                 step_id=step_id,
                 reversal_id=reversal_id,
-                data={"state": state, "attempts": attempts, "detail": detail, **dict(data)},
+                prev=head,
             )
 
-        await self.db.write(fn)
+        await self.db.write(fn, len(text))
 
     async def finish_reversal(
         self, reversal_id: str, generation: int, report: Mapping[str, Any], *, now: float
     ) -> None:
         text = dumps(dict(report))
+        key = self.signing_key
 
         def fn(tx: Tx) -> None:
-            _check_generation(tx, reversal_id, generation)
-            rows = tx.execute("SELECT saga_id FROM reversals WHERE reversal_id=?", (reversal_id,))
-            saga_id = rows[0][0]
+            saga_id, _run, head = _fenced(tx, reversal_id, generation)
             # rule 11: the stored report carries a hash over itself and the history it sums up
-            digest = report_hash(self.signing_key, text, _head(tx, saga_id))
+            digest = report_hash(key, text, head or "")
             tx.execute(
                 "UPDATE reversals SET state='done', finished_at=?, report=?, report_hash=?, "
                 "lease_until=NULL WHERE reversal_id=?",
                 (now, text, digest, reversal_id),
             )
-            _event(
+            data = dumps({"status": report.get("status"), "report_hash": digest})
+            _append(
                 tx,
-                self.signing_key,
+                key,
                 saga_id,
                 "reversal.done",
                 now,
+                data,
                 reversal_id=reversal_id,
-                data={"status": report.get("status"), "report_hash": digest},
+                prev=head,
             )
 
-        await self.db.write(fn)
+        await self.db.write(fn, len(text))
 
     async def append_event(
         self,
@@ -707,17 +582,13 @@ class SqlSagaLog(SagaLog):
         data: Mapping[str, Any] | None = None,
         now: float,
     ) -> None:
+        text = dumps(dict(data or {}))
+        key = self.signing_key
         await self.db.write(
-            lambda tx: _event(
-                tx,
-                self.signing_key,
-                saga_id,
-                kind,
-                now,
-                step_id=step_id,
-                reversal_id=reversal_id,
-                data=data,
-            )
+            lambda tx: _append(
+                tx, key, saga_id, kind, now, text, step_id=step_id, reversal_id=reversal_id
+            ),
+            len(text),
         )
 
     async def resolve_step(
@@ -729,42 +600,29 @@ class SqlSagaLog(SagaLog):
                 f"e.g. by='alice@example.com'"
             )
         resolution = Resolution(step_id, by, note, now)
+        text = dumps({"by": by, "note": note})
+        key = self.signing_key
 
         def fn(tx: Tx) -> Resolution:
             _require_saga(tx, saga_id)
-            if not tx.execute(
-                "SELECT 1 FROM steps WHERE saga_id=? AND step_id=?", (saga_id, step_id)
-            ):
-                known = [
-                    r[0]
-                    for r in tx.execute(
-                        "SELECT step_id FROM steps WHERE saga_id=? ORDER BY seq", (saga_id,)
-                    )
-                ]
+            known = [
+                r[0]
+                for r in tx.execute(
+                    "SELECT step_id FROM records WHERE saga_id=? AND phase='i' ORDER BY rec_id",
+                    (saga_id,),
+                )
+            ]
+            if step_id not in known:
                 raise ContractError(
                     f"saga {saga_id!r} has no step {step_id!r}; its steps are "
                     f"{', '.join(known) or '(none)'} (`amends show {saga_id}` lists them)",
                     saga_id=saga_id,
                     step_id=step_id,
                 )
-            tx.execute(
-                "INSERT INTO resolutions (saga_id, step_id, by_who, note, at) VALUES (?,?,?,?,?) "
-                "ON CONFLICT (saga_id, step_id) DO UPDATE SET by_who=excluded.by_who, "
-                "note=excluded.note, at=excluded.at",
-                (saga_id, step_id, by, note, now),
-            )
-            _event(
-                tx,
-                self.signing_key,
-                saga_id,
-                "step.resolved",
-                now,
-                step_id=step_id,
-                data={"by": by, "note": note},
-            )
+            _append(tx, key, saga_id, "step.resolved", now, text, phase=RESOLVED, step_id=step_id)
             return resolution
 
-        return await self.db.write(fn)
+        return await self.db.write(fn, len(text))
 
     # --- HTTP idempotency keys ------------------------------------------------------------
     async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
@@ -803,79 +661,89 @@ class SqlSagaLog(SagaLog):
             )
             return IdemRecord(tenant, key, request_hash, loads(text), expires_at, at)
 
-        return await self.db.write(fn)
+        return await self.db.write(fn, len(text))
 
     # --- integrity ------------------------------------------------------------------------
     async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
         key = self.signing_key
 
         def fn(tx: Tx) -> list[ChainProblem]:
-            cols = "saga_id, event_id, step_id, reversal_id, kind, at, data, prev_hash, hash"
+            cols = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
+            rev_cols = "saga_id, reversal_id, report, report_hash"
             if saga_id is not None:
                 sagas = [saga_id]
                 rows = tx.execute(
-                    f"SELECT {cols} FROM events WHERE saga_id=? ORDER BY event_id", (saga_id,)
+                    f"SELECT {cols} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,)
                 )
-                revs = tx.execute(
-                    "SELECT saga_id, reversal_id, report, report_hash FROM reversals "
-                    "WHERE saga_id=?",
-                    (saga_id,),
-                )
+                revs = tx.execute(f"SELECT {rev_cols} FROM reversals WHERE saga_id=?", (saga_id,))
             else:
                 sagas = [r[0] for r in tx.execute("SELECT saga_id FROM sagas ORDER BY saga_id")]
-                rows = tx.execute(f"SELECT {cols} FROM events ORDER BY saga_id, event_id")
-                revs = tx.execute("SELECT saga_id, reversal_id, report, report_hash FROM reversals")
+                rows = tx.execute(f"SELECT {cols} FROM records ORDER BY saga_id, rec_id")
+                revs = tx.execute(f"SELECT {rev_cols} FROM reversals")
             by_saga: dict[str, list[tuple[Any, ...]]] = {}
             for r in rows:
-                by_saga.setdefault(r[0], []).append(r[1:])
-            rev_of = {r[0]: r[1:] for r in revs}
+                by_saga.setdefault(r[0], []).append(tuple(r[1:]))
+            rev_of = {r[0]: tuple(r[1:]) for r in revs}
             problems: list[ChainProblem] = []
             for sid in sagas:
-                problems.extend(_verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
+                problems.extend(verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
             return problems
 
         return await self.db.read(fn)
 
     async def health(self, now: float) -> LogHealth:
         def fn(tx: Tx) -> LogHealth:
+            rows = tx.execute(
+                "SELECT d.saga_id, d.step_id, i.body FROM records d JOIN records i "
+                "ON i.saga_id = d.saga_id AND i.step_id = d.step_id AND i.phase = 'i' "
+                "WHERE d.kind = 'step.in_doubt' AND d.saga_id NOT IN "
+                "(SELECT saga_id FROM reversals WHERE state = 'done') AND NOT EXISTS "
+                "(SELECT 1 FROM records l WHERE l.saga_id = d.saga_id AND l.step_id = d.step_id "
+                "AND l.phase = 'f' AND l.rec_id > d.rec_id)"
+            )
+            found = {(r[0], r[1]): _intent_summary(r[2]) for r in rows}
+            in_doubt = [
+                (s, st, tool)
+                for (s, st), (_seq, tool) in sorted(
+                    found.items(), key=lambda kv: (kv[0][0], kv[1][0])
+                )
+            ]
             return LogHealth(
-                in_doubt=_tuples(
-                    tx.execute(
-                        "SELECT saga_id, step_id, tool FROM steps WHERE state='in_doubt' AND "
-                        "saga_id NOT IN (SELECT saga_id FROM reversals WHERE state='done') "
-                        "ORDER BY saga_id, seq"
-                    )
-                ),
-                stale_sagas=_tuples(
-                    tx.execute(
+                in_doubt=in_doubt,
+                stale_sagas=[
+                    tuple(r)
+                    for r in tx.execute(
                         "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
                         "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
                         (now,),
                     )
-                ),
-                live_sagas=_tuples(
-                    tx.execute(
+                ],
+                live_sagas=[
+                    tuple(r)
+                    for r in tx.execute(
                         "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
                         "lease_until > ? ORDER BY saga_id",
                         (now,),
                     )
-                ),
-                stuck_reversals=_tuples(
-                    tx.execute(
+                ],
+                stuck_reversals=[
+                    tuple(r)
+                    for r in tx.execute(
                         "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
                         "reversals WHERE state='running' AND (lease_until IS NULL OR "
                         "lease_until <= ?) ORDER BY requested_at",
                         (now,),
                     )
-                ),
-                live_reversals=_tuples(
-                    tx.execute(
+                ],
+                live_reversals=[
+                    tuple(r)
+                    for r in tx.execute(
                         "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
                         "reversals WHERE state='running' AND lease_until > ? "
                         "ORDER BY requested_at",
                         (now,),
                     )
-                ),
+                ],
             )
 
         return await self.db.read(fn)
@@ -886,20 +754,14 @@ class SqlSagaLog(SagaLog):
             rows = tx.execute(f"SELECT {_SAGA_COLS} FROM sagas WHERE saga_id=?", (saga_id,))
             if not rows:
                 return None
-            steps = [
-                _step(r)
-                for r in tx.execute(
-                    f"SELECT {_STEP_COLS} FROM steps WHERE saga_id=? ORDER BY seq", (saga_id,)
-                )
-            ]
-            rev = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
-            res = {
-                r[0]: Resolution(r[0], r[1], r[2], r[3])
-                for r in tx.execute(
-                    "SELECT step_id, by_who, note, at FROM resolutions WHERE saga_id=?", (saga_id,)
-                )
-            }
-            return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, res)
+            records = tx.execute(
+                f"SELECT {_REC_COLS} FROM records WHERE saga_id=? AND phase IN ('i','f','r') "
+                "ORDER BY rec_id",
+                (saga_id,),
+            )
+            steps, resolutions = fold_steps(saga_id, records)
+            rev = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+            return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, resolutions)
 
         return await self.db.read(fn)
 
@@ -908,11 +770,9 @@ class SqlSagaLog(SagaLog):
     ) -> ReversalRecord | None:
         def fn(tx: Tx) -> ReversalRecord | None:
             if reversal_id is not None:
-                rows = tx.execute(
-                    f"SELECT {_REV_COLS} FROM reversals WHERE reversal_id=?", (reversal_id,)
-                )
+                rows = tx.execute(f"{_REV} WHERE r.reversal_id=?", (reversal_id,))
             else:
-                rows = tx.execute(f"SELECT {_REV_COLS} FROM reversals WHERE saga_id=?", (saga_id,))
+                rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
             return _reversal(rows[0]) if rows else None
 
         return await self.db.read(fn)
@@ -920,25 +780,24 @@ class SqlSagaLog(SagaLog):
     async def get_compensations(self, reversal_id: str) -> dict[str, CompensationRecord]:
         def fn(tx: Tx) -> dict[str, CompensationRecord]:
             rows = tx.execute(
-                f"SELECT {_COMP_COLS} FROM compensations WHERE reversal_id=?", (reversal_id,)
+                f"SELECT {_REC_COLS} FROM records WHERE reversal_id=? AND phase='c' "
+                "ORDER BY rec_id",
+                (reversal_id,),
             )
-            return {
-                r[1]: CompensationRecord(
-                    r[0], r[1], r[2], int(r[3]), r[4], loads(r[5]), int(r[6]), r[7]
-                )
-                for r in rows
-            }
+            return fold_compensations(reversal_id, rows)
 
         return await self.db.read(fn)
 
     async def events(self, saga_id: str, *, after: int = 0) -> list[Event]:
         def fn(tx: Tx) -> list[Event]:
             rows = tx.execute(
-                "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data "
-                "FROM events WHERE saga_id=? AND event_id>? ORDER BY event_id",
+                f"SELECT {_REC_COLS} FROM records WHERE saga_id=? AND rec_id>? ORDER BY rec_id",
                 (saga_id, after),
             )
-            return [Event(int(r[0]), r[1], r[2], r[3], r[4], r[5], loads(r[6])) for r in rows]
+            return [
+                Event(int(r[0]), saga_id, r[1], r[2], r[3], r[5], event_data(r[3], r[4], r[6]))
+                for r in rows
+            ]
 
         return await self.db.read(fn)
 
@@ -964,8 +823,7 @@ class SqlSagaLog(SagaLog):
                     params.append(value)
             sql = (
                 f"SELECT {', '.join('s.' + c.strip() for c in _SAGA_COLS.split(','))}, "
-                f"{', '.join('r.' + c.strip() for c in _REV_COLS.split(','))} "
-                "FROM sagas s LEFT JOIN reversals r ON r.saga_id = s.saga_id"
+                f"{_REV_COLS} FROM sagas s LEFT JOIN reversals r ON r.saga_id = s.saga_id"
             )
             if where:
                 sql += " WHERE " + " AND ".join(where)
@@ -982,8 +840,8 @@ class SqlSagaLog(SagaLog):
     async def expired_reversals(self, now: float) -> list[ReversalRecord]:
         def fn(tx: Tx) -> list[ReversalRecord]:
             rows = tx.execute(
-                f"SELECT {_REV_COLS} FROM reversals WHERE state='running' AND "
-                "(lease_until IS NULL OR lease_until <= ?) ORDER BY requested_at",
+                f"{_REV} WHERE r.state='running' AND "
+                "(r.lease_until IS NULL OR r.lease_until <= ?) ORDER BY r.requested_at",
                 (now,),
             )
             return [_reversal(r) for r in rows]
@@ -991,52 +849,61 @@ class SqlSagaLog(SagaLog):
         return await self.db.read(fn)
 
     async def mark_in_doubt(self, now: float) -> list[tuple[str, str]]:
+        key = self.signing_key
+        body = dumps(
+            {
+                "state": "in_doubt",
+                "error": _RECOVERY_ERROR,
+                "reason": "found with intent but no result during recovery",
+            }
+        )
+
         def fn(tx: Tx) -> list[tuple[str, str]]:
-            rows = tx.execute(
-                "SELECT st.saga_id, st.step_id FROM steps st JOIN sagas s ON s.saga_id=st.saga_id "
-                "WHERE st.state='intent' AND (s.lease_until IS NULL OR s.lease_until <= ?) "
-                "ORDER BY st.saga_id, st.seq",
-                (now,),
-            )
-            found = [(r[0], r[1]) for r in rows]
-            for saga_id, step_id in found:
-                tx.execute(
-                    "UPDATE steps SET state='in_doubt', finished_at=?, error=? "
-                    "WHERE saga_id=? AND step_id=? AND state='intent'",
-                    (
-                        now,
-                        "the process running this step stopped before it logged a result",
+            stale = [
+                r[0]
+                for r in tx.execute(
+                    "SELECT saga_id FROM sagas WHERE state='running' AND "
+                    "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
+                    (now,),
+                )
+            ]
+            found: list[tuple[str, str]] = []
+            for saga_id in stale:
+                open_steps: dict[str, int] = {}
+                for step_id, phase, kind, text in tx.execute(
+                    "SELECT step_id, phase, kind, body FROM records WHERE saga_id=? AND "
+                    "phase IN ('i','f') ORDER BY rec_id",
+                    (saga_id,),
+                ):
+                    if phase == INTENT and kind == "step.intent":
+                        open_steps[step_id] = int(loads(text)["seq"])
+                    else:
+                        open_steps.pop(step_id, None)
+                doubtful = sorted(open_steps, key=open_steps.__getitem__)
+                for step_id in doubtful:
+                    _append(
+                        tx,
+                        key,
                         saga_id,
-                        step_id,
-                    ),
-                )
-                _event(
-                    tx,
-                    self.signing_key,
-                    saga_id,
-                    "step.in_doubt",
-                    now,
-                    step_id=step_id,
-                    data={"reason": "found with intent but no result during recovery"},
-                )
-            stale = tx.execute(
-                "SELECT saga_id FROM sagas WHERE state='running' AND "
-                "(lease_until IS NULL OR lease_until <= ?)",
-                (now,),
-            )
-            for (saga_id,) in stale:
+                        "step.in_doubt",
+                        now,
+                        body,
+                        phase=FINISH,
+                        step_id=step_id,
+                    )
+                found.extend((saga_id, s) for s in doubtful)
                 tx.execute(
                     "UPDATE sagas SET state='failed', finished_at=?, lease_until=NULL "
                     "WHERE saga_id=?",
                     (now, saga_id),
                 )
-                _event(
+                _append(
                     tx,
-                    self.signing_key,
+                    key,
                     saga_id,
                     "saga.interrupted",
                     now,
-                    data={"in_doubt_steps": [s for g, s in found if g == saga_id]},
+                    dumps({"in_doubt_steps": doubtful}),
                 )
             return found
 
@@ -1051,111 +918,3 @@ class SqlSagaLog(SagaLog):
 
     async def close(self) -> None:
         await self.db.close()
-
-
-def schema_statements(autoincrement_pk: str) -> list[str]:
-    """DDL of schema version 1; ``autoincrement_pk`` is the dialect's auto-numbered key column."""
-    return [
-        "CREATE TABLE IF NOT EXISTS amends_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS sagas (saga_id TEXT PRIMARY KEY, title TEXT NOT NULL, "
-        "tenant TEXT, actor TEXT, state TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
-        "finished_at DOUBLE PRECISION, owner TEXT, lease_until DOUBLE PRECISION)",
-        "CREATE INDEX IF NOT EXISTS sagas_created ON sagas (created_at)",
-        "CREATE INDEX IF NOT EXISTS sagas_tenant_created ON sagas (tenant, created_at)",
-        "CREATE INDEX IF NOT EXISTS sagas_running ON sagas (lease_until) WHERE state='running'",
-        "CREATE TABLE IF NOT EXISTS steps (saga_id TEXT NOT NULL, step_id TEXT NOT NULL, "
-        "seq INTEGER NOT NULL, tool TEXT NOT NULL, args TEXT NOT NULL, deps TEXT NOT NULL, "
-        "resources TEXT NOT NULL, declared TEXT NOT NULL, effective TEXT, state TEXT NOT NULL, "
-        "result TEXT, inverse TEXT, expectation TEXT, residue TEXT NOT NULL, "
-        "acknowledgement TEXT, violation TEXT, error TEXT, "
-        "started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, "
-        "PRIMARY KEY (saga_id, step_id))",
-        "CREATE INDEX IF NOT EXISTS steps_intent ON steps (saga_id) WHERE state='intent'",
-        "CREATE TABLE IF NOT EXISTS reversals (reversal_id TEXT PRIMARY KEY, "
-        "saga_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL, budget TEXT NOT NULL, owner TEXT, "
-        "generation INTEGER NOT NULL, lease_until DOUBLE PRECISION, "
-        "requested_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, "
-        "calls_spent INTEGER NOT NULL DEFAULT 0, tokens_spent INTEGER NOT NULL DEFAULT 0, "
-        "report TEXT)",
-        "CREATE INDEX IF NOT EXISTS reversals_running ON reversals (lease_until) "
-        "WHERE state='running'",
-        "CREATE TABLE IF NOT EXISTS compensations (reversal_id TEXT NOT NULL, "
-        "step_id TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL, detail TEXT, "
-        "data TEXT NOT NULL, generation INTEGER NOT NULL, updated_at DOUBLE PRECISION NOT NULL, "
-        "PRIMARY KEY (reversal_id, step_id))",
-        f"CREATE TABLE IF NOT EXISTS events (event_id {autoincrement_pk}, saga_id TEXT NOT NULL, "
-        "step_id TEXT, reversal_id TEXT, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
-        "data TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS events_saga ON events (saga_id, event_id)",
-    ]
-
-
-def schema_v2_statements(autoincrement_pk: str) -> list[str]:
-    """DDL bringing version 1 to 2: saga metadata, resolutions, continuations, the event hash
-    chain (rule 11) and the HTTP idempotency-key store."""
-    del autoincrement_pk
-    return [
-        "ALTER TABLE sagas ADD COLUMN meta TEXT NOT NULL DEFAULT '{}'",
-        "ALTER TABLE reversals ADD COLUMN continuations INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE reversals ADD COLUMN report_hash TEXT",
-        "ALTER TABLE events ADD COLUMN prev_hash TEXT",
-        "ALTER TABLE events ADD COLUMN hash TEXT",
-        "CREATE TABLE IF NOT EXISTS resolutions (saga_id TEXT NOT NULL, step_id TEXT NOT NULL, "
-        "by_who TEXT NOT NULL, note TEXT, at DOUBLE PRECISION NOT NULL, "
-        "PRIMARY KEY (saga_id, step_id))",
-        "CREATE TABLE IF NOT EXISTS idem_keys (tenant TEXT NOT NULL, key TEXT NOT NULL, "
-        "request_hash TEXT NOT NULL, response TEXT NOT NULL, "
-        "expires_at DOUBLE PRECISION NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
-        "PRIMARY KEY (tenant, key))",
-        "CREATE INDEX IF NOT EXISTS idem_expires ON idem_keys (expires_at)",
-    ]
-
-
-def _chain_existing_events(tx: Tx, key: bytes | None) -> None:
-    """Version 2 data step: hash-chain the history written before chaining existed, and give
-    each stored report its hash, so ``verify`` covers old sagas too."""
-    heads: dict[str, str] = {}
-    rows = tx.execute(
-        "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data FROM events "
-        "ORDER BY saga_id, event_id"
-    )
-    done_prev: dict[str, str] = {}
-    for eid, saga_id, step_id, rev_id, kind, at, data in rows:
-        prev = heads.get(saga_id, "")
-        digest = chain_hash(key, prev, saga_id, step_id, rev_id, kind, at, data)
-        tx.execute("UPDATE events SET prev_hash=?, hash=? WHERE event_id=?", (prev, digest, eid))
-        if kind == "reversal.done" and rev_id is not None:
-            done_prev[rev_id] = prev
-        heads[saga_id] = digest
-    for rev_id, report_text in tx.execute(
-        "SELECT reversal_id, report FROM reversals WHERE report IS NOT NULL"
-    ):
-        tx.execute(
-            "UPDATE reversals SET report_hash=? WHERE reversal_id=?",
-            (report_hash(key, report_text, done_prev.get(rev_id, "")), rev_id),
-        )
-
-
-MIGRATIONS: dict[int, Callable[[str], list[str]]] = {
-    1: schema_statements,
-    2: schema_v2_statements,
-}
-"""Schema version -> DDL that brings the previous version to it (append only, never edit)."""
-
-DATA_MIGRATIONS: dict[int, Callable[[Tx, bytes | None], None]] = {2: _chain_existing_events}
-"""Schema version -> a data step run after its DDL, in the same transaction."""
-
-
-def upgrade(tx: Tx, version: int, autoincrement_pk: str, key: bytes | None) -> None:
-    """Bring a log at ``version`` to :data:`SCHEMA_VERSION` inside the caller's transaction."""
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        for stmt in MIGRATIONS[target](autoincrement_pk):
-            tx.execute(stmt)
-        step = DATA_MIGRATIONS.get(target)
-        if step is not None:
-            step(tx, key)
-        tx.execute(
-            "INSERT INTO amends_meta (key, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-            (str(target),),
-        )

@@ -37,6 +37,7 @@ T = TypeVar("T")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 _MAX_BATCH = 256
+_MAX_BATCH_BYTES = 1 << 20  # a batch's writes stop growing at ~1 MiB of records
 
 
 def translate(exc: sqlite3.Error, path: str) -> LogError:
@@ -75,6 +76,7 @@ class _Cursor:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._last = 0
+        self.cache: dict[str, str] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cur = self._conn.execute(sql, tuple(params))
@@ -86,8 +88,9 @@ class _Cursor:
         return self._last
 
 
-# (the write, the event loop of its awaiter or None for a blocking caller, the future to settle)
-_Job = tuple[Callable[[Tx], Any], asyncio.AbstractEventLoop | None, Any]
+# (the write, the event loop of its awaiter or None for a blocking caller, the future to settle,
+# roughly how many bytes it writes)
+_Job = tuple[Callable[[Tx], Any], asyncio.AbstractEventLoop | None, Any, int]
 _Outcome = tuple[Any, bool, Any]  # (future, ok, value or exception)
 
 
@@ -106,7 +109,7 @@ def _resolve(outcomes: list[_Outcome]) -> None:
 def _settle_all(settled: list[tuple[_Job, bool, Any]]) -> None:
     """One wake-up per event loop per batch, not one per write (group commit's other half)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for (_fn, loop, fut), ok, value in settled:
+    for (_fn, loop, fut, _size), ok, value in settled:
         if loop is None:
             try:
                 if ok:
@@ -309,7 +312,7 @@ class _SqliteDatabase(Database):
             try:
                 version = self._version()  # another process may have migrated meanwhile
                 self._check_version(version)
-                upgrade(_Cursor(conn), version, "INTEGER PRIMARY KEY AUTOINCREMENT", self._key)
+                upgrade(_Cursor(conn), version, "sqlite", self._key)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -324,7 +327,9 @@ class _SqliteDatabase(Database):
             if job is None:
                 return
             batch = [job]
-            while len(batch) < _MAX_BATCH:
+            size = job[3]
+            # group commit: every write waiting now, capped by count and by bytes (issue 12)
+            while len(batch) < _MAX_BATCH and size < _MAX_BATCH_BYTES:
                 try:
                     more = self._jobs.get_nowait()
                 except queue.Empty:
@@ -333,35 +338,50 @@ class _SqliteDatabase(Database):
                     self._jobs.put(None)
                     break
                 batch.append(more)
+                size += more[3]
             _settle_all(self._commit(batch))
 
-    def _apply(self, fn: Callable[[Tx], Any], savepoint: str | None) -> tuple[bool, Any]:
-        """Run one write; on failure undo just its changes (its savepoint, or the transaction)."""
-        conn = self._conn
-        if savepoint is not None:
-            conn.execute(f"SAVEPOINT {savepoint}")
-        try:
-            value = fn(_Cursor(conn))
-        except Exception as exc:
-            conn.execute(f"ROLLBACK TO {savepoint}" if savepoint else "ROLLBACK")
-            if savepoint is not None:
-                conn.execute(f"RELEASE {savepoint}")
-            return False, (translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc)
-        if savepoint is not None:
-            conn.execute(f"RELEASE {savepoint}")
-        return True, value
-
     def _commit(self, batch: list[_Job]) -> list[tuple[_Job, bool, Any]]:
-        """Run ``batch`` in one durable transaction; returns each job with its outcome."""
+        """Run ``batch`` in one durable transaction; returns each job with its outcome.
+
+        Optimistic: the batch runs without savepoints (issue 12: they cost two statements per
+        write). Only if one write fails is the transaction rolled back and the batch re-run with
+        one savepoint per write, so that the failing write never takes its neighbours down.
+        Write functions only touch the database, so re-running them is safe.
+        """
+        if len(batch) > 1:
+            fast = self._transaction(batch, savepoints=False)
+            if all(ok for _job, ok, _value in fast):
+                return fast
+        return self._transaction(batch, savepoints=len(batch) > 1)
+
+    def _transaction(self, batch: list[_Job], *, savepoints: bool) -> list[tuple[_Job, bool, Any]]:
         conn = self._conn
+        cur = _Cursor(conn)
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if len(batch) == 1:  # the common sequential case needs no savepoint
-                    outcomes.append(self._apply(batch[0][0], None))
-                else:
-                    outcomes.extend(self._apply(fn, f"w{i}") for i, (fn, _, _) in enumerate(batch))
+                for i, (fn, _loop, _fut, _size) in enumerate(batch):
+                    if savepoints:
+                        conn.execute(f"SAVEPOINT w{i}")
+                    try:
+                        value = fn(cur)
+                    except Exception as exc:
+                        err = translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
+                        if not savepoints:
+                            conn.execute("ROLLBACK")
+                            if len(batch) > 1:  # the caller re-runs it with savepoints
+                                return [(job, False, err) for job in batch]
+                            return [(batch[0], False, err)]
+                        conn.execute(f"ROLLBACK TO w{i}")
+                        conn.execute(f"RELEASE w{i}")
+                        cur.cache.clear()  # heads written by the rolled-back write are gone
+                        outcomes.append((False, err))
+                        continue
+                    if savepoints:
+                        conn.execute(f"RELEASE w{i}")
+                    outcomes.append((True, value))
                 if conn.in_transaction:
                     conn.execute("COMMIT")
             except BaseException:
@@ -394,29 +414,20 @@ class _SqliteDatabase(Database):
         with self._lock:
             if not write:
                 return fn(_Cursor(self._conn))
-            ((_job, ok, value),) = self._commit([(fn, None, None)])
+            ((_job, ok, value),) = self._commit([(fn, None, None, 0)])
         if ok:
             return cast(T, value)
         raise value
 
-    async def write(self, fn: Callable[[Tx], T]) -> T:
+    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
         if self.memory:
             return self._inline(fn, write=True)
         self._check_open()
         self._check_writable()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((fn, loop, fut))
+        self._jobs.put((fn, loop, fut, size))
         return await fut
-
-    def write_sync(self, fn: Callable[[Tx], T]) -> T:
-        if self.memory:
-            return self._inline(fn, write=True)
-        self._check_open()
-        self._check_writable()
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._jobs.put((fn, None, fut))
-        return fut.result()
 
     def _read_sync(self, fn: Callable[[Tx], T]) -> T:
         conn = self._reader()

@@ -1,0 +1,347 @@
+"""The log's records (schema v3): one append-only row per step per phase, one encoded blob each.
+
+Current state is *derived* from the records, never written twice: a step is its intent record
+plus its latest finish record; a compensation is its latest compensation record; the history that
+``amends show`` prints is the records themselves. This module encodes a record once (one shared
+encoder), folds records back into :class:`StepRecord` / :class:`CompensationRecord`, and keeps the
+hash chain of rule 11. It runs no SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..errors import LogCorruptedError
+from .base import ChainProblem, CompensationRecord, Resolution, StepFinish, StepRecord
+
+__all__ = [
+    "COMPENSATION",
+    "FINISH",
+    "INTENT",
+    "RESOLVED",
+    "chain_hash",
+    "dumps",
+    "event_data",
+    "finish_body",
+    "fold_compensations",
+    "fold_steps",
+    "hkind",
+    "loads",
+    "report_hash",
+    "verify_saga",
+]
+
+# Phases of a record (the ``phase`` column). Saga- and reversal-level records have phase "".
+INTENT = "i"
+"""A step's intent (or its cancellation when a reversal already existed)."""
+FINISH = "f"
+"""A step's outcome: done, failed, in_doubt (also written by recovery), ..."""
+RESOLVED = "r"
+"""A person resolved the step's manual action."""
+COMPENSATION = "c"
+"""One state change of a step's compensation inside a reversal."""
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_DECODER = json.JSONDecoder()
+
+dumps = _ENCODER.encode
+"""The one encoder of the log: canonical JSON (sorted keys, no spaces)."""
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else _DECODER.decode(text)
+
+
+def chain_hash(
+    key: bytes | None,
+    prev: str,
+    saga_id: str,
+    step_id: str | None,
+    reversal_id: str | None,
+    kind: str,
+    at: float,
+    data_text: str,
+) -> str:
+    """The hash of one record, chained to the previous record of its saga (rule 11).
+
+    SHA-256 over the canonical JSON of the record's fields and ``prev`` (the previous record's
+    hash, ``""`` for a saga's first record); an HMAC-SHA-256 when the log has a signing key, so
+    that someone who can write the file but lacks the key cannot re-forge the chain after an edit.
+    ``data_text`` is the stored text itself: what is hashed is byte for byte what is kept.
+    """
+    msg = _ENCODER.encode([prev, saga_id, step_id, reversal_id, kind, float(at), data_text])
+    if key:
+        return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
+    return hashlib.sha256(msg.encode()).hexdigest()
+
+
+def hkind(kind: str, phase: str) -> str:
+    """What the chain hashes for a record's kind: its phase too, since the phase decides which
+    state the record feeds (editing it would change a step's state)."""
+    return f"{kind}#{phase}" if phase else kind
+
+
+def report_hash(key: bytes | None, report_text: str, head: str) -> str:
+    """The hash a stored report carries: over its own text and the history it sums up
+    (``head`` is the hash of the last record before ``reversal.done``)."""
+    msg = _ENCODER.encode(["report", head, report_text]).encode()
+    if key:
+        return hmac.new(key, msg, hashlib.sha256).hexdigest()
+    return hashlib.sha256(msg).hexdigest()
+
+
+def finish_body(finish: StepFinish) -> dict[str, Any]:
+    """A finish record's blob: only the fields that are set (small rows, one encode)."""
+    body: dict[str, Any] = {"state": finish.state}
+    if finish.effective is not None:
+        body["effective"] = finish.effective
+    if finish.result is not None:
+        body["result"] = finish.result
+    if finish.inverse is not None:
+        body["inverse"] = finish.inverse
+    if finish.expectation is not None:
+        body["expectation"] = finish.expectation
+    if finish.residue:
+        body["residue"] = [dict(r) for r in finish.residue]
+    if finish.acknowledgement is not None:
+        body["acknowledgement"] = finish.acknowledgement
+    if finish.violation:
+        body["violation"] = finish.violation
+    if finish.error:
+        body["error"] = finish.error
+    return body
+
+
+# A record as read for folding: (rec_id, step_id, reversal_id, kind, phase, at, body text)
+Row = tuple[Any, ...]
+
+
+def fold_steps(
+    saga_id: str, rows: Iterable[Row]
+) -> tuple[tuple[StepRecord, ...], dict[str, Resolution]]:
+    """The saga's steps (in ``seq`` order) and resolutions, from its records in log order.
+
+    Each body is decoded once; compensation and saga-level records are skipped undecoded.
+    """
+    intents: dict[str, tuple[dict[str, Any], float, bool]] = {}
+    finishes: dict[str, tuple[dict[str, Any], float]] = {}
+    resolutions: dict[str, Resolution] = {}
+    for _rid, step_id, _rev, kind, phase, at, text in rows:
+        if phase == INTENT:
+            intents[step_id] = (_DECODER.decode(text), at, kind == "step.cancelled")
+        elif phase == FINISH:
+            finishes[step_id] = (_DECODER.decode(text), at)  # the latest wins
+        elif phase == RESOLVED:
+            body = _DECODER.decode(text)
+            resolutions[step_id] = Resolution(step_id, body["by"], body.get("note"), at)
+    steps = []
+    for step_id, (intent, started, cancelled) in intents.items():
+        fin, finished_at = finishes.get(step_id, ({}, None))
+        state = fin.get("state") or ("cancelled" if cancelled else "intent")
+        try:
+            step = StepRecord(
+                saga_id=saga_id,
+                step_id=step_id,
+                seq=int(intent["seq"]),
+                tool=intent["tool"],
+                args=intent["args"],
+                deps=tuple(intent["deps"]),
+                resources=tuple(intent["resources"]),
+                declared=intent["declared"],
+                effective=fin.get("effective"),
+                state=state,
+                result=fin.get("result"),
+                inverse=fin.get("inverse"),
+                expectation=fin.get("expectation"),
+                residue=tuple(fin.get("residue") or ()),
+                acknowledgement=fin.get("acknowledgement"),
+                violation=fin.get("violation"),
+                error=fin.get("error"),
+                started_at=started,
+                finished_at=started if cancelled and finished_at is None else finished_at,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LogCorruptedError(
+                f"saga {saga_id!r}: the log's record of step {step_id!r} is damaged (missing or "
+                f"malformed {exc}); run `amends doctor --verify` to see what was changed, and "
+                f"restore the log from a backup",
+                saga_id=saga_id,
+                step_id=step_id,
+            ) from exc
+        steps.append(step)
+    steps.sort(key=lambda s: s.seq)
+    return tuple(steps), resolutions
+
+
+def fold_compensations(reversal_id: str, rows: Iterable[Row]) -> dict[str, CompensationRecord]:
+    """Each step's latest compensation record of the reversal (rows in log order)."""
+    latest: dict[str, tuple[str, float]] = {}
+    for _rid, step_id, _rev, _kind, phase, at, text in rows:
+        if phase == COMPENSATION:
+            latest[step_id] = (text, at)
+    out = {}
+    for step_id, (text, at) in latest.items():
+        body = _DECODER.decode(text)
+        out[step_id] = CompensationRecord(
+            reversal_id,
+            step_id,
+            body["state"],
+            int(body["attempts"]),
+            body.get("detail"),
+            body.get("data") or {},
+            int(body["generation"]),
+            at,
+        )
+    return out
+
+
+def spent(body_text: str | None, run: int) -> tuple[int, int]:
+    """(calls, tokens) spent by run ``run`` of a reversal, from its latest compensation record
+    (no per-compensation update of the reversal row: issue 12)."""
+    if body_text is None:
+        return 0, 0
+    body = _DECODER.decode(body_text)
+    if int(body.get("run", 0)) != run:
+        return 0, 0  # a continuation starts from 0
+    return int(body.get("calls_spent", 0)), int(body.get("tokens_spent", 0))
+
+
+_FINISH_KEYS = ("inverse", "violation", "error")
+
+
+def event_data(kind: str, phase: str, text: str) -> dict[str, Any]:
+    """What an event shows in the history, derived from its record's blob.
+
+    Intent and finish records hold the step's full data; the history shows the same summary as
+    before schema v3 (tool, args and deps; the effective class, inverse, violation, error).
+    """
+    body: dict[str, Any] = _DECODER.decode(text)
+    if phase == INTENT:
+        return {"tool": body["tool"], "args": body["args"], "deps": body["deps"]}
+    if phase == FINISH:
+        if "reason" in body:  # written by recovery
+            return {"reason": body["reason"]}
+        out: dict[str, Any] = {"effective": body.get("effective")}
+        out.update((k, body[k]) for k in _FINISH_KEYS if body.get(k))
+        return out
+    if phase == COMPENSATION:
+        return {
+            "state": body["state"],
+            "attempts": body["attempts"],
+            "detail": body.get("detail"),
+            **(body.get("data") or {}),
+        }
+    return body
+
+
+def verify_saga(
+    key: bytes | None,
+    saga_id: str,
+    records: Sequence[Row],
+    reversal: tuple[Any, ...] | None,
+) -> list[ChainProblem]:
+    """Walk one saga's chain.
+
+    ``records``: (rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash) in log
+    order;
+    ``reversal``: (reversal_id, report text, report_hash) or ``None``.
+    """
+    out: list[ChainProblem] = []
+    if not records:
+        out.append(
+            ChainProblem(
+                saga_id,
+                None,
+                "deleted",
+                f"saga {saga_id!r} has no history at all; every saga starts with saga.started",
+            )
+        )
+    expected = ""
+    seen: dict[str, int] = {}  # hash -> position in ``records``
+    for pos, (rid, step, rev, kind, phase, at, data, prev, digest) in enumerate(records):
+        prev = prev or ""
+        if not digest:
+            out.append(
+                ChainProblem(
+                    saga_id,
+                    int(rid),
+                    "inserted",
+                    f"event {rid} ({kind}) carries no hash: amends did not write it",
+                )
+            )
+            continue
+        if chain_hash(key, prev, saga_id, step, rev, hkind(kind, phase), at, data) != digest:
+            out.append(
+                ChainProblem(
+                    saga_id,
+                    int(rid),
+                    "edited",
+                    f"event {rid} ({kind}) does not match its hash: it was changed after it was "
+                    f"written (or the log's signing key is not the one it was written with)",
+                )
+            )
+        elif prev != expected:
+            if prev in seen:  # it links to an earlier record: the ones between are foreign
+                for other in records[seen[prev] + 1 : pos]:
+                    out.append(
+                        ChainProblem(
+                            saga_id,
+                            int(other[0]),
+                            "inserted",
+                            f"event {other[0]} ({other[3]}) is outside the hash chain: the event "
+                            f"after it links past it",
+                        )
+                    )
+            else:
+                out.append(
+                    ChainProblem(
+                        saga_id,
+                        int(rid),
+                        "deleted",
+                        f"the event(s) just before event {rid} ({kind}) are missing: its chain "
+                        f"link points to an event no longer in the log",
+                    )
+                )
+        expected = digest
+        seen[digest] = pos
+    if reversal is not None and reversal[1] is not None:
+        out.extend(_verify_report(key, saga_id, records, reversal))
+    return out
+
+
+def _verify_report(
+    key: bytes | None, saga_id: str, records: Sequence[Row], reversal: tuple[Any, ...]
+) -> list[ChainProblem]:
+    rev_id, report_text, stored = reversal
+    done = [r for r in records if r[3] == "reversal.done" and r[2] == rev_id]
+    if not done:
+        return [
+            ChainProblem(
+                saga_id,
+                None,
+                "deleted",
+                f"reversal {rev_id} has a stored report but its reversal.done event is missing "
+                f"from the history",
+            )
+        ]
+    last = done[-1]
+    claimed = (loads(last[6]) or {}).get("report_hash", stored)
+    if stored != report_hash(key, report_text, last[7] or "") or claimed != stored:
+        return [
+            ChainProblem(
+                saga_id,
+                int(last[0]),
+                "report mismatch",
+                f"the stored report of reversal {rev_id} does not match the hash taken over it "
+                f"and its history when it was written: the report was edited",
+            )
+        ]
+    return []
+
+
+def body_of(data: Mapping[str, Any] | None) -> str:
+    return _ENCODER.encode(dict(data or {}))

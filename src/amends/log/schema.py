@@ -1,0 +1,360 @@
+"""The log's schema and its migrations, shared by both SQL backends (append only, never edit).
+
+Version 1: a table per kind of state (sagas, steps, reversals, compensations) plus events.
+Version 2: saga metadata, resolutions, continuations, the hash chain, HTTP idempotency keys.
+Version 3 (issue 12): steps, compensations, resolutions and the history become one append-only
+``records`` table (one row per step per phase, one JSON blob); ``steps``, ``compensations`` and
+``events`` remain as read-only views derived from it, for operators' ad-hoc SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+from .records import (
+    COMPENSATION,
+    FINISH,
+    INTENT,
+    RESOLVED,
+    chain_hash,
+    dumps,
+    hkind,
+    loads,
+    report_hash,
+)
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "upgrade"]
+
+SCHEMA_VERSION = 3
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+class _Tx(Protocol):
+    def execute(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]: ...
+
+
+def _pk(dialect: Dialect) -> str:
+    if dialect == "sqlite":
+        return "INTEGER PRIMARY KEY AUTOINCREMENT"
+    return "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+
+
+def schema_statements(dialect: Dialect) -> list[str]:
+    """DDL of schema version 1."""
+    return [
+        "CREATE TABLE IF NOT EXISTS amends_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS sagas (saga_id TEXT PRIMARY KEY, title TEXT NOT NULL, "
+        "tenant TEXT, actor TEXT, state TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
+        "finished_at DOUBLE PRECISION, owner TEXT, lease_until DOUBLE PRECISION)",
+        "CREATE INDEX IF NOT EXISTS sagas_created ON sagas (created_at)",
+        "CREATE INDEX IF NOT EXISTS sagas_tenant_created ON sagas (tenant, created_at)",
+        "CREATE INDEX IF NOT EXISTS sagas_running ON sagas (lease_until) WHERE state='running'",
+        "CREATE TABLE IF NOT EXISTS steps (saga_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, tool TEXT NOT NULL, args TEXT NOT NULL, deps TEXT NOT NULL, "
+        "resources TEXT NOT NULL, declared TEXT NOT NULL, effective TEXT, state TEXT NOT NULL, "
+        "result TEXT, inverse TEXT, expectation TEXT, residue TEXT NOT NULL, "
+        "acknowledgement TEXT, violation TEXT, error TEXT, "
+        "started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, "
+        "PRIMARY KEY (saga_id, step_id))",
+        "CREATE INDEX IF NOT EXISTS steps_intent ON steps (saga_id) WHERE state='intent'",
+        "CREATE TABLE IF NOT EXISTS reversals (reversal_id TEXT PRIMARY KEY, "
+        "saga_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL, budget TEXT NOT NULL, owner TEXT, "
+        "generation INTEGER NOT NULL, lease_until DOUBLE PRECISION, "
+        "requested_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, "
+        "calls_spent INTEGER NOT NULL DEFAULT 0, tokens_spent INTEGER NOT NULL DEFAULT 0, "
+        "report TEXT)",
+        "CREATE INDEX IF NOT EXISTS reversals_running ON reversals (lease_until) "
+        "WHERE state='running'",
+        "CREATE TABLE IF NOT EXISTS compensations (reversal_id TEXT NOT NULL, "
+        "step_id TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL, detail TEXT, "
+        "data TEXT NOT NULL, generation INTEGER NOT NULL, updated_at DOUBLE PRECISION NOT NULL, "
+        "PRIMARY KEY (reversal_id, step_id))",
+        f"CREATE TABLE IF NOT EXISTS events (event_id {_pk(dialect)}, saga_id TEXT NOT NULL, "
+        "step_id TEXT, reversal_id TEXT, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
+        "data TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS events_saga ON events (saga_id, event_id)",
+    ]
+
+
+def schema_v2_statements(dialect: Dialect) -> list[str]:
+    """DDL bringing version 1 to 2."""
+    del dialect
+    return [
+        "ALTER TABLE sagas ADD COLUMN meta TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE reversals ADD COLUMN continuations INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE reversals ADD COLUMN report_hash TEXT",
+        "ALTER TABLE events ADD COLUMN prev_hash TEXT",
+        "ALTER TABLE events ADD COLUMN hash TEXT",
+        "CREATE TABLE IF NOT EXISTS resolutions (saga_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "by_who TEXT NOT NULL, note TEXT, at DOUBLE PRECISION NOT NULL, "
+        "PRIMARY KEY (saga_id, step_id))",
+        "CREATE TABLE IF NOT EXISTS idem_keys (tenant TEXT NOT NULL, key TEXT NOT NULL, "
+        "request_hash TEXT NOT NULL, response TEXT NOT NULL, "
+        "expires_at DOUBLE PRECISION NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
+        "PRIMARY KEY (tenant, key))",
+        "CREATE INDEX IF NOT EXISTS idem_expires ON idem_keys (expires_at)",
+    ]
+
+
+def _chain_v2(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
+    """Version 2 data step: hash-chain the history written before chaining existed."""
+    del dialect
+    heads: dict[str, str] = {}
+    done_prev: dict[str, str] = {}
+    rows = tx.execute(
+        "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data FROM events "
+        "ORDER BY saga_id, event_id"
+    )
+    for eid, saga_id, step_id, rev_id, kind, at, data in rows:
+        prev = heads.get(saga_id, "")
+        digest = chain_hash(key, prev, saga_id, step_id, rev_id, kind, at, data)
+        tx.execute("UPDATE events SET prev_hash=?, hash=? WHERE event_id=?", (prev, digest, eid))
+        if kind == "reversal.done" and rev_id is not None:
+            done_prev[rev_id] = prev
+        heads[saga_id] = digest
+    for rev_id, report_text in tx.execute(
+        "SELECT reversal_id, report FROM reversals WHERE report IS NOT NULL"
+    ):
+        tx.execute(
+            "UPDATE reversals SET report_hash=? WHERE reversal_id=?",
+            (report_hash(key, report_text, done_prev.get(rev_id, "")), rev_id),
+        )
+
+
+def schema_v3_statements(dialect: Dialect) -> list[str]:
+    """DDL bringing version 2 to 3 (the data step then fills ``records`` and drops the old
+    tables; :func:`_views_v3` re-creates their names as views)."""
+    return [
+        f"CREATE TABLE records (rec_id {_pk(dialect)}, saga_id TEXT NOT NULL, step_id TEXT, "
+        "reversal_id TEXT, kind TEXT NOT NULL, phase TEXT NOT NULL, "
+        "at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL, prev_hash TEXT, hash TEXT)",
+        "CREATE INDEX records_saga ON records (saga_id, rec_id)",
+        "CREATE INDEX records_comp ON records (reversal_id, rec_id) WHERE phase='c'",
+        "CREATE INDEX records_in_doubt ON records (saga_id) WHERE kind='step.in_doubt'",
+    ]
+
+
+def _views_v3(dialect: Dialect) -> list[str]:
+    if dialect == "sqlite":
+
+        def j(col: str, field: str) -> str:
+            return f"json_extract({col}.body, '$.{field}')"
+    else:
+
+        def j(col: str, field: str) -> str:
+            return f"({col}.body::jsonb ->> '{field}')"
+
+    seq = j("i", "seq") if dialect == "sqlite" else f"{j('i', 'seq')}::int"
+    fin = ", ".join(
+        f"{j('f', c)} AS {c}"
+        for c in ("result", "inverse", "expectation", "residue", "acknowledgement", "violation")
+    )
+    return [
+        "CREATE VIEW events AS SELECT rec_id AS event_id, saga_id, step_id, reversal_id, kind, "
+        "at, body AS data, prev_hash, hash FROM records",
+        f"CREATE VIEW steps AS SELECT i.saga_id, i.step_id, {seq} AS seq, "
+        f"{j('i', 'tool')} AS tool, {j('i', 'args')} AS args, {j('i', 'deps')} AS deps, "
+        f"{j('i', 'resources')} AS resources, {j('i', 'declared')} AS declared, "
+        f"{j('f', 'effective')} AS effective, COALESCE({j('f', 'state')}, CASE i.kind WHEN "
+        f"'step.cancelled' THEN 'cancelled' ELSE 'intent' END) AS state, {fin}, "
+        f"{j('f', 'error')} AS error, i.at AS started_at, f.at AS finished_at "
+        "FROM records i LEFT JOIN records f ON f.rec_id = (SELECT max(x.rec_id) FROM records x "
+        "WHERE x.saga_id = i.saga_id AND x.step_id = i.step_id AND x.phase = 'f') "
+        "WHERE i.phase = 'i'",
+        f"CREATE VIEW compensations AS SELECT c.reversal_id, c.step_id, "
+        f"{j('c', 'state')} AS state, {j('c', 'attempts')} AS attempts, "
+        f"{j('c', 'detail')} AS detail, {j('c', 'data')} AS data, "
+        f"{j('c', 'generation')} AS generation, c.at AS updated_at FROM records c "
+        "WHERE c.phase = 'c' AND c.rec_id = (SELECT max(x.rec_id) FROM records x "
+        "WHERE x.reversal_id = c.reversal_id AND x.step_id = c.step_id AND x.phase = 'c')",
+    ]
+
+
+def _to_records_v3(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
+    """Version 3 data step: rewrite the v2 history into records carrying the full step data.
+
+    Event ids are kept. An intent record gets the step's arguments and contract; a step's last
+    finish record its full outcome; a step's last compensation record its compensation row; the
+    reversal's last compensation record what the reversal had spent. The chain is re-hashed
+    (the bodies changed), and each stored report re-bound to it.
+    """
+    steps = {
+        (r[0], r[1]): r
+        for r in tx.execute(
+            "SELECT saga_id, step_id, seq, tool, args, deps, resources, declared, effective, "
+            "state, result, inverse, expectation, residue, acknowledgement, violation, error "
+            "FROM steps"
+        )
+    }
+    comps = {
+        (r[0], r[1]): r
+        for r in tx.execute(
+            "SELECT reversal_id, step_id, state, attempts, detail, data, generation "
+            "FROM compensations"
+        )
+    }
+    revs = {
+        r[0]: r
+        for r in tx.execute(
+            "SELECT reversal_id, calls_spent, tokens_spent, continuations, report FROM reversals"
+        )
+    }
+    events = tx.execute(
+        "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data FROM events "
+        "ORDER BY saga_id, event_id"
+    )
+    last_finish: dict[tuple[str, str], int] = {}
+    last_comp: dict[tuple[str, str], int] = {}
+    last_rev_comp: dict[str, int] = {}
+    last_done: dict[str, int] = {}
+    phases: dict[int, str] = {}
+    for eid, saga_id, step_id, rev_id, kind, _at, _data in events:
+        phase = _phase_v2(step_id, rev_id, kind)
+        phases[eid] = phase
+        if phase == FINISH:
+            last_finish[(saga_id, step_id)] = eid
+        elif phase == COMPENSATION:
+            last_comp[(rev_id, step_id)] = eid
+            last_rev_comp[rev_id] = eid
+        elif kind == "reversal.done" and rev_id is not None:
+            last_done[rev_id] = eid
+    insert = (
+        "INSERT INTO records (rec_id, saga_id, step_id, reversal_id, kind, phase, at, body, "
+        "prev_hash, hash) "
+        + ("OVERRIDING SYSTEM VALUE " if dialect == "postgres" else "")
+        + "VALUES (?,?,?,?,?,?,?,?,?,?)"
+    )
+    heads: dict[str, str] = {}
+    for eid, saga_id, step_id, rev_id, kind, at, data in events:
+        phase = phases[eid]
+        body: dict[str, Any] = loads(data) or {}
+        step = steps.get((saga_id, step_id))
+        if phase == INTENT and step is not None:
+            body = {
+                "seq": int(step[2]),
+                "tool": step[3],
+                "args": loads(step[4]),
+                "deps": loads(step[5]),
+                "resources": loads(step[6]),
+                "declared": step[7],
+            }
+        elif phase == FINISH and step is not None and last_finish[(saga_id, step_id)] == eid:
+            body = _finish_v2(step, body)
+        elif phase == FINISH:
+            body = {"state": kind[len("step.") :], **body}
+        elif phase == COMPENSATION:
+            row = comps.get((rev_id, step_id))
+            body = _comp_v2(body)
+            body["generation"] = int(row[6]) if row else 1
+            if row is not None and last_comp.get((rev_id, step_id)) == eid:
+                body.update(state=row[2], attempts=int(row[3]), detail=row[4], data=loads(row[5]))
+            rev = revs.get(rev_id)
+            if rev is not None and last_rev_comp.get(rev_id) == eid:
+                body.update(calls_spent=int(rev[1]), tokens_spent=int(rev[2]))
+                if int(rev[3]):
+                    body["run"] = int(rev[3])
+        prev = heads.get(saga_id, "")
+        if kind == "reversal.done" and last_done.get(rev_id) == eid:
+            report_text = revs[rev_id][4] if rev_id in revs else None
+            if report_text is not None:
+                digest = report_hash(key, report_text, prev)
+                body["report_hash"] = digest
+                tx.execute(
+                    "UPDATE reversals SET report_hash=? WHERE reversal_id=?", (digest, rev_id)
+                )
+        text = dumps(body)
+        digest = chain_hash(key, prev, saga_id, step_id, rev_id, hkind(kind, phase), at, text)
+        tx.execute(insert, (eid, saga_id, step_id, rev_id, kind, phase, at, text, prev, digest))
+        heads[saga_id] = digest
+    if dialect == "postgres":
+        tx.execute(
+            "SELECT setval(pg_get_serial_sequence('records', 'rec_id'), "
+            "GREATEST((SELECT max(rec_id) FROM records), 1))"
+        )
+    else:  # AUTOINCREMENT never reuses an id: carry the events' counter over
+        tx.execute(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT 'records', seq FROM sqlite_sequence "
+            "WHERE name='events' AND NOT EXISTS (SELECT 1 FROM sqlite_sequence "
+            "WHERE name='records')"
+        )
+    for table in ("events", "steps", "compensations", "resolutions"):
+        tx.execute(f"DROP TABLE {table}")
+    for stmt in _views_v3(dialect):
+        tx.execute(stmt)
+
+
+def _phase_v2(step_id: str | None, rev_id: str | None, kind: str) -> str:
+    if step_id is None:
+        return ""
+    if kind in ("step.intent", "step.cancelled"):
+        return INTENT
+    if kind == "step.resolved":
+        return RESOLVED
+    if kind.startswith("step."):
+        return FINISH
+    if rev_id is not None:
+        return COMPENSATION
+    return ""
+
+
+def _finish_v2(step: tuple[Any, ...], data: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"state": step[9]}
+    for name, value in (
+        ("effective", step[8]),
+        ("result", loads(step[10])),
+        ("inverse", loads(step[11])),
+        ("expectation", loads(step[12])),
+        ("residue", loads(step[13]) or None),
+        ("acknowledgement", loads(step[14])),
+        ("violation", step[15]),
+        ("error", step[16]),
+    ):
+        if value is not None:
+            body[name] = value
+    if "reason" in data:
+        body["reason"] = data["reason"]
+    return body
+
+
+def _comp_v2(data: dict[str, Any]) -> dict[str, Any]:
+    rest = {k: v for k, v in data.items() if k not in ("state", "attempts", "detail")}
+    return {
+        "state": data.get("state"),
+        "attempts": int(data.get("attempts") or 0),
+        "detail": data.get("detail"),
+        "data": rest,
+    }
+
+
+def _no_data(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
+    del tx, key, dialect
+
+
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
+    1: schema_statements,
+    2: schema_v2_statements,
+    3: schema_v3_statements,
+}
+"""Schema version -> DDL that brings the previous version to it (append only, never edit)."""
+
+DATA_MIGRATIONS: dict[int, Callable[[_Tx, bytes | None, Dialect], None]] = {
+    1: _no_data,
+    2: _chain_v2,
+    3: _to_records_v3,
+}
+"""Schema version -> the data step run after its DDL, in the same transaction."""
+
+
+def upgrade(tx: _Tx, version: int, dialect: Dialect, key: bytes | None) -> None:
+    """Bring a log at ``version`` to :data:`SCHEMA_VERSION` inside the caller's transaction."""
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for stmt in MIGRATIONS[target](dialect):
+            tx.execute(stmt)
+        DATA_MIGRATIONS[target](tx, key, dialect)
+        tx.execute(
+            "INSERT INTO amends_meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+            (str(target),),
+        )
