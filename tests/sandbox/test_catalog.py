@@ -317,3 +317,39 @@ async def test_permanent_fault_on_forward_has_no_effect(
     report = await sandbox_engine.undo(saga.id)
     assert states(report) == {"s1": "not_needed"}
     assert sw.effects() == []
+
+
+async def test_every_reversible_or_compensable_tool_records_an_expectation_or_a_reason(
+    sw: World,
+) -> None:
+    """Rule 4: no sandbox tool leaves its inverse to run blindly. A new reversible/compensable
+    tool must be added here (the sample set must equal the catalog's)."""
+    from amends.calls import invoke
+
+    msg = sw.chat.post("#sales", "hello")
+    doc = sw.docs.create_draft("Plan", "text")
+    samples: dict[str, dict[str, object]] = {
+        "mail.send_delayed": {"to": "a@x", "subject": "Hi"},
+        "calendar.create_event": {"title": "T", "start": "2026-12-09", "attendees": ["a@x"]},
+        "crm.update_field": {"record_id": "acme", "field": "stage", "value": "won"},
+        "crm.add_note": {"record_id": "acme", "text": "n"},
+        "payments.charge": {"customer": "cus_acme", "cents": 100},
+        "payments.wire": {"to_account": "DE1", "cents": 100},
+        "chat.post": {"channel": "#sales", "text": "t"},
+        "chat.edit": {"message_id": msg["id"], "text": "edited"},
+        "docs.create_draft": {"title": "D", "text": "t"},
+        "docs.create_private_note": {"text": "t"},
+        "docs.share": {"doc_id": doc["id"], "people": ["a@x"]},
+        "ledger.post": {"account": "acme", "cents": 100},
+    }
+    catalog = sandbox_catalog(sw)
+    undoable = {s.name for s in catalog if s.reversibility.value in ("reversible", "compensable")}
+    assert undoable == set(samples)
+    for name, args in samples.items():
+        call = amends.Call(saga_id="s", step_id=name, tool=name, phase="forward",
+                           idempotency_key=f"k-{name}")  # fmt: skip
+        await invoke(catalog.get(name).fn, call, args, None)
+        assert isinstance(call.recorded_inverse, amends.Inverse), name
+        assert call.recorded_expectation is not None or call.recorded_no_drift_check, name
+        probe = call.recorded_expectation.probe if call.recorded_expectation else None
+        assert probe is None or catalog.get(probe).reversibility.value == "read_only", name
