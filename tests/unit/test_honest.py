@@ -4,16 +4,19 @@ the engine breaks it (the world is checked, not only the report)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import amends
 from amends import StepState
 from amends.report import STANDING, verb_for
-from core_world import CoreWorld
+from core_world import CoreWorld, fresh
 
 
 def charge_tool(catalog: amends.Catalog, world: CoreWorld, name: str, **behave: Any) -> None:
@@ -855,3 +858,81 @@ async def test_concurrent_resume_requests_join_one_continuation(
     assert sum(1 for e in world.effects if e[0] == "crm.update_field") == 2  # forward + revert
     await one.close()
     await two.close()
+
+
+# --- rule 3, property: any declarations on any DAG ------------------------------------------
+
+
+def _oracle_waits(deps: dict[int, list[int]], after: dict[int, list[int]]) -> dict[int, set[int]]:
+    """Independent statement of rule 3: reversed forward edges, each declared pair flipped,
+    then everything reachable."""
+    direct: dict[int, set[int]] = {i: set() for i in deps}
+    for t, ds in deps.items():
+        for d in ds:
+            direct[d].add(t)
+    for s, os_ in after.items():
+        for o in os_:
+            direct[o].discard(s)
+            direct[s].add(o)
+    out: dict[int, set[int]] = {}
+    for i in direct:
+        seen: set[int] = set()
+        todo = list(direct[i])
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                todo.extend(direct[j])
+        out[i] = seen
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph=st.lists(st.sets(st.integers(0, 9), max_size=3), min_size=1, max_size=10),
+    declared=st.lists(st.sets(st.integers(0, 9), max_size=2), min_size=10, max_size=10),
+)
+def test_undo_order_declarations_are_kept_on_any_dag_and_every_cycle_is_refused(
+    graph: list[set[int]], declared: list[set[int]]
+) -> None:
+    world, catalog = fresh()
+    deps: dict[int, list[int]] = {}
+    after: dict[int, list[int]] = {}
+    refused: list[int] = []
+
+    async def go() -> amends.UndoReport:
+        engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+        async with engine.saga("dag") as saga:
+            steps: dict[int, amends.Step] = {}
+            for i, ds in enumerate(graph):
+                d = sorted(j for j in ds if j in steps)
+                a = sorted(j for j in declared[i] if j in steps)
+                cycle = i in _oracle_waits({**deps, i: d}, {**after, i: a})[i]
+                try:
+                    steps[i] = saga.call(
+                        "crm.note",
+                        step_id=f"n{i}",
+                        record_id="r1",
+                        text=f"n{i}",
+                        after=[steps[j] for j in d],
+                        undo_after=[steps[j] for j in a],
+                    )
+                except amends.ContractError as exc:
+                    assert cycle, exc
+                    refused.append(i)
+                    continue
+                assert not cycle
+                deps[i], after[i] = d, a
+        report = await engine.undo(saga.id)
+        await engine.close()
+        return report
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # not the test runner's event loop
+        report = pool.submit(asyncio.run, go()).result()
+    undone = [e[1] for e in world.effects if e[0] == "crm.delete_note"]
+    position = {text: k for k, text in enumerate(undone)}
+    waits = _oracle_waits(deps, after)
+    for i in deps:
+        assert report.step(f"n{i}").state is StepState.REVERTED
+        for j in waits[i]:
+            assert position[f"n{j}"] < position[f"n{i}"], (i, j, undone)
