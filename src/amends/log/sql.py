@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from ..errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from .admin import AdminQueries
 from .base import (
-    ChainProblem,
     Claim,
     CompensationRecord,
     Event,
-    IdemRecord,
-    LogHealth,
     Resolution,
     ReversalRecord,
     SagaLog,
     SagaRecord,
     StepFinish,
 )
+from .database import Database, Tx
 from .records import (
     COMPENSATION,
     FINISH,
@@ -46,7 +44,6 @@ from .records import (
     loads,
     report_hash,
     spent,
-    verify_saga,
 )
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 
@@ -67,39 +64,7 @@ _REV_COLS = (
 )
 _REV = f"SELECT {_REV_COLS} FROM reversals r"
 _REC_COLS = "rec_id, step_id, reversal_id, kind, phase, at, body"
-_IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
 _RECOVERY_ERROR = "the process running this step stopped before it logged a result"
-
-
-class Tx(Protocol):
-    """A cursor inside one transaction."""
-
-    cache: dict[str, str]
-    """Chain heads (saga_id -> hash) written in this transaction, so a batch of writes to one
-    saga reads its head once. Cleared by the backend when it rolls part of a batch back."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; returns its rows (empty for statements without a result)."""
-
-    def rowcount(self) -> int:
-        """Rows changed by the last statement."""
-
-
-class Database(ABC):
-    """How a backend runs work: ``write`` inside one durable transaction, ``read`` consistently."""
-
-    @abstractmethod
-    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
-        """Run ``fn`` in a write transaction and commit durably before returning.
-
-        ``size`` is roughly how many bytes ``fn`` writes (group commit caps a batch by bytes).
-        """
-
-    @abstractmethod
-    async def read(self, fn: Callable[[Tx], T]) -> T: ...
-
-    @abstractmethod
-    async def close(self) -> None: ...
 
 
 def _reversal(row: Sequence[Any]) -> ReversalRecord:
@@ -212,21 +177,7 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
     return saga_id, int(rows[0][2] or 0), head
 
 
-def _intent_summary(text: str) -> tuple[int, str]:
-    """(seq, tool) of an intent record; a damaged record must not stop ``doctor`` (it reports
-    the damage through ``verify``)."""
-    try:
-        body = loads(text)
-        return int(body.get("seq", 0)), str(body.get("tool", "?"))
-    except (ValueError, TypeError, AttributeError):
-        return 0, "?"
-
-
-def _idem(row: Sequence[Any]) -> IdemRecord:
-    return IdemRecord(row[0], row[1], row[2], loads(row[3]), float(row[4]), float(row[5]))
-
-
-class SqlSagaLog(SagaLog):
+class SqlSagaLog(AdminQueries, SagaLog):
     """:class:`SagaLog` over a :class:`Database`. Subclasses open the database and migrate it."""
 
     db: Database
@@ -623,130 +574,6 @@ class SqlSagaLog(SagaLog):
             return resolution
 
         return await self.db.write(fn, len(text))
-
-    # --- HTTP idempotency keys ------------------------------------------------------------
-    async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
-        def fn(tx: Tx) -> IdemRecord | None:
-            rows = tx.execute(
-                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=? AND expires_at>?",
-                (tenant, key, now),
-            )
-            return _idem(rows[0]) if rows else None
-
-        return await self.db.read(fn)
-
-    async def idem_put(
-        self,
-        tenant: str,
-        key: str,
-        request_hash: str,
-        response: Mapping[str, Any],
-        expires_at: float,
-        *,
-        now: float | None = None,
-    ) -> IdemRecord:
-        at = time.time() if now is None else now
-        text = dumps(dict(response))
-
-        def fn(tx: Tx) -> IdemRecord:
-            rows = tx.execute(
-                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=?", (tenant, key)
-            )
-            if rows and float(rows[0][4]) > at:
-                return _idem(rows[0])  # another request put it first: the caller compares hashes
-            tx.execute("DELETE FROM idem_keys WHERE expires_at<=?", (at,))  # keeps the table small
-            tx.execute(
-                f"INSERT INTO idem_keys ({_IDEM_COLS}) VALUES (?,?,?,?,?,?)",
-                (tenant, key, request_hash, text, expires_at, at),
-            )
-            return IdemRecord(tenant, key, request_hash, loads(text), expires_at, at)
-
-        return await self.db.write(fn, len(text))
-
-    # --- integrity ------------------------------------------------------------------------
-    async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
-        key = self.signing_key
-
-        def fn(tx: Tx) -> list[ChainProblem]:
-            cols = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
-            rev_cols = "saga_id, reversal_id, report, report_hash"
-            if saga_id is not None:
-                sagas = [saga_id]
-                rows = tx.execute(
-                    f"SELECT {cols} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,)
-                )
-                revs = tx.execute(f"SELECT {rev_cols} FROM reversals WHERE saga_id=?", (saga_id,))
-            else:
-                sagas = [r[0] for r in tx.execute("SELECT saga_id FROM sagas ORDER BY saga_id")]
-                rows = tx.execute(f"SELECT {cols} FROM records ORDER BY saga_id, rec_id")
-                revs = tx.execute(f"SELECT {rev_cols} FROM reversals")
-            by_saga: dict[str, list[tuple[Any, ...]]] = {}
-            for r in rows:
-                by_saga.setdefault(r[0], []).append(tuple(r[1:]))
-            rev_of = {r[0]: tuple(r[1:]) for r in revs}
-            problems: list[ChainProblem] = []
-            for sid in sagas:
-                problems.extend(verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
-            return problems
-
-        return await self.db.read(fn)
-
-    async def health(self, now: float) -> LogHealth:
-        def fn(tx: Tx) -> LogHealth:
-            rows = tx.execute(
-                "SELECT d.saga_id, d.step_id, i.body FROM records d JOIN records i "
-                "ON i.saga_id = d.saga_id AND i.step_id = d.step_id AND i.phase = 'i' "
-                "WHERE d.kind = 'step.in_doubt' AND d.saga_id NOT IN "
-                "(SELECT saga_id FROM reversals WHERE state = 'done') AND NOT EXISTS "
-                "(SELECT 1 FROM records l WHERE l.saga_id = d.saga_id AND l.step_id = d.step_id "
-                "AND l.phase = 'f' AND l.rec_id > d.rec_id)"
-            )
-            found = {(r[0], r[1]): _intent_summary(r[2]) for r in rows}
-            in_doubt = [
-                (s, st, tool)
-                for (s, st), (_seq, tool) in sorted(
-                    found.items(), key=lambda kv: (kv[0][0], kv[1][0])
-                )
-            ]
-            return LogHealth(
-                in_doubt=in_doubt,
-                stale_sagas=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                        "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
-                        (now,),
-                    )
-                ],
-                live_sagas=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                        "lease_until > ? ORDER BY saga_id",
-                        (now,),
-                    )
-                ],
-                stuck_reversals=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
-                        "reversals WHERE state='running' AND (lease_until IS NULL OR "
-                        "lease_until <= ?) ORDER BY requested_at",
-                        (now,),
-                    )
-                ],
-                live_reversals=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
-                        "reversals WHERE state='running' AND lease_until > ? "
-                        "ORDER BY requested_at",
-                        (now,),
-                    )
-                ],
-            )
-
-        return await self.db.read(fn)
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:

@@ -1,0 +1,161 @@
+"""Operator-facing queries of the SQL log: HTTP idempotency keys, the hash-chain check and the
+health scan behind ``amends doctor`` (issue 9: all SQL lives in ``amends.log``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .base import ChainProblem, IdemRecord, LogHealth
+from .database import Database, Tx
+from .records import dumps, loads, verify_saga
+
+__all__ = ["AdminQueries"]
+
+_IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
+
+
+def _intent_summary(text: str) -> tuple[int, str]:
+    """(seq, tool) of an intent record; a damaged record must not stop ``doctor`` (it reports
+    the damage through ``verify``)."""
+    try:
+        body = loads(text)
+        return int(body.get("seq", 0)), str(body.get("tool", "?"))
+    except (ValueError, TypeError, AttributeError):
+        return 0, "?"
+
+
+def _idem(row: Sequence[Any]) -> IdemRecord:
+    return IdemRecord(row[0], row[1], row[2], loads(row[3]), float(row[4]), float(row[5]))
+
+
+class AdminQueries:
+    """Mixed into :class:`~amends.log.sql.SqlSagaLog`: needs its ``db`` and ``signing_key``."""
+
+    db: Database
+    signing_key: bytes | None
+
+    # --- HTTP idempotency keys ------------------------------------------------------------
+    async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
+        def fn(tx: Tx) -> IdemRecord | None:
+            rows = tx.execute(
+                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=? AND expires_at>?",
+                (tenant, key, now),
+            )
+            return _idem(rows[0]) if rows else None
+
+        return await self.db.read(fn)
+
+    async def idem_put(
+        self,
+        tenant: str,
+        key: str,
+        request_hash: str,
+        response: Mapping[str, Any],
+        expires_at: float,
+        *,
+        now: float | None = None,
+    ) -> IdemRecord:
+        at = time.time() if now is None else now
+        text = dumps(dict(response))
+
+        def fn(tx: Tx) -> IdemRecord:
+            rows = tx.execute(
+                f"SELECT {_IDEM_COLS} FROM idem_keys WHERE tenant=? AND key=?", (tenant, key)
+            )
+            if rows and float(rows[0][4]) > at:
+                return _idem(rows[0])  # another request put it first: the caller compares hashes
+            tx.execute("DELETE FROM idem_keys WHERE expires_at<=?", (at,))  # keeps the table small
+            tx.execute(
+                f"INSERT INTO idem_keys ({_IDEM_COLS}) VALUES (?,?,?,?,?,?)",
+                (tenant, key, request_hash, text, expires_at, at),
+            )
+            return IdemRecord(tenant, key, request_hash, loads(text), expires_at, at)
+
+        return await self.db.write(fn, len(text))
+
+    # --- integrity ------------------------------------------------------------------------
+    async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
+        key = self.signing_key
+
+        def fn(tx: Tx) -> list[ChainProblem]:
+            cols = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
+            rev_cols = "saga_id, reversal_id, report, report_hash"
+            if saga_id is not None:
+                sagas = [saga_id]
+                rows = tx.execute(
+                    f"SELECT {cols} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,)
+                )
+                revs = tx.execute(f"SELECT {rev_cols} FROM reversals WHERE saga_id=?", (saga_id,))
+            else:
+                sagas = [r[0] for r in tx.execute("SELECT saga_id FROM sagas ORDER BY saga_id")]
+                rows = tx.execute(f"SELECT {cols} FROM records ORDER BY saga_id, rec_id")
+                revs = tx.execute(f"SELECT {rev_cols} FROM reversals")
+            by_saga: dict[str, list[tuple[Any, ...]]] = {}
+            for r in rows:
+                by_saga.setdefault(r[0], []).append(tuple(r[1:]))
+            rev_of = {r[0]: tuple(r[1:]) for r in revs}
+            problems: list[ChainProblem] = []
+            for sid in sagas:
+                problems.extend(verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
+            return problems
+
+        return await self.db.read(fn)
+
+    async def health(self, now: float) -> LogHealth:
+        def fn(tx: Tx) -> LogHealth:
+            rows = tx.execute(
+                "SELECT d.saga_id, d.step_id, i.body FROM records d JOIN records i "
+                "ON i.saga_id = d.saga_id AND i.step_id = d.step_id AND i.phase = 'i' "
+                "WHERE d.kind = 'step.in_doubt' AND d.saga_id NOT IN "
+                "(SELECT saga_id FROM reversals WHERE state = 'done') AND NOT EXISTS "
+                "(SELECT 1 FROM records l WHERE l.saga_id = d.saga_id AND l.step_id = d.step_id "
+                "AND l.phase = 'f' AND l.rec_id > d.rec_id)"
+            )
+            found = {(r[0], r[1]): _intent_summary(r[2]) for r in rows}
+            in_doubt = [
+                (s, st, tool)
+                for (s, st), (_seq, tool) in sorted(
+                    found.items(), key=lambda kv: (kv[0][0], kv[1][0])
+                )
+            ]
+            return LogHealth(
+                in_doubt=in_doubt,
+                stale_sagas=[
+                    tuple(r)
+                    for r in tx.execute(
+                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
+                        "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
+                        (now,),
+                    )
+                ],
+                live_sagas=[
+                    tuple(r)
+                    for r in tx.execute(
+                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
+                        "lease_until > ? ORDER BY saga_id",
+                        (now,),
+                    )
+                ],
+                stuck_reversals=[
+                    tuple(r)
+                    for r in tx.execute(
+                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
+                        "reversals WHERE state='running' AND (lease_until IS NULL OR "
+                        "lease_until <= ?) ORDER BY requested_at",
+                        (now,),
+                    )
+                ],
+                live_reversals=[
+                    tuple(r)
+                    for r in tx.execute(
+                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
+                        "reversals WHERE state='running' AND lease_until > ? "
+                        "ORDER BY requested_at",
+                        (now,),
+                    )
+                ],
+            )
+
+        return await self.db.read(fn)
