@@ -255,6 +255,7 @@ class Saga:
         self.actor = actor
         if saga_id is not None:
             check_id(saga_id, "saga id")
+        self._chosen_id = saga_id is not None
         self.id = saga_id or new_id("saga")
         self.steps: list[Step] = []
         self._by_id: dict[str, Step] = {}
@@ -265,7 +266,8 @@ class Saga:
 
     async def __aenter__(self) -> Saga:
         e = self.engine
-        if await e.log.get_saga(self.id) is not None:
+        # issue 11: a reused id is named, not a raw UNIQUE constraint (generated ids are unique)
+        if self._chosen_id and await e.log.get_saga(self.id) is not None:
             raise ConfigError(
                 f"saga id {self.id!r} is already used in {e.log.url}; give each saga a new id "
                 f"(or omit saga_id= for a generated one)",
