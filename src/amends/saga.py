@@ -24,6 +24,7 @@ from .contracts import NOTHING, Call, Catalog, Inverse, Reversibility, ToolFn, T
 from .errors import (
     ConfigError,
     ContractError,
+    LogError,
     PermanentError,
     SagaClosedError,
     StepFailedError,
@@ -268,26 +269,35 @@ class Saga:
         e = self.engine
         # issue 11: a reused id is named, not a raw UNIQUE constraint (generated ids are unique)
         if self._chosen_id and await e.log.get_saga(self.id) is not None:
-            raise ConfigError(
-                f"saga id {self.id!r} is already used in {e.log.url}; give each saga a new id "
-                f"(or omit saga_id= for a generated one)",
-                saga_id=self.id,
+            raise self._reused(e.log.url)
+        try:
+            await e.log.create_saga(
+                self.id,
+                self.title,
+                tenant=self.tenant,
+                actor=self.actor,
+                owner=e.owner,
+                lease_until=time.time() + e.lease_seconds,
+                now=time.time(),
+                # issue 11: which catalog ran the saga, so undo uses the same tools.
+                meta={"catalog": catalog_meta(e.catalog)},
             )
-        await e.log.create_saga(
-            self.id,
-            self.title,
-            tenant=self.tenant,
-            actor=self.actor,
-            owner=e.owner,
-            lease_until=time.time() + e.lease_seconds,
-            now=time.time(),
-            # issue 11: which catalog ran the saga, so undo uses the same tools.
-            meta={"catalog": catalog_meta(e.catalog)},
-        )
+        except LogError:
+            # another process took the same chosen id between the check and the insert
+            if self._chosen_id and await e.log.get_saga(self.id) is not None:
+                raise self._reused(e.log.url) from None
+            raise
         self._entered = True
         e.live_sagas[self.id] = self
         self._heartbeat = asyncio.create_task(self._beat())
         return self
+
+    def _reused(self, url: str) -> ConfigError:
+        return ConfigError(
+            f"saga id {self.id!r} is already used in {url}; give each saga a new id "
+            f"(or omit saga_id= for a generated one)",
+            saga_id=self.id,
+        )
 
     async def _beat(self) -> None:
         e = self.engine

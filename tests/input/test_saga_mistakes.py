@@ -140,3 +140,25 @@ def test_serve_on_a_busy_port_is_one_line_and_never_says_serving(
         f"the other server or pick another --port"
     ]
     assert "running on" not in proc.stdout + proc.stderr
+
+
+async def test_a_saga_id_taken_between_the_check_and_the_insert_is_still_named(
+    saga_db: tuple[str, str], rows: Rows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process creates the same chosen id just after our check: not a raw UNIQUE error."""
+    db, saga_id = saga_db
+    before = rows(db)
+    engine = amends.Engine(CATALOG, log=db)
+    real, seen = engine.log.get_saga, []
+
+    async def racing(sid: str) -> object:
+        seen.append(sid)
+        return None if len(seen) == 1 else await real(sid)
+
+    monkeypatch.setattr(engine.log, "get_saga", racing)
+    with pytest.raises(amends.ConfigError, match=f"saga id {saga_id!r} is already used in"):
+        async with engine.saga("again", saga_id=saga_id):
+            pass
+    await engine.close()
+    assert seen == [saga_id, saga_id]
+    assert rows(db) == before
