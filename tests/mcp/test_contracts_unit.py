@@ -163,3 +163,18 @@ def test_a_whole_field_keeps_any_json_value_and_text_fields_embed_it(value: Any,
     assert render("{args.v}", scope, "t") == value
     assert render([{"k": "{args.v}"}], scope, "t") == [{"k": value}]
     assert render(word + "{args.v}", scope, "t") == word + str(value)
+
+
+def test_builtin_sandbox_sentences_agree_with_the_python_sandbox_catalog() -> None:
+    """Each step reads the same sentence through the gateway as in-process (issue 17)."""
+    from amends.sandbox import World, sandbox_catalog
+
+    world = World()
+    try:
+        python = {s.name: getattr(s, "describe", None) for s in sandbox_catalog(world)}
+    finally:
+        world.close()
+    toml = load_contracts("builtin:sandbox").tools
+    assert all(isinstance(toml[n].describe, str) for n in python)
+    if any(v is not None for v in python.values()):  # this amends renders sentences
+        assert {n: toml[n].describe for n in python} == python

@@ -96,6 +96,7 @@ _TOOL_KEYS = {
     "observe",
     "landed",
     "compensate_follow_up",
+    "describe",
 }
 _EFFECT_KEYS = {"inverse", "expect", "residue", "acknowledge", "no_drift_check", "landed"}
 
@@ -262,6 +263,9 @@ class ToolContract:
     """The upstream's tool name."""
     reversibility: str
     description: str = ""
+    describe: str | None = None
+    """The step in a sentence, a ``str.format`` template over the arguments
+    (``"Email '{subject}' to {to}"``), shown by the report and the web page."""
     resources: tuple[str, ...] = ()
     idempotent: bool = False
     """Whether the upstream honours the idempotency key sent in ``_meta`` (rule 5)."""
@@ -390,6 +394,17 @@ def _captures(raw: Any, where: str, roots: set[str]) -> tuple[Capture, ...]:
     return tuple(out)
 
 
+def _describe(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            f"{where}: describe must be a sentence with {{argument}} fields, e.g. "
+            f"describe = \"Email '{{subject}}' to {{to}}\", got {value!r}"
+        )
+    return value
+
+
 def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise ConfigError(f"{src}: tool #{i} needs a name (the upstream's tool name)")
@@ -473,6 +488,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
         name=name,
         reversibility=cls,
         description=str(entry.get("description", "")),
+        describe=_describe(entry.get("describe"), where),
         resources=tuple(resources),
         idempotent=idem,
         sensitive=tuple(sensitive),
