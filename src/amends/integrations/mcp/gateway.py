@@ -249,9 +249,9 @@ class Gateway:
                     return [str(render(t, {"args": args}, _w)) for t in _t]
 
                 kwargs["resources"] = res
-            has_describe = contract is not None and contract.describe is not None
-            if has_describe and _supports(self.catalog.register, "describe"):
-                kwargs["describe"] = contract.describe
+            describe = contract.describe if contract is not None else None
+            if describe is not None and _supports(self.catalog.register, "describe"):
+                kwargs["describe"] = describe
             if contract is not None and _supports(self.catalog.register, "idempotent"):
                 kwargs["idempotent"] = contract.idempotent
             if contract is not None and contract.sensitive:
