@@ -936,3 +936,19 @@ def test_undo_order_declarations_are_kept_on_any_dag_and_every_cycle_is_refused(
         assert report.step(f"n{i}").state is StepState.REVERTED
         for j in waits[i]:
             assert position[f"n{j}"] < position[f"n{i}"], (i, j, undone)
+
+
+def test_preview_resume_and_resolve_have_sync_twins() -> None:
+    world, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    saga = amends.run(close_deal(engine))
+    preview = engine.preview_sync(saga.id)
+    assert [p.action for p in preview.steps] == ["revert", "compensate"]
+    first = engine.undo_sync(saga.id, budget=amends.Budget(tool_calls=2))
+    assert first.step("s1").state is StepState.OVER_BUDGET
+    res = engine.resolve_sync(saga.id, "s1", by="ann", note="looked at it")
+    assert res.by == "ann"
+    report = engine.resume_sync(saga.id, budget=amends.Budget())
+    assert report.step("s1").state is StepState.REVERTED
+    assert world.crm["r1"]["stage"] == "lead"
+    amends.run(engine.close())
