@@ -36,8 +36,9 @@ classes of issue 10: forward tools failing after acting (rule 9), a vendor ignor
 keys with a crash mid-compensation (rule 5), nested and failing follow-ups (rule 7), undo-order
 declarations (rule 3), tools without expectations or with ``no_drift_check`` (rule 4), and a
 forward step stalling while undo runs on a seconds budget (rule 7)."""
-STALL_SECONDS = 4.0
-"""How long a stalled forward call sleeps before it acts (longer than a budget + the slack)."""
+STALL_SECONDS = 6.0
+"""How long a stalled forward call sleeps before it acts: well past the 1 s budget (an answer
+that came after it waited for the call), well inside the eval's tool timeout (so it does act)."""
 
 RECORDS = ("r1", "r2", "r3", "r4")
 FIELDS = ("stage", "owner", "amount")
@@ -77,6 +78,20 @@ INVERSE_OPS = (
     "chat.announce",
     "crm.log_activity",
 )
+_INVERSE_OF = {
+    "crm.update_field": "crm.update_field",
+    "crm.add_note": "crm.delete_note",
+    "payments.charge": "payments.refund",
+    "payments.wire": "payments.recall_wire",
+    "calendar.create_event": "calendar.cancel_event",
+    "mail.send_delayed": "mail.cancel_scheduled",
+    "chat.post": "chat.delete",
+    "chat.edit": "chat.edit",
+    "docs.create_draft": "docs.delete",
+    "docs.create_private_note": "docs.delete",
+    "docs.share": "docs.unshare",
+    "ledger.post": "ledger.reverse",
+}
 PROBES = (
     "crm.read_field",
     "crm.get_record",
@@ -355,6 +370,10 @@ def generate(seed: int, index: int) -> Scenario:
         kw["requests"], kw["n_requests"] = rng.choice(["repeated", "concurrent"]), 2
     if family == "crash" or (family == "mixed" and rng.random() < 0.3):
         kw["crash"] = (rng.randint(1, max(1, 2 * n)), rng.random() < 0.5)
+        inverses = sorted({_INVERSE_OF[s.tool] for s in steps if s.tool in _INVERSE_OF})
+        if inverses and rng.random() < 0.5:  # die in the middle of one compensation
+            kw["crash"] = (1, rng.random() < 0.7)
+            kw["crash_op"] = rng.choice(inverses)
     if family == "budget":
         kw["budget_calls"] = rng.randint(1, max(1, n))
     return Scenario(seed, index, family, steps, records=records, **kw)

@@ -36,8 +36,8 @@ FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0005, max_backoff=0.0
 """Retries without wall-clock waits worth measuring (the sandbox has zero latency)."""
 CRASH_LEASE = 0.15
 """Lease of an engine that will crash: recovery may take over this long after the crash."""
-EVAL_TIMEOUT = 2.0
-"""Seconds a sandbox tool call may take in the eval (a stall fault exceeds it)."""
+EVAL_TIMEOUT = 10.0
+"""Seconds a sandbox tool call may take in the eval (longer than a stall: the stalled call acts)."""
 
 _CATALOG: list[Catalog] = []
 
