@@ -289,3 +289,23 @@ async def test_two_unprefixed_upstreams_with_the_same_tool_names_are_refused(
     with pytest.raises(ConfigError, match="set prefix = true"):
         async with Gateway(load_config(setup.config)):
             pass
+
+
+async def test_a_gateway_with_a_tenant_does_not_answer_for_other_tenants_sagas(
+    kv: KvSetup,
+) -> None:
+    """Saga ids of another tenant in the same log are 'not found', never undone."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        r = await c.call_tool("kv_charge", {"customer": "c1", "cents": 100})
+    saga_id = r.meta["amends/step"]["saga_id"]
+    kv.config.write_text(
+        kv.config.read_text().replace('title = "kv session"', 'title = "kv session"\ntenant = "b"')
+    )
+    async with Client(kv.gateway()) as c:
+        undo = await c.call_tool("amends_undo", {"saga_id": saga_id})
+        status = await c.call_tool("amends_status", {"saga_id": saga_id})
+    assert undo.is_error and f"no saga {saga_id!r}" in text_of(undo)
+    assert status.is_error
+    assert kv.world()["charges"]["ch_1"]["refunded"] == 0

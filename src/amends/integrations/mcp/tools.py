@@ -121,10 +121,12 @@ async def run_amends_tool(
         saga = await gw._open_saga(slot, title)
         return _ok(f"Started saga {saga.id}: {title}", {"saga_id": saga.id, "title": title})
     saga_id = gw._default_saga_id(ctx, args.get("saga_id"))
+    rec = await engine.log.get_saga(saga_id)
+    # A gateway with a tenant answers only for that tenant's sagas (the same "not found" as for
+    # a missing id, so ids of other tenants are not revealed).
+    if rec is None or (gw.config.tenant is not None and rec.tenant != gw.config.tenant):
+        raise AmendsError(f"no saga {saga_id!r} in the log; check the id (amends_status)")
     if name == "amends_status":
-        rec = await engine.log.get_saga(saga_id)
-        if rec is None:
-            raise AmendsError(f"no saga {saga_id!r} in the log; check the id")
         steps = [
             {
                 "step_id": s.step_id,
