@@ -952,3 +952,38 @@ def test_preview_resume_and_resolve_have_sync_twins() -> None:
     assert report.step("s1").state is StepState.REVERTED
     assert world.crm["r1"]["stage"] == "lead"
     amends.run(engine.close())
+
+
+async def test_a_take_over_after_a_crash_keeps_the_spent_budget(
+    catalog: amends.Catalog, world: CoreWorld, tmp_path: Any
+) -> None:
+    """Rule 7: nothing resets a reversal's budget but a continuation; the worker that takes over
+    after a crash goes on with what the dead one spent."""
+    db = str(tmp_path / "b.db")
+    first = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    async with first.saga("three writes") as saga:  # one resource: inverses run s3, s2, s1
+        for value in ("won", "negotiation", "closed"):
+            await saga.call("crm.update_field", record_id="r1", field="stage", value=value)
+    inverses = [0]
+
+    def crash_in_the_second_inverse() -> None:
+        if world.calls[-1][1] == "compensate":
+            inverses[0] += 1
+            if inverses[0] == 2:
+                raise Crash()
+
+    world.hooks["crm.update_field"] = crash_in_the_second_inverse
+    with pytest.raises(Crash):  # s3: probe + inverse; s2: probe + inverse (dies) = 4 calls
+        await first.undo(saga.id, budget=amends.Budget(tool_calls=4))
+    await first.close()
+    await asyncio.sleep(0.25)
+    second = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    report = (await second.recover()).resumed[0]
+    await second.close()
+    assert [s.state for s in report.steps] == [
+        StepState.OVER_BUDGET,  # a reset budget would have reverted it
+        StepState.REVERTED,  # in flight at the crash, re-sent: the vendor honours keys
+        StepState.REVERTED,
+    ]
+    assert report.tool_calls == 4
+    assert world.crm["r1"]["stage"] == "won"
