@@ -115,9 +115,19 @@ class PreviewStep(PlannedStep):
     check and no reason): undo will not revert it; a person should look (rule 10)."""
     check: str = ""
     """What the re-observation found, in plain language."""
+    description: str = ""
+    """The step in plain language, from its tool's ``describe=`` (issue 17)."""
+    inverse_description: str = ""
+    """What undo would call, in plain language; empty when the step has no inverse."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "needs_review": self.needs_review, "check": self.check}
+        return {
+            **super().to_dict(),
+            "needs_review": self.needs_review,
+            "check": self.check,
+            "description": self.description,
+            "inverse_description": self.inverse_description,
+        }
 
 
 @dataclass(frozen=True)
@@ -159,7 +169,8 @@ def _classify(
     declared = Reversibility(step.declared)
     effective = Reversibility(step.effective) if step.effective else declared
     if step.state == "cancelled":
-        return "cancel", effective, "undo was asked before this step started, so it never ran"
+        why = step.error or "undo was asked before this step started, so it never ran"
+        return "cancel", effective, why
     if step.state == "skipped":
         return "skip", effective, step.error or "never ran: a step it waited for failed"
     if step.state == "failed":

@@ -542,7 +542,7 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
     except ContractError as exc:  # issue 11: a reference to a key the result lacks
         await _unresolvable(host, saga, step, exc)
         return
-    if not await _begin(host, saga, step, args):
+    if not await _begin_or_cancelled(host, saga, step, args):
         return
     step.state = "intent"
     calls: list[Call] = []
@@ -623,6 +623,24 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
         step_id=step.id,
         tool=step.tool,
     )
+
+
+async def _begin_or_cancelled(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> bool:
+    """:func:`_begin`, and if the agent's task is cancelled meanwhile, the step is logged
+    cancelled (its tool was never called) rather than left with an intent that recovery would
+    have to call in doubt (rule 8: the detail names the real cause)."""
+    begin = asyncio.ensure_future(_begin(host, saga, step, args))
+    try:
+        return await asyncio.shield(begin)
+    except asyncio.CancelledError:
+        if await begin:
+            step.state = "cancelled"
+            finish = StepFinish(
+                "cancelled",
+                error="the agent's task was cancelled before the tool was called; it never ran",
+            )
+            await _log_finish(host, saga, step, finish)
+        raise
 
 
 async def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> bool:

@@ -987,3 +987,35 @@ async def test_a_take_over_after_a_crash_keeps_the_spent_budget(
     ]
     assert report.tool_calls == 4
     assert world.crm["r1"]["stage"] == "won"
+
+
+async def test_cancelled_while_the_intent_is_written_the_step_is_cancelled_not_in_doubt(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Item 9 / rule 8: the tool was never called, so the step says so (not in doubt)."""
+    real = engine.log.begin_step
+    writing = asyncio.Event()
+
+    async def slow_begin(*args: Any, **kwargs: Any) -> bool:
+        writing.set()
+        await asyncio.sleep(0.1)
+        return await real(*args, **kwargs)
+
+    engine.log.begin_step = slow_begin  # type: ignore[method-assign]
+    ids: list[str] = []
+
+    async def agent() -> None:
+        async with engine.saga("cancelled early") as saga:
+            ids.append(saga.id)
+            await saga.call("pay.charge", customer="c1", cents=5)
+
+    task = asyncio.create_task(agent())
+    await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert world.charges == {}  # never called
+    report = await engine.undo(ids[0])
+    s1 = report.step("s1")
+    assert (s1.state, s1.verb) == (StepState.CANCELLED, "Cancel")
+    assert s1.detail == "the agent's task was cancelled before the tool was called; it never ran"
