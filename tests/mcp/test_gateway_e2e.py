@@ -84,7 +84,10 @@ async def test_human_edit_between_forward_and_undo_is_drifted_and_kept(kv: KvSet
     assert step["state"] == "drifted"
     assert undo.structured_content["status"] == "cannot_undo"
     assert kv.world()["kv"]["stage"] == "contract_sent"
-    assert "kv_set" in text_of(preview)
+    # rule 10: the preview re-observed the value and says so before any click
+    planned = preview.structured_content["steps"][0]
+    assert planned["action"] == "review" and planned["needs_person"] is True
+    assert "found 'contract_sent'" in text_of(preview)
 
 
 async def test_refused_error_is_failed_and_unknown_error_is_in_doubt(kv: KvSetup) -> None:
