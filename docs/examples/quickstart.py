@@ -16,6 +16,7 @@ async def read_field(call: amends.Call, record_id: str, field: str) -> str:
 
 
 @catalog.tool("crm.update_field", reversibility="reversible",
+              describe="Set {field} of {record_id} to '{value}'",
               resources=lambda args: [f"crm:{args['record_id']}"])
 async def update_field(call: amends.Call, record_id: str, field: str, value: str) -> dict:
     before = CRM[record_id][field]
@@ -30,7 +31,8 @@ async def charge_status(call: amends.Call, charge_id: str) -> str:
     return CHARGES[charge_id]
 
 
-@catalog.tool("payments.charge", reversibility="compensable", idempotent=True)
+@catalog.tool("payments.charge", reversibility="compensable", idempotent=True,
+              describe="Charge {cents} cents to {customer}")
 async def charge(call: amends.Call, customer: str, cents: int) -> dict:
     charge_id = f"ch_{len(CHARGES) + 1}"
     CHARGES[charge_id] = "captured"
@@ -41,13 +43,14 @@ async def charge(call: amends.Call, customer: str, cents: int) -> dict:
     return {"id": charge_id}
 
 
-@catalog.tool("payments.refund", reversibility="irreversible", idempotent=True)
+@catalog.tool("payments.refund", reversibility="irreversible", idempotent=True,
+              describe="Refund {cents} cents of {charge_id}")
 async def refund(call: amends.Call, charge_id: str, cents: int) -> dict:
     CHARGES[charge_id] = "refunded"
     return {"charge_id": charge_id, "refunded": cents}
 
 
-@catalog.tool("email.send")  # no class given: irreversible
+@catalog.tool("email.send", describe="Email '{subject}' to {to}")  # no class: irreversible
 async def send(call: amends.Call, to: str, subject: str, body: str) -> dict:
     OUTBOX.append(f"{to}: {subject}")
     call.acknowledge(who="the sender", parties=[to],

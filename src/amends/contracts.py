@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Literal
 
+from .describe import check_template, sentence
 from .errors import ContractError
 from .secrets import SecretResolver
 
@@ -317,6 +318,19 @@ class ToolSpec:
     idempotent: bool = False
     """Whether the vendor honours ``call.idempotency_key`` (a replay applies nothing). Only such a
     tool is re-sent a call that was in flight at a crash (rule 5). Default ``False``."""
+    describe: str | None = None
+    """The step in a sentence, as a template over its arguments ("Email '{subject}' to {to}");
+    ``None``: the description (or name) followed by the arguments (issue 17)."""
+
+    def sentence(self, args: Mapping[str, Any]) -> str:
+        """A call of this tool in plain language, e.g. "Email 'Won' to bob@acme.test"."""
+        return sentence(
+            self.name,
+            args,
+            template=self.describe,
+            description=self.description,
+            sensitive=self.sensitive,
+        )
 
     def resources_for(self, args: Mapping[str, Any]) -> list[str]:
         if self.resources is None:
@@ -363,6 +377,7 @@ class Catalog:
         sensitive: Sequence[str] = (),
         resolve_secret: SecretResolver | None = None,
         idempotent: bool = False,
+        describe: str | None = None,
     ) -> Callable[[ToolFn], ToolFn]:
         """Register the decorated function as tool ``name``.
 
@@ -382,6 +397,9 @@ class Catalog:
             idempotent: ``True`` if the vendor honours ``call.idempotency_key`` (a replayed key
                 applies nothing). A call in flight at a crash is re-sent only to such a tool;
                 otherwise the engine re-observes the world or reports ``in_doubt`` (rule 5).
+            describe: The step in a sentence, a template over the call's arguments, e.g.
+                ``"Email '{subject}' to {to}"``; shown on every screen instead of the tool name.
+                Default: the description followed by the arguments.
 
         Raises:
             ContractError: The name is taken or malformed, the class unknown, or the function
@@ -399,6 +417,7 @@ class Catalog:
                 sensitive=sensitive,
                 resolve_secret=resolve_secret,
                 idempotent=idempotent,
+                describe=describe,
             )
             return fn
 
@@ -416,6 +435,7 @@ class Catalog:
         sensitive: Sequence[str] = (),
         resolve_secret: SecretResolver | None = None,
         idempotent: bool = False,
+        describe: str | None = None,
     ) -> ToolSpec:
         """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -452,6 +472,7 @@ class Catalog:
             sensitive=secret_args,
             resolve_secret=resolve_secret,
             idempotent=idempotent,
+            describe=check_template(name, describe),
         )
         self._tools[name] = spec
         return spec
@@ -494,8 +515,15 @@ class Catalog:
                 sensitive=spec.sensitive,
                 resolve_secret=spec.resolve_secret,
                 idempotent=spec.idempotent,
+                describe=spec.describe,
             )
         return self
+
+    def describe(self, tool: str, args: Mapping[str, Any]) -> str:
+        """A call of ``tool`` with ``args`` in plain language; a tool not in this catalog is
+        shown by name with its arguments."""
+        spec = self._tools.get(tool)
+        return spec.sentence(args) if spec is not None else sentence(tool, args)
 
 
 def _check_tool_args(name: str, fn: Any, resources: Any, timeout: Any, idempotent: Any) -> None:

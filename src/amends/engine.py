@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .budget import Budget, BudgetMeter
 from .calls import RetryPolicy, idempotency_key, invoke, run
@@ -28,6 +28,8 @@ from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import StepOutcome, StepState, UndoReport, verb_for
 from .reversal import run_plan
 from .saga import Ref, Saga, Step, new_id
+
+_Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
 
@@ -128,11 +130,27 @@ class Engine:
         saga = await self._saga_or_raise(saga_id)
         the_plan = self.planner(saga, self.catalog)
         steps = await asyncio.gather(*(self._preview_step(saga, p) for p in the_plan.steps))
-        return Preview(the_plan.saga_id, tuple(steps), checked_at=time.time())
+        described = tuple(self._described(saga, p) for p in steps)
+        return Preview(the_plan.saga_id, described, checked_at=time.time())
 
     def preview_sync(self, saga_id: str) -> Preview:
         """:meth:`preview` for synchronous callers."""
         return run(self.preview(saga_id))
+
+    def _described(self, saga: SagaRecord, item: _Described) -> _Described:
+        """Issue 17: ``item`` with its step and inverse in plain language, from the catalog's
+        ``describe=`` templates and the logged (redacted, rule 11) arguments."""
+        step = next((s for s in saga.steps if s.step_id == item.step_id), None)
+        if step is None:
+            return item
+        inv = step.inverse
+        return dataclasses.replace(
+            item,
+            description=self.catalog.describe(step.tool, step.args),
+            inverse_description=(
+                self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
+            ),
+        )
 
     async def _preview_step(self, saga: SagaRecord, p: PlannedStep) -> PreviewStep:
         base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
@@ -418,8 +436,9 @@ class Engine:
         saga = await self._saga_or_raise(saga_id)
 
         def progress(outcome: StepOutcome) -> None:
+            described = self._described(saga, outcome)
             for hook in self.progress_hooks:
-                hook(rev.reversal_id, outcome)
+                hook(rev.reversal_id, described)
 
         outcomes = await run_plan(
             catalog=self.catalog,
@@ -435,7 +454,7 @@ class Engine:
             poll_interval=self.poll_interval,
         )
         outcomes += await self._late_steps(saga_id, called, outcomes, meter)
-        return saga, outcomes
+        return saga, [self._described(saga, o) for o in outcomes]
 
     async def _late_steps(
         self, saga_id: str, called: list[Step], outcomes: list[StepOutcome], meter: BudgetMeter

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,6 +86,17 @@ class StepOutcome:
     manual_action: ManualAction | None = None
     violation: str | None = None
     """A broken tool contract found when the step ran (rule 2), shown, never hidden."""
+    description: str = ""
+    """The step in plain language ("Email 'Won' to bob@acme.test"), from the tool's
+    ``describe=`` template; empty in reports written before issue 17."""
+    inverse_description: str = ""
+    """What undo did or would do for it, in plain language ("Refund 50.00 of charge ch_1"); empty
+    when the step has no inverse."""
+
+    @property
+    def sentence(self) -> str:
+        """The step as shown on screens: its description, or its tool name."""
+        return self.description or self.tool
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +110,8 @@ class StepOutcome:
             "residue": [r.to_dict() for r in self.residue],
             "manual_action": self.manual_action.to_dict() if self.manual_action else None,
             "violation": self.violation,
+            "description": self.description,
+            "inverse_description": self.inverse_description,
         }
 
     @classmethod
@@ -118,6 +132,8 @@ class StepOutcome:
             if ma
             else None,
             d.get("violation"),
+            d.get("description", ""),
+            d.get("inverse_description", ""),
         )
 
 
@@ -277,38 +293,60 @@ def _verb(s: StepOutcome) -> str:
     return s.verb or "—"
 
 
+def _wrapped(text: str, indent: int = 7, first: str | None = None, width: int = 80) -> list[str]:
+    """``text`` wrapped at ``width`` columns under ``first`` (default: ``indent`` spaces);
+    words -- ids, URLs -- are never broken, only moved to the next line (issue 17)."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=" " * indent if first is None else first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first or ""]
+
+
 def _render_text(r: UndoReport) -> str:
     out = [
-        f"Undo of saga {r.saga_id} — {r.title}" if r.title else f"Undo of saga {r.saga_id}",
-        f"Status: {r.status.value} ({r.headline})",
-        f"Reversal {r.reversal_id}: {r.tool_calls} tool calls, {r.tokens} tokens, {r.seconds:.2f}s",
+        *_wrapped(f"Undo of saga {r.saga_id}" + (f" — {r.title}" if r.title else ""), 2, ""),
+        *_wrapped(f"Status: {r.status.value} ({r.headline})", 2, ""),
+        *_wrapped(
+            f"Reversal {r.reversal_id}: {r.tool_calls} tool calls, {r.tokens} tokens, "
+            f"{r.seconds:.2f}s",
+            2,
+            "",
+        ),
         "",
         "Steps:",
     ]
-    width = max((len(s.tool) for s in r.steps), default=4)
+    # issue 17: a sentence per step, then what happened wrapped under it (80 columns; ids whole)
     for s in r.steps:
-        out.append(
-            f"  {s.step_id:<6} {s.tool:<{width}}  {_verb(s):<11} {s.state.value:<12} {s.detail}"
-        )
+        row = f"  {s.step_id:<4} {_verb(s):<11} {s.state.value:<12} "
+        out += _wrapped(s.sentence, min(len(row), 33), row)
+        if s.inverse_description:
+            out += _wrapped(f"undo: {s.inverse_description}")
+        out += _wrapped(s.detail)
     if r.violations:
-        out += ["", "Contract violations:"] + [f"  - {v}" for v in r.violations]
+        out += ["", "Contract violations:"]
+        for v in r.violations:
+            out += _wrapped(v, 4, "  - ")
     if r.residue:
         out += ["", "Residue (what remains after compensation):"]
         for res in r.residue:
             when = f"settles {res.settles_at}" if res.settles_at else "does not settle"
             who = ", ".join(res.parties) or "no one else"
-            out.append(f"  - {res.what} — affects {who}; {when}")
+            out += _wrapped(f"{res.what} — affects {who}; {when}", 4, "  - ")
     if r.manual_actions:
         out += ["", "Needs a person:"]
         for m in r.manual_actions:
-            out.append(f"  - [{m.step_id}] {m.what}")
-            out.append(
-                f"    who: {m.who}" + (f"; affected: {', '.join(m.parties)}" if m.parties else "")
+            out += _wrapped(f"[{m.step_id}] {m.what}", 4, "  - ")
+            out += _wrapped(
+                f"who: {m.who}" + (f"; affected: {', '.join(m.parties)}" if m.parties else ""), 4
             )
             if m.draft:
-                out.append(f"    draft: {m.draft}")
+                out += _wrapped(f"draft: {m.draft}", 4)
             if r.resolutions:
-                out.append(f"    {_handled_text(r.handled(m.step_id))}")
+                out += _wrapped(_handled_text(r.handled(m.step_id)), 4)
     return "\n".join(out) + "\n"
 
 
@@ -331,8 +369,9 @@ td{border:none;padding:.15rem 0}tr{border-bottom:1px solid #ccc;padding:.4rem 0}
 def _render_html(r: UndoReport) -> str:
     e = html.escape
     rows = "".join(
-        f"<tr><td>{e(s.step_id)}</td><td><code>{e(s.tool)}</code></td><td>{e(_verb(s))}</td>"
-        f"<td class='state'>{e(s.state.value)}</td><td>{e(s.detail)}"
+        f"<tr><td>{e(s.step_id)}</td><td>{e(s.sentence)}<br><code>{e(s.tool)}</code></td>"
+        f"<td>{e(_verb(s))}</td><td class='state'>{e(s.state.value)}</td><td>{e(s.detail)}"
+        + (f"<br>Undo: {e(s.inverse_description)}" if s.inverse_description else "")
         + (f"<br><strong>Contract violation:</strong> {e(s.violation)}" if s.violation else "")
         + "</td></tr>"
         for s in r.steps
@@ -360,7 +399,7 @@ def _render_html(r: UndoReport) -> str:
         f"Saga <code>{e(r.saga_id)}</code>{' — ' + e(r.title) if r.title else ''}. "
         f"Reversal <code>{e(r.reversal_id)}</code>: {r.tool_calls} tool calls, {r.tokens} tokens, "
         f"{r.seconds:.2f}s.</p>"
-        "<h2>Steps</h2><table><thead><tr><th scope='col'>Step</th><th scope='col'>Tool</th>"
+        "<h2>Steps</h2><table><thead><tr><th scope='col'>Step</th><th scope='col'>What</th>"
         "<th scope='col'>Verb</th><th scope='col'>State</th><th scope='col'>Detail</th></tr>"
         f"</thead><tbody>{rows}</tbody></table>"
         + (f"<h2>What remains</h2><ul>{residue}</ul>" if residue else "")

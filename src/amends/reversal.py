@@ -611,6 +611,8 @@ class _Runner:
         ack = Acknowledgement.from_dict(p.step.acknowledgement) if p.step.acknowledgement else None
         parties = self._parties(p)
         did = _did(p.step.tool, p.step.args)
+        if p.step.tool in self.catalog and self.catalog.get(p.step.tool).describe:
+            did = repr(self.catalog.describe(p.step.tool, p.step.args))  # issue 17: a sentence
         to = ", ".join(parties) if parties else "team"
         who = self._asker()
         if state is StepState.ACKNOWLEDGED:

@@ -11,8 +11,11 @@ name = "crm.update_field"
 reversibility = "reversible"
 resources = ["crm:{args.record_id}"]
 timeout = 10                                  # seconds, 0 < timeout <= 600
-http = { url = "https://crm.example/api/records/{args.record_id}", method = "PATCH",
-         headers = { Authorization = "Bearer ${env:CRM_TOKEN}" } }
+
+[tool.http]
+url = "https://crm.example/api/records/{args.record_id}"
+method = "PATCH"
+headers = { Authorization = "Bearer ${env:CRM_TOKEN}" }
 
 [tool.before]             # read-only probe called just before the tool
 tool = "crm.read_field"
@@ -40,6 +43,8 @@ The rest of the contract, as the Python decorator and :class:`~amends.Call` stat
 - ``[tool.landed]`` (``probe``, ``args``, ``equals``, ``path``): how to see that the inverse
   landed after a crash.
 - ``[tool.inverse] deadline = "{result.recall_until}"``: when the undo window closes.
+- ``describe = "Set {field} of {record_id} to {value}"``: the step in a sentence, a template
+  over the call's arguments (Python ``str.format`` fields), shown on every screen (issue 17).
 - ``sensitive = ["api_key"]``: arguments redacted before anything is logged (rule 11);
   ``secret_env = { api_key = "CRM_API_KEY" }`` says where an inverse gets the value again at
   undo time (default ``$API_KEY``).
@@ -112,6 +117,7 @@ _TOOL_KEYS = {
     "landed",
     "sensitive",
     "secret_env",
+    "describe",
 }
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 _ENV = re.compile(r"\$\{env:([^}]*)\}")
@@ -652,6 +658,7 @@ def _register(
             sensitive=sensitive,
             resolve_secret=resolver,
             idempotent=idempotent,
+            describe=entry.get("describe"),
         )
     except AmendsError as exc:
         raise ConfigError(f"{where}: {exc}", tool=entry["name"]) from exc

@@ -172,7 +172,8 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
 ) -> None:
     """The README's example is docs/examples/quickstart.py verbatim (every tool it needs, the
     probes and the refund included); run as a script it prints exactly the report the README
-    shows: s1 drifted and left alone, s2 compensated with residue, s3 acknowledged."""
+    shows: s1 drifted and left alone, s2 compensated with residue, s3 acknowledged, each step
+    and inverse as the sentence its describe= template gives."""
     monkeypatch.chdir(tmp_path)
     readme = (ROOT / "README.md").read_text()
     example = ROOT / "docs" / "examples" / "quickstart.py"
@@ -185,5 +186,9 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
     assert shown is not None, "the README shows the report the example prints"
     assert neutral(printed) == neutral(shown.group(1))
     assert "Status: cannot_undo (Undone 1 of 3 — 2 need your attention)" in printed
-    assert re.search(r"s1 +crm.update_field +Acknowledge drifted", printed)
-    assert re.search(r"s2 +payments.charge +Compensate +compensated", printed)
+    # the steps are sentences from describe= (issue 17), the inverse too
+    assert re.search(
+        r"s1 +Acknowledge drifted +Set stage of r1 to 'won'\n +undo: Set stage", printed
+    )
+    assert re.search(r"s2 +Compensate +compensated +Charge 5000 cents to c1\n", printed)
+    assert "undo: Refund 5000 cents of ch_1" in printed

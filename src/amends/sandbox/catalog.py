@@ -41,6 +41,45 @@ class _BoundWorld:
 ToolFn = Callable[..., Awaitable[Any]]
 
 
+DESCRIBE: dict[str, str] = {
+    "mail.send": "Email '{subject}' to {to}",
+    "mail.send_delayed": "Schedule the email '{subject}' to {to}",
+    "mail.cancel_scheduled": "Cancel the scheduled email {message_id}",
+    "mail.get_message": "Look up email {message_id}",
+    "calendar.create_event": "Invite {attendees} to '{title}' at {start}",
+    "calendar.cancel_event": "Cancel event {event_id} (attendees get a cancellation notice)",
+    "calendar.get_event": "Look up event {event_id}",
+    "crm.update_field": "Set {field} of CRM record {record_id} to '{value}'",
+    "crm.read_field": "Read {field} of CRM record {record_id}",
+    "crm.get_record": "Look up CRM record {record_id}",
+    "crm.add_note": "Add a note to CRM record {record_id}: '{text}'",
+    "crm.log_activity": "Log activity on CRM record {record_id}: '{text}'",
+    "crm.delete_note": "Delete note {note_id} from CRM record {record_id}",
+    "payments.charge": "Charge {cents} cents to {customer}",
+    "payments.refund": "Refund {cents} cents of charge {charge_id}",
+    "payments.get_charge": "Look up charge {charge_id}",
+    "payments.wire": "Wire {cents} cents to account {to_account}",
+    "payments.recall_wire": "Recall wire {wire_id}",
+    "payments.get_wire": "Look up wire {wire_id}",
+    "chat.post": "Post in {channel}: '{text}'",
+    "chat.edit": "Edit chat message {message_id} to '{text}'",
+    "chat.announce": "Announce in {channel}: '{text}'",
+    "chat.delete": "Delete chat message {message_id}",
+    "chat.get_message": "Look up chat message {message_id}",
+    "docs.create_draft": "Create the draft '{title}'",
+    "docs.create_private_note": "Write a private note: '{text}'",
+    "docs.share": "Share document {doc_id} with {people}",
+    "docs.unshare": "Stop sharing document {doc_id} with {people}",
+    "docs.delete": "Delete document {doc_id}",
+    "docs.get": "Look up document {doc_id}",
+    "ledger.post": "Post {cents} cents to ledger account {account}",
+    "ledger.reverse": "Reverse ledger entry {entry_id}",
+    "ledger.get_entry": "Look up ledger entry {entry_id}",
+    "sms.send": "Text {to}: '{text}'",
+}
+"""Each sandbox tool's step in a sentence (``describe=``, issue 17)."""
+
+
 def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Catalog:
     """The catalog of honest tool contracts over ``world``'s vendors.
 
@@ -60,6 +99,8 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     key_of = _key
 
     def tool(name: str, **kw: Any) -> Callable[[ToolFn], ToolFn]:
+        kw.setdefault("describe", DESCRIBE.get(name))  # issue 17: steps as sentences
+
         def register(fn: ToolFn) -> ToolFn:
             @functools.wraps(fn)
             async def acted(call: Call, /, **args: Any) -> Any:

@@ -1,0 +1,102 @@
+"""Plain-language steps (issue 17): a tool's ``describe=`` template, filled from a call's arguments.
+
+``@catalog.tool("mail.send", describe="Email '{subject}' to {to}")`` makes every screen say
+"Email 'Won' to bob@acme.test" instead of ``mail.send``; the inverse is described by its own
+tool's template ("Refund 50.00 of charge ch_1"). Without a template the default is the tool's
+description (its docstring's first line) or its name, followed by the arguments.
+
+This module only formats text. It never raises at render time: a template that does not fit the
+arguments falls back to the default sentence, and sensitive arguments are always shown as their
+redaction marker (rule 11), whatever the template says.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import ContractError
+
+__all__ = ["check_template", "sentence"]
+
+_MAX_VALUE = 60
+"""Longest argument value shown in a default sentence, in characters (longer ones are cut)."""
+
+
+def check_template(tool: str, template: Any) -> str | None:
+    """Validate ``describe=`` of ``tool`` when it is registered.
+
+    Raises:
+        ContractError: ``template`` is not a non-empty string, or is not valid
+            ``str.format`` syntax with named fields only.
+    """
+    if template is None:
+        return None
+    example = "e.g. describe=\"Email '{subject}' to {to}\""
+    if not isinstance(template, str) or not template.strip():
+        raise ContractError(
+            f"describe= of tool {tool!r} must be a sentence with {{argument}} fields, got "
+            f"{template!r}; {example}",
+            tool=tool,
+        )
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ContractError(
+            f"describe= of tool {tool!r} is not a valid template ({exc}): {template!r}; "
+            f"write literal braces as {{{{ and }}}}; {example}",
+            tool=tool,
+        ) from None
+    for name in fields:
+        if not name.isidentifier():
+            raise ContractError(
+                f"describe= of tool {tool!r} has the field {{{name}}}; fields name arguments "
+                f"({{to}}, {{subject}}), without indexes or attributes; {example}",
+                tool=tool,
+            )
+    return template.strip()
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        value = ", ".join(value)  # attendees, people: "ann@acme.test, bob@acme.test"
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
+
+
+def _safe_args(args: Mapping[str, Any], sensitive: Sequence[str]) -> dict[str, Any]:
+    from .secrets import marker
+
+    return {k: marker(k) if k in sensitive else v for k, v in args.items()}
+
+
+def sentence(
+    tool: str,
+    args: Mapping[str, Any],
+    *,
+    template: str | None = None,
+    description: str = "",
+    sensitive: Sequence[str] = (),
+) -> str:
+    """One step (or inverse) in a sentence, from its arguments.
+
+    Args:
+        tool: The catalog name, used when there is neither a template nor a description.
+        args: The call's arguments (as logged: sensitive values are already markers).
+        template: The tool's ``describe=`` template, e.g. ``"Email '{subject}' to {to}"``.
+        description: The tool's one-line description, for the default sentence.
+        sensitive: Argument names shown only as their redaction marker (rule 11).
+    """
+    safe = _safe_args(args, sensitive)
+    if template:
+        try:
+            return template.format_map({k: _show(v) for k, v in safe.items()})
+        except (KeyError, ValueError, IndexError, AttributeError):
+            pass  # an argument the template names was not passed: the default says it all
+    shown = ", ".join(
+        f"{k}={_show(v)!r}" if isinstance(v, str) else f"{k}={_show(v)}"
+        for k, v in sorted(safe.items())
+    )
+    head = description.strip().rstrip(".") if description else ""
+    return f"{head} ({shown})" if head else f"{tool}({shown})"
