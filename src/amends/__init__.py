@@ -43,7 +43,9 @@ from .errors import (
     TransientError,
 )
 from .log import SagaLog, SqliteLog, open_log
-from .planner import Plan, PlannedStep
+from .log.base import Resolution
+from .secrets import SecretRequest, from_env
+from .planner import Plan, PlannedStep, Preview, PreviewStep
 from .report import Outcome, StepOutcome, StepState, UndoReport
 from .toml_catalog import load_toml_catalog
 
@@ -59,7 +61,6 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "NOTHING",
     "Acknowledgement",
     "AmendsError",
     "Budget",
@@ -77,15 +78,19 @@ __all__ = [
     "LogLockedError",
     "LogReadOnlyError",
     "ManualAction",
+    "NOTHING",
     "Outcome",
     "PermanentError",
     "Plan",
     "PlannedStep",
     "PostgresLog",
     "PreconditionFailed",
+    "Preview",
+    "PreviewStep",
     "RecoveryReport",
     "Ref",
     "Residue",
+    "Resolution",
     "RetryPolicy",
     "Reversibility",
     "Saga",
@@ -93,6 +98,7 @@ __all__ = [
     "SagaLog",
     "SagaNotFoundError",
     "SchemaVersionError",
+    "SecretRequest",
     "SqliteLog",
     "Step",
     "StepFailedError",
@@ -103,6 +109,7 @@ __all__ = [
     "TransientError",
     "UndoReport",
     "current_call",
+    "from_env",
     "load_toml_catalog",
     "open_log",
     "run",
