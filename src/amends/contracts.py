@@ -502,23 +502,6 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def merge(self, other: Catalog) -> Catalog:
-        """Register every tool of ``other`` here (names must not clash); returns ``self``."""
-        for spec in other:
-            self.register(
-                spec.name,
-                spec.fn,
-                reversibility=spec.reversibility if spec.explicit else None,
-                resources=spec.resources,
-                description=spec.description,
-                timeout=spec.timeout,
-                sensitive=spec.sensitive,
-                resolve_secret=spec.resolve_secret,
-                idempotent=spec.idempotent,
-                describe=spec.describe,
-            )
-        return self
-
     def describe(self, tool: str, args: Mapping[str, Any]) -> str:
         """A call of ``tool`` with ``args`` in plain language; a tool not in this catalog is
         shown by name with its arguments."""
