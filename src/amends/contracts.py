@@ -288,7 +288,9 @@ class FollowUp:
     """One more call a compensation asked for; it spends budget like any other call."""
 
     tool: str
+    """Catalog name of the tool to call after the compensation."""
     args: Mapping[str, Any]
+    """Its concrete arguments."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "args": dict(self.args)}

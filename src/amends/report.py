@@ -73,17 +73,24 @@ class StepOutcome:
     """One step in the report."""
 
     step_id: str
+    """The step's id in its saga (``s1``, or the id the agent gave it)."""
     tool: str
+    """Catalog name of the tool the step called."""
     verb: str | None
     """Revert / Compensate / Cancel / Acknowledge, or ``None`` when there was nothing to undo."""
     state: StepState
+    """What the reversal did to the step (reverted, compensated, drifted, in_doubt, ...)."""
     detail: str
     """What happened, in plain language."""
     reversibility: str = "irreversible"
+    """The class undo acted on: the declared one, or ``irreversible`` after a contract
+    violation."""
     attempts: int = 0
     """Inverse calls made for this step (retries included)."""
     residue: tuple[Residue, ...] = ()
+    """What this step's compensation left behind (notices sent, a refund still settling)."""
     manual_action: ManualAction | None = None
+    """What a person must still do for this step, or ``None`` when its effect no longer stands."""
     violation: str | None = None
     """A broken tool contract found when the step ran (rule 2), shown, never hidden."""
     description: str = ""
@@ -151,17 +158,25 @@ class UndoReport:
     """What the one reversal of a saga did, and what still stands."""
 
     saga_id: str
+    """The saga that was undone."""
     reversal_id: str
     """The same for every request that joined this reversal."""
     title: str
+    """What the agent was asked to do (the saga's title)."""
     steps: tuple[StepOutcome, ...]
+    """Every step of the saga, in forward order, with what the reversal did to it."""
     tool_calls: int = 0
     """Every call the reversal made: probes, inverses, retries and follow-ups."""
     tokens: int = 0
+    """Tokens tools reported with ``call.spend(tokens=...)`` while undoing."""
     seconds: float = 0.0
+    """Wall-clock seconds the reversal ran (its last run, for a continued reversal)."""
     budget: Mapping[str, Any] = field(default_factory=dict)
+    """The caps the reversal ran under: ``tool_calls``, ``tokens``, ``seconds``."""
     requested_at: float = 0.0
+    """When undo was first asked for (Unix time)."""
     finished_at: float = 0.0
+    """When the reversal (or its latest continuation) finished (Unix time)."""
     continuations: int = 0
     """How many times the reversal was continued with a new budget (rule 6)."""
     resolutions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
