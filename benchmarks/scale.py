@@ -219,7 +219,8 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     )
     sec.notes.append(
         f"{rounds} interleaved rounds after a warm-up. Filler: copies of one real forward 12-step "
-        f"saga (sagas, steps, events rows), so bytes/step is amends' own format (events included)."
+        f"saga (its sagas row and its records), so bytes/step is amends' own format (the "
+        f"history included)."
     )
     sec.notes.append(
         f"EXPLAIN QUERY PLAN of the {planned} distinct statements one undo ran in the "
