@@ -7,6 +7,7 @@ again mid-test (the "server restart" fault) without losing workflows.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -20,6 +21,12 @@ BINARY = Path(sys.executable).parent / "temporal"
 
 class DevServerUnavailable(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:
+    # the server must not outlive a test run that was killed (prctl PR_SET_PDEATHSIG)
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -56,6 +63,7 @@ class DevServer:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )  # fmt: skip
         log.close()
         deadline = time.monotonic() + timeout

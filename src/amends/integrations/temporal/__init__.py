@@ -26,11 +26,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         f"({exc})"
     ) from exc
 
+from ._interceptor import AmendsInterceptor
 from ._runner import DEFAULT_TASK_QUEUE, TemporalRunner, connect, make_worker, workflow_id
 from ._workflow import ReversalInput, ReversalWorkflow
 
 __all__ = [
     "DEFAULT_TASK_QUEUE",
+    "AmendsInterceptor",
     "ReversalInput",
     "ReversalWorkflow",
     "TemporalRunner",

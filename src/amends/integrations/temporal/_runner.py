@@ -20,7 +20,7 @@ from amends.log import SagaLog, open_log
 from amends.report import UndoReport
 
 from ._activities import ReversalActivities
-from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow
+from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_id
 
 if TYPE_CHECKING:
     from amends.engine import Engine
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TASK_QUEUE", "TemporalRunner", "connect", "make_worker", "workflow_id"]
 
 DEFAULT_TASK_QUEUE = "amends-reversals"
-
-
-def workflow_id(saga_id: str) -> str:
-    """The id of the reversal workflow of ``saga_id``: one per saga, whoever asks (rule 6)."""
-    return f"amends-reversal:{saga_id}"
 
 
 async def connect(target: str, *, namespace: str = "default") -> Client:
@@ -151,6 +146,20 @@ class TemporalRunner:
         return UndoReport.from_dict(result)
 
 
+class _Worker(Worker):
+    def __init__(self, owned: SagaLog | None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._owned = owned
+
+    async def shutdown(self) -> None:
+        try:
+            await super().shutdown()
+        finally:
+            if self._owned is not None:
+                owned, self._owned = self._owned, None
+                await owned.close()
+
+
 def make_worker(
     client: Client,
     catalog: Catalog,
@@ -173,12 +182,14 @@ def make_worker(
     """
     if not isinstance(catalog, Catalog):
         raise ConfigError(f"make_worker needs an amends.Catalog, got {catalog!r}")
-    acts = ReversalActivities(catalog, open_log(log), heartbeat_seconds=heartbeat_seconds)
+    opened = open_log(log)
+    acts = ReversalActivities(catalog, opened, heartbeat_seconds=heartbeat_seconds)
     # A workflow's next task goes to the worker that ran its last one (its sticky queue). When
     # that worker died, Temporal waits this long before handing the task to another worker; the
     # SDK default (10 s) would dominate the time a dead worker's reversal takes to move.
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
-    return Worker(
+    return _Worker(
+        None if opened is log else opened,  # a log opened here from a URL closes with the worker
         client,
         task_queue=task_queue,
         workflows=[ReversalWorkflow],

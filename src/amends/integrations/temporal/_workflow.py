@@ -47,9 +47,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from ._codec import compensation_from_dict, reversal_from_dict, saga_from_dict, spec_from_dict
 
-__all__ = ["ReversalInput", "ReversalWorkflow"]
+__all__ = ["ReversalInput", "ReversalWorkflow", "workflow_id"]
 
 WORKFLOW_NAME = "amends.Reversal"
+
+
+def workflow_id(saga_id: str) -> str:
+    """The id of the reversal workflow of ``saga_id``: one per saga, whoever asks (rule 6)."""
+    return f"amends-reversal:{saga_id}"
+
 
 # Log reads and writes are idempotent, so Temporal may retry them freely (a database restart).
 _LOG_RETRY = TemporalRetry(

@@ -1,0 +1,238 @@
+"""The forward side for agents that already run on Temporal: agent tool activities become steps.
+
+:class:`AmendsInterceptor` is a worker interceptor. Every activity whose type is a tool of the
+engine's catalog runs as a step of a saga (by default the saga id is the workflow id), written
+ahead (rule 1), with the catalog's contract; the activity records its inverse and expectation
+through :func:`amends.current_call`. A later activity depends on every step already done when it
+started (what the workflow had seen), so undo runs in the reverse order. When the workflow is
+cancelled, the saga's reversal is started as an abandoned child workflow: cancellation never
+skips compensation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Collection
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    ExecuteWorkflowInput,
+    Interceptor,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from amends.budget import Budget
+    from amends.engine import Engine
+    from amends.errors import ConfigError, StepFailedError
+    from amends.saga import Saga, Step
+
+    from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id
+
+__all__ = ["AmendsInterceptor"]
+
+
+def _default_saga_id(info: activity.Info) -> str:
+    return info.workflow_id or info.activity_id
+
+
+class AmendsInterceptor(Interceptor):
+    """Record agent tool activities as saga steps; undo the saga if the workflow is cancelled.
+
+    Args:
+        engine: The engine whose catalog gives each tool's contract and whose log (shared by
+            every worker) records the steps.
+        tools: Activity types that are agent tool calls; default: every tool of the catalog.
+        saga_id: The saga an activity belongs to; default its workflow id.
+        undo_on_cancel: Start the saga's reversal when its workflow is cancelled. Default True.
+        reversal_task_queue: The queue the reversal workflow's workers poll.
+        budget: The budget of a reversal started on cancellation.
+
+    Steps of one saga are held by the worker process that ran its first tool activity; run a
+    workflow's tool activities on one worker process (e.g. a task queue per worker).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        tools: Collection[str] | None = None,
+        saga_id: Callable[[activity.Info], str] = _default_saga_id,
+        undo_on_cancel: bool = True,
+        reversal_task_queue: str = "amends-reversals",
+        budget: Budget | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tools = frozenset(tools if tools is not None else (s.name for s in engine.catalog))
+        self.saga_id = saga_id
+        self.undo_on_cancel = undo_on_cancel
+        self.reversal_task_queue = reversal_task_queue
+        self.budget = budget or Budget()
+        self._sagas: dict[str, Saga] = {}
+        self._done: dict[str, list[Step]] = {}
+        self._lock = asyncio.Lock()
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ToolActivity(next, self)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        if not self.undo_on_cancel:
+            return None
+        # the workflow sandbox gets plain data, never this object
+        return type(
+            "_UndoOnCancel",
+            (_UndoOnCancel,),
+            {
+                "tools": self.tools,
+                "queue": self.reversal_task_queue,
+                "budget": self.budget.to_dict(),
+            },
+        )
+
+    async def saga_for(self, info: activity.Info) -> Saga:
+        """The open saga of this activity's workflow in this process (opened on first use).
+
+        Raises:
+            ConfigError: The saga was started by another worker process.
+        """
+        sid = self.saga_id(info)
+        async with self._lock:
+            saga = self._sagas.get(sid)
+            if saga is None:
+                saga = self.engine.saga(
+                    f"Temporal workflow {info.workflow_type} {info.workflow_id}",
+                    actor=f"temporal:{info.workflow_type}",
+                    saga_id=sid,
+                )
+                try:
+                    await saga.__aenter__()
+                except ConfigError as exc:
+                    raise ConfigError(
+                        f"{exc}; the tool activities of workflow {info.workflow_id!r} ran on "
+                        f"more than one worker process: route them to one worker (a task queue "
+                        f"per worker) so that they are one saga",
+                        saga_id=sid,
+                    ) from None
+                self._sagas[sid] = saga
+                self._done[sid] = []
+            return saga
+
+    async def close(self) -> None:
+        """Close every saga this process holds (on worker shutdown)."""
+        async with self._lock:
+            sagas, self._sagas = self._sagas, {}
+        for saga in sagas.values():
+            await saga.__aexit__(None, None, None)
+
+
+def _named(fn: Callable[..., Any], args: Any) -> dict[str, Any]:
+    """An activity's positional arguments by parameter name (the step's logged arguments)."""
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0] == "self":
+        params = params[1:]
+    return {params[i] if i < len(params) else f"arg{i}": a for i, a in enumerate(args)}
+
+
+class _ToolActivity(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, root: AmendsInterceptor) -> None:
+        super().__init__(next)
+        self.root = root
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if info.is_local or info.activity_type not in self.root.tools:
+            return await self.next.execute_activity(input)
+        try:
+            saga = await self.root.saga_for(info)
+        except ConfigError as exc:
+            # the tool is not called: an effect that no saga records would be undone by no one
+            raise ApplicationError(str(exc), type="ConfigError", non_retryable=True) from None
+        raised: list[BaseException] = []
+
+        async def run(call: Any, **_: Any) -> Any:
+            try:
+                return await self.next.execute_activity(input)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+
+        done = self.root._done[saga.id]
+        step_id = f"a{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
+        step = saga.call_with(
+            run,
+            info.activity_type,
+            # a later activity depends on every step the workflow had seen done
+            after=[s for s in done if s.state == "done"],
+            step_id=step_id,
+            **_named(input.fn, input.args),
+        )
+        try:
+            result = await step
+        except StepFailedError as exc:
+            if raised:
+                raise raised[0] from None  # the activity's own error, as without amends
+            raise ApplicationError(
+                f"{info.activity_type} was not called: {exc}", type="StepNotRun", non_retryable=True
+            ) from None
+        done.append(step)
+        return result
+
+
+class _UndoOnCancel(WorkflowInboundInterceptor):
+    tools: frozenset[str] = frozenset()
+    queue: str = "amends-reversals"
+    budget: dict[str, Any] = {}
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        self.used = False
+        super().init(_SeeTools(outbound, self))
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        try:
+            return await super().execute_workflow(input)
+        except (asyncio.CancelledError, CancelledError):
+            if self.used:
+                await self._start_reversal()
+            raise
+
+    async def _start_reversal(self) -> None:
+        saga_id = workflow.info().workflow_id
+        try:
+            await workflow.start_child_workflow(
+                WORKFLOW_NAME,
+                ReversalInput(saga_id, dict(self.budget)),
+                id=workflow_id(saga_id),
+                task_queue=self.queue,
+                # the reversal outlives this workflow: cancelling it must not cancel the undo
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # rule 6: a reversal of this saga is already under way (someone asked for undo)
+
+
+class _SeeTools(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, root: _UndoOnCancel) -> None:
+        super().__init__(next)
+        self.root = root
+
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        if input.activity in self.root.tools:
+            self.root.used = True
+        return super().start_activity(input)

@@ -1,0 +1,155 @@
+"""The worker interceptor: a Temporal workflow of agent tool activities is recorded as a saga,
+undone honestly, and its cancellation does not skip compensation."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import ledger
+import pytest
+from agent_flow import AgentWorkflow
+from temporalio import activity
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
+
+import amends
+from amends.integrations.temporal import AmendsInterceptor, TemporalRunner, make_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def agent_activities(catalog: amends.Catalog) -> list[Any]:
+    """Plain activities, as an agent team writes them: they call the vendor and tell amends
+    their inverse through amends.current_call()."""
+
+    @activity.defn(name="kv.put")
+    async def put(k: str, v: str) -> dict[str, Any]:
+        call = amends.current_call()
+        assert call is not None, "the interceptor runs the activity as a step"
+        return await catalog.get("kv.put").fn(call, k=k, v=v)  # type: ignore[no-any-return]
+
+    @activity.defn(name="pay.charge")
+    async def charge(customer: str, cents: int) -> dict[str, Any]:
+        call = amends.current_call()
+        assert call is not None
+        return await catalog.get("pay.charge").fn(  # type: ignore[no-any-return]
+            call, customer=customer, cents=cents
+        )
+
+    return [put, charge]
+
+
+@pytest.fixture
+async def setup(
+    pg_url: str, ledger_path: Path
+) -> AsyncIterator[tuple[amends.Catalog, amends.Engine]]:
+    catalog = ledger.make_catalog(ledger_path)
+    engine = amends.Engine(catalog, log=pg_url)
+    try:
+        yield catalog, engine
+    finally:
+        await engine.close()
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.db"
+    conn = ledger.connect(path)
+    conn.execute("INSERT INTO kv VALUES ('k0', 'before0')")
+    conn.close()
+    return path
+
+
+async def test_agent_workflow_is_recorded_as_a_saga_and_undone(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Each tool activity of the workflow is a step of the saga named by the workflow id, with
+    the inverse the activity recorded; undo through Temporal restores the world, in reverse
+    order, and the report says so."""
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentWorkflow],
+            activities=agent_activities(catalog),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        out = await temporal_client.execute_workflow(
+            AgentWorkflow.run, args=[["k0", "k1"], 0.0], id=wid, task_queue=task_queue
+        )
+        assert out == "done"
+        saga = await engine.log.get_saga(wid)
+        assert saga is not None
+        assert [(s.tool, s.args, s.state) for s in saga.steps] == [
+            ("kv.put", {"k": "k0", "v": "agent0"}, "done"),
+            ("kv.put", {"k": "k1", "v": "agent1"}, "done"),
+            ("pay.charge", {"customer": "c0@acme.test", "cents": 1500}, "done"),
+        ]
+        assert saga.steps[2].deps == (saga.steps[0].step_id, saga.steps[1].step_id)
+        report = await TemporalRunner(temporal_client, task_queue=task_queue + "-rev").undo(
+            engine, wid, amends.Budget()
+        )
+    await icpt.close()  # closes the saga this process held open
+    assert [s.state.value for s in report.steps] == ["reverted", "reverted", "compensated"]
+    assert report.status == "partially_reversed"  # the refund leaves residue
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "before0", "k1": ""}
+    assert world["charges"] == {f"ch_{saga.steps[2].step_id}": {"cents": 1500, "refunded": 1500}}
+
+
+async def test_cancelling_the_agent_workflow_does_not_skip_compensation(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Cancel the agent's workflow after its tool calls: the interceptor starts the saga's
+    reversal, which outlives the cancelled workflow and undoes every step."""
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentWorkflow],
+            activities=agent_activities(catalog),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        handle = await temporal_client.start_workflow(
+            AgentWorkflow.run, args=[["k0"], 300.0], id=wid, task_queue=task_queue
+        )
+        for _ in range(200):  # until the charge is logged done
+            saga = await engine.log.get_saga(wid)
+            if saga is not None and len(saga.steps) == 2 and saga.steps[1].state == "done":
+                break
+            await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        report = None
+        for _ in range(400):
+            report = await engine.report(wid)
+            if report is not None:
+                break
+            await asyncio.sleep(0.05)
+    await icpt.close()  # closes the saga this process held open
+    assert report is not None, "no reversal ran after the cancellation"
+    assert [s.state.value for s in report.steps] == ["reverted", "compensated"]
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "before0"}
+    assert all(c["refunded"] == c["cents"] for c in world["charges"].values())
