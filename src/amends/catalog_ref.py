@@ -58,11 +58,13 @@ def _module_attr(catalog: Catalog) -> str | None:
     """
     tool_modules = {getattr(t.fn, "__module__", None) for t in catalog}
     found: list[tuple[bool, bool, int, str]] = []
-    for name, module in list(sys.modules.items()):
+    # .copy() is atomic under the GIL; another thread importing a module meanwhile would make
+    # list(sys.modules.items()) raise "dictionary changed size during iteration"
+    for name, module in sys.modules.copy().items():
         if module is None or name == "__main__" or name.startswith("_"):
             continue
         try:
-            items = list(vars(module).items())
+            items = list(vars(module).copy().items())
         except TypeError:
             continue
         for attr, value in items:

@@ -7,6 +7,11 @@ are stored as concrete data, never re-evaluated at undo time (rule 2).
 
 ```toml
 [[tool]]
+name = "crm.read_field"
+reversibility = "read_only"
+http = { url = "https://crm.example/api/records/{args.record_id}/{args.field}", method = "GET" }
+
+[[tool]]
 name = "crm.update_field"
 reversibility = "reversible"
 resources = ["crm:{args.record_id}"]

@@ -192,3 +192,22 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
     )
     assert re.search(r"s2 +Compensate +compensated +Charge 5000 cents to c1\n", printed)
     assert "undo: Refund 5000 cents of ch_1" in printed
+
+
+def test_the_toml_example_in_the_toml_catalog_docstring_loads(tmp_path: Path) -> None:
+    """The module docstring the API reference shows is a TOML file that loads (it once used a
+    multi-line inline table, which TOML 1.0 refuses)."""
+    from amends import toml_catalog
+
+    blocks = re.findall(r"```toml\n(.*?)```", toml_catalog.__doc__ or "", re.S)
+    assert blocks
+    for block in blocks:
+        path = tmp_path / "doc.toml"
+        path.write_text(block)
+        assert "crm.update_field" in amends_load(path)
+
+
+def amends_load(path: Path) -> Any:
+    import amends
+
+    return amends.load_toml_catalog(path, environ={"CRM_TOKEN": "t"})
