@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 from .budget import Budget, BudgetMeter
 from .calls import RetryPolicy, idempotency_key, invoke, run
+from .catalog_ref import needed_tools
 from .contracts import NOTHING, Call, Catalog, Expectation, Reversibility
-from .errors import ConfigError, LeaseLostError, SagaNotFoundError
+from .errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
 from .log.base import Claim, Resolution, ReversalRecord, SagaRecord
 from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
@@ -60,6 +61,9 @@ class RecoveryReport:
     """(saga_id, step_id) of forward steps found with intent but no result, now ``in_doubt``."""
     resumed: tuple[UndoReport, ...]
     """Reversals whose worker had died, resumed and finished here."""
+    failed: tuple[tuple[str, str], ...] = ()
+    """(saga_id, why) of reversals that could not be resumed here (e.g. a catalog lacking their
+    tools); the others were resumed all the same."""
 
 
 class Engine:
@@ -256,7 +260,7 @@ class Engine:
             LogError: The log cannot be read or written.
         """
         budget = _check_budget(budget)
-        await self._saga_or_raise(saga_id)
+        self._check_catalog(await self._saga_or_raise(saga_id))
         rev = await self.log.get_reversal(saga_id=saga_id)
         seen = rev.continuations if rev is not None else None
 
@@ -331,7 +335,9 @@ class Engine:
         return report
 
     async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
-        await self._saga_or_raise(saga_id)
+        saga = await self._saga_or_raise(saga_id)
+        if saga.reversal is None or saga.reversal.state != "done":
+            self._check_catalog(saga)  # a finished reversal's report needs no tool to be read
 
         async def claim() -> Claim:
             return await self.log.claim_reversal(
@@ -344,6 +350,23 @@ class Engine:
             )
 
         return await self._claimed(saga_id, claim)
+
+    def _check_catalog(self, saga: SagaRecord) -> None:
+        """Refuse to run a reversal with a catalog that lacks tools the saga's undo needs: the
+        wrong catalog would fail those steps, and rule 6 would then return that report forever."""
+        missing = [t for t in needed_tools(saga.steps) if t not in self.catalog]
+        if missing:
+            raise ContractError(
+                f"saga {saga.saga_id!r} needs tools this engine's catalog does not have: "
+                f"{', '.join(missing)}; undo it with the catalog that ran it"
+                + (
+                    f" ({saga.meta['catalog'].get('ref')})"
+                    if isinstance(saga.meta.get("catalog"), dict)
+                    and saga.meta["catalog"].get("ref")
+                    else ""
+                ),
+                saga_id=saga.saga_id,
+            )
 
     async def _claimed(self, saga_id: str, claim: Callable[[], Awaitable[Claim]]) -> UndoReport:
         """Rule 6: run the claimed reversal, or join the one running or finished elsewhere."""
@@ -493,9 +516,13 @@ class Engine:
         now = time.time()
         in_doubt = await self.log.mark_in_doubt(now)
         resumed = []
+        failed = []
         for rev in await self.log.expired_reversals(now):
-            resumed.append(await self.undo(rev.saga_id, budget=Budget.from_dict(rev.budget)))
-        return RecoveryReport(tuple(in_doubt), tuple(resumed))
+            try:  # one reversal that cannot be resumed must not stop the others
+                resumed.append(await self.undo(rev.saga_id, budget=Budget.from_dict(rev.budget)))
+            except AmendsError as exc:
+                failed.append((rev.saga_id, str(exc)))
+        return RecoveryReport(tuple(in_doubt), tuple(resumed), tuple(failed))
 
     def recover_sync(self) -> RecoveryReport:
         return run(self.recover())
