@@ -34,7 +34,8 @@ async def test_dry_run_shows_a_drifted_step_as_needing_review_and_dispatches_not
     assert rows(db) == before
     code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--dry-run"])
     out = capsys.readouterr().out
-    assert "(needs review)" in out
+    assert "Needs a person (2)" in out  # issue 17: grouped as the web page groups it
+    assert "s1 Review" in out and "needs review: someone changed it" in out
     assert "1 step(s) need a person's review before undo: s1" in out
 
 

@@ -89,3 +89,25 @@ def test_help_imports_no_server_or_optional_extra() -> None:
     imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()}
     for heavy in ("fastapi", "uvicorn", "starlette", "jinja2", "httpx", "psycopg", "temporalio"):
         assert heavy not in imported
+
+
+def test_show_is_concise_by_default_and_history_is_asked_for(
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17: `amends show SAGA` is the saga and its report in sentences, wrapped at 80
+    columns; the append-only event log only with --history."""
+    from amends.cli import main
+
+    db, saga_id = saga_db
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["undo", saga_id, "--db", db]) == 1  # the email stands
+    capsys.readouterr()
+    assert main(["show", saga_id, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert out.splitlines()[4].startswith("Undone 1 of 2 — 1 needs your attention")  # headline
+    assert re.search(r"s1 +Revert +reverted", out)
+    assert "undo: " in out
+    assert "History" not in out and f"amends show {saga_id} --history" in out
+    assert main(["show", saga_id, "--db", db, "--history"]) == 0
+    assert "History (append-only)" in capsys.readouterr().out

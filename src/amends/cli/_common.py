@@ -22,7 +22,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
-from rich.table import Table
 
 from ..budget import check_budget_value
 from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
@@ -239,38 +238,72 @@ def check_tools(
         )
 
 
+STATE_STYLE = {
+    "reverted": "green",
+    "compensated": "green",
+    "cancelled": "green",
+    "not_needed": "dim",
+    "acknowledged": "red",
+    "drifted": "yellow",
+    "failed": "red",
+    "blocked": "red",
+    "over_budget": "yellow",
+    "in_doubt": "yellow",
+}
+"""Colour of each step state; the state is always printed as a word too (issue 17)."""
+
+
+def step_row(
+    console: Console,
+    step_id: str,
+    verb: str,
+    state: str,
+    sentence: str,
+    details: list[str],
+    width: int = 0,
+) -> None:
+    """One step: id, verb, state and sentence on a row; each detail wrapped under it (issue 17:
+    80 columns, ids never broken)."""
+    colour = STATE_STYLE.get(state, "")
+    styled = f"[{colour}]{state:<12}[/] " if colour else (f"{markup(state):<12} " if state else "")
+    row = f"[bold]{markup(step_id):<{width}}[/bold] {markup(verb):<11} {styled}{markup(sentence)}"
+    print_item(console, row)
+    for line in details:
+        print_item(console, line, indent=6)
+
+
 def print_report(report: UndoReport, console: Console | None = None) -> None:
-    """Print an undo report with rich: headline, steps, residue, manual actions."""
+    """Print an undo report: headline first, then each step as a sentence with its state in
+    colour and in words, then residue and manual actions."""
     console = console or Console()
     style = {"fully_reversed": "green", "partially_reversed": "yellow", "cannot_undo": "red"}
     console.print(
-        f"[bold]{markup(report.title or report.saga_id)}[/bold]  "
-        f"[{style[report.status.value]}]{report.status.value}[/] — "
-        f"{markup(report.headline)}"
+        f"[bold]{markup(report.headline)}[/bold] — "
+        f"[{style[report.status.value]}]{report.status.value}[/]"
     )
-    console.print(
-        f"saga {markup(report.saga_id)} · reversal {markup(report.reversal_id)} · "
-        f"{report.tool_calls} tool calls · {report.tokens} tokens · "
-        f"{report.seconds:.2f}s"
+    print_item(
+        console,
+        f"{markup(report.title or '')} · saga {markup(report.saga_id)} · reversal "
+        f"{markup(report.reversal_id)} · {report.tool_calls} tool calls · {report.tokens} tokens"
+        f" · {report.seconds:.2f}s",
+        indent=0,
     )
-    table = Table(show_lines=False, header_style="bold")
-    table.add_column("step", no_wrap=True)  # issue 17: ids are never broken
-    for col in ("tool", "verb", "state", "detail"):
-        table.add_column(col, overflow="fold")
+    console.print("[bold]Steps[/bold]")
+    width = max((len(s.step_id) for s in report.steps), default=0)
     for s in report.steps:
-        table.add_row(
-            markup(s.step_id),
-            markup(s.tool),
-            s.verb or "—",
-            s.state.value,
-            markup(s.detail + (f" [contract violation: {s.violation}]" if s.violation else "")),
-        )
-    console.print(table)
+        details = []
+        if s.inverse_description:
+            details.append(f"undo: {markup(s.inverse_description)}")
+        if not s.detail.startswith(f"{s.state.value} with "):  # the undo line says it
+            details.append(markup(s.detail))
+        if s.violation:
+            details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
+        step_row(console, s.step_id, s.verb or "—", s.state.value, s.sentence, details, width)
     if report.residue:
         console.print("[bold]Residue[/bold] (what remains after compensation)")
         for r in report.residue:
             when = f"settles {r.settles_at}" if r.settles_at else "does not settle"
-            _item(
+            print_item(
                 console,
                 f"• {markup(r.what)} — affects {markup(', '.join(r.parties) or 'no one else')}; "
                 f"{markup(when)}",
@@ -278,26 +311,26 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
     if report.manual_actions:
         console.print("[bold]Needs a person[/bold]")
         for m in report.manual_actions:
-            _item(console, f"• {markup(f'[{m.step_id}]')} {markup(m.what)}")
+            print_item(console, f"• {markup(f'[{m.step_id}]')} {markup(m.what)}")
             who = f"who: {markup(m.who)}"
             if m.parties:
                 who += f"; affected: {markup(', '.join(m.parties))}"
-            _item(console, who, indent=4)
+            print_item(console, who, indent=4)
             if m.draft:
-                _item(console, f"draft: {markup(m.draft)}", indent=4)
+                print_item(console, f"draft: {markup(m.draft)}", indent=4)
             res = report.handled(m.step_id)
             if res is not None:
                 when = dt.datetime.fromtimestamp(float(res["at"]), dt.UTC).strftime(
                     "%Y-%m-%d %H:%M"
                 )
                 note = f": {res['note']}" if res.get("note") else ""
-                _item(
+                print_item(
                     console,
                     f"[green]handled[/green] by {markup(res['by'])} at {when}Z{markup(note)}",
                     indent=4,
                 )
             else:
-                _item(
+                print_item(
                     console,
                     f"open — when done: amends resolve {markup(report.saga_id)} "
                     f"{markup(m.step_id)} --by NAME",
@@ -305,7 +338,7 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
                 )
 
 
-def _item(console: Console, text: str, indent: int = 2) -> None:
+def print_item(console: Console, text: str, indent: int = 2) -> None:
     # issue 17: a long line wraps under its own item, not back at column 0
     console.print(Padding(text, (0, 0, 0, indent), expand=False))
 

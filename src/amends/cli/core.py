@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
 from ..contracts import Catalog
+from ..describe import sentence
 from ..engine import Engine
 from ..errors import ConfigError, SagaNotFoundError
 from ..log.base import Event, SagaLog, SagaRecord
@@ -29,10 +30,12 @@ from ._common import (
     load_catalog,
     markup,
     open_existing_log,
+    print_item,
     print_json,
     print_report,
     recorded_catalog,
     run_async,
+    step_row,
 )
 
 __all__ = ["register"]
@@ -211,37 +214,40 @@ def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
 
 
 def _print_saga(console: Console, saga: SagaRecord) -> None:
+    """Concise (issue 17): the saga, then its report if it was undone, else its steps."""
     ref = recorded_catalog(saga).get("ref")
     console.print(f"[bold]{markup(saga.title)}[/bold]")
-    console.print(
+    print_item(
+        console,
         f"saga {markup(saga.saga_id)} · {markup(saga.state)} · tenant "
         f"{markup(saga.tenant or '—')} · actor {markup(saga.actor or '—')} · "
-        f"{_when(saga.created_at)} · catalog {markup(ref or 'not recorded')}"
+        f"{_when(saga.created_at)} · catalog {markup(ref or 'not recorded')}",
+        indent=0,
     )
-    steps = Table(title="Steps", header_style="bold")
-    steps.add_column("step", no_wrap=True)  # issue 17: ids are never broken
-    for col in ("tool", "class", "state", "after", "inverse"):
-        steps.add_column(col, overflow="fold")
+    rev = saga.reversal
+    if rev is not None and rev.report is not None:
+        report = UndoReport.from_dict(rev.report).with_resolutions(saga.resolutions)
+        console.print()
+        print_report(report, console)
+        console.print(f"[dim]The event log: amends show {markup(saga.saga_id)} --history[/dim]")
+        return
+    console.print("[bold]Steps[/bold]")
     for s in saga.steps:
         cls = s.effective or s.declared
+        details = []
+        if s.deps:
+            details.append(f"after: {markup(', '.join(s.deps))}")
+        if s.inverse:
+            inv = sentence(s.inverse["tool"], s.inverse.get("args", {}))
+            details.append(f"undo: {markup(inv)}")
         if s.violation:
-            cls += " (contract violation)"
-        inverse = f"{s.inverse['tool']}({s.inverse['args']})" if s.inverse else "—"
-        steps.add_row(
-            markup(s.step_id),
-            markup(s.tool),
-            markup(cls),
-            markup(s.state),
-            markup(", ".join(s.deps) or "—"),
-            markup(inverse),
-        )
-    console.print(steps)
-    rev = saga.reversal
+            details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
+        step_row(console, s.step_id, cls, s.state, sentence(s.tool, s.args), details)
     if rev is None:
-        console.print(f"Not undone. Undo it with: amends undo {markup(saga.saga_id)}")
-    elif rev.report is not None:
-        report = UndoReport.from_dict(rev.report).with_resolutions(saga.resolutions)
-        print_report(report, console)
+        console.print(
+            f"Not undone. Preview: amends undo {markup(saga.saga_id)} --dry-run; undo: "
+            f"amends undo {markup(saga.saga_id)}"
+        )
     else:
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
@@ -348,25 +354,48 @@ def _undo(args: argparse.Namespace) -> int:
     return 1 if result.status == Outcome.CANNOT_UNDO else 0
 
 
+_GROUPS = (
+    ("Will be reverted", ("Revert", "Cancel")),
+    ("Will be compensated (leaves residue)", ("Compensate",)),
+    ("Needs a person", ("Acknowledge",)),
+    ("Nothing to undo", (None,)),
+)
+
+
 def _print_preview(data: dict[str, Any]) -> None:
+    """The honest preview (rule 10), grouped as the web page groups it (issue 17)."""
     console = Console()
-    table = Table(
-        title="What undo would do now (probes only; nothing else was dispatched)",
-        header_style="bold",
+    console.print(
+        "[bold]What undo would do now[/bold] (every expectation re-checked by its probe; "
+        "nothing else was dispatched)"
     )
-    table.add_column("step", no_wrap=True)  # issue 17: ids are never broken
-    for col in ("tool", "verb", "why"):
-        table.add_column(col, overflow="fold")
-    for s in data.get("steps", []):
-        verb = s.get("verb") or "—"
-        if s.get("needs_review"):
-            verb = f"{verb} (needs review)"
-        why = " ".join(str(x) for x in (s.get("reason"), s.get("check")) if x)
-        table.add_row(markup(s["step_id"]), markup(s["tool"]), markup(verb), markup(why))
-    console.print(table)
+    steps = data.get("steps", [])
+    for title, verbs in _GROUPS:
+        group = [
+            s
+            for s in steps
+            if (s.get("verb") if not s.get("needs_review") else "Acknowledge") in verbs
+        ]
+        if not group:
+            continue
+        console.print(f"[bold]{title}[/bold] ({len(group)})")
+        for s in group:
+            details = []
+            if s.get("inverse_description"):
+                details.append(f"undo: {markup(s['inverse_description'])}")
+            why = f"needs review: {s.get('check')}" if s.get("needs_review") else s.get("reason")
+            if why:
+                details.append(markup(why))
+            for r in s.get("expected_residue") or []:
+                details.append(f"leaves: {markup(r.get('what', ''))}")
+            verb = "Review" if s.get("needs_review") else (s.get("verb") or "—")
+            sent = s.get("description") or s["tool"]
+            step_row(console, s["step_id"], verb, "", sent, details)
     for w in data.get("undo_windows", []):
-        console.print(
-            f"undo window of step {markup(w['step_id'])} closes at {_when(w['closes_at'])}"
+        print_item(
+            console,
+            f"undo window of step {markup(w['step_id'])} closes at {markup(w['closes_at'])}",
+            indent=0,
         )
     review = data.get("needs_review") or []
     if review:
