@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .budget import Budget, BudgetMeter
 from .calls import RetryPolicy, idempotency_key, invoke, run
@@ -66,6 +66,15 @@ class RecoveryReport:
     tools); the others were resumed all the same."""
 
 
+class ReversalRunner(Protocol):
+    """Runs a saga's reversal outside this process, e.g.
+    :class:`amends.integrations.temporal.TemporalRunner` (issue 16). It must keep rule 6 (one
+    reversal per saga, every caller gets its report) and record the reversal in the engine's log.
+    """
+
+    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport: ...
+
+
 class Engine:
     """Runs sagas forward with write-ahead logging and undoes them honestly.
 
@@ -80,6 +89,9 @@ class Engine:
         planner: Builds the compensation plan from the logged saga and the catalog; default
             :func:`amends.planner.plan`. A seam for tests and the eval suite's deliberately
             broken engines (they rewrite the plan here instead of patching a module).
+        runner: Where reversals run; default here, in this process. A
+            :class:`amends.integrations.temporal.TemporalRunner` runs them as Temporal
+            workflows (the log stays the system of record; ``resume`` runs here).
     """
 
     def __init__(
@@ -91,6 +103,7 @@ class Engine:
         lease_seconds: float = 15.0,
         poll_interval: float = 0.02,
         planner: Callable[[SagaRecord, Catalog], Plan] | None = None,
+        runner: ReversalRunner | None = None,
     ) -> None:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"Engine needs an amends.Catalog, got {catalog!r}")
@@ -102,6 +115,8 @@ class Engine:
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
         self.planner: Callable[[SagaRecord, Catalog], Plan] = planner or plan
+        self.runner = runner
+        """Where :meth:`undo` runs a reversal (``None``: here)."""
         """The planner undo and preview use (rule 10: the preview uses the same one)."""
         self.owner = _owner_id()
         self.live_sagas: dict[str, Saga] = {}
@@ -338,6 +353,8 @@ class Engine:
         saga = await self._saga_or_raise(saga_id)
         if saga.reversal is None or saga.reversal.state != "done":
             self._check_catalog(saga)  # a finished reversal's report needs no tool to be read
+        if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
+            return await self._current(await self.runner.undo(self, saga_id, budget))
 
         async def claim() -> Claim:
             return await self.log.claim_reversal(

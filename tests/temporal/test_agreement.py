@@ -198,6 +198,7 @@ def comparable(reports: list[amends.UndoReport | str], world: World) -> Any:
     return json.loads(_REFUND_IDS.sub("re_N", _IDS.sub(r"\1_ID", text)))
 
 
+@pytest.mark.timeout(1200)  # >= 200 sagas, each undone twice (measured: see the report)
 async def test_local_and_temporal_agree_on_generated_sagas(
     temporal_client: Client, task_queue: str, pg_url: str
 ) -> None:

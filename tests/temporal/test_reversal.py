@@ -52,13 +52,13 @@ async def test_temporal_reversal_gives_the_local_report_and_world(
     await local.close()
 
     world, catalog = fresh()
-    engine = amends.Engine(catalog, log=pg_url, retry=FAST)
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
     await forward(engine, "saga-1")
     world.human_edit("r2", "owner", "yan")
     async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
-        report = await runner.undo(engine, "saga-1", amends.Budget())
-        again = await runner.undo(engine, "saga-1", amends.Budget())
+        report = await engine.undo("saga-1")  # Engine(runner=...): same call, on Temporal
+        again = await engine.undo("saga-1")
 
     assert comparable(report) == comparable(local_report)
     assert report.status == "cannot_undo"

@@ -9,6 +9,7 @@ what an outcome *means* for a step: the workflow applies the same rules as the l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from amends.errors import (
     TransientError,
 )
 from amends.log import SagaLog
+from amends.log.base import SagaRecord
+from amends.report import StepOutcome, UndoReport
 
 from ._codec import spec_to_dict, to_dict
 
@@ -124,6 +127,7 @@ class FinishInput:
     reversal_id: str
     generation: int
     report: dict[str, Any]
+    saga_id: str = ""
 
 
 def _app_error(kind: str, message: str, **details: Any) -> ApplicationError:
@@ -285,13 +289,34 @@ class ReversalActivities:
         rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
         if rev is not None and rev.state == "done" and rev.report is not None:
             return rev.report
+        saga = await self.log.get_saga(inp.saga_id or (rev.saga_id if rev else ""))
+        report = UndoReport.from_dict(inp.report)
+        if saga is not None:
+            # as the local engine stores it: steps in plain language from this worker's
+            # catalog, and the resolutions people recorded so far
+            report = dataclasses.replace(
+                report, steps=tuple(self._described(saga, s) for s in report.steps)
+            ).with_resolutions(saga.resolutions)
+        final = report.to_dict()
         try:
-            await self.log.finish_reversal(
-                inp.reversal_id, inp.generation, inp.report, now=time.time()
-            )
+            await self.log.finish_reversal(inp.reversal_id, inp.generation, final, now=time.time())
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
-        return dict(inp.report)
+        return final
+
+    def _described(self, saga: SagaRecord, item: StepOutcome) -> StepOutcome:
+        # the same sentences Engine._described writes (seam asked for: one shared function)
+        step = next((s for s in saga.steps if s.step_id == item.step_id), None)
+        if step is None:
+            return item
+        inv = step.inverse
+        return dataclasses.replace(
+            item,
+            description=self.catalog.describe(step.tool, step.args),
+            inverse_description=(
+                self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
+            ),
+        )
 
 
 def details(exc: ApplicationError) -> Mapping[str, Any]:

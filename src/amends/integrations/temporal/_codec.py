@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from amends.contracts import Reversibility, ToolSpec
-from amends.log.base import CompensationRecord, ReversalRecord, SagaRecord, StepRecord
+from amends.log.base import (
+    CompensationRecord,
+    Resolution,
+    ReversalRecord,
+    SagaRecord,
+    StepRecord,
+)
 
 __all__ = [
     "compensation_from_dict",
@@ -46,13 +52,15 @@ def reversal_from_dict(d: Mapping[str, Any]) -> ReversalRecord:
 
 def saga_from_dict(d: Mapping[str, Any]) -> SagaRecord:
     rev = d.get("reversal")
-    return SagaRecord(
-        **{
-            **d,
-            "steps": tuple(_step_from_dict(s) for s in d.get("steps", ())),
-            "reversal": None if rev is None else reversal_from_dict(rev),
-        }
-    )
+    fields = {f.name for f in dataclasses.fields(SagaRecord)}
+    out = {
+        **d,
+        "steps": tuple(_step_from_dict(s) for s in d.get("steps", ())),
+        "reversal": None if rev is None else reversal_from_dict(rev),
+    }
+    if "resolutions" in fields:
+        out["resolutions"] = {k: Resolution(**v) for k, v in (d.get("resolutions") or {}).items()}
+    return SagaRecord(**out)
 
 
 def compensation_from_dict(d: Mapping[str, Any]) -> CompensationRecord:

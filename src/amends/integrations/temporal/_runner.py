@@ -188,6 +188,11 @@ def make_worker(
     # that worker died, Temporal waits this long before handing the task to another worker; the
     # SDK default (10 s) would dominate the time a dead worker's reversal takes to move.
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
+    # independent branches are compensated in parallel (rule 3): poll for their calls in
+    # parallel too (the SDK defaults of 5 pollers serialise a wide reversal; measured in
+    # benchmarks/temporal.py)
+    worker_options.setdefault("max_concurrent_activity_task_polls", 20)
+    worker_options.setdefault("max_concurrent_workflow_task_polls", 10)
     return _Worker(
         None if opened is log else opened,  # a log opened here from a URL closes with the worker
         client,

@@ -58,6 +58,8 @@ def workflow_id(saga_id: str) -> str:
 
 
 # Log reads and writes are idempotent, so Temporal may retry them freely (a database restart).
+# They run as local activities: in the worker that runs the workflow task, without a round trip
+# through the server's task queues (the log is the system of record, not Temporal's history).
 _LOG_RETRY = TemporalRetry(
     initial_interval=timedelta(seconds=0.2),
     maximum_interval=timedelta(seconds=5),
@@ -203,7 +205,7 @@ class _ActivityLog:
             event_key=f"{workflow.info().run_id}:{self.writes}",
         )
         try:
-            await workflow.execute_activity(
+            await workflow.execute_local_activity(
                 "amends.record", inp, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_LOG_RETRY,
             )  # fmt: skip
@@ -248,7 +250,7 @@ class ReversalWorkflow:
         self.inp = inp
         owner = f"temporal:{workflow.info().workflow_id}"
         while True:
-            claim = await workflow.execute_activity(
+            claim = await workflow.execute_local_activity(
                 "amends.claim",
                 ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds),
                 result_type=ClaimResult,
@@ -277,7 +279,7 @@ class ReversalWorkflow:
 
     async def _read(self, reversal_id: str | None = None) -> ReadResult:
         assert self.inp is not None
-        read: ReadResult = await workflow.execute_activity(
+        read: ReadResult = await workflow.execute_local_activity(
             "amends.read",
             ReadInput(self.inp.saga_id, reversal_id),
             result_type=ReadResult,
@@ -382,11 +384,12 @@ class ReversalWorkflow:
             budget=budget.to_dict(),
             requested_at=rev.requested_at,
             finished_at=workflow.time(),
+            continuations=rev.continuations,
         )
         try:
-            stored: dict[str, Any] = await workflow.execute_activity(
+            stored: dict[str, Any] = await workflow.execute_local_activity(
                 "amends.finish",
-                FinishInput(rev.reversal_id, rev.generation, report.to_dict()),
+                FinishInput(rev.reversal_id, rev.generation, report.to_dict(), saga.saga_id),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_LOG_RETRY,
             )
