@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import durable, evals, fanout, mcp_gateway, reversal, scale
+from . import durable, evals, fanout, mcp_gateway, reversal, scale, temporal
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,mcp",
+        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,mcp,temporal",
     )
     parser.add_argument(
         "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             ("evals", lambda: evals.run(loop, args.quick)),
             ("pg", lambda: postgres(loop, args.quick)),
             ("mcp", lambda: mcp_gateway.run(loop, args.quick)),
+            ("temporal", lambda: temporal.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:
