@@ -150,15 +150,12 @@ async def run_suite(
     if jobs == 1 or sagas < 2 * jobs:
         return await run_indexes(range(sagas), seed, engines, concurrency=concurrency,
                                  shared_logs=shared_logs, on_done=on_done)  # fmt: skip
-    # The stall family sleeps seconds per saga: its sagas go first, in one chunk per process,
-    # so their sleeps overlap instead of adding a floor to every chunk. The rest in chunks small
-    # enough that the progress bar moves and no process idles at the end, each chunk every
-    # ``n_chunks``-th index so every chunk has every other family.
-    stall = [i for i in range(sagas) if FAMILIES[i % len(FAMILIES)] == "stall"]
-    rest = [i for i in range(sagas) if FAMILIES[i % len(FAMILIES)] != "stall"]
-    n_chunks = max(1, min(len(rest), jobs * 8))
-    chunks = [c for c in [stall[k::jobs] for k in range(jobs)]
-              + [rest[k::n_chunks] for k in range(n_chunks)] if c]  # fmt: skip
+    # Chunks small enough that the progress bar moves and no process idles at the end; each
+    # chunk is every ``n_chunks``-th index so every chunk has every family (the stall family's
+    # sleeps then overlap with the other sagas' work instead of piling up in one chunk, where
+    # hundreds of them at once would saturate the event loop and delay every answer).
+    n_chunks = min(sagas, jobs * 8)
+    chunks = [range(k, sagas, n_chunks) for k in range(n_chunks)]
     tallies = {e: EngineTally(e) for e in engines}
     loop = asyncio.get_running_loop()
     ctx = multiprocessing.get_context("spawn")  # no inherited threads or event loops
@@ -209,8 +206,10 @@ async def run_indexes(
     indexes = list(indexes)
     tallies = {e: EngineTally(e) for e in engines}
     gate = asyncio.Semaphore(concurrency)
-    # a stall scenario mostly sleeps (a forward call stalls for seconds): its own, wider gate
-    stall_gate = asyncio.Semaphore(4 * concurrency)
+    # a stall scenario mostly sleeps (a forward call stalls for seconds): its own gate, so it
+    # does not hold a slot of the others while it sleeps; a narrow one, so the loop is never
+    # flooded (an answer delayed by a saturated loop would look like an engine waiting)
+    stall_gate = asyncio.Semaphore(max(4, concurrency // 4))
     logs = [SqliteLog(":memory:", synchronous="OFF") for _ in range(shared_logs)]
 
     async def one(engine: str, index: int) -> None:
