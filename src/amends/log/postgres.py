@@ -211,9 +211,14 @@ class _PgDatabase(Database):
                 finally:
                     if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
                         cur.execute("ROLLBACK")
-            cur.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            # one round trip for both (issue 12): the xid is what an unknown COMMIT is looked
+            # up by; fetching it also makes the transaction take its snapshot and its xid now
+            cur.execute(
+                "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT pg_current_xact_id()::text::bigint"
+            )
             try:
-                row = cur.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                cur.nextset()
+                row = cur.fetchone()
                 xid = int(row[0]) if row else 0
                 result = fn(_Cursor(cur))
             except BaseException:
