@@ -24,8 +24,8 @@ from ..catalog_ref import needed_tools
 from ..errors import ConfigError, ContractError, SagaNotFoundError
 from ..log.base import ChainProblem, Event, ReversalRecord, SagaRecord
 from ..report import UndoReport
-from .app import ApiError, _State
 from .security import Principal, authenticate, guard_write
+from .state import ApiError, _State
 
 __all__ = ["router"]
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,70 +28,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..engine import Engine
 from ..errors import AmendsError, ConfigError
 from ..log.base import ChainProblem
-from ..report import StepOutcome, UndoReport
-from .auth import FailedAuthLimiter, TokenStore
+from ..report import StepOutcome
+from .auth import FailedAuthLimiter
 from .security import BodyLimit, SecurityHeaders
+from .state import ApiError, ServerSettings, _State
 
 __all__ = ["ApiError", "ServerSettings", "create_app"]
 
 _HERE = Path(__file__).parent
 _log = logging.getLogger("amends.server")
-
-
-class ApiError(Exception):
-    """A 4xx answer: ``{"error": code, "detail": detail}``."""
-
-    def __init__(
-        self, status: int, error: str, detail: Any, *, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
-        self.headers = dict(headers or {})
-
-
-@dataclass
-class ServerSettings:
-    """How ``amends serve`` behaves."""
-
-    no_auth: bool = False
-    """Serve every saga to everyone (local use, ``amends demo --serve``). Default off."""
-    undo_label: str = "Undo"
-    """The label of the web page's undo button."""
-    tokens: TokenStore | None = None
-    """Where API tokens are checked (required unless ``no_auth``)."""
-    title: str = "amends"
-    max_body: int = 64 * 1024
-    """Largest request body accepted, in bytes (a budget or a note is a few hundred)."""
-    idempotency_ttl: float = 24 * 3600.0
-    """Seconds an ``Idempotency-Key`` stays bound to its first request. Default one day."""
-    verify_interval: float = 300.0
-    """Seconds between two checks of every saga's hash chain (0 turns the periodic check off)."""
-    failed_auth_limit: int = 10
-    """Invalid tokens one address may send per minute before it gets 429."""
-    public_origin: str | None = None
-    """``https://amends.example.com`` when served behind a proxy (for the Origin check);
-    default: the request's own scheme and Host."""
-    api_docs: bool = False
-    """Serve the interactive API docs at ``/docs`` (they load Swagger UI from a CDN, so they
-    are off by default; ``/openapi.json`` is always served)."""
-
-
-@dataclass
-class _State:
-    engine: Engine
-    settings: ServerSettings
-    limiter: FailedAuthLimiter
-    no_auth_secret: str = field(default_factory=lambda: secrets.token_hex(32))
-    """What the CSRF token of a ``--no-auth`` page is derived from (per process)."""
-    tasks: dict[str, asyncio.Task[UndoReport]] = field(default_factory=dict)
-    wakers: set[asyncio.Event] = field(default_factory=set)
-    live: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Step outcomes seen by the progress hook, per reversal id (for SSE)."""
-    tampered: dict[str, list[ChainProblem]] = field(default_factory=dict)
-    """Sagas whose history did not verify at the last check (rule 11)."""
-    verified_at: float | None = None
 
 
 def create_app(

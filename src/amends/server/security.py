@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import Request
 
 if TYPE_CHECKING:
-    from .app import _State
+    from .state import _State
 
 __all__ = [
     "COOKIE",
@@ -46,7 +46,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _api_error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> Any:
-    from .app import ApiError
+    from .state import ApiError
 
     return ApiError(status, error, detail, headers=headers)
 

@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from .api import ID_PATTERN, integrity, load_reversal, load_saga, saga_detail, saga_summary
-from .app import ApiError, _State
 from .security import COOKIE, Principal, authenticate, check_same_origin, csrf_token
+from .state import ApiError, _State
 
 __all__ = ["router"]
 
