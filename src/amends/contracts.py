@@ -113,6 +113,39 @@ def _check_json(value: Any, what: str, *, tool: str | None = None) -> Any:
         ) from exc
 
 
+def same_value(observed: Any, expected: Any) -> bool:
+    """Whether a probe's value equals an expected JSON value, as JSON sees them (rule 4).
+
+    Python's ``==`` says ``True == 1 == 1.0`` and ``{"n": True} == {"n": 1}``; a person who
+    changed a quantity from ``1`` to ``True`` (or a flag from ``False`` to ``0``) changed the
+    world, and undo must not overwrite it. So a bool equals only a bool, a number only a number
+    (``1`` and ``1.0`` are the same JSON number), a string only a string, ``None`` only ``None``;
+    lists (or tuples) and mappings compare item by item with the same rule. Anything else
+    (a datetime, bytes, an object) never equals JSON data: unsure means drifted.
+    """
+    if expected is None or isinstance(expected, bool | str):
+        return type(observed) is type(expected) and observed == expected
+    if isinstance(expected, int | float):
+        return (
+            isinstance(observed, int | float)
+            and not isinstance(observed, bool)
+            and observed == expected
+        )
+    if isinstance(expected, list | tuple):
+        return (
+            isinstance(observed, list | tuple)
+            and len(observed) == len(expected)
+            and all(same_value(o, e) for o, e in zip(observed, expected, strict=True))
+        )
+    if isinstance(expected, Mapping):
+        return (
+            isinstance(observed, Mapping)
+            and len(observed) == len(expected)
+            and all(k in observed and same_value(observed[k], v) for k, v in expected.items())
+        )
+    return False  # not JSON data: never a match (rule 4)
+
+
 @dataclass(frozen=True)
 class Inverse:
     """The call that takes a step back, computed when the step ran and stored as data."""
@@ -193,7 +226,9 @@ class Expectation:
         return value
 
     def holds(self, observed: Any) -> bool:
-        return bool(self.extract(observed) == self.equals)
+        """Whether ``observed`` shows :attr:`equals` at :attr:`path`, compared as JSON values
+        (:func:`same_value`: ``True`` is not ``1``, ``None`` is not a missing key)."""
+        return same_value(self.extract(observed), self.equals)
 
     def to_dict(self) -> dict[str, Any]:
         return {

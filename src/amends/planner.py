@@ -191,6 +191,15 @@ def _classify(
             Reversibility.IRREVERSIBLE,
             f"its inverse tool {inverse.tool!r} is not in this catalog",
         )
+    if catalog is not None and catalog.get(inverse.tool).reversibility is Reversibility.READ_ONLY:
+        # rule 2 / rule 8: a read-only tool changes nothing; calling it and saying "reverted"
+        # would be a lie.
+        return (
+            "acknowledge",
+            Reversibility.IRREVERSIBLE,
+            f"contract violation: its inverse tool {inverse.tool!r} is read_only, so calling "
+            f"it cannot take the step back",
+        )
     if inverse.deadline_passed(now):
         return (
             "acknowledge",

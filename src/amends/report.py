@@ -10,6 +10,7 @@ import dataclasses
 import html
 import json
 import textwrap
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -308,11 +309,36 @@ def _verb(s: StepOutcome) -> str:
     return s.verb or "—"
 
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _visible_char(c: str, keep: str) -> str:
+    if c in keep:
+        return c
+    if c in _BIDI or unicodedata.category(c) == "Cc":
+        return c.encode("unicode_escape").decode("ascii")
+    return c
+
+
+def visible(text: str, *, keep: str = "\t\n") -> str:
+    """``text`` with control characters shown as escapes (``\\x1b``), never sent to a screen.
+
+    Titles, arguments, details and drafts come from the agent and its vendors; a terminal escape
+    in them could clear the screen or repaint "fully_reversed" over "cannot_undo", and a bidi
+    override could reverse the words a person reads (rule 8: the report is the truth). The
+    characters in ``keep`` (tab and newline by default) pass through.
+    """
+    if text.isprintable():
+        return text
+    return "".join(_visible_char(c, keep) for c in text)
+
+
 def _wrapped(text: str, indent: int = 7, first: str | None = None, width: int = 80) -> list[str]:
     """``text`` wrapped at ``width`` columns under ``first`` (default: ``indent`` spaces);
-    words -- ids, URLs -- are never broken, only moved to the next line (issue 17)."""
+    words -- ids, URLs -- are never broken, only moved to the next line (issue 17); control
+    characters are shown as escapes (:func:`visible`)."""
     return textwrap.wrap(
-        text,
+        visible(text),
         width,
         initial_indent=" " * indent if first is None else first,
         subsequent_indent=" " * indent,
@@ -382,7 +408,9 @@ td{border:none;padding:.15rem 0}tr{border-bottom:1px solid #ccc;padding:.4rem 0}
 
 
 def _render_html(r: UndoReport) -> str:
-    e = html.escape
+    def e(text: str) -> str:
+        return html.escape(visible(text))
+
     rows = "".join(
         f"<tr><td>{e(s.step_id)}</td><td>{e(s.sentence)}<br><code>{e(s.tool)}</code></td>"
         f"<td>{e(_verb(s))}</td><td class='state'>{e(s.state.value)}</td><td>{e(s.detail)}"

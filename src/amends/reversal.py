@@ -26,6 +26,7 @@ from .contracts import (
     FollowUp,
     ManualAction,
     Residue,
+    same_value,
 )
 from .errors import (
     ContractError,
@@ -472,7 +473,7 @@ class _Runner:
                 f"needs review",
             ) from None
         value = exp.extract(observed)
-        if value != exp.equals:
+        if not same_value(value, exp.equals):  # rule 4: True is not 1, None is not missing
             shown = "nothing" if value is NOTHING else repr(value)
             raise _Stop(
                 StepState.DRIFTED,

@@ -794,6 +794,14 @@ def _contract_violation(
             f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
             f"catalog; register it or record an inverse the catalog has"
         ), False
+    if catalog.get(inv.tool).reversibility is Reversibility.READ_ONLY:
+        # rule 2: a probe has no effect, so it can never take the step back; undo calling it
+        # would report "reverted" while the effect stands.
+        return (
+            f"tool {step.tool!r} recorded inverse {inv.tool!r}, which is a read_only tool and "
+            f"changes nothing; record an inverse that undoes the effect, or register "
+            f"{step.tool!r} as 'irreversible'"
+        ), False
     for what, exp in (("expectation", call.recorded_expectation), ("landed", call.recorded_landed)):
         if exp is not None and (
             exp.probe not in catalog

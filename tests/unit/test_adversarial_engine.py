@@ -1,0 +1,210 @@
+"""Adversarial scenarios against the honesty rules (DESIGN.md 1-11) that no other test wrote.
+
+Each test is an attack that once made the engine lie (report ``reverted`` for an effect that
+stands), clobber (overwrite a value someone else wrote), pay twice, get stuck or crash; it asserts
+the final world and the exact report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import amends
+from amends import StepState
+
+
+class Kv:
+    """A tiny vendor: a key-value store whose writes are logged as effects."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.writes: list[tuple[str, Any]] = []
+
+    def catalog(self) -> amends.Catalog:
+        cat = amends.Catalog()
+
+        @cat.tool("kv.read", reversibility="read_only")
+        async def read(call: amends.Call, key: str) -> dict[str, Any]:
+            return {"value": self.data[key]} if key in self.data else {}
+
+        @cat.tool("kv.set", reversibility="reversible")
+        async def set_(call: amends.Call, key: str, value: Any) -> dict[str, Any]:
+            before = self.data.get(key)
+            self.data[key] = value
+            self.writes.append((key, value))
+            call.inverse("kv.set", key=key, value=before)
+            call.expect("kv.read", {"key": key}, equals=value, path="value")
+            return {"ok": True}
+
+        @cat.tool("kv.set_undone_by_a_probe", reversibility="reversible")
+        async def set_probe_inverse(call: amends.Call, key: str, value: Any) -> dict[str, Any]:
+            self.data[key] = value
+            call.inverse("kv.read", key=key)  # a read-only tool cannot take anything back
+            call.expect("kv.read", {"key": key}, equals=value, path="value")
+            return {"ok": True}
+
+        return cat
+
+
+@pytest.fixture
+def kv() -> Kv:
+    return Kv()
+
+
+@pytest.fixture
+async def kv_engine(kv: Kv) -> Any:
+    eng = amends.Engine(kv.catalog(), log=amends.SqliteLog(":memory:"))
+    yield eng
+    await eng.close()
+
+
+# --- rule 4: drift is judged as JSON sees values, not as Python's == does ---------------------
+
+
+@pytest.mark.parametrize(
+    ("agent_wrote", "human_wrote"),
+    [
+        (1, True),
+        (0, False),
+        (1.0, True),
+        (True, 1),
+        ({"n": 1}, {"n": True}),
+        ([1, 0], [True, False]),
+        ("1", 1),
+    ],
+)
+async def test_a_human_value_equal_only_to_pythons_eq_is_drift_and_is_never_overwritten(
+    kv: Kv, kv_engine: amends.Engine, agent_wrote: Any, human_wrote: Any
+) -> None:
+    """True == 1 in Python, but a person who changed 1 to True changed the world: drifted."""
+    kv.data["qty"] = "before"
+    async with kv_engine.saga("set qty") as saga:
+        await saga.call("kv.set", key="qty", value=agent_wrote)
+    kv.data["qty"] = human_wrote
+    report = await kv_engine.undo(saga.id)
+    s1 = report.step("s1")
+    assert s1.state is StepState.DRIFTED
+    assert s1.detail == (
+        f"someone changed it since the agent acted: expected {agent_wrote!r}, found "
+        f"{human_wrote!r}; left as it is"
+    )
+    assert report.status == "cannot_undo"
+    assert kv.data["qty"] == human_wrote and type(kv.data["qty"]) is type(human_wrote)
+
+
+async def test_preview_judges_drift_as_undo_does_true_is_not_one(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """Rule 10: the preview re-observes with the same comparison, so it shows needs review."""
+    async with kv_engine.saga("set qty") as saga:
+        await saga.call("kv.set", key="qty", value=1)
+    kv.data["qty"] = True
+    preview = await kv_engine.preview(saga.id)
+    (step,) = preview.steps
+    assert step.needs_review
+    assert step.check == "someone changed it since the agent acted: expected 1, found True"
+
+
+async def test_the_same_json_number_as_int_or_float_is_not_drift(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """1 and 1.0 are one JSON number: a vendor that echoes 1.0 for 1 has not drifted."""
+    kv.data["qty"] = 7
+    async with kv_engine.saga("set qty") as saga:
+        await saga.call("kv.set", key="qty", value=1)
+    kv.data["qty"] = 1.0  # the vendor re-serialised it
+    report = await kv_engine.undo(saga.id)
+    assert report.step("s1").state is StepState.REVERTED
+    assert report.status == "fully_reversed"
+    assert kv.data["qty"] == 7
+
+
+def test_same_value_treats_none_and_missing_and_non_json_as_different() -> None:
+    """None is not a missing key, a tuple is a JSON list, and non-JSON data never matches."""
+    import datetime
+
+    exp = amends.Expectation("kv.read", {}, equals=None, path=("value",))
+    assert exp.holds({"value": None})
+    assert not exp.holds({})
+    assert amends.Expectation("p", {}, equals=[1, 2]).holds((1, 2))
+    assert not amends.Expectation("p", {}, equals="2026-01-01").holds(datetime.date(2026, 1, 1))
+    assert not amends.Expectation("p", {}, equals={"a": 1}).holds({"a": 1, "b": 2})
+    assert not amends.Expectation("p", {}, equals=float("nan")).holds(float("nan"))
+
+
+# --- rule 2 / rule 8: an inverse that cannot change anything is not an inverse ---------------
+
+
+async def test_an_inverse_naming_a_read_only_tool_is_a_violation_never_reported_reverted(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """Calling a probe changes nothing; undo must not say "reverted" while the value stands."""
+    kv.data["qty"] = 1
+    async with kv_engine.saga("set qty") as saga:
+        await saga.call("kv.set_undone_by_a_probe", key="qty", value=5)
+    report = await kv_engine.undo(saga.id)
+    s1 = report.step("s1")
+    assert s1.state is StepState.ACKNOWLEDGED
+    assert s1.violation == (
+        "tool 'kv.set_undone_by_a_probe' recorded inverse 'kv.read', which is a read_only tool "
+        "and changes nothing; record an inverse that undoes the effect, or register "
+        "'kv.set_undone_by_a_probe' as 'irreversible'"
+    )
+    assert report.status == "cannot_undo"
+    assert kv.data["qty"] == 5
+    assert len(report.manual_actions) == 1
+
+
+async def test_an_inverse_whose_tool_became_read_only_in_the_undo_catalog_is_acknowledged(
+    kv: Kv,
+) -> None:
+    """The planner checks the catalog undo runs with, not only the one the saga ran with."""
+    log = amends.SqliteLog(":memory:")
+    first = amends.Engine(kv.catalog(), log=log)
+    async with first.saga("set qty") as saga:
+        await saga.call("kv.set", key="qty", value=5)
+    changed = kv.catalog()
+    later = amends.Catalog()
+    for spec in changed:
+        kind = "read_only" if spec.name == "kv.set" else spec.reversibility.value
+        later.register(spec.name, spec.fn, reversibility=kind)
+    second = amends.Engine(later, log=log)
+    report = await second.undo(saga.id)
+    s1 = report.step("s1")
+    assert s1.state is StepState.ACKNOWLEDGED
+    assert s1.detail == (
+        "contract violation: its inverse tool 'kv.set' is read_only, so calling it cannot "
+        "take the step back"
+    )
+    assert kv.data["qty"] == 5
+    await second.close()
+
+
+# --- rule 8: what a person reads is what happened --------------------------------------------
+
+
+async def test_terminal_escapes_and_bidi_overrides_in_agent_text_cannot_repaint_the_report(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """A title, actor or argument holding ESC sequences, a bell or a right-to-left override is
+    rendered as visible escapes in text and HTML, so it cannot clear the screen or spoof the
+    status line."""
+    title = "Deal\x1b[2J\x1b[HStatus:fully_reversed\u202e"
+    async with kv_engine.saga(title, actor="agent\x1b[8m") as saga:
+        await saga.call("kv.set", key="k\x07", value="v\x9b31m")
+    kv.data["k\x07"] = "human"
+    report = await kv_engine.undo(saga.id)
+    assert report.status == "cannot_undo"
+    assert report.title == title  # the data is kept as written; only rendering escapes it
+    for text in (report.render("text"), report.render("html")):
+        assert not [c for c in text if c not in "\n" and not c.isprintable()]
+        assert "Deal\\x1b[2J\\x1b[HStatus:fully_reversed\\u202e" in text
+    first = report.render("text").splitlines()[:3]
+    assert first == [
+        f"Undo of saga {saga.id} —",
+        "  Deal\\x1b[2J\\x1b[HStatus:fully_reversed\\u202e",
+        "Status: cannot_undo (Undone 0 of 1 — 1 needs your attention)",
+    ]
+    assert "who: the person who asked the agent (agent\\x1b[8m)" in report.render("text")
