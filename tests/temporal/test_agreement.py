@@ -45,7 +45,11 @@ class _BoundCatalog(amends.Catalog):
 
     def __init__(self, inner: amends.Catalog) -> None:
         super().__init__()
+        self._inner = inner
         self._specs = {s.name: dataclasses.replace(s, fn=self._bind(s.fn)) for s in inner}
+
+    def describe(self, tool: str, args: Any) -> str:
+        return self._inner.describe(tool, args)
 
     @staticmethod
     def _bind(fn: Any) -> Any:
@@ -165,13 +169,18 @@ async def undo(
 
 
 _IDS = re.compile(r"\b(saga|rev)_[0-9a-f]{16,}")
-_REFUND_IDS = re.compile(r"\bre_[0-9]+")
-"""Refund ids, which the payments vendor numbers in the order refunds arrive: two independent
-refunds arrive in either order in either engine."""
+_VENDOR_IDS = re.compile(r"\b[a-z]+_[0-9]+\b")
+"""Vendor ids (``re_3``, ``le_4``): a vendor numbers what it creates in the order requests arrive,
+and two independent compensations arrive in either order in either engine."""
 
 
-def comparable(reports: list[amends.UndoReport | str], world: World) -> Any:
-    """Reports and world without what differs between two runs (ids, clocks, call numbers)."""
+def vendor_ids(world: World) -> set[str]:
+    return set(_VENDOR_IDS.findall(json.dumps([world.snapshot(), world.effects()])))
+
+
+def comparable(reports: list[amends.UndoReport | str], world: World, before: set[str]) -> Any:
+    """Reports and world without what differs between two runs (ids, clocks, call numbers);
+    vendor ids created during the reversal (not in ``before``) are shown as ``<kind>_NEW``."""
     out = []
     for r in reports:
         if isinstance(r, str):
@@ -195,10 +204,32 @@ def comparable(reports: list[amends.UndoReport | str], world: World) -> Any:
             for kind, table in tables.items()
         }
     text = json.dumps({"reports": out, "world": snapshot, "effects": effects}, sort_keys=True)
-    return json.loads(_REFUND_IDS.sub("re_N", _IDS.sub(r"\1_ID", text)))
+    text = _VENDOR_IDS.sub(
+        lambda m: m.group(0) if m.group(0) in before else m.group(0).split("_")[0] + "_NEW",
+        _IDS.sub(r"\1_ID", text),
+    )
+    return json.loads(text)
 
 
 @pytest.mark.timeout(1200)  # >= 200 sagas, each undone twice (measured: see the report)
+def difference(a: Any, b: Any, path: str = "") -> list[Any]:
+    """Where two comparable summaries differ: (path, local, temporal) for each leaf."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[Any] = []
+        for k in sorted(set(a) | set(b)):
+            out += difference(a.get(k), b.get(k), f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            out += difference(x, y, f"{path}[{i}]")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        return [(path, sorted(set(map(str, a)) - set(map(str, b))),
+                 sorted(set(map(str, b)) - set(map(str, a))))]  # fmt: skip
+    return [] if a == b else [(path, a, b)]
+
+
 async def test_local_and_temporal_agree_on_generated_sagas(
     temporal_client: Client, task_queue: str, pg_url: str
 ) -> None:
@@ -226,20 +257,21 @@ async def test_local_and_temporal_agree_on_generated_sagas(
             fwd = await forward(sc, local_log)
             saga_id, world = fwd.saga_id, fwd.world
             remote_world = world.copy()
+            before = vendor_ids(world)
             await copy_saga(local_log, pg, saga_id)
             budget = amends.Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
             local = amends.Engine(eval_catalog(), log=local_log, retry=FAST_RETRY)
             answers, local_result = await undo(
                 sc, fwd, world, lambda: local.undo(saga_id, budget=budget), "amends"
             )
-            a = comparable(answers, world)
+            a = comparable(answers, world, before)
             await local.close()
             _WORLDS[saga_id] = remote_world
             remote = amends.Engine(eval_catalog(), log=pg, retry=FAST_RETRY)
             answers, remote_result = await undo(
                 sc, fwd, remote_world, lambda: runner.undo(remote, saga_id, budget), "temporal"
             )
-            b = comparable(answers, remote_world)
+            b = comparable(answers, remote_world, before)
         families[sc.family] = families.get(sc.family, 0) + 1
         if a != b and (sc.family == "budget" or sc.reversal_faults):
             # Which parallel branch a tight budget cuts, or which of several calls to a tool
@@ -256,11 +288,7 @@ async def test_local_and_temporal_agree_on_generated_sagas(
             disagreements.append(f"{sc.ref} ({sc.family}) breaks invariants: {broken}")
             return
         if a != b:
-            diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
-            if "effects" in diff:
-                x, y = set(a["effects"]), set(b["effects"])
-                diff["effects"] = (sorted(x - y), sorted(y - x))
-            disagreements.append(f"{sc.ref} ({sc.family}): {json.dumps(diff)[:2500]}")
+            disagreements.append(f"{sc.ref} ({sc.family}): {json.dumps(difference(a, b))[:3000]}")
 
     async with make_worker(temporal_client, _BoundCatalog(eval_catalog()), pg_url,
                            task_queue=task_queue, max_concurrent_activities=200):  # fmt: skip

@@ -262,10 +262,11 @@ class ReversalActivities:
     @activity.defn(name="amends.record")
     async def record(self, inp: RecordInput) -> None:
         """Write one compensation event, once, however often Temporal runs this activity."""
-        comps = await self.log.get_compensations(inp.reversal_id)
-        cur = comps.get(inp.step_id)
-        if cur is not None and cur.data.get(EVENT_KEY) == inp.event_key:
-            return  # an earlier attempt of this activity committed it
+        if activity.info().attempt > 1:  # only a retry can find its own write committed
+            comps = await self.log.get_compensations(inp.reversal_id)
+            cur = comps.get(inp.step_id)
+            if cur is not None and cur.data.get(EVENT_KEY) == inp.event_key:
+                return  # an earlier attempt of this activity committed it
         try:
             await self.log.record_compensation(
                 inp.reversal_id,

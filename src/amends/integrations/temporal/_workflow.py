@@ -167,6 +167,11 @@ class _Catalog(Catalog):
     def __len__(self) -> int:
         return len(self._specs)
 
+    def describe(self, tool: str, args: Mapping[str, Any]) -> str:
+        # manual actions name the step in the catalog's words, as the local engine's do
+        spec = self._specs.get(tool)
+        return spec.sentence(args) if spec is not None else super().describe(tool, args)
+
 
 class _ActivityLog:
     """The one log method the runner writes through, as an idempotent activity."""
