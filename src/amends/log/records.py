@@ -125,24 +125,30 @@ def fold_steps(
 ) -> tuple[tuple[StepRecord, ...], dict[str, Resolution]]:
     """The saga's steps (in ``seq`` order) and resolutions, from its records in log order.
 
-    Each body is decoded once; compensation and saga-level records are skipped undecoded.
+    Only the records that make the current state are decoded (once each): a step's intent, its
+    latest finish record and its latest resolution; the rest are skipped undecoded.
     """
-    intents: dict[str, tuple[dict[str, Any], float, bool]] = {}
-    finishes: dict[str, tuple[dict[str, Any], float]] = {}
-    resolutions: dict[str, Resolution] = {}
+    intents: dict[str, tuple[str, float, bool]] = {}
+    finishes: dict[str, tuple[str, float]] = {}
+    resolved: dict[str, tuple[str, float]] = {}
     for _rid, step_id, _rev, kind, phase, at, text in rows:
         if phase == INTENT:
-            intents[step_id] = (_DECODER.decode(text), at, kind == "step.cancelled")
+            intents[step_id] = (text, at, kind == "step.cancelled")
         elif phase == FINISH:
-            finishes[step_id] = (_DECODER.decode(text), at)  # the latest wins
+            finishes[step_id] = (text, at)  # the latest wins; superseded ones stay undecoded
         elif phase == RESOLVED:
-            body = _DECODER.decode(text)
-            resolutions[step_id] = Resolution(step_id, body["by"], body.get("note"), at)
+            resolved[step_id] = (text, at)
+    resolutions: dict[str, Resolution] = {}
+    for step_id, (text, at) in resolved.items():
+        body = _DECODER.decode(text)
+        resolutions[step_id] = Resolution(step_id, body["by"], body.get("note"), at)
     steps = []
-    for step_id, (intent, started, cancelled) in intents.items():
-        fin, finished_at = finishes.get(step_id, ({}, None))
-        state = fin.get("state") or ("cancelled" if cancelled else "intent")
+    for step_id, (intent_text, started, cancelled) in intents.items():
+        fin_text, finished_at = finishes.get(step_id, ("{}", None))
         try:
+            intent = _DECODER.decode(intent_text)
+            fin = _DECODER.decode(fin_text)
+            state = fin.get("state") or ("cancelled" if cancelled else "intent")
             step = StepRecord(
                 saga_id=saga_id,
                 step_id=step_id,
@@ -164,7 +170,7 @@ def fold_steps(
                 started_at=started,
                 finished_at=started if cancelled and finished_at is None else finished_at,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LogCorruptedError(
                 f"saga {saga_id!r}: the log's record of step {step_id!r} is damaged (missing or "
                 f"malformed {exc}); run `amends doctor --verify` to see what was changed, and "
