@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
 
-.PHONY: demo test check fast lint typecheck bench bench-quick eval docs clean
+.PHONY: demo test check fast lint typecheck bench bench-quick eval docs screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench-quick: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The Undo screen at 375 and 1280 px, before / confirm / after, into docs/img (needs chromium).
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
 
 clean:
 	rm -rf site $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache

@@ -417,6 +417,10 @@ async def undo(
             f"POST /sagas/{saga.saga_id}/undo without ?continue first",
         )
     prior = getattr(rev, "continuations", 0) if rev is not None else 0
+    # issue 17: the page's history says who asked for undo and when (tamper-evident, rule 11)
+    await st.engine.log.append_event(
+        saga.saga_id, "undo.asked", data={"by": who.who, "continue": cont}, now=time.time()
+    )
 
     def start() -> Awaitable[UndoReport]:
         if cont:

@@ -173,10 +173,104 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         who,
         saga=detail,
         plan=the_plan,
+        screen=screen_of(the_plan),
+        history=history_of(detail["history"], saga.actor),
         report=report,
         resolutions=detail["resolutions"],
         can_continue=_can_continue(report),
     )
+
+
+# issue 17: the preview grouped by what will happen, in the engine's verbs (rule 10)
+_GROUPS = (
+    ("revert", "Will be reverted", ("revert", "cancel")),
+    ("compensate", "Will be compensated — leaves a trace", ("compensate",)),
+    ("person", "Needs a person", ("acknowledge", "in_doubt", "review")),
+    ("none", "Nothing to undo", ("skip", "wait")),
+)
+
+
+def screen_of(plan: dict[str, Any]) -> dict[str, Any]:
+    """The preview as the Undo screen shows it: groups, the verbs in one sentence, and the
+    consequences the confirmation spells out (item 7: the label may say Undo; this says what
+    will really happen)."""
+    steps = plan.get("steps", [])
+    groups = []
+    for key, title, actions in _GROUPS:
+        members = [p for p in steps if p.get("action") in actions]
+        if members:
+            groups.append({"key": key, "title": title, "steps": members})
+    count = {a: sum(1 for p in steps if p.get("action") == a) for a, *_ in _VERB_ORDER}
+    parts = []
+    for action, verb, suffix in _VERB_ORDER:
+        n = count[action]
+        if n:
+            leaves = action == "compensate" and any(
+                p.get("expected_residue") for p in steps if p.get("action") == action
+            )
+            parts.append(f"{verb} {n}" + (suffix if leaves or action != "compensate" else ""))
+    person = sum(1 for p in steps if p.get("needs_person"))
+    if person:
+        parts.append(f"Acknowledge {person}")
+    summary = ", ".join(parts) or "Nothing to undo"
+    if person:
+        summary += " — a person must follow up"
+    residue = [
+        {**r, "step": p.get("description") or p.get("tool")}
+        for p in steps
+        if p.get("action") == "compensate"
+        for r in p.get("expected_residue", [])
+    ]
+    cannot = [p for p in steps if p.get("needs_person")]
+    windows = [p for p in steps if p.get("deadline") and p.get("action") != "acknowledge"]
+    verbs = ", ".join(x.split(" with ")[0] for x in parts) or "Nothing to undo"
+    return {
+        "groups": groups,
+        "summary": summary,
+        "confirm": f"Yes: {verbs}",
+        "residue": residue,
+        "cannot": cannot,
+        "windows": windows,
+        "actionable": any(p.get("action") in ("revert", "compensate", "cancel") for p in steps),
+    }
+
+
+_VERB_ORDER = (
+    ("revert", "Revert", ""),
+    ("cancel", "Cancel", ""),
+    ("compensate", "Compensate", " with residue"),
+)
+
+_HISTORY_KINDS = {
+    "saga.started": "The agent started",
+    "undo.asked": "Undo asked",
+    "reversal.requested": "Reversal started",
+    "reversal.continued": "Reversal continued with a new budget",
+    "reversal.taken_over": "Reversal taken over by another worker",
+    "step.resolved": "Marked handled",
+    "reversal.done": "Reversal finished",
+}
+
+
+def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str, Any]]:
+    """Who asked for what and when (issue 17): the saga, each undo request (who), the reversal,
+    continuations, and each manual action marked handled (who)."""
+    out = []
+    for e in events:
+        what = _HISTORY_KINDS.get(e["kind"])
+        if what is None:
+            continue
+        data = e.get("data") or {}
+        by = data.get("by") or (actor if e["kind"] == "saga.started" else None)
+        extra = ""
+        if e["kind"] == "step.resolved":
+            extra = f"step {e.get('step_id')}" + (f": {data['note']}" if data.get("note") else "")
+        elif e["kind"] == "reversal.done":
+            extra = str(data.get("status", ""))
+        elif e["kind"] == "undo.asked" and data.get("continue"):
+            what = "Continue asked"
+        out.append({"at": e["at"], "what": what, "by": by, "extra": extra})
+    return out
 
 
 def _can_continue(report: dict[str, Any] | None) -> bool:

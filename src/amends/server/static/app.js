@@ -1,20 +1,20 @@
-// amends web page: Undo with live progress (SSE), then the server-rendered outcome; "Mark
-// handled" and "Continue undo". No inline script (CSP); every POST carries the page's CSRF token.
+// amends Undo screen: the honest preview -> a confirmation that spells out the verbs -> the same
+// list of steps turning into the report as each step settles (SSE) -> the server-rendered report
+// (headline first). "Copy draft", "Mark handled", "Continue undo". No inline script (CSP); every
+// POST carries the page's CSRF token. Two quick confirmations post twice and join one reversal
+// (rule 6, enforced by the server).
 "use strict";
 (function () {
+  var screen = document.getElementById("screen");
   var button = document.getElementById("undo");
-  var progress = document.getElementById("progress");
-  var outcome = document.getElementById("outcome");
+  var dialog = document.getElementById("confirm");
+  var yes = document.getElementById("confirm-yes");
+  var no = document.getElementById("confirm-no");
   var meta = document.querySelector("meta[name='amends-csrf']");
   var csrf = meta ? meta.getAttribute("content") : "";
   var streaming = null;
+  var settled = 0;
   window.amendsReversalIds = [];
-
-  function line(text) {
-    var li = document.createElement("li");
-    li.textContent = text;
-    progress.appendChild(li);
-  }
 
   function post(url, body) {
     return fetch(url, {
@@ -23,6 +23,11 @@
       headers: { "Content-Type": "application/json", "X-Amends-CSRF": csrf },
       body: JSON.stringify(body || {})
     }).then(function (r) { return r.json().then(function (b) { return [r.status, b]; }); });
+  }
+
+  function say(text) {
+    var summary = document.getElementById("summary");
+    if (summary) { summary.textContent = text; }
   }
 
   function bind(root) {
@@ -39,10 +44,9 @@
     });
     root.querySelectorAll("button.resolve").forEach(function (b) {
       b.addEventListener("click", function () {
-        var sagaId = outcome.dataset.sagaId;
         var status = b.nextElementSibling;
         b.disabled = true;
-        post("/sagas/" + encodeURIComponent(sagaId) + "/steps/" +
+        post("/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/steps/" +
              encodeURIComponent(b.dataset.stepId) + "/resolve", {})
           .then(function (pair) {
             if (pair[0] !== 200) {
@@ -59,10 +63,39 @@
     if (cont) {
       cont.addEventListener("click", function () {
         cont.disabled = true;
-        line("Continue requested…");
-        start(cont.dataset.sagaId, "?continue=true");
+        cont.textContent = "Continuing…";
+        start("?continue=true");
       });
     }
+  }
+
+  // The preview's list becomes the progress view: each step gets a state label.
+  function toProgress() {
+    if (button) { button.remove(); button = null; }
+    var heading = document.getElementById("preview-h");
+    if (heading) { heading.textContent = "Undoing…"; }
+    document.querySelectorAll("li.planned").forEach(function (li) {
+      if (li.querySelector(".state")) { return; }
+      var s = document.createElement("span");
+      s.className = "state state-pending";
+      s.textContent = "waiting";
+      li.insertBefore(s, li.querySelector(".step-id"));
+    });
+    say("Undo requested — 0 steps settled so far.");
+  }
+
+  function stepSettled(s) {
+    var li = document.querySelector("li.planned[data-step-id='" + CSS.escape(s.step_id) + "']");
+    settled += 1;
+    say("Undo running — " + settled + " step" + (settled === 1 ? "" : "s") + " settled so far.");
+    if (!li) { return; }
+    var label = li.querySelector(".state");
+    if (label) {
+      label.className = "state state-" + s.state;
+      label.textContent = String(s.state).replace(/_/g, " ");
+    }
+    var verb = li.querySelector(".verb");
+    if (verb && s.verb) { verb.textContent = s.verb; }
   }
 
   function showOutcome(reversalId) {
@@ -70,11 +103,13 @@
           { credentials: "same-origin" })
       .then(function (r) { return r.text(); })
       .then(function (html) {
+        var preview = document.getElementById("preview");
+        if (preview) { preview.remove(); }
+        var outcome = document.getElementById("outcome");
         outcome.innerHTML = html;  // server-rendered, auto-escaped by Jinja
         bind(outcome);
-        if (button) { button.remove(); button = null; }
         var h = document.getElementById("headline");
-        if (h) { h.setAttribute("tabindex", "-1"); h.focus(); }
+        if (h) { h.focus(); }
       });
   }
 
@@ -82,10 +117,7 @@
     if (streaming === reversalId) { return; }
     streaming = reversalId;
     var es = new EventSource("/reversals/" + encodeURIComponent(reversalId) + "/events");
-    es.addEventListener("step", function (ev) {
-      var s = JSON.parse(ev.data);
-      line((s.verb || "Nothing to undo") + " " + s.tool + ": " + s.state);
-    });
+    es.addEventListener("step", function (ev) { stepSettled(JSON.parse(ev.data)); });
     es.addEventListener("done", function () {
       es.close();
       streaming = null;
@@ -94,27 +126,34 @@
     es.addEventListener("stuck", function (ev) {
       es.close();
       streaming = null;
-      line("Stuck: " + JSON.parse(ev.data).detail);
+      say("Stuck: " + JSON.parse(ev.data).detail);
     });
     es.onerror = function () { es.close(); streaming = null; };
   }
 
-  function start(sagaId, query) {
-    post("/sagas/" + encodeURIComponent(sagaId) + "/undo" + (query || ""), {})
+  function start(query) {
+    post("/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/undo" + (query || ""), {})
       .then(function (pair) {
         var body = pair[1];
-        if (!body.reversal_id) { line("Error: " + (body.detail || body.error)); return; }
+        if (!body.reversal_id) { say("Error: " + (body.detail || body.error)); return; }
         window.amendsReversalIds.push(body.reversal_id);
-        if (button) { button.disabled = true; }
         follow(body.reversal_id);
       });
   }
 
-  if (button) {
+  if (button && dialog) {
     button.addEventListener("click", function () {
-      button.setAttribute("aria-busy", "true");
-      if (!progress.childElementCount) { line("Undo requested…"); }
-      start(button.dataset.sagaId, "");
+      dialog.showModal();
+      yes.focus();
+    });
+    no.addEventListener("click", function () {
+      dialog.close();
+      if (button) { button.focus(); }
+    });
+    yes.addEventListener("click", function () {
+      if (dialog.open) { dialog.close(); }
+      toProgress();
+      start("");
     });
   }
   bind(document);

@@ -1,0 +1,48 @@
+"""Issue 17 item 3: `amends demo --serve` opens on a saga ready to undo -- its preview and the
+button visible -- with the demo's already-undone saga beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+import amends
+from amends.sandbox import demo_catalog
+from amends.sandbox.demo import run_demo
+from amends.server import ServerSettings, create_app
+from amends.server.demo import READY_TITLE, seed_ready_saga
+
+
+def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    undone = run_demo(db).saga_id
+    ready = asyncio.run(seed_ready_saga(db))
+    catalog = demo_catalog(db)
+    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(no_auth=True))
+    with TestClient(app) as client:
+        home = client.get("/").text
+        assert f"/ui/sagas/{ready}" in home and f"/ui/sagas/{undone}" in home
+        assert "Undone 8 of 12 — 4 need your attention" in home
+
+        page = client.get(f"/ui/sagas/{ready}").text
+        assert f"<h1>{READY_TITLE}</h1>" in page
+        assert re.search(r'<button type="button" id="undo"[^>]*>Undo</button>', page)
+        summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', page)
+        assert summary is not None
+        assert summary.group(1) == (
+            "Revert 2, Compensate 2 with residue, Acknowledge 1 — a person must follow up"
+        )
+        # the confirmation names who gets a cancellation notice and when the refund settles
+        dialog = page[page.index('<dialog id="confirm"') :]
+        assert "cancellation notice for &#39;Premium onboarding&#39;" in dialog
+        assert "affects buyer@acme.example, sam@example.com" in dialog
+        assert re.search(r"Refund of 2,400.00 USD .* settles \d{4}-\d\d-\d\d", dialog)
+        assert "Yes: Revert 2, Compensate 2, Acknowledge 1" in dialog
+
+        done = client.get(f"/ui/sagas/{undone}").text
+        assert 'id="undo"' not in done
+        assert '<h2 id="headline" class="headline" tabindex="-1">Undone 8 of 12' in done
+        assert '<h2 id="preview-h">' not in done  # the report replaces the preview
