@@ -27,7 +27,7 @@ from .log import SagaLog, open_log
 from .log.base import Claim, Resolution, ReversalRecord, SagaRecord
 from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import StepOutcome, StepState, UndoReport, verb_for
-from .reversal import run_plan
+from .reversal import current_resolutions, run_plan
 from .saga import Ref, Saga, Step, new_id
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
@@ -241,7 +241,9 @@ class Engine:
         saga = await self.log.get_saga(report.saga_id)
         if saga is None or not saga.resolutions:
             return report
-        return report.with_resolutions(saga.resolutions)
+        comps = await self.log.get_compensations(report.reversal_id)
+        # rule 8: a resolution made before the step's latest attempt does not handle its outcome
+        return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
     async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
         """Undo a saga: the one reversal of it, started here or joined if already asked for.
@@ -436,7 +438,11 @@ class Engine:
                 requested_at=rev.requested_at,
                 finished_at=time.time(),
                 continuations=rev.continuations,
-            ).with_resolutions(saga.resolutions)
+            ).with_resolutions(
+                current_resolutions(
+                    saga.resolutions, await self.log.get_compensations(rev.reversal_id)
+                )
+            )
             await self.log.finish_reversal(
                 rev.reversal_id, rev.generation, report.to_dict(), now=time.time()
             )

@@ -34,12 +34,31 @@ from .errors import (
     PreconditionFailed,
     TransientError,
 )
-from .log.base import CompensationRecord, ReversalRecord, SagaLog, SagaRecord
+from .log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
 from .report import NEUTRALISED, StepOutcome, StepState, verb_for
 from .secrets import resolve_call_args, scrub_record, vault_for
 
-__all__ = ["run_plan"]
+__all__ = ["current_resolutions", "run_plan"]
+
+
+def current_resolutions(
+    resolutions: Mapping[str, Resolution], compensations: Mapping[str, CompensationRecord]
+) -> dict[str, Resolution]:
+    """The resolutions that still speak for their step's outcome (rule 6, rule 8).
+
+    A person resolves the manual action they saw. If the step was attempted again after that
+    (a continuation retried an over-budget or blocked step, and its inverse then failed), the
+    resolution predates the outcome: it neither marks the new manual action as handled nor
+    unblocks the inverses that wait for the step (rule 3).
+    """
+    out: dict[str, Resolution] = {}
+    for step_id, res in resolutions.items():
+        rec = compensations.get(step_id)
+        if rec is None or res.at >= rec.updated_at:
+            out[step_id] = res
+    return out
+
 
 _FINAL = frozenset(s.value for s in StepState)
 _RETRY = frozenset({StepState.OVER_BUDGET.value, StepState.BLOCKED.value})
@@ -84,6 +103,8 @@ class _Runner:
         self.clock = clock
         self.rng = random.Random(f"{reversal.reversal_id}:{reversal.generation}")
         self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
+        self.fresh: set[str] = set()
+        """Steps whose compensation was recorded in this run (after every known resolution)."""
         self.on_progress = on_progress
         self.reload = reload
         """Reads the saga again (to wait for a step still in flight, rule 7); ``None``: no wait."""
@@ -101,6 +122,7 @@ class _Runner:
         data: Mapping[str, Any],
         event: str,
     ) -> None:
+        self.fresh.add(p.step_id)
         await self.log.record_compensation(
             self.reversal.reversal_id,
             self.reversal.generation,
@@ -334,8 +356,8 @@ class _Runner:
         """Rule 3: the inverses this one waits for first; if one did not succeed, blocked."""
         for dep in p.waits_for:
             outcome = await self.futures[dep]
-            if outcome.state in NEUTRALISED or dep in self.saga.resolutions:
-                continue  # undone, or a person resolved it (rule 6)
+            if outcome.state in NEUTRALISED or self._resolved(dep):
+                continue  # undone, or a person resolved this outcome (rule 6)
             detail = (
                 f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
                 f"first, and that step is {outcome.state.value}"
@@ -351,6 +373,14 @@ class _Runner:
             )
             return self._outcome(p, StepState.BLOCKED, detail, manual_action=manual)
         return None
+
+    def _resolved(self, step_id: str) -> bool:
+        """A person resolved the outcome ``step_id`` has now: a step recorded again in this run
+        got its outcome after every resolution the run knows of (rule 3: a failed inverse
+        still blocks, whatever a person said about an earlier attempt)."""
+        if step_id in self.fresh:
+            return False
+        return step_id in current_resolutions(self.saga.resolutions, self.done)
 
     async def _compensate(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
         assert p.inverse is not None

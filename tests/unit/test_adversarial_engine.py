@@ -21,6 +21,8 @@ class Kv:
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
         self.writes: list[tuple[str, Any]] = []
+        self.refuse_undo: set[str] = set()
+        """Keys whose compensating write the vendor refuses (PermanentError)."""
 
     def catalog(self) -> amends.Catalog:
         cat = amends.Catalog()
@@ -31,6 +33,8 @@ class Kv:
 
         @cat.tool("kv.set", reversibility="reversible")
         async def set_(call: amends.Call, key: str, value: Any) -> dict[str, Any]:
+            if call.phase == "compensate" and key in self.refuse_undo:
+                raise amends.PermanentError(f"the vendor refuses to write {key!r} back")
             before = self.data.get(key)
             self.data[key] = value
             self.writes.append((key, value))
@@ -208,3 +212,43 @@ async def test_terminal_escapes_and_bidi_overrides_in_agent_text_cannot_repaint_
         "Status: cannot_undo (Undone 0 of 1 — 1 needs your attention)",
     ]
     assert "who: the person who asked the agent (agent\\x1b[8m)" in report.render("text")
+
+
+# --- rules 3 and 6: a resolution speaks for the outcome a person saw, not a later one ---------
+
+
+async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the_retrys_failure(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """Ann resolves s2 while it is over budget; the continuation retries it and its inverse
+    fails. s1 (which must wait for s2) stays blocked, and the failure is an open manual action.
+    Once Ann resolves the failure, a further continuation proceeds past it."""
+    kv.data.update(a=0, b=0)
+    async with kv_engine.saga("two writes") as saga:
+        a = saga.call("kv.set", key="a", value=1)
+        saga.call("kv.set", key="b", value=2, after=[a])
+    first = await kv_engine.undo(saga.id, budget=amends.Budget(tool_calls=0))
+    assert [s.state for s in first.steps] == [StepState.BLOCKED, StepState.OVER_BUDGET]
+    await kv_engine.resolve(saga.id, "s2", by="ann", note="will look at it")
+    kv.refuse_undo.add("b")
+
+    second = await kv_engine.resume(saga.id, budget=amends.Budget())
+    assert second.step("s2").state is StepState.FAILED
+    assert second.step("s1").state is StepState.BLOCKED
+    assert second.step("s1").detail == (
+        "not attempted: it must wait for s2 (kv.set) to be undone first, and that step is failed"
+    )
+    assert kv.data == {"a": 1, "b": 2}  # s1 was not written back behind s2's failure
+    assert second.resolutions == {}
+    assert [m.step_id for m in second.open_manual_actions] == ["s1", "s2"]
+    stored = await kv_engine.report(saga.id)
+    assert stored is not None and stored.to_dict() == second.to_dict()
+
+    await kv_engine.resolve(saga.id, "s2", by="ann", note="wrote b back by hand")
+    kv.data["b"] = 0
+    third = await kv_engine.resume(saga.id, budget=amends.Budget())
+    assert third.step("s1").state is StepState.REVERTED
+    assert third.step("s2").state is StepState.FAILED
+    assert kv.data == {"a": 0, "b": 0}
+    assert [m.step_id for m in third.open_manual_actions] == []
+    assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
