@@ -145,7 +145,7 @@ class Gateway:
         """
         from amends.catalog_ref import tag_catalog
 
-        from .undo_catalog import REF, write_sidecar
+        from .sidecar import REF, write_sidecar
 
         try:
             for up in self.upstreams:

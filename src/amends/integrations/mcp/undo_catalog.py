@@ -11,36 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 from amends import Catalog, ConfigError
 
-from .config import GatewayConfig, load_config
+from .config import load_config
+from .sidecar import REF, sidecar_path, write_sidecar
 
 __all__ = ["REF", "gateway_catalog", "sidecar_path", "write_sidecar"]
-
-REF = "amends.integrations.mcp.undo_catalog:gateway_catalog"
-"""What a gateway's sagas record as their catalog."""
-
-
-def sidecar_path(log: str) -> Path | None:
-    """The file next to a log path that names its gateway config (``None`` for a URL)."""
-    if "://" in log and not log.startswith("sqlite:///"):
-        return None
-    if log in ("", ":memory:"):
-        return None
-    return Path(log.removeprefix("sqlite:///") + ".mcp-gateway.json")
-
-
-def write_sidecar(config: GatewayConfig) -> None:
-    """Record next to the log which config this gateway runs (owner-readable only)."""
-    path = sidecar_path(config.log)
-    if path is None or not config.source:
-        return
-    data = json.dumps({"config": str(Path(config.source).resolve())})
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(data)
 
 
 def gateway_catalog(db: str) -> Catalog:
