@@ -337,14 +337,18 @@ def _wrapped(text: str, indent: int = 7, first: str | None = None, width: int = 
     """``text`` wrapped at ``width`` columns under ``first`` (default: ``indent`` spaces);
     words -- ids, URLs -- are never broken, only moved to the next line (issue 17); control
     characters are shown as escapes (:func:`visible`)."""
-    return textwrap.wrap(
-        visible(text),
-        width,
-        initial_indent=" " * indent if first is None else first,
-        subsequent_indent=" " * indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    ) or [first or ""]
+    out: list[str] = []
+    for i, line in enumerate(visible(text).split("\n")):  # a draft keeps its line breaks
+        lead = (" " * indent if first is None else first) if i == 0 else " " * indent
+        out += textwrap.wrap(
+            line,
+            width,
+            initial_indent=lead,
+            subsequent_indent=" " * indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [lead.rstrip()]
+    return out
 
 
 def _render_text(r: UndoReport) -> str:

@@ -176,3 +176,19 @@ def test_the_text_report_fits_80_columns_and_never_breaks_an_id() -> None:
     assert all(len(line) <= 80 for line in text.splitlines()), text
     for word in (long_id, "rev_" + "e" * 26, "msg_0123456789abcdef0123", "email_finance_team"):
         assert word in text.split() or any(word in w for w in text.split()), word
+
+
+def test_a_multi_line_draft_keeps_its_line_breaks_in_the_text_report() -> None:
+    """Wrapping at 80 columns never joins the paragraphs of a draft a person will send."""
+    step = amends.StepOutcome(
+        "s1",
+        "mail.send",
+        "Acknowledge",
+        amends.StepState.ACKNOWLEDGED,
+        "irreversible",
+        manual_action=amends.ManualAction(
+            "s1", "Email cannot be taken back", "the sender", (), "Hello Bob,\n\nIgnore it."
+        ),
+    )
+    text = amends.UndoReport("saga_1", "rev_1", "", (step,)).render("text")
+    assert "    draft: Hello Bob,\n\n    Ignore it.\n" in text
