@@ -146,6 +146,47 @@ def same_value(observed: Any, expected: Any) -> bool:
     return False  # not JSON data: never a match (rule 4)
 
 
+def _check_path(path: Any, what: str, *, tool: str) -> tuple[str | int, ...]:
+    """An expectation's ``path``: keys (str) and list indexes (int) only, so it is logged as is."""
+    keys = (path,) if isinstance(path, str | int) and not isinstance(path, bool) else path
+    try:
+        keys = tuple(keys)
+    except TypeError:
+        keys = (keys,)
+    bad = [k for k in keys if not isinstance(k, str | int) or isinstance(k, bool)]
+    if bad:
+        raise ContractError(
+            f"path= of the {what} recorded by {tool!r} must be keys (str) and list indexes "
+            f"(int), got {path!r} ({bad[0]!r} is neither); e.g. path=('fields', 'stage')",
+            tool=tool,
+        )
+    return keys
+
+
+def _check_texts(values: Any, what: str, *, tool: str) -> tuple[str, ...]:
+    """A list of names (``parties=``): each one text, so it is logged and shown as written."""
+    items = (values,) if isinstance(values, str) else values
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = (items,)
+    if not all(isinstance(v, str) for v in items):
+        raise ContractError(
+            f"{what} recorded by {tool!r} must be a list of names (text), got {values!r}; "
+            f"e.g. parties=['bob@acme.test']",
+            tool=tool,
+        )
+    return items
+
+
+def _check_optional_text(value: Any, what: str, *, tool: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ContractError(
+            f"{what} recorded by {tool!r} must be text or None, got {value!r}", tool=tool
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Inverse:
     """The call that takes a step back, computed when the step ran and stored as data."""
@@ -740,7 +781,7 @@ class Call:
         """
         if self.phase != "forward":
             return
-        keys = (path,) if isinstance(path, str) else tuple(path)
+        keys = _check_path(path, "landed probe", tool=self.tool)
         self.recorded_landed = Expectation(
             probe,
             _check_json(
@@ -769,7 +810,7 @@ class Call:
         """
         if self.phase != "forward":
             return  # ignored outside forward calls, like inverse()
-        keys = (path,) if isinstance(path, str) else tuple(path)
+        keys = _check_path(path, "expectation", tool=self.tool)
         self.recorded_expectation = Expectation(
             probe,
             _check_json(
@@ -794,8 +835,10 @@ class Call:
             raise ContractError(
                 f"residue needs a plain-language description, got {what!r}", tool=self.tool
             )
+        who = _check_texts(parties, "residue parties", tool=self.tool)
+        _check_optional_text(settles_at, "residue settles_at", tool=self.tool)
         when = settles_at or _settles_at(self._now(), settles_in_days, settles_in_business_days)
-        self.recorded_residue.append(Residue(what, tuple(parties), when))
+        self.recorded_residue.append(Residue(what, who, when))
 
     def acknowledge(
         self,
@@ -810,7 +853,12 @@ class Call:
             raise ContractError(
                 f"acknowledge(who=...) must name who can act, got {who!r}", tool=self.tool
             )
-        self.recorded_acknowledgement = Acknowledgement(who, tuple(parties), draft, what)
+        self.recorded_acknowledgement = Acknowledgement(
+            who,
+            _check_texts(parties, "acknowledgement parties", tool=self.tool),
+            _check_optional_text(draft, "acknowledgement draft", tool=self.tool),
+            _check_optional_text(what, "acknowledgement what", tool=self.tool),
+        )
 
     def follow_up(self, tool: str, /, **args: Any) -> None:
         """While compensating: ask for one more call after this one (it spends budget)."""

@@ -24,9 +24,9 @@ from .catalog_ref import needed_tools
 from .contracts import NOTHING, Call, Catalog, Expectation, Reversibility
 from .errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
-from .log.base import Claim, Resolution, ReversalRecord, SagaRecord
+from .log.base import Claim, CompensationRecord, Resolution, ReversalRecord, SagaRecord
 from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
-from .report import StepOutcome, StepState, UndoReport, verb_for
+from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from .reversal import current_resolutions, run_plan
 from .saga import Ref, Saga, Step, new_id
 
@@ -148,7 +148,13 @@ class Engine:
         """
         saga = await self._saga_or_raise(saga_id)
         the_plan = self.planner(saga, self.catalog)
-        steps = await asyncio.gather(*(self._preview_step(saga, p) for p in the_plan.steps))
+        comps = await self.log.get_compensations(saga.reversal.reversal_id) if saga.reversal else {}
+        steps = await asyncio.gather(
+            *(
+                self._preview_step(saga, p, comps.get(p.step_id), saga.reversal)
+                for p in the_plan.steps
+            )
+        )
         described = tuple(self._described(saga, p) for p in steps)
         return Preview(the_plan.saga_id, described, checked_at=time.time())
 
@@ -171,8 +177,18 @@ class Engine:
             ),
         )
 
-    async def _preview_step(self, saga: SagaRecord, p: PlannedStep) -> PreviewStep:
+    async def _preview_step(
+        self,
+        saga: SagaRecord,
+        p: PlannedStep,
+        rec: CompensationRecord | None = None,
+        rev: ReversalRecord | None = None,
+    ) -> PreviewStep:
         base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
+        if rec is not None and rev is not None and p.action in ("revert", "compensate"):
+            done = self._already_undone(p, rec, rev)
+            if done is not None:
+                return done
         if p.action not in ("revert", "compensate"):
             return PreviewStep(**base, needs_review=p.action == "review", check="not needed")
         exp = p.expectation
@@ -189,6 +205,33 @@ class Engine:
         )
         base.update(action="review", verb=VERBS["review"], reason=f"needs review: {why}")
         return PreviewStep(**base, needs_review=True, check=why)
+
+    @staticmethod
+    def _already_undone(
+        p: PlannedStep, rec: CompensationRecord, rev: ReversalRecord
+    ) -> PreviewStep | None:
+        """Rule 10 with rules 5 and 6: a step the saga's reversal already settled is never
+        dispatched again, so the preview shows what happened, not a fresh plan (whose probe
+        would see the inverse's own write and call it someone else's change)."""
+        base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
+        if rec.state == "dispatched":
+            why = (
+                f"an attempt of {p.inverse.tool if p.inverse else 'its inverse'} was in flight "
+                f"when a worker stopped; undo resumes reversal {rev.reversal_id} and checks "
+                f"whether it landed before sending anything (rule 5)"
+            )
+            base.update(action="wait", verb=VERBS["wait"], reason=why)
+            return PreviewStep(**base, check=why)
+        if rec.state in (StepState.OVER_BUDGET.value, StepState.BLOCKED.value):
+            return None  # not attempted yet: a continuation would plan it afresh
+        state = StepState(rec.state)
+        why = f"already {state.value} by reversal {rev.reversal_id}: {rec.detail or state.value}"
+        base.update(action="skip", verb=VERBS["skip"], reason=why)
+        return PreviewStep(
+            **base,
+            needs_review=state not in NEUTRALISED,
+            check="not needed: undo already ran for this step and never dispatches it again",
+        )
 
     async def _probe(
         self, saga: SagaRecord, step_id: str, exp: Expectation

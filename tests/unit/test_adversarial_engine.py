@@ -252,3 +252,92 @@ async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the
     assert kv.data == {"a": 0, "b": 0}
     assert [m.step_id for m in third.open_manual_actions] == []
     assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
+
+
+# --- rule 10: the preview after an undo shows what happened ---------------------------------
+
+
+async def test_preview_after_undo_shows_the_settled_steps_not_a_fresh_drift(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """Once undo reverted a step, its probe sees the inverse's own write; the preview must not
+    call that someone else's change (nor offer to revert again): it shows the outcome, and a
+    failed step as needing review. Only probes of unsettled steps would run: here none."""
+    kv.data.update(a=0, b=0)
+    async with kv_engine.saga("two writes") as saga:
+        saga.call("kv.set", key="a", value=1)
+        saga.call("kv.set", key="b", value=2)
+    kv.refuse_undo.add("b")
+    report = await kv_engine.undo(saga.id)
+    assert [s.state for s in report.steps] == [StepState.REVERTED, StepState.FAILED]
+    preview = await kv_engine.preview(saga.id)
+    got = [(p.step_id, p.action, p.verb, p.needs_review, p.reason) for p in preview.steps]
+    assert got == [
+        (
+            "s1",
+            "skip",
+            None,
+            False,
+            f"already reverted by reversal {report.reversal_id}: reverted with kv.set",
+        ),
+        (
+            "s2",
+            "skip",
+            None,
+            True,
+            f"already failed by reversal {report.reversal_id}: "
+            "kv.set failed permanently: the vendor refuses to write 'b' back",
+        ),
+    ]
+    assert preview.needs_review == ["s2"]
+    assert kv.data == {"a": 0, "b": 2}
+
+
+# --- rule 9 / rule 1: a tool misusing Call is a contract violation, never a half-logged step --
+
+
+@pytest.mark.parametrize(
+    "misuse",
+    [
+        "expect_path_object",
+        "expect_path_bool",
+        "residue_party_object",
+        "acknowledge_draft_bytes",
+    ],
+)
+async def test_non_json_contract_data_is_a_violation_logged_with_the_step_not_a_raw_typeerror(
+    kv: Kv, misuse: str
+) -> None:
+    """A path key, party or draft the log cannot hold once left the step 'intent' forever (the
+    agent got a raw TypeError, undo blamed a stopped process); now the tool's Call refuses it,
+    the step is logged, and the agent gets a StepFailedError naming the fix."""
+    cat = kv.catalog()
+
+    @cat.tool("kv.misuse", reversibility="reversible")
+    async def misuse_tool(call: amends.Call, key: str) -> None:
+        kv.data[key] = 1
+        if misuse == "expect_path_object":
+            call.expect("kv.read", {"key": key}, equals=1, path=[object()])
+        elif misuse == "expect_path_bool":
+            call.expect("kv.read", {"key": key}, equals=1, path=[True])
+        elif misuse == "residue_party_object":
+            call.residue("a notice was sent", parties=[object()])
+        else:
+            call.acknowledge(who="ops", draft=b"bytes")  # type: ignore[arg-type]
+
+    engine = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    with pytest.raises(amends.StepFailedError) as info:
+        async with engine.saga("misuse") as saga:
+            await saga.call("kv.misuse", key="z")
+    assert "contract violation inside kv.misuse" in str(info.value)
+    assert info.value.state == "in_doubt"
+    record = await engine.log.get_saga(saga.id)
+    assert record is not None
+    assert record.steps[0].state == "in_doubt"
+    report = await engine.undo(saga.id)
+    assert report.step("s1").state is StepState.IN_DOUBT
+    assert report.step("s1").detail.startswith(
+        "the call's outcome is unknown (contract violation inside kv.misuse: "
+    )
+    assert kv.data == {"z": 1}
+    await engine.close()
