@@ -317,7 +317,8 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
                 who += f"; affected: {markup(', '.join(m.parties))}"
             print_item(console, who, indent=4)
             if m.draft:
-                print_item(console, f"draft: {markup(m.draft)}", indent=4)
+                draft = escape(safe(m.draft, keep_newlines=True))  # paragraphs stay
+                print_item(console, f"draft: {draft}", indent=4)
             res = report.handled(m.step_id)
             if res is not None:
                 when = dt.datetime.fromtimestamp(float(res["at"]), dt.UTC).strftime(
