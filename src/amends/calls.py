@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import math
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -69,6 +70,9 @@ class RetryPolicy:
     """Longest wait between tries. Default 2s."""
     jitter: float = 0.5
     """Fraction of each wait drawn at random, so retries of parallel branches spread out."""
+    max_retry_after: float = 30.0
+    """Longest wait a vendor may ask for (``TransientError(retry_after=...)``); a longer one
+    ends the tries, so an agent is never parked for an hour by one reply. Default 30s."""
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -83,7 +87,34 @@ class RetryPolicy:
         A vendor's ``retry_after`` wins over the backoff."""
         if attempt >= self.max_attempts:
             return None
-        return retry_after if retry_after is not None else self.backoff(attempt, rng)
+        if (
+            not isinstance(retry_after, int | float)
+            or isinstance(retry_after, bool)
+            or not math.isfinite(retry_after)
+            or retry_after < 0
+        ):
+            # a hint that is no duration (NaN sleeps forever, a str raises) is ignored
+            return self.backoff(attempt, rng)
+        if retry_after > self.max_retry_after:
+            return None  # rule 7: no unbounded wait; the caller reports the refusal
+        return float(retry_after)
+
+    def gave_up(self, tool: str, attempt: int, exc: Exception) -> str:
+        """Why the tries of ``tool`` ended after a transient failure (rule 8: the real cause)."""
+        wait = getattr(exc, "retry_after", None)
+        if (
+            isinstance(wait, int | float)
+            and not isinstance(wait, bool)
+            and math.isfinite(wait)
+            and wait > self.max_retry_after
+            and attempt < self.max_attempts
+        ):
+            return (
+                f"{tool} failed transiently ({exc}) and asked to be retried after {wait:g} s, "
+                f"longer than the retry policy waits (max_retry_after={self.max_retry_after:g} "
+                f"s); not retried"
+            )
+        return f"{tool} kept failing transiently after {attempt} attempts: {exc}"
 
 
 async def invoke(

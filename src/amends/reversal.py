@@ -232,10 +232,7 @@ class _Runner:
         if isinstance(exc, TransientError):
             wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
             if wait is None:
-                raise _Stop(
-                    StepState.FAILED,
-                    f"{tool} kept failing transiently after {attempt} attempts: {exc}",
-                ) from exc
+                raise _Stop(StepState.FAILED, self.retry.gave_up(tool, attempt, exc)) from exc
             if wait >= self.meter.remaining_seconds():
                 raise _Stop(
                     StepState.FAILED,

@@ -696,9 +696,7 @@ async def _dispatch(
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                raise _Refused(
-                    f"{step.tool} kept failing transiently after {attempt} attempts: {exc}"
-                ) from exc
+                raise _Refused(host.retry.gave_up(step.tool, attempt, exc)) from exc
             raise
         except PermanentError as exc:
             raise _Refused(str(exc)) from exc

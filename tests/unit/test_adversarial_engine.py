@@ -7,6 +7,7 @@ the final world and the exact report.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -340,4 +341,78 @@ async def test_non_json_contract_data_is_a_violation_logged_with_the_step_not_a_
         "the call's outcome is unknown (contract violation inside kv.misuse: "
     )
     assert kv.data == {"z": 1}
+    await engine.close()
+
+
+# --- rule 7: a vendor's retry_after never parks the agent or the reversal -------------------
+
+
+class Flaky:
+    """A vendor that answers the first ``fails`` calls of a tool with a TransientError."""
+
+    def __init__(self, retry_after: Any, fails: int) -> None:
+        self.retry_after = retry_after
+        self.fails = {"forward": fails, "compensate": fails}
+        self.value: str | None = None
+
+    def catalog(self) -> amends.Catalog:
+        cat = amends.Catalog()
+
+        @cat.tool("flaky.read", reversibility="read_only")
+        async def read(call: amends.Call) -> str | None:
+            return self.value
+
+        @cat.tool("flaky.set", reversibility="reversible")
+        async def set_(call: amends.Call, value: str | None) -> None:
+            if self.fails.get(call.phase, 0) > 0:
+                self.fails[call.phase] -= 1
+                raise amends.TransientError("busy", retry_after=self.retry_after)
+            before, self.value = self.value, value
+            call.inverse("flaky.set", value=before)
+            call.expect("flaky.read", equals=value)
+
+        return cat
+
+
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), -5, "soon", True])
+async def test_a_retry_after_that_is_no_duration_is_ignored_forward_and_in_reverse(
+    retry_after: Any,
+) -> None:
+    """NaN made asyncio.sleep wait forever (forward and during undo); a str raised TypeError.
+    Such a hint is ignored and the policy's backoff is used."""
+    flaky = Flaky(retry_after, fails=2)
+    engine = amends.Engine(
+        flaky.catalog(),
+        log=amends.SqliteLog(":memory:"),
+        retry=amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01),
+    )
+    async with asyncio.timeout(10):
+        async with engine.saga("flaky") as saga:
+            await saga.call("flaky.set", value="new")
+        assert flaky.value == "new"
+        report = await engine.undo(saga.id, budget=amends.Budget(seconds=5))
+    assert report.step("s1").state is StepState.REVERTED
+    assert report.step("s1").detail == "reverted with flaky.set after 3 attempts"
+    assert flaky.value is None
+    await engine.close()
+
+
+async def test_a_vendor_asking_to_retry_after_an_hour_ends_the_tries_and_says_so() -> None:
+    """Forward: the step failed (a TransientError is the vendor's refusal, rule 9), promptly,
+    naming the requested wait; the agent is not parked for an hour."""
+    flaky = Flaky(3600, fails=1)
+    engine = amends.Engine(flaky.catalog(), log=amends.SqliteLog(":memory:"))
+    async with asyncio.timeout(10):
+        with pytest.raises(amends.StepFailedError) as info:
+            async with engine.saga("flaky") as saga:
+                await saga.call("flaky.set", value="new")
+    assert info.value.state == "failed"
+    assert str(info.value) == (
+        "step s1 (flaky.set) failed: flaky.set failed transiently (busy) and asked to be "
+        "retried after 3600 s, longer than the retry policy waits (max_retry_after=30 s); "
+        "not retried"
+    )
+    assert flaky.value is None
+    report = await engine.undo(saga.id)
+    assert report.step("s1").state is StepState.NOT_NEEDED
     await engine.close()
