@@ -53,7 +53,11 @@ def _in_pty(argv: list[str], columns: int = 80) -> str:
 @pytest.mark.slow
 def test_show_and_undo_at_80_columns_never_break_an_id(saga_db: tuple[str, str]) -> None:
     db, saga_id = saga_db
-    for argv in (["show", saga_id, "--db", db], ["undo", saga_id, "--db", db]):
+    for argv in (
+        ["show", saga_id, "--db", db],
+        ["undo", saga_id, "--db", db, "--dry-run"],
+        ["undo", saga_id, "--db", db],
+    ):
         screen = _in_pty(argv)
         lines = screen.splitlines()
         assert all(len(line) <= 80 for line in lines), screen

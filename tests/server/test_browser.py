@@ -150,6 +150,8 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     page.locator(".copied").filter(has_text="Copied").wait_for()
     assert page.evaluate("navigator.clipboard.readText()") == draft.input_value()
     assert serious_violations(page) == []
+    page.locator(".history-list").filter(has_text="Reversal finished").wait_for()
+    assert "Undo asked by token tok_" in page.locator(".history-list").inner_text()
 
     conn = sqlite3.connect(live.db)
     try:

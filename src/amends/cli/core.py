@@ -369,6 +369,11 @@ def _print_preview(data: dict[str, Any]) -> None:
         "[bold]What undo would do now[/bold] (every expectation re-checked by its probe; "
         "nothing else was dispatched)"
     )
+    print_item(
+        console,
+        f"saga {markup(data.get('saga_id', ''))} · checked {_when(data.get('checked_at'))}",
+        indent=0,
+    )
     steps = data.get("steps", [])
     for title, verbs in _GROUPS:
         group = [

@@ -110,6 +110,18 @@
         bind(outcome);
         var h = document.getElementById("headline");
         if (h) { h.focus(); }
+        refreshHistory();
+      });
+  }
+
+  // The history (who asked for undo, when) as the server has it now.
+  function refreshHistory() {
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(".history");
+        var old = document.querySelector(".history");
+        if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); }
       });
   }
 
