@@ -151,7 +151,14 @@ def test_demo_serve_shows_the_demo_saga_and_its_outcome(
     )
     r = _wait_http(f"http://127.0.0.1:{port}/sagas", procs[0], seconds=90)
     assert r.status_code == 200
-    (saga,) = r.json()["sagas"]
+    # issue 17: the undone demo saga, and beside it one ready to undo (preview and button)
+    sagas = {s["title"]: s for s in r.json()["sagas"]}
+    assert set(sagas) == {"Close the ACME renewal", "Upgrade ACME to the premium plan"}
+    saga = sagas["Close the ACME renewal"]
     assert saga["reversal"]["state"] == "done"
     page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{saga['saga_id']}").text
     assert saga["reversal"]["headline"] in page
+    ready = sagas["Upgrade ACME to the premium plan"]
+    assert ready["reversal"] is None
+    page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{ready['saga_id']}").text
+    assert 'id="undo"' in page and "What undo will do" in page
