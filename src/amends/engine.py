@@ -29,6 +29,7 @@ from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from .reversal import current_resolutions, run_plan
 from .saga import Ref, Saga, Step, new_id
+from .secrets import Vault, resolve_call_args
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -195,13 +196,17 @@ class Engine:
         if exp is None:
             reason = p.inverse.no_drift_check if p.inverse else None
             return PreviewStep(**base, check=f"no drift check: {reason}")
-        observed, problem = await self._probe(saga, p.step_id, exp)
+        vault = Vault()  # rule 11: secrets resolved for this probe never reach the preview
+        observed, problem = await self._probe(saga, p.step_id, exp, vault)
         if problem is None and exp.holds(observed):
             return PreviewStep(**base, check="the world still shows the agent's write")
         found = exp.extract(observed) if problem is None else NOTHING
-        why = problem or (
-            f"someone changed it since the agent acted: expected {exp.equals!r}, found "
-            f"{'nothing' if found is NOTHING else repr(found)}"
+        why = vault.scrub(
+            problem
+            or (
+                f"someone changed it since the agent acted: expected {exp.equals!r}, found "
+                f"{'nothing' if found is NOTHING else repr(found)}"
+            )
         )
         base.update(action="review", verb=VERBS["review"], reason=f"needs review: {why}")
         return PreviewStep(**base, needs_review=True, check=why)
@@ -234,14 +239,22 @@ class Engine:
         )
 
     async def _probe(
-        self, saga: SagaRecord, step_id: str, exp: Expectation
+        self, saga: SagaRecord, step_id: str, exp: Expectation, vault: Vault
     ) -> tuple[Any, str | None]:
-        """One read-only probe for the preview: (observed, None) or (None, what went wrong)."""
+        """One read-only probe for the preview: (observed, None) or (None, what went wrong).
+
+        Its redacted arguments are resolved as undo resolves them (rule 10: the preview and
+        undo observe the same thing; a probe handed ``[redacted:card]`` would report drift that
+        undo does not see)."""
         if exp.probe not in self.catalog or (
             self.catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
         ):
             return None, f"cannot check the world: probe {exp.probe!r} is not a read_only tool"
         spec = self.catalog.get(exp.probe)
+        try:
+            args = await resolve_call_args(self.catalog, saga, exp.probe, step_id, exp.args, vault)
+        except ContractError as exc:
+            return None, f"could not check the world ({exp.probe} was not called: {exc})"
         call = Call(
             saga_id=saga.saga_id,
             step_id=step_id,
@@ -250,9 +263,7 @@ class Engine:
             idempotency_key=idempotency_key(saga.saga_id, step_id, "probe") + ":preview",
         )
         try:
-            return await invoke(
-                spec.fn, call, exp.args, spec.timeout or _PREVIEW_PROBE_SECONDS
-            ), None
+            return await invoke(spec.fn, call, args, spec.timeout or _PREVIEW_PROBE_SECONDS), None
         except Exception as exc:  # rule 4: a probe that errors is never a match
             return (
                 None,

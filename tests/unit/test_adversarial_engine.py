@@ -416,3 +416,61 @@ async def test_a_vendor_asking_to_retry_after_an_hour_ends_the_tries_and_says_so
     report = await engine.undo(saga.id)
     assert report.step("s1").state is StepState.NOT_NEEDED
     await engine.close()
+
+
+# --- rules 10 and 11: the preview observes what undo observes, and never shows a secret -----
+
+CARD = "4111111111111111"
+
+
+def card_catalog(holds: dict[str, int], probe_fails: list[bool]) -> amends.Catalog:
+    cat = amends.Catalog()
+
+    def resolver(request: amends.SecretRequest) -> str:
+        return CARD
+
+    @cat.tool("card.status", reversibility="read_only")
+    async def status(call: amends.Call, card: str) -> int | None:
+        if probe_fails:
+            raise RuntimeError(f"issuer timeout for card {card}")
+        return holds.get(card)
+
+    @cat.tool("card.hold", reversibility="reversible", sensitive=["card"], resolve_secret=resolver)
+    async def hold(call: amends.Call, card: str, cents: int) -> None:
+        holds[card] = cents
+        call.inverse("card.release", card=card)
+        call.expect("card.status", {"card": card}, equals=cents)
+
+    @cat.tool("card.release", sensitive=["card"], resolve_secret=resolver)
+    async def release(call: amends.Call, card: str) -> None:
+        holds.pop(card)
+
+    return cat
+
+
+async def test_preview_resolves_a_probes_redacted_arguments_as_undo_does() -> None:
+    """The probe's card argument is logged redacted; the preview handed it the marker and
+    reported drift ("found None") that undo, which resolves it, did not see."""
+    holds: dict[str, int] = {}
+    probe_fails: list[bool] = []
+    engine = amends.Engine(card_catalog(holds, probe_fails), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("hold") as saga:
+        await saga.call("card.hold", card=CARD, cents=500)
+    preview = await engine.preview(saga.id)
+    assert [(p.action, p.needs_review, p.check) for p in preview.steps] == [
+        ("revert", False, "the world still shows the agent's write")
+    ]
+    probe_fails.append(True)
+    preview = await engine.preview(saga.id)
+    (step,) = preview.steps
+    assert step.needs_review
+    assert step.check == (
+        "could not check the world (card.status raised RuntimeError: issuer timeout for card "
+        "[redacted:card])"
+    )
+    assert CARD not in repr(preview.to_dict())
+    probe_fails.clear()
+    report = await engine.undo(saga.id)
+    assert report.status == "fully_reversed"
+    assert holds == {}
+    await engine.close()
