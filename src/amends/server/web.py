@@ -186,7 +186,8 @@ _GROUPS = (
     ("revert", "Will be reverted", ("revert", "cancel")),
     ("compensate", "Will be compensated — leaves a trace", ("compensate",)),
     ("person", "Needs a person", ("acknowledge", "in_doubt", "review")),
-    ("none", "Nothing to undo", ("skip", "wait")),
+    ("wait", "Still running — undo waits for its result", ("wait",)),
+    ("none", "Nothing to undo", ("skip",)),
 )
 
 
