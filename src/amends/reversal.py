@@ -37,7 +37,7 @@ from .errors import (
 from .log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
 from .report import NEUTRALISED, StepOutcome, StepState, verb_for
-from .secrets import resolve_call_args, scrub_record, vault_for
+from .secrets import markers_in, resolve_call_args, scrub_record, vault_for
 
 __all__ = ["current_resolutions", "run_plan"]
 
@@ -263,6 +263,13 @@ class _Runner:
 
     # --- one step -------------------------------------------------------------------------
     def _outcome(self, p: PlannedStep, state: StepState, detail: str, **more: Any) -> StepOutcome:
+        vault = vault_for(self)
+        if vault:  # rule 11: a secret resolved for this reversal never reaches the report
+            detail = vault.scrub(detail)
+            if more.get("manual_action") is not None:
+                more["manual_action"] = scrub_record(vault, more["manual_action"])
+            if more.get("residue"):
+                more["residue"] = tuple(scrub_record(vault, r) for r in more["residue"])
         return StepOutcome(
             step_id=p.step_id,
             tool=p.step.tool,
@@ -480,7 +487,30 @@ class _Runner:
 
     async def _holds(self, exp: Expectation, p: PlannedStep, counter: list[int], kind: str) -> bool:
         """Whether the world shows ``exp``. A probe that errors raises: never a match (rule 4)."""
-        return exp.holds(await self._observe(exp, p, kind))
+        observed = await self._observe(exp, p, kind)
+        return (await self._with_secrets(exp, p)).holds(observed)
+
+    async def _with_secrets(self, exp: Expectation, p: PlannedStep) -> Expectation:
+        """``exp`` with the secrets its expected value held resolved again (rule 11 redacted
+        them in the log; compared with the marker, the world would never match)."""
+        if not markers_in(exp.equals):
+            return exp
+        try:
+            got = await resolve_call_args(
+                self.catalog,
+                self.saga,
+                exp.probe,
+                p.step_id,
+                {"equals": exp.equals},
+                vault_for(self),
+            )
+        except ContractError as exc:
+            raise _Stop(
+                StepState.DRIFTED,
+                f"cannot check the world: its expected value holds a "
+                f"secret that could not be resolved ({exc}); not touched",
+            ) from None
+        return dataclasses.replace(exp, equals=got["equals"])
 
     async def _check_drift(self, p: PlannedStep, counter: list[int]) -> None:
         """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes."""
@@ -499,6 +529,7 @@ class _Runner:
                 f"could not check the world before undoing ({stop.detail}); not touched, "
                 f"needs review",
             ) from None
+        exp = await self._with_secrets(exp, p)
         value = exp.extract(observed)
         if not same_value(value, exp.equals):  # rule 4: True is not 1, None is not missing
             shown = "nothing" if value is NOTHING else repr(value)

@@ -474,3 +474,71 @@ async def test_preview_resolves_a_probes_redacted_arguments_as_undo_does() -> No
     assert report.status == "fully_reversed"
     assert holds == {}
     await engine.close()
+
+
+def card_echo_catalog(holds: dict[str, int]) -> amends.Catalog:
+    """The probe echoes the card, and the expectation is the whole probe result."""
+    cat = amends.Catalog()
+
+    def resolver(request: amends.SecretRequest) -> str:
+        return CARD
+
+    @cat.tool("card.status", reversibility="read_only")
+    async def status(call: amends.Call, card: str) -> dict[str, Any]:
+        return {"card": card, "held": holds.get(card)}
+
+    @cat.tool("card.hold", reversibility="reversible", sensitive=["card"], resolve_secret=resolver)
+    async def hold(call: amends.Call, card: str, cents: int) -> None:
+        holds[card] = cents
+        call.inverse("card.release", card=card)
+        call.expect("card.status", {"card": card}, equals={"card": card, "held": cents})
+
+    @cat.tool("card.release", sensitive=["card"], resolve_secret=resolver)
+    async def release(call: amends.Call, card: str) -> None:
+        holds.pop(card)
+
+    return cat
+
+
+async def test_an_expected_value_holding_a_secret_is_compared_with_the_secret_not_its_marker() -> (
+    None
+):
+    """The log keeps the expectation redacted (rule 11); undo and the preview resolve it again,
+    so an untouched world matches (it never could before: drift forever)."""
+    holds: dict[str, int] = {}
+    engine = amends.Engine(card_echo_catalog(holds), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("hold") as saga:
+        await saga.call("card.hold", card=CARD, cents=500)
+    record = await engine.log.get_saga(saga.id)
+    assert record is not None and CARD not in repr(record.steps[0].expectation)
+    preview = await engine.preview(saga.id)
+    assert [p.action for p in preview.steps] == ["revert"]
+    assert not preview.needs_review
+    report = await engine.undo(saga.id)
+    assert report.status == "fully_reversed"
+    assert holds == {}
+    await engine.close()
+
+
+async def test_a_drift_detail_never_shows_a_secret_the_probe_returned() -> None:
+    """The drift detail quotes what the probe found; the card in it is shown as its marker in
+    the report, the stored report, the preview and the log (rule 11)."""
+    holds: dict[str, int] = {}
+    engine = amends.Engine(card_echo_catalog(holds), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("hold") as saga:
+        await saga.call("card.hold", card=CARD, cents=500)
+    holds[CARD] = 700  # the issuer changed the hold since
+    preview = await engine.preview(saga.id)
+    report = await engine.undo(saga.id)
+    s1 = report.step("s1")
+    assert s1.state is StepState.DRIFTED
+    assert s1.detail == (
+        "someone changed it since the agent acted: expected {'card': '[redacted:card]', "
+        "'held': 500}, found {'card': '[redacted:card]', 'held': 700}; left as it is"
+    )
+    stored = await engine.report(saga.id)
+    events = await engine.log.events(saga.id)
+    for text in (report.to_json(), repr(stored), repr(preview.to_dict()), repr(events)):
+        assert CARD not in text
+    assert holds == {CARD: 700}
+    await engine.close()
