@@ -95,6 +95,8 @@ class ToolCallInput:
     """amends' idempotency key of this call (the same for every retry of one compensation)."""
     attempt: int
     precondition: dict[str, Any] | None = None
+    timeout: float | None = None
+    """Seconds the tool itself may take (its own timeout, or what the budget leaves)."""
 
 
 @dataclass
@@ -225,8 +227,8 @@ class ReversalActivities:
         )
         beating = asyncio.create_task(self._beat())
         try:
-            # the workflow bounds the call's time (tool timeout, budget); none here
-            result = await invoke(spec.fn, call, inp.args, None)
+            # the tool's own time, as the local engine bounds it (Temporal's queueing excluded)
+            result = await invoke(spec.fn, call, inp.args, inp.timeout)
         except TransientError as exc:
             raise _app_error(
                 "TransientError", str(exc), tokens=call.tokens, retry_after=exc.retry_after

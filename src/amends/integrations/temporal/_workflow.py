@@ -9,6 +9,7 @@ time. Nothing here touches the world or the log directly (workflow code must be 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -309,7 +310,10 @@ class ReversalWorkflow:
         """The shim every tool of the workflow's catalog points at: one activity per call."""
         assert self.inp is not None and self.meter is not None
         spec = self.specs[call.tool]
-        bound = spec.timeout if spec.timeout is not None else self.meter.remaining_seconds()
+        # the bound the runner puts around this call (its own formula, in workflow time)
+        remaining = self.meter.remaining_seconds()
+        bound = remaining if spec.timeout is None else min(spec.timeout, remaining)
+        deadline = workflow.time() + bound
         inp = ToolCallInput(
             call.tool,
             dict(args),
@@ -319,18 +323,29 @@ class ReversalWorkflow:
             call.idempotency_key,
             call.attempt,
             None if call.precondition is None else call.precondition.to_dict(),
+            timeout=max(bound, 0.001),
+        )
+        handle = workflow.start_activity(
+            "amends.call_tool",
+            inp,
+            result_type=ToolCallResult,
+            # the activity enforces the tool's timeout itself; this one only catches a worker
+            # that stopped heartbeating without dying (a frozen process)
+            start_to_close_timeout=timedelta(seconds=bound + 3 * self.inp.heartbeat_timeout),
+            heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
+            retry_policy=_ONCE,
         )
         try:
-            out = await workflow.execute_activity(
-                "amends.call_tool",
-                inp,
-                result_type=ToolCallResult,
-                # the runner cancels the call at its own bound; this one only catches a worker
-                # that stopped heartbeating without dying (a frozen process)
-                start_to_close_timeout=timedelta(seconds=bound + 3 * self.inp.heartbeat_timeout),
-                heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
-                retry_policy=_ONCE,
-            )
+            try:
+                out = await asyncio.shield(handle)
+            except asyncio.CancelledError:
+                if workflow.time() + 0.001 < deadline:
+                    handle.cancel()  # cancelled for another reason: stop the call too
+                    raise
+                # The runner's timeout for this call fired, but that time included Temporal's
+                # queueing. The tool's timeout counts the tool's own time (as locally), and
+                # the activity enforces it: wait for its verdict (the result, or a timeout).
+                out = await handle
         except ActivityError as exc:
             cause = exc.cause
             if isinstance(cause, ApplicationError):
@@ -363,7 +378,8 @@ class ReversalWorkflow:
             read = await self._read(rev.reversal_id)
             assert read.saga is not None
             saga, compensations, now = saga_from_dict(read.saga), read.compensations, read.now
-        the_plan = plan(saga, catalog)
+        # undo windows (inverse deadlines) judged at workflow time: the same on replay
+        the_plan = plan(saga, catalog, now=workflow.time())
         runner = _Runner_(
             self,
             catalog=catalog,
