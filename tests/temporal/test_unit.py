@@ -13,10 +13,10 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 import amends
+from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import RecordInput, ReversalActivities
 from amends.integrations.temporal._codec import saga_from_dict, to_dict
-from amends.integrations.temporal.cli import register
 from core_world import fresh
 
 

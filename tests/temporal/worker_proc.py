@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from amends.integrations.temporal.cli import register
+from amends.cli.worker import register
 
 parser = argparse.ArgumentParser(prog="amends")
 register(parser.add_subparsers(dest="command"))

@@ -219,3 +219,12 @@ async def test_non_json_inverse_arguments_are_a_contract_error_and_step_is_in_do
             await step
     report = await engine.undo(saga.id)
     assert report.step("s1").state is amends.StepState.IN_DOUBT
+
+
+def test_the_worker_commands_default_task_queue_is_the_temporal_integrations() -> None:
+    """`amends worker` names its default queue without importing temporalio (fast --help); the
+    value must stay the one the Temporal runner starts reversals on."""
+    from amends.cli.worker import DEFAULT_TASK_QUEUE as cli_queue
+    from amends.integrations.temporal import DEFAULT_TASK_QUEUE as runner_queue
+
+    assert cli_queue == runner_queue

@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "amends.cli.serve",  # serve, token
     "amends.cli.ops",  # recover, doctor
     "amends.integrations.mcp.cli",  # mcp serve, mcp audit, sandbox mcp (SDK imported when run)
+    "amends.cli.worker",  # worker (a Temporal worker; temporalio imported when run)
 )
 
 

@@ -1,6 +1,6 @@
 """``amends worker --temporal HOST:PORT --db URL --catalog REF``: a Temporal worker for reversals.
 
-Registered by the main CLI when the ``temporal`` extra is installed. The worker serves the
+Always listed by ``amends --help``; running it needs the ``temporal`` extra. The worker serves the
 reversal workflow and its activities on one task queue until SIGINT or SIGTERM, then drains: the
 tool call it is running finishes (or, after a SIGKILL, moves to another worker).
 """
@@ -20,10 +20,14 @@ from amends.log import open_log
 __all__ = ["register"]
 
 
+DEFAULT_TASK_QUEUE = "amends-reversals"
+"""The task queue a worker serves by default; the same value as
+``amends.integrations.temporal.DEFAULT_TASK_QUEUE`` (kept here so ``amends --help`` does not import
+temporalio; a test holds the two equal)."""
+
+
 def register(sub: Any) -> None:
     """Add the ``worker`` subcommand."""
-    from ._runner import DEFAULT_TASK_QUEUE
-
     p = sub.add_parser(
         "worker",
         help="run a Temporal worker that executes amends reversals (extra: amends[temporal])",
@@ -57,9 +61,8 @@ def register(sub: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from amends.cli._common import load_catalog
-
-    from ._runner import connect, make_worker
+    from ..integrations.temporal._runner import connect, make_worker
+    from ._common import load_catalog
 
     if args.heartbeat <= 0:
         raise ConfigError(f"--heartbeat must be a positive number of seconds, got {args.heartbeat}")

@@ -1,0 +1,157 @@
+"""The house is one-way: no module imports from a layer above it, and no import cycles.
+
+Layers, lowest first (docs/architecture.md draws them). A module may import from its own layer or
+below; ``if TYPE_CHECKING:`` imports are annotations only and are not counted; imports inside
+functions are (they run). Cycles are checked over the whole graph, whatever the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "amends"
+
+# Lowest first. A module's layer is the first prefix that matches its dotted name.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("amends.errors",),
+    ("amends.secrets", "amends.describe"),
+    ("amends.contracts", "amends.budget"),
+    ("amends.calls", "amends.catalog_ref"),
+    ("amends.log", "amends.report"),
+    ("amends.saga", "amends.planner"),
+    ("amends.reversal", "amends.toml_catalog"),
+    ("amends.engine",),
+    ("amends",),  # the package face: re-exports the public API
+    ("amends.sandbox",),
+    ("amends.evals",),
+    ("amends.testing", "amends.server", "amends.integrations"),
+    ("amends.cli",),
+)
+
+
+def layer_of(module: str) -> int:
+    best = (-1, -1)  # (prefix length, layer)
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            matches = module == name or module.startswith(name + ".")
+            if matches and len(name) > best[0]:
+                best = (len(name), i)
+    if best[1] < 0:
+        raise AssertionError(
+            f"module {module} is in no layer; add it to LAYERS here and to docs/architecture.md"
+        )
+    return best[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for sub in node.orelse:
+                yield from _imports(ast.Module(body=[sub], type_ignores=[]))
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _imports(node)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The amends modules ``path`` imports (resolved, relative imports included)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _imports(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "amends")
+            continue
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != "amends":
+            continue
+        for alias in node.names:  # `from . import x` may name a submodule
+            candidate = f"{target}.{alias.name}"
+            sub = SRC.parent / Path(*candidate.split("."))
+            if sub.with_suffix(".py").exists() or (sub / "__init__.py").exists():
+                found.add(candidate)
+            else:
+                found.add(target)
+    found.discard(me)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(SRC.rglob("*.py"))}
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    """An import from a higher layer (e.g. contracts -> engine) fails here, naming both ends."""
+    upward = [
+        f"{src} (layer {layer_of(src)}) imports {dst} (layer {layer_of(dst)})"
+        for src, targets in graph().items()
+        for dst in sorted(targets)
+        if layer_of(dst) > layer_of(src)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    """Modules that import each other in a loop (a -> b -> a) fail here, with the loop."""
+    g = graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(g.get(node, ())):
+            if nxt == node.rpartition(".")[0] or node == nxt.rpartition(".")[0]:
+                continue  # a package and its own __init__ face are one room
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            visit(node)
+    assert cycles == []
+
+
+@pytest.mark.parametrize(
+    ("source", "imported", "upward"),
+    [
+        ("amends.contracts", "amends.engine", True),
+        ("amends.engine", "amends.contracts", False),
+        ("amends.log.sql", "amends.log.base", False),
+        ("amends.reversal", "amends.cli._common", True),
+        ("amends.sandbox.catalog", "amends", False),
+    ],
+)
+def test_the_layer_rule_itself(source: str, imported: str, upward: bool) -> None:
+    """The check above can fail: an import from a higher layer is seen as upward."""
+    assert (layer_of(imported) > layer_of(source)) is upward
