@@ -234,3 +234,22 @@ async def test_private_note_is_reverted_without_drift_check_and_says_why(sw: Wor
     with pytest.raises(amends.PermanentError, match="private"):
         sw.docs.collaborator_edit("doc_1", "x")
     await eng.close()
+
+
+async def test_two_edits_of_one_post_are_undone_newest_first(sw: World) -> None:
+    """chat.edit declares the message as its resource (even when the id is another step's
+    result): the second edit is reverted before the first, so both revert and nothing drifts."""
+    eng = await _engine(sw)
+    async with eng.saga("edits") as saga:
+        post = saga.call("chat.post", step_id="post", channel="#sales", text="v0")
+        saga.call("chat.edit", step_id="e1", message_id=post["id"], text="v1")
+        saga.call("chat.edit", step_id="e2", message_id=post["id"], text="v2")
+    report = await eng.undo(saga.id)
+    assert {s.step_id: s.state.value for s in report.steps} == {
+        "post": "compensated",
+        "e1": "reverted",
+        "e2": "reverted",
+    }
+    undone = [t for t, _, op in tagged(sw) if t.endswith(":compensate")]
+    assert undone == ["e2:compensate", "e1:compensate", "post:compensate"]
+    await eng.close()

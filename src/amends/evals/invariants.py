@@ -46,8 +46,14 @@ _CONFLICTING: dict[tuple[str, str], frozenset[str]] = {
 """(vendor, op) of another actor's change -> the inverse ops that would overwrite or destroy it
 (rule 4): writing the old CRM value back, refunding a disputed charge, deleting a document a
 collaborator has since edited."""
-_RESOURCES = {"crm.update_field", "crm.add_note", "careless.update_field"}
-"""Tools declaring ``resources=crm:<record_id>`` in the sandbox catalog."""
+_RESOURCES = {
+    "crm.update_field": "record_id",
+    "crm.add_note": "record_id",
+    "careless.update_field": "record_id",
+    "chat.edit": "message_id",
+    "docs.share": "doc_id",
+}
+"""Tools declaring ``resources`` in the eval catalog -> the argument naming the resource."""
 _STANDS = {
     StepState.ACKNOWLEDGED,
     StepState.DRIFTED,
@@ -66,8 +72,10 @@ def dependents(sc: Scenario) -> dict[str, set[str]]:
     for s in sc.steps:
         deps = set(s.after)
         deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
-        if s.tool in _RESOURCES:  # resources=crm:<record>
-            res = f"crm:{s.args['record_id']}"
+        if s.tool in _RESOURCES:  # steps sharing a resource are ordered (rule 3)
+            arg = s.args[_RESOURCES[s.tool]]
+            key = arg["$ref"] if isinstance(arg, dict) else arg  # the same result: the same id
+            res = f"{s.tool.split('.')[0].replace('careless', 'crm')}:{key}"
             if res in last:
                 deps.add(last[res])
             last[res] = s.step_id

@@ -365,7 +365,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         return msg
 
-    @tool("chat.edit", reversibility="reversible", timeout=timeout, idempotent=True)
+    @tool(
+        "chat.edit",
+        reversibility="reversible",
+        # rule 3: two edits of one message are undone newest first, like two CRM writes
+        resources=lambda a: [f"chat:{_resource_id(a['message_id'])}"],
+        timeout=timeout,
+        idempotent=True,
+    )
     async def chat_edit(call: Call, message_id: str, text: str) -> dict[str, Any]:
         """Edit a message; its inverse edits the old text back."""
         await world.gate("chat.edit")
@@ -426,7 +433,13 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.no_drift_check(reason="a private note only this saga can see; no one else can edit it")
         return doc
 
-    @tool("docs.share", reversibility="compensable", timeout=timeout, idempotent=True)
+    @tool(
+        "docs.share",
+        reversibility="compensable",
+        resources=lambda a: [f"docs:{_resource_id(a['doc_id'])}"],
+        timeout=timeout,
+        idempotent=True,
+    )
     async def docs_share(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Share a document (each person is notified); compensated by unsharing."""
         await world.gate("docs.share")
@@ -508,6 +521,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         return msg
 
     return catalog
+
+
+def _resource_id(value: Any) -> str:
+    """An id for ``resources``: the id itself, or, for another step's result not known yet
+    (``post["id"]``), that reference's own stable name, so two edits of one post share it."""
+    return value if isinstance(value, str) else repr(value)
 
 
 def _key(call: Call) -> str:

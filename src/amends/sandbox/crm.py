@@ -166,7 +166,10 @@ class Crm:
         if (prior := w.replay("crm", idempotency_key)) is not None:
             return dict(prior)
         rec = self.get(record_id)
-        rec.setdefault("activity", []).append({"text": text, "at": w.iso()})
+        activity = [*rec.get("activity", []), {"text": text, "at": w.iso()}]
+        # kept sorted: entries logged at the same moment by parallel branches read the same
+        # whichever landed first (the effect journal keeps the real order)
+        rec["activity"] = sorted(activity, key=lambda e: (e["at"], e["text"]))
         return dict(
             w.commit(
                 [(_TBL, record_id, rec)],
