@@ -65,6 +65,13 @@ _RETRY = frozenset({StepState.OVER_BUDGET.value, StepState.BLOCKED.value})
 """Recorded states that were never dispatched: a continuation attempts them (rule 6)."""
 
 
+_UNKNOWN_FOLLOW_UP = (
+    "it may have been made before a worker stopped, and its vendor does not honour idempotency "
+    "keys, so it was not sent again; whether it was made is unknown"
+)
+"""Why a follow-up in flight at a crash is not re-sent (rule 5) and is reported unknown."""
+
+
 class _Stop(Exception):
     """The call could not be completed; carries the step state and a plain-language detail."""
 
@@ -391,6 +398,8 @@ class _Runner:
         counter = [0]
         key = idempotency_key(self.saga.saga_id, p.step_id, "undo")
         in_flight = prior is not None and prior.state == "dispatched"
+        if prior is not None and in_flight and prior.data.get("returned"):
+            return await self._after_return(p, prior, key)
         resent = False
         try:
             if in_flight:
@@ -429,8 +438,38 @@ class _Runner:
             return await self._stopped(p, stop, counter, in_flight=in_flight)
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or list(p.expected_residue)
-        more, missing = await self._follow_ups(p, call, key)
+        if call.recorded_follow_ups:
+            # rule 5: the inverse has acted; log that (and what it asked for) before the
+            # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
+            # follow-up twice, and none is forgotten.
+            await self._record(
+                p,
+                "dispatched",
+                attempts=counter[0],
+                detail=f"{p.inverse.tool} returned; making its follow-up(s)",
+                data={
+                    "key": key,
+                    "returned": True,
+                    "residue": [r.to_dict() for r in residue],
+                    "follow_ups": [fu.to_dict() for fu in call.recorded_follow_ups],
+                },
+                event="compensation.dispatched",
+            )
+        more, missing = await self._follow_ups(p, call.recorded_follow_ups, key)
         return await self._succeeded(p, counter, residue + more, missing, False)
+
+    async def _after_return(
+        self, p: PlannedStep, prior: CompensationRecord, key: str
+    ) -> StepOutcome:
+        """Rule 5: a worker stopped after the inverse returned, while its follow-ups ran. The
+        inverse is not sent again; each follow-up is re-sent only to a vendor honouring
+        idempotency keys, the others are reported unknown (residue and a manual action)."""
+        assert p.inverse is not None
+        residue = [Residue.from_dict(r) for r in prior.data.get("residue", ())]
+        follow = [FollowUp(f["tool"], dict(f["args"])) for f in prior.data.get("follow_ups", ())]
+        more, missing = await self._follow_ups(p, follow, key, recovering=True)
+        counter = [prior.attempts]
+        return await self._succeeded(p, counter, residue + more, missing, False, returned=True)
 
     def _idempotent(self, tool: str) -> bool:
         return tool in self.catalog and self.catalog.get(tool).idempotent
@@ -546,15 +585,21 @@ class _Runner:
         )
 
     async def _follow_ups(
-        self, p: PlannedStep, call: Call, key: str
+        self, p: PlannedStep, follow_ups: list[FollowUp], key: str, *, recovering: bool = False
     ) -> tuple[list[Residue], list[tuple[FollowUp, str]]]:
         """Rule 7: follow-ups (and theirs, breadth first) each spend budget. One that fails or is
-        cut off is returned as missing; it never changes what the inverse achieved."""
+        cut off is returned as missing; it never changes what the inverse achieved.
+
+        ``recovering``: a worker stopped while these ran, so any of them may have been made
+        already; only those whose vendor honours idempotency keys are sent again (rule 5)."""
         residue: list[Residue] = []
         missing: list[tuple[FollowUp, str]] = []
-        queue = deque((fu, f"{key}:follow_up:{i}") for i, fu in enumerate(call.recorded_follow_ups))
+        queue = deque((fu, f"{key}:follow_up:{i}") for i, fu in enumerate(follow_ups))
         while queue:
             fu, fkey = queue.popleft()
+            if recovering and not self._idempotent(fu.tool):
+                missing.append((fu, _UNKNOWN_FOLLOW_UP))
+                continue
             try:
                 _, fcall = await self._call(
                     fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1]
@@ -575,12 +620,16 @@ class _Runner:
         residue: list[Residue],
         missing: list[tuple[FollowUp, str]],
         landed: bool,
+        *,
+        returned: bool = False,
     ) -> StepOutcome:
         assert p.inverse is not None
         state = StepState.REVERTED if p.action == "revert" else StepState.COMPENSATED
         detail = f"{'reverted' if p.action == 'revert' else 'compensated'} with {p.inverse.tool}"
         if counter[0] > 1:
             detail += f" after {counter[0]} attempts"
+        if returned:
+            detail += " (it had returned before a worker stopped; not sent again)"
         if landed:
             detail += (
                 " (the attempt in flight when a worker stopped had landed, as "
@@ -592,7 +641,9 @@ class _Runner:
         if missing:  # rule 7: the missing follow-up is residue and a manual action
             residue += [
                 Residue(
-                    f"follow-up {_did(fu.tool, fu.args)} was not made ({why})",
+                    f"follow-up {_did(fu.tool, fu.args)} "
+                    f"{'may not have been made' if why == _UNKNOWN_FOLLOW_UP else 'was not made'}"
+                    f" ({why})",
                     self._parties(p),
                 )
                 for fu, why in missing
@@ -727,7 +778,10 @@ class _Runner:
         return ManualAction(
             p.step_id,
             f"The undo of {p.step.tool} succeeded, but follow-up(s) it asked for were not made: "
-            f"{calls}. Make them by hand.",
+            f"{calls}. Make them by hand."
+            if all(why != _UNKNOWN_FOLLOW_UP for _, why in missing)
+            else f"The undo of {p.step.tool} succeeded, but follow-up(s) it asked for may not "
+            f"have been made: {calls}. Check each one and make it by hand if it is missing.",
             self._asker(),
             parties,
             f"Hello {to}: we undid {_did(p.step.tool, p.step.args)}, but could not complete "

@@ -542,3 +542,118 @@ async def test_a_drift_detail_never_shows_a_secret_the_probe_returned() -> None:
         assert CARD not in text
     assert holds == {CARD: 700}
     await engine.close()
+
+
+# --- rule 5 and rule 7: a crash among follow-ups neither repeats nor forgets one ------------
+
+
+class Crash(BaseException):
+    """The worker dies here (not an Exception: nothing in the engine may catch it)."""
+
+
+class Orders:
+    """An order desk whose cancel asks for two follow-ups: a customer email and a CRM note.
+
+    ``order.cancel`` honours idempotency keys; ``mail.notify`` does not (every call sends);
+    ``crm.note`` honours them when ``note_idempotent``."""
+
+    def __init__(self, *, note_idempotent: bool) -> None:
+        self.orders: dict[str, str] = {}
+        self.cancels: list[str] = []
+        self.mails: list[str] = []
+        self.notes: dict[str, str] = {}
+        self.crash_in_note = True
+        self.note_idempotent = note_idempotent
+
+    def catalog(self) -> amends.Catalog:
+        cat = amends.Catalog()
+
+        @cat.tool("order.status", reversibility="read_only")
+        async def status(call: amends.Call, order: str) -> str | None:
+            return self.orders.get(order)
+
+        @cat.tool("order.place", reversibility="compensable")
+        async def place(call: amends.Call, order: str) -> None:
+            self.orders[order] = "placed"
+            call.inverse("order.cancel", order=order)
+            call.expect("order.status", {"order": order}, equals="placed")
+
+        @cat.tool("order.cancel", idempotent=True)
+        async def cancel(call: amends.Call, order: str) -> None:
+            self.cancels.append(call.idempotency_key)
+            self.orders[order] = "cancelled"
+            call.follow_up("mail.notify", to="bob@acme.test", order=order)
+            call.follow_up("crm.note", order=order)
+
+        @cat.tool("mail.notify")
+        async def notify(call: amends.Call, to: str, order: str) -> None:
+            self.mails.append(to)
+
+        @cat.tool("crm.note", idempotent=self.note_idempotent)
+        async def note(call: amends.Call, order: str) -> None:
+            if self.crash_in_note:
+                self.crash_in_note = False
+                raise Crash()  # the worker dies after the email went out
+            self.notes[call.idempotency_key] = order
+
+        return cat
+
+
+async def crash_among_follow_ups_then_recover(orders: Orders, db: str) -> amends.UndoReport:
+    cat = orders.catalog()
+    first = amends.Engine(cat, log=db, lease_seconds=0.2)
+    async with first.saga("place an order") as saga:
+        await saga.call("order.place", order="o1")
+    with pytest.raises(Crash):
+        await first.undo(saga.id)
+    await first.close()
+    await asyncio.sleep(0.25)  # the dead worker's lease expires
+    second = amends.Engine(cat, log=db, lease_seconds=0.2)
+    (report,) = (await second.recover()).resumed
+    await second.close()
+    return report
+
+
+async def test_a_crash_among_follow_ups_never_sends_one_twice_nor_reports_it_made(
+    tmp_path: Any,
+) -> None:
+    """The email was sent before the worker died; the vendor ignores keys, so the take-over
+    sends neither the inverse nor the email again, and says the email and the note may be
+    missing (before: a second email, and 'fully_reversed' with no word of them)."""
+    orders = Orders(note_idempotent=False)
+    report = await crash_among_follow_ups_then_recover(orders, str(tmp_path / "l.db"))
+    assert len(orders.cancels) == 1
+    assert orders.mails == ["bob@acme.test"]  # exactly one email
+    assert orders.notes == {}
+    s1 = report.step("s1")
+    assert s1.state is StepState.COMPENSATED
+    assert s1.detail == (
+        "compensated with order.cancel (it had returned before a worker stopped; not sent "
+        "again); 2 follow-up(s) missing"
+    )
+    assert report.status == "partially_reversed"
+    assert [r.what.split(" (")[0] for r in report.residue] == [
+        "follow-up mail.notify(order='o1', to='bob@acme.test') may not have been made",
+        "follow-up crm.note(order='o1') may not have been made",
+    ]
+    (manual,) = report.manual_actions
+    assert manual.what.startswith(
+        "The undo of order.place succeeded, but follow-up(s) it asked for may not have been made: "
+    )
+    assert manual.what.endswith("Check each one and make it by hand if it is missing.")
+
+
+async def test_a_follow_up_in_flight_at_a_crash_is_re_sent_with_its_key_when_its_vendor_dedups(
+    tmp_path: Any,
+) -> None:
+    """The CRM honours keys: the note is re-sent under the same key and made once; only the
+    email (whose vendor ignores keys) is reported as possibly missing."""
+    orders = Orders(note_idempotent=True)
+    report = await crash_among_follow_ups_then_recover(orders, str(tmp_path / "l.db"))
+    assert len(orders.cancels) == 1
+    assert orders.mails == ["bob@acme.test"]
+    assert list(orders.notes.values()) == ["o1"]
+    assert next(iter(orders.notes)).endswith(":s1:undo:follow_up:1")
+    assert [r.what.split(" (")[0] for r in report.residue] == [
+        "follow-up mail.notify(order='o1', to='bob@acme.test') may not have been made",
+    ]
