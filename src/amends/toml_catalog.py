@@ -98,7 +98,14 @@ from .errors import (
     TransientError,
 )
 
-__all__ = ["MAX_TIMEOUT", "METHODS", "OutcomeUnknownError", "fill", "load_toml_catalog"]
+__all__ = [
+    "MAX_TIMEOUT",
+    "METHODS",
+    "OutcomeUnknownError",
+    "fill",
+    "load_toml_catalog",
+    "secret_contract",
+]
 
 MAX_TIMEOUT = 600.0
 """Largest ``timeout`` a TOML tool may declare, in seconds."""
@@ -645,7 +652,7 @@ def _register(
         ) -> list[str]:
             return [str(fill(t, {"args": args}, _w)) for t in _t]
 
-    sensitive, resolver = _secrets(entry, where)
+    sensitive, resolver = secret_contract(entry, where)
     idempotent = entry.get("idempotent", False)
     if not isinstance(idempotent, bool):
         raise ConfigError(
@@ -669,9 +676,19 @@ def _register(
         raise ConfigError(f"{where}: {exc}", tool=entry["name"]) from exc
 
 
-def _secrets(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Any]:
+def secret_contract(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Any]:
     """``sensitive = ["api_key"]`` (rule 11: redacted everywhere) and, for an inverse that needs
-    the value again, ``secret_env = { api_key = "CRM_API_KEY" }`` (default ``$API_KEY``)."""
+    the value again, ``secret_env = { api_key = "CRM_API_KEY" }`` (default ``$API_KEY``).
+
+    Shared with the MCP gateway's contract files, so both read the same keys alike.
+
+    Returns:
+        The sensitive argument names and their resolver (``None`` when there are none).
+
+    Raises:
+        ConfigError: Either key is malformed, or ``secret_env`` names an argument that
+            ``sensitive`` does not list (``where`` names the file and tool).
+    """
     sensitive = entry.get("sensitive", [])
     if not isinstance(sensitive, list) or not all(isinstance(n, str) for n in sensitive):
         raise ConfigError(

@@ -76,6 +76,20 @@ def test_render_names_a_missing_value() -> None:
             "capture 'old' is not declared",
         ),
         ("tool = [", "is not valid TOML"),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "irreversible"\nsensitive = "api_key"\n',
+            "sensitive must be a list of argument names",
+        ),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "irreversible"\nsensitive = ["api_key"]\n'
+            'secret_env = { token = "TOKEN" }\n',
+            "secret_env names token, which sensitive does not list",
+        ),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "irreversible"\nsensitive = ["api_key"]\n'
+            'secret_env = { api_key = "not a variable" }\n',
+            "secret_env must map argument names to variable names",
+        ),
     ],
 )
 def test_contract_mistakes_are_clear_errors(tmp_path: Path, toml: str, message: str) -> None:
@@ -178,3 +192,30 @@ def test_builtin_sandbox_sentences_agree_with_the_python_sandbox_catalog() -> No
     assert all(isinstance(toml[n].describe, str) for n in python)
     if any(v is not None for v in python.values()):  # this amends renders sentences
         assert {n: toml[n].describe for n in python} == python
+
+
+def test_secret_env_gives_the_contract_a_resolver_reading_that_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rule 11: secret_env names the variable an inverse's sensitive argument is read from at
+    undo time; without it the default is $API_KEY; with no sensitive argument, no resolver."""
+    from amends.secrets import SecretRequest
+
+    path = write(
+        tmp_path,
+        '[[tool]]\nname = "a"\nreversibility = "irreversible"\nsensitive = ["api_key"]\n'
+        'secret_env = { api_key = "KV_TEST_KEY" }\n'
+        '[[tool]]\nname = "b"\nreversibility = "irreversible"\nsensitive = ["api_key"]\n'
+        '[[tool]]\nname = "c"\nreversibility = "irreversible"\n',
+    )
+    tools = load_contracts(path).tools
+    monkeypatch.setenv("KV_TEST_KEY", "from-kv")
+    monkeypatch.setenv("API_KEY", "from-default")
+    req = SecretRequest("api_key", "a", "a", "s1", "st1", None, {})
+    resolve_a, resolve_b = tools["a"].resolve_secret, tools["b"].resolve_secret
+    assert resolve_a is not None and resolve_b is not None
+    assert (resolve_a(req), resolve_b(req)) == ("from-kv", "from-default")
+    assert tools["a"].sensitive == ("api_key",) and tools["c"].resolve_secret is None
+    monkeypatch.delenv("KV_TEST_KEY")
+    with pytest.raises(ConfigError, match=r"\$KV_TEST_KEY, which is not set"):
+        resolve_a(req)

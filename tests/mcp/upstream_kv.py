@@ -109,6 +109,40 @@ def send_email(to: str, subject: str) -> dict[str, Any]:
 
 
 @app.tool()
+def subscribe(account: str, api_key: str) -> dict[str, Any]:
+    """Start a paid subscription; only the same API key can end it."""
+    data = _load()
+    data.setdefault("subscriptions", {})[account] = {"active": True, "api_key": api_key}
+    data["journal"].append(["subscribe", account])
+    _save(data)
+    return {"account": account, "active": True}
+
+
+@app.tool()
+def unsubscribe(account: str, api_key: str) -> dict[str, Any]:
+    """End a subscription; refused unless ``api_key`` is the one it was started with."""
+    data = _load()
+    sub = data.get("subscriptions", {}).get(account)
+    if sub is None or sub["api_key"] != api_key:
+        data["journal"].append(["unsubscribe refused", account, api_key])
+        _save(data)
+        raise ToolError(f"Refused: wrong api key for {account}")
+    sub["active"] = False
+    data["journal"].append(["unsubscribe", account])
+    _save(data)
+    return {"account": account, "active": False}
+
+
+@app.tool()
+def get_subscription(account: str) -> dict[str, Any]:
+    """Read a subscription (never its key)."""
+    sub = _load().get("subscriptions", {}).get(account)
+    if sub is None:
+        raise ToolError(f"not found: {account}")
+    return {"account": account, "active": sub["active"]}
+
+
+@app.tool()
 def refuse_write(key: str) -> dict[str, Any]:
     """Always refused by the server, before doing anything."""
     raise ToolError(f"Refused: {key} is locked")

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from amends import ConfigError
-from amends.toml_catalog import fill
+from amends.secrets import SecretResolver
+from amends.toml_catalog import fill, secret_contract
 
 __all__ = [
     "BUILTIN_CONTRACTS",
@@ -82,6 +83,7 @@ _TOOL_KEYS = {
     "resources",
     "idempotent",
     "sensitive",
+    "secret_env",
     "timeout",
     "capture",
     "inverse",
@@ -271,6 +273,10 @@ class ToolContract:
     """Whether the upstream honours the idempotency key sent in ``_meta`` (rule 5)."""
     sensitive: tuple[str, ...] = ()
     """Arguments redacted everywhere amends shows or stores them (rule 11)."""
+    resolve_secret: SecretResolver | None = None
+    """Where an inverse or probe gets a sensitive argument back at undo time (rule 11): from
+    ``secret_env = { api_key = "KV_API_KEY" }``, else ``$API_KEY``; read in the process that
+    runs undo (the gateway, ``amends undo``, ``amends serve``)."""
     timeout: float | None = None
     captures: tuple[Capture, ...] = ()
     observes: tuple[Capture, ...] = ()
@@ -443,9 +449,8 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise ConfigError(f"{where}: resources must be a list of template strings")
     _check_template(resources, {"args"}, f"{where} resources")
-    sensitive = entry.get("sensitive", [])
-    if not isinstance(sensitive, list) or not all(isinstance(s, str) for s in sensitive):
-        raise ConfigError(f"{where}: sensitive must be a list of argument names")
+    # rule 11: the same keys, checks and resolver as the TOML HTTP catalog (toml_catalog)
+    sensitive, resolve_secret = secret_contract(entry, where)
     undo_after = entry.get("undo_after", [])
     if not isinstance(undo_after, list) or not all(isinstance(s, str) for s in undo_after):
         raise ConfigError(f"{where}: undo_after must be a list of tool names")
@@ -491,7 +496,8 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules) -> ToolContract:
         describe=_describe(entry.get("describe"), where),
         resources=tuple(resources),
         idempotent=idem,
-        sensitive=tuple(sensitive),
+        sensitive=sensitive,
+        resolve_secret=resolve_secret,
         timeout=float(timeout) if timeout is not None else None,
         captures=captures,
         observes=observes,

@@ -257,6 +257,8 @@ class Gateway:
             if contract is not None and contract.sensitive:
                 if _supports(self.catalog.register, "sensitive"):
                     kwargs["sensitive"] = list(contract.sensitive)
+                    # rule 11: an inverse needing the secret back asks this resolver at undo time
+                    kwargs["resolve_secret"] = contract.resolve_secret
                 else:
                     raise ConfigError(
                         f"the contract of {catalog_name!r} declares sensitive arguments, but "
