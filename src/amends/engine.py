@@ -123,6 +123,8 @@ class Engine:
         self.live_sagas: dict[str, Saga] = {}
         """Sagas this engine is running forward now (undo waits for their steps to settle)."""
         self._reversals: dict[str, concurrent.futures.Future[UndoReport]] = {}
+        self._claiming: dict[str, concurrent.futures.Future[None]] = {}
+        """Sagas whose reversal a request of this engine is claiming or running (rule 6)."""
         self._lock = threading.Lock()
         self.progress_hooks: list[Callable[[str, StepOutcome], None]] = []
         """Called with (reversal_id, outcome) as each step of a reversal settles (for SSE)."""
@@ -452,7 +454,32 @@ class Engine:
             )
 
     async def _claimed(self, saga_id: str, claim: Callable[[], Awaitable[Claim]]) -> UndoReport:
-        """Rule 6: run the claimed reversal, or join the one running or finished elsewhere."""
+        """Rule 6: run the claimed reversal, or join the one running or finished elsewhere.
+
+        One request of this engine at a time claims a saga's reversal: the log lets an owner
+        take over its own running reversal (it restarted), so an undo and a resume of the same
+        engine racing would otherwise fence each other mid-run, and the fenced run's inverse
+        would land while the report said ``over_budget``. A later request waits for the one
+        running here, then claims (an undo then gets its report; a resume continues it)."""
+        while True:
+            with self._lock:
+                running = self._claiming.get(saga_id)
+                if running is None:
+                    slot: concurrent.futures.Future[None] = concurrent.futures.Future()
+                    self._claiming[saga_id] = slot
+            if running is not None:
+                await asyncio.wrap_future(running)
+                continue
+            try:
+                return await self._claimed_once(saga_id, claim)
+            finally:
+                with self._lock:
+                    self._claiming.pop(saga_id, None)
+                slot.set_result(None)
+
+    async def _claimed_once(
+        self, saga_id: str, claim: Callable[[], Awaitable[Claim]]
+    ) -> UndoReport:
         while True:
             got = await claim()
             if got.outcome == "done":

@@ -657,3 +657,48 @@ async def test_a_follow_up_in_flight_at_a_crash_is_re_sent_with_its_key_when_its
     assert [r.what.split(" (")[0] for r in report.residue] == [
         "follow-up mail.notify(order='o1', to='bob@acme.test') may not have been made",
     ]
+
+
+# --- rule 6: a resume racing an undo of the same engine joins it, never fences it -----------
+
+
+async def test_a_resume_racing_an_undo_in_the_same_engine_waits_for_it_then_continues(
+    kv: Kv,
+) -> None:
+    """The log lets an owner take over its own running reversal; a resume asked while this
+    engine's undo was running took it over, the undo's inverse still landed, and both reports
+    said 'over_budget' for the reverted step. Now the resume waits, then continues."""
+    cat = kv.catalog()
+    undone: list[str] = []
+
+    @cat.tool("kv.slow_set", reversibility="reversible")
+    async def slow_set(call: amends.Call, key: str, value: Any) -> None:
+        if call.phase == "compensate":
+            undone.append(key)
+            await asyncio.sleep(0.2)
+        before = kv.data.get(key)
+        kv.data[key] = value
+        call.inverse("kv.slow_set", key=key, value=before)
+        call.expect("kv.read", {"key": key}, equals=value, path="value")
+
+    engine = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    kv.data.update(a=0, b=0)
+    async with engine.saga("two slow writes") as saga:
+        await saga.call("kv.slow_set", key="a", value=1)
+        await saga.call("kv.slow_set", key="b", value=2)
+    # two probes and one inverse: one step is reverted, the other is over budget
+    undo = asyncio.create_task(engine.undo(saga.id, budget=amends.Budget(tool_calls=3)))
+    await asyncio.sleep(0.05)
+    resumed = await engine.resume(saga.id, budget=amends.Budget())
+    first = await undo
+    assert sorted(s.state.value for s in first.steps) == ["over_budget", "reverted"]
+    (done,) = [s.step_id for s in first.steps if s.state is StepState.REVERTED]
+    assert undone[0] == {"s1": "a", "s2": "b"}[done]
+    assert [s.state for s in resumed.steps] == [StepState.REVERTED, StepState.REVERTED]
+    assert resumed.reversal_id == first.reversal_id
+    assert sorted(undone) == ["a", "b"]  # each inverse sent once
+    assert kv.data == {"a": 0, "b": 0}
+    kinds = [e.kind for e in await engine.log.events(saga.id)]
+    assert "reversal.taken_over" not in kinds
+    assert kinds.count("reversal.continued") == 1
+    await engine.close()
