@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcp.types import ToolAnnotations
+
 try:  # mcp 2.x
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -140,6 +142,12 @@ def get_subscription(account: str) -> dict[str, Any]:
     if sub is None:
         raise ToolError(f"not found: {account}")
     return {"account": account, "active": sub["active"]}
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+def peek(key: str) -> dict[str, Any]:
+    """Read one key (the server hints read-only; no contract says so)."""
+    return {"key": key, "value": _load()["kv"].get(key)}
 
 
 @app.tool()

@@ -120,7 +120,21 @@ def register(sub: Any) -> None:
     audit.add_argument("--catalog", help="MODULE:ATTR or .toml file of the catalog")
     add_db_argument(audit)
     audit.add_argument(
-        "--strict", action="store_true", help="exit 1 if any tool has no explicit reversibility"
+        "--strict",
+        action="store_true",
+        help="exit 1 if any tool has no explicit reversibility (with --mcp-config: no contract)",
+    )
+    audit.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="audit the upstream tools of an MCP gateway config instead: each tool's contract "
+        "class, the server's annotations shown as hints only (needs amends[mcp])",
+    )
+    audit.add_argument(
+        "--suggest",
+        metavar="FILE",
+        help="with --mcp-config: write a draft contract file for the tools without a contract "
+        "(not used until a person reviews it)",
     )
     audit.add_argument("--json", action="store_true", help="print JSON")
     audit.set_defaults(handler=_audit)
@@ -440,6 +454,8 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    if args.mcp_config is not None or args.suggest is not None:
+        return _audit_mcp(args)
     catalog = load_catalog(args.catalog, args.db)
     implicit = [t.name for t in catalog if not t.explicit]
     if args.json:
@@ -471,3 +487,24 @@ def _audit(args: argparse.Namespace) -> int:
                 f"reversibility=... on each."
             )
     return 1 if args.strict and implicit else 0
+
+
+def _audit_mcp(args: argparse.Namespace) -> int:
+    """``amends audit --mcp-config FILE [--suggest DRAFT]``: the gateway's own audit (issue 14),
+    imported only here so the core CLI never needs the MCP SDK."""
+    if args.mcp_config is None:
+        raise ConfigError(
+            f"--suggest {args.suggest!r} writes draft contracts for an MCP gateway's upstream "
+            f"tools; name the gateway config too: amends audit --mcp-config gateway.toml "
+            f"--suggest {args.suggest}"
+        )
+    if args.catalog is not None:
+        raise ConfigError(
+            f"give either --catalog {args.catalog!r} or --mcp-config {args.mcp_config!r}, not "
+            f"both; the gateway config names its own contracts"
+        )
+    from ..integrations.mcp.cli import run_audit
+
+    return run_audit(
+        args.mcp_config, suggest_path=args.suggest, as_json=args.json, strict=args.strict
+    )

@@ -1,6 +1,7 @@
-"""``amends mcp audit``: each upstream tool, its contract class, and the server's annotations
-shown as hints only. A hint never upgrades a tool above irreversible (issue 14): a server that
-says ``readOnlyHint`` is still irreversible until a person writes a contract.
+"""``amends audit --mcp-config`` (and ``amends mcp audit``): each upstream tool, its contract
+class, and the server's annotations shown as hints only. A hint never upgrades a tool above
+irreversible (issue 14): a server that says ``readOnlyHint`` is still irreversible until a
+person writes a contract.
 
 ``--suggest`` writes a draft contract file for the tools without a contract. The draft starts
 with ``reviewed = false``, which :func:`~.contracts.load_contracts` refuses, so nothing in it is
@@ -66,7 +67,7 @@ def suggest(rows: list[dict[str, Any]]) -> str:
     """A draft contract file for the rows without a contract (see the module docstring)."""
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
-        f"# Draft contracts written by `amends mcp audit --suggest` on {now}.",
+        f"# Draft contracts written by `amends audit --suggest` on {now}.",
         "# NOT USED until a person has reviewed every entry and deleted `reviewed = false`.",
         "# Every tool starts irreversible, the safe default: raise a class only with an inverse",
         "# and an expectation you have checked (see docs/mcp.md). Server hints are shown as",

@@ -13,7 +13,7 @@ from typing import Any
 
 from amends import AmendsError, ConfigError
 
-__all__ = ["parse_address", "register", "serve"]
+__all__ = ["parse_address", "register", "run_audit", "serve"]
 
 
 def register(sub: Any) -> None:
@@ -156,20 +156,59 @@ def register_audit(msub: Any) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    import json
-    import sys
+    return run_audit(args.config, suggest_path=args.suggest, as_json=args.json)
 
+
+def run_audit(
+    config_path: str,
+    *,
+    suggest_path: str | None = None,
+    as_json: bool = False,
+    strict: bool = False,
+) -> int:
+    """Print each upstream tool of a gateway config with its contract class and the server's
+    ``ToolAnnotations`` as hints only; with ``suggest_path``, write a draft contract file.
+
+    Shared by ``amends mcp audit`` and ``amends audit --mcp-config``. A hint never upgrades a
+    tool above irreversible; the draft starts ``reviewed = false`` and is refused by the gateway
+    until a person has reviewed it (issue 14).
+
+    Returns:
+        The exit status: 1 when ``strict`` and a tool has no contract, else 0.
+
+    Raises:
+        ConfigError: The config is invalid, an upstream cannot be started, the SDK is missing,
+            or ``suggest_path`` exists (a reviewed file is never overwritten) or cannot be
+            written.
+    """
+    import json
+    from pathlib import Path
+
+    if suggest_path is not None and Path(suggest_path).exists():
+        # checked before starting any upstream: never overwrite a file a person may have reviewed
+        raise ConfigError(
+            f"--suggest {suggest_path!r} already exists and may hold reviewed contracts; "
+            f"choose a new file name, or move the old one away first"
+        )
     _need_sdk()
     from .audit import audit_rows, suggest
 
-    rows = asyncio.run(audit_rows(args.config))
-    if args.suggest:
+    rows = asyncio.run(audit_rows(config_path))
+    if suggest_path is not None:
         text = suggest(rows)
-        with open(args.suggest, "x", encoding="utf-8") as f:  # never overwrite a reviewed file
-            f.write(text)
-    if args.json:
+        try:
+            with open(suggest_path, "x", encoding="utf-8") as f:  # never overwrite (see above)
+                f.write(text)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write the draft contracts to {suggest_path!r}: {exc.strerror or exc}; "
+                f"choose a writable path that does not exist yet"
+            ) from exc
+    missing = sum(1 for r in rows if not r["contract"])
+    status = 1 if strict and missing else 0
+    if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
+        return status
     for r in rows:
         hint = ", ".join(f"{k}={v}" for k, v in r["hints"].items() if v is not None)
         sys.stdout.write(
@@ -177,7 +216,9 @@ def _audit(args: argparse.Namespace) -> int:
         )
         if r["note"]:
             sys.stdout.write(f"{'':32} {r['note']}\n")
-    missing = sum(1 for r in rows if not r["contract"])
-    if args.suggest:
-        sys.stdout.write(f"draft contracts for {missing} tool(s) written to {args.suggest}\n")
-    return 0
+    if suggest_path is not None:
+        sys.stdout.write(
+            f"draft contracts for {missing} tool(s) written to {suggest_path}: review every "
+            f"entry, then delete the line 'reviewed = false' before the gateway will read it\n"
+        )
+    return status

@@ -533,7 +533,7 @@ def load_contracts(source: str | Path) -> ContractFile:
         ) from exc
     if data.get("reviewed") is False:
         raise ConfigError(
-            f"contract file {str(path)!r} is a draft written by `amends mcp audit --suggest` and "
+            f"contract file {str(path)!r} is a draft written by `amends audit --suggest` and "
             f"is not used until reviewed: check every entry, then delete the line "
             f"'reviewed = false'"
         )
