@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
+
+from ..errors import ConfigError
 
 __all__ = [
     "ChainProblem",
@@ -39,31 +41,126 @@ def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+# --- records as JSON (issue 9.7) ----------------------------------------------------------------
+# One place says how a record looks as JSON: every field under its own name, tuples as lists,
+# nested records by their own to_dict. The CLI, the server and the Temporal payloads build on it.
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data (a copy): records by ``to_dict``, tuples as lists."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if callable(to_dict) else value
+
+
+def _record_dict(record: Any) -> dict[str, Any]:
+    return {f.name: _plain(getattr(record, f.name)) for f in fields(record)}
+
+
+def _record_kwargs(
+    cls: type[Any], data: Any, convert: Mapping[str, Callable[[Any], Any]]
+) -> dict[str, Any]:
+    """Constructor arguments for ``cls`` from ``data`` (what ``cls.to_dict`` returned).
+
+    Keys that are no field of ``cls`` (a view's extras, a newer writer's field) are ignored; a
+    missing field with a default takes it; ``convert`` turns JSON lists back into tuples and
+    nested dicts back into records (``None`` stays ``None``).
+    """
+    name = cls.__name__
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{name}.from_dict needs a mapping, got {type(data).__name__} {data!r:.80}; "
+            f"pass what {name}.to_dict() returned"
+        )
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            conv = convert.get(f.name)
+            out[f.name] = conv(value) if conv is not None and value is not None else value
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(
+                f"{name}.from_dict: {dict(data)!r:.120} has no {f.name!r}; "
+                f"pass what {name}.to_dict() returned"
+            )
+    return out
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _dicts(value: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(v) for v in value)
+
+
 @dataclass(frozen=True)
 class StepRecord:
-    """One forward step as the log holds it."""
+    """One forward step as the log holds it (secrets already redacted, rule 11)."""
 
     saga_id: str
+    """The saga this step belongs to."""
     step_id: str
+    """The step's id, unique within its saga (``step_id=`` when given, else generated)."""
     seq: int
+    """Order of the call within the saga: 1 for the agent's first call, then 2, 3, ..."""
     tool: str
+    """Catalog name of the tool that was called, e.g. ``"crm.create_note"``."""
     args: dict[str, Any]
+    """Arguments the tool was called with; a sensitive one shows as ``"[redacted:<name>]"``."""
     deps: tuple[str, ...]
+    """Ids of the steps this one waited for (``after=``); undo reverses this one before them."""
     resources: tuple[str, ...]
+    """What the step touches (the tool's ``resources=``); steps sharing one are undone newest
+    first."""
     declared: str
     """Reversibility the catalog declared when the step ran."""
     effective: str | None
-    """Reversibility the engine will act on (irreversible after a contract violation)."""
+    """Reversibility the engine will act on (irreversible after a contract violation); ``None``
+    until the step finishes."""
     state: str
+    """Forward state: ``intent`` (the tool may be running, or its process died), ``done``,
+    ``failed``, ``in_doubt`` (nobody knows whether it took effect), ``cancelled`` (never ran:
+    undo had begun) or ``skipped`` (never ran: a step it waits for failed)."""
     result: Any = None
+    """What the tool returned, as JSON with secrets scrubbed; ``None`` when it returned nothing."""
     inverse: dict[str, Any] | None = None
+    """The inverse the tool recorded (the call undo will send), or ``None`` when it recorded
+    none."""
     expectation: dict[str, Any] | None = None
+    """What undo must still observe before it reverses the step (the drift check), or
+    ``None``."""
     residue: tuple[dict[str, Any], ...] = ()
+    """Effects the tool said no inverse can take back (an email read, a fee charged)."""
     acknowledgement: dict[str, Any] | None = None
+    """For an irreversible step: who must follow up and what to tell them (``call.acknowledge``);
+    ``None`` otherwise."""
     violation: str | None = None
+    """How the tool broke its contract (e.g. declared reversible but recorded no inverse), or
+    ``None``."""
     error: str | None = None
+    """Why the step failed, is in doubt or never ran, or ``None``."""
     started_at: float = 0.0
+    """When the step's intent was logged (epoch seconds)."""
     finished_at: float | None = None
+    """When the step's outcome was logged (epoch seconds); ``None`` while the tool may run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This step as JSON-ready data: every field by name, tuples as lists."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepRecord:
+        """The step :meth:`to_dict` describes (other keys are ignored).
+
+        Raises:
+            ConfigError: ``data`` is no mapping or lacks a field without a default.
+        """
+        conv = {"deps": _strs, "resources": _strs, "residue": _dicts}
+        return cls(**_record_kwargs(cls, data, conv))
 
 
 @dataclass(frozen=True)
@@ -89,55 +186,139 @@ class Resolution:
 
 @dataclass(frozen=True)
 class SagaRecord:
+    """One saga as the log holds it: its steps, its one reversal and the people's resolutions."""
+
     saga_id: str
+    """The saga's id (``saga.id``), the handle for ``amends show`` and ``engine.undo``."""
     title: str
+    """What the agent was doing, as given to ``engine.saga(title)``."""
     tenant: str | None
+    """The tenant the saga belongs to (who may see and undo it), or ``None``."""
     actor: str | None
+    """Who or what ran the saga (an agent or user id), or ``None``."""
     state: str
     """``running``, ``completed`` or ``failed`` (forward execution)."""
     created_at: float
+    """When the saga started (epoch seconds)."""
     finished_at: float | None
+    """When forward execution ended (epoch seconds); ``None`` while it runs."""
     owner: str | None
+    """The worker running the saga forward (``host:pid:id``), or ``None``."""
     lease_until: float | None
+    """Until when that worker holds the saga (epoch seconds); past it, recovery marks its
+    ``intent`` steps in doubt."""
     steps: tuple[StepRecord, ...] = ()
+    """The steps in call order (empty in ``list_sagas``, which reads no steps)."""
     reversal: ReversalRecord | None = None
+    """The saga's one reversal (rule 6), or ``None`` when nobody asked for undo yet."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Free JSON metadata given to ``create_saga`` (issue 11 keeps the catalog reference here)."""
     resolutions: Mapping[str, Resolution] = field(default_factory=dict)
     """step_id -> the latest :class:`Resolution` recorded for it (filled by ``get_saga``)."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """This saga as JSON-ready data: every field by name, steps, reversal and resolutions
+        by their own ``to_dict``."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SagaRecord:
+        """The saga :meth:`to_dict` describes (other keys, e.g. a view's extras, are ignored).
+
+        Raises:
+            ConfigError: ``data`` (or a step, reversal or resolution in it) is no mapping or
+                lacks a field without a default.
+        """
+        conv: dict[str, Callable[[Any], Any]] = {
+            "steps": lambda v: tuple(StepRecord.from_dict(s) for s in v),
+            "reversal": ReversalRecord.from_dict,
+            "meta": dict,
+            "resolutions": lambda v: {k: Resolution.from_dict(r) for k, r in v.items()},
+        }
+        return cls(**_record_kwargs(cls, data, conv))
+
 
 @dataclass(frozen=True)
 class ReversalRecord:
+    """A saga's one reversal (rule 6): who runs it, what it may spend, and its report."""
+
     reversal_id: str
+    """The reversal's id; every request to undo the saga joins this one."""
     saga_id: str
+    """The saga being undone."""
     state: str
     """``running`` or ``done``."""
     budget: dict[str, Any]
+    """What the current run may spend (``tool_calls``, ``tokens``, ``seconds``)."""
     owner: str | None
+    """The worker running the reversal (``host:pid:id``), or ``None``."""
     generation: int
+    """Bumped each time a worker takes the reversal over; a write from an older generation is
+    refused (fencing)."""
     lease_until: float | None
+    """Until when ``owner`` holds the reversal (epoch seconds); past it, another worker may take
+    over."""
     requested_at: float
+    """When undo was first asked for (epoch seconds)."""
     finished_at: float | None
+    """When the reversal (or its latest continuation) finished; ``None`` while running."""
     calls_spent: int
+    """Tool calls spent by the current run (reset to 0 by a continuation)."""
     tokens_spent: int
-    """Calls and tokens spent by the current run (reset to 0 by a continuation)."""
+    """Tokens spent by the current run (reset to 0 by a continuation)."""
     report: dict[str, Any] | None
+    """The :class:`amends.UndoReport` as a dict once done (``UndoReport.from_dict`` reads it);
+    ``None`` before."""
     continuations: int = 0
     """How many times the reversal was continued after it finished (rule 6)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This reversal as JSON-ready data: every field by name."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReversalRecord:
+        """The reversal :meth:`to_dict` describes (other keys are ignored).
+
+        Raises:
+            ConfigError: ``data`` is no mapping or lacks a field without a default.
+        """
+        return cls(**_record_kwargs(cls, data, {}))
 
 
 @dataclass(frozen=True)
 class CompensationRecord:
+    """How far the reversal got with one step (write-ahead: logged before and after the inverse)."""
+
     reversal_id: str
+    """The reversal this belongs to."""
     step_id: str
+    """The step being reversed."""
     state: str
     """``dispatched`` while the inverse may be in flight, else the step's final state."""
     attempts: int
+    """How many times the inverse (or compensation) was sent so far."""
     detail: str | None
+    """A sentence on what happened, as the report shows it, or ``None``."""
     data: dict[str, Any]
+    """What a takeover needs: the idempotency key sent, residue, follow-ups, manual action."""
     generation: int
+    """The reversal generation that wrote this (fencing)."""
     updated_at: float
+    """When it was last written (epoch seconds)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This compensation as JSON-ready data: every field by name."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompensationRecord:
+        """The compensation :meth:`to_dict` describes (other keys are ignored).
+
+        Raises:
+            ConfigError: ``data`` is no mapping or lacks a field without a default.
+        """
+        return cls(**_record_kwargs(cls, data, {}))
 
 
 @dataclass(frozen=True)
@@ -145,12 +326,32 @@ class Event:
     """One append-only history row (``amends show`` prints these)."""
 
     event_id: int
+    """Position in the log's history (increasing; ``events(after=...)`` pages by it)."""
     saga_id: str
+    """The saga the event belongs to."""
     step_id: str | None
+    """The step it is about, or ``None`` for the saga as a whole."""
     reversal_id: str | None
+    """The reversal that wrote it, or ``None`` for a forward event."""
     kind: str
+    """What happened, e.g. ``step.done``, ``compensation.reverted``, ``undo.asked``."""
     at: float
+    """When it happened (epoch seconds)."""
     data: dict[str, Any]
+    """Details of the event (secrets scrubbed, rule 11)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This event as JSON-ready data: every field by name."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
+        """The event :meth:`to_dict` describes (other keys are ignored).
+
+        Raises:
+            ConfigError: ``data`` is no mapping or lacks a field without a default.
+        """
+        return cls(**_record_kwargs(cls, data, {"data": dict}))
 
 
 @dataclass(frozen=True)
@@ -182,11 +383,26 @@ class ChainProblem:
     """One place where the tamper-evident history does not add up (rule 11)."""
 
     saga_id: str
+    """The saga whose history does not add up."""
     event_id: int | None
     """The event where the chain breaks (``None`` for a problem of the saga as a whole)."""
     what: Literal["edited", "inserted", "deleted", "report mismatch"]
+    """The kind of tampering the check found."""
     detail: str = ""
     """A sentence for the operator: what was expected and what was found."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This problem as JSON-ready data: every field by name."""
+        return _record_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChainProblem:
+        """The problem :meth:`to_dict` describes (other keys are ignored).
+
+        Raises:
+            ConfigError: ``data`` is no mapping or lacks a field without a default.
+        """
+        return cls(**_record_kwargs(cls, data, {}))
 
 
 @dataclass(frozen=True)
