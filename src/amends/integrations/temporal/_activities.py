@@ -30,6 +30,7 @@ from amends.errors import (
 from amends.log import SagaLog
 from amends.log.base import SagaRecord
 from amends.report import StepOutcome, UndoReport
+from amends.secrets import SecretRequest, Vault, markers_in, resolve_markers
 
 from ._codec import spec_to_dict, to_dict
 
@@ -225,33 +226,67 @@ class ReversalActivities:
             if inp.precondition is None
             else Expectation.from_dict(inp.precondition),
         )
+        vault = Vault()
         beating = asyncio.create_task(self._beat())
         try:
+            args = await self._secrets(inp, vault)
             # the tool's own time, as the local engine bounds it (Temporal's queueing excluded)
-            result = await invoke(spec.fn, call, inp.args, inp.timeout)
+            result = await invoke(spec.fn, call, args, inp.timeout)
+        # rule 11: nothing a call returns or raises carries a resolved secret into Temporal's
+        # history (error messages, residue, follow-ups and results are scrubbed)
         except TransientError as exc:
             raise _app_error(
-                "TransientError", str(exc), tokens=call.tokens, retry_after=exc.retry_after
-            ) from exc
+                "TransientError", vault.scrub(str(exc)), tokens=call.tokens,
+                retry_after=exc.retry_after,
+            ) from None  # fmt: skip
         except PreconditionFailed as exc:
-            raise _app_error("PreconditionFailed", str(exc), tokens=call.tokens) from exc
+            raise _app_error(
+                "PreconditionFailed", vault.scrub(str(exc)), tokens=call.tokens
+            ) from None
         except PermanentError as exc:
-            raise _app_error("PermanentError", str(exc), tokens=call.tokens) from exc
+            raise _app_error("PermanentError", vault.scrub(str(exc)), tokens=call.tokens) from None
         except TimeoutError as exc:
-            raise _app_error("Timeout", str(exc), tokens=call.tokens) from exc
+            raise _app_error("Timeout", vault.scrub(str(exc)), tokens=call.tokens) from None
         except LeaseLostError as exc:
-            raise _app_error("LeaseLostError", str(exc), tokens=call.tokens) from exc
+            raise _app_error("LeaseLostError", vault.scrub(str(exc)), tokens=call.tokens) from None
         except Exception as exc:
             raise _app_error(
-                "ToolRaised", str(exc), name=type(exc).__name__, tokens=call.tokens
-            ) from exc
+                "ToolRaised", vault.scrub(str(exc)), name=type(exc).__name__, tokens=call.tokens
+            ) from None
         finally:
             beating.cancel()
         return ToolCallResult(
-            result,
+            vault.scrub(result),
             call.tokens,
-            [r.to_dict() for r in call.recorded_residue],
-            [f.to_dict() for f in call.recorded_follow_ups],
+            [vault.scrub(r.to_dict()) for r in call.recorded_residue],
+            [vault.scrub(f.to_dict()) for f in call.recorded_follow_ups],
+        )
+
+    async def _secrets(self, inp: ToolCallInput, vault: Vault) -> dict[str, Any]:
+        """Rule 11: the call's arguments with redacted secrets resolved by this worker's
+        resolvers (the tool's own, then the forward tool's), as the local engine does."""
+        if not markers_in(inp.args):
+            return dict(inp.args)
+        saga = await self.log.get_saga(inp.saga_id)
+        fwd = None if saga is None else next(
+            (s for s in saga.steps if s.step_id == inp.step_id), None
+        )  # fmt: skip
+        specs = [self.catalog.get(inp.tool)]
+        if fwd is not None and fwd.tool in self.catalog and fwd.tool != inp.tool:
+            specs.append(self.catalog.get(fwd.tool))
+        return await resolve_markers(
+            inp.args,
+            [(s.name, s.resolve_secret) for s in specs],
+            SecretRequest(
+                "",
+                inp.tool,
+                fwd.tool if fwd else None,
+                inp.saga_id,
+                inp.step_id,
+                saga.tenant if saga else None,
+                fwd.args if fwd else {},
+            ),
+            vault,
         )
 
     async def _beat(self) -> None:

@@ -79,6 +79,8 @@ def spec_to_dict(spec: ToolSpec) -> dict[str, Any]:
         elif isinstance(value, tuple | frozenset | set):
             value = list(value)
         out[f.name] = value
+    # rule 11: the resolver stays on the worker; the workflow only needs to know there is one
+    out["resolves_secrets"] = getattr(spec, "resolve_secret", None) is not None
     return out
 
 

@@ -10,6 +10,7 @@ time. Nothing here touches the world or the log directly (workflow code must be 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from amends.planner import PlannedStep, plan
     from amends.report import StepOutcome, UndoReport
     from amends.reversal import _Runner
+    from amends.secrets import SecretRequest, marker
 
     from ._activities import (
         ClaimInput,
@@ -364,7 +366,7 @@ class ReversalWorkflow:
         meter = self.meter = _WorkflowMeter(
             budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent
         )
-        self.specs = {d["name"]: spec_from_dict(d, self._tool) for d in claim.tools}
+        self.specs = {d["name"]: _spec(d, self._tool) for d in claim.tools}
         catalog = _Catalog(self.specs)
         saga = saga_from_dict(claim.saga)
         compensations = claim.compensations
@@ -419,6 +421,20 @@ class ReversalWorkflow:
                 raise LeaseLostError(exc.cause.message) from None
             raise
         return stored
+
+
+def _keep_marker(request: SecretRequest) -> str:
+    # Rule 11 on Temporal: a secret must never enter the workflow's history, so the workflow
+    # keeps the "[redacted:NAME]" marker and the activity resolves it with the worker's own
+    # resolver, right before the call (and scrubs it from what the call returns).
+    return marker(request.name)
+
+
+def _spec(data: Mapping[str, Any], fn: Any) -> ToolSpec:
+    spec = spec_from_dict(data, fn)
+    if data.get("resolves_secrets") and hasattr(spec, "resolve_secret"):
+        spec = dataclasses.replace(spec, resolve_secret=_keep_marker)
+    return spec
 
 
 def _as_log(log: _ActivityLog) -> SagaLog:
