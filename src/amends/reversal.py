@@ -309,7 +309,40 @@ class _Runner:
         blocked = await self._gate(p)
         if blocked is not None:
             return blocked
+        closed = await self._window_closed(p, prior)
+        if closed is not None:
+            return closed
         return await self._compensate(p, prior)
+
+    async def _window_closed(
+        self, p: PlannedStep, prior: CompensationRecord | None
+    ) -> StepOutcome | None:
+        """Rule 10 at dispatch time: the undo window may close while the inverse waits for
+        others (rule 3); after it the step is Acknowledge, as the planner would now say, not an
+        inverse sent past its deadline. An attempt already in flight is still checked (rule 5)."""
+        inv = p.inverse
+        if (
+            inv is None
+            or inv.deadline is None
+            or (prior is not None and prior.state == "dispatched")
+        ):
+            return None
+        if not inv.deadline_passed(self.clock()):
+            return None
+        detail = (
+            f"the undo window of {inv.tool} closed at {inv.deadline} while this step waited for "
+            f"others to be undone first; it can no longer be taken back by a call"
+        )
+        manual = self._manual(p, StepState.ACKNOWLEDGED, detail)
+        await self._record(
+            p,
+            StepState.ACKNOWLEDGED.value,
+            attempts=0,
+            detail=detail,
+            data={"manual_action": manual.to_dict()},
+            event="compensation.acknowledged",
+        )
+        return self._outcome(p, StepState.ACKNOWLEDGED, detail, manual_action=manual)
 
     def _without_inverse(self, p: PlannedStep) -> StepOutcome | None:
         """Steps undo does not call an inverse for: their outcome follows from the plan."""

@@ -702,3 +702,56 @@ async def test_a_resume_racing_an_undo_in_the_same_engine_waits_for_it_then_cont
     assert "reversal.taken_over" not in kinds
     assert kinds.count("reversal.continued") == 1
     await engine.close()
+
+
+# --- rule 10 at dispatch: an undo window that closes while the inverse waits -----------------
+
+
+async def test_an_undo_window_closing_while_the_inverse_waits_is_acknowledged_not_sent() -> None:
+    """The wire's recall window is open when undo starts, but the recall must wait for the
+    invoice's slow inverse (rule 3); by then the window has closed, so the recall is not sent
+    and the step is Acknowledge with the reason, as the planner would now say."""
+    import time
+
+    recalls: list[str] = []
+    voided: list[str] = []
+    cat = amends.Catalog()
+
+    @cat.tool("bank.wire", reversibility="compensable")
+    async def wire(call: amends.Call, to: str) -> dict[str, str]:
+        call.inverse("bank.recall", to=to, deadline=time.time() + 0.3)
+        call.no_drift_check(reason="a wire in its recall window cannot be changed by anyone")
+        return {"id": "w1"}
+
+    @cat.tool("bank.recall")
+    async def recall(call: amends.Call, to: str) -> None:
+        recalls.append(to)
+
+    @cat.tool("books.invoice", reversibility="compensable")
+    async def invoice(call: amends.Call, wire_id: str) -> None:
+        call.inverse("books.void", wire_id=wire_id)
+        call.no_drift_check(reason="a draft invoice only this saga can see")
+
+    @cat.tool("books.void")
+    async def void(call: amends.Call, wire_id: str) -> None:
+        await asyncio.sleep(0.5)
+        voided.append(wire_id)
+
+    engine = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("pay the supplier") as saga:
+        w = saga.call("bank.wire", to="supplier")
+        saga.call("books.invoice", wire_id=w["id"])  # depends on the wire
+    report = await engine.undo(saga.id)
+    assert voided == ["w1"]
+    assert recalls == []
+    s1 = report.step("s1")
+    assert s1.state is StepState.ACKNOWLEDGED
+    assert s1.detail.startswith("the undo window of bank.recall closed at ")
+    assert s1.detail.endswith(
+        " while this step waited for others to be undone first; it can no longer be taken "
+        "back by a call"
+    )
+    assert report.step("s2").state is StepState.COMPENSATED
+    assert report.status == "cannot_undo"
+    assert [m.step_id for m in report.manual_actions] == ["s1"]
+    await engine.close()
