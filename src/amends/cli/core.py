@@ -183,47 +183,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
+    """``amends show ID --json``: the saga as logged (``SagaRecord.to_dict``, so
+    ``SagaRecord.from_dict`` reads it back), the catalog it ran with, and its history."""
     return {
-        "saga_id": saga.saga_id,
-        "title": saga.title,
-        "tenant": saga.tenant,
-        "actor": saga.actor,
-        "state": saga.state,
-        "created_at": saga.created_at,
+        **saga.to_dict(),
         "catalog": recorded_catalog(saga) or None,
-        "steps": [
-            {
-                "step_id": s.step_id,
-                "tool": s.tool,
-                "args": s.args,
-                "deps": list(s.deps),
-                "declared": s.declared,
-                "effective": s.effective,
-                "state": s.state,
-                "inverse": s.inverse,
-                "expectation": s.expectation,
-                "violation": s.violation,
-                "error": s.error,
-            }
-            for s in saga.steps
-        ],
-        "reversal": None
-        if saga.reversal is None
-        else {
-            "reversal_id": saga.reversal.reversal_id,
-            "state": saga.reversal.state,
-            "report": saga.reversal.report,
-        },
-        "history": [
-            {
-                "event_id": e.event_id,
-                "at": e.at,
-                "kind": e.kind,
-                "step_id": e.step_id,
-                "data": e.data,
-            }
-            for e in events
-        ],
+        "history": [e.to_dict() for e in events],
     }
 
 
@@ -292,16 +257,11 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 
     sagas = run_async(go())
     if args.json:
+        # issue 9.7: each saga as its record says (list_sagas reads no steps nor resolutions,
+        # so those keys are left out rather than shown empty); "reversal" is the reversal record.
         print_json(
             [
-                {
-                    "saga_id": s.saga_id,
-                    "title": s.title,
-                    "tenant": s.tenant,
-                    "state": s.state,
-                    "created_at": s.created_at,
-                    "reversal": s.reversal.state if s.reversal else None,
-                }
+                {k: v for k, v in s.to_dict().items() if k not in ("steps", "resolutions")}
                 for s in sagas
             ]
         )

@@ -111,14 +111,21 @@ async def integrity(st: _State, saga_id: str) -> list[ChainProblem]:
 
 
 def _integrity_body(problems: list[ChainProblem] | None) -> dict[str, Any]:
-    if not problems:
-        return {"verified": True, "problems": []}
-    return {
-        "verified": False,
-        "problems": [
-            {"event_id": p.event_id, "what": p.what, "detail": p.detail} for p in problems
-        ],
-    }
+    return {"verified": not problems, "problems": [p.to_dict() for p in problems or ()]}
+
+
+_WORKER = "owner"
+"""Left out of every record the API shows: the worker's ``host:pid:id`` is the operator's business
+(``amends doctor`` shows it), not an API client's."""
+
+
+def _shown(record: SagaRecord | ReversalRecord, *without: str) -> dict[str, Any]:
+    """A record as the API shows it: its own ``to_dict`` (issue 9.7), minus the worker's id and
+    the fields a view fills in itself (``without``)."""
+    body = record.to_dict()
+    for name in (_WORKER, *without):
+        body.pop(name, None)
+    return body
 
 
 _UNVERIFIED = (
@@ -128,51 +135,36 @@ _UNVERIFIED = (
 
 
 def saga_summary(s: SagaRecord, problems: list[ChainProblem] | None) -> dict[str, Any]:
-    """One saga as listed; a saga whose history does not verify never shows a stored outcome."""
+    """One saga as listed: ``SagaRecord.to_dict`` without steps and resolutions (a listing reads
+    neither; :func:`saga_detail` adds them), its reversal without the report (``status`` and
+    ``headline`` instead), and ``integrity``. A saga whose history does not verify never shows a
+    stored outcome (rule 11)."""
     rev = s.reversal
     report = None if problems or rev is None else rev.report
-    return {
-        "saga_id": s.saga_id,
-        "title": s.title,
-        "tenant": s.tenant,
-        "actor": s.actor,
-        "state": s.state,
-        "created_at": s.created_at,
-        "finished_at": s.finished_at,
-        "integrity": _integrity_body(problems),
-        "reversal": None
+    body = _shown(s, "steps", "resolutions")
+    body["integrity"] = _integrity_body(problems)
+    body["reversal"] = (
+        None
         if rev is None
         else {
-            "reversal_id": rev.reversal_id,
-            "state": rev.state,
+            **_shown(rev, "report"),
             "status": "unverified" if problems else (report or {}).get("status"),
             "headline": _UNVERIFIED if problems else (report or {}).get("headline"),
-        },
-    }
+        }
+    )
+    return body
 
 
 def _event(e: Event) -> dict[str, Any]:
-    return {
-        "event_id": e.event_id,
-        "kind": e.kind,
-        "step_id": e.step_id,
-        "reversal_id": e.reversal_id,
-        "at": e.at,
-        "data": e.data,
-    }
+    return e.to_dict()
 
 
 def reversal_body(rev: ReversalRecord, problems: list[ChainProblem] | None) -> dict[str, Any]:
-    """A reversal as the API shows it; the report is withheld when the history does not verify."""
+    """A reversal as the API shows it (``ReversalRecord.to_dict``, ``tool_calls`` for
+    ``calls_spent``, ``integrity``); the report is withheld when the history does not verify."""
     return {
-        "reversal_id": rev.reversal_id,
-        "saga_id": rev.saga_id,
-        "state": rev.state,
-        "budget": rev.budget,
-        "requested_at": rev.requested_at,
-        "finished_at": rev.finished_at,
-        "tool_calls": rev.calls_spent,
-        "continuations": getattr(rev, "continuations", 0),
+        **_shown(rev),
+        "tool_calls": rev.calls_spent,  # the name the API had before records had to_dict
         "integrity": _integrity_body(problems),
         "report": None if problems else rev.report,
     }
@@ -190,32 +182,20 @@ async def saga_detail(
     planned = {p.step_id: p for p in the_plan.steps}
     report = None if problems or saga.reversal is None else saga.reversal.report
     final = {s["step_id"]: s for s in (report or {}).get("steps", [])}
-    steps = []
-    for s in saga.steps:
-        p = planned.get(s.step_id)
-        steps.append(
-            {
-                "step_id": s.step_id,
-                "seq": s.seq,
-                "tool": s.tool,
-                "args": s.args,
-                "deps": list(s.deps),
-                "state": s.state,
-                "reversibility": s.effective or s.declared,
-                "verb": getattr(p, "verb", None),
-                "undo_state": final.get(s.step_id, {}).get("state"),
-                "started_at": s.started_at,
-                "finished_at": s.finished_at,
-                "violation": s.violation,
-                "error": s.error,
-            }
-        )
-    resolutions = getattr(saga, "resolutions", {}) or {}
+    steps = [
+        {
+            **s.to_dict(),  # issue 9.7: the logged step (arguments redacted, rule 11), then extras
+            "reversibility": s.effective or s.declared,
+            "verb": getattr(planned.get(s.step_id), "verb", None),
+            "undo_state": final.get(s.step_id, {}).get("state"),
+        }
+        for s in saga.steps
+    ]
     return {
         **saga_summary(saga, problems),
         "steps": steps,
-        "resolutions": {k: v.to_dict() for k, v in resolutions.items()},
-        "history": [_event(e) for e in await st.engine.log.events(saga.saga_id)],
+        "resolutions": {k: v.to_dict() for k, v in saga.resolutions.items()},
+        "history": [e.to_dict() for e in await st.engine.log.events(saga.saga_id)],
     }
 
 
