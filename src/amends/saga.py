@@ -566,7 +566,14 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         if not isinstance(exc, Exception):
             raise
         finish = _failure(host.catalog, step, calls, exc)
-    await _log_finish(host, saga, step, finish)
+    # rule 1: the outcome the engine holds (result, inverse, expectation) becomes durable even
+    # if the agent's task is cancelled while it is written; lost, undo could only say in doubt.
+    write = asyncio.ensure_future(_log_finish(host, saga, step, finish))
+    try:
+        await asyncio.shield(write)
+    except asyncio.CancelledError:
+        await write
+        raise
 
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:

@@ -755,3 +755,44 @@ async def test_an_undo_window_closing_while_the_inverse_waits_is_acknowledged_no
     assert report.status == "cannot_undo"
     assert [m.step_id for m in report.manual_actions] == ["s1"]
     await engine.close()
+
+
+# --- rule 1: what the engine knows is made durable even when the agent is cancelled ---------
+
+
+async def test_cancelling_the_agent_while_a_result_is_written_keeps_the_result_and_inverse(
+    kv: Kv, kv_engine: amends.Engine
+) -> None:
+    """The tool returned and recorded its inverse; the agent's task was cancelled while the
+    result was being logged. The write was abandoned, the step stayed 'intent', and undo could
+    only say in doubt ("the process ... stopped", which it had not). Now it finishes writing."""
+    real = kv_engine.log.finish_step
+    writing = asyncio.Event()
+
+    async def slow_finish(*args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        await asyncio.sleep(0.1)
+        return await real(*args, **kwargs)
+
+    kv_engine.log.finish_step = slow_finish  # type: ignore[method-assign]
+    ids: list[str] = []
+
+    async def agent() -> None:
+        async with kv_engine.saga("one write") as saga:
+            ids.append(saga.id)
+            await saga.call("kv.set", key="a", value=1)
+
+    task = asyncio.create_task(agent())
+    await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    kv_engine.log.finish_step = real  # type: ignore[method-assign]
+    record = await kv_engine.log.get_saga(ids[0])
+    assert record is not None
+    assert [(s.state, s.inverse) for s in record.steps] == [
+        ("done", {"tool": "kv.set", "args": {"key": "a", "value": None}})
+    ]
+    report = await kv_engine.undo(ids[0])
+    assert report.step("s1").state is StepState.REVERTED
+    assert kv.data == {"a": None}
