@@ -295,10 +295,12 @@ async def test_local_and_temporal_agree_on_generated_sagas(
             )
             return
 
-    async with make_worker(temporal_client, _BoundCatalog(eval_catalog()), pg_url,
-                           task_queue=task_queue, max_concurrent_activities=200):  # fmt: skip
-        await asyncio.gather(*(one(sc) for sc in scenarios))
-    await pg.close()
+    try:  # the log's threads must stop even when the test fails (or the process never exits)
+        async with make_worker(temporal_client, _BoundCatalog(eval_catalog()), pg_url,
+                               task_queue=task_queue, max_concurrent_activities=200):  # fmt: skip
+            await asyncio.gather(*(one(sc) for sc in scenarios))
+    finally:
+        await pg.close()
     assert only or sum(families.values()) >= N_SAGAS, families
     print(
         f"{len(scenarios)} sagas {families}: "

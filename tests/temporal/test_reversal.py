@@ -54,36 +54,39 @@ async def test_temporal_reversal_gives_the_local_report_and_world(
     world, catalog = fresh()
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
     engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
-    await forward(engine, "saga-1")
-    world.human_edit("r2", "owner", "yan")
-    async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
-        report = await engine.undo("saga-1")  # Engine(runner=...): same call, on Temporal
-        again = await engine.undo("saga-1")
+    try:
+        await forward(engine, "saga-1")
+        world.human_edit("r2", "owner", "yan")
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            report = await engine.undo("saga-1")  # Engine(runner=...): same call, on Temporal
+            again = await engine.undo("saga-1")
 
-    assert comparable(report) == comparable(local_report)
-    assert report.status == "cannot_undo"
-    assert {s.step_id: s.state.value for s in report.steps} == {
-        "s1": "reverted",
-        "s2": "compensated",
-        "s3": "drifted",
-        "s4": "acknowledged",
-        "s5": "reverted",  # s3's inverse waits for s5's (rule 3); s3 then finds drift
-    }
-    assert world_state(world) == world_state(local_world)
-    assert world.crm["r1"]["stage"] == "lead" and world.charges["ch_1"]["refunded"] == 5000
-    assert again.to_dict() == report.to_dict()  # rule 6: a second undo gets the same report
-    stored = await engine.report("saga-1")
-    assert stored is not None and stored.to_dict() == report.to_dict()
-    events = [e for e in await engine.log.events("saga-1") if e.kind.startswith("compensation.")]
-    assert sorted((e.step_id, e.kind) for e in events) == [
-        ("s1", "compensation.dispatched"),
-        ("s1", "compensation.reverted"),
-        ("s2", "compensation.compensated"),
-        ("s2", "compensation.dispatched"),
-        ("s3", "compensation.drifted"),
-        ("s5", "compensation.dispatched"),
-        ("s5", "compensation.reverted"),
-    ]
-    desc = await temporal_client.get_workflow_handle(workflow_id("saga-1")).describe()
-    assert desc.status is not None
-    await engine.close()
+        assert comparable(report) == comparable(local_report)
+        assert report.status == "cannot_undo"
+        assert {s.step_id: s.state.value for s in report.steps} == {
+            "s1": "reverted",
+            "s2": "compensated",
+            "s3": "drifted",
+            "s4": "acknowledged",
+            "s5": "reverted",  # s3's inverse waits for s5's (rule 3); s3 then finds drift
+        }
+        assert world_state(world) == world_state(local_world)
+        assert world.crm["r1"]["stage"] == "lead" and world.charges["ch_1"]["refunded"] == 5000
+        assert again.to_dict() == report.to_dict()  # rule 6: a second undo gets the same report
+        stored = await engine.report("saga-1")
+        assert stored is not None and stored.to_dict() == report.to_dict()
+        history = await engine.log.events("saga-1")
+        events = [e for e in history if e.kind.startswith("compensation.")]
+        assert sorted((e.step_id, e.kind) for e in events) == [
+            ("s1", "compensation.dispatched"),
+            ("s1", "compensation.reverted"),
+            ("s2", "compensation.compensated"),
+            ("s2", "compensation.dispatched"),
+            ("s3", "compensation.drifted"),
+            ("s5", "compensation.dispatched"),
+            ("s5", "compensation.reverted"),
+        ]
+        desc = await temporal_client.get_workflow_handle(workflow_id("saga-1")).describe()
+        assert desc.status is not None
+    finally:
+        await engine.close()
