@@ -101,10 +101,45 @@ def _deadline_iso(deadline: datetime | str | float, tool: str) -> str:
     return when.astimezone(UTC).isoformat()
 
 
+_JSON_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return value
+    if kind is dict:
+        for k in value:
+            if type(k) is not str:
+                raise _NotPlain
+        return {k: _plain(value[k]) for k in sorted(value)}
+    if kind is list or kind is tuple:
+        return [_plain(v) for v in value]
+    raise _NotPlain
+
+
+def json_copy(value: Any) -> Any:
+    """``value`` as ``json.loads(json.dumps(value, sort_keys=True))`` returns it.
+
+    Issue 12 (the hot path): data already made of exact ``dict`` (string keys), ``list``,
+    ``tuple``, ``str``, ``int``, ``float``, ``bool`` and ``None`` is copied directly, the same
+    result without encoding and decoding it; anything else takes the round trip (and raises
+    what it raises: ``TypeError``, ``ValueError``).
+    """
+    try:
+        return _plain(value)
+    except (_NotPlain, RecursionError):  # a circular or very deep value: json says why
+        return json.loads(json.dumps(value, sort_keys=True))
+
+
 def _check_json(value: Any, what: str, *, tool: str | None = None) -> Any:
     """Round-trip ``value`` through JSON so that what is logged is exactly what is replayed."""
     try:
-        return json.loads(json.dumps(value, sort_keys=True))
+        return json_copy(value)
     except (TypeError, ValueError) as exc:
         raise ContractError(
             f"{what} must be JSON data (str, int, float, bool, None, lists and dicts of them), "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import re
 import time
@@ -20,7 +19,16 @@ from typing import Any, Protocol
 
 from .calls import RetryPolicy, idempotency_key, invoke
 from .catalog_ref import catalog_meta
-from .contracts import NOTHING, Call, Catalog, Inverse, Reversibility, ToolFn, ToolSpec
+from .contracts import (
+    NOTHING,
+    Call,
+    Catalog,
+    Inverse,
+    Reversibility,
+    ToolFn,
+    ToolSpec,
+    json_copy,
+)
 from .errors import (
     ConfigError,
     ContractError,
@@ -158,7 +166,7 @@ def _resolve(value: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     try:
-        return json.loads(json.dumps(value, sort_keys=True))
+        return json_copy(value)  # issue 12: plain JSON data is copied, not encoded and decoded
     except (TypeError, ValueError):
         return {"repr": repr(value)}
 
