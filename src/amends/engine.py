@@ -125,6 +125,8 @@ class Engine:
         self._reversals: dict[str, concurrent.futures.Future[UndoReport]] = {}
         self._claiming: dict[str, concurrent.futures.Future[None]] = {}
         """Sagas whose reversal a request of this engine is claiming or running (rule 6)."""
+        self._running: set[asyncio.Future[UndoReport]] = set()
+        """Reversal runs in progress here (kept referenced until they finish)."""
         self._lock = threading.Lock()
         self.progress_hooks: list[Callable[[str, StepOutcome], None]] = []
         """Called with (reversal_id, outcome) as each step of a reversal settles (for SSE)."""
@@ -396,26 +398,37 @@ class Engine:
         return run(self.resolve(saga_id, step_id, by=by, note=note))
 
     async def _joined(self, key: str, start: Callable[[], Awaitable[UndoReport]]) -> UndoReport:
-        """Requests of this engine for the same reversal (or continuation) share one run."""
+        """Requests of this engine for the same reversal (or continuation) share one run.
+
+        The run belongs to every request (rule 6), not to the one that started it: a caller
+        that is cancelled (an HTTP client that hung up) stops waiting, while the run goes on to
+        its report and the other callers still get it. Before, the first caller's cancellation
+        reached every joined caller and left the reversal half-run until its lease expired.
+        """
         with self._lock:
             fut = self._reversals.get(key)
             mine = fut is None
             if fut is None:
                 fut = concurrent.futures.Future()
                 self._reversals[key] = fut
-        if not mine:
-            return await asyncio.wrap_future(fut)
-        try:
-            report = await start()
-        except BaseException as exc:
-            fut.set_exception(exc)
-            with self._lock:
-                self._reversals.pop(key, None)
-            raise
-        fut.set_result(report)
-        with self._lock:
-            self._reversals.pop(key, None)
-        return report
+        if mine:
+            run_task = asyncio.ensure_future(start())
+            self._running.add(run_task)
+
+            def settle(task: asyncio.Future[UndoReport], fut: Any = fut) -> None:
+                self._running.discard(task)
+                with self._lock:
+                    self._reversals.pop(key, None)
+                if task.cancelled():
+                    fut.set_exception(asyncio.CancelledError())
+                elif task.exception() is not None:
+                    fut.set_exception(task.exception())
+                else:
+                    fut.set_result(task.result())
+
+            run_task.add_done_callback(settle)
+        # shield: one waiter's cancellation must not cancel the shared future for the others
+        return await asyncio.shield(asyncio.wrap_future(fut))
 
     async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
         saga = await self._saga_or_raise(saga_id)

@@ -796,3 +796,48 @@ async def test_cancelling_the_agent_while_a_result_is_written_keeps_the_result_a
     report = await kv_engine.undo(ids[0])
     assert report.step("s1").state is StepState.REVERTED
     assert kv.data == {"a": None}
+
+
+# --- rule 6: a caller who hangs up does not cancel the reversal the others joined ------------
+
+
+async def test_cancelling_the_first_undo_request_leaves_the_joined_request_its_report(
+    kv: Kv,
+) -> None:
+    """Two requests join one reversal; the first one's client hangs up (its task is cancelled).
+    The second still gets the report, the reversal finishes without a take-over, and the
+    inverse is sent once. Before, the cancellation reached the joined request too and the
+    reversal was left half-run."""
+    cat = kv.catalog()
+    sent: list[str] = []
+
+    @cat.tool("kv.slow_set", reversibility="reversible")
+    async def slow_set(call: amends.Call, key: str, value: Any) -> None:
+        if call.phase == "compensate":
+            sent.append(call.idempotency_key)
+            await asyncio.sleep(0.2)
+        before = kv.data.get(key)
+        kv.data[key] = value
+        call.inverse("kv.slow_set", key=key, value=before)
+        call.expect("kv.read", {"key": key}, equals=value, path="value")
+
+    engine = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    kv.data["a"] = 0
+    async with engine.saga("one slow write") as saga:
+        await saga.call("kv.slow_set", key="a", value=1)
+    first = asyncio.create_task(engine.undo(saga.id))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(engine.undo(saga.id))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    report = await second
+    assert report.status == "fully_reversed"
+    assert kv.data == {"a": 0}
+    assert len(sent) == 1
+    kinds = [e.kind for e in await engine.log.events(saga.id)]
+    assert "reversal.taken_over" not in kinds
+    again = await engine.undo(saga.id)
+    assert again.reversal_id == report.reversal_id and again.status == "fully_reversed"
+    await engine.close()
