@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -384,3 +385,54 @@ def test_api_withholds_the_report_of_an_edited_history_and_lists_its_problems(
     assert {p["what"] for p in problems} == {"report mismatch"}
     assert detail["reversal"]["status"] == "unverified"
     assert rev["report"] is None and rev["integrity"] == detail["integrity"]
+
+
+# --- golden: how a record looks as JSON is reviewed like the log schema ---------------------------
+GOLDEN = Path(__file__).with_name("golden") / "records.json"
+
+
+def _golden_records() -> dict[str, Any]:
+    step = StepRecord(
+        "saga_golden",
+        "s1",
+        1,
+        "pay.charge",
+        {"customer": "acme", "card_number": "[redacted:card_number]"},
+        (),
+        ("pay:acme",),
+        "compensable",
+        "compensable",
+        "done",
+        result={"id": "ch_1"},
+        inverse={"tool": "pay.refund", "args": {"charge_id": "ch_1"}},
+        residue=({"what": "Refund of 50.00 to acme", "parties": ["acme"]},),
+        started_at=1796000000.0,
+        finished_at=1796000000.5,
+    )
+    reversal = ReversalRecord(
+        "rev_golden", "saga_golden", "done", {"tool_calls": 50}, "host:1:ab", 1, None,
+        1796000001.0, 1796000002.0, 1, 0, {"status": "fully_reversed"}, 0,
+    )  # fmt: skip
+    saga = SagaRecord(
+        "saga_golden", "Charge ACME", "acme", "agent:sales", "completed", 1796000000.0,
+        1796000000.75, None, None, (step,), reversal, {"catalog": {"ref": "app:catalog"}},
+        {"s1": Resolution("s1", "ann", "called them", 1796000003.0)},
+    )  # fmt: skip
+    return {
+        "saga": saga.to_dict(),
+        "compensation": CompensationRecord(
+            "rev_golden", "s1", "compensated", 1, "refunded", {"key": "k1"}, 1, 1796000001.5
+        ).to_dict(),
+        "event": Event(
+            7, "saga_golden", "s1", "rev_golden", "compensation.compensated", 1796000001.5, {}
+        ).to_dict(),
+        "problem": ChainProblem("saga_golden", 7, "edited", "hash differs").to_dict(),
+    }
+
+
+def test_records_as_json_match_the_golden_file() -> None:
+    """A change to any record's JSON (a field added, renamed, reshaped) shows up in review."""
+    text = json.dumps(_golden_records(), indent=2) + "\n"
+    if os.environ.get("AMENDS_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "records.json changed; if intended, AMENDS_UPDATE_GOLDEN=1"
