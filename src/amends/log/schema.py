@@ -10,6 +10,7 @@ Version 3 (issue 12): steps, compensations, resolutions and the history become o
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .records import (
@@ -180,6 +181,45 @@ def _to_records_v3(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
     reversal's last compensation record what the reversal had spent. The chain is re-hashed
     (the bodies changed), and each stored report re-bound to it.
     """
+    v2 = _read_v2(tx)
+    last = _LastEvents.of(v2.events)
+    insert = (
+        "INSERT INTO records (rec_id, saga_id, step_id, reversal_id, kind, phase, at, body, "
+        "prev_hash, hash) "
+        + ("OVERRIDING SYSTEM VALUE " if dialect == "postgres" else "")
+        + "VALUES (?,?,?,?,?,?,?,?,?,?)"
+    )
+    heads: dict[str, str] = {}
+    for eid, saga_id, step_id, rev_id, kind, at, data in v2.events:
+        phase = last.phases[eid]
+        body = _body_v3(v2, last, eid, (saga_id, step_id, rev_id, kind, phase), loads(data) or {})
+        prev = heads.get(saga_id, "")
+        if kind == "reversal.done" and last.done.get(rev_id) == eid:
+            report_text = v2.revs[rev_id][4] if rev_id in v2.revs else None
+            if report_text is not None:
+                digest = report_hash(key, report_text, prev)
+                body["report_hash"] = digest
+                tx.execute(
+                    "UPDATE reversals SET report_hash=? WHERE reversal_id=?", (digest, rev_id)
+                )
+        text = dumps(body)
+        digest = chain_hash(key, prev, saga_id, step_id, rev_id, hkind(kind, phase), at, text)
+        tx.execute(insert, (eid, saga_id, step_id, rev_id, kind, phase, at, text, prev, digest))
+        heads[saga_id] = digest
+    _finish_v3(tx, dialect)
+
+
+@dataclass(frozen=True)
+class _V2:
+    """The rows of a v2 log the v3 data step rewrites."""
+
+    steps: dict[tuple[str, str], tuple[Any, ...]]
+    comps: dict[tuple[str | None, str], tuple[Any, ...]]
+    revs: dict[str | None, tuple[Any, ...]]
+    events: list[tuple[Any, ...]]
+
+
+def _read_v2(tx: _Tx) -> _V2:
     steps = {
         (r[0], r[1]): r
         for r in tx.execute(
@@ -205,69 +245,76 @@ def _to_records_v3(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
         "SELECT event_id, saga_id, step_id, reversal_id, kind, at, data FROM events "
         "ORDER BY saga_id, event_id"
     )
-    last_finish: dict[tuple[str, str], int] = {}
-    last_comp: dict[tuple[str, str], int] = {}
-    last_rev_comp: dict[str, int] = {}
-    last_done: dict[str, int] = {}
-    phases: dict[int, str] = {}
-    for eid, saga_id, step_id, rev_id, kind, _at, _data in events:
-        phase = _phase_v2(step_id, rev_id, kind)
-        phases[eid] = phase
-        if phase == FINISH:
-            last_finish[(saga_id, step_id)] = eid
-        elif phase == COMPENSATION:
-            last_comp[(rev_id, step_id)] = eid
-            last_rev_comp[rev_id] = eid
-        elif kind == "reversal.done" and rev_id is not None:
-            last_done[rev_id] = eid
-    insert = (
-        "INSERT INTO records (rec_id, saga_id, step_id, reversal_id, kind, phase, at, body, "
-        "prev_hash, hash) "
-        + ("OVERRIDING SYSTEM VALUE " if dialect == "postgres" else "")
-        + "VALUES (?,?,?,?,?,?,?,?,?,?)"
-    )
-    heads: dict[str, str] = {}
-    for eid, saga_id, step_id, rev_id, kind, at, data in events:
-        phase = phases[eid]
-        body: dict[str, Any] = loads(data) or {}
-        step = steps.get((saga_id, step_id))
-        if phase == INTENT and step is not None:
-            body = {
-                "seq": int(step[2]),
-                "tool": step[3],
-                "args": loads(step[4]),
-                "deps": loads(step[5]),
-                "resources": loads(step[6]),
-                "declared": step[7],
-            }
-        elif phase == FINISH and step is not None and last_finish[(saga_id, step_id)] == eid:
-            body = _finish_v2(step, body)
-        elif phase == FINISH:
-            body = {"state": kind[len("step.") :], **body}
-        elif phase == COMPENSATION:
-            row = comps.get((rev_id, step_id))
-            body = _comp_v2(body)
-            body["generation"] = int(row[6]) if row else 1
-            if row is not None and last_comp.get((rev_id, step_id)) == eid:
-                body.update(state=row[2], attempts=int(row[3]), detail=row[4], data=loads(row[5]))
-            rev = revs.get(rev_id)
-            if rev is not None and last_rev_comp.get(rev_id) == eid:
-                body.update(calls_spent=int(rev[1]), tokens_spent=int(rev[2]))
-                if int(rev[3]):
-                    body["run"] = int(rev[3])
-        prev = heads.get(saga_id, "")
-        if kind == "reversal.done" and last_done.get(rev_id) == eid:
-            report_text = revs[rev_id][4] if rev_id in revs else None
-            if report_text is not None:
-                digest = report_hash(key, report_text, prev)
-                body["report_hash"] = digest
-                tx.execute(
-                    "UPDATE reversals SET report_hash=? WHERE reversal_id=?", (digest, rev_id)
-                )
-        text = dumps(body)
-        digest = chain_hash(key, prev, saga_id, step_id, rev_id, hkind(kind, phase), at, text)
-        tx.execute(insert, (eid, saga_id, step_id, rev_id, kind, phase, at, text, prev, digest))
-        heads[saga_id] = digest
+    return _V2(steps, comps, revs, list(events))
+
+
+@dataclass
+class _LastEvents:
+    """Each v2 event's phase, and which event was the last of its step, compensation or run."""
+
+    phases: dict[int, str] = field(default_factory=dict)
+    finish: dict[tuple[str, str], int] = field(default_factory=dict)
+    comp: dict[tuple[str | None, str], int] = field(default_factory=dict)
+    rev_comp: dict[str | None, int] = field(default_factory=dict)
+    done: dict[str | None, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, events: list[tuple[Any, ...]]) -> _LastEvents:
+        last = cls()
+        for eid, saga_id, step_id, rev_id, kind, _at, _data in events:
+            phase = _phase_v2(step_id, rev_id, kind)
+            last.phases[eid] = phase
+            if phase == FINISH:
+                last.finish[(saga_id, step_id)] = eid
+            elif phase == COMPENSATION:
+                last.comp[(rev_id, step_id)] = eid
+                last.rev_comp[rev_id] = eid
+            elif kind == "reversal.done" and rev_id is not None:
+                last.done[rev_id] = eid
+        return last
+
+
+def _body_v3(
+    v2: _V2,
+    last: _LastEvents,
+    eid: int,
+    where: tuple[str, str, str | None, str, str],
+    body: dict[str, Any],
+) -> dict[str, Any]:
+    """The v3 body of one v2 event: the full step data on intents and last finishes, the
+    compensation row and the reversal's spending on last compensations."""
+    saga_id, step_id, rev_id, kind, phase = where
+    step = v2.steps.get((saga_id, step_id))
+    if phase == INTENT and step is not None:
+        return {
+            "seq": int(step[2]),
+            "tool": step[3],
+            "args": loads(step[4]),
+            "deps": loads(step[5]),
+            "resources": loads(step[6]),
+            "declared": step[7],
+        }
+    if phase == FINISH and step is not None and last.finish[(saga_id, step_id)] == eid:
+        return _finish_v2(step, body)
+    if phase == FINISH:
+        return {"state": kind[len("step.") :], **body}
+    if phase != COMPENSATION:
+        return body
+    row = v2.comps.get((rev_id, step_id))
+    body = _comp_v2(body)
+    body["generation"] = int(row[6]) if row else 1
+    if row is not None and last.comp.get((rev_id, step_id)) == eid:
+        body.update(state=row[2], attempts=int(row[3]), detail=row[4], data=loads(row[5]))
+    rev = v2.revs.get(rev_id)
+    if rev is not None and last.rev_comp.get(rev_id) == eid:
+        body.update(calls_spent=int(rev[1]), tokens_spent=int(rev[2]))
+        if int(rev[3]):
+            body["run"] = int(rev[3])
+    return body
+
+
+def _finish_v3(tx: _Tx, dialect: Dialect) -> None:
+    """Carry the id counter over, drop the v2 tables, and create the v3 views in their place."""
     if dialect == "postgres":
         tx.execute(
             "SELECT setval(pg_get_serial_sequence('records', 'rec_id'), "
