@@ -208,6 +208,18 @@ class Step:
         self._error: StepFailedError | None = None
         self._observed = False
         self.task: asyncio.Task[None] | None = None
+        self._writing = False
+        """Rule 1: the step's intent or outcome is being written; a cancel waits for it."""
+        self._cancel_asked = False
+
+    def _cancel(self) -> None:
+        """Cancel the step's task, except while it writes its intent or outcome (rule 1): then
+        the write finishes first and the task ends cancelled right after it. A flag instead of
+        a shielded task per write (issue 12: no extra task on the hot path)."""
+        if self._writing:
+            self._cancel_asked = True
+        elif self.task is not None and not self.task.done():
+            self.task.cancel()
 
     @property
     def result(self) -> Any:
@@ -327,8 +339,7 @@ class Saga:
                 # issue 10 item 9: the agent's task was cancelled; cancel the tools still in
                 # flight (their steps end in_doubt, rule 9) instead of waiting for them.
                 for s in self.steps:
-                    if s.task is not None and not s.task.done():
-                        s.task.cancel()
+                    s._cancel()
             await self.settle()
         finally:
             if self._heartbeat is not None:
@@ -576,12 +587,13 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         finish = _failure(host.catalog, step, calls, exc)
     # rule 1: the outcome the engine holds (result, inverse, expectation) becomes durable even
     # if the agent's task is cancelled while it is written; lost, undo could only say in doubt.
-    write = asyncio.ensure_future(_log_finish(host, saga, step, finish))
+    step._writing = True
     try:
-        await asyncio.shield(write)
-    except asyncio.CancelledError:
-        await write
-        raise
+        await _log_finish(host, saga, step, finish)
+    finally:
+        step._writing = False
+    if step._cancel_asked:  # asked while the outcome was written (Step._cancel)
+        raise asyncio.CancelledError
 
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
@@ -643,19 +655,23 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
 async def _begin_or_cancelled(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> bool:
     """:func:`_begin`, and if the agent's task is cancelled meanwhile, the step is logged
     cancelled (its tool was never called) rather than left with an intent that recovery would
-    have to call in doubt (rule 8: the detail names the real cause)."""
-    begin = asyncio.ensure_future(_begin(host, saga, step, args))
+    have to call in doubt (rule 8: the detail names the real cause). The saga's cancel waits
+    for the write (:meth:`Step._cancel`), so no shielded task is needed (issue 12)."""
+    step._writing = True
     try:
-        return await asyncio.shield(begin)
-    except asyncio.CancelledError:
-        if await begin:
+        started = await _begin(host, saga, step, args)
+    finally:
+        step._writing = False
+    if step._cancel_asked:
+        if started:
             step.state = "cancelled"
             finish = StepFinish(
                 "cancelled",
                 error="the agent's task was cancelled before the tool was called; it never ran",
             )
             await _log_finish(host, saga, step, finish)
-        raise
+        raise asyncio.CancelledError
+    return started
 
 
 async def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> bool:

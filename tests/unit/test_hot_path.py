@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
 
 import pytest
 
+import amends
+from amends import StepState
 from amends.contracts import json_copy
+from core_world import CoreWorld
 
 
 def _round_trip(value: Any) -> Any:
@@ -67,3 +71,41 @@ def test_json_copy_refuses_what_json_refuses() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
         json_copy({"a": loop})
+
+
+async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_refunds(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Rule 1 without a shielded task per step: the agent's task cancelled while a finished
+    step's outcome is written still logs it done with its inverse; the step's task ends
+    cancelled (the agent sees CancelledError) and undo refunds the charge."""
+    real = engine.log.finish_step
+    writing = asyncio.Event()
+
+    async def slow_finish(*args: Any, **kwargs: Any) -> None:
+        writing.set()
+        await asyncio.sleep(0.1)
+        await real(*args, **kwargs)
+
+    engine.log.finish_step = slow_finish  # type: ignore[method-assign]
+    ids: list[str] = []
+    steps: list[amends.Step] = []
+
+    async def agent() -> None:
+        async with engine.saga("cancelled late") as saga:
+            ids.append(saga.id)
+            steps.append(saga.call("pay.charge", customer="c1", cents=5))
+            await steps[0]
+
+    task = asyncio.create_task(agent())
+    await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert steps[0].task is not None and steps[0].task.cancelled()
+    logged = await engine.log.get_saga(ids[0])
+    assert logged is not None
+    assert (logged.steps[0].state, logged.steps[0].inverse is not None) == ("done", True)
+    report = await engine.undo(ids[0])
+    assert report.step("s1").state == StepState.COMPENSATED
+    assert world.charges["ch_1"]["refunded"] == 5
