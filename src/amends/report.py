@@ -228,13 +228,19 @@ class UndoReport:
         """The outcome in a product's words: "Undone 9 of 12 — 3 need your attention"."""
         acting = [s for s in self.steps if s.state is not StepState.NOT_NEEDED]
         done = sum(1 for s in acting if s.state in NEUTRALISED)
-        attention = len(self.manual_actions)
+        # rule 8: what still needs a person -- not the manual actions someone already handled
+        attention = len(self.open_manual_actions)
         total = len(acting)
         if self.status is Outcome.FULLY_REVERSED:
             return f"Undone {done} of {total}"
         if self.status is Outcome.PARTIALLY_REVERSED:
             n = len(self.residue)
-            return f"Undone {done} of {total} — {n} leave{'s' if n == 1 else ''} a trace"
+            more = (
+                f"; {attention} need{'s' if attention == 1 else ''} your attention"
+                if attention
+                else ""
+            )
+            return f"Undone {done} of {total} — {n} leave{'s' if n == 1 else ''} a trace{more}"
         return (
             f"Undone {done} of {total} — {attention} need{'s' if attention == 1 else ''} "
             f"your attention"

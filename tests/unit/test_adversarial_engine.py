@@ -252,6 +252,9 @@ async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the
     assert third.step("s2").state is StepState.FAILED
     assert kv.data == {"a": 0, "b": 0}
     assert [m.step_id for m in third.open_manual_actions] == []
+    # rule 8: the headline counts what still needs a person, not what was handled
+    assert second.headline == "Undone 0 of 2 — 2 need your attention"
+    assert third.headline == "Undone 1 of 2 — 0 need your attention"
     assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
 
 
@@ -641,6 +644,7 @@ async def test_a_crash_among_follow_ups_never_sends_one_twice_nor_reports_it_mad
         "The undo of order.place succeeded, but follow-up(s) it asked for may not have been made: "
     )
     assert manual.what.endswith("Check each one and make it by hand if it is missing.")
+    assert report.headline == "Undone 1 of 1 — 2 leave a trace; 1 needs your attention"
 
 
 async def test_a_follow_up_in_flight_at_a_crash_is_re_sent_with_its_key_when_its_vendor_dedups(
