@@ -514,7 +514,7 @@ class _Runner:
         inv = p.inverse
         assert inv is not None
         if self._idempotent(inv.tool):
-            return False  # the vendor honours the key: the replay applies nothing twice
+            return await self._resend_safe(p, counter)
         looked: list[str] = []
         try:
             if inv.landed is not None:
@@ -535,6 +535,37 @@ class _Runner:
             f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and its "
             f"vendor does not honour idempotency keys, so it was not sent again; whether it "
             f"took effect is unknown ({seen})",
+        )
+
+    async def _resend_safe(self, p: PlannedStep, counter: list[int]) -> bool:
+        """Rule 5 for a vendor honouring keys: a re-send is deduplicated if the first attempt
+        landed, so it is safe unless the attempt did not land and someone changed the world
+        since (rule 4: the re-send would overwrite them). With a landed probe the engine can
+        tell: the world shows neither the agent's write nor the undo -> ``drifted``, not sent.
+        Without one it cannot, and re-sends (``call.precondition`` still goes with it)."""
+        inv = p.inverse
+        assert inv is not None
+        if inv.landed is None or p.expectation is None:
+            return False
+        try:
+            if await self._holds(p.expectation, p, counter, "probe"):
+                return False  # as the step left it: the attempt did not land
+            if await self._holds(inv.landed, p, counter, "landed"):
+                return False  # it landed: the vendor dedups the replay by its key
+        except _Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise
+            raise _Stop(
+                StepState.DRIFTED,
+                f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and the "
+                f"world could not be checked ({stop.detail}); not sent again, needs review",
+            ) from None
+        raise _Stop(
+            StepState.DRIFTED,
+            f"an earlier attempt of {inv.tool} was in flight when a worker stopped; the world "
+            f"shows neither it ({inv.landed.probe} does not show it landed) nor the agent's "
+            f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
+            f"needs review",
         )
 
     async def _observe(self, exp: Expectation, p: PlannedStep, kind: str) -> Any:

@@ -845,3 +845,97 @@ async def test_cancelling_the_first_undo_request_leaves_the_joined_request_its_r
     again = await engine.undo(saga.id)
     assert again.reversal_id == report.reversal_id and again.status == "fully_reversed"
     await engine.close()
+
+
+# --- rules 4 and 5: a vendor honouring keys is still not written over after a crash -----------
+
+
+class Stock:
+    """A warehouse whose reservation is undone by a release that honours idempotency keys and
+    has a landed probe; the worker may die inside the release, before or after it acts."""
+
+    def __init__(self, crash: str) -> None:
+        self.reserved: dict[str, int] = {}
+        self.releases: list[str] = []
+        self.crash = crash
+
+    def catalog(self) -> amends.Catalog:
+        cat = amends.Catalog()
+
+        @cat.tool("stock.read", reversibility="read_only")
+        async def read(call: amends.Call, sku: str) -> int:
+            return self.reserved.get(sku, 0)
+
+        @cat.tool("stock.reserve", reversibility="compensable")
+        async def reserve(call: amends.Call, sku: str, n: int) -> None:
+            self.reserved[sku] = self.reserved.get(sku, 0) + n
+            call.inverse("stock.release", sku=sku, to=self.reserved[sku] - n)
+            call.expect("stock.read", {"sku": sku}, equals=self.reserved[sku])
+            call.landed("stock.read", {"sku": sku}, equals=self.reserved[sku] - n)
+
+        @cat.tool("stock.release", idempotent=True)
+        async def release(call: amends.Call, sku: str, to: int) -> None:
+            if self.crash == "before":
+                self.crash = ""
+                raise Crash()
+            if call.idempotency_key in self.releases:
+                return  # a replayed key applies nothing (the vendor honours keys)
+            self.releases.append(call.idempotency_key)
+            self.reserved[sku] = to
+            if self.crash == "after":
+                self.crash = ""
+                raise Crash()
+
+        return cat
+
+
+async def crash_in_release_then_recover(
+    stock: Stock, db: str, meanwhile: dict[str, int] | None = None
+) -> amends.UndoReport:
+    cat = stock.catalog()
+    first = amends.Engine(cat, log=db, lease_seconds=0.2)
+    async with first.saga("reserve stock") as saga:
+        await saga.call("stock.reserve", sku="A1", n=5)
+    with pytest.raises(Crash):
+        await first.undo(saga.id)
+    await first.close()
+    if meanwhile:
+        stock.reserved.update(meanwhile)  # a person edits while the reversal is stopped
+    await asyncio.sleep(0.25)
+    second = amends.Engine(cat, log=db, lease_seconds=0.2)
+    (report,) = (await second.recover()).resumed
+    await second.close()
+    return report
+
+
+async def test_an_in_flight_release_is_not_re_sent_over_a_persons_edit_despite_the_key(
+    tmp_path: Any,
+) -> None:
+    """The release died before acting; meanwhile a person set the stock to 9. The vendor
+    would dedup the key, but a first send of it would overwrite the person's 9 with 0: drifted,
+    not sent. (Without a landed probe the engine cannot tell, and re-sends, as before.)"""
+    stock = Stock(crash="before")
+    report = await crash_in_release_then_recover(stock, str(tmp_path / "l.db"), {"A1": 9})
+    s1 = report.step("s1")
+    assert s1.state is StepState.DRIFTED
+    assert s1.detail == (
+        "an earlier attempt of stock.release was in flight when a worker stopped; the world "
+        "shows neither it (stock.read does not show it landed) nor the agent's write "
+        "(stock.read), so someone changed it since; not sent again, needs review"
+    )
+    assert stock.reserved == {"A1": 9}
+    assert stock.releases == []
+
+
+@pytest.mark.parametrize(("crash", "sent"), [("before", 1), ("after", 1)])
+async def test_an_in_flight_release_with_a_landed_probe_is_finished_exactly_once(
+    tmp_path: Any, crash: str, sent: int
+) -> None:
+    """Died before acting: the world still shows the reservation, so it is sent (once).
+    Died after acting: the landed probe shows it; the replay under the same key applies
+    nothing."""
+    stock = Stock(crash=crash)
+    report = await crash_in_release_then_recover(stock, str(tmp_path / "l.db"))
+    assert report.step("s1").state is StepState.COMPENSATED
+    assert stock.reserved == {"A1": 0}
+    assert len(stock.releases) == sent
