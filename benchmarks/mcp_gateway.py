@@ -256,17 +256,19 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     for tool, what in (("send", "no contract"), ("set", "one capture read")):
         commits, writes, trips = got[f"per call {tool}"]
         sec.notes.append(
-            f"Per call through the gateway, {what}: {commits:.2f} durable commits "
-            f"({writes:.2f} log writes: the step's intent and its result), {trips:.2f} "
+            f"Per call through the gateway, {what}: {commits:.3f} durable commits "
+            f"({writes:.3f} log writes: the step's intent and its result), {trips:.3f} "
             f"upstream round trips."
         )
     sec.targets.append(
         Target(
             "a capture read costs no second durable step",
-            f"{got['per call set'][0]:.2f} commits/call with capture, "
-            f"{got['per call send'][0]:.2f} without",
-            "equal",
-            got["per call set"][0] <= got["per call send"][0],
+            f"{got['per call set'][0]:.3f} commits/call with capture, "
+            f"{got['per call send'][0]:.3f} without",
+            "the same whole number",
+            # a second durable step would add a whole commit per call; a rare re-run of a
+            # batch (a busy database under load) adds a fraction
+            got["per call set"][0] - got["per call send"][0] < 0.5,
         )
     )
     sec.notes.append(
