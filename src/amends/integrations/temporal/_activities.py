@@ -1,8 +1,10 @@
 """The activities of the reversal workflow: every effect on the world or the log happens here.
 
-Each drift probe, compensation and follow-up is one ``amends.call_tool`` activity carrying amends'
-idempotency key; every compensation event is written to the saga log by ``amends.record``, which is
-idempotent (an activity Temporal retries never writes an event twice). Activities never decide
+Each drift probe, compensation and follow-up is a call carrying amends' idempotency key, made by
+an ``amends.call_tools`` activity (the calls of one workflow activation together); every
+compensation event is written to the saga log once, by that activity ("dispatched", before the
+call) or by ``amends.record_many``, both idempotent (an activity Temporal retries never writes
+an event twice). Activities never decide
 what an outcome *means* for a step: the workflow applies the same rules as the local engine.
 """
 
@@ -35,11 +37,15 @@ from amends.secrets import SecretRequest, Vault, markers_in, resolve_markers
 from ._codec import spec_to_dict, to_dict
 
 __all__ = [
+    "CallBatch",
+    "CallBatchResult",
+    "CallOutcome",
     "ClaimInput",
     "ClaimResult",
     "FinishInput",
     "ReadInput",
     "ReadResult",
+    "RecordBatch",
     "RecordInput",
     "ReversalActivities",
     "ToolCallInput",
@@ -86,29 +92,6 @@ class ReadResult:
 
 
 @dataclass
-class ToolCallInput:
-    tool: str
-    args: dict[str, Any]
-    saga_id: str
-    step_id: str
-    phase: str
-    key: str
-    """amends' idempotency key of this call (the same for every retry of one compensation)."""
-    attempt: int
-    precondition: dict[str, Any] | None = None
-    timeout: float | None = None
-    """Seconds the tool itself may take (its own timeout, or what the budget leaves)."""
-
-
-@dataclass
-class ToolCallResult:
-    result: Any
-    tokens: int = 0
-    residue: list[dict[str, Any]] = field(default_factory=list)
-    follow_ups: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
 class RecordInput:
     reversal_id: str
     generation: int
@@ -123,6 +106,62 @@ class RecordInput:
     now: float
     event_key: str
     """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
+
+
+@dataclass
+class ToolCallInput:
+    tool: str
+    args: dict[str, Any]
+    saga_id: str
+    step_id: str
+    phase: str
+    key: str
+    """amends' idempotency key of this call (the same for every retry of one compensation)."""
+    attempt: int
+    precondition: dict[str, Any] | None = None
+    timeout: float | None = None
+    """Seconds the tool itself may take (its own timeout, or what the budget leaves)."""
+    dispatched: RecordInput | None = None
+    """A compensation's "dispatched" event, written to the log by this activity before the
+    call is sent (rule 5), saving the workflow a separate log write per step."""
+
+
+@dataclass
+class ToolCallResult:
+    result: Any
+    tokens: int = 0
+    residue: list[dict[str, Any]] = field(default_factory=list)
+    follow_ups: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CallBatch:
+    """The tool calls one workflow activation made, for one ``amends.call_tools`` activity."""
+
+    calls: list[ToolCallInput]
+
+
+@dataclass
+class CallOutcome:
+    """One call's answer in a batch: its result, or the error it ended with."""
+
+    result: ToolCallResult | None
+    error: str = ""
+    """The error's kind (``TransientError``, ``ToolRaised``, ...; ``Lost``: unknown); ``""``."""
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CallBatchResult:
+    results: list[CallOutcome]
+
+
+@dataclass
+class RecordBatch:
+    """The log writes one workflow activation issued, written together (one group commit)."""
+
+    writes: list[RecordInput]
 
 
 @dataclass
@@ -156,7 +195,10 @@ class ReversalActivities:
 
     def all(self) -> list[Any]:
         """The activity functions, for ``Worker(activities=...)``."""
-        return [self.claim, self.read, self.call_tool, self.record, self.finish]
+        return [
+            self.claim, self.read, self.call_tool, self.call_tools, self.record, self.record_many,
+            self.finish,
+        ]  # fmt: skip
 
     @activity.defn(name="amends.claim")
     async def claim(self, inp: ClaimInput) -> ClaimResult:
@@ -206,6 +248,40 @@ class ReversalActivities:
     @activity.defn(name="amends.call_tool")
     async def call_tool(self, inp: ToolCallInput) -> ToolCallResult:
         """One probe, compensation or follow-up: the tool called once with amends' key."""
+        beating = asyncio.create_task(self._beat())
+        try:
+            return await self._call(inp)
+        finally:
+            beating.cancel()
+
+    @activity.defn(name="amends.call_tools")
+    async def call_tools(self, inp: CallBatch) -> CallBatchResult:
+        """The calls one workflow activation made (independent steps, rule 3), made together.
+
+        Each call is exactly what ``amends.call_tool`` would make of it (its own key, timeout,
+        "dispatched" write first, its own answer); one activity instead of one per call saves
+        Temporal's server a task dispatch and a history update per call. A worker that dies
+        loses the whole batch: the workflow takes every call of it through the crash rules
+        (rule 5), as it would each lost call."""
+        beating = asyncio.create_task(self._beat())
+        try:
+            got = await asyncio.gather(*(self._call(c) for c in inp.calls), return_exceptions=True)
+        finally:
+            beating.cancel()
+        out = CallBatchResult([])
+        for g in got:
+            if isinstance(g, ToolCallResult):
+                out.results.append(CallOutcome(g))
+            elif isinstance(g, ApplicationError):
+                out.results.append(CallOutcome(None, g.type or "", g.message, dict(details(g))))
+            elif isinstance(g, Exception):  # not a tool's answer (a bug): the call's fate unknown
+                out.results.append(CallOutcome(None, "Lost", f"{type(g).__name__}: {g}"))
+            else:
+                assert isinstance(g, BaseException)
+                raise g  # cancelled: the workflow stopped waiting for this batch
+        return out
+
+    async def _call(self, inp: ToolCallInput) -> ToolCallResult:
         if inp.tool not in self.catalog:
             raise _app_error(
                 "ToolRaised",
@@ -226,8 +302,14 @@ class ReversalActivities:
             if inp.precondition is None
             else Expectation.from_dict(inp.precondition),
         )
+        if inp.dispatched is not None:
+            # rule 5: "dispatched" is committed before the call can leave this worker; a worker
+            # that dies after this line leaves the step in flight for the crash rules.
+            try:
+                await self._write_once(inp.dispatched)
+            except LeaseLostError as exc:
+                raise _app_error("DispatchLeaseLost", str(exc)) from exc
         vault = Vault()
-        beating = asyncio.create_task(self._beat())
         try:
             args = await self._secrets(inp, vault)
             # the tool's own time, as the local engine bounds it (Temporal's queueing excluded)
@@ -253,8 +335,6 @@ class ReversalActivities:
             raise _app_error(
                 "ToolRaised", vault.scrub(str(exc)), name=type(exc).__name__, tokens=call.tokens
             ) from None
-        finally:
-            beating.cancel()
         return ToolCallResult(
             vault.scrub(result),
             call.tokens,
@@ -299,27 +379,54 @@ class ReversalActivities:
     @activity.defn(name="amends.record")
     async def record(self, inp: RecordInput) -> None:
         """Write one compensation event, once, however often Temporal runs this activity."""
+        try:
+            await self._write_once(inp)
+        except LeaseLostError as exc:
+            raise _app_error("LeaseLostError", str(exc)) from exc
+
+    @activity.defn(name="amends.record_many")
+    async def record_many(self, inp: RecordBatch) -> None:
+        """Write the events of one workflow activation: each once, in order per step.
+
+        Different steps' writes go to the log together, so a group-committing log (PostgreSQL)
+        commits them at once, as it does the local engine's concurrent writes."""
+        by_step: dict[str, list[RecordInput]] = {}
+        for w in inp.writes:
+            by_step.setdefault(w.step_id, []).append(w)
+
+        async def in_order(writes: list[RecordInput]) -> None:
+            for w in writes:
+                await self._write_once(w)
+
+        results = await asyncio.gather(
+            *(in_order(ws) for ws in by_step.values()), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, LeaseLostError):
+                raise _app_error("LeaseLostError", str(r)) from r
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def _write_once(self, inp: RecordInput) -> None:
         if activity.info().attempt > 1:  # only a retry can find its own write committed
             comps = await self.log.get_compensations(inp.reversal_id)
             cur = comps.get(inp.step_id)
-            if cur is not None and cur.data.get(EVENT_KEY) == inp.event_key:
+            if cur is not None and _written(cur.data.get(EVENT_KEY), inp.event_key):
                 return  # an earlier attempt of this activity committed it
-        try:
-            await self.log.record_compensation(
-                inp.reversal_id,
-                inp.generation,
-                inp.step_id,
-                state=inp.state,
-                attempts=inp.attempts,
-                detail=inp.detail,
-                data={**inp.data, EVENT_KEY: inp.event_key},
-                calls_spent=inp.calls_spent,
-                tokens_spent=inp.tokens_spent,
-                event=inp.event,
-                now=inp.now,
-            )
-        except LeaseLostError as exc:
-            raise _app_error("LeaseLostError", str(exc)) from exc
+        await self.log.record_compensation(
+            inp.reversal_id,
+            inp.generation,
+            inp.step_id,
+            state=inp.state,
+            attempts=inp.attempts,
+            detail=inp.detail,
+            data={**inp.data, EVENT_KEY: inp.event_key},
+            calls_spent=inp.calls_spent,
+            tokens_spent=inp.tokens_spent,
+            event=inp.event,
+            now=inp.now,
+        )
 
     @activity.defn(name="amends.finish")
     async def finish(self, inp: FinishInput) -> dict[str, Any]:
@@ -355,6 +462,21 @@ class ReversalActivities:
                 self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
             ),
         )
+
+
+def _written(current: Any, key: str) -> bool:
+    """Whether the step's current event key ``current`` shows ``key`` was already written.
+
+    Keys are ``<workflow run id>:<n>``, ``n`` counting the run's writes in order; one step's
+    writes are made one after another, so a step whose current key is ``key`` or a later one of
+    the same run has ``key`` committed (a batch holding two writes of one step, retried)."""
+    if not isinstance(current, str):
+        return False
+    run, _, n = current.rpartition(":")
+    mine, _, m = key.rpartition(":")
+    if run != mine or not n.isdigit() or not m.isdigit():
+        return current == key
+    return int(n) >= int(m)
 
 
 def details(exc: ApplicationError) -> Mapping[str, Any]:
