@@ -84,6 +84,32 @@ async def _timed(client: Any, tool: str, args: dict[str, Any], n: int) -> list[f
     return out
 
 
+async def _paired(
+    direct: Any, via: Any, n: int, args: dict[str, Any]
+) -> tuple[list[float], list[float]]:
+    """Time ``n`` direct calls and ``n`` calls through the gateway, one of each in turn (order
+    alternating), so both see the same machine load: on a shared machine the load changes
+    within seconds, and two blocks timed one after the other compared different loads."""
+    ds: list[float] = []
+    gs: list[float] = []
+    for i in range(n):
+        a = {k: (f"{v}{i}" if k == "value" else v) for k, v in args.items()}
+        pair = ((direct, ds), (via, gs)) if i % 2 == 0 else ((via, gs), (direct, ds))
+        for call, xs in pair:
+            t = time.perf_counter()
+            await call(dict(a))
+            xs.append(time.perf_counter() - t)
+    return ds, gs
+
+
+def _client_call(client: Any, tool: str) -> Any:
+    async def call(a: dict[str, Any]) -> None:
+        r = await client.call_tool(tool, a)
+        assert not r.is_error, r.content
+
+    return call
+
+
 async def _measure(n: int) -> dict[str, list[float]]:
     import amends
     from mcp import Client, StdioServerParameters
@@ -104,16 +130,17 @@ async def _measure(n: int) -> dict[str, list[float]]:
         args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
     )
     out: dict[str, list[float]] = {}
-    async with Client(up) as direct:
+    async with Client(up) as direct, Client(gw) as via:
         await _timed(direct, "set", {"key": "k", "value": "v"}, 20)  # warm-up
-        out["direct get"] = await _timed(direct, "get", {"key": "k"}, n)
-        out["direct set"] = await _timed(direct, "set", {"key": "k", "value": "v"}, n)
-        out["direct send"] = await _timed(direct, "send", {"to": "x"}, n)
-    async with Client(gw) as via:
         await _timed(via, "b_set", {"key": "k", "value": "v"}, 20)
-        out["gateway get"] = await _timed(via, "b_get", {"key": "k"}, n)
-        out["gateway set"] = await _timed(via, "b_set", {"key": "k", "value": "v"}, n)
-        out["gateway send"] = await _timed(via, "b_send", {"to": "x"}, n)
+        for tool, args in (
+            ("get", {"key": "k"}),
+            ("set", {"key": "k", "value": "v"}),
+            ("send", {"to": "x"}),
+        ):
+            out[f"direct {tool}"], out[f"gateway {tool}"] = await _paired(
+                _client_call(direct, tool), _client_call(via, f"b_{tool}"), n, args
+            )
     # The same calls through a Gateway object in this process (no extra stdio hop), against a
     # direct call on the gateway's own upstream connection: amends' own work per call.
     from amends.integrations.mcp import load_config
@@ -146,32 +173,24 @@ async def _measure(n: int) -> dict[str, list[float]]:
             return await orig_call(*a, **k)
 
         for tool, args in (("send", {"to": "x"}), ("set", {"key": "k", "value": "v"})):
-            for label, call in (
-                (f"in-process direct {tool}", lambda a, t=tool: upstream_conn.call(t, a)),
-                (
-                    f"in-process gateway {tool}",
-                    lambda a, t=tool: inproc.call_tool(_Ctx(), f"b_{t}", a),
-                ),
-            ):
-                xs = []
-                counted = label.startswith("in-process gateway")
-                if counted:
-                    await call(dict(args))  # warm-up: opens the saga (its own write), uncounted
-                    counts.update({k: 0 for k in counts})
-                    sqlite_backend._SqliteDatabase._commit = counting_commit  # type: ignore[method-assign,assignment]
-                    upstream_conn.call = counting_call  # type: ignore[method-assign]
-                try:
-                    for i in range(n):
-                        a = {k: (f"{v}{i}" if k == "value" else v) for k, v in args.items()}
-                        t0 = time.perf_counter()
-                        await call(a)
-                        xs.append(time.perf_counter() - t0)
-                finally:
-                    sqlite_backend._SqliteDatabase._commit = orig_commit  # type: ignore[method-assign]
-                    upstream_conn.call = orig_call  # type: ignore[method-assign]
-                out[label] = xs
-                if counted:
-                    out[f"per call {tool}"] = [counts[k] / n for k in counts]
+
+            def gateway_call(a: dict[str, Any], t: str = tool) -> Any:
+                return inproc.call_tool(_Ctx(), f"b_{t}", a)
+
+            def direct_call(a: dict[str, Any], t: str = tool) -> Any:
+                return orig_call(t, a)  # the uncounted connection method
+
+            await gateway_call(dict(args))  # warm-up: opens the saga (its own write), uncounted
+            counts.update({k: 0 for k in counts})
+            sqlite_backend._SqliteDatabase._commit = counting_commit  # type: ignore[method-assign,assignment]
+            upstream_conn.call = counting_call  # type: ignore[method-assign]
+            try:
+                ds, gs = await _paired(direct_call, gateway_call, n, args)
+            finally:
+                sqlite_backend._SqliteDatabase._commit = orig_commit  # type: ignore[method-assign]
+                upstream_conn.call = orig_call  # type: ignore[method-assign]
+            out[f"in-process direct {tool}"], out[f"in-process gateway {tool}"] = ds, gs
+            out[f"per call {tool}"] = [counts[k] / n for k in counts]
     # One durable step on the same kind of log, in-process, for the goal's "one durable step".
     catalog = amends.Catalog()
 
@@ -272,7 +291,8 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         )
     )
     sec.notes.append(
-        f"{n} sequential calls each; the upstream is an in-memory server in its own process; "
+        f"{n} sequential calls each way, a direct call and a gateway call in turn (so both see "
+        "the same load); the upstream is an in-memory server in its own process; "
         "overhead = gateway median - direct median. The gateway hop adds one stdio JSON-RPC "
         "round trip (client -> gateway -> upstream) besides amends' own work."
     )
