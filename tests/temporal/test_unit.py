@@ -15,7 +15,13 @@ from temporalio.testing import ActivityEnvironment
 import amends
 from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
-from amends.integrations.temporal._activities import RecordInput, ReversalActivities
+from amends.integrations.temporal._activities import (
+    CallBatch,
+    RecordBatch,
+    RecordInput,
+    ReversalActivities,
+    ToolCallInput,
+)
 from amends.integrations.temporal._codec import saga_from_dict, to_dict
 from core_world import fresh
 
@@ -48,6 +54,99 @@ async def test_a_log_write_retried_by_temporal_records_its_event_once() -> None:
     assert kinds == ["compensation.dispatched", "compensation.reverted"]
     comps = await engine.log.get_compensations("rev_1")
     assert comps["s1"].state == "reverted"
+    await engine.close()
+
+
+async def test_a_batch_of_log_writes_retried_after_it_committed_writes_each_event_once() -> None:
+    """amends.record_many (one workflow activation's writes) run again after it committed:
+    a step with two writes in the batch ("dispatched" then its outcome) gets neither twice,
+    and the other step's write is not repeated either."""
+    _, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("t", saga_id="s") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won", after=[a])
+    claim = await engine.log.claim_reversal(
+        "s", reversal_id="rev_1", budget={}, owner="temporal:x", lease_until=time.time() + 60,
+        now=time.time(),
+    )  # fmt: skip
+    gen = claim.reversal.generation
+    acts = ReversalActivities(catalog, engine.log)
+
+    def write(step: str, state: str, n: int) -> RecordInput:
+        return RecordInput(
+            "rev_1", gen, step, state, 1, state, {}, n, 0, f"compensation.{state}", time.time(),
+            event_key=f"run-a:{n}",
+        )  # fmt: skip
+
+    batch = RecordBatch(
+        [write("s1", "dispatched", 1), write("s2", "dispatched", 2), write("s1", "reverted", 3)]
+    )
+    env = ActivityEnvironment()
+    await env.run(acts.record_many, batch)
+    env.info = dataclasses.replace(env.info, attempt=2)  # Temporal's retry of the same batch
+    await env.run(acts.record_many, batch)
+    events = [
+        (e.step_id, e.kind) for e in await engine.log.events("s")
+        if e.kind.startswith("compensation.")
+    ]  # fmt: skip
+    assert sorted(events) == [
+        ("s1", "compensation.dispatched"),
+        ("s1", "compensation.reverted"),
+        ("s2", "compensation.dispatched"),
+    ]
+    comps = await engine.log.get_compensations("rev_1")
+    assert {k: v.state for k, v in comps.items()} == {"s1": "reverted", "s2": "dispatched"}
+    await engine.close()
+
+
+async def test_a_batch_of_calls_logs_dispatched_before_each_compensation_and_answers_each() -> None:
+    """amends.call_tools: a compensation's "dispatched" is committed before its call leaves
+    (rule 5: the vendor sees the call only once the log says it may have landed); each call of
+    the batch gets its own answer (one refused call does not fail the other)."""
+    world, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("t", saga_id="s") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=100)
+    claim = await engine.log.claim_reversal(
+        "s", reversal_id="rev_1", budget={}, owner="temporal:x", lease_until=time.time() + 60,
+        now=time.time(),
+    )  # fmt: skip
+    seen_at_call: list[str] = []
+
+    async def look() -> None:
+        comps = await engine.log.get_compensations("rev_1")
+        seen_at_call.append(comps["s1"].state if "s1" in comps else "nothing")
+
+    world.hooks["crm.update_field"] = look
+    world.faults["pay.refund"] = [amends.PermanentError("card closed")]
+    dispatched = RecordInput(
+        "rev_1", claim.reversal.generation, "s1", "dispatched", 0, "dispatching", {"key": "k1"},
+        0, 0, "compensation.dispatched", time.time(), event_key="run-a:1",
+    )  # fmt: skip
+    calls = CallBatch(
+        [
+            ToolCallInput(
+                "crm.update_field", {"record_id": "r1", "field": "stage", "value": "lead"}, "s",
+                "s1", "compensate", "k1", 1, timeout=5.0, dispatched=dispatched,
+            ),
+            ToolCallInput(
+                "pay.refund", {"charge_id": "ch_1", "cents": 100}, "s", "s2", "compensate", "k2",
+                1, timeout=5.0,
+            ),
+        ]
+    )  # fmt: skip
+    acts = ReversalActivities(catalog, engine.log)
+    out = await ActivityEnvironment().run(acts.call_tools, calls)
+    assert seen_at_call == ["dispatched"]
+    assert world.crm["r1"]["stage"] == "lead"
+    assert out.results[0].error == "" and out.results[0].result is not None
+    assert (out.results[1].result, out.results[1].error) == (None, "PermanentError")
+    assert out.results[1].message == "card closed"
+    assert world.charges["ch_1"]["refunded"] == 0
+    kinds = [e.kind for e in await engine.log.events("s") if e.kind.startswith("compensation.")]
+    assert kinds == ["compensation.dispatched"]
     await engine.close()
 
 
