@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import re
 import time
@@ -535,7 +536,73 @@ class Saga:
         Raises:
             StepFailedError: The first of them that failed.
         """
-        return list(await asyncio.gather(*(s._wait() for s in steps)))
+        # issue 12: one future woken by done callbacks instead of a task and a shield per step
+        # (what asyncio.gather over Step._wait cost); cancelling this wait leaves the steps
+        # running, as the shield did.
+        tasks = [_task_of(s) for s in steps]
+        first = next((s for s, t in zip(steps, tasks, strict=True) if _failed(s, t)), None)
+        if first is None:
+            pending = [(s, t) for s, t in zip(steps, tasks, strict=True) if not t.done()]
+            if pending:
+                first = await _first_failure(pending)
+        for s, t in zip(steps, tasks, strict=True):  # each step is seen once it finishes
+            if t.done():
+                _observe(s, t)
+            else:
+                t.add_done_callback(functools.partial(_observe, s))
+        if first is not None:
+            t = _task_of(first)
+            if t.cancelled():
+                raise asyncio.CancelledError
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+            assert first._error is not None
+            raise first._error
+        return [s._result for s in steps]
+
+
+def _task_of(step: Step) -> asyncio.Task[None]:
+    assert step.task is not None
+    return step.task
+
+
+def _failed(step: Step, task: asyncio.Task[None]) -> bool:
+    return task.done() and (
+        task.cancelled() or task.exception() is not None or step._error is not None
+    )
+
+
+def _observe(step: Step, task: asyncio.Task[None]) -> None:
+    if not task.cancelled():  # as Step._wait: a cancelled step was not seen by the agent
+        step._observed = True
+
+
+async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step | None:
+    """Wait until every step in ``pending`` finished (``None``) or one failed (that step)."""
+    woke: asyncio.Future[Step | None] = asyncio.get_running_loop().create_future()
+    left = len(pending)
+
+    def finished(step: Step, task: asyncio.Task[None]) -> None:
+        nonlocal left
+        left -= 1
+        if woke.done():
+            return
+        if _failed(step, task):
+            woke.set_result(step)
+        elif left == 0:
+            woke.set_result(None)
+
+    callbacks = []
+    for s, t in pending:
+        cb = functools.partial(finished, s)
+        t.add_done_callback(cb)
+        callbacks.append((t, cb))
+    try:
+        return await woke
+    finally:
+        for t, cb in callbacks:
+            t.remove_done_callback(cb)
 
 
 # --- the forward call of one step ---------------------------------------------------------

@@ -109,3 +109,64 @@ async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_r
     report = await engine.undo(ids[0])
     assert report.step("s1").state == StepState.COMPENSATED
     assert world.charges["ch_1"]["refunded"] == 5
+
+
+def _gather_catalog() -> amends.Catalog:
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.ok", reversibility="irreversible")
+    async def ok(call: amends.Call, i: int, wait: float = 0.0) -> int:
+        await asyncio.sleep(wait)
+        return i * 10
+
+    @catalog.tool("t.refuse", reversibility="irreversible")
+    async def refuse(call: amends.Call, wait: float) -> None:
+        await asyncio.sleep(wait)
+        raise amends.PermanentError(f"refused after {wait}")
+
+    return catalog
+
+
+async def test_saga_gather_returns_results_in_argument_order_not_finishing_order() -> None:
+    """Without a task per step, gather still returns each step's result in the order asked."""
+    engine = amends.Engine(_gather_catalog(), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("gather order") as saga:
+        slow = saga.call("t.ok", i=1, wait=0.05)
+        fast = saga.call("t.ok", i=2)
+        await fast
+        assert await saga.gather(slow, fast, saga.call("t.ok", i=3)) == [10, 20, 30]
+        assert await saga.gather() == []
+    await engine.close()
+
+
+async def test_saga_gather_raises_the_first_failure_in_time_and_every_step_counts_as_seen() -> None:
+    """gather raises the step that failed first (not the first argument); a step failing
+    later is seen by the agent too, so leaving the saga raises nothing more; the steps still
+    running when gather raised are not cancelled."""
+    engine = amends.Engine(_gather_catalog(), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("gather failure") as saga:
+        late = saga.call("t.refuse", wait=0.1)
+        early = saga.call("t.refuse", wait=0.01)
+        running = saga.call("t.ok", i=4, wait=0.05)
+        with pytest.raises(amends.StepFailedError, match="refused after 0.01") as info:
+            await saga.gather(late, early, running)
+        assert info.value.step_id == early.id
+        assert (late.state, running.state) == ("intent", "intent")
+    # the saga waited for both; neither is raised again at exit
+    assert (late.state, running.state, running.result) == ("failed", "done", 40)
+    await engine.close()
+
+
+async def test_saga_gather_of_an_already_failed_step_raises_it_at_once() -> None:
+    """A step that failed before gather is raised without waiting for the others."""
+    engine = amends.Engine(_gather_catalog(), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("gather done") as saga:
+        failed = saga.call("t.refuse", wait=0)
+        await saga.settle()
+        slow = saga.call("t.ok", i=5, wait=0.2)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(amends.StepFailedError):
+            await saga.gather(slow, failed)
+        assert loop.time() - t0 < 0.15
+    await engine.close()
