@@ -170,3 +170,19 @@ async def test_saga_gather_of_an_already_failed_step_raises_it_at_once() -> None
             await saga.gather(slow, failed)
         assert loop.time() - t0 < 0.15
     await engine.close()
+
+
+async def test_cancelling_a_saga_gather_leaves_its_steps_running() -> None:
+    """Only the wait is cancelled (as asyncio.shield did): the step still runs to done."""
+    engine = amends.Engine(_gather_catalog(), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("gather cancelled") as saga:
+        step = saga.call("t.ok", i=6, wait=0.05)
+        waiter = asyncio.ensure_future(saga.gather(step))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert step.task is not None and not step.task.done()
+        assert await step == 60
+    assert step.state == "done"
+    await engine.close()
