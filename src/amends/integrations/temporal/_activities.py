@@ -170,6 +170,8 @@ class FinishInput:
     generation: int
     report: dict[str, Any]
     saga_id: str = ""
+    writes: list[RecordInput] = field(default_factory=list)
+    """The steps' last outcome events, written (each once) before the report."""
 
 
 def _app_error(kind: str, message: str, **details: Any) -> ApplicationError:
@@ -434,6 +436,8 @@ class ReversalActivities:
         rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
         if rev is not None and rev.state == "done" and rev.report is not None:
             return rev.report
+        if inp.writes:  # the last activation's outcome events, before the report (one trip)
+            await self.record_many(RecordBatch(inp.writes))
         saga = await self.log.get_saga(inp.saga_id or (rev.saga_id if rev else ""))
         report = UndoReport.from_dict(inp.report)
         if saga is not None:

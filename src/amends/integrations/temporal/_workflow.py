@@ -199,6 +199,11 @@ class _ActivityLog:
         """Per step: its "dispatched" event, waiting for the compensation activity to carry it."""
         self.queue: list[tuple[RecordInput, asyncio.Future[None]]] = []
         self.flusher: asyncio.Task[None] | None = None
+        self.runner: _Runner | None = None
+        """The runner writing through this log (its per-step futures: which steps still run)."""
+        self.carried: list[RecordInput] = []
+        """The last steps' outcome events, carried by ``amends.finish`` (written before the
+        report, in the same local activity)."""
 
     async def record_compensation(
         self,
@@ -235,6 +240,15 @@ class _ActivityLog:
             return
         await self._submit(inp)
 
+    def _last(self, batch: list[tuple[RecordInput, asyncio.Future[None]]]) -> bool:
+        if self.runner is None:
+            return False
+        running = {k for k, f in self.runner.futures.items() if not f.done()}
+        # an outcome event is a step's last action (the runner returns right after it)
+        return bool(running) and running == {
+            w.step_id for w, _ in batch if w.event != "compensation.dispatched"
+        } == {w.step_id for w, _ in batch}
+
     def take_dispatched(self, step_id: str) -> RecordInput | None:
         """The step's "dispatched" event, for its compensation activity to write first."""
         return self.deferred.pop(step_id, None)
@@ -262,6 +276,15 @@ class _ActivityLog:
         for _ in range(8):
             await asyncio.sleep(0)
         batch, self.queue, self.flusher = self.queue, [], None
+        if self._last(batch):
+            # Every step still running is waiting for its outcome event in this batch and ends
+            # right after it: what follows is the report. Both go to the log in one local
+            # activity, events first (amends.finish); if that fails, the run fails with it.
+            self.carried.extend(w for w, _ in batch)
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+            return
         err: Exception | None = None
         try:
             await workflow.execute_local_activity(
@@ -528,6 +551,7 @@ class ReversalWorkflow:
             clock=workflow.time,
             on_progress=None,
         )
+        self.log.runner, self.log.carried = runner, []
         outcomes = await runner.run()
         report = UndoReport(
             saga_id=saga.saga_id,
@@ -545,7 +569,13 @@ class ReversalWorkflow:
         try:
             stored: dict[str, Any] = await workflow.execute_local_activity(
                 "amends.finish",
-                FinishInput(rev.reversal_id, rev.generation, report.to_dict(), saga.saga_id),
+                FinishInput(
+                    rev.reversal_id,
+                    rev.generation,
+                    report.to_dict(),
+                    saga.saga_id,
+                    self.log.carried,
+                ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_LOG_RETRY,
             )
