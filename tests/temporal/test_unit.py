@@ -17,6 +17,7 @@ from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import (
     CallBatch,
+    FinishInput,
     RecordBatch,
     RecordInput,
     ReversalActivities,
@@ -97,6 +98,50 @@ async def test_a_batch_of_log_writes_retried_after_it_committed_writes_each_even
     ]
     comps = await engine.log.get_compensations("rev_1")
     assert {k: v.state for k, v in comps.items()} == {"s1": "reverted", "s2": "dispatched"}
+    await engine.close()
+
+
+async def test_finish_writes_the_carried_outcome_events_before_the_report_once() -> None:
+    """amends.finish carrying the last steps' outcome events writes them, then the report;
+    run again after it committed, it writes neither twice and returns the stored report."""
+    _, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("t", saga_id="s") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+    claim = await engine.log.claim_reversal(
+        "s", reversal_id="rev_1", budget={}, owner="temporal:x", lease_until=time.time() + 60,
+        now=time.time(),
+    )  # fmt: skip
+    gen = claim.reversal.generation
+    acts = ReversalActivities(catalog, engine.log)
+    env = ActivityEnvironment()
+    await env.run(acts.record, RecordInput(
+        "rev_1", gen, "s1", "dispatched", 0, "dispatching", {"key": "k"}, 0, 0,
+        "compensation.dispatched", time.time(), event_key="run-a:1",
+    ))  # fmt: skip
+    outcome = RecordInput(
+        "rev_1", gen, "s1", "reverted", 1, "reverted with crm.update_field", {"residue": []}, 1,
+        0, "compensation.reverted", time.time(), event_key="run-a:2",
+    )  # fmt: skip
+    report = amends.UndoReport(
+        saga_id="s", reversal_id="rev_1", title="t", steps=(), tool_calls=1, tokens=0,
+        seconds=0.1, budget={}, requested_at=time.time(), finished_at=time.time(),
+    )  # fmt: skip
+    finish = FinishInput("rev_1", gen, report.to_dict(), "s", [outcome])
+    first = await env.run(acts.finish, finish)
+    env.info = dataclasses.replace(env.info, attempt=2)  # Temporal's retry after it committed
+    again = await env.run(acts.finish, finish)
+    assert again == first
+    kinds = [e.kind for e in await engine.log.events("s") if e.kind.startswith(("comp", "rev"))]
+    assert kinds == [
+        "reversal.requested",
+        "compensation.dispatched",
+        "compensation.reverted",
+        "reversal.done",
+    ]
+    rev = await engine.log.get_reversal(reversal_id="rev_1")
+    assert rev is not None and rev.state == "done"
+    assert (await engine.log.get_compensations("rev_1"))["s1"].state == "reverted"
     await engine.close()
 
 
