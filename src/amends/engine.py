@@ -27,7 +27,7 @@ from .log import SagaLog, open_log
 from .log.base import Claim, CompensationRecord, Resolution, ReversalRecord, SagaRecord
 from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
-from .reversal import current_resolutions, run_plan
+from .reversal import current_report, current_resolutions, run_plan
 from .saga import Ref, Saga, Step, new_id
 from .secrets import Vault, markers_in, resolve_call_args
 
@@ -306,12 +306,7 @@ class Engine:
 
     async def _current(self, report: UndoReport) -> UndoReport:
         """``report`` with the saga's latest resolutions (rule 6: the engine's outcome is kept)."""
-        saga = await self.log.get_saga(report.saga_id)
-        if saga is None or not saga.resolutions:
-            return report
-        comps = await self.log.get_compensations(report.reversal_id)
-        # rule 8: a resolution made before the step's latest attempt does not handle its outcome
-        return report.with_resolutions(current_resolutions(saga.resolutions, comps))
+        return await current_report(self.log, report)
 
     async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
         """Undo a saga: the one reversal of it, started here or joined if already asked for.

@@ -36,7 +36,7 @@ from .errors import (
 )
 from .log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 from .planner import Plan, PlannedStep
-from .report import NEUTRALISED, StepOutcome, StepState, verb_for
+from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from .secrets import markers_in, resolve_call_args, scrub_record, vault_for
 
 __all__ = ["current_resolutions", "run_plan"]
@@ -58,6 +58,17 @@ def current_resolutions(
         if rec is None or res.at >= rec.updated_at:
             out[step_id] = res
     return out
+
+
+async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
+    """``report`` (as stored) with the resolutions that still speak for its steps' outcomes:
+    the one way every reader — the engine, the CLI, a Temporal worker — shows manual actions as
+    open or handled (rule 6; rule 8: a stale resolution never marks a newer failure handled)."""
+    saga = await log.get_saga(report.saga_id)
+    if saga is None or not saga.resolutions:
+        return report
+    comps = await log.get_compensations(report.reversal_id)
+    return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
 
 _FINAL = frozenset(s.value for s in StepState)

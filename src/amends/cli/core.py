@@ -22,6 +22,7 @@ from ..engine import Engine
 from ..errors import ConfigError, SagaNotFoundError
 from ..log.base import Event, SagaLog, SagaRecord
 from ..report import Outcome, UndoReport
+from ..reversal import current_report
 from ._common import (
     add_catalog_argument,
     add_db_argument,
@@ -160,10 +161,17 @@ async def _get(log: SagaLog, saga_id: str) -> SagaRecord:
     return saga
 
 
-async def _read_saga(log: SagaLog, saga_id: str) -> tuple[SagaRecord, list[Event]]:
+async def _read_saga(
+    log: SagaLog, saga_id: str
+) -> tuple[SagaRecord, list[Event], UndoReport | None]:
+    """The saga, its history, and its stored report with the resolutions that still hold."""
     try:
         saga = await _get(log, saga_id)
-        return saga, list(await log.events(saga_id))
+        rev = saga.reversal
+        report = None
+        if rev is not None and rev.report is not None:
+            report = await current_report(log, UndoReport.from_dict(rev.report))
+        return saga, list(await log.events(saga_id)), report
     finally:
         await log.close()
 
@@ -172,11 +180,13 @@ def _show(args: argparse.Namespace) -> int:
     console = Console()
     if args.saga_id is None:
         return _list(args, console)
-    saga, events = run_async(_read_saga(open_existing_log(args.db, read_only=True), args.saga_id))
+    saga, events, report = run_async(
+        _read_saga(open_existing_log(args.db, read_only=True), args.saga_id)
+    )
     if args.json:
         print_json(_saga_json(saga, events))
         return 0
-    _print_saga(console, saga)
+    _print_saga(console, saga, report)
     if args.history:
         _print_history(console, events)
     return 0
@@ -192,7 +202,7 @@ def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
     }
 
 
-def _print_saga(console: Console, saga: SagaRecord) -> None:
+def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -> None:
     """Concise (issue 17): the saga, then its report if it was undone, else its steps."""
     ref = recorded_catalog(saga).get("ref")
     console.print(f"[bold]{markup(saga.title)}[/bold]")
@@ -204,8 +214,7 @@ def _print_saga(console: Console, saga: SagaRecord) -> None:
         indent=0,
     )
     rev = saga.reversal
-    if rev is not None and rev.report is not None:
-        report = UndoReport.from_dict(rev.report).with_resolutions(saga.resolutions)
+    if report is not None:
         console.print()
         print_report(report, console)
         console.print(f"[dim]The event log: amends show {markup(saga.saga_id)} --history[/dim]")
