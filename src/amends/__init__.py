@@ -44,9 +44,9 @@ from .errors import (
 )
 from .log import SagaLog, SqliteLog, open_log
 from .log.base import Resolution
-from .secrets import SecretRequest, from_env
 from .planner import Plan, PlannedStep, Preview, PreviewStep
 from .report import Outcome, StepOutcome, StepState, UndoReport
+from .secrets import SecretRequest, from_env
 from .toml_catalog import load_toml_catalog
 
 __version__ = "0.1.0"
@@ -61,6 +61,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "NOTHING",
     "Acknowledgement",
     "AmendsError",
     "Budget",
@@ -78,7 +79,6 @@ __all__ = [
     "LogLockedError",
     "LogReadOnlyError",
     "ManualAction",
-    "NOTHING",
     "Outcome",
     "PermanentError",
     "Plan",
