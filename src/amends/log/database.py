@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import queue
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Database", "Tx"]
+__all__ = ["MAX_BATCH", "MAX_BATCH_BYTES", "Database", "Tx", "take_batch"]
 
 T = TypeVar("T")
 
@@ -40,3 +41,28 @@ class Database(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+
+MAX_BATCH = 256
+"""Most writes one group commit carries."""
+MAX_BATCH_BYTES = 1 << 20
+"""A batch stops growing at about this many bytes of records (issue 12: batches capped by bytes)."""
+
+
+def take_batch(jobs: queue.Queue[Any] | queue.SimpleQueue[Any], first: Any) -> list[Any]:
+    """Group commit, for a backend's writer thread: ``first`` and every write waiting now, capped
+    by count and by bytes (each job's ``[3]`` is its size). A stop marker (``None``) met on the
+    way is put back, so the thread still sees it after this batch."""
+    batch = [first]
+    size = first[3]
+    while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
+        try:
+            more = jobs.get_nowait()
+        except queue.Empty:
+            break
+        if more is None:
+            jobs.put(None)
+            break
+        batch.append(more)
+        size += more[3]
+    return batch

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
+from .database import take_batch
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
 from .sqlite import _settle_all, signing_key_from_env
 
@@ -42,8 +43,6 @@ _MIGRATION_LOCK = 0x616D656E6473  # "amends": pg_advisory_xact_lock key for migr
 # SQLSTATEs whose transaction never committed and may be re-run as a whole.
 _RERUN = {"40001", "40P01", "23505"}
 _MAX_RERUNS = 50
-_MAX_BATCH = 256
-_MAX_BATCH_BYTES = 1 << 20
 
 
 def redact(url: str) -> str:
@@ -393,18 +392,7 @@ class _PgDatabase(Database):
             job = self._jobs.get()
             if job is None:
                 return
-            batch = [job]
-            size = job[3]
-            while len(batch) < _MAX_BATCH and size < _MAX_BATCH_BYTES:
-                try:
-                    more = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._jobs.put(None)
-                    break
-                batch.append(more)
-                size += more[3]
+            batch = take_batch(self._jobs, job)
             _settle_all(self._commit(batch))
 
     def _commit(self, batch: list[Any]) -> list[tuple[Any, bool, Any]]:

@@ -29,6 +29,7 @@ from ..errors import (
     LogReadOnlyError,
     SchemaVersionError,
 )
+from .database import take_batch
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
 
 __all__ = ["SqliteLog", "file_permission_problems"]
@@ -36,8 +37,6 @@ __all__ = ["SqliteLog", "file_permission_problems"]
 T = TypeVar("T")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-_MAX_BATCH = 256
-_MAX_BATCH_BYTES = 1 << 20  # a batch's writes stop growing at ~1 MiB of records
 
 
 def translate(exc: sqlite3.Error, path: str) -> LogError:
@@ -328,19 +327,7 @@ class _SqliteDatabase(Database):
             job = self._jobs.get()
             if job is None:
                 return
-            batch = [job]
-            size = job[3]
-            # group commit: every write waiting now, capped by count and by bytes (issue 12)
-            while len(batch) < _MAX_BATCH and size < _MAX_BATCH_BYTES:
-                try:
-                    more = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._jobs.put(None)
-                    break
-                batch.append(more)
-                size += more[3]
+            batch = take_batch(self._jobs, job)
             with self._writing:
                 outcomes = self._commit(batch)
             _settle_all(outcomes)
