@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,20 +151,36 @@ class Budget:
 
 
 class BudgetMeter:
-    """What a running reversal has spent; shared by its parallel branches (one event loop)."""
+    """What a running reversal has spent; shared by its parallel branches (one event loop).
 
-    def __init__(self, budget: Budget, *, calls_spent: int = 0, tokens_spent: int = 0) -> None:
+    Args:
+        budget: The caps.
+        calls_spent: Tool calls already spent (a continuation or take-over).
+        tokens_spent: Tokens already spent.
+        clock: Seconds, for the time cap (default ``time.monotonic``); a durable-execution
+            runner passes its deterministic clock (Temporal: ``workflow.time``).
+    """
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        calls_spent: int = 0,
+        tokens_spent: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.budget = budget
         self.calls = calls_spent
         self.tokens = tokens_spent
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
 
     @property
     def deadline(self) -> float:
         return self.started + self.budget.seconds
 
     def remaining_seconds(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
+        return max(0.0, self.deadline - self.clock())
 
     def exhausted(self) -> str | None:
         """Which cap is spent, in words, or ``None`` while there is budget left."""
@@ -171,7 +188,7 @@ class BudgetMeter:
             return f"tool-call budget of {self.budget.tool_calls} spent"
         if self.tokens > 0 and self.tokens >= self.budget.tokens:
             return f"token budget of {self.budget.tokens} spent"
-        if time.monotonic() >= self.deadline:
+        if self.clock() >= self.deadline:
             return f"time budget of {self.budget.seconds:g}s spent"
         return None
 

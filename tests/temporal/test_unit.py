@@ -13,6 +13,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 import amends
+from amends.budget import BudgetMeter
 from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import (
@@ -236,3 +237,16 @@ def test_worker_command_refuses_a_non_positive_heartbeat() -> None:
     )
     with pytest.raises(amends.ConfigError, match="--heartbeat must be a positive number"):
         args.handler(args)
+
+
+def test_budget_meter_measures_time_on_the_clock_it_is_given() -> None:
+    """BudgetMeter(clock=...) is the seam the workflow uses for workflow time: its time cap,
+    remaining seconds and the 'spent' sentence follow that clock, not the machine's."""
+    now = [1_000_000.0]
+    meter = BudgetMeter(amends.Budget(seconds=10), clock=lambda: now[0])
+    assert meter.remaining_seconds() == 10.0 and meter.exhausted() is None
+    now[0] += 4
+    assert meter.remaining_seconds() == 6.0
+    now[0] += 6
+    assert meter.exhausted() == "time budget of 10s spent"
+    assert meter.take_call() == "time budget of 10s spent" and meter.calls == 0

@@ -125,25 +125,6 @@ def _translate(kind: str, msg: str, d: Mapping[str, Any]) -> BaseException:
     return _named(str(d.get("name") or kind or "Exception"))(msg)
 
 
-class _WorkflowMeter(BudgetMeter):
-    """The budget, measured in workflow time (deterministic on replay)."""
-
-    def __init__(self, budget: Budget, *, calls_spent: int, tokens_spent: int) -> None:
-        super().__init__(budget, calls_spent=calls_spent, tokens_spent=tokens_spent)
-        self.started = workflow.time()
-
-    def remaining_seconds(self) -> float:
-        return max(0.0, self.deadline - workflow.time())
-
-    def exhausted(self) -> str | None:
-        # The base class's time check compares a monotonic clock with this (epoch-based)
-        # deadline and so never fires here; the call and token checks are the shared rules.
-        why = super().exhausted()
-        if why is None and workflow.time() >= self.deadline:
-            why = f"time budget of {self.budget.seconds:g}s spent"
-        return why
-
-
 class _Catalog(Catalog):
     """The worker's catalog as data, each tool's function replaced by the activity shim."""
 
@@ -359,7 +340,7 @@ class ReversalWorkflow:
 
     def __init__(self) -> None:
         self.inp: ReversalInput | None = None
-        self.meter: _WorkflowMeter | None = None
+        self.meter: BudgetMeter | None = None
         self.specs: dict[str, ToolSpec] = {}
         self.log = _ActivityLog()
         self.batch: _Batch | None = None
@@ -518,8 +499,9 @@ class ReversalWorkflow:
         inp = self.inp
         assert inp is not None and claim.saga is not None
         budget = Budget.from_dict(rev.budget)
-        meter = self.meter = _WorkflowMeter(
-            budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent
+        # the budget in workflow time: deterministic on replay
+        meter = self.meter = BudgetMeter(
+            budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent, clock=workflow.time
         )
         self.log.deferred.clear()  # a run that lost the lease left nothing to carry over
         self.specs = {d["name"]: _spec(d, self._tool) for d in claim.tools}
