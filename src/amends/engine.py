@@ -24,7 +24,14 @@ from .catalog_ref import needed_tools
 from .contracts import NOTHING, Call, Catalog, Expectation, Reversibility
 from .errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
 from .log import SagaLog, open_log
-from .log.base import Claim, CompensationRecord, Resolution, ReversalRecord, SagaRecord
+from .log.base import (
+    Claim,
+    CompensationRecord,
+    Resolution,
+    ReversalRecord,
+    SagaRecord,
+    StepRecord,
+)
 from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from .reversal import current_report, current_resolutions, run_plan
@@ -160,17 +167,24 @@ class Engine:
                 for p in the_plan.steps
             )
         )
-        described = tuple(self._described(saga, p) for p in steps)
+        index = {s.step_id: s for s in saga.steps}
+        described = tuple(self._described(saga, p, index) for p in steps)
         return Preview(the_plan.saga_id, described, checked_at=time.time())
 
     def preview_sync(self, saga_id: str) -> Preview:
         """:meth:`preview` for synchronous callers."""
         return run(self.preview(saga_id))
 
-    def _described(self, saga: SagaRecord, item: _Described) -> _Described:
+    def _described(
+        self, saga: SagaRecord, item: _Described, index: dict[str, StepRecord] | None = None
+    ) -> _Described:
         """Issue 17: ``item`` with its step and inverse in plain language, from the catalog's
-        ``describe=`` templates and the logged (redacted, rule 11) arguments."""
-        step = next((s for s in saga.steps if s.step_id == item.step_id), None)
+        ``describe=`` templates and the logged (redacted, rule 11) arguments. ``index``: the
+        saga's steps by id, built once per undo (issue 12: no per-step scan of the saga)."""
+        if index is not None:
+            step = index.get(item.step_id)
+        else:
+            step = next((s for s in saga.steps if s.step_id == item.step_id), None)
         if step is None:
             return item
         inv = step.inverse
@@ -580,8 +594,12 @@ class Engine:
         called = list(live.steps) if live is not None else []  # asked for before undo
         saga = await self._saga_or_raise(saga_id)
 
+        index = {s.step_id: s for s in saga.steps}
+
         def progress(outcome: StepOutcome) -> None:
-            described = self._described(saga, outcome)
+            if not self.progress_hooks:  # issue 12: nobody listens, nothing to describe
+                return
+            described = self._described(saga, outcome, index)
             for hook in self.progress_hooks:
                 hook(rev.reversal_id, described)
 
@@ -599,7 +617,7 @@ class Engine:
             poll_interval=self.poll_interval,
         )
         outcomes += await self._late_steps(saga_id, called, outcomes, meter)
-        return saga, [self._described(saga, o) for o in outcomes]
+        return saga, [self._described(saga, o, index) for o in outcomes]
 
     async def _late_steps(
         self, saga_id: str, called: list[Step], outcomes: list[StepOutcome], meter: BudgetMeter
