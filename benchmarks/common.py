@@ -169,6 +169,6 @@ def as_str(x: Any) -> str:
 
 def postgres_log(url: str) -> amends.SagaLog:
     """``amends.PostgresLog(url)`` (the optional backend, imported only when used)."""
-    from amends.log.postgres import PostgresLog
+    from amends._log.postgres import PostgresLog
 
     return PostgresLog(url)

@@ -152,7 +152,7 @@ async def _measure(n: int) -> dict[str, list[float]]:
         session = None
         request_id = None
 
-    from amends.log import sqlite as sqlite_backend
+    from amends._log import sqlite as sqlite_backend
 
     # Per call: how many durable commits (each one fsync) and upstream round trips the
     # gateway makes; a capture read must cost one round trip, never a second durable step.

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import amends
-from amends.log import sqlite as sqlite_backend
+from amends._log import sqlite as sqlite_backend
 
 from . import reversal
 from .common import noop_catalog, scratch

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import amends
-from amends.log import sqlite as sqlite_backend
+from amends._log import sqlite as sqlite_backend
 
 from .common import Section, Spread, Target, noop_catalog, scratch
 

@@ -3,7 +3,7 @@ page; an inverse that needs one gets it again at undo time from the tool's resol
 import asyncio
 
 import amends
-from amends.secrets import SecretRequest
+from amends._secrets import SecretRequest
 
 VAULT = {"acct-7": "sk_live_123"}  # your secret store
 KEYS_USED: list[str] = []

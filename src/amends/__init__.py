@@ -6,11 +6,9 @@ compensation in dependency order, drift checks, idempotent retries, a budget, an
 never claims more than it verified.
 """
 
-from __future__ import annotations
-
-from .budget import Budget
-from .calls import RetryPolicy, current_call
-from .contracts import (
+from ._budget import Budget
+from ._calls import RetryPolicy, current_call
+from ._contracts import (
     NOTHING,
     Acknowledgement,
     Call,
@@ -23,8 +21,8 @@ from .contracts import (
     Reversibility,
     ToolSpec,
 )
-from .engine import Engine, RecoveryReport, Ref, Saga, Step, run
-from .errors import (
+from ._engine import Engine, RecoveryReport, Ref, Saga, Step, run
+from ._errors import (
     AmendsError,
     ConfigError,
     ContractError,
@@ -42,22 +40,28 @@ from .errors import (
     ToolError,
     TransientError,
 )
-from .log import SagaLog, SqliteLog, open_log
-from .log.base import Resolution
-from .planner import Plan, PlannedStep, Preview, PreviewStep
-from .report import Outcome, StepOutcome, StepState, UndoReport
-from .secrets import SecretRequest, from_env
-from .toml_catalog import load_toml_catalog
+from ._log import SagaLog, SqliteLog, open_log
+from ._log.base import Resolution
+from ._planner import Plan, PlannedStep, Preview, PreviewStep
+from ._report import Outcome, StepOutcome, StepState, UndoReport
+from ._secrets import SecretRequest, from_env
+from ._toml_catalog import load_toml_catalog
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
     if name == "PostgresLog":  # optional extra, imported lazily
-        from .log.postgres import PostgresLog  # type: ignore[import-not-found,unused-ignore]
+        from ._log.postgres import PostgresLog  # type: ignore[import-not-found,unused-ignore]
 
         return PostgresLog
     raise AttributeError(f"module 'amends' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the public surface is __all__ (tests/architecture/test_exported_members.py); the lazily
+    # imported PostgresLog is listed too
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

@@ -11,8 +11,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "amends"
 
 USER_FACING = {
-    "report.py": ("UndoReport", "StepOutcome"),
-    "contracts.py": (
+    "_report.py": ("UndoReport", "StepOutcome"),
+    "_contracts.py": (
         "Residue",
         "ManualAction",
         "Inverse",

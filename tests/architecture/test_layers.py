@@ -17,14 +17,14 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "amends"
 
 # Lowest first. A module's layer is the first prefix that matches its dotted name.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("amends.errors",),
-    ("amends.secrets", "amends.describe"),
-    ("amends.contracts", "amends.budget"),
-    ("amends.calls", "amends.catalog_ref"),
-    ("amends.log", "amends.report"),
-    ("amends.saga", "amends.planner"),
-    ("amends.reversal", "amends.toml_catalog"),
-    ("amends.engine",),
+    ("amends._errors",),
+    ("amends._secrets", "amends._describe"),
+    ("amends._contracts", "amends._budget"),
+    ("amends._calls", "amends._catalog_ref"),
+    ("amends._log", "amends._report"),
+    ("amends._saga", "amends._planner"),
+    ("amends._reversal", "amends._toml_catalog"),
+    ("amends._engine",),
     ("amends",),  # the package face: re-exports the public API
     ("amends.sandbox",),
     ("amends.evals",),
@@ -145,10 +145,10 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize(
     ("source", "imported", "upward"),
     [
-        ("amends.contracts", "amends.engine", True),
-        ("amends.engine", "amends.contracts", False),
-        ("amends.log.sql", "amends.log.base", False),
-        ("amends.reversal", "amends.cli._common", True),
+        ("amends._contracts", "amends._engine", True),
+        ("amends._engine", "amends._contracts", False),
+        ("amends._log.sql", "amends._log.base", False),
+        ("amends._reversal", "amends.cli._common", True),
         ("amends.sandbox.catalog", "amends", False),
     ],
 )

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import amends
+from amends._log import open_log
 from amends.cli import main
-from amends.log import open_log
 from core_world import fresh
 
 

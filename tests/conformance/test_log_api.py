@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import amends
-from amends.log import SagaLog, open_log
+from amends._log import SagaLog, open_log
 
 NOW = 1_800_000_000.0
 
@@ -40,7 +40,7 @@ async def _saga(log: SagaLog, saga_id: str = "s", *, steps: int = 2, **kw: objec
     await log.finish_saga(saga_id, "completed", now=NOW)
 
 
-async def _finished_reversal(log: SagaLog, saga_id: str = "s") -> amends.log.base.Claim:
+async def _finished_reversal(log: SagaLog, saga_id: str = "s") -> amends._log.base.Claim:
     claim = await log.claim_reversal(
         saga_id,
         reversal_id="rev-1",
@@ -87,7 +87,7 @@ async def test_resolve_step_keeps_the_latest_resolution_per_step_and_logs_each(
 ) -> None:
     await _saga(log)
     first = await log.resolve_step("s", "s1", by="alice", note="checked the PSP", now=NOW + 5)
-    assert first == amends.log.base.Resolution("s1", "alice", "checked the PSP", NOW + 5)
+    assert first == amends._log.base.Resolution("s1", "alice", "checked the PSP", NOW + 5)
     await log.resolve_step("s", "s1", by="bob", note=None, now=NOW + 9)
     await log.resolve_step("s", "s2", by="carol", note="sent the draft", now=NOW + 7)
     rec = await log.get_saga("s")
@@ -97,7 +97,7 @@ async def test_resolve_step_keeps_the_latest_resolution_per_step_and_logs_each(
         "s2": {"step_id": "s2", "by": "carol", "note": "sent the draft", "at": NOW + 7},
     }
     assert (
-        amends.log.base.Resolution.from_dict(rec.resolutions["s2"].to_dict())
+        amends._log.base.Resolution.from_dict(rec.resolutions["s2"].to_dict())
         == (rec.resolutions["s2"])
     )
     resolved = [(e.step_id, e.data) for e in await log.events("s") if e.kind == "step.resolved"]
@@ -148,7 +148,7 @@ async def test_continue_reversal_reopens_a_finished_reversal_once(log: SagaLog) 
     )
     assert (joined.outcome, joined.reversal.generation) == ("running_elsewhere", 2)
     # the continuation keeps the compensations logged before it; old generations are fenced
-    with pytest.raises(amends.errors.LeaseLostError):
+    with pytest.raises(amends._errors.LeaseLostError):
         await log.renew_reversal_lease("rev-1", 1, NOW + 200)
     await log.finish_reversal("rev-1", 2, {"status": "fully_reversed"}, now=NOW + 12)
     late = await log.continue_reversal(
@@ -257,9 +257,9 @@ async def test_read_only_log_reads_and_refuses_every_write(log_url: str) -> None
         assert ro.read_only is True
         rec = await ro.get_saga("s")
         assert rec is not None and [s.step_id for s in rec.steps] == ["s1", "s2"]
-        with pytest.raises(amends.errors.LogReadOnlyError, match="opened read-only"):
+        with pytest.raises(amends._errors.LogReadOnlyError, match="opened read-only"):
             await ro.resolve_step("s", "s1", by="a", note=None, now=NOW)
-        with pytest.raises(amends.errors.LogReadOnlyError, match="opened read-only"):
+        with pytest.raises(amends._errors.LogReadOnlyError, match="opened read-only"):
             await _saga(ro, "other")
     finally:
         await ro.close()

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import amends
-from amends.log import open_log
-from amends.log.sql import SCHEMA_VERSION
+from amends._log import open_log
+from amends._log.sql import SCHEMA_VERSION
 from core_world import fresh
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
@@ -114,7 +114,7 @@ async def test_claims_leases_and_fencing(log_url: str) -> None:
             2,
             "w2",
         )
-        with pytest.raises(amends.errors.LeaseLostError, match="generation 2"):
+        with pytest.raises(amends._errors.LeaseLostError, match="generation 2"):
             await log.record_compensation(
                 "rev-a",
                 1,
@@ -141,7 +141,7 @@ async def test_claims_leases_and_fencing(log_url: str) -> None:
             event="compensation.reverted",
             now=later,
         )
-        with pytest.raises(amends.errors.LeaseLostError):
+        with pytest.raises(amends._errors.LeaseLostError):
             await log.finish_reversal("rev-a", 1, {"status": "fully_reversed"}, now=later)
         await log.finish_reversal("rev-a", 2, {"status": "fully_reversed"}, now=later)
         done = await log.claim_reversal(
@@ -197,7 +197,9 @@ async def test_a_newer_schema_is_refused_with_the_fix(log_url: str) -> None:
         lambda tx: tx.execute("UPDATE amends_meta SET value='99' WHERE key='schema_version'")
     )
     await log.close()
-    with pytest.raises(amends.errors.SchemaVersionError, match="schema version 99.*upgrade amends"):
+    with pytest.raises(
+        amends._errors.SchemaVersionError, match="schema version 99.*upgrade amends"
+    ):
         open_log(log_url)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import amends
-from amends.log import SqliteLog, open_log
-from amends.log.base import StepFinish
+from amends._log import SqliteLog, open_log
+from amends._log.base import StepFinish
 
 NOW = 1_800_000_000.0
 
@@ -188,6 +188,6 @@ async def test_a_damaged_record_is_a_clear_error_naming_the_step(log: SqliteLog)
     await log.db.write(  # type: ignore[attr-defined]
         lambda tx: tx.execute("UPDATE records SET body='{\"tool\":\"x\"}' WHERE phase='i'")
     )
-    with pytest.raises(amends.errors.LogCorruptedError, match="step 's1' is damaged.*--verify"):
+    with pytest.raises(amends._errors.LogCorruptedError, match="step 's1' is damaged.*--verify"):
         await log.get_saga("s")
     assert [p.what for p in await log.verify("s")] == ["edited"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import amends
-from amends.log import open_log
-from amends.log.sql import MIGRATIONS, SCHEMA_VERSION
+from amends._log import open_log
+from amends._log.sql import MIGRATIONS, SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
 TABLES = {

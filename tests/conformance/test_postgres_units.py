@@ -7,7 +7,7 @@ import socket
 import pytest
 
 import amends
-from amends.log.postgres import redact, to_pyformat
+from amends._log.postgres import redact, to_pyformat
 
 
 def test_redact_hides_only_the_password() -> None:
@@ -28,7 +28,7 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     url = f"postgresql://amends:topsecret@127.0.0.1:{port}/amends"
-    with pytest.raises(amends.errors.LogError) as info:
+    with pytest.raises(amends._errors.LogError) as info:
         amends.PostgresLog(url, connect_timeout=1)
     msg = str(info.value)
     assert "topsecret" not in msg
@@ -36,5 +36,5 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
 
 
 def test_a_non_postgres_url_is_a_config_error() -> None:
-    with pytest.raises(amends.errors.ConfigError, match="needs a postgresql:// URL"):
+    with pytest.raises(amends._errors.ConfigError, match="needs a postgresql:// URL"):
         amends.PostgresLog("mysql://x@y/z")

@@ -197,7 +197,7 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
 def test_the_toml_example_in_the_toml_catalog_docstring_loads(tmp_path: Path) -> None:
     """The module docstring the API reference shows is a TOML file that loads (it once used a
     multi-line inline table, which TOML 1.0 refuses)."""
-    from amends import toml_catalog
+    from amends import _toml_catalog as toml_catalog
 
     blocks = re.findall(r"```toml\n(.*?)```", toml_catalog.__doc__ or "", re.S)
     assert blocks

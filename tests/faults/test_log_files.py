@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import amends
-from amends.log import file_permission_problems, open_log
+from amends._log import file_permission_problems, open_log
 
 NOW = 1_800_000_000.0
 
@@ -64,7 +64,7 @@ async def test_file_permission_problems_names_each_open_file_and_the_fix(tmp_pat
 def test_must_exist_refuses_a_missing_file_and_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "nope.db"
     for kw in ({"must_exist": True}, {"read_only": True}):
-        with pytest.raises(amends.errors.LogError, match=f"{missing}.*does not exist"):
+        with pytest.raises(amends._errors.LogError, match=f"{missing}.*does not exist"):
             open_log(missing, **kw)
     assert list(tmp_path.iterdir()) == []
 
@@ -82,7 +82,7 @@ def test_a_file_of_another_app_is_refused_and_left_untouched(tmp_path: Path) -> 
     conn.close()
     before, mode = _digest(other), _mode(other)
     for kw in ({}, {"must_exist": True}, {"read_only": True}):
-        with pytest.raises(amends.errors.LogError, match="is not an amends log.*users.*untouched"):
+        with pytest.raises(amends._errors.LogError, match="is not an amends log.*users.*untouched"):
             open_log(other, **kw)
     assert _digest(other) == before and _mode(other) == mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no -wal, no -shm
@@ -91,7 +91,7 @@ def test_a_file_of_another_app_is_refused_and_left_untouched(tmp_path: Path) -> 
 def test_an_empty_database_is_not_an_amends_log_for_a_read(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
     empty.touch()
-    with pytest.raises(amends.errors.LogError, match="not an amends log"):
+    with pytest.raises(amends._errors.LogError, match="not an amends log"):
         open_log(empty, read_only=True)
     assert empty.stat().st_size == 0
 
@@ -133,7 +133,7 @@ async def test_read_only_opens_a_log_on_a_read_only_mount(ro_mount: Path) -> Non
     ro = open_log(db, read_only=True)
     try:
         assert [s.saga_id for s in await ro.list_sagas()] == ["s"]
-        with pytest.raises(amends.errors.LogReadOnlyError, match="opened read-only"):
+        with pytest.raises(amends._errors.LogReadOnlyError, match="opened read-only"):
             await ro.finish_saga("s", "completed", now=NOW)
     finally:
         await ro.close()
@@ -164,6 +164,6 @@ async def test_read_only_asks_to_upgrade_an_old_log_first(tmp_path: Path) -> Non
     db = tmp_path / "v1.db"
     shutil.copy(Path(__file__).parents[1] / "conformance" / "data" / "log_v1.db", db)
     before = _digest(db)
-    with pytest.raises(amends.errors.LogError, match="schema version 1.*amends recover"):
+    with pytest.raises(amends._errors.LogError, match="schema version 1.*amends recover"):
         open_log(db, read_only=True)
     assert _digest(db) == before

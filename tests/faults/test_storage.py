@@ -120,12 +120,12 @@ def test_read_only_file_is_a_clear_error(small_disk: tuple[Path, int]) -> None:
         os.chmod(db, stat.S_IRUSR)
         os.chmod(mnt, stat.S_IRUSR | stat.S_IXUSR)
     try:
-        with pytest.raises(amends.errors.LogError) as info:
+        with pytest.raises(amends._errors.LogError) as info:
             log = amends.SqliteLog(db)
             amends.run(log.close())
         msg = str(info.value)
         assert str(db) in msg, msg
-        assert isinstance(info.value, amends.errors.LogReadOnlyError), repr(info.value)
+        assert isinstance(info.value, amends._errors.LogReadOnlyError), repr(info.value)
         assert "writable" in msg, msg
     finally:
         if limit == 0:
@@ -140,7 +140,7 @@ def test_corrupted_file_is_a_clear_error_naming_the_fix(tmp_path: Path) -> None:
     amends.run(amends.SqliteLog(db).close())
     with open(db, "r+b") as f:
         f.write(b"this is no longer SQLite!")  # overwrite the 16-byte magic header and more
-    with pytest.raises(amends.errors.LogCorruptedError) as info:
+    with pytest.raises(amends._errors.LogCorruptedError) as info:
         amends.SqliteLog(db)
     msg = str(info.value)
     assert str(db) in msg and "restore it from a backup" in msg and "--db NEW.db" in msg
@@ -156,7 +156,7 @@ async def test_postgres_read_only_database_is_a_clear_error(pg_url: str) -> None
         conn.execute(f'ALTER DATABASE "{dbname}" SET default_transaction_read_only = on')
     log = amends.PostgresLog(pg_url)
     try:
-        with pytest.raises(amends.errors.LogReadOnlyError, match="read-only.*primary"):
+        with pytest.raises(amends._errors.LogReadOnlyError, match="read-only.*primary"):
             await log.create_saga(
                 "s", "t", tenant=None, actor=None, owner="w", lease_until=0.0, now=0.0
             )

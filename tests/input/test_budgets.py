@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from input_tools import SPEC
 
 import amends
-from amends.budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS
+from amends._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS
 from amends.cli import main
 
 Rows = Callable[[str], list[str]]

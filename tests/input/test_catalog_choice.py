@@ -12,7 +12,7 @@ import pytest
 from input_tools import SPEC, WORLD
 
 import amends
-from amends.catalog_ref import SANDBOX_REF
+from amends._catalog_ref import SANDBOX_REF
 from amends.cli import main
 
 Rows = Callable[[str], list[str]]

@@ -260,7 +260,7 @@ def test_bad_http_tables_are_refused_at_load_naming_file_tool_and_key(
 
 
 def test_url_templates_fill_the_path_percent_encoded(tmp_path: Path) -> None:
-    from amends.toml_catalog import _HttpTool
+    from amends._toml_catalog import _HttpTool
 
     tool = _HttpTool("a.b", "http://x/records/{args.id}?f={args.f}", "GET", {}, 5.0)
     assert tool._url_for({"id": "../admin", "f": "a b"}) == "http://x/records/..%2Fadmin?f=a%20b"

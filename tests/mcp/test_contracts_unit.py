@@ -199,7 +199,7 @@ def test_secret_env_gives_the_contract_a_resolver_reading_that_variable(
 ) -> None:
     """rule 11: secret_env names the variable an inverse's sensitive argument is read from at
     undo time; without it the default is $API_KEY; with no sensitive argument, no resolver."""
-    from amends.secrets import SecretRequest
+    from amends._secrets import SecretRequest
 
     path = write(
         tmp_path,

@@ -324,7 +324,7 @@ async def test_every_reversible_or_compensable_tool_records_an_expectation_or_a_
 ) -> None:
     """Rule 4: no sandbox tool leaves its inverse to run blindly. A new reversible/compensable
     tool must be added here (the sample set must equal the catalog's)."""
-    from amends.calls import invoke
+    from amends._calls import invoke
 
     msg = sw.chat.post("#sales", "hello")
     doc = sw.docs.create_draft("Plan", "text")

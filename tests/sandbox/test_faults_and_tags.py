@@ -62,7 +62,7 @@ async def test_act_then_raise_applies_the_effect_and_the_tool_sees_an_error(sw: 
 async def test_raise_after_inverse_loses_the_answer_after_the_inverse_was_recorded(
     sw: World,
 ) -> None:
-    from amends.calls import invoke
+    from amends._calls import invoke
 
     sw.faults.add("crm.add_note", "raise_after_inverse")
     cat = sandbox_catalog(sw)
@@ -84,7 +84,7 @@ async def test_act_then_raise_commits_the_effect_in_a_world_file(tmp_path: objec
         cat = sandbox_catalog(w)
         call = amends.Call(saga_id="s", step_id="x", tool="payments.charge", phase="forward",
                            idempotency_key="k")  # fmt: skip
-        from amends.calls import invoke
+        from amends._calls import invoke
 
         with pytest.raises(ConnectionResetError, match="act_then_raise"):
             await invoke(cat.get("payments.charge").fn, call, {"customer": "cus_acme",
@@ -113,7 +113,7 @@ async def test_transient_n_times_then_success_and_stall_times_out(sw: World) -> 
 
 async def test_arm_crash_before_and_after_the_nth_call(sw: World) -> None:
     cat = sandbox_catalog(sw)
-    from amends.calls import invoke
+    from amends._calls import invoke
 
     def call(step: str) -> amends.Call:
         return amends.Call(saga_id="s", step_id=step, tool="crm.update_field",

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import amends
-from amends.secrets import SecretRequest, from_env
+from amends._secrets import SecretRequest, from_env
 from amends.server import ServerSettings, TokenStore, create_app
 
 CARD = "4111111111111111"
@@ -295,7 +295,7 @@ def test_bad_sensitive_declarations_are_contract_errors(kwargs: dict[str, Any], 
 
 
 async def test_a_resolver_that_fails_or_returns_nothing_is_a_clear_contract_error() -> None:
-    from amends.secrets import Vault, resolve_markers
+    from amends._secrets import Vault, resolve_markers
 
     req = SecretRequest("", "pay.refund", "pay.charge", "saga_1", "s1", "acme", {})
     args = {"card_number": "[redacted:card_number]", "note": "card [redacted:card_number] ok"}

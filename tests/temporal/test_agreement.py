@@ -22,12 +22,12 @@ import pytest
 from temporalio.client import Client
 
 import amends
-from amends.calls import invoke
+from amends._calls import invoke
+from amends._log.base import SagaLog, StepFinish
 from amends.evals.generator import Scenario, generate
 from amends.evals.invariants import check
 from amends.evals.runner import FAST_RETRY, SagaResult, _mutate, eval_catalog, new_world
 from amends.integrations.temporal import TemporalRunner, make_worker
-from amends.log.base import SagaLog, StepFinish
 from amends.sandbox import World
 from amends.sandbox.world import use_world
 

@@ -9,8 +9,8 @@ import pytest
 from temporalio.client import Client
 
 import amends
+from amends._secrets import SecretRequest
 from amends.integrations.temporal import TemporalRunner, make_worker, workflow_id
-from amends.secrets import SecretRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

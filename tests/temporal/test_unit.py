@@ -13,7 +13,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 import amends
-from amends.budget import BudgetMeter
+from amends._budget import BudgetMeter
 from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import (

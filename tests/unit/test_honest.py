@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import amends
 from amends import StepState
-from amends.report import STANDING, verb_for
+from amends._report import STANDING, verb_for
 from core_world import CoreWorld, fresh
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import amends
 from amends import StepState
-from amends.contracts import json_copy
+from amends._contracts import json_copy
 from core_world import CoreWorld
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import amends
 from amends import StepState
-from amends.contracts import ManualAction, Residue
-from amends.report import StepOutcome
+from amends._contracts import ManualAction, Residue
+from amends._report import StepOutcome
 from core_world import fresh
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -199,6 +199,6 @@ def test_log_schema_matches_golden_file(tmp_path: Path) -> None:
         )
     )
     conn.close()
-    from amends.log.sql import SCHEMA_VERSION
+    from amends._log.sql import SCHEMA_VERSION
 
     check_golden(f"schema_v{SCHEMA_VERSION}.sql", ddl + "\n")

@@ -22,9 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import amends
-from amends.cli import main
-from amends.log import base
-from amends.log.base import (
+from amends._log import base
+from amends._log.base import (
     ChainProblem,
     CompensationRecord,
     Event,
@@ -33,6 +32,7 @@ from amends.log.base import (
     SagaRecord,
     StepRecord,
 )
+from amends.cli import main
 from amends.server import ServerSettings, TokenStore, create_app
 from core_world import fresh
 

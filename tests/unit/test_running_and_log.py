@@ -64,7 +64,7 @@ async def test_sqlite_log_uses_wal_full_sync_and_a_schema_version(tmp_path: Path
     log = amends.SqliteLog(db)
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    from amends.log.sql import SCHEMA_VERSION
+    from amends._log.sql import SCHEMA_VERSION
 
     assert conn.execute("SELECT value FROM amends_meta WHERE key='schema_version'").fetchone() == (
         str(SCHEMA_VERSION),

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import AmendsError
+from .._errors import AmendsError
 from ._common import Handler, safe
 
 __all__ = ["main"]

@@ -23,14 +23,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
 
-from ..budget import check_budget_value
-from ..catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
-from ..contracts import Catalog
-from ..errors import AmendsError, ConfigError, LogError
-from ..log import open_log
-from ..log.base import SagaLog, SagaRecord
-from ..report import UndoReport
-from ..toml_catalog import load_toml_catalog
+from .._budget import check_budget_value
+from .._catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
+from .._contracts import Catalog
+from .._errors import AmendsError, ConfigError, LogError
+from .._log import open_log
+from .._log.base import SagaLog, SagaRecord
+from .._report import UndoReport
+from .._toml_catalog import load_toml_catalog
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -15,14 +15,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
-from ..contracts import Catalog
-from ..describe import sentence
-from ..engine import Engine
-from ..errors import ConfigError, SagaNotFoundError
-from ..log.base import Event, SagaLog, SagaRecord
-from ..report import Outcome, UndoReport
-from ..reversal import current_report
+from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from .._contracts import Catalog
+from .._describe import sentence
+from .._engine import Engine
+from .._errors import ConfigError, SagaNotFoundError
+from .._log.base import Event, SagaLog, SagaRecord
+from .._report import Outcome, UndoReport
+from .._reversal import current_report
 from ._common import (
     add_catalog_argument,
     add_db_argument,

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 from ..sandbox.demo import DEMO_TITLE, DemoResult, run_demo
 
 __all__ = ["register"]

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 from ..evals.generator import FAMILIES, generate
 from ..evals.invariants import INVARIANTS, check, true_outcome
 from ..evals.suite import ENGINES, EngineTally, _factory, default_jobs, run_suite

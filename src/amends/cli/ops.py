@@ -16,9 +16,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import AmendsError
-from ..log import file_permission_problems
-from ..log.sql import SCHEMA_VERSION
+from .._errors import AmendsError
+from .._log import file_permission_problems
+from .._log.sql import SCHEMA_VERSION
 
 __all__ = ["Finding", "diagnose", "register"]
 
@@ -117,8 +117,8 @@ async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
     Raises:
         LogError: The log does not exist or cannot be opened.
     """
-    from ..budget import Budget
-    from ..engine import Engine
+    from .._budget import Budget
+    from .._engine import Engine
     from ._common import catalog_for_saga, open_existing_log
 
     log = open_existing_log(db)
@@ -172,7 +172,7 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         findings.append(
             Finding("ok", f"schema version {version} (this amends writes {SCHEMA_VERSION})", "")
         )
-        health = await log.health(now)  # issue 9: all SQL lives in amends.log
+        health = await log.health(now)  # issue 9: all SQL lives in amends._log
         for problem in file_permission_problems(target if isinstance(target, str) else ""):
             findings.append(Finding("action", problem, "chmod 600 the file (rule 11)"))
         from ..server.auth import token_file_problems  # no FastAPI needed

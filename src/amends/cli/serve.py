@@ -9,7 +9,7 @@ import socket
 import sys
 from typing import Any
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = ["register"]
 
@@ -105,7 +105,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"amends serve needs the web server ({exc}); pip install 'amends[server]'"
         ) from exc
-    from ..engine import Engine
+    from .._engine import Engine
     from ..server.auth import TokenStore, default_tokens_path
     from ._common import load_catalog
 

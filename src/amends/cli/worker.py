@@ -14,8 +14,8 @@ import signal
 import sys
 from typing import Any
 
-from amends.errors import ConfigError
-from amends.log import open_log
+from amends._errors import ConfigError
+from amends._log import open_log
 
 __all__ = ["register"]
 

@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..budget import Budget
-from ..contracts import Call, Catalog
-from ..engine import Engine
-from ..log.base import SagaRecord
-from ..planner import Plan, PlannedStep, plan
-from ..report import NEUTRALISED, StepOutcome, StepState, UndoReport
+from .._budget import Budget
+from .._contracts import Call, Catalog
+from .._engine import Engine
+from .._log.base import SagaRecord
+from .._planner import Plan, PlannedStep, plan
+from .._report import NEUTRALISED, StepOutcome, StepState, UndoReport
 
 __all__ = [
     "BROKEN_ENGINES",

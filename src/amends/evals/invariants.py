@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..report import StepState
+from .._report import StepState
 from .generator import Scenario
 from .runner import SagaResult
 

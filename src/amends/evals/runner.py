@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..budget import Budget
-from ..calls import RetryPolicy
-from ..contracts import Call, Catalog
-from ..engine import Engine, Saga, Step
-from ..errors import AmendsError
-from ..log.base import SagaLog
-from ..log.sqlite import SqliteLog
-from ..report import UndoReport
+from .._budget import Budget
+from .._calls import RetryPolicy
+from .._contracts import Call, Catalog
+from .._engine import Engine, Saga, Step
+from .._errors import AmendsError
+from .._log.base import SagaLog
+from .._log.sqlite import SqliteLog
+from .._report import UndoReport
 from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
 from .generator import Scenario

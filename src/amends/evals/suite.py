@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import Engine
-from ..errors import ConfigError
-from ..log.sqlite import SqliteLog
+from .._engine import Engine
+from .._errors import ConfigError
+from .._log.sqlite import SqliteLog
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
 from .invariants import INVARIANTS, check

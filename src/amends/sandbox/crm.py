@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import PermanentError, PreconditionFailed
+from .._errors import PermanentError, PreconditionFailed
 from ._base import atomic
 
 if TYPE_CHECKING:

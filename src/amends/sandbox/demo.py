@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contracts import Call, Catalog
-from ..engine import Engine
-from ..report import UndoReport
+from .._contracts import Call, Catalog
+from .._engine import Engine
+from .._report import UndoReport
 from .catalog import sandbox_catalog, world_path_for
 from .world import World
 

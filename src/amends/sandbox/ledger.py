@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PermanentError
+from .._errors import PermanentError
 from ._base import atomic
 
 if TYPE_CHECKING:

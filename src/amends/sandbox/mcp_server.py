@@ -16,8 +16,8 @@ import typing
 import uuid
 from typing import Any
 
-from ..contracts import Call, Expectation, ToolSpec
-from ..errors import PermanentError, PreconditionFailed, TransientError
+from .._contracts import Call, Expectation, ToolSpec
+from .._errors import PermanentError, PreconditionFailed, TransientError
 from .catalog import sandbox_catalog
 from .world import World
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..calls import current_call
-from ..errors import ConfigError, PermanentError, TransientError
+from .._calls import current_call
+from .._errors import ConfigError, PermanentError, TransientError
 from ._base import add_business_days, atomic
 
 if TYPE_CHECKING:

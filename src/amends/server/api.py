@@ -19,11 +19,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from ..budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
-from ..catalog_ref import needed_tools
-from ..errors import ConfigError, ContractError, SagaNotFoundError
-from ..log.base import ChainProblem, Event, ReversalRecord, SagaRecord
-from ..report import UndoReport
+from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from .._catalog_ref import needed_tools
+from .._errors import ConfigError, ContractError, SagaNotFoundError
+from .._log.base import ChainProblem, Event, ReversalRecord, SagaRecord
+from .._report import UndoReport
 from .security import Principal, authenticate, guard_write
 from .state import ApiError, _State
 

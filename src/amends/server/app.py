@@ -25,10 +25,10 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine import Engine
-from ..errors import AmendsError, ConfigError
-from ..log.base import ChainProblem
-from ..report import StepOutcome
+from .._engine import Engine
+from .._errors import AmendsError, ConfigError
+from .._log.base import ChainProblem
+from .._report import StepOutcome
 from .auth import FailedAuthLimiter
 from .security import BodyLimit, SecurityHeaders
 from .state import ApiError, ServerSettings, _State

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = [
     "FailedAuthLimiter",

@@ -23,7 +23,7 @@ async def seed_ready_saga(db: str) -> str:
     meeting invitation (Compensate, with a refund and cancellation notices as residue), a draft
     (Revert, no drift check needed) and an email (Acknowledge: a person must follow up).
     """
-    from ..engine import Engine
+    from .._engine import Engine
     from ..sandbox import demo_catalog
 
     engine = Engine(demo_catalog(db), log=db)
@@ -66,7 +66,7 @@ def serve_demo(result: Any, *, db: str, host: str = "127.0.0.1", port: int = 876
     """
     import uvicorn
 
-    from ..engine import Engine
+    from .._engine import Engine
     from ..sandbox import demo_catalog
     from .app import ServerSettings, create_app
 

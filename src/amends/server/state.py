@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import Engine
-from ..log.base import ChainProblem
-from ..report import UndoReport
+from .._engine import Engine
+from .._log.base import ChainProblem
+from .._report import UndoReport
 from .auth import FailedAuthLimiter, TokenStore
 
 __all__ = ["ApiError", "ServerSettings"]

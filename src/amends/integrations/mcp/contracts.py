@@ -37,7 +37,7 @@ capture = "old"
 inverse = { tool = "move_file", args = { source = "{args.path}", destination = "..." } }
 ```
 
-Templates are those of :mod:`amends.toml_catalog` (``"{args.x}"`` keeps the value's type; other
+Templates are those of :mod:`amends._toml_catalog` (``"{args.x}"`` keeps the value's type; other
 strings are formatted) over ``args``, ``capture``, ``observed`` and ``result`` (the upstream's
 ``structured_content``, or its text), plus filters for text: ``{result.notified|join}``,
 ``{args.cents|money}``, ``{result|json}``.
@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from amends import ConfigError
-from amends.secrets import SecretResolver
-from amends.toml_catalog import fill, secret_contract
+from amends._secrets import SecretResolver
+from amends._toml_catalog import fill, secret_contract
 
 __all__ = [
     "BUILTIN_CONTRACTS",

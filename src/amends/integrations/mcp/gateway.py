@@ -26,7 +26,7 @@ from amends import (
     Saga,
     StepFailedError,
 )
-from amends.calls import idempotency_key
+from amends._calls import idempotency_key
 
 from .config import GatewayConfig, UpstreamConfig
 from .contracts import ContractFile, Effects, ErrorRules, ToolContract, load_contracts, render
@@ -146,7 +146,7 @@ class Gateway:
         Raises:
             ConfigError: An upstream cannot be started, or a contract does not fit it.
         """
-        from amends.catalog_ref import tag_catalog
+        from amends._catalog_ref import tag_catalog
 
         from .sidecar import REF, write_sidecar
 

@@ -1,6 +1,6 @@
 """The catalog of a gateway's saga, loadable without a running gateway (issue 14, item 7).
 
-Every saga records where its catalog comes from (:mod:`amends.catalog_ref`); a gateway's sagas
+Every saga records where its catalog comes from (:mod:`amends._catalog_ref`); a gateway's sagas
 record :data:`REF`, a function of the log's path. It finds the gateway config through a small file
 next to the log (``<log>.mcp-gateway.json``, written by the gateway) or ``$AMENDS_MCP_CONFIG``, and
 builds the same catalog whose tools open a connection to their upstream for each call. So

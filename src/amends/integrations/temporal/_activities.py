@@ -21,18 +21,18 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from amends.calls import invoke
-from amends.contracts import Call, Catalog, Expectation
-from amends.errors import (
+from amends._calls import invoke
+from amends._contracts import Call, Catalog, Expectation
+from amends._errors import (
     LeaseLostError,
     PermanentError,
     PreconditionFailed,
     TransientError,
 )
-from amends.log import SagaLog
-from amends.log.base import SagaRecord
-from amends.report import StepOutcome, UndoReport
-from amends.secrets import SecretRequest, Vault, markers_in, resolve_markers
+from amends._log import SagaLog
+from amends._log.base import SagaRecord
+from amends._report import StepOutcome, UndoReport
+from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
 
 from ._codec import spec_to_dict, to_dict
 

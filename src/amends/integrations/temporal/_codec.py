@@ -10,8 +10,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from amends.contracts import Reversibility, ToolSpec
-from amends.log.base import (
+from amends._contracts import Reversibility, ToolSpec
+from amends._log.base import (
     CompensationRecord,
     Resolution,
     ReversalRecord,

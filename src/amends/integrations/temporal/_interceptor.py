@@ -30,10 +30,10 @@ from temporalio.worker import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from amends.budget import Budget
-    from amends.engine import Engine
-    from amends.errors import ConfigError, StepFailedError
-    from amends.saga import Saga, Step
+    from amends._budget import Budget
+    from amends._engine import Engine
+    from amends._errors import ConfigError, StepFailedError
+    from amends._saga import Saga, Step
 
     from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id
 

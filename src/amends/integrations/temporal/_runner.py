@@ -13,17 +13,17 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from amends.budget import Budget
-from amends.contracts import Catalog
-from amends.errors import AmendsError, ConfigError, SagaNotFoundError
-from amends.log import SagaLog, open_log
-from amends.report import UndoReport
+from amends._budget import Budget
+from amends._contracts import Catalog
+from amends._errors import AmendsError, ConfigError, SagaNotFoundError
+from amends._log import SagaLog, open_log
+from amends._report import UndoReport
 
 from ._activities import ReversalActivities
 from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_id
 
 if TYPE_CHECKING:
-    from amends.engine import Engine
+    from amends._engine import Engine
 
 __all__ = ["DEFAULT_TASK_QUEUE", "TemporalRunner", "connect", "make_worker", "workflow_id"]
 

@@ -1,7 +1,7 @@
 """The reversal workflow: amends' planner and per-step rules, run deterministically by Temporal.
 
-The workflow runs the *same* step logic as the local engine (:mod:`amends.reversal`): the plan
-comes from :func:`amends.planner.plan`, and each step goes through the local runner's drift check,
+The workflow runs the *same* step logic as the local engine (:mod:`amends._reversal`): the plan
+comes from :func:`amends._planner.plan`, and each step goes through the local runner's drift check,
 retry, budget, follow-up and recording rules. Only the edges differ: a tool call is an
 ``amends.call_tool`` activity, a log write an ``amends.record`` activity, and time is workflow
 time. Nothing here touches the world or the log directly (workflow code must be deterministic).
@@ -21,21 +21,21 @@ from temporalio.common import RetryPolicy as TemporalRetry
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from amends.budget import Budget, BudgetMeter
-    from amends.calls import RetryPolicy
-    from amends.contracts import Call, Catalog, FollowUp, Residue, ToolSpec
-    from amends.errors import (
+    from amends._budget import Budget, BudgetMeter
+    from amends._calls import RetryPolicy
+    from amends._contracts import Call, Catalog, FollowUp, Residue, ToolSpec
+    from amends._errors import (
         ConfigError,
         LeaseLostError,
         PermanentError,
         PreconditionFailed,
         TransientError,
     )
-    from amends.log.base import ReversalRecord, SagaLog
-    from amends.planner import PlannedStep, plan
-    from amends.report import StepOutcome, UndoReport
-    from amends.reversal import _Runner
-    from amends.secrets import SecretRequest, marker
+    from amends._log.base import ReversalRecord, SagaLog
+    from amends._planner import PlannedStep, plan
+    from amends._report import StepOutcome, UndoReport
+    from amends._reversal import _Runner
+    from amends._secrets import SecretRequest, marker
 
     from ._activities import (
         CallBatch,

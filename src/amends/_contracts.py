@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Literal
 
-from .describe import check_template, sentence
-from .errors import ContractError
-from .secrets import SecretResolver
+from ._describe import check_template, sentence
+from ._errors import ContractError
+from ._secrets import SecretResolver
 
 __all__ = [
     "NOTHING",
@@ -505,8 +505,8 @@ class Catalog:
             sensitive: Names of arguments that carry secrets (a card number, an API key);
                 their values never reach the log, the report, the CLI or the web page
                 (rule 11).
-            resolve_secret: Called at undo time with an :class:`amends.secrets.SecretRequest`
-                when an inverse needs a redacted secret (e.g. ``amends.secrets.from_env()``).
+            resolve_secret: Called at undo time with an :class:`amends._secrets.SecretRequest`
+                when an inverse needs a redacted secret (e.g. ``amends._secrets.from_env()``).
             idempotent: ``True`` if the vendor honours ``call.idempotency_key`` (a replayed key
                 applies nothing). A call in flight at a crash is re-sent only to such a tool;
                 otherwise the engine re-observes the world or reports ``in_doubt`` (rule 5).
@@ -673,7 +673,7 @@ def _check_sensitive(
     if resolve_secret is not None and not callable(resolve_secret):
         raise ContractError(
             f"resolve_secret= of tool {name!r} must be a function of a SecretRequest, got "
-            f"{resolve_secret!r}; e.g. resolve_secret=amends.secrets.from_env()",
+            f"{resolve_secret!r}; e.g. resolve_secret=amends._secrets.from_env()",
             tool=name,
         )
     return tuple(sensitive)

@@ -1,5 +1,5 @@
 """Operator-facing queries of the SQL log: HTTP idempotency keys, the hash-chain check and the
-health scan behind ``amends doctor`` (issue 9: all SQL lives in ``amends.log``)."""
+health scan behind ``amends doctor`` (issue 9: all SQL lives in ``amends._log``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _idem(row: Sequence[Any]) -> IdemRecord:
 
 
 class AdminQueries:
-    """Mixed into :class:`~amends.log.sql.SqlSagaLog`: needs its ``db`` and ``signing_key``."""
+    """Mixed into :class:`~amends._log.sql.SqlSagaLog`: needs its ``db`` and ``signing_key``."""
 
     db: Database
     signing_key: bytes | None

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from .contracts import ManualAction, Residue
+from ._contracts import ManualAction, Residue
 
 __all__ = ["Outcome", "StepOutcome", "StepState", "UndoReport", "verb_for"]
 

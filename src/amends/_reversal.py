@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .budget import BudgetMeter
-from .calls import RetryPolicy, idempotency_key, invoke
-from .contracts import (
+from ._budget import BudgetMeter
+from ._calls import RetryPolicy, idempotency_key, invoke
+from ._contracts import (
     NOTHING,
     Acknowledgement,
     Call,
@@ -28,16 +28,16 @@ from .contracts import (
     Residue,
     same_value,
 )
-from .errors import (
+from ._errors import (
     ContractError,
     PermanentError,
     PreconditionFailed,
     TransientError,
 )
-from .log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
-from .planner import Plan, PlannedStep
-from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
-from .secrets import markers_in, resolve_call_args, scrub_record, vault_for
+from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
+from ._planner import Plan, PlannedStep
+from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
+from ._secrets import markers_in, resolve_call_args, scrub_record, vault_for
 
 __all__ = ["current_resolutions", "run_plan"]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import quote
 
-from ..errors import (
+from .._errors import (
     LogCorruptedError,
     LogError,
     LogLockedError,

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from .contracts import Catalog
+from ._contracts import Catalog
 
 __all__ = ["SANDBOX_REF", "catalog_meta", "needed_tools", "tag_catalog"]
 

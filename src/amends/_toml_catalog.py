@@ -87,10 +87,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .calls import invoke
-from .catalog_ref import tag_catalog
-from .contracts import Call, Catalog
-from .errors import (
+from ._calls import invoke
+from ._catalog_ref import tag_catalog
+from ._contracts import Call, Catalog
+from ._errors import (
     AmendsError,
     ConfigError,
     PermanentError,
@@ -711,7 +711,7 @@ def secret_contract(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ..
         )
     if not sensitive:
         return (), None
-    from .secrets import from_env
+    from ._secrets import from_env
 
     return tuple(sensitive), from_env(table)
 
@@ -719,7 +719,7 @@ def secret_contract(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ..
 def _check_references(entry: Mapping[str, Any], where: str, catalog: Catalog) -> None:
     """The tools a contract names exist; probes (``before``, ``expect``, ``landed``) are
     read-only tools, so checking the world never changes it (rule 4)."""
-    from .contracts import Reversibility
+    from ._contracts import Reversibility
 
     for key, field, probe in (
         ("before", "tool", True),

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .contracts import Catalog, Expectation, Inverse, Residue, Reversibility
-from .log.base import SagaRecord, StepRecord
+from ._contracts import Catalog, Expectation, Inverse, Residue, Reversibility
+from ._log.base import SagaRecord, StepRecord
 
 __all__ = [
     "Action",

@@ -1,7 +1,7 @@
-"""The engine: the entry point for sagas (run forward by :mod:`amends.saga`), undo, and recovery.
+"""The engine: the entry point for sagas (run forward by :mod:`amends._saga`), undo, and recovery.
 
 Undo: one reversal per saga, enforced by
-the log across threads and processes (rule 6), then handed to :mod:`amends.reversal`.
+the log across threads and processes (rule 6), then handed to :mod:`amends._reversal`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .budget import Budget, BudgetMeter
-from .calls import RetryPolicy, idempotency_key, invoke, run
-from .catalog_ref import needed_tools
-from .contracts import NOTHING, Call, Catalog, Expectation, Reversibility
-from .errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
-from .log import SagaLog, open_log
-from .log.base import (
+from ._budget import Budget, BudgetMeter
+from ._calls import RetryPolicy, idempotency_key, invoke, run
+from ._catalog_ref import needed_tools
+from ._contracts import NOTHING, Call, Catalog, Expectation, Reversibility
+from ._errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from ._log import SagaLog, open_log
+from ._log.base import (
     Claim,
     CompensationRecord,
     Resolution,
@@ -32,11 +32,11 @@ from .log.base import (
     SagaRecord,
     StepRecord,
 )
-from .planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
-from .report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
-from .reversal import current_report, current_resolutions, run_plan
-from .saga import Ref, Saga, Step, new_id
-from .secrets import Vault, markers_in, resolve_call_args
+from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
+from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
+from ._reversal import current_report, current_resolutions, run_plan
+from ._saga import Ref, Saga, Step, new_id
+from ._secrets import Vault, markers_in, resolve_call_args
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -95,7 +95,7 @@ class Engine:
             heartbeat; after that, another worker may recover it. Default 15s.
         poll_interval: Seconds between looks at the log while waiting for another process.
         planner: Builds the compensation plan from the logged saga and the catalog; default
-            :func:`amends.planner.plan`. A seam for tests and the eval suite's deliberately
+            :func:`amends._planner.plan`. A seam for tests and the eval suite's deliberately
             broken engines (they rewrite the plan here instead of patching a module).
         runner: Where reversals run; default here, in this process. A
             :class:`amends.integrations.temporal.TemporalRunner` runs them as Temporal

@@ -1,7 +1,7 @@
 """Invoking a tool: the one retry policy, the one idempotency-key format, timeouts, and the
 current call.
 
-Shared by the forward side (:mod:`amends.saga`), the reversal (:mod:`amends.reversal`) and the
+Shared by the forward side (:mod:`amends._saga`), the reversal (:mod:`amends._reversal`) and the
 TOML catalog, so that "how a tool is called" is decided in one place. It never logs anything and
 never decides what a failure *means* for a step: that is the caller's rule to apply.
 """
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from .contracts import Call
+from ._contracts import Call
 
 __all__ = ["RetryPolicy", "current_call", "idempotency_key", "invoke", "run"]
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from .._errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
 from .admin import AdminQueries
 from .base import (
     Claim,

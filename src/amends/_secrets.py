@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConfigError, ContractError
+from ._errors import ConfigError, ContractError
 
 if TYPE_CHECKING:
-    from .contracts import Catalog
-    from .log.base import SagaRecord
+    from ._contracts import Catalog
+    from ._log.base import SagaRecord
 
 __all__ = [
     "SecretRequest",
@@ -262,7 +262,7 @@ async def resolve_markers(
                 req,
                 f"the inverse needs secret {name!r}, which was redacted from the log (rule 11), "
                 f"and neither {tools} has a resolver; register the tool with "
-                f"resolve_secret=amends.secrets.from_env() or a secret-store callback",
+                f"resolve_secret=amends._secrets.from_env() or a secret-store callback",
             )
         secrets[name] = await _ask(resolver, req, tools, vault)
     return dict(_substitute(dict(args), secrets))

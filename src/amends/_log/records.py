@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import LogCorruptedError
+from .._errors import LogCorruptedError
 from .base import ChainProblem, CompensationRecord, Resolution, StepFinish, StepRecord
 
 __all__ = [

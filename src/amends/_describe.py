@@ -16,7 +16,7 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import ContractError
+from ._errors import ContractError
 
 __all__ = ["check_template", "sentence"]
 
@@ -66,7 +66,7 @@ def _show(value: Any) -> str:
 
 
 def _safe_args(args: Mapping[str, Any], sensitive: Sequence[str]) -> dict[str, Any]:
-    from .secrets import marker
+    from ._secrets import marker
 
     return {k: marker(k) if k in sensitive else v for k, v in args.items()}
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from ._errors import ConfigError
 
 __all__ = ["MAX_SECONDS", "MAX_TOKENS", "MAX_TOOL_CALLS", "Budget"]
 

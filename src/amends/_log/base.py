@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = [
     "ChainProblem",

@@ -1,6 +1,6 @@
 """The shared saga log in PostgreSQL: many workers, many processes, one database.
 
-Every write runs as one ``SERIALIZABLE`` transaction, so the checks in :mod:`amends.log.sql` (one
+Every write runs as one ``SERIALIZABLE`` transaction, so the checks in :mod:`amends._log.sql` (one
 reversal per saga, generation fencing, guarded updates) hold across processes exactly as they do
 under SQLite's single writer. Serialization failures, deadlocks and the unique-key race of two
 workers claiming the same reversal are retried by re-running the whole write function.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
+from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
 from .database import take_batch
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
 from .sqlite import _settle_all, signing_key_from_env
@@ -479,7 +479,7 @@ class PostgresLog(SqlSagaLog):
         max_size: Most connections this process opens.
         connect_timeout: Seconds to wait for the first connection.
         retry_seconds: How long an operation keeps retrying after losing the connection
-            (e.g. a server restart) before raising :class:`~amends.errors.LogError`.
+            (e.g. a server restart) before raising :class:`~amends._errors.LogError`.
         must_exist: Refuse a database that holds no amends log instead of creating the tables.
         read_only: Never write (no migration; every write raises LogReadOnlyError).
         signing_key: HMAC key of the history's hash chain; default ``$AMENDS_LOG_KEY``.

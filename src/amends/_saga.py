@@ -2,7 +2,7 @@
 
 A step's intent is durable before its tool runs; its result, inverse and expectation are durable
 before anything that depends on it starts (rule 1). This module never undoes anything: undo,
-recovery and the one-reversal rule live in :mod:`amends.engine`.
+recovery and the one-reversal rule live in :mod:`amends._engine`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
-from .calls import RetryPolicy, idempotency_key, invoke
-from .catalog_ref import catalog_meta
-from .contracts import (
+from ._calls import RetryPolicy, idempotency_key, invoke
+from ._catalog_ref import catalog_meta
+from ._contracts import (
     NOTHING,
     Call,
     Catalog,
@@ -30,7 +30,7 @@ from .contracts import (
     ToolSpec,
     json_copy,
 )
-from .errors import (
+from ._errors import (
     ConfigError,
     ContractError,
     LogError,
@@ -39,9 +39,9 @@ from .errors import (
     StepFailedError,
     TransientError,
 )
-from .log.base import SagaLog, StepFinish
-from .planner import undo_cycle
-from .secrets import redact_args, scrub_record, vault_for
+from ._log.base import SagaLog, StepFinish
+from ._planner import undo_cycle
+from ._secrets import redact_args, scrub_record, vault_for
 
 __all__ = ["Ref", "Saga", "SagaHost", "Step", "new_id"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 from .base import SagaLog
 from .sqlite import SqliteLog, file_permission_problems
 
