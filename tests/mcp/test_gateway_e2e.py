@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from conftest import KvSetup, text_of
+# imported here, at collection: inside a test, `conftest` may name another directory's
+from conftest import KV_CONTRACTS, KV_SERVER, KvSetup, text_of, write_kv_config
 
 pytestmark = pytest.mark.slow
 
@@ -239,7 +240,6 @@ async def test_two_upstreams_are_routed_by_prefix_and_undone_in_one_saga(tmp_pat
     import json
     import sys
 
-    from conftest import KV_CONTRACTS, KV_SERVER, KvSetup
     from mcp import Client
 
     states = {name: tmp_path / f"{name}.json" for name in ("a", "b")}
@@ -267,7 +267,6 @@ async def test_two_upstreams_are_routed_by_prefix_and_undone_in_one_saga(tmp_pat
 
 async def test_a_hung_upstream_call_times_out_as_in_doubt(tmp_path: Any) -> None:
     """call_timeout bounds a call without a contract timeout; past it the outcome is unknown."""
-    from conftest import write_kv_config
     from mcp import Client
 
     setup = write_kv_config(tmp_path, extra_gateway="call_timeout = 0.5")
@@ -283,7 +282,6 @@ async def test_two_unprefixed_upstreams_with_the_same_tool_names_are_refused(
     """A name clash is a clear start-up error, never one tool silently shadowing another."""
     from amends import ConfigError
     from amends.integrations.mcp import Gateway, load_config
-    from conftest import write_kv_config
 
     setup = write_kv_config(tmp_path, prefix=False)
     text = setup.config.read_text()

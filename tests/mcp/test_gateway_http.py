@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from conftest import KvSetup
+# imported here, at collection: inside a test, `conftest` may name another directory's
+from conftest import KvSetup, free_port, write_kv_config
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,6 @@ async def test_each_handshake_connection_over_http_has_its_own_saga(
 
 async def test_the_http_address_can_come_from_the_config(tmp_path: Any, http_gateway: Any) -> None:
     """[gateway] http = "HOST:PORT" serves streamable HTTP without the flag."""
-    from conftest import free_port, write_kv_config
     from mcp import Client
 
     port = free_port()

@@ -12,6 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from server_harness import _seed
 
+# imported at collection: inside a test, `test_secrets` may name tests/temporal/test_secrets.py
+from test_secrets import Ledger, leaks, run_secret_saga, secret_catalog
+
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
 from core_world import fresh
@@ -69,7 +72,6 @@ def test_postgres_log_keys_per_tenant_across_servers_and_a_forged_report_is_mark
 
 
 def test_postgres_tables_hold_no_secret_bytes(pg_url: str) -> None:
-    from test_secrets import Ledger, leaks, run_secret_saga, secret_catalog
 
     ledger = Ledger()
 
