@@ -344,16 +344,7 @@ class _Runner:
             f"the undo window of {inv.tool} closed at {inv.deadline} while this step waited for "
             f"others to be undone first; it can no longer be taken back by a call"
         )
-        manual = self._manual(p, StepState.ACKNOWLEDGED, detail)
-        await self._record(
-            p,
-            StepState.ACKNOWLEDGED.value,
-            attempts=0,
-            detail=detail,
-            data={"manual_action": manual.to_dict()},
-            event="compensation.acknowledged",
-        )
-        return self._outcome(p, StepState.ACKNOWLEDGED, detail, manual_action=manual)
+        return await self._stopped(p, StepState.ACKNOWLEDGED, detail)
 
     def _without_inverse(self, p: PlannedStep) -> StepOutcome | None:
         """Steps undo does not call an inverse for: their outcome follows from the plan."""
@@ -417,16 +408,7 @@ class _Runner:
                 f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
                 f"first, and that step is {outcome.state.value}"
             )
-            manual = self._manual(p, StepState.BLOCKED, detail)
-            await self._record(
-                p,
-                StepState.BLOCKED.value,
-                attempts=0,
-                detail=detail,
-                data={"manual_action": manual.to_dict()},
-                event="compensation.blocked",
-            )
-            return self._outcome(p, StepState.BLOCKED, detail, manual_action=manual)
+            return await self._stopped(p, StepState.BLOCKED, detail)
         return None
 
     def _resolved(self, step_id: str) -> bool:
@@ -479,7 +461,9 @@ class _Runner:
                     f"and this retry did not complete ({stop.detail}); whether the earlier "
                     f"attempt took effect is unknown",
                 )
-            return await self._stopped(p, stop, counter, in_flight=in_flight)
+            return await self._stopped(
+                p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
+            )
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or list(p.expected_residue)
         if call.recorded_follow_ups:
@@ -746,18 +730,29 @@ class _Runner:
         )
 
     async def _stopped(
-        self, p: PlannedStep, stop: _Stop, counter: list[int], *, in_flight: bool = False
+        self,
+        p: PlannedStep,
+        state: StepState,
+        detail: str,
+        *,
+        attempts: int = 0,
+        in_flight: bool | None = None,
     ) -> StepOutcome:
-        manual = self._manual(p, stop.state, stop.detail)
+        """The step's effect still stands: record its state with a manual action, and report
+        it. ``in_flight`` (logged when given) says whether a call was in flight at the stop."""
+        manual = self._manual(p, state, detail)
+        data: dict[str, Any] = {"manual_action": manual.to_dict()}
+        if in_flight is not None:
+            data["in_flight"] = in_flight
         await self._record(
             p,
-            stop.state.value,
-            attempts=counter[0],
-            detail=stop.detail,
-            data={"manual_action": manual.to_dict(), "in_flight": in_flight},
-            event=f"compensation.{stop.state.value}",
+            state.value,
+            attempts=attempts,
+            detail=detail,
+            data=data,
+            event=f"compensation.{state.value}",
         )
-        return self._outcome(p, stop.state, stop.detail, attempts=counter[0], manual_action=manual)
+        return self._outcome(p, state, detail, attempts=attempts, manual_action=manual)
 
     def _from_record(self, p: PlannedStep, rec: CompensationRecord) -> StepOutcome:
         state = StepState(rec.state)
