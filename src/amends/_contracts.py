@@ -816,14 +816,8 @@ class Call:
         """
         if self.phase != "forward":
             return
-        keys = _check_path(path, "landed probe", tool=self.tool)
-        self.recorded_landed = Expectation(
-            probe,
-            _check_json(
-                dict(args or {}), f"landed-probe arguments of {self.tool!r}", tool=self.tool
-            ),
-            _check_json(equals, f"landed value of {self.tool!r}", tool=self.tool),
-            keys,
+        self.recorded_landed = self._observation(
+            probe, args, equals, path, ("landed probe", "landed-probe arguments", "landed value")
         )
 
     def expect(
@@ -845,13 +839,26 @@ class Call:
         """
         if self.phase != "forward":
             return  # ignored outside forward calls, like inverse()
-        keys = _check_path(path, "expectation", tool=self.tool)
-        self.recorded_expectation = Expectation(
+        self.recorded_expectation = self._observation(
+            probe, args, equals, path, ("expectation", "expectation arguments", "expected value")
+        )
+
+    def _observation(
+        self,
+        probe: str,
+        args: Mapping[str, Any] | None,
+        equals: Any,
+        path: Sequence[str | int] | str,
+        names: tuple[str, str, str],
+    ) -> Expectation:
+        """A probe, its arguments and the value it must show, checked as JSON data; ``names``
+        say in error messages what the path, the arguments and the value are of."""
+        path_of, args_of, value_of = names
+        keys = _check_path(path, path_of, tool=self.tool)
+        return Expectation(
             probe,
-            _check_json(
-                dict(args or {}), f"expectation arguments of {self.tool!r}", tool=self.tool
-            ),
-            _check_json(equals, f"expected value of {self.tool!r}", tool=self.tool),
+            _check_json(dict(args or {}), f"{args_of} of {self.tool!r}", tool=self.tool),
+            _check_json(equals, f"{value_of} of {self.tool!r}", tool=self.tool),
             keys,
         )
 
