@@ -100,10 +100,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
             ]
         )
         # issue 12: 100 independent <= 1.5x on SQLite, <= 2x on PostgreSQL; chains <= 1.3x
-        if s.label == "100 independent":
-            goal = 2.0 if pg_url else 1.5
-        else:
-            goal = 1.3
+        goal = (2.0 if pg_url else 1.5) if s.label == "100 independent" else 1.3
         sec.targets.append(
             Target(
                 f"{where}: {s.label} wall / critical path",
