@@ -73,7 +73,7 @@ Phase = Literal["forward", "compensate", "follow_up", "probe"]
 
 
 def _timestamp(iso: str) -> float:
-    """Seconds since the epoch of an ISO-8601 time (naive times are UTC)."""
+    """Seconds since the epoch of a logged ISO-8601 time (logged deadlines are UTC)."""
     when = datetime.fromisoformat(iso)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
@@ -84,9 +84,9 @@ def _deadline_iso(deadline: datetime | str | float, tool: str) -> str:
     """Normalise an inverse's ``deadline=`` to an ISO-8601 UTC string (rule 10)."""
     try:
         if isinstance(deadline, datetime):
-            when = deadline if deadline.tzinfo else deadline.replace(tzinfo=UTC)
+            when = deadline
         elif isinstance(deadline, str):
-            when = datetime.fromtimestamp(_timestamp(deadline), UTC)
+            when = datetime.fromisoformat(deadline)
         elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
             when = datetime.fromtimestamp(float(deadline), UTC)
         else:
@@ -98,6 +98,17 @@ def _deadline_iso(deadline: datetime | str | float, tool: str) -> str:
             f"deadline=datetime.now(UTC) + timedelta(days=1)",
             tool=tool,
         ) from exc
+    if when.utcoffset() is None:
+        # rule 10: a deadline is an instant. Read as UTC, a local time would close the window
+        # hours early (a step acknowledged that could be undone) or late (a recall sent after
+        # the bank stops accepting it), so the ambiguous value is refused, not guessed.
+        raise ContractError(
+            f"deadline= of the inverse recorded by {tool!r} is {deadline!r}, which has no time "
+            f"zone, so amends cannot tell when the undo window closes; pass an aware time, "
+            f"e.g. deadline=datetime.now(UTC) + timedelta(hours=1) or an ISO-8601 string with "
+            f"an offset ('2030-01-01T12:00:00+00:00')",
+            tool=tool,
+        )
     return when.astimezone(UTC).isoformat()
 
 
