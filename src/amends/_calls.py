@@ -17,6 +17,8 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from inspect import CO_COROUTINE
+from types import FunctionType
 from typing import Any, Literal, TypeVar
 
 from ._contracts import Call
@@ -127,7 +129,7 @@ async def invoke(
     """
     token = _CURRENT.set(call)
     try:
-        if inspect.iscoroutinefunction(fn):
+        if _is_async(fn):
             coro: Awaitable[Any] = fn(call, **args)
         else:
             coro = _in_thread(fn, call, args)
@@ -137,6 +139,14 @@ async def invoke(
             return await coro
     finally:
         _CURRENT.reset(token)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """``inspect.iscoroutinefunction(fn)``; for a plain ``async def`` function (the common
+    tool) read from its code flags without inspect's unwrapping (issue 12: the hot path)."""
+    if type(fn) is FunctionType and fn.__code__.co_flags & CO_COROUTINE:
+        return True
+    return inspect.iscoroutinefunction(fn)
 
 
 def _in_thread(fn: Callable[..., Any], call: Call, args: Mapping[str, Any]) -> Awaitable[Any]:

@@ -358,7 +358,8 @@ class Saga:
 
     async def settle(self) -> None:
         """Wait until every step called so far has finished (or was cancelled)."""
-        tasks = [s.task for s in self.steps if s.task is not None]
+        # issue 12: finished steps need no wait (gather would add a callback to each)
+        tasks = [s.task for s in self.steps if s.task is not None and not s.task.done()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -926,11 +927,15 @@ def _finish_done(
     inv = call.recorded_inverse
     inverse = None
     if isinstance(inv, Inverse):
-        inverse = dataclasses.replace(
-            inv,
-            landed=call.recorded_landed,
-            no_drift_check=call.recorded_no_drift_check,
-            undo_after=tuple(s.id for s in step.undo_after),
+        # the inverse as recorded, with what the call and the step add to it; built directly
+        # (issue 12: dataclasses.replace inspects the fields on every step)
+        inverse = Inverse(
+            inv.tool,
+            inv.args,
+            inv.deadline,
+            call.recorded_landed,
+            call.recorded_no_drift_check,
+            tuple([s.id for s in step.undo_after]),
         ).to_dict()
     return StepFinish(
         "done",

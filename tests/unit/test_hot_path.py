@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import math
 from typing import Any
@@ -10,8 +12,9 @@ from typing import Any
 import pytest
 
 import amends
-from amends import StepState
+from amends import Inverse, StepState
 from amends._contracts import json_copy
+from amends._log.records import chain_hash, dumps
 from core_world import CoreWorld
 
 
@@ -71,6 +74,72 @@ def test_json_copy_refuses_what_json_refuses() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
         json_copy({"a": loop})
+
+
+_ENCODE_CASES = [
+    1,
+    -0.0,
+    2.5,
+    1.7e9 + 0.123,
+    float("nan"),
+    float("inf"),
+    'x\ud800y \u00e9 "q"\n',
+    None,
+    True,
+    {"b": 1, "a": [1, (2, 3), {"z": None, "y": False}], "\u00e9": "\u2603"},
+    (1, "a"),
+    [],
+    {},
+    10**40,
+    ["prev", "saga_1", None, "rev_1", "step.intent#i", 1.5, '{"a":1}'],
+]
+
+
+@pytest.mark.parametrize("value", _ENCODE_CASES)
+def test_log_encoder_writes_the_same_text_as_json_dumps(value: Any) -> None:
+    """The log's one reused C encoder gives byte for byte what json.dumps(sort_keys=True,
+    separators=(",", ":")) gives, so stored blobs and hash-chain messages are unchanged."""
+    assert dumps(value) == json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def test_log_encoder_refuses_what_json_refuses_and_keeps_working_after() -> None:
+    """A non-JSON value raises TypeError, circular data ValueError (as json.dumps); the next
+    value encodes normally (no stale state left from the failure)."""
+    shared: dict[str, Any] = {"x": 1}
+    with pytest.raises(TypeError, match="object"):
+        dumps({"a": shared, "b": object()})
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        dumps({"a": loop})
+    assert dumps({"a": shared, "b": [shared]}) == '{"a":{"x":1},"b":[{"x":1}]}'
+
+
+def test_a_step_logs_every_field_of_its_inverse() -> None:
+    """_saga._finish_done builds the logged inverse field by field (no dataclasses.replace);
+    a new Inverse field must be added there too, and this test says so."""
+    assert [f.name for f in dataclasses.fields(Inverse)] == [
+        "tool",
+        "args",
+        "deadline",
+        "landed",
+        "no_drift_check",
+        "undo_after",
+    ]
+
+
+def test_chain_hash_is_unchanged_by_the_reused_encoder() -> None:
+    """The hash chain's message is the same canonical JSON as before (no format change)."""
+    msg = json.dumps(
+        ["p", "saga_1", "s1", None, "step.done#f", 1700000000.25, '{"state":"done"}'],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    want = hashlib.sha256(msg.encode()).hexdigest()
+    got = chain_hash(
+        None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, '{"state":"done"}'
+    )
+    assert got == want
 
 
 async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_refunds(

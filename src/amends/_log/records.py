@@ -48,8 +48,43 @@ COMPENSATION = "c"
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _DECODER = json.JSONDecoder()
 
-dumps = _ENCODER.encode
-"""The one encoder of the log: canonical JSON (sorted keys, no spaces)."""
+
+def _no_default(value: Any) -> Any:
+    return _ENCODER.default(value)  # raises TypeError naming the type, as json.dumps does
+
+
+# issue 12 (the hot path): ``JSONEncoder.encode`` builds a new C encoder object (and a markers
+# dict) on every call, which costs more than encoding a small record. One C encoder made once
+# gives byte for byte the same text (the tests compare them). It keeps no circular-reference
+# markers (a dict shared by the event loop and the writer thread would keep stale entries after
+# an error); a circular value recurses until RecursionError, and is then encoded again by the
+# checking encoder so that it fails as json.dumps fails (ValueError).
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None: no C accelerator
+_C_ENCODE: Any = (
+    _MAKE_C_ENCODER(
+        None,
+        _no_default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        True,
+    )
+    if _MAKE_C_ENCODER is not None
+    else None
+)
+
+
+def dumps(value: Any) -> str:
+    """The one encoder of the log: canonical JSON (sorted keys, no spaces)."""
+    if _C_ENCODE is None or type(value) is str:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_C_ENCODE(value, 0))
+    except RecursionError:
+        return _ENCODER.encode(value)
 
 
 def loads(text: str | None) -> Any:
@@ -73,7 +108,7 @@ def chain_hash(
     that someone who can write the file but lacks the key cannot re-forge the chain after an edit.
     ``data_text`` is the stored text itself: what is hashed is byte for byte what is kept.
     """
-    msg = _ENCODER.encode([prev, saga_id, step_id, reversal_id, kind, float(at), data_text])
+    msg = dumps([prev, saga_id, step_id, reversal_id, kind, float(at), data_text])
     if key:
         return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
     return hashlib.sha256(msg.encode()).hexdigest()
@@ -88,7 +123,7 @@ def hkind(kind: str, phase: str) -> str:
 def report_hash(key: bytes | None, report_text: str, head: str) -> str:
     """The hash a stored report carries: over its own text and the history it sums up
     (``head`` is the hash of the last record before ``reversal.done``)."""
-    msg = _ENCODER.encode(["report", head, report_text]).encode()
+    msg = dumps(["report", head, report_text]).encode()
     if key:
         return hmac.new(key, msg, hashlib.sha256).hexdigest()
     return hashlib.sha256(msg).hexdigest()
@@ -350,4 +385,4 @@ def _verify_report(
 
 
 def body_of(data: Mapping[str, Any] | None) -> str:
-    return _ENCODER.encode(dict(data or {}))
+    return dumps(dict(data or {}))
