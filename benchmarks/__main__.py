@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import durable, evals, fanout, mcp_gateway, reversal, scale, temporal
+from . import durable, evals, fanout, mcp_gateway, pgload, reversal, scale, temporal
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -30,8 +30,11 @@ def _pg_launcher() -> Any:
     return module
 
 
-def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
-    """Items 1 and 3 on the PostgreSQL log, against a local server started for the run."""
+def postgres(
+    loop: asyncio.AbstractEventLoop, quick: bool, parts: tuple[str, ...] = ("pg", "pgload")
+) -> list[Section]:
+    """Items 1 and 3 on the PostgreSQL log, and the 4-worker load (``pgload``), against a local
+    server started for the run."""
     try:
         import amends
 
@@ -44,12 +47,17 @@ def postgres(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     except (pg.PgUnavailable, OSError) as exc:
         return [Section("6. PostgreSQL", ["status"], [[f"not measured: {exc}"]])]
     try:
-        out = durable.run(loop, quick, pg_url=server.new_database())
-        out += reversal.run(loop, quick, pg_url=server.new_database())
+        out: list[Section] = []
+        if "pg" in parts:
+            out += durable.run(loop, quick, pg_url=server.new_database())
+            out += reversal.run(loop, quick, pg_url=server.new_database())
+        if "pgload" in parts:
+            out += pgload.run(server, quick)
     finally:
         server.stop()
     for sec in out:
-        sec.title = "6. PostgreSQL: " + sec.title.split(". ", 1)[1]
+        if not sec.title.startswith("6. PostgreSQL: "):
+            sec.title = "6. PostgreSQL: " + sec.title.split(". ", 1)[1]
     return out
 
 
@@ -59,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,mcp,temporal",
+        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,pgload,mcp,temporal"
+        " (pg includes pgload, the 4-worker load)",
     )
     parser.add_argument(
         "--out", default="docs/benchmarks.md", help="markdown report path ('' = none)"
@@ -79,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
             ("scale", lambda: scale.run(loop, args.quick)),
             ("evals", lambda: evals.run(loop, args.quick)),
             ("pg", lambda: postgres(loop, args.quick)),
+            ("pgload", lambda: postgres(loop, args.quick, ("pgload",))),
             ("mcp", lambda: mcp_gateway.run(loop, args.quick)),
             ("temporal", lambda: temporal.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:
                 continue
+            if name == "pgload" and (not only or "pg" in only):
+                continue  # already part of "pg"
             t = time.perf_counter()
             print(f"running {name} ...", file=sys.stderr, flush=True)
             before = os.getloadavg()
