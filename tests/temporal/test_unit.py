@@ -18,11 +18,15 @@ from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import (
     CallBatch,
+    CallBatchResult,
+    CallOutcome,
+    ClaimResult,
     FinishInput,
     RecordBatch,
     RecordInput,
     ReversalActivities,
     ToolCallInput,
+    ToolCallResult,
 )
 from amends.integrations.temporal._codec import saga_from_dict, to_dict
 from core_world import fresh
@@ -209,6 +213,44 @@ async def test_saga_records_survive_the_json_round_trip_of_a_temporal_payload() 
 
     assert saga_from_dict(json.loads(json.dumps(to_dict(rec)))) == rec
     await engine.close()
+
+
+def test_activity_payloads_are_rebuilt_exactly_from_their_json_form() -> None:
+    """Activities and the workflow take their payloads as Temporal delivers them (JSON objects)
+    and rebuild the dataclasses themselves, nested records included; a dataclass passed as is
+    (a test's ActivityEnvironment) is used as it is."""
+    import json
+
+    from temporalio.converter import DataConverter
+
+    conv = DataConverter.default.payload_converter
+    rec = RecordInput(
+        "rev_1", 1, "s1", "dispatched", 0, "dispatching", {"key": "k"}, 1, 0,
+        "compensation.dispatched", 1.5, event_key="run:1",
+    )  # fmt: skip
+    values = [
+        CallBatch(
+            [
+                ToolCallInput("t", {"a": [1]}, "s", "s1", "compensate", "k", 1, None, 2.0, rec),
+                ToolCallInput("p", {}, "s", "s2", "probe", "k2", 1, {"probe": "p"}, 1.0),
+            ]
+        ),
+        CallBatchResult(
+            [
+                CallOutcome(ToolCallResult({"ok": True}, 3, [{"what": "x"}], [])),
+                CallOutcome(None, "PermanentError", "no", {"tokens": 1}),
+            ]
+        ),
+        RecordBatch([rec, dataclasses.replace(rec, event_key="run:2")]),
+        FinishInput("rev_1", 1, {"steps": []}, "s", [rec]),
+        ClaimResult("new", {"reversal_id": "rev_1"}, {"saga_id": "s"}, {}, [{"name": "t"}], 2.0),
+    ]
+    for value in values:
+        wire = conv.from_payloads(conv.to_payloads([value]))[0]  # what an activity receives
+        assert isinstance(wire, dict)
+        rebuilt = type(value).from_wire(json.loads(json.dumps(wire)))
+        assert rebuilt == value
+        assert type(value).from_wire(value) is value
 
 
 def test_import_amends_does_not_import_temporalio() -> None:

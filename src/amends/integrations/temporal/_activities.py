@@ -50,10 +50,19 @@ __all__ = [
     "ReversalActivities",
     "ToolCallInput",
     "ToolCallResult",
+    "Wire",
 ]
 
 EVENT_KEY = "temporal_event"
 """Key of the compensation data that names the workflow write it came from (idempotency)."""
+
+Wire = Any
+"""An activity's input or result as it crosses Temporal: the dataclass, or its JSON object.
+
+Activities and the workflow declare their payloads as ``Wire`` and rebuild the dataclass with its
+``from_wire``: the SDK's own decoder of a typed dataclass walks every field of every nested
+record (measured: 25-50 ms for the 100 calls of one batch, 20-35 ms for their answers, on the
+development box), while ``from_wire`` is a constructor call per record (issue 16)."""
 
 
 @dataclass
@@ -63,6 +72,10 @@ class ClaimInput:
     owner: str
     """Who holds the reversal in the log: ``temporal:<workflow id>``."""
     lease_seconds: float
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> ClaimInput:
+        return value if isinstance(value, cls) else cls(**value)
 
 
 @dataclass
@@ -76,11 +89,19 @@ class ClaimResult:
     """The worker's catalog as data (no functions): the workflow's planner and runner read it."""
     now: float = 0.0
 
+    @classmethod
+    def from_wire(cls, value: Wire) -> ClaimResult:
+        return value if isinstance(value, cls) else cls(**value)
+
 
 @dataclass
 class ReadInput:
     saga_id: str
     reversal_id: str | None = None
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> ReadInput:
+        return value if isinstance(value, cls) else cls(**value)
 
 
 @dataclass
@@ -89,6 +110,10 @@ class ReadResult:
     reversal: dict[str, Any] | None
     compensations: dict[str, dict[str, Any]]
     now: float
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> ReadResult:
+        return value if isinstance(value, cls) else cls(**value)
 
 
 @dataclass
@@ -106,6 +131,10 @@ class RecordInput:
     now: float
     event_key: str
     """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> RecordInput:
+        return value if isinstance(value, cls) else cls(**value)
 
 
 @dataclass
@@ -125,6 +154,13 @@ class ToolCallInput:
     """A compensation's "dispatched" event, written to the log by this activity before the
     call is sent (rule 5), saving the workflow a separate log write per step."""
 
+    @classmethod
+    def from_wire(cls, value: Wire) -> ToolCallInput:
+        if isinstance(value, cls):
+            return value
+        d = value.get("dispatched")
+        return cls(**{**value, "dispatched": None if d is None else RecordInput.from_wire(d)})
+
 
 @dataclass
 class ToolCallResult:
@@ -133,12 +169,22 @@ class ToolCallResult:
     residue: list[dict[str, Any]] = field(default_factory=list)
     follow_ups: list[dict[str, Any]] = field(default_factory=list)
 
+    @classmethod
+    def from_wire(cls, value: Wire) -> ToolCallResult:
+        return value if isinstance(value, cls) else cls(**value)
+
 
 @dataclass
 class CallBatch:
     """The tool calls one workflow activation made, for one ``amends.call_tools`` activity."""
 
     calls: list[ToolCallInput]
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> CallBatch:
+        if isinstance(value, cls):
+            return value
+        return cls([ToolCallInput.from_wire(c) for c in value["calls"]])
 
 
 @dataclass
@@ -151,10 +197,23 @@ class CallOutcome:
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_wire(cls, value: Wire) -> CallOutcome:
+        if isinstance(value, cls):
+            return value
+        r = value.get("result")
+        return cls(**{**value, "result": None if r is None else ToolCallResult.from_wire(r)})
+
 
 @dataclass
 class CallBatchResult:
     results: list[CallOutcome]
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> CallBatchResult:
+        if isinstance(value, cls):
+            return value
+        return cls([CallOutcome.from_wire(r) for r in value["results"]])
 
 
 @dataclass
@@ -162,6 +221,12 @@ class RecordBatch:
     """The log writes one workflow activation issued, written together (one group commit)."""
 
     writes: list[RecordInput]
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> RecordBatch:
+        if isinstance(value, cls):
+            return value
+        return cls([RecordInput.from_wire(w) for w in value["writes"]])
 
 
 @dataclass
@@ -172,6 +237,12 @@ class FinishInput:
     saga_id: str = ""
     writes: list[RecordInput] = field(default_factory=list)
     """The steps' last outcome events, written (each once) before the report."""
+
+    @classmethod
+    def from_wire(cls, value: Wire) -> FinishInput:
+        if isinstance(value, cls):
+            return value
+        return cls(**{**value, "writes": [RecordInput.from_wire(w) for w in value["writes"]]})
 
 
 def _app_error(kind: str, message: str, **details: Any) -> ApplicationError:
@@ -203,8 +274,9 @@ class ReversalActivities:
         ]  # fmt: skip
 
     @activity.defn(name="amends.claim")
-    async def claim(self, inp: ClaimInput) -> ClaimResult:
+    async def claim(self, wire: Wire) -> ClaimResult:
         """Create the saga's one reversal in the log, or find it (rule 6)."""
+        inp = ClaimInput.from_wire(wire)
         saga = await self.log.get_saga(inp.saga_id)
         if saga is None:
             return ClaimResult("not_found", now=time.time())
@@ -233,8 +305,9 @@ class ReversalActivities:
         )
 
     @activity.defn(name="amends.read")
-    async def read(self, inp: ReadInput) -> ReadResult:
+    async def read(self, wire: Wire) -> ReadResult:
         """The saga, its reversal and the compensations logged so far."""
+        inp = ReadInput.from_wire(wire)
         saga = await self.log.get_saga(inp.saga_id)
         rev = await self.log.get_reversal(
             **({"reversal_id": inp.reversal_id} if inp.reversal_id else {"saga_id": inp.saga_id})
@@ -248,8 +321,9 @@ class ReversalActivities:
         )
 
     @activity.defn(name="amends.call_tool")
-    async def call_tool(self, inp: ToolCallInput) -> ToolCallResult:
+    async def call_tool(self, wire: Wire) -> ToolCallResult:
         """One probe, compensation or follow-up: the tool called once with amends' key."""
+        inp = ToolCallInput.from_wire(wire)
         beating = asyncio.create_task(self._beat())
         try:
             return await self._call(inp)
@@ -257,7 +331,7 @@ class ReversalActivities:
             beating.cancel()
 
     @activity.defn(name="amends.call_tools")
-    async def call_tools(self, inp: CallBatch) -> CallBatchResult:
+    async def call_tools(self, wire: Wire) -> CallBatchResult:
         """The calls one workflow activation made (independent steps, rule 3), made together.
 
         Each call is exactly what ``amends.call_tool`` would make of it (its own key, timeout,
@@ -265,6 +339,7 @@ class ReversalActivities:
         Temporal's server a task dispatch and a history update per call. A worker that dies
         loses the whole batch: the workflow takes every call of it through the crash rules
         (rule 5), as it would each lost call."""
+        inp = CallBatch.from_wire(wire)
         beating = asyncio.create_task(self._beat())
         try:
             got = await asyncio.gather(*(self._call(c) for c in inp.calls), return_exceptions=True)
@@ -379,19 +454,21 @@ class ReversalActivities:
             await asyncio.sleep(self.heartbeat_seconds)
 
     @activity.defn(name="amends.record")
-    async def record(self, inp: RecordInput) -> None:
+    async def record(self, wire: Wire) -> None:
         """Write one compensation event, once, however often Temporal runs this activity."""
+        inp = RecordInput.from_wire(wire)
         try:
             await self._write_once(inp)
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
 
     @activity.defn(name="amends.record_many")
-    async def record_many(self, inp: RecordBatch) -> None:
+    async def record_many(self, wire: Wire) -> None:
         """Write the events of one workflow activation: each once, in order per step.
 
         Different steps' writes go to the log together, so a group-committing log (PostgreSQL)
         commits them at once, as it does the local engine's concurrent writes."""
+        inp = RecordBatch.from_wire(wire)
         by_step: dict[str, list[RecordInput]] = {}
         for w in inp.writes:
             by_step.setdefault(w.step_id, []).append(w)
@@ -431,8 +508,9 @@ class ReversalActivities:
         )
 
     @activity.defn(name="amends.finish")
-    async def finish(self, inp: FinishInput) -> dict[str, Any]:
+    async def finish(self, wire: Wire) -> dict[str, Any]:
         """Store the report (once) and return the reversal's report as the log holds it."""
+        inp = FinishInput.from_wire(wire)
         rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
         if rev is not None and rev.state == "done" and rev.report is not None:
             return rev.report

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RecordBatch,
         RecordInput,
         ToolCallInput,
+        Wire,
     )
     from ._codec import compensation_from_dict, reversal_from_dict, saga_from_dict, spec_from_dict
 
@@ -298,7 +299,7 @@ class _Batch:
         self.futures: list[asyncio.Future[CallOutcome]] = []
         self.timeout = 0.0
         self.waiting = 0
-        self.handle: workflow.ActivityHandle[CallBatchResult] | None = None
+        self.handle: workflow.ActivityHandle[Wire] | None = None
 
     def leave(self) -> None:
         """A caller stopped waiting (cancelled); the last one out cancels the activity."""
@@ -352,12 +353,14 @@ class ReversalWorkflow:
         self.inp = inp
         owner = f"temporal:{workflow.info().workflow_id}"
         while True:
-            claim = await workflow.execute_local_activity(
-                "amends.claim",
-                ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds),
-                result_type=ClaimResult,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=_LOG_RETRY,
+            claim = ClaimResult.from_wire(
+                await workflow.execute_local_activity(
+                    "amends.claim",
+                    ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds),
+                    result_type=Wire,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_LOG_RETRY,
+                )
             )
             if claim.outcome == "not_found":
                 raise ApplicationError(
@@ -381,14 +384,14 @@ class ReversalWorkflow:
 
     async def _read(self, reversal_id: str | None = None) -> ReadResult:
         assert self.inp is not None
-        read: ReadResult = await workflow.execute_local_activity(
+        read = await workflow.execute_local_activity(
             "amends.read",
             ReadInput(self.inp.saga_id, reversal_id),
-            result_type=ReadResult,
+            result_type=Wire,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=_LOG_RETRY,
         )
-        return read
+        return ReadResult.from_wire(read)
 
     async def _wait_elsewhere(self, rev: ReversalRecord) -> dict[str, Any] | None:
         assert self.inp is not None
@@ -476,13 +479,13 @@ class ReversalWorkflow:
         batch.handle = workflow.start_activity(
             "amends.call_tools",
             CallBatch(batch.calls),
-            result_type=CallBatchResult,
+            result_type=Wire,
             start_to_close_timeout=timedelta(seconds=batch.timeout),
             heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
             retry_policy=_ONCE,
         )
         try:
-            outcomes = (await batch.handle).results
+            outcomes = CallBatchResult.from_wire(await batch.handle).results
         except ActivityError as exc:
             # rule 5: the worker stopped (or the batch broke): whether each call landed is
             # unknown; every step of the batch goes through the crash rules
