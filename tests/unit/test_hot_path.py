@@ -255,3 +255,72 @@ async def test_cancelling_a_saga_gather_leaves_its_steps_running() -> None:
         assert await step == 60
     assert step.state == "done"
     await engine.close()
+
+
+async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) -> None:
+    """Issue 12: a batch reads "no reversal" once per saga; an undo claimed in the middle of
+    the same transaction still refuses the steps written after it (issue 2 #4)."""
+    log = amends.SqliteLog(str(tmp_path / "batch.db"))
+    db = log.db
+    sizes: list[int] = []
+    commit = db._commit
+
+    def counting(batch: list[Any]) -> Any:
+        sizes.append(len(batch))
+        return commit(batch)
+
+    db._commit = counting  # type: ignore[method-assign]
+    await log.create_saga(
+        "saga_b", "t", tenant=None, actor=None, owner="o", lease_until=9e9, now=1.0
+    )
+
+    def begin(step_id: str, seq: int) -> Any:
+        return log.begin_step(
+            "saga_b",
+            step_id,
+            seq=seq,
+            tool="t.x",
+            args={},
+            deps=[],
+            resources=[],
+            declared="reversible",
+            now=2.0,
+        )
+
+    db._writing.acquire()  # hold the writer so that the next writes queue up as one batch
+    try:
+        held = asyncio.ensure_future(begin("s0", 1))
+        for _ in range(1000):  # until the writer took s0 (it then waits for the lock)
+            await asyncio.sleep(0.005)
+            if db._jobs.empty():
+                break
+        writes = [
+            asyncio.ensure_future(begin("s1", 2)),
+            asyncio.ensure_future(begin("s2", 3)),
+            asyncio.ensure_future(
+                log.claim_reversal(
+                    "saga_b", reversal_id="rev_b", budget={}, owner="o", lease_until=9e9, now=3.0
+                )
+            ),
+            asyncio.ensure_future(begin("s3", 4)),
+        ]
+        for _ in range(1000):  # until all four are queued behind it
+            await asyncio.sleep(0.005)
+            if db._jobs.qsize() == 4:
+                break
+    finally:
+        db._writing.release()
+    assert await held is True
+    s1, s2, claim, s3 = await asyncio.gather(*writes)
+    assert sizes[-2:] == [1, 4]  # s0 alone, then the other four in one transaction
+    assert (s1, s2, claim.outcome, s3) == (True, True, "new", False)
+    saga = await log.get_saga("saga_b")
+    assert saga is not None
+    assert [(s.step_id, s.state) for s in saga.steps] == [
+        ("s0", "intent"),
+        ("s1", "intent"),
+        ("s2", "intent"),
+        ("s3", "cancelled"),
+    ]
+    assert await log.verify("saga_b") == []  # the hash chain runs through the batch
+    await log.close()

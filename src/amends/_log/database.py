@@ -16,8 +16,9 @@ class Tx(Protocol):
     """A cursor inside one transaction."""
 
     cache: dict[str, str]
-    """Chain heads (saga_id -> hash) written in this transaction, so a batch of writes to one
-    saga reads its head once. Cleared by the backend when it rolls part of a batch back."""
+    """What this transaction already read or wrote, so a batch of writes to one saga reads it
+    once: chain heads (saga_id -> hash) and which sagas it saw without a reversal (a key
+    prefixed with NUL). Cleared by the backend when it rolls part of a batch back."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; returns its rows (empty for statements without a result)."""

@@ -110,6 +110,10 @@ def _saga(
     )
 
 
+_NO_REVERSAL = "\x00no-reversal:"
+"""Prefix of a ``tx.cache`` key: this transaction has seen that the saga has no reversal."""
+
+
 def _head(tx: Tx, saga_id: str) -> str:
     cached = tx.cache.get(saga_id)
     if cached is not None:
@@ -240,6 +244,12 @@ class SqlSagaLog(AdminQueries, SagaLog):
         key = self.signing_key
 
         def fn(tx: Tx) -> bool:
+            if _NO_REVERSAL + saga_id in tx.cache:
+                # issue 12: an earlier write of this transaction saw no reversal, and this
+                # transaction holds the write lock (SQLite) or its read already stands for the
+                # check (PostgreSQL SERIALIZABLE); a claim in between would have dropped the mark
+                _append(tx, key, saga_id, "step.intent", now, text, phase=INTENT, step_id=step_id)
+                return True
             # Atomic with the intent: once a reversal exists, no new step may start (issue 2 #4).
             row = tx.execute(
                 "SELECT (SELECT 1 FROM reversals WHERE saga_id=?), (SELECT hash FROM records "
@@ -250,6 +260,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
             kind = "step.cancelled" if undoing else "step.intent"
             prev = tx.cache.get(saga_id, str(row[1] or ""))
             _append(tx, key, saga_id, kind, now, text, phase=INTENT, step_id=step_id, prev=prev)
+            if not undoing:
+                tx.cache[_NO_REVERSAL + saga_id] = ""
             return not undoing
 
         return await self.db.write(fn, len(text))
@@ -321,6 +333,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
     ) -> Claim:
         rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
         if not rows:
+            tx.cache.pop(_NO_REVERSAL + saga_id, None)  # steps written after this are refused
             tx.execute(
                 "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
                 " lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, ?, ?)",
