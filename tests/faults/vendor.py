@@ -4,11 +4,16 @@ Every request that reaches it is appended to ``requests`` (so duplicate sends ar
 effect actually applied is appended to ``effects`` with its idempotency key (a replayed key applies
 nothing, like a real vendor). ``hook(point)`` is called before and after each request: the fault
 tests use it to SIGKILL or pause a worker at an exact point.
+
+Each process (and thread) keeps one connection per vendor file (``WAL``, ``synchronous=NORMAL``: a
+committed request survives a SIGKILL of the process), so what the load test measures is the saga
+log, not opening SQLite files (issue 12: a connection per request cost more than the log did).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,10 +33,23 @@ def connect(path: str | Path) -> sqlite3.Connection:
         "CREATE TABLE IF NOT EXISTS effects (n INTEGER PRIMARY KEY AUTOINCREMENT, "
         "op TEXT NOT NULL, k TEXT NOT NULL, idem TEXT NOT NULL)"
     )
+    conn.execute("CREATE INDEX IF NOT EXISTS effects_idem ON effects (idem)")
     conn.execute(
         "CREATE TABLE IF NOT EXISTS requests (n INTEGER PRIMARY KEY AUTOINCREMENT, "
         "tool TEXT NOT NULL, phase TEXT NOT NULL, idem TEXT NOT NULL)"
     )
+    return conn
+
+
+_open: dict[tuple[str, int], sqlite3.Connection] = {}
+
+
+def shared(path: str | Path) -> sqlite3.Connection:
+    """This thread's connection to the vendor file ``path``, opened once."""
+    key = (str(path), threading.get_ident())
+    conn = _open.get(key)
+    if conn is None:
+        conn = _open[key] = connect(path)
     return conn
 
 
@@ -41,9 +59,9 @@ def make_catalog(path: str | Path, hook: Hook | None = None) -> amends.Catalog:
 
     def apply(call: amends.Call, op: str, k: str, v: str | None) -> None:
         point(f"{call.phase}:{call.tool}:before")
-        conn = connect(path)
+        conn = shared(path)
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("BEGIN IMMEDIATE")
             conn.execute(
                 "INSERT INTO requests (tool, phase, idem) VALUES (?, ?, ?)",
                 (call.tool, call.phase, call.idempotency_key),
@@ -63,18 +81,15 @@ def make_catalog(path: str | Path, hook: Hook | None = None) -> amends.Catalog:
                     "INSERT INTO effects (op, k, idem) VALUES (?, ?, ?)",
                     (op, k, call.idempotency_key),
                 )
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
         point(f"{call.phase}:{call.tool}:after")
 
     def read(k: str) -> str | None:
-        conn = connect(path)
-        try:
-            row = conn.execute("SELECT v FROM kv WHERE k=?", (k,)).fetchone()
-            return None if row is None else str(row[0])
-        finally:
-            conn.close()
+        row = shared(path).execute("SELECT v FROM kv WHERE k=?", (k,)).fetchone()
+        return None if row is None else str(row[0])
 
     catalog = amends.Catalog()
 
