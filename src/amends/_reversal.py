@@ -166,6 +166,7 @@ class _Runner:
         step_id: str,
         precondition: Expectation | None = None,
         counter: list[int],
+        prepaid: bool = False,
     ) -> tuple[Any, Call]:
         """Rule 11: give redacted secrets back to this call, and keep them out of what it yields.
 
@@ -186,6 +187,7 @@ class _Runner:
                 step_id=step_id,
                 precondition=precondition,
                 counter=counter,
+                prepaid=prepaid,
             )
         except _Stop as stop:
             raise _Stop(stop.state, vault.scrub(stop.detail)) from None
@@ -203,7 +205,10 @@ class _Runner:
         step_id: str,
         precondition: Expectation | None = None,
         counter: list[int],
+        prepaid: bool = False,
     ) -> tuple[Any, Call]:
+        """``prepaid``: the first attempt's call was taken from the budget already (the
+        compensation's dispatch record carries it, so a take-over counts it)."""
         if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
             raise _Stop(
                 StepState.FAILED,
@@ -214,13 +219,8 @@ class _Runner:
         attempt = 0
         while True:
             attempt += 1
-            why = self.meter.take_call()
-            if why is not None:
-                raise _Stop(
-                    StepState.OVER_BUDGET if counter[0] == 0 else StepState.FAILED,
-                    f"{why} before {tool} could {'run' if counter[0] == 0 else 'succeed'}"
-                    + (f" (gave up after {counter[0]} attempt(s))" if counter[0] else ""),
-                )
+            if not (prepaid and attempt == 1):
+                self._take_call(tool, counter)
             counter[0] += 1
             call = Call(
                 saga_id=self.saga.saga_id,
@@ -241,6 +241,16 @@ class _Runner:
                 continue
             self.meter.tokens += call.tokens
             return result, call
+
+    def _take_call(self, tool: str, counter: list[int]) -> None:
+        """Spend one call of the budget on ``tool``, or stop the step (rule 7)."""
+        why = self.meter.take_call()
+        if why is not None:
+            raise _Stop(
+                StepState.OVER_BUDGET if counter[0] == 0 else StepState.FAILED,
+                f"{why} before {tool} could {'run' if counter[0] == 0 else 'succeed'}"
+                + (f" (gave up after {counter[0]} attempt(s))" if counter[0] else ""),
+            )
 
     def _retry_wait(
         self, tool: str, exc: Exception, attempt: int, timeout: float, own: float | None
@@ -434,6 +444,9 @@ class _Runner:
                 resent = self._idempotent(p.inverse.tool)
             else:
                 await self._check_drift(p, counter)
+            # rule 7: the call is paid for before the dispatch record is written, so the record
+            # carries it and a take-over after a crash counts the call that was in flight.
+            self._take_call(p.inverse.tool, counter)
             await self._record(
                 p,
                 "dispatched",
@@ -450,9 +463,19 @@ class _Runner:
                 step_id=p.step_id,
                 precondition=p.expectation,
                 counter=counter,
+                prepaid=True,
             )
         except _Stop as stop:
-            if resent and stop.state is not StepState.IN_DOUBT:
+            if in_flight and stop.state is StepState.OVER_BUDGET:
+                # rule 7: no budget left to check or re-send; the step stays continuable (a
+                # continuation treats the earlier attempt as still in flight, rule 5).
+                stop = _Stop(
+                    StepState.OVER_BUDGET,
+                    f"{stop.detail}; an earlier attempt of {p.inverse.tool} was sent before a "
+                    f"worker stopped and may have taken effect: continuing with a new budget "
+                    f"checks it before anything is sent again",
+                )
+            elif resent and stop.state is not StepState.IN_DOUBT:
                 # rule 8: an earlier attempt was sent before a crash; this retry's failure says
                 # nothing about whether that attempt took effect.
                 stop = _Stop(

@@ -939,3 +939,19 @@ async def test_an_in_flight_release_with_a_landed_probe_is_finished_exactly_once
     assert report.step("s1").state is StepState.COMPENSATED
     assert stock.reserved == {"A1": 0}
     assert len(stock.releases) == sent
+
+
+@pytest.mark.parametrize("crash", ["before", "after"])
+async def test_a_take_over_counts_the_call_that_was_in_flight_at_the_crash(
+    tmp_path: Any, crash: str
+) -> None:
+    """Rule 7: the budget counts every call made, including the release the dead worker had
+    sent. Before the call is made its budget is taken and logged with the dispatch record, so
+    a take-over starts from it: drift probe (1) + release in flight (2), then the take-over's
+    probes and its re-send under the same key: expectation (3), re-send (4) when the release
+    died before acting; expectation (3), landed (4), re-send deduplicated (5) after."""
+    stock = Stock(crash=crash)
+    report = await crash_in_release_then_recover(stock, str(tmp_path / "l.db"))
+    assert report.step("s1").state is StepState.COMPENSATED
+    assert stock.reserved == {"A1": 0}
+    assert report.tool_calls == (4 if crash == "before" else 5)

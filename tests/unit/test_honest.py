@@ -958,7 +958,9 @@ async def test_a_take_over_after_a_crash_keeps_the_spent_budget(
     catalog: amends.Catalog, world: CoreWorld, tmp_path: Any
 ) -> None:
     """Rule 7: nothing resets a reversal's budget but a continuation; the worker that takes over
-    after a crash goes on with what the dead one spent."""
+    after a crash goes on with what the dead one spent, including the inverse it had in flight
+    (paid for before it was sent). With the budget spent, the step in flight stays over budget
+    (continuable, the earlier attempt named) and is finished by a continuation."""
     db = str(tmp_path / "b.db")
     first = amends.Engine(catalog, log=db, lease_seconds=0.2)
     async with first.saga("three writes") as saga:  # one resource: inverses run s3, s2, s1
@@ -979,14 +981,22 @@ async def test_a_take_over_after_a_crash_keeps_the_spent_budget(
     await asyncio.sleep(0.25)
     second = amends.Engine(catalog, log=db, lease_seconds=0.2)
     report = (await second.recover()).resumed[0]
-    await second.close()
     assert [s.state for s in report.steps] == [
-        StepState.OVER_BUDGET,  # a reset budget would have reverted it
-        StepState.REVERTED,  # in flight at the crash, re-sent: the vendor honours keys
+        StepState.BLOCKED,  # waits for s2 (one resource)
+        StepState.OVER_BUDGET,  # in flight at the crash; a 5th call would overspend
         StepState.REVERTED,
     ]
-    assert report.tool_calls == 4
-    assert world.crm["r1"]["stage"] == "won"
+    assert report.step("s2").detail == (
+        "tool-call budget of 4 spent before crm.update_field could run; an earlier attempt of "
+        "crm.update_field was sent before a worker stopped and may have taken effect: "
+        "continuing with a new budget checks it before anything is sent again"
+    )
+    assert report.tool_calls == 4  # the 4 calls made, the one in flight included
+    assert world.crm["r1"]["stage"] == "negotiation"  # s2's inverse died before it applied
+    done = await second.resume(saga.id, budget=amends.Budget(tool_calls=10))
+    await second.close()
+    assert [s.state for s in done.steps] == [StepState.REVERTED] * 3
+    assert world.crm["r1"]["stage"] == "lead"  # as before the saga
 
 
 async def test_cancelled_while_the_intent_is_written_the_step_is_cancelled_not_in_doubt(
