@@ -212,6 +212,9 @@ class Step:
         self._writing = False
         """Rule 1: the step's intent or outcome is being written; a cancel waits for it."""
         self._cancel_asked = False
+        self.has_refs = True
+        """Whether the arguments hold a Step or Ref to resolve before the call (set by the saga
+        when it starts the step; issue 12: arguments without one are passed as given)."""
 
     def _cancel(self) -> None:
         """Cancel the step's task, except while it writes its intent or outcome (rule 1): then
@@ -285,6 +288,9 @@ class Saga:
         self._entered = False
         self._closed = False
         self._heartbeat: asyncio.Task[None] | None = None
+        self.vault = vault_for(self)
+        """Rule 11: the secrets of this saga's sensitive arguments, scrubbed from all it logs
+        (the saga's vault, kept here so the hot path does not look it up per write)."""
 
     async def __aenter__(self) -> Saga:
         e = self.engine
@@ -474,7 +480,9 @@ class Saga:
                     f"after= takes steps of this saga, got {d!r}", saga_id=self.id, step_id=sid
                 )
             deps.append(d)
+        explicit = len(deps)
         _refs(args, deps)
+        has_refs = len(deps) > explicit
         for d in deps:
             if d.saga is not self:
                 raise ContractError(
@@ -492,6 +500,7 @@ class Saga:
             if d not in unique:
                 unique.append(d)
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
+        step.has_refs = has_refs
         step.undo_after = self._undo_after(step, undo_after)
         for r in resources:
             self._last_by_resource[r] = step
@@ -625,7 +634,7 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         await _never_ran(host, saga, step, bad[0])
         return
     try:
-        args = _resolve(step.args)
+        args = _resolve(step.args) if step.has_refs else step.args
     except ContractError as exc:  # issue 11: a reference to a key the result lacks
         await _unresolvable(host, saga, step, exc)
         return
@@ -670,7 +679,7 @@ async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
         step.id,
         seq=step.seq,
         tool=step.tool,
-        args=redact_args(step.spec.sensitive, step.args, vault_for(saga), _jsonable),
+        args=redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable),
         deps=[d.id for d in step.deps],
         resources=step.resources,
         declared=step.spec.reversibility.value,
@@ -698,7 +707,7 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
         step.id,
         seq=step.seq,
         tool=step.tool,
-        args=redact_args(step.spec.sensitive, step.args, vault_for(saga), _jsonable),
+        args=redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable),
         deps=[d.id for d in step.deps],
         resources=step.resources,
         declared=step.spec.reversibility.value,
@@ -746,7 +755,11 @@ async def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -
     """Rule 1: the intent is durable before the tool is called. ``False``: undo came first."""
     # rule 11: sensitive arguments never reach the log; their values are scrubbed from
     # everything this saga logs from now on (results, inverses, errors).
-    logged_args = redact_args(step.spec.sensitive, args, vault_for(saga), _jsonable)
+    vault = saga.vault
+    if step.spec.sensitive or vault:
+        logged_args = redact_args(step.spec.sensitive, args, vault, _jsonable)
+    else:  # nothing to redact or scrub: the same as redact_args gives, one copy fewer
+        logged_args = _jsonable(args)
     started = await host.log.begin_step(
         saga.id,
         step.id,
@@ -855,7 +868,7 @@ def _finish_failed(
 
 
 async def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> None:
-    finish = scrub_record(vault_for(saga), finish)  # rule 11
+    finish = scrub_record(saga.vault, finish)  # rule 11
     await host.log.finish_step(saga.id, step.id, finish, now=time.time())
     if finish.state == "done" and finish.error is None:
         step.state = "done"

@@ -73,12 +73,13 @@ def translate(exc: sqlite3.Error, path: str) -> LogError:
 
 class _Cursor:
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+        self._cur = conn.cursor()  # one cursor per transaction, not one per statement
         self._last = 0
         self.cache: dict[str, str] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cur = self._conn.execute(sql, tuple(params))
+        cur = self._cur
+        cur.execute(sql, params if type(params) is tuple else tuple(params))
         rows = cur.fetchall()
         self._last = cur.rowcount
         return rows
