@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -62,24 +62,46 @@ Wire = Any
 Activities and the workflow declare their payloads as ``Wire`` and rebuild the dataclass with its
 ``from_wire``: the SDK's own decoder of a typed dataclass walks every field of every nested
 record (measured: 25-50 ms for the 100 calls of one batch, 20-35 ms for their answers, on the
-development box), while ``from_wire`` is a constructor call per record (issue 16)."""
+development box), while ``from_wire`` is a constructor call per record (issue 16). Likewise
+``to_wire`` builds the JSON object directly: the SDK encodes a dataclass with
+``dataclasses.asdict``, which deep-copies every value and, run inside the workflow sandbox, took
+most of the workflow's CPU time."""
+
+_P = TypeVar("_P", bound="_Payload")
+
+
+class _Payload:
+    """An activity payload: a dataclass that crosses Temporal as a plain JSON object."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """This payload as the JSON object Temporal carries (nested payloads too, no copies)."""
+        return {k: _to_wire(v) for k, v in vars(self).items()}
+
+    @classmethod
+    def from_wire(cls: type[_P], value: Wire) -> _P:
+        """The payload from its JSON object (or the payload itself, passed as is)."""
+        return value if isinstance(value, cls) else cls(**value)
+
+
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, _Payload):
+        return value.to_wire()
+    if isinstance(value, list) and value and isinstance(value[0], _Payload):
+        return [v.to_wire() for v in value]
+    return value
 
 
 @dataclass
-class ClaimInput:
+class ClaimInput(_Payload):
     saga_id: str
     budget: dict[str, Any]
     owner: str
     """Who holds the reversal in the log: ``temporal:<workflow id>``."""
     lease_seconds: float
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> ClaimInput:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class ClaimResult:
+class ClaimResult(_Payload):
     outcome: str
     """``new``, ``taken_over``, ``done``, ``running_elsewhere`` or ``not_found``."""
     reversal: dict[str, Any] | None = None
@@ -89,35 +111,23 @@ class ClaimResult:
     """The worker's catalog as data (no functions): the workflow's planner and runner read it."""
     now: float = 0.0
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> ClaimResult:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class ReadInput:
+class ReadInput(_Payload):
     saga_id: str
     reversal_id: str | None = None
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> ReadInput:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class ReadResult:
+class ReadResult(_Payload):
     saga: dict[str, Any] | None
     reversal: dict[str, Any] | None
     compensations: dict[str, dict[str, Any]]
     now: float
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> ReadResult:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class RecordInput:
+class RecordInput(_Payload):
     reversal_id: str
     generation: int
     step_id: str
@@ -132,13 +142,9 @@ class RecordInput:
     event_key: str
     """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> RecordInput:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class ToolCallInput:
+class ToolCallInput(_Payload):
     tool: str
     args: dict[str, Any]
     saga_id: str
@@ -163,19 +169,15 @@ class ToolCallInput:
 
 
 @dataclass
-class ToolCallResult:
+class ToolCallResult(_Payload):
     result: Any
     tokens: int = 0
     residue: list[dict[str, Any]] = field(default_factory=list)
     follow_ups: list[dict[str, Any]] = field(default_factory=list)
 
-    @classmethod
-    def from_wire(cls, value: Wire) -> ToolCallResult:
-        return value if isinstance(value, cls) else cls(**value)
-
 
 @dataclass
-class CallBatch:
+class CallBatch(_Payload):
     """The tool calls one workflow activation made, for one ``amends.call_tools`` activity."""
 
     calls: list[ToolCallInput]
@@ -188,7 +190,7 @@ class CallBatch:
 
 
 @dataclass
-class CallOutcome:
+class CallOutcome(_Payload):
     """One call's answer in a batch: its result, or the error it ended with."""
 
     result: ToolCallResult | None
@@ -206,7 +208,7 @@ class CallOutcome:
 
 
 @dataclass
-class CallBatchResult:
+class CallBatchResult(_Payload):
     results: list[CallOutcome]
 
     @classmethod
@@ -217,7 +219,7 @@ class CallBatchResult:
 
 
 @dataclass
-class RecordBatch:
+class RecordBatch(_Payload):
     """The log writes one workflow activation issued, written together (one group commit)."""
 
     writes: list[RecordInput]
@@ -230,7 +232,7 @@ class RecordBatch:
 
 
 @dataclass
-class FinishInput:
+class FinishInput(_Payload):
     reversal_id: str
     generation: int
     report: dict[str, Any]
@@ -274,9 +276,11 @@ class ReversalActivities:
         ]  # fmt: skip
 
     @activity.defn(name="amends.claim")
-    async def claim(self, wire: Wire) -> ClaimResult:
-        """Create the saga's one reversal in the log, or find it (rule 6)."""
-        inp = ClaimInput.from_wire(wire)
+    async def claim(self, wire: Wire) -> Wire:
+        """Create the saga's one reversal in the log, or find it (rule 6): a ClaimResult."""
+        return (await self._claim(ClaimInput.from_wire(wire))).to_wire()
+
+    async def _claim(self, inp: ClaimInput) -> ClaimResult:
         saga = await self.log.get_saga(inp.saga_id)
         if saga is None:
             return ClaimResult("not_found", now=time.time())
@@ -305,8 +309,8 @@ class ReversalActivities:
         )
 
     @activity.defn(name="amends.read")
-    async def read(self, wire: Wire) -> ReadResult:
-        """The saga, its reversal and the compensations logged so far."""
+    async def read(self, wire: Wire) -> Wire:
+        """The saga, its reversal and the compensations logged so far: a ReadResult."""
         inp = ReadInput.from_wire(wire)
         saga = await self.log.get_saga(inp.saga_id)
         rev = await self.log.get_reversal(
@@ -318,20 +322,21 @@ class ReversalActivities:
             None if rev is None else to_dict(rev),
             {k: to_dict(v) for k, v in comps.items()},
             time.time(),
-        )
+        ).to_wire()
 
     @activity.defn(name="amends.call_tool")
-    async def call_tool(self, wire: Wire) -> ToolCallResult:
-        """One probe, compensation or follow-up: the tool called once with amends' key."""
+    async def call_tool(self, wire: Wire) -> Wire:
+        """One probe, compensation or follow-up: the tool called once with amends' key (a
+        ToolCallResult)."""
         inp = ToolCallInput.from_wire(wire)
         beating = asyncio.create_task(self._beat())
         try:
-            return await self._call(inp)
+            return (await self._call(inp)).to_wire()
         finally:
             beating.cancel()
 
     @activity.defn(name="amends.call_tools")
-    async def call_tools(self, wire: Wire) -> CallBatchResult:
+    async def call_tools(self, wire: Wire) -> Wire:
         """The calls one workflow activation made (independent steps, rule 3), made together.
 
         Each call is exactly what ``amends.call_tool`` would make of it (its own key, timeout,
@@ -356,7 +361,7 @@ class ReversalActivities:
             else:
                 assert isinstance(g, BaseException)
                 raise g  # cancelled: the workflow stopped waiting for this batch
-        return out
+        return out.to_wire()
 
     async def _call(self, inp: ToolCallInput) -> ToolCallResult:
         if inp.tool not in self.catalog:

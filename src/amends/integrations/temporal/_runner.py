@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from amends._budget import Budget
 from amends._contracts import Catalog
@@ -193,16 +192,19 @@ def make_worker(
     # benchmarks/temporal.py)
     worker_options.setdefault("max_concurrent_activity_task_polls", 20)
     worker_options.setdefault("max_concurrent_workflow_task_polls", 10)
+    # The reversal workflow is amends' own code, deterministic by construction (workflow time,
+    # a seeded random, no I/O: every effect is an activity), and its modules were passed through
+    # the sandbox anyway, so the sandbox checked nothing. It cost the most: while a sandboxed
+    # workflow runs, the SDK swaps the process-wide ``isinstance``/``issubclass`` (and every
+    # restricted builtin) for thread-local wrappers, which made the workflow's own work several
+    # times slower (issue 16: most of a 100-step reversal's workflow CPU time). Pass
+    # ``workflow_runner=`` to choose otherwise.
+    worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
     return _Worker(
         None if opened is log else opened,  # a log opened here from a URL closes with the worker
         client,
         task_queue=task_queue,
         workflows=[ReversalWorkflow],
         activities=acts.all(),
-        # amends' modules are deterministic where the workflow uses them; passing them through
-        # keeps one copy (and one set of classes) per worker instead of one per workflow run.
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("amends")
-        ),
         **worker_options,
     )

@@ -270,7 +270,7 @@ class _ActivityLog:
         err: Exception | None = None
         try:
             await workflow.execute_local_activity(
-                "amends.record_many", RecordBatch([w for w, _ in batch]),
+                "amends.record_many", RecordBatch([w for w, _ in batch]).to_wire(),
                 start_to_close_timeout=timedelta(seconds=30), retry_policy=_LOG_RETRY,
             )  # fmt: skip
         except ActivityError as exc:
@@ -356,7 +356,7 @@ class ReversalWorkflow:
             claim = ClaimResult.from_wire(
                 await workflow.execute_local_activity(
                     "amends.claim",
-                    ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds),
+                    ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds).to_wire(),
                     result_type=Wire,
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=_LOG_RETRY,
@@ -386,7 +386,7 @@ class ReversalWorkflow:
         assert self.inp is not None
         read = await workflow.execute_local_activity(
             "amends.read",
-            ReadInput(self.inp.saga_id, reversal_id),
+            ReadInput(self.inp.saga_id, reversal_id).to_wire(),
             result_type=Wire,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=_LOG_RETRY,
@@ -478,7 +478,7 @@ class ReversalWorkflow:
             return  # every caller left before anything was sent
         batch.handle = workflow.start_activity(
             "amends.call_tools",
-            CallBatch(batch.calls),
+            CallBatch(batch.calls).to_wire(),
             result_type=Wire,
             start_to_close_timeout=timedelta(seconds=batch.timeout),
             heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
@@ -560,7 +560,7 @@ class ReversalWorkflow:
                     report.to_dict(),
                     saga.saga_id,
                     self.log.carried,
-                ),
+                ).to_wire(),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_LOG_RETRY,
             )
