@@ -18,7 +18,14 @@ from amends.evals.broken import (
     UncheckedReportEngine,
     WaitsForInFlightEngine,
 )
-from amends.evals.generator import FAMILIES, Mutation, Scenario, StepSpec, generate
+from amends.evals.generator import (
+    FAMILIES,
+    STALL_BUDGET,
+    Mutation,
+    Scenario,
+    StepSpec,
+    generate,
+)
 from amends.evals.invariants import check
 from amends.evals.runner import run_scenario
 from amends.evals.suite import run_indexes, run_suite
@@ -74,7 +81,8 @@ def test_generator_produces_each_issue_10_class() -> None:
     declared = [s for sc in by_family["undo_order"] for s in sc.steps if s.undo_after]  # rule 3
     assert declared and all(s.tool == "payments.charge" and "deal" in s.args for s in declared)
     assert {"careless.update_field", "docs.create_private_note"} <= tools["no_expectation"]
-    assert all(sc.stall and sc.budget_seconds == 1.0 for sc in by_family["stall"])  # rule 7
+    # rule 7: a stalled forward call while undo runs on a seconds budget of milliseconds
+    assert all(sc.stall and sc.budget_seconds == STALL_BUDGET for sc in by_family["stall"])
 
 
 async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> None:
@@ -98,7 +106,8 @@ async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> 
     bad = await run_scenario(sc, engine_factory=WaitsForInFlightEngine)
     assert bad.durations[0] > 1.0  # it waited for the stalled call
     assert check(bad)["bounded"] == [
-        "the first answer came only after the stalled step s2 acted (1.5s later); budget 0.3s"
+        "the first answer came only after the stalled step s2 acted (1.5s after undo was asked); "
+        "budget 0.3s"
     ]
 
 

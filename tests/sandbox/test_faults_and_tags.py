@@ -111,6 +111,26 @@ async def test_transient_n_times_then_success_and_stall_times_out(sw: World) -> 
     await eng2.close()
 
 
+async def test_a_slow_call_stalls_until_cut_then_acts(sw: World) -> None:
+    """``slow`` holds the call before it acts; ``cut_stalls`` ends the stall and the call acts
+    (the eval cuts a stall once the engine answered). A stall after the cut does not wait."""
+    sw.faults.add("chat.post", "slow", delay=3600.0)
+    sw.faults.add("chat.post", "slow", delay=3600.0)
+    eng = amends.Engine(sandbox_catalog(sw, timeout=7200.0), log=amends.SqliteLog(":memory:"))
+    async with eng.saga("stall") as saga:
+        first = saga.call("chat.post", step_id="p", channel="#sales", text="hi")
+        while not sw.faults.stalled:  # the call is now sleeping in the vendor
+            await asyncio.sleep(0.001)
+        assert tagged(sw) == [] and first.state == "intent"  # logged, not yet done
+        sw.faults.cut_stalls()
+        await first
+        saga.call("chat.post", step_id="q", channel="#sales", text="again", after=[first])
+    posts = [t for t in tagged(sw) if t[2] == "post"]
+    assert posts == [("p:forward", "chat", "post"), ("q:forward", "chat", "post")]
+    assert sw.faults.stalled == ["p", "q"] and sw.faults.pending() == []
+    await eng.close()
+
+
 async def test_arm_crash_before_and_after_the_nth_call(sw: World) -> None:
     cat = sandbox_catalog(sw)
     from amends._calls import invoke

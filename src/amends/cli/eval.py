@@ -187,7 +187,7 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
         return 0
     con = Console()
     crash = f"{sc.crash} in {sc.crash_op}" if sc.crash and sc.crash_op else str(sc.crash)
-    stall = f", {sc.stall} stalls {sc.stall_seconds}s" if sc.stall else ""
+    stall = f", {sc.stall} stalls until undo answers (<= {sc.stall_seconds}s)" if sc.stall else ""
     con.print(f"[bold]saga {sc.ref}[/bold] family {sc.family}, {len(sc.steps)} steps, "
               f"requests {sc.requests} x{sc.n_requests}, crash {crash}{stall}, "
               f"budget {sc.budget_calls} calls, {sc.budget_seconds}s")  # fmt: skip

@@ -245,7 +245,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             if landed and r.answered_at and min(landed) < r.answered_at[0]:
                 v["bounded"].append(
                     f"the first answer came only after the stalled step {sid} acted "
-                    f"({sc.stall_seconds}s later); budget {sc.budget_seconds}s"
+                    f"({sc.stall_seconds}s after undo was asked); budget {sc.budget_seconds}s"
                 )
         return v
     for took in r.durations:

@@ -38,6 +38,9 @@ CRASH_LEASE = 0.15
 """Lease of an engine that will crash: recovery may take over this long after the crash."""
 EVAL_TIMEOUT = 10.0
 """Seconds a sandbox tool call may take in the eval (longer than a stall: the stalled call acts)."""
+STALL_HOLD = EVAL_TIMEOUT - 1.0
+"""The most a stalled forward call is held, should nothing cut it (it is cut once the undo has
+answered, or ``Scenario.stall_seconds`` after the undo was asked): inside the tool timeout."""
 
 _CATALOG: list[Catalog] = []
 
@@ -199,8 +202,8 @@ async def run_scenario_both(
     try:
         for tool, kind, times in sc.forward_faults:
             world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
-        if sc.stall:
-            world.faults.add(sc.stall, "slow", delay=sc.stall_seconds)
+        if sc.stall:  # held until the undo answered or stall_seconds after it was asked
+            world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
         fwd = asyncio.create_task(forward_pass())
         if sc.stall:  # undo is asked while the stalled call is still in flight
             while not fwd.done() and any(f["op"] == sc.stall for f in world.faults.pending()):
@@ -246,6 +249,7 @@ async def run_scenario_both(
             if sc.stall:  # the stalled call acts late: the oracle judges the final world
                 await fwd
                 out[0].effects, out[0].world = world.effects(), world.snapshot()
+        world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
         await fwd
         return out
     finally:
@@ -284,6 +288,8 @@ async def _requests(
     errors: list[str] = []
     answered_at: list[int] = []
     crashed = False
+    if sc.stall:  # rule 7: the stalled call holds on past the request, up to stall_seconds
+        timer = asyncio.get_running_loop().call_later(sc.stall_seconds, world.faults.cut_stalls)
 
     async def timed() -> None:
         t0 = time.monotonic()
@@ -293,6 +299,8 @@ async def _requests(
             errors.append(f"{type(exc).__name__}: {exc}")
         durations.append(time.monotonic() - t0)
         answered_at.append(world.effect_count())
+        if sc.stall:  # answered: whether it waited for the stalled call is now settled
+            world.faults.cut_stalls()
 
     try:
         if sc.requests == "concurrent":
@@ -312,6 +320,8 @@ async def _requests(
         durations.append(time.monotonic() - t0)
         await timed()  # a later request gets the same reversal (naive: runs its stack again)
     world.faults.clear()
+    if sc.stall:
+        timer.cancel()
     return SagaResult(
         sc, engine, forward, results, world.effects(), reports, durations, crashed,
         world.snapshot(), errors, answered_at, list(world.faults.stalled),

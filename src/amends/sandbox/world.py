@@ -114,6 +114,7 @@ class Faults:
         self._crash_after = False
         self._crash_op: str | None = None
         self._calls = 0
+        self._cut: asyncio.Event | None = None
         self.stalled: list[str] = []
         """Steps whose call met a ``slow`` or ``timeout`` fault (the step id, or the tool)."""
 
@@ -122,7 +123,8 @@ class Faults:
 
         ``transient`` raises :class:`amends.TransientError` without effect, ``permanent`` raises
         :class:`amends.PermanentError` without effect, ``timeout`` stalls ``delay`` seconds (an
-        hour when 0) so the engine's timeout fires, ``slow`` sleeps ``delay`` and then acts.
+        hour when 0) so the engine's timeout fires, ``slow`` sleeps ``delay`` (or until
+        :meth:`cut_stalls`) and then acts.
         ``act_then_raise``: the vendor applies the effect, then the connection drops before the
         tool sees the answer (a ``ConnectionResetError``, so the tool records no inverse).
         ``raise_after_inverse``: the tool acts and records its inverse, then raises a
@@ -172,6 +174,24 @@ class Faults:
         if not self._crash_after:
             raise SimulatedCrash(f"simulated crash before {op} acted")
         return True
+
+    def cut_stalls(self) -> None:
+        """End every ``slow`` stall now: the stalled calls act at once. The eval cuts a stall
+        once the engine has answered, since what it judges is whether the answer waited for the
+        stalled call; a stall left to run would only add wall time after that."""
+        if self._cut is not None:
+            self._cut.set()
+
+    async def stall(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if :meth:`cut_stalls` is called meanwhile."""
+        if self._cut is None:
+            self._cut = asyncio.Event()
+        if self._cut.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._cut.wait(), seconds)
+        except TimeoutError:
+            pass
 
     def pending(self) -> list[dict[str, Any]]:
         """The faults not yet used up, as data."""
@@ -507,7 +527,7 @@ class World:
         if fault.kind == "timeout":
             await asyncio.sleep(fault.delay or 3600.0)
             raise TransientError(f"{op}: the vendor did not answer (injected timeout)")
-        await asyncio.sleep(fault.delay)  # slow: then act
+        await self.faults.stall(fault.delay)  # slow: then act
 
     def after_commit(self) -> None:
         """Called when a vendor operation's transaction has committed: an ``act_then_raise``
