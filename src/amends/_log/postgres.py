@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
@@ -63,26 +64,105 @@ def redact(url: str) -> str:
 _PLACEHOLDER = re.compile(r"\?")
 
 
+@functools.lru_cache(maxsize=512)
 def to_pyformat(sql: str) -> str:
     """Rewrite the shared SQL's ``?`` placeholders to psycopg's ``%s`` (escaping literal ``%``)."""
     return _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
 
 
+@functools.lru_cache(maxsize=512)
+def _deferrable(sql: str) -> bool:
+    """An INSERT or UPDATE whose rows nobody reads: it may wait to ride with the next
+    statement's round trip (issue 12: pipeline mode)."""
+    return sql.startswith(("INSERT", "UPDATE")) and "RETURNING" not in sql
+
+
+_XID = "SELECT pg_current_xact_id()::text::bigint"
+_BEGIN_WRITE = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
 class _Cursor:
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+    """A :class:`Tx` over one psycopg cursor that sends statements in pipeline mode (issue 12):
+    ``BEGIN`` and every INSERT or UPDATE are held back and sent together with the next
+    statement whose rows are wanted, or with ``COMMIT``, so a write costs one round trip, not
+    one per statement. An error in a held-back statement surfaces at that next round trip, and
+    the transaction is aborted then, as it would have been.
+
+    ``want_xid``: the first round trip also fetches the transaction id (what an unknown
+    ``COMMIT`` is looked up by, see :meth:`_PgDatabase._one_attempt`)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        cur: psycopg.Cursor[Any],
+        begin: str | None = None,
+        *,
+        want_xid: bool = False,
+    ) -> None:
+        self._conn = conn
         self._cur = cur
-        self._last = 0
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        if begin is not None:
+            self._pending.append((begin, ()))
+        self._want_xid = want_xid
+        self.xid: int | None = None
         self.cache: dict[str, str] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._cur.execute(to_pyformat(sql), tuple(params))
-        self._last = self._cur.rowcount
+        if _deferrable(sql):
+            self._pending.append((to_pyformat(sql), tuple(params)))
+            return []
+        self._send(to_pyformat(sql), tuple(params))
         if self._cur.description is None:
             return []
         return list(self._cur.fetchall())
 
+    def _send(self, sql: str | None, params: tuple[Any, ...] = ()) -> None:
+        pending, self._pending = self._pending, []
+        if sql is not None:
+            pending.append((sql, params))
+        fetch_xid = self._want_xid and self.xid is None
+        if not pending:
+            return
+        if len(pending) == 1 and not fetch_xid:
+            self._cur.execute(*pending[0])
+            return
+        side = self._conn.cursor() if fetch_xid else None
+        try:
+            # one round trip for all of them. Not prepared: psycopg's prepared-statement cache
+            # can go out of step with the server when a pipeline aborts ("prepared statement
+            # _pg3_N does not exist"), so a pipelined statement is always sent in full
+            with self._conn.pipeline():
+                for i, (q, p) in enumerate(pending):
+                    self._cur.execute(q, p, prepare=False)
+                    if i == 0 and side is not None:  # right after BEGIN
+                        side.execute(_XID, prepare=False)
+            if side is not None:
+                row = side.fetchone()
+                self.xid = int(row[0]) if row else 0
+        finally:
+            if side is not None:
+                side.close()
+
+    def flush(self) -> None:
+        """Send every held-back statement now (one round trip); raises their first error."""
+        self._send(None)
+
+    def commit(self) -> None:
+        """The held-back statements and ``COMMIT`` in one round trip (the xid must be known
+        before ``COMMIT`` is sent: it is fetched first if no round trip has been made yet)."""
+        if self._want_xid and self.xid is None:
+            self.flush()
+        self._send("COMMIT")
+
+    def discard(self) -> None:
+        """Forget held-back statements (their transaction or savepoint is being rolled back)."""
+        self._pending.clear()
+
     def rowcount(self) -> int:
-        return self._last
+        self.flush()
+        return int(self._cur.rowcount)
 
 
 class _CommitUnknown(Exception):
@@ -226,39 +306,50 @@ class _PgDatabase(Database):
         finally:
             self.pool.putconn(conn)
 
-    def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+    def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool, fallback: bool = False) -> T:
+        """``fn`` in one transaction on one connection. ``fallback``: a statement of ``fn``
+        that fails when it reaches the server with ``COMMIT`` raises :class:`_Fallback` (a
+        group-commit batch, whose writes are then run one savepoint each)."""
         psycopg = self._psycopg
+        status = psycopg.pq.TransactionStatus
         with self._connection() as conn, conn.cursor() as cur:
             if not write:
-                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                tx = _Cursor(conn, cur, _BEGIN_READ)  # BEGIN rides with the first query
                 try:
-                    return fn(_Cursor(cur))
+                    return fn(tx)
                 finally:
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                    tx.discard()
+                    if conn.info.transaction_status in (status.INTRANS, status.INERROR):
                         cur.execute("ROLLBACK")
-            # one round trip for both (issue 12): the xid is what an unknown COMMIT is looked
-            # up by; fetching it also makes the transaction take its snapshot and its xid now
-            cur.execute(
-                "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT pg_current_xact_id()::text::bigint"
-            )
+            tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True)
             try:
-                cur.nextset()
-                row = cur.fetchone()
-                xid = int(row[0]) if row else 0
-                result = fn(_Cursor(cur))
+                result = fn(tx)
             except BaseException:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                tx.discard()
+                if conn.info.transaction_status in (status.INTRANS, status.INERROR):
                     try:
                         cur.execute("ROLLBACK")
                     except psycopg.OperationalError:
                         pass
                 raise
             try:
-                cur.execute("COMMIT")
-            except psycopg.OperationalError as exc:
-                if exc.sqlstate and exc.sqlstate[:2] in ("40", "23", "53", "25"):
+                tx.commit()
+            except psycopg.Error as exc:
+                state = exc.sqlstate or ""
+                if conn.info.transaction_status in (status.INTRANS, status.INERROR):
+                    # a held-back statement failed: the server answered, COMMIT never ran
+                    try:
+                        cur.execute("ROLLBACK")
+                    except psycopg.OperationalError:
+                        pass
+                    if fallback and not (state in _RERUN and state != "23505"):
+                        raise _Fallback from exc
+                    raise
+                if tx.xid is None or not isinstance(exc, psycopg.OperationalError):
+                    raise  # COMMIT was not sent (the xid is fetched first), or was refused
+                if state[:2] in ("40", "23", "53", "25"):
                     raise  # the server answered: it did not commit
-                raise _CommitUnknown(xid, exc, result) from exc
+                raise _CommitUnknown(tx.xid, exc, result) from exc
             return result
 
     def _xact_status(self, xid: int) -> str | None:
@@ -266,7 +357,7 @@ class _PgDatabase(Database):
             row = conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
             return None if row is None else row[0]
 
-    def _run_with_retries(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+    def _run_with_retries(self, fn: Callable[[Tx], T], *, write: bool, fallback: bool = False) -> T:
         psycopg = self._psycopg
         deadline = time.monotonic() + self.retry_seconds
         backoff = 0.02
@@ -284,7 +375,7 @@ class _PgDatabase(Database):
                     if status == "in progress":
                         raise psycopg.OperationalError("transaction still finishing")
                     pending_xid = None  # aborted, or lost before it reached the log
-                return self._one_attempt(fn, write=write)
+                return self._one_attempt(fn, write=write, fallback=fallback)
             except _CommitUnknown as unknown:
                 pending_xid = unknown.xid
                 pending_result = unknown.result
@@ -357,10 +448,11 @@ class _PgDatabase(Database):
                 conn.execute(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})")
                 try:
                     with conn.transaction(), conn.cursor() as cur:
-                        tx = _Cursor(cur)
+                        tx = _Cursor(conn, cur)
                         version = self._version(tx)
                         self._check_version(version)
                         upgrade(tx, version, "postgres", self._key)
+                        tx.flush()
                 finally:
                     conn.execute(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})")
         except psycopg.Error as exc:
@@ -418,7 +510,7 @@ class _PgDatabase(Database):
             return out
 
         try:
-            values = self._run_with_retries(fast, write=True)
+            values = self._run_with_retries(fast, write=True, fallback=True)
             return [(job, True, v) for job, v in zip(batch, values, strict=True)]
         except _Fallback:
             pass  # one write failed: run the batch again, each write in its own savepoint
@@ -426,19 +518,23 @@ class _PgDatabase(Database):
             return [(job, False, exc) for job in batch]
 
         def careful(tx: Tx) -> list[tuple[bool, Any]]:
+            held = cast(_Cursor, tx)
             out: list[tuple[bool, Any]] = []
             for i, fn in enumerate(fns):
                 tx.execute(f"SAVEPOINT w{i}")
                 try:
                     value = fn(tx)
+                    held.flush()  # its held-back statements fail here, inside its savepoint
                 except psycopg.Error as exc:
                     if (exc.sqlstate or "") in _RERUN and exc.sqlstate != "23505":
                         raise
+                    held.discard()
                     tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
                     tx.cache.clear()
                     out.append((False, self.translate(exc)))
                     continue
                 except Exception as exc:
+                    held.discard()
                     tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
                     tx.cache.clear()
                     out.append((False, exc))
