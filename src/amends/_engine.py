@@ -303,12 +303,15 @@ class Engine:
             raise ConfigError(f"saga id must be a non-empty string, got {saga_id!r}")
         saga = await self.log.get_saga(saga_id)
         if saga is None:
-            raise SagaNotFoundError(
-                f"no saga {saga_id!r} in {self.log.url}; list sagas with "
-                f"`amends show --db {self.log.url}`",
-                saga_id=saga_id,
-            )
+            raise self._not_found(saga_id)
         return saga
+
+    def _not_found(self, saga_id: str) -> SagaNotFoundError:
+        return SagaNotFoundError(
+            f"no saga {saga_id!r} in {self.log.url}; list sagas with "
+            f"`amends show --db {self.log.url}`",
+            saga_id=saga_id,
+        )
 
     async def report(self, saga_id: str) -> UndoReport | None:
         """The report of the saga's reversal if it has finished, else ``None``; manual actions
@@ -440,13 +443,14 @@ class Engine:
         return await asyncio.shield(asyncio.wrap_future(fut))
 
     async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
-        saga = await self._saga_or_raise(saga_id)
-        if saga.reversal is None or saga.reversal.state != "done":
-            self._check_catalog(saga)  # a finished reversal's report needs no tool to be read
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
+            self._check_claimable(saga_id, await self._saga_or_raise(saga_id))
             return await self._current(await self.runner.undo(self, saga_id, budget))
+        self._check_claimable(saga_id, None, id_only=True)
 
         async def claim() -> Claim:
+            # issue 12: the claim reads the saga in its own transaction and checks it there
+            # (nothing is written when the check refuses); the run plans from that read
             return await self.log.claim_reversal(
                 saga_id,
                 reversal_id=new_id("rev"),
@@ -454,9 +458,30 @@ class Engine:
                 owner=self.owner,
                 lease_until=time.time() + self.lease_seconds,
                 now=time.time(),
+                check=lambda saga: self._check_claimable(saga_id, saga),
             )
 
         return await self._claimed(saga_id, claim)
+
+    def _check_claimable(
+        self, saga_id: str, saga: SagaRecord | None, *, id_only: bool = False
+    ) -> None:
+        """What undo checks before it claims: a valid id, an existing saga, and (unless its
+        reversal has finished: a report needs no tool to be read) a catalog with the tools.
+
+        Raises:
+            ConfigError: ``saga_id`` is not a non-empty string.
+            SagaNotFoundError: No such saga.
+            ContractError: The catalog lacks tools the saga's undo needs.
+        """
+        if not isinstance(saga_id, str) or not saga_id:
+            raise ConfigError(f"saga id must be a non-empty string, got {saga_id!r}")
+        if id_only:
+            return
+        if saga is None:
+            raise self._not_found(saga_id)
+        if saga.reversal is None or saga.reversal.state != "done":
+            self._check_catalog(saga)
 
     def _check_catalog(self, saga: SagaRecord) -> None:
         """Refuse to run a reversal with a catalog that lacks tools the saga's undo needs: the
@@ -536,7 +561,7 @@ class Engine:
         lost: list[LeaseLostError] = []
         heartbeat = asyncio.create_task(self._beat(rev, stop, lost))
         try:
-            saga, outcomes = await self._run(saga_id, rev, meter)
+            saga, outcomes = await self._run(saga_id, rev, meter, claim.saga)
             if lost:
                 raise lost[0]
             report = UndoReport(
@@ -555,6 +580,8 @@ class Engine:
                 current_resolutions(
                     saga.resolutions, await self.log.get_compensations(rev.reversal_id)
                 )
+                if saga.resolutions  # issue 12: nobody resolved anything, nothing to read
+                else {}
             )
             await self.log.finish_reversal(
                 rev.reversal_id, rev.generation, report.to_dict(), now=time.time()
@@ -586,13 +613,14 @@ class Engine:
                 continue
 
     async def _run(
-        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter
+        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter, claimed: SagaRecord | None
     ) -> tuple[SagaRecord, list[StepOutcome]]:
         """Plan the saga and run the plan; steps still in flight are waited for inside the
-        reversal, each within the seconds budget, while independent steps proceed (rule 7)."""
+        reversal, each within the seconds budget, while independent steps proceed (rule 7).
+        ``claimed``: the saga as the claim's transaction read it (read again if ``None``)."""
         live = self.live_sagas.get(saga_id)
         called = list(live.steps) if live is not None else []  # asked for before undo
-        saga = await self._saga_or_raise(saga_id)
+        saga = claimed if claimed is not None else await self._saga_or_raise(saga_id)
 
         index = {s.step_id: s for s in saga.steps}
 

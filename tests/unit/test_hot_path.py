@@ -257,10 +257,10 @@ async def test_cancelling_a_saga_gather_leaves_its_steps_running() -> None:
     await engine.close()
 
 
-async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) -> None:
-    """Issue 12: a batch reads "no reversal" once per saga; an undo claimed in the middle of
-    the same transaction still refuses the steps written after it (issue 2 #4)."""
-    log = amends.SqliteLog(str(tmp_path / "batch.db"))
+async def _one_batch(log: amends.SqliteLog, writes: list[Any]) -> tuple[list[Any], list[int]]:
+    """Run the log writes ``writes`` (coroutine functions) as one group commit: the writer is
+    held on a first write while the others queue. Returns their outcomes (a value or the
+    exception) and the sizes of the batches committed meanwhile."""
     db = log.db
     sizes: list[int] = []
     commit = db._commit
@@ -270,12 +270,47 @@ async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) 
         return commit(batch)
 
     db._commit = counting  # type: ignore[method-assign]
+    db._writing.acquire()  # hold the writer so that the next writes queue up as one batch
+    try:
+        held = asyncio.ensure_future(log.renew_saga_leases([], "o", 0.0))
+        for _ in range(1000):  # until the writer took the first write (it waits for the lock)
+            await asyncio.sleep(0.005)
+            if db._jobs.empty():
+                break
+        queued = [asyncio.ensure_future(w()) for w in writes]
+        for _ in range(1000):  # until all are queued behind it
+            await asyncio.sleep(0.005)
+            if db._jobs.qsize() == len(writes):
+                break
+    finally:
+        db._writing.release()
+    await held
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+    db._commit = commit  # type: ignore[method-assign]
+    return list(outcomes), sizes
+
+
+async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) -> None:
+    """Issue 12: a batch reads "no reversal" once per saga; an undo claimed in the middle of
+    the same transaction still refuses the steps written after it (issue 2 #4)."""
+    log = amends.SqliteLog(str(tmp_path / "batch.db"))
     await log.create_saga(
         "saga_b", "t", tenant=None, actor=None, owner="o", lease_until=9e9, now=1.0
     )
+    await log.begin_step(
+        "saga_b",
+        "s0",
+        seq=1,
+        tool="t.x",
+        args={},
+        deps=[],
+        resources=[],
+        declared="reversible",
+        now=2.0,
+    )
 
     def begin(step_id: str, seq: int) -> Any:
-        return log.begin_step(
+        return lambda: log.begin_step(
             "saga_b",
             step_id,
             seq=seq,
@@ -287,33 +322,16 @@ async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) 
             now=2.0,
         )
 
-    db._writing.acquire()  # hold the writer so that the next writes queue up as one batch
-    try:
-        held = asyncio.ensure_future(begin("s0", 1))
-        for _ in range(1000):  # until the writer took s0 (it then waits for the lock)
-            await asyncio.sleep(0.005)
-            if db._jobs.empty():
-                break
-        writes = [
-            asyncio.ensure_future(begin("s1", 2)),
-            asyncio.ensure_future(begin("s2", 3)),
-            asyncio.ensure_future(
-                log.claim_reversal(
-                    "saga_b", reversal_id="rev_b", budget={}, owner="o", lease_until=9e9, now=3.0
-                )
-            ),
-            asyncio.ensure_future(begin("s3", 4)),
-        ]
-        for _ in range(1000):  # until all four are queued behind it
-            await asyncio.sleep(0.005)
-            if db._jobs.qsize() == 4:
-                break
-    finally:
-        db._writing.release()
-    assert await held is True
-    s1, s2, claim, s3 = await asyncio.gather(*writes)
-    assert sizes[-2:] == [1, 4]  # s0 alone, then the other four in one transaction
-    assert (s1, s2, claim.outcome, s3) == (True, True, "new", False)
+    def claim() -> Any:
+        return log.claim_reversal(
+            "saga_b", reversal_id="rev_b", budget={}, owner="o", lease_until=9e9, now=3.0
+        )
+
+    (s1, s2, got, s3), sizes = await _one_batch(
+        log, [begin("s1", 2), begin("s2", 3), claim, begin("s3", 4)]
+    )
+    assert sizes[-1] == 4  # the four writes were one transaction
+    assert (s1, s2, got.outcome, s3) == (True, True, "new", False)
     saga = await log.get_saga("saga_b")
     assert saga is not None
     assert [(s.step_id, s.state) for s in saga.steps] == [
@@ -324,3 +342,91 @@ async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) 
     ]
     assert await log.verify("saga_b") == []  # the hash chain runs through the batch
     await log.close()
+
+
+async def test_a_take_over_in_the_same_batch_fences_the_old_workers_later_records(
+    tmp_path: Any,
+) -> None:
+    """Issue 12: compensation records of one group commit check the reversal's generation
+    once; a take-over written in between makes the old worker's next record fail (fencing)."""
+    log = amends.SqliteLog(str(tmp_path / "fence.db"))
+    await log.create_saga(
+        "saga_f", "t", tenant=None, actor=None, owner="o", lease_until=9e9, now=1.0
+    )
+    first = await log.claim_reversal(
+        "saga_f", reversal_id="rev_f", budget={}, owner="w1", lease_until=5.0, now=2.0
+    )
+    assert first.reversal.generation == 1
+
+    def record(step_id: str) -> Any:
+        return lambda: log.record_compensation(
+            "rev_f",
+            1,
+            step_id,
+            state="dispatched",
+            attempts=0,
+            detail="dispatching",
+            data={},
+            calls_spent=1,
+            tokens_spent=0,
+            event="compensation.dispatched",
+            now=10.0,
+        )
+
+    def take_over() -> Any:
+        return log.claim_reversal(
+            "saga_f", reversal_id="rev_other", budget={}, owner="w2", lease_until=9e9, now=10.0
+        )
+
+    (a, b, taken, c), sizes = await _one_batch(
+        log, [record("s1"), record("s2"), take_over, record("s3")]
+    )
+    assert sizes[-1] == 4  # one transaction
+    assert (a, b) == (None, None)
+    assert taken.outcome == "taken_over" and taken.reversal.generation == 2
+    assert isinstance(c, amends.LeaseLostError)
+    comps = await log.get_compensations("rev_f")
+    assert sorted(comps) == ["s1", "s2"]  # the fenced worker's third record was not written
+    assert await log.verify("saga_f") == []
+    await log.close()
+
+
+async def test_undo_reads_the_saga_once_in_its_claim(
+    tmp_path: Any, catalog: amends.Catalog, world: CoreWorld
+) -> None:
+    """Issue 12: a fresh undo plans from the saga its claim read (no get_saga), and a catalog
+    lacking a tool is still refused with nothing written."""
+    log = amends.SqliteLog(str(tmp_path / "once.db"))
+    engine = amends.Engine(catalog, log=log)
+    async with engine.saga("Close the ACME deal") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+    before = await log.events(saga.id)
+    wrong_catalog = amends.Catalog()
+    for spec in catalog:
+        if spec.name != "pay.refund":
+            wrong_catalog.register(
+                spec.name, spec.fn, reversibility=spec.reversibility if spec.explicit else None
+            )
+    with pytest.raises(amends.ContractError, match=r"needs tools .*pay\.refund"):
+        await amends.Engine(wrong_catalog, log=log).undo(saga.id)
+    assert await log.get_reversal(saga_id=saga.id) is None
+    assert await log.events(saga.id) == before  # nothing written
+    with pytest.raises(amends.SagaNotFoundError, match="saga_missing"):
+        await engine.undo("saga_missing")
+    reads = 0
+    get_saga = log.get_saga
+
+    async def counting(saga_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return await get_saga(saga_id)
+
+    log.get_saga = counting  # type: ignore[method-assign]
+    report = await engine.undo(saga.id)
+    assert reads == 0
+    assert report.status == "partially_reversed"
+    assert [s.state for s in report.steps] == [StepState.REVERTED, StepState.COMPENSATED]
+    assert world.crm["r1"]["stage"] == "lead"
+    assert [c["refunded"] for c in world.charges.values()] == [5000]
+    await engine.close()

@@ -362,6 +362,10 @@ class Claim:
     """``claimed``: :meth:`SagaLog.continue_reversal` reopened a finished reversal for this
     worker."""
     reversal: ReversalRecord
+    saga: SagaRecord | None = None
+    """The saga with its steps, read in the claim's own transaction when the claim was asked to
+    check it (``claim_reversal(check=...)``), its ``reversal`` being this claim's: what the plan
+    needs, so undo reads the saga once (issue 12). ``None`` otherwise."""
 
 
 @dataclass(frozen=True)
@@ -506,8 +510,13 @@ class SagaLog(ABC):
         owner: str,
         lease_until: float,
         now: float,
+        check: Callable[[SagaRecord | None], None] | None = None,
     ) -> Claim:
-        """Create the saga's one reversal, join it, or take it over once its lease has expired."""
+        """Create the saga's one reversal, join it, or take it over once its lease has expired.
+
+        ``check``: called with the saga as this transaction reads it (``None``: no such saga)
+        before anything is written; what it raises aborts the claim (nothing written) and
+        reaches the caller. The claim then carries that saga (:attr:`Claim.saga`)."""
 
     @abstractmethod
     async def continue_reversal(

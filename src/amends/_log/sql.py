@@ -11,9 +11,10 @@ reversal row is written only when a reversal is claimed, continued, taken over o
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
@@ -150,6 +151,21 @@ def _append(
     return digest
 
 
+def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
+    """The saga with its steps, resolutions and reversal, or ``None``."""
+    rows = tx.execute(f"SELECT {_SAGA_COLS} FROM sagas WHERE saga_id=?", (saga_id,))
+    if not rows:
+        return None
+    records = tx.execute(
+        f"SELECT {_REC_COLS} FROM records WHERE saga_id=? AND phase IN ('i','f','r') "
+        "ORDER BY rec_id",
+        (saga_id,),
+    )
+    steps, resolutions = fold_steps(saga_id, records)
+    rev = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+    return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, resolutions)
+
+
 def _require_saga(tx: Tx, saga_id: str) -> None:
     if not tx.execute("SELECT 1 FROM sagas WHERE saga_id=?", (saga_id,)):
         raise SagaNotFoundError(
@@ -165,9 +181,30 @@ def _lease_lost(reversal_id: str, current: Any, generation: int) -> LeaseLostErr
     )
 
 
+_FENCE = "\x00fence:"
+"""Prefix of a ``tx.cache`` key: the generation this transaction checked for a reversal, with
+its run and saga (``generation:continuations:saga_id``)."""
+
+
+def _unfence(tx: Tx, reversal_id: str) -> None:
+    """The reversal's generation or run changes in this transaction: check it again."""
+    tx.cache.pop(_FENCE + reversal_id, None)
+
+
 def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | None]:
     """Check the lease generation; returns (saga_id, continuations, chain head or None) read in
-    one statement (issue 12: at most ~2 statements per compensation event)."""
+    one statement (issue 12: at most ~2 statements per compensation event).
+
+    Once per transaction and reversal: the compensation records of one group commit (100
+    compensations dispatched together) share the first write's check. The transaction holds
+    the write lock (SQLite) or its read stands for the rest (PostgreSQL SERIALIZABLE), and a
+    take-over or continuation written in the same transaction forgets it (:func:`_unfence`)."""
+    seen = tx.cache.get(_FENCE + reversal_id)
+    if seen is not None:
+        gen, seen_run, seen_saga = seen.split(":", 2)
+        seen_head = tx.cache.get(seen_saga)
+        if int(gen) == generation and seen_head is not None:
+            return seen_saga, int(seen_run), seen_head
     rows = tx.execute(
         "SELECT r.generation, r.saga_id, r.continuations, (SELECT hash FROM records WHERE "
         "saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1) FROM reversals r "
@@ -178,7 +215,9 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
         raise _lease_lost(reversal_id, rows[0][0] if rows else None, generation)
     saga_id = str(rows[0][1])
     head = tx.cache.get(saga_id, str(rows[0][3] or ""))
-    return saga_id, int(rows[0][2] or 0), head
+    run = int(rows[0][2] or 0)
+    tx.cache[_FENCE + reversal_id] = f"{generation}:{run}:{saga_id}"
+    return saga_id, run, head
 
 
 class SqlSagaLog(AdminQueries, SagaLog):
@@ -313,13 +352,26 @@ class SqlSagaLog(AdminQueries, SagaLog):
         owner: str,
         lease_until: float,
         now: float,
+        check: Callable[[SagaRecord | None], None] | None = None,
     ) -> Claim:
         budget_text = dumps(dict(budget))
-        return await self.db.write(
-            lambda tx: self._claim_tx(
-                tx, saga_id, reversal_id, budget_text, owner, lease_until, now
+
+        def fn(tx: Tx) -> Claim:
+            if check is None:
+                return self._claim_tx(
+                    tx, saga_id, reversal_id, budget_text, owner, lease_until, now
+                )
+            # issue 12: the saga is read once per undo, here, consistent with the claim (a step
+            # written after it is refused); the check raising rolls the claim back
+            saga = _read_saga(tx, saga_id)
+            check(saga)
+            assert saga is not None  # check refuses a missing saga
+            claim = self._claim_tx(tx, saga_id, reversal_id, budget_text, owner, lease_until, now)
+            return dataclasses.replace(
+                claim, saga=dataclasses.replace(saga, reversal=claim.reversal)
             )
-        )
+
+        return await self.db.write(fn)
 
     def _claim_tx(
         self,
@@ -362,6 +414,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
         """A running reversal: join it while its worker's lease holds, else take it over."""
         if rev.owner == owner or rev.lease_until is None or rev.lease_until <= now:
             generation = rev.generation + 1
+            _unfence(tx, rev.reversal_id)
             tx.execute(
                 "UPDATE reversals SET owner=?, generation=?, lease_until=? "
                 "WHERE reversal_id=? AND generation=?",
@@ -407,6 +460,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
             generation = rev.generation + 1
             continuations = rev.continuations + 1
+            _unfence(tx, rev.reversal_id)
             # calls/tokens spent restart at 0: compensation records carry run=continuations
             tx.execute(
                 "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
@@ -590,20 +644,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:
-        def fn(tx: Tx) -> SagaRecord | None:
-            rows = tx.execute(f"SELECT {_SAGA_COLS} FROM sagas WHERE saga_id=?", (saga_id,))
-            if not rows:
-                return None
-            records = tx.execute(
-                f"SELECT {_REC_COLS} FROM records WHERE saga_id=? AND phase IN ('i','f','r') "
-                "ORDER BY rec_id",
-                (saga_id,),
-            )
-            steps, resolutions = fold_steps(saga_id, records)
-            rev = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
-            return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, resolutions)
-
-        return await self.db.read(fn)
+        return await self.db.read(lambda tx: _read_saga(tx, saga_id))
 
     async def get_reversal(
         self, *, saga_id: str | None = None, reversal_id: str | None = None
