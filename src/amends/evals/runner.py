@@ -73,12 +73,22 @@ async def _careless_update_field(call: Call, record_id: str, field: str, value: 
     return out
 
 
+_WORLDS: dict[tuple[int, str], World] = {}
+
+
 def new_world(sc: Scenario) -> World:
-    """A fresh in-memory sandbox world with the scenario's CRM records."""
-    world = World(seed=sc.seed)
-    for rid, fields in sc.records.items():
-        world.crm.create_record(rid, fields)
-    return world
+    """A fresh in-memory sandbox world with the scenario's CRM records: a copy of one built
+    once per process for the same seed and records (issue 12: not seeded again per saga)."""
+    key = (sc.seed, repr(sc.records))
+    template = _WORLDS.get(key)
+    if template is None:
+        if len(_WORLDS) > 64:
+            _WORLDS.clear()
+        template = World(seed=sc.seed)
+        for rid, fields in sc.records.items():
+            template.crm.create_record(rid, fields)
+        _WORLDS[key] = template
+    return template.copy()
 
 
 EngineFactory = Callable[..., Engine]
@@ -148,15 +158,17 @@ async def run_scenario(
     *,
     engine_factory: EngineFactory | None = None,
     log: SagaLog | None = None,
+    crash_log: SagaLog | None = None,
 ) -> SagaResult:
     """Run ``sc`` end to end with ``engine`` ("amends" or "naive", or a custom factory).
 
     ``log`` may be shared by many scenarios (their saga ids differ), except by one with a crash
-    point: its recovery scans the whole log, so it always gets a private ``:memory:`` log.
+    point: its recovery scans the whole log, so it runs on ``crash_log`` (a log no other
+    scenario uses meanwhile) or a private ``:memory:`` log.
     """
     out = await run_scenario_both(
-        sc, engine_factory=engine_factory, log=log, amends=engine != "naive",
-        naive=engine == "naive",
+        sc, engine_factory=engine_factory, log=log, crash_log=crash_log,
+        amends=engine != "naive", naive=engine == "naive",
     )  # fmt: skip
     return out[0]
 
@@ -166,14 +178,21 @@ async def run_scenario_both(
     *,
     engine_factory: EngineFactory | None = None,
     log: SagaLog | None = None,
+    crash_log: SagaLog | None = None,
     amends: bool = True,
     naive: bool = True,
 ) -> list[SagaResult]:
     """One forward pass and mutations, then the reversal by amends and, on an identical copy of
-    the world, by the naive undo stack: both engines undo literally the same saga."""
+    the world, by the naive undo stack: both engines undo literally the same saga.
+
+    A scenario with a crash point runs on ``crash_log``, a log no other scenario uses while
+    this one runs (its recovery scans the whole log), or else on a fresh ``:memory:`` log.
+    """
     world = new_world(sc)
     catalog = eval_catalog()
-    private = log is None or sc.crash is not None
+    if sc.crash is not None:
+        log = crash_log
+    private = log is None
     if private:
         log = SqliteLog(":memory:", synchronous="OFF")
     assert log is not None
