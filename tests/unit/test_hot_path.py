@@ -128,6 +128,41 @@ def test_a_step_logs_every_field_of_its_inverse() -> None:
     ]
 
 
+async def test_the_logged_inverse_is_what_inverse_to_dict_gives(tmp_path: Any) -> None:
+    """The inverse a step logs, built field by field, equals Inverse.to_dict() of the recorded
+    inverse with the call's landed probe, its no-drift reason and the step's undo_after."""
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.probe", reversibility="read_only")
+    async def probe(call: amends.Call, k: str) -> str:
+        return "v"
+
+    @catalog.tool("t.set", reversibility="reversible")
+    async def set_(call: amends.Call, k: str) -> str:
+        call.inverse("t.set", deadline=4102444800.0, k=k)
+        call.landed("t.probe", {"k": k}, equals="v")
+        call.no_drift_check(reason="only this saga sees it")
+        return "ok"
+
+    engine = amends.Engine(catalog, log=amends.SqliteLog(str(tmp_path / "inv.db")))
+    async with engine.saga("inverse fields") as saga:
+        first = saga.call("t.set", k="a")
+        await saga.call("t.set", k="b", undo_after=[first])
+    record = await engine.log.get_saga(saga.id)
+    assert record is not None
+    logged = record.steps[1].inverse
+    want = Inverse(
+        "t.set",
+        {"k": "b"},
+        deadline="2100-01-01T00:00:00+00:00",
+        landed=amends.Expectation("t.probe", {"k": "b"}, "v"),
+        no_drift_check="only this saga sees it",
+        undo_after=("s1",),
+    ).to_dict()
+    assert logged == want
+    await engine.close()
+
+
 def test_chain_hash_is_unchanged_by_the_reused_encoder() -> None:
     """The hash chain's message is the same canonical JSON as before (no format change)."""
     msg = json.dumps(

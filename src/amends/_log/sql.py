@@ -270,13 +270,13 @@ class SqlSagaLog(AdminQueries, SagaLog):
         declared: str,
         now: float,
     ) -> bool:
-        text = dumps(  # rule 1: the whole intent, encoded once
+        text = dumps(  # rule 1: the whole intent, encoded once (lists and dicts as given)
             {
                 "seq": seq,
                 "tool": tool,
-                "args": dict(args),
-                "deps": list(deps),
-                "resources": list(resources),
+                "args": args if type(args) is dict else dict(args),
+                "deps": deps if type(deps) is list else list(deps),
+                "resources": resources if type(resources) is list else list(resources),
                 "declared": declared,
             }
         )
