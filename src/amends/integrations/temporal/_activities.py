@@ -30,7 +30,7 @@ from amends._errors import (
     TransientError,
 )
 from amends._log import SagaLog
-from amends._log.base import SagaRecord
+from amends._log.base import CompensationRecord, SagaRecord
 from amends._report import StepOutcome, UndoReport
 from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
 
@@ -331,7 +331,8 @@ class ReversalActivities:
         inp = ToolCallInput.from_wire(wire)
         beating = asyncio.create_task(self._beat())
         try:
-            return (await self._call(inp)).to_wire()
+            seen = await self._logged([inp.dispatched] if inp.dispatched else [])
+            return (await self._call(inp, seen)).to_wire()
         finally:
             beating.cancel()
 
@@ -343,13 +344,24 @@ class ReversalActivities:
         "dispatched" write first, its own answer); one activity instead of one per call saves
         Temporal's server a task dispatch and a history update per call. A worker that dies
         loses the whole batch: the workflow takes every call of it through the crash rules
-        (rule 5), as it would each lost call."""
+        (rule 5), as it would each lost call.
+
+        Run as a local activity (the workflow's choice for short batches), it is run again from
+        the start when the workflow task that ran it is retried (its worker died): a call whose
+        "dispatched" event an earlier run committed may have left, so it is not made again but
+        answered ``Lost``, and the workflow takes it through the crash rules (rule 5)."""
         inp = CallBatch.from_wire(wire)
-        beating = asyncio.create_task(self._beat())
+        writes = [c.dispatched for c in inp.calls if c.dispatched is not None]
+        seen = await self._logged(writes)
+        local = activity.info().is_local  # a local activity cannot heartbeat (nor needs to)
+        beating = None if local else asyncio.create_task(self._beat())
         try:
-            got = await asyncio.gather(*(self._call(c) for c in inp.calls), return_exceptions=True)
+            got = await asyncio.gather(
+                *(self._call(c, seen) for c in inp.calls), return_exceptions=True
+            )
         finally:
-            beating.cancel()
+            if beating is not None:
+                beating.cancel()
         out = CallBatchResult([])
         for g in got:
             if isinstance(g, ToolCallResult):
@@ -363,7 +375,9 @@ class ReversalActivities:
                 raise g  # cancelled: the workflow stopped waiting for this batch
         return out.to_wire()
 
-    async def _call(self, inp: ToolCallInput) -> ToolCallResult:
+    async def _call(
+        self, inp: ToolCallInput, seen: Mapping[str, CompensationRecord]
+    ) -> ToolCallResult:
         if inp.tool not in self.catalog:
             raise _app_error(
                 "ToolRaised",
@@ -387,8 +401,14 @@ class ReversalActivities:
         if inp.dispatched is not None:
             # rule 5: "dispatched" is committed before the call can leave this worker; a worker
             # that dies after this line leaves the step in flight for the crash rules.
+            if _logged_before(seen, inp.dispatched):
+                raise _app_error(
+                    "Lost",
+                    f"an earlier run of this call batch dispatched {inp.tool} before its worker "
+                    f"stopped; whether it landed is unknown",
+                )
             try:
-                await self._write_once(inp.dispatched)
+                await self._write_once(inp.dispatched, seen)
             except LeaseLostError as exc:
                 raise _app_error("DispatchLeaseLost", str(exc)) from exc
         vault = Vault()
@@ -463,7 +483,7 @@ class ReversalActivities:
         """Write one compensation event, once, however often Temporal runs this activity."""
         inp = RecordInput.from_wire(wire)
         try:
-            await self._write_once(inp)
+            await self._write_once(inp, await self._logged([inp]))
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
 
@@ -474,13 +494,14 @@ class ReversalActivities:
         Different steps' writes go to the log together, so a group-committing log (PostgreSQL)
         commits them at once, as it does the local engine's concurrent writes."""
         inp = RecordBatch.from_wire(wire)
+        seen = await self._logged(inp.writes)
         by_step: dict[str, list[RecordInput]] = {}
         for w in inp.writes:
             by_step.setdefault(w.step_id, []).append(w)
 
         async def in_order(writes: list[RecordInput]) -> None:
             for w in writes:
-                await self._write_once(w)
+                await self._write_once(w, seen)
 
         results = await asyncio.gather(
             *(in_order(ws) for ws in by_step.values()), return_exceptions=True
@@ -492,12 +513,21 @@ class ReversalActivities:
             if isinstance(r, BaseException):
                 raise r
 
-    async def _write_once(self, inp: RecordInput) -> None:
-        if activity.info().attempt > 1:  # only a retry can find its own write committed
-            comps = await self.log.get_compensations(inp.reversal_id)
-            cur = comps.get(inp.step_id)
-            if cur is not None and _written(cur.data.get(EVENT_KEY), inp.event_key):
-                return  # an earlier attempt of this activity committed it
+    async def _logged(self, writes: list[RecordInput]) -> Mapping[str, CompensationRecord]:
+        """What the log holds of these writes' reversal when this activity may be a re-run of
+        one that committed some of them (``{}`` when it cannot be): one read per activity.
+
+        A regular activity is re-run only as Temporal's retry (``attempt > 1``). A local
+        activity is also run again from the start, as attempt 1, when the workflow task that
+        ran it is retried after its worker died: it always looks."""
+        info = activity.info()
+        if not writes or (info.attempt == 1 and not info.is_local):
+            return {}
+        return await self.log.get_compensations(writes[0].reversal_id)
+
+    async def _write_once(self, inp: RecordInput, seen: Mapping[str, CompensationRecord]) -> None:
+        if _logged_before(seen, inp):
+            return  # an earlier run of this activity committed it
         await self.log.record_compensation(
             inp.reversal_id,
             inp.generation,
@@ -520,7 +550,7 @@ class ReversalActivities:
         if rev is not None and rev.state == "done" and rev.report is not None:
             return rev.report
         if inp.writes:  # the last activation's outcome events, before the report (one trip)
-            await self.record_many(RecordBatch(inp.writes))
+            await self.record_many(RecordBatch(inp.writes))  # each written once
         saga = await self.log.get_saga(inp.saga_id or (rev.saga_id if rev else ""))
         report = UndoReport.from_dict(inp.report)
         if saga is not None:
@@ -549,6 +579,12 @@ class ReversalActivities:
                 self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
             ),
         )
+
+
+def _logged_before(seen: Mapping[str, CompensationRecord], inp: RecordInput) -> bool:
+    """Whether ``seen`` (the log, read once by this activity) holds the write ``inp``."""
+    cur = seen.get(inp.step_id)
+    return cur is not None and _written(cur.data.get(EVENT_KEY), inp.event_key)
 
 
 def _written(current: Any, key: str) -> bool:

@@ -30,9 +30,28 @@ __all__ = [
 
 
 def to_dict(record: Any) -> dict[str, Any]:
-    """A record (saga, step, reversal, compensation) as a JSON-ready dict."""
-    out: dict[str, Any] = dataclasses.asdict(record)
-    return out
+    """A record (saga, step, reversal, compensation) as a JSON-ready dict.
+
+    Nested records become dicts; other values are shared, not copied (the dict is encoded to
+    JSON right away). ``dataclasses.asdict`` deep-copies every value: for a 100-step saga that
+    was most of the claim activity's CPU time (issue 16)."""
+    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_dict(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value] if value and _nested(value[0]) else value
+    if isinstance(value, Mapping):
+        if value and _nested(next(iter(value.values()))):
+            return {k: _plain(v) for k, v in value.items()}
+        return value if isinstance(value, dict) else dict(value)
+    return value
+
+
+def _nested(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
 def _step_from_dict(d: Mapping[str, Any]) -> StepRecord:

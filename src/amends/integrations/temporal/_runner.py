@@ -66,6 +66,12 @@ class TemporalRunner:
             take a reversal over only when it expires). Default 3600.
         task_timeout: Seconds a worker may take over one workflow task; a worker that died
             while holding one delays the reversal this long. Default: the heartbeat timeout.
+        local_batch_seconds: The calls of one workflow activation whose tools' timeouts and
+            budget bound them to at most this many seconds (probes and first attempts of
+            compensations) run as a local activity, in the worker running the reversal: no
+            round trip through Temporal's server. A dead worker's batch moves with its workflow
+            task, after ``task_timeout``. Longer batches, retries and follow-ups are regular
+            activities that heartbeat. ``0`` makes every batch a regular activity. Default 300.
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class TemporalRunner:
         heartbeat_timeout: float = 5.0,
         lease_seconds: float = 3600.0,
         task_timeout: float | None = None,
+        local_batch_seconds: float = 300.0,
     ) -> None:
         if heartbeat_timeout <= 0:
             raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
@@ -87,6 +94,12 @@ class TemporalRunner:
         self.heartbeat_timeout = float(heartbeat_timeout)
         self.lease_seconds = float(lease_seconds)
         self.task_timeout = float(task_timeout or max(heartbeat_timeout, 1.0))
+        if not local_batch_seconds >= 0:
+            raise ConfigError(
+                f"local_batch_seconds must be 0 (never) or a positive number of seconds, got "
+                f"{local_batch_seconds!r}"
+            )
+        self.local_batch_seconds = float(local_batch_seconds)
 
     async def client(self) -> Client:
         """The Temporal client (connected on first use)."""
@@ -118,6 +131,7 @@ class TemporalRunner:
                 heartbeat_timeout=self.heartbeat_timeout,
                 lease_seconds=self.lease_seconds,
                 poll_interval=max(engine.poll_interval, 0.05),
+                local_batch_seconds=self.local_batch_seconds,
             ),
             id=workflow_id(saga_id),
             task_queue=self.task_queue,
@@ -126,6 +140,9 @@ class TemporalRunner:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             task_timeout=timedelta(seconds=self.task_timeout),
+            # when this client also runs a worker of the queue (an agent server that serves
+            # reversals too), its first workflow task comes back with the start: one trip less
+            request_eager_start=True,
             result_type=dict,
         )
         try:

@@ -91,6 +91,9 @@ class ReversalInput:
     """How long the reversal's claim in the log lasts: local engines take it over only after."""
     poll_interval: float = 0.2
     """Seconds between looks at the log while waiting for steps in flight or another owner."""
+    local_batch_seconds: float = 0.0
+    """A batch of probes and first attempts of compensations that its tools' timeouts and the
+    budget bound to at most this many seconds runs as a local activity (``0``: never)."""
 
 
 class _WorkerLost(BaseException):
@@ -476,14 +479,28 @@ class ReversalWorkflow:
         outcomes: list[CallOutcome]
         if batch.waiting == 0:
             return  # every caller left before anything was sent
-        batch.handle = workflow.start_activity(
-            "amends.call_tools",
-            CallBatch(batch.calls).to_wire(),
-            result_type=Wire,
-            start_to_close_timeout=timedelta(seconds=batch.timeout),
-            heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
-            retry_policy=_ONCE,
-        )
+        if self._local(batch):
+            # In the worker running this workflow task: no trip through the server's task
+            # queues and no workflow task of its own to deliver the answers. A worker that dies
+            # fails the workflow task, which Temporal hands to a live worker after its timeout;
+            # re-run there, the batch answers every call an earlier run dispatched "Lost"
+            # (rule 5: crash rules, never a blind re-send).
+            batch.handle = workflow.start_local_activity(
+                "amends.call_tools",
+                CallBatch(batch.calls).to_wire(),
+                result_type=Wire,
+                start_to_close_timeout=timedelta(seconds=batch.timeout),
+                retry_policy=_ONCE,
+            )
+        else:
+            batch.handle = workflow.start_activity(
+                "amends.call_tools",
+                CallBatch(batch.calls).to_wire(),
+                result_type=Wire,
+                start_to_close_timeout=timedelta(seconds=batch.timeout),
+                heartbeat_timeout=timedelta(seconds=self.inp.heartbeat_timeout),
+                retry_policy=_ONCE,
+            )
         try:
             outcomes = CallBatchResult.from_wire(await batch.handle).results
         except ActivityError as exc:
@@ -497,6 +514,22 @@ class ReversalWorkflow:
         for fut, out in zip(batch.futures, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(out)
+
+    def _local(self, batch: _Batch) -> bool:
+        """Whether ``batch`` runs as a local activity: it is short (its calls' bounds are within
+        ``local_batch_seconds``), and a re-run can tell which of its calls may have been made.
+        A probe may be made again (it is read-only); a compensation's first attempt carries its
+        "dispatched" event, which a re-run finds in the log. A retry or a follow-up carries
+        none: a re-run could not tell it was sent, so those go as a regular activity, whose
+        lost worker the workflow hears of (rule 5)."""
+        assert self.inp is not None
+        limit = self.inp.local_batch_seconds
+        return limit > 0 and all(
+            c.timeout is not None
+            and c.timeout <= limit
+            and (c.phase == "probe" or c.dispatched is not None)
+            for c in batch.calls
+        )
 
     async def _execute(self, claim: ClaimResult, rev: ReversalRecord) -> dict[str, Any]:
         inp = self.inp
