@@ -1,9 +1,15 @@
 """The shared saga log in PostgreSQL: many workers, many processes, one database.
 
-Every write runs as one ``SERIALIZABLE`` transaction, so the checks in :mod:`amends._log.sql` (one
-reversal per saga, generation fencing, guarded updates) hold across processes exactly as they do
-under SQLite's single writer. Serialization failures, deadlocks and the unique-key race of two
-workers claiming the same reversal are retried by re-running the whole write function.
+Every write runs as one ``REPEATABLE READ`` transaction that, at ``COMMIT``, updates the row of
+every saga it appended a record to (``_Cursor.commit``), so two writes to one saga are ordered by
+that row lock and the later one fails (40001) if the other committed after its snapshot: the
+checks in :mod:`amends._log.sql` (one reversal per saga, no step after a claim, generation
+fencing, the hash chain's head), each followed by an append to its saga, hold across processes
+exactly as under SQLite's single writer. Serialization failures, deadlocks and the unique-key race
+of two workers claiming the same reversal are retried by re-running the whole write function.
+(Until issue 12 this was ``SERIALIZABLE``, whose page-level read locks made most group commits
+of a loaded log fail and run twice.) Statements go in pipeline mode: a write is one round trip
+plus one per statement whose rows it reads.
 
 Connection loss (a server restart, a failover) is retried until ``retry_seconds`` have passed.
 A write is never applied twice: if the connection dies before ``COMMIT`` was sent the transaction
@@ -78,7 +84,11 @@ def _deferrable(sql: str) -> bool:
 
 
 _XID = "SELECT pg_current_xact_id()::text::bigint"
-_BEGIN_WRITE = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+_BEGIN_WRITE = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+# A write's claim on every saga it appended to (see _Cursor.commit): the row lock orders
+# concurrent appends to one saga, and REPEATABLE READ fails the later one (40001) if the other
+# committed after its snapshot, so no two records ever chain to the same head (rule 11).
+_TOUCH = "UPDATE sagas SET title = title WHERE saga_id = ANY(%s)"
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
@@ -108,6 +118,9 @@ class _Cursor:
         self._want_xid = want_xid
         self.xid: int | None = None
         self.cache: dict[str, str] = {}
+        self._appended: set[str] = set()
+        self.round_trips = 0
+        """Round trips to the server so far (tests pin the cost of a write with it)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if _deferrable(sql):
@@ -125,6 +138,7 @@ class _Cursor:
         fetch_xid = self._want_xid and self.xid is None
         if not pending:
             return
+        self.round_trips += 1
         if len(pending) == 1 and not fetch_xid:
             self._cur.execute(*pending[0])
             return
@@ -149,9 +163,26 @@ class _Cursor:
         """Send every held-back statement now (one round trip); raises their first error."""
         self._send(None)
 
+    def keep_appended(self) -> None:
+        """Remember the sagas appended to so far (before ``cache`` is cleared for a rollback to
+        a savepoint: their rows are still claimed at ``COMMIT``; claiming more is harmless)."""
+        self._appended.update(k for k in self.cache if not k.startswith("\x00"))
+
     def commit(self) -> None:
-        """The held-back statements and ``COMMIT`` in one round trip (the xid must be known
-        before ``COMMIT`` is sent: it is fetched first if no round trip has been made yet)."""
+        """The held-back statements, the claim on every saga appended to, and ``COMMIT`` in
+        one round trip (the xid must be known before ``COMMIT`` is sent: it is fetched first
+        if no round trip has been made yet).
+
+        The claim replaces SERIALIZABLE (issue 12: under load most group commits failed on
+        SERIALIZABLE's page-level read locks and ran twice): every saga whose chain this
+        transaction extended (a chain head in ``cache``) has its row updated, in saga order.
+        A concurrent write to the same saga waits for this one and, under REPEATABLE READ,
+        fails with 40001 and runs again on a fresh snapshot, so the one-head-per-saga checks
+        of :mod:`amends._log.sql` (no step after a claim, generation fencing, the chain head)
+        hold as they did: every such check is followed by an append to that saga."""
+        self.keep_appended()
+        if self._appended:
+            self._pending.append((_TOUCH, (sorted(self._appended),)))
         if self._want_xid and self.xid is None:
             self.flush()
         self._send("COMMIT")
@@ -530,12 +561,14 @@ class _PgDatabase(Database):
                         raise
                     held.discard()
                     tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                    held.keep_appended()
                     tx.cache.clear()
                     out.append((False, self.translate(exc)))
                     continue
                 except Exception as exc:
                     held.discard()
                     tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                    held.keep_appended()
                     tx.cache.clear()
                     out.append((False, exc))
                     continue
