@@ -561,7 +561,7 @@ class Engine:
         lost: list[LeaseLostError] = []
         heartbeat = asyncio.create_task(self._beat(rev, stop, lost))
         try:
-            saga, outcomes = await self._run(saga_id, rev, meter, claim.saga)
+            saga, outcomes = await self._run(saga_id, rev, meter, claim)
             if lost:
                 raise lost[0]
             report = UndoReport(
@@ -613,14 +613,14 @@ class Engine:
                 continue
 
     async def _run(
-        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter, claimed: SagaRecord | None
+        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter, claim: Claim
     ) -> tuple[SagaRecord, list[StepOutcome]]:
         """Plan the saga and run the plan; steps still in flight are waited for inside the
         reversal, each within the seconds budget, while independent steps proceed (rule 7).
-        ``claimed``: the saga as the claim's transaction read it (read again if ``None``)."""
+        The saga is the one the claim's transaction read, if it read one (issue 12)."""
         live = self.live_sagas.get(saga_id)
         called = list(live.steps) if live is not None else []  # asked for before undo
-        saga = claimed if claimed is not None else await self._saga_or_raise(saga_id)
+        saga = claim.saga if claim.saga is not None else await self._saga_or_raise(saga_id)
 
         index = {s.step_id: s for s in saga.steps}
 
@@ -643,6 +643,7 @@ class Engine:
             reload=lambda: self._saga_or_raise(saga_id),
             replan=lambda fresh: self.planner(fresh, self.catalog),
             poll_interval=self.poll_interval,
+            fresh=claim.outcome == "new",  # created by this claim: no compensation yet
         )
         outcomes += await self._late_steps(saga_id, called, outcomes, meter)
         return saga, [self._described(saga, o, index) for o in outcomes]

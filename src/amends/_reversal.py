@@ -129,6 +129,9 @@ class _Runner:
         self.replan = replan
         """Plans a re-read saga with the same planner (a step that finished while we waited)."""
         self.poll_interval = poll_interval
+        self.vault = vault_for(self)
+        """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
+        (kept here: no weak-dict lookup per record, issue 12)."""
 
     async def _record(
         self,
@@ -147,8 +150,8 @@ class _Runner:
             p.step_id,
             state=state,
             attempts=attempts,
-            detail=vault_for(self).scrub(detail),  # rule 11: no resolved secret in the log
-            data=vault_for(self).scrub(data),
+            detail=self.vault.scrub(detail),  # rule 11: no resolved secret in the log
+            data=self.vault.scrub(data),
             calls_spent=self.meter.calls,
             tokens_spent=self.meter.tokens,
             event=event,
@@ -173,7 +176,7 @@ class _Runner:
         ``[redacted:NAME]`` markers in ``args`` are resolved by the tool's resolver (or the
         forward tool's); a detail, residue or follow-up it produces is scrubbed of the values.
         """
-        vault = vault_for(self)
+        vault = self.vault
         try:
             real = await resolve_call_args(self.catalog, self.saga, tool, step_id, args, vault)
         except ContractError as exc:
@@ -291,7 +294,7 @@ class _Runner:
 
     # --- one step -------------------------------------------------------------------------
     def _outcome(self, p: PlannedStep, state: StepState, detail: str, **more: Any) -> StepOutcome:
-        vault = vault_for(self)
+        vault = self.vault
         if vault:  # rule 11: a secret resolved for this reversal never reaches the report
             detail = vault.scrub(detail)
             if more.get("manual_action") is not None:
@@ -623,7 +626,7 @@ class _Runner:
                 exp.probe,
                 p.step_id,
                 {"equals": exp.equals},
-                vault_for(self),
+                self.vault,
             )
         except ContractError as exc:
             raise _Stop(
@@ -929,12 +932,15 @@ async def run_plan(
     reload: Callable[[], Awaitable[SagaRecord]] | None = None,
     replan: Callable[[SagaRecord], Plan] | None = None,
     poll_interval: float = 0.02,
+    fresh: bool = False,
 ) -> list[StepOutcome]:
     """Run ``plan`` as the given reversal (generation-fenced); returns per-step outcomes.
 
     ``reload`` and ``replan`` let the runner wait for a step still in flight (rule 7).
+    ``fresh``: the reversal was created by this worker's claim just now, so it has no
+    compensation records yet and none are read (issue 12).
     """
-    done = await log.get_compensations(reversal.reversal_id)
+    done = {} if fresh else await log.get_compensations(reversal.reversal_id)
     runner = _Runner(
         catalog=catalog,
         log=log,

@@ -429,8 +429,9 @@ async def test_a_take_over_in_the_same_batch_fences_the_old_workers_later_record
 async def test_undo_reads_the_saga_once_in_its_claim(
     tmp_path: Any, catalog: amends.Catalog, world: CoreWorld
 ) -> None:
-    """Issue 12: a fresh undo plans from the saga its claim read (no get_saga), and a catalog
-    lacking a tool is still refused with nothing written."""
+    """Issue 12: a fresh undo plans from the saga its claim read (no get_saga, no read of
+    compensations it just created), and a catalog lacking a tool is still refused with nothing
+    written."""
     log = amends.SqliteLog(str(tmp_path / "once.db"))
     engine = amends.Engine(catalog, log=log)
     async with engine.saga("Close the ACME deal") as saga:
@@ -458,8 +459,17 @@ async def test_undo_reads_the_saga_once_in_its_claim(
         return await get_saga(saga_id)
 
     log.get_saga = counting  # type: ignore[method-assign]
+    comp_reads = 0
+    get_compensations = log.get_compensations
+
+    async def counting_comps(reversal_id: str) -> Any:
+        nonlocal comp_reads
+        comp_reads += 1
+        return await get_compensations(reversal_id)
+
+    log.get_compensations = counting_comps  # type: ignore[method-assign]
     report = await engine.undo(saga.id)
-    assert reads == 0
+    assert (reads, comp_reads) == (0, 0)  # a new reversal has no compensation to read yet
     assert report.status == "partially_reversed"
     assert [s.state for s in report.steps] == [StepState.REVERTED, StepState.COMPENSATED]
     assert world.crm["r1"]["stage"] == "lead"
