@@ -110,9 +110,24 @@ def refunds(path: Path) -> dict[str, int]:
     return out
 
 
+BATCHES = pytest.mark.parametrize(
+    "local_batch_seconds",
+    [pytest.param(300.0, id="local-activity"), pytest.param(0.0, id="regular-activity")],
+)
+"""Both ways a batch of calls runs: a local activity (a dead worker's workflow task moves) and a
+regular activity (its heartbeat stops)."""
+
+
+async def call_activities(client: Client, saga_id: str) -> int:
+    """How many regular activities the reversal workflow scheduled (its history says)."""
+    history = await client.get_workflow_handle(workflow_id(saga_id)).fetch_history()
+    return sum(1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
+
+
+@BATCHES
 async def test_sigkilled_worker_hands_its_compensation_to_the_survivor(
     temporal_client: Client, workers: Workers, engine: amends.Engine, ledger_path: Path,
-    tmp_path: Path,
+    tmp_path: Path, local_batch_seconds: float,
 ) -> None:  # fmt: skip
     """SIGKILL the worker that just applied a refund, before it could report it: the reversal
     finishes on the other worker within the heartbeat timeout plus a few seconds, no refund is
@@ -126,8 +141,9 @@ async def test_sigkilled_worker_hands_its_compensation_to_the_survivor(
     a = workers.start(**env)
     b = workers.start(**env)
     runner = TemporalRunner(
-        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT
-    )
+        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        local_batch_seconds=local_batch_seconds,
+    )  # fmt: skip
     started = time.monotonic()
     report = await asyncio.wait_for(runner.undo(engine, "saga-kill", amends.Budget()), 60)
     took = time.monotonic() - started
@@ -156,6 +172,8 @@ async def test_sigkilled_worker_hands_its_compensation_to_the_survivor(
     assert took < HEARTBEAT_TIMEOUT + 8, took
     stored = await engine.report("saga-kill")
     assert stored is not None and stored.to_dict() == report.to_dict()
+    scheduled = await call_activities(temporal_client, "saga-kill")
+    assert (scheduled == 0) if local_batch_seconds else (scheduled > 0)
 
 
 async def test_server_restart_mid_reversal_finishes_with_nothing_applied_twice(
@@ -235,6 +253,7 @@ async def test_eight_clients_in_four_processes_attach_to_one_reversal(
     assert len(effects) == 5
 
 
+@BATCHES
 @pytest.mark.parametrize(
     ("point", "state", "applied"),
     [
@@ -248,7 +267,7 @@ async def test_eight_clients_in_four_processes_attach_to_one_reversal(
 )
 async def test_rule5_no_blind_resend_to_a_vendor_without_keys_after_a_worker_dies(
     temporal_client: Client, workers: Workers, engine: amends.Engine, ledger_path: Path,
-    tmp_path: Path, point: str, state: str, applied: int,
+    tmp_path: Path, point: str, state: str, applied: int, local_batch_seconds: float,
 ) -> None:  # fmt: skip
     """Rule 5 on Temporal: a compensation in flight when its worker was SIGKILLed is re-sent only
     where that is safe. For a refund whose vendor ignores idempotency keys the workflow
@@ -264,8 +283,9 @@ async def test_rule5_no_blind_resend_to_a_vendor_without_keys_after_a_worker_die
     workers.start(**env)
     workers.start(**env)
     runner = TemporalRunner(
-        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT
-    )
+        temporal_client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        local_batch_seconds=local_batch_seconds,
+    )  # fmt: skip
     report = await asyncio.wait_for(runner.undo(engine, "saga-r5", amends.Budget()), 60)
 
     assert marker.exists(), report.render("text")
@@ -278,3 +298,5 @@ async def test_rule5_no_blind_resend_to_a_vendor_without_keys_after_a_worker_die
         assert step.manual_action is not None and step.manual_action.who
     else:
         assert ledger.state(ledger_path)["charges"]["ch_s1"]["refunded"] == 1000
+    events = [e for e in await engine.log.events("saga-r5") if e.kind.startswith("compensation.")]
+    assert len(events) == len({(e.kind, e.data.get("temporal_event")) for e in events})

@@ -200,6 +200,64 @@ async def test_a_batch_of_calls_logs_dispatched_before_each_compensation_and_ans
     await engine.close()
 
 
+async def test_a_local_batch_run_again_answers_calls_it_dispatched_lost_and_writes_nothing_twice(
+) -> None:  # fmt: skip
+    """A local activity is run again from the start (as attempt 1) when its workflow task is
+    retried on another worker. amends.call_tools run again: a compensation whose "dispatched" an
+    earlier run committed is not sent again (rule 5) but answered Lost, for the crash rules; a
+    call it had not dispatched is made. amends.record_many run again writes no event twice."""
+    world, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("t", saga_id="s") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won")
+    claim = await engine.log.claim_reversal(
+        "s", reversal_id="rev_1", budget={}, owner="temporal:x", lease_until=time.time() + 60,
+        now=time.time(),
+    )  # fmt: skip
+    gen = claim.reversal.generation
+
+    def dispatched(step: str, n: int) -> RecordInput:
+        return RecordInput(
+            "rev_1", gen, step, "dispatched", 0, "dispatching", {"key": f"k{n}"}, n, 0,
+            "compensation.dispatched", time.time(), event_key=f"run-a:{n}",
+        )  # fmt: skip
+
+    def undo(step: str, record: str, n: int) -> ToolCallInput:
+        return ToolCallInput(
+            "crm.update_field", {"record_id": record, "field": "stage", "value": "lead"}, "s",
+            step, "compensate", f"k{n}", 1, timeout=5.0, dispatched=dispatched(step, n),
+        )  # fmt: skip
+
+    acts = ReversalActivities(catalog, engine.log)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, is_local=True, attempt=1)
+    # the first run dispatched s1's compensation, then its worker died
+    await env.run(acts.record_many, RecordBatch([dispatched("s1", 1)]))
+    batch = CallBatch([undo("s1", "r1", 1), undo("s2", "r2", 2)])
+    out = CallBatchResult.from_wire(await env.run(acts.call_tools, batch))
+    assert (
+        out.results[0].error == "Lost" and "whether it landed is unknown" in out.results[0].message
+    )
+    assert world.crm["r1"]["stage"] == "won"  # not sent again: the crash rules decide
+    assert out.results[1].error == "" and world.crm["r2"]["stage"] == "lead"
+    outcome = dataclasses.replace(
+        dispatched("s2", 3), state="reverted", event="compensation.reverted"
+    )
+    await env.run(acts.record_many, RecordBatch([outcome]))
+    await env.run(acts.record_many, RecordBatch([outcome]))  # its workflow task retried
+    events = [
+        (e.step_id, e.kind) for e in await engine.log.events("s")
+        if e.kind.startswith("compensation.")
+    ]  # fmt: skip
+    assert sorted(events) == [
+        ("s1", "compensation.dispatched"),
+        ("s2", "compensation.dispatched"),
+        ("s2", "compensation.reverted"),
+    ]
+    await engine.close()
+
+
 async def test_saga_records_survive_the_json_round_trip_of_a_temporal_payload() -> None:
     """What an activity returns about a saga is rebuilt exactly in the workflow."""
     _, catalog = fresh()
