@@ -254,28 +254,31 @@ class _Store:
         """How many :meth:`atomic` blocks are open (0: no vendor operation is running)."""
         return self._depth
 
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
+    def atomic(self) -> _Store:
         """One transaction around a whole vendor operation (read, check, write), so that two
-        processes acting on the same world file never interleave inside one."""
-        with self._lock:
-            if self._db is None or self._depth:
-                self._depth += 1
-                try:
-                    yield
-                finally:
-                    self._depth -= 1
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._depth = 1
-            try:
-                yield
-            except BaseException:
-                self._depth = 0
-                self._db.execute("ROLLBACK")
-                raise
-            self._depth = 0
-            self._db.execute("COMMIT")
+        processes acting on the same world file never interleave inside one: ``with
+        store.atomic():``. Nested blocks join the outer one. (A class-based context manager:
+        every vendor call opens one, and a generator-based one cost more than the call.)"""
+        return self
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        try:
+            self._depth += 1
+            if self._db is not None and self._depth == 1:
+                self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._depth -= 1
+            self._lock.release()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._depth -= 1
+            if self._db is not None and self._depth == 0:
+                self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self._lock.release()
 
     def get(self, tbl: str, key: str, default: Any = None) -> Any:
         with self._lock:
@@ -513,10 +516,10 @@ class World:
         return f"World({where}, seed={self.seed}, now={self.iso()!r})"
 
     # --- what vendors use -----------------------------------------------------------------
-    def atomic(self) -> Any:
+    def atomic(self) -> AbstractContextManager[None]:
         """A context manager: one transaction (and this process's lock) around a vendor
         operation. Nested uses join the outer one."""
-        return self._store.atomic()
+        return self._store
 
     async def gate(self, op: str) -> None:
         """Latency and faults for one call of tool ``op``; called before the vendor acts.
