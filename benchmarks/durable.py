@@ -190,6 +190,81 @@ def _dbos_or_reason() -> tuple[Dbos | None, str]:
         return None, f"DBOS not measured: {exc} (pip install -r benchmarks/requirements.txt)"
 
 
+_SYSCALLS = ("fdatasync", "fsync", "pwrite64", "openat", "unlink")
+
+
+def _child(which: str, n: int) -> None:
+    """In a subprocess under strace: a warm-up of 20 steps, then ``n`` sequential steps."""
+    if which == "amends":
+        loop = asyncio.new_event_loop()
+        engine = amends.Engine(
+            noop_catalog(), log=amends.SqliteLog(str(scratch("sync-amends.db")), synchronous="FULL")
+        )
+        loop.run_until_complete(amends_steps(engine, 20))
+        loop.run_until_complete(amends_steps(engine, n))
+        loop.run_until_complete(engine.close())
+    elif which == "dbos":
+        dbos = Dbos()
+        dbos.steps(20)
+        dbos.steps(n)
+        dbos.close()
+    else:
+        raw = RawSqlite()
+        raw.steps(20)
+        raw.steps(n)
+
+
+def _strace_counts(which: str, n: int) -> dict[str, int]:
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
+        subprocess.run(
+            [
+                *("strace", "-f", "-c", "-e", "trace=" + ",".join(_SYSCALLS), "-o", out.name),
+                *(sys.executable, "-m", "benchmarks.durable", "--child", which, str(n)),
+            ],
+            check=True,
+            capture_output=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        counts: dict[str, int] = {}
+        for line in out.read().splitlines():
+            parts = line.split()
+            if parts and parts[-1] in _SYSCALLS and len(parts) >= 5:
+                counts[parts[-1]] = int(parts[3])
+        return counts
+
+
+def syscall_section() -> Section | None:
+    """Issue 12 item 3: disk syscalls per sequential durable step, counted by strace (the
+    difference between runs of 300 and 100 steps, so set-up and warm-up cancel out)."""
+    import shutil
+
+    if shutil.which("strace") is None:
+        return None
+    sec = Section(
+        "1c. Disk syscalls per sequential durable step (strace -f -c)",
+        ["method", *(f"{c}/step" for c in _SYSCALLS)],
+    )
+    methods = [("raw sqlite3, 2 WAL FULL commits", "raw"), ("amends SqliteLog FULL", "amends")]
+    if _dbos_or_reason()[0] is not None:
+        methods.append(("DBOS steps (SQLite)", "dbos"))
+    for label, which in methods:
+        small, big = _strace_counts(which, 100), _strace_counts(which, 300)
+        sec.rows.append(
+            [label, *(f"{(big.get(c, 0) - small.get(c, 0)) / 200:.2f}" for c in _SYSCALLS)]
+        )
+    sec.notes.append(
+        "Each method runs in its own process under `strace -f -c`, once with 100 and once with "
+        "300 steps after a warm-up of 20; per step = (300-step count - 100-step count) / 200. "
+        "Rule 1 needs two durable commits per sequential step (the intent before the call, the "
+        "result before the saga moves on): two fdatasyncs with WAL and synchronous=FULL."
+    )
+    return sec
+
+
 def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None) -> list[Section]:
     """Interleave every method in each round; report µs/step medians and ratios."""
     n = 20 if quick else 100
@@ -282,6 +357,10 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
                 Target("durable step / DBOS step (SQLite)", "not measured", "<= 0.25x", None)
             )
             sec.notes.append(why)
+        if not quick:
+            counted = syscall_section()
+            if counted is not None:
+                return [sec, counted]
     else:
         pg = samples["amends PostgresLog"]
         ratio_pg = Spread.of([a / f for a, f in zip(pg, samples["fsync floor"], strict=True)])
@@ -291,3 +370,15 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool, pg_url: str | None = None)
             "commit is a WAL flush plus a loopback round trip."
         )
     return [sec]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]))
+    else:
+        from .report import print_sections
+
+        found = syscall_section()
+        print_sections([found] if found else [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,15 @@ def test_durable_fanout_and_reversal_measure_real_steps(loop: asyncio.AbstractEv
     done = conn.execute("SELECT count(*) FROM compensations WHERE state='reverted'").fetchone()
     conn.close()
     assert done == (6,)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_strace_counts_two_fdatasyncs_per_sequential_amends_step() -> None:
+    """Issue 12 item 3: a sequential step costs the two durable commits rule 1 needs, no more."""
+    small, big = durable._strace_counts("amends", 20), durable._strace_counts("amends", 60)
+    per_step = (big["fdatasync"] - small["fdatasync"]) / 40
+    assert 1.9 <= per_step <= 2.2
 
 
 def test_scale_build_fills_the_log_and_undo_uses_indexes(loop: asyncio.AbstractEventLoop) -> None:
