@@ -127,9 +127,13 @@ def _plain(value: Any) -> Any:
         for k in value:
             if type(k) is not str:
                 raise _NotPlain
-        return {k: _plain(value[k]) for k in sorted(value)}
+        out = {}
+        for k in sorted(value):
+            v = value[k]
+            out[k] = v if type(v) in _JSON_SCALARS else _plain(v)  # no call per scalar
+        return out
     if kind is list or kind is tuple:
-        return [_plain(v) for v in value]
+        return [v if type(v) in _JSON_SCALARS else _plain(v) for v in value]
     raise _NotPlain
 
 

@@ -414,8 +414,9 @@ class _SqliteDatabase(Database):
     async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
         if self.memory:
             return self._inline(fn, write=True)
-        self._check_open()
-        self._check_writable()
+        if self._closed or self.read_only:  # one test on the hot path; the helpers raise
+            self._check_open()
+            self._check_writable()
         loop = asyncio.get_running_loop()
         if self._quiet(loop) and self._writing.acquire(blocking=False):
             # issue 12: nothing else is waiting to write and the event loop has nothing else
