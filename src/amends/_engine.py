@@ -34,7 +34,7 @@ from ._log.base import (
 )
 from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
-from ._reversal import current_report, current_resolutions, run_plan
+from ._reversal import current_report, current_resolutions, described, run_plan
 from ._saga import Ref, Saga, Step, new_id
 from ._secrets import Vault, markers_in, resolve_call_args
 
@@ -185,16 +185,7 @@ class Engine:
             step = index.get(item.step_id)
         else:
             step = next((s for s in saga.steps if s.step_id == item.step_id), None)
-        if step is None:
-            return item
-        inv = step.inverse
-        return dataclasses.replace(
-            item,
-            description=self.catalog.describe(step.tool, step.args),
-            inverse_description=(
-                self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
-            ),
-        )
+        return described(self.catalog, step, item)
 
     async def _preview_step(
         self,

@@ -13,7 +13,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ._budget import BudgetMeter
 from ._calls import RetryPolicy, idempotency_key, invoke
@@ -34,12 +34,35 @@ from ._errors import (
     PreconditionFailed,
     TransientError,
 )
-from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
-from ._planner import Plan, PlannedStep
+from ._log.base import (
+    CompensationRecord,
+    Resolution,
+    ReversalRecord,
+    SagaLog,
+    SagaRecord,
+    StepRecord,
+)
+from ._planner import Plan, PlannedStep, PreviewStep
 from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from ._secrets import markers_in, resolve_call_args, scrub_record, vault_for
 
-__all__ = ["current_resolutions", "run_plan"]
+__all__ = ["current_report", "current_resolutions", "described", "run_plan"]
+
+_Described = TypeVar("_Described", StepOutcome, PreviewStep)
+
+
+def described(catalog: Catalog, step: StepRecord | None, item: _Described) -> _Described:
+    """Issue 17: ``item`` (a step's outcome or preview) with the step and its inverse in plain
+    language, from the catalog's ``describe=`` templates and the logged (redacted, rule 11)
+    arguments. The one describer of the engine, the preview and a Temporal worker."""
+    if step is None:
+        return item
+    inv = step.inverse
+    return dataclasses.replace(
+        item,
+        description=catalog.describe(step.tool, step.args),
+        inverse_description=(catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""),
+    )
 
 
 def current_resolutions(

@@ -150,6 +150,44 @@ async def test_finish_writes_the_carried_outcome_events_before_the_report_once()
     await engine.close()
 
 
+async def test_finish_stores_only_the_resolutions_that_still_speak_for_each_outcome() -> None:
+    """amends.finish reads the report as every reader does (reversal.current_report): a person's
+    resolution older than the step's latest outcome (the step was attempted again since) does
+    not mark that outcome handled (rule 8); a resolution newer than the outcome does."""
+    _, catalog = fresh()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("t", saga_id="s") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won")
+    claim = await engine.log.claim_reversal(
+        "s", reversal_id="rev_1", budget={}, owner="temporal:x", lease_until=time.time() + 60,
+        now=time.time(),
+    )  # fmt: skip
+    gen = claim.reversal.generation
+    t0 = time.time()
+    await engine.log.resolve_step("s", "s1", by="ann", note="checked by hand", now=t0)
+
+    def failed(step: str, at: float, n: int) -> RecordInput:
+        return RecordInput(
+            "rev_1", gen, step, "failed", 1, "crm.update_field failed permanently", {}, n, 0,
+            "compensation.failed", at, event_key=f"run-a:{n}",
+        )  # fmt: skip
+
+    acts = ReversalActivities(catalog, engine.log)
+    env = ActivityEnvironment()
+    await env.run(acts.record, failed("s1", t0 + 1, 1))  # attempted again after ann resolved it
+    await env.run(acts.record, failed("s2", t0 + 1, 2))
+    await engine.log.resolve_step("s", "s2", by="bob", note=None, now=t0 + 2)
+    report = amends.UndoReport(
+        saga_id="s", reversal_id="rev_1", title="t", steps=(), tool_calls=2, tokens=0,
+        seconds=0.1, budget={}, requested_at=t0, finished_at=t0 + 3,
+    )  # fmt: skip
+    stored = await env.run(acts.finish, FinishInput("rev_1", gen, report.to_dict(), "s", []))
+    assert set(stored["resolutions"]) == {"s2"}
+    assert stored["resolutions"]["s2"]["by"] == "bob"
+    await engine.close()
+
+
 async def test_a_batch_of_calls_logs_dispatched_before_each_compensation_and_answers_each() -> None:
     """amends.call_tools: a compensation's "dispatched" is committed before its call leaves
     (rule 5: the vendor sees the call only once the log says it may have landed); each call of

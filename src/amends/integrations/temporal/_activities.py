@@ -11,7 +11,6 @@ what an outcome *means* for a step: the workflow applies the same rules as the l
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -30,8 +29,9 @@ from amends._errors import (
     TransientError,
 )
 from amends._log import SagaLog
-from amends._log.base import CompensationRecord, SagaRecord
-from amends._report import StepOutcome, UndoReport
+from amends._log.base import CompensationRecord
+from amends._report import UndoReport
+from amends._reversal import current_report
 from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
 
 from ._codec import spec_to_dict, to_dict
@@ -551,34 +551,15 @@ class ReversalActivities:
             return rev.report
         if inp.writes:  # the last activation's outcome events, before the report (one trip)
             await self.record_many(RecordBatch(inp.writes))  # each written once
-        saga = await self.log.get_saga(inp.saga_id or (rev.saga_id if rev else ""))
-        report = UndoReport.from_dict(inp.report)
-        if saga is not None:
-            # as the local engine stores it: steps in plain language from this worker's
-            # catalog, and the resolutions people recorded so far
-            report = dataclasses.replace(
-                report, steps=tuple(self._described(saga, s) for s in report.steps)
-            ).with_resolutions(saga.resolutions)
+        # as the local engine stores it: with the resolutions that still speak for each step's
+        # outcome (the one reader every report goes through; the workflow described the steps)
+        report = await current_report(self.log, UndoReport.from_dict(inp.report))
         final = report.to_dict()
         try:
             await self.log.finish_reversal(inp.reversal_id, inp.generation, final, now=time.time())
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
         return final
-
-    def _described(self, saga: SagaRecord, item: StepOutcome) -> StepOutcome:
-        # the same sentences Engine._described writes (seam asked for: one shared function)
-        step = next((s for s in saga.steps if s.step_id == item.step_id), None)
-        if step is None:
-            return item
-        inv = step.inverse
-        return dataclasses.replace(
-            item,
-            description=self.catalog.describe(step.tool, step.args),
-            inverse_description=(
-                self.catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
-            ),
-        )
 
 
 def _logged_before(seen: Mapping[str, CompensationRecord], inp: RecordInput) -> bool:

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from amends._log.base import ReversalRecord, SagaLog
     from amends._planner import PlannedStep, plan
     from amends._report import StepOutcome, UndoReport
-    from amends._reversal import _Runner
+    from amends._reversal import _Runner, described
     from amends._secrets import SecretRequest, marker
 
     from ._activities import (
@@ -570,7 +570,9 @@ class ReversalWorkflow:
             on_progress=None,
         )
         self.log.runner, self.log.carried = runner, []
-        outcomes = await runner.run()
+        index = {s.step_id: s for s in saga.steps}
+        # the steps in plain language, by the engine's own describer and the workers' catalog
+        outcomes = [described(catalog, index.get(o.step_id), o) for o in await runner.run()]
         report = UndoReport(
             saga_id=saga.saga_id,
             reversal_id=rev.reversal_id,
