@@ -82,6 +82,10 @@ class ReversalRunner(Protocol):
 
     async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport: ...
 
+    async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+        """:meth:`Engine.resume` there: continue the reversal, joining one in progress."""
+        ...
+
 
 class Engine:
     """Runs sagas forward with write-ahead logging and undoes them honestly.
@@ -99,7 +103,7 @@ class Engine:
             broken engines (they rewrite the plan here instead of patching a module).
         runner: Where reversals run; default here, in this process. A
             :class:`amends.integrations.temporal.TemporalRunner` runs them as Temporal
-            workflows (the log stays the system of record; ``resume`` runs here).
+            workflows (the log stays the system of record; ``resume`` continues there too).
     """
 
     def __init__(
@@ -349,6 +353,8 @@ class Engine:
         """
         budget = _check_budget(budget)
         self._check_catalog(await self._saga_or_raise(saga_id))
+        if self.runner is not None:  # issue 16: continued where reversals run (rule 6)
+            return await self._current(await self.runner.resume(self, saga_id, budget))
         rev = await self.log.get_reversal(saga_id=saga_id)
         seen = rev.continuations if rev is not None else None
 

@@ -9,6 +9,7 @@ import pytest
 from temporalio.client import Client
 
 import amends
+from amends._planner import plan
 from amends.integrations.temporal import TemporalRunner, make_worker, workflow_id
 from core_world import CoreWorld, fresh
 
@@ -88,5 +89,72 @@ async def test_temporal_reversal_gives_the_local_report_and_world(
         ]
         desc = await temporal_client.get_workflow_handle(workflow_id("saga-1")).describe()
         assert desc.status is not None
+    finally:
+        await engine.close()
+
+
+async def resume_scenario(engine: amends.Engine) -> tuple[amends.UndoReport, amends.UndoReport]:
+    """Undo that stops short (one compensation over budget), then a continuation."""
+    async with engine.saga("Two stage changes", actor="agent:sales", saga_id="saga-r") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won", after=[a])
+    first = await engine.undo("saga-r", budget=amends.Budget(tool_calls=2))  # s2 only
+    second = await engine.resume("saga-r", budget=amends.Budget(tool_calls=10))
+    return first, second
+
+
+async def test_resume_on_temporal_continues_the_reversal_as_the_local_engine_does(
+    temporal_client: Client, task_queue: str, pg_url: str
+) -> None:
+    """engine.resume with a TemporalRunner continues on Temporal, as a new run of the saga's
+    one workflow id: it attempts only the step left over budget, belongs to the same reversal,
+    and gives the local engine's reports and world."""
+    local_world, local_catalog = fresh()
+    local = amends.Engine(local_catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    local_first, local_second = await resume_scenario(local)
+    await local.close()
+
+    world, catalog = fresh()
+    runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    try:
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            first, second = await resume_scenario(engine)
+
+        assert {s.step_id: s.state.value for s in first.steps} == {
+            "s1": "over_budget",
+            "s2": "reverted",
+        }
+        assert {s.step_id: s.state.value for s in second.steps} == {
+            "s1": "reverted",
+            "s2": "reverted",
+        }
+        assert second.reversal_id == first.reversal_id and second.continuations == 1
+        assert comparable(first) == comparable(local_first)
+        assert comparable(second) == comparable(local_second)
+        assert world_state(world) == world_state(local_world)
+        wid = workflow_id("saga-r")
+        runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{wid}'")]
+        assert len(runs) == 2  # the undo, then the continuation: one workflow id
+        kinds = [e.kind for e in await engine.log.events("saga-r") if e.step_id == "s1"]
+        assert kinds.count("compensation.reverted") == 1
+    finally:
+        await engine.close()
+
+
+async def test_a_custom_planner_is_refused_on_temporal_not_ignored(pg_url: str) -> None:
+    """Engine(planner=...) with a TemporalRunner: undo and resume raise a ConfigError naming the
+    fix before anything starts (the workflow plans on the workers and could not use it)."""
+    _, catalog = fresh()
+    runner = TemporalRunner("127.0.0.1:1")  # never reached: refused before connecting
+    engine = amends.Engine(
+        catalog, log=pg_url, planner=lambda saga, cat: plan(saga, cat), runner=runner
+    )
+    try:
+        await forward(engine, "saga-p")
+        for ask in (engine.undo, engine.resume):
+            with pytest.raises(amends.ConfigError, match=r"drop planner= or run this engine"):
+                await ask("saga-p")
+        assert await engine.log.get_reversal(saga_id="saga-p") is None
     finally:
         await engine.close()

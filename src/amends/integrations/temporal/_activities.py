@@ -98,6 +98,10 @@ class ClaimInput(_Payload):
     owner: str
     """Who holds the reversal in the log: ``temporal:<workflow id>``."""
     lease_seconds: float
+    resume: bool = False
+    """Continue the saga's finished reversal with this budget (rule 6), not start it."""
+    after_continuation: int | None = None
+    """For ``resume``: the continuations the client saw; if someone continued since, join."""
 
 
 @dataclass
@@ -285,14 +289,28 @@ class ReversalActivities:
         if saga is None:
             return ClaimResult("not_found", now=time.time())
         now = time.time()
-        claim = await self.log.claim_reversal(
-            inp.saga_id,
-            reversal_id=f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}",
-            budget=inp.budget,
-            owner=inp.owner,
-            lease_until=now + inp.lease_seconds,
-            now=now,
-        )
+        new_id = f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+        if inp.resume:
+            # as Engine.resume claims: a continuation in progress is joined (or, being this
+            # workflow's own, taken over by a retried task); one continued since is not repeated
+            claim = await self.log.continue_reversal(
+                inp.saga_id,
+                budget=inp.budget,
+                owner=inp.owner,
+                lease_until=now + inp.lease_seconds,
+                now=now,
+                after_continuation=inp.after_continuation,
+                reversal_id=new_id,
+            )
+        else:
+            claim = await self.log.claim_reversal(
+                inp.saga_id,
+                reversal_id=new_id,
+                budget=inp.budget,
+                owner=inp.owner,
+                lease_until=now + inp.lease_seconds,
+                now=now,
+            )
         rev = claim.reversal
         if claim.outcome in ("done", "running_elsewhere"):
             return ClaimResult(claim.outcome, to_dict(rev), now=time.time())

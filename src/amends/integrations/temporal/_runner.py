@@ -16,6 +16,7 @@ from amends._budget import Budget
 from amends._contracts import Catalog
 from amends._errors import AmendsError, ConfigError, SagaNotFoundError
 from amends._log import SagaLog, open_log
+from amends._planner import plan
 from amends._report import UndoReport
 
 from ._activities import ReversalActivities
@@ -112,15 +113,48 @@ class TemporalRunner:
         """Start the saga's reversal workflow, or attach to it, and return its report.
 
         Raises:
+            ConfigError: The engine has its own planner (``Engine(planner=...)``).
             SagaNotFoundError: No such saga in the engine's log.
             AmendsError: The workflow failed (its cause is named).
         """
+        return await self._run(engine, saga_id, budget, resume=False)
+
+    async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+        """Continue the saga's reversal with a new budget, on Temporal (``Engine.resume``).
+
+        The continuation is a run of the same workflow id: a caller attaches to a reversal or
+        continuation still running (rule 6, as ``Engine.resume`` joins it locally); after it
+        finished, a new run reopens it in the log and attempts only what was not attempted or
+        is now unblocked. If someone continued it since this caller looked, that continuation's
+        report is returned: never two continuations for one request.
+
+        Raises:
+            ConfigError: The engine has its own planner (``Engine(planner=...)``).
+            SagaNotFoundError: No such saga in the engine's log.
+            AmendsError: The workflow failed (its cause is named).
+        """
+        return await self._run(engine, saga_id, budget, resume=True)
+
+    async def _run(
+        self, engine: Engine, saga_id: str, budget: Budget, *, resume: bool
+    ) -> UndoReport:
+        if engine.planner is not plan:
+            # the workflow plans on the workers; a planner function cannot travel there
+            raise ConfigError(
+                "Engine(planner=...) cannot be used with a TemporalRunner: the reversal "
+                "workflow plans on the workers with amends' planner, so a custom planner "
+                "would be silently ignored; drop planner= or run this engine without runner=",
+            )
         if await engine.log.get_saga(saga_id) is None:
             raise SagaNotFoundError(
                 f"no saga {saga_id!r} in {engine.log.url}; list sagas with "
                 f"`amends show --db {engine.log.url}`",
                 saga_id=saga_id,
             )
+        seen = None
+        if resume:
+            rev = await engine.log.get_reversal(saga_id=saga_id)
+            seen = None if rev is None else rev.continuations
         client = await self.client()
         handle = await client.start_workflow(
             WORKFLOW_NAME,
@@ -131,6 +165,8 @@ class TemporalRunner:
                 heartbeat_timeout=self.heartbeat_timeout,
                 lease_seconds=self.lease_seconds,
                 poll_interval=max(engine.poll_interval, 0.05),
+                resume=resume,
+                after_continuation=seen,
                 local_batch_seconds=self.local_batch_seconds,
             ),
             id=workflow_id(saga_id),

@@ -91,6 +91,10 @@ class ReversalInput:
     """How long the reversal's claim in the log lasts: local engines take it over only after."""
     poll_interval: float = 0.2
     """Seconds between looks at the log while waiting for steps in flight or another owner."""
+    resume: bool = False
+    """A continuation of the saga's finished reversal with ``budget`` (``Engine.resume``)."""
+    after_continuation: int | None = None
+    """For ``resume``: how many continuations the client saw (rule 6: never continue twice)."""
     local_batch_seconds: float = 0.0
     """A batch of probes and first attempts of compensations that its tools' timeouts and the
     budget bound to at most this many seconds runs as a local activity (``0``: never)."""
@@ -359,7 +363,14 @@ class ReversalWorkflow:
             claim = ClaimResult.from_wire(
                 await workflow.execute_local_activity(
                     "amends.claim",
-                    ClaimInput(inp.saga_id, inp.budget, owner, inp.lease_seconds).to_wire(),
+                    ClaimInput(
+                        inp.saga_id,
+                        inp.budget,
+                        owner,
+                        inp.lease_seconds,
+                        inp.resume,
+                        inp.after_continuation,
+                    ).to_wire(),
                     result_type=Wire,
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=_LOG_RETRY,
