@@ -351,7 +351,9 @@ class _PgDatabase(Database):
                 finally:
                     tx.discard()
                     if conn.info.transaction_status in (status.INTRANS, status.INERROR):
-                        cur.execute("ROLLBACK")
+                        # ends the read-only transaction as ROLLBACK would; psycopg forgets its
+                        # prepared statements after a ROLLBACK, not after a COMMIT
+                        cur.execute("COMMIT")
             tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True)
             try:
                 result = fn(tx)

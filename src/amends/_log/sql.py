@@ -197,8 +197,9 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
 
     Once per transaction and reversal: the compensation records of one group commit (100
     compensations dispatched together) share the first write's check. The transaction holds
-    the write lock (SQLite) or its read stands for the rest (PostgreSQL SERIALIZABLE), and a
-    take-over or continuation written in the same transaction forgets it (:func:`_unfence`)."""
+    the write lock (SQLite) or its read stands for the rest (PostgreSQL: its snapshot, and its
+    claim on the saga row at COMMIT fails it if a take-over committed since), and a take-over
+    or continuation written in the same transaction forgets it (:func:`_unfence`)."""
     seen = tx.cache.get(_FENCE + reversal_id)
     if seen is not None:
         gen, seen_run, seen_saga = seen.split(":", 2)
@@ -286,7 +287,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
             if _NO_REVERSAL + saga_id in tx.cache:
                 # issue 12: an earlier write of this transaction saw no reversal, and this
                 # transaction holds the write lock (SQLite) or its read already stands for the
-                # check (PostgreSQL SERIALIZABLE); a claim in between would have dropped the mark
+                # check (PostgreSQL: its snapshot, and its claim on the saga row at COMMIT);
+                # a claim in between would have dropped the mark
                 _append(tx, key, saga_id, "step.intent", now, text, phase=INTENT, step_id=step_id)
                 return True
             # Atomic with the intent: once a reversal exists, no new step may start (issue 2 #4).
