@@ -23,7 +23,7 @@ from rich.table import Table
 from .._errors import ConfigError
 from ..evals.generator import FAMILIES, generate
 from ..evals.invariants import INVARIANTS, check, true_outcome
-from ..evals.suite import ENGINES, EngineTally, _factory, default_jobs, run_suite
+from ..evals.suite import CONCURRENCY, ENGINES, EngineTally, _factory, default_jobs, run_suite
 
 __all__ = ["register"]
 
@@ -44,7 +44,10 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--replay", metavar="SEED:INDEX", help="print one saga in full and exit")
     p.add_argument(
-        "--concurrency", type=int, default=48, help="sagas run at once in one event loop"
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help=f"sagas computing at once per process (default {CONCURRENCY})",
     )
     p.add_argument(
         "--jobs",
