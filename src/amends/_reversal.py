@@ -132,6 +132,7 @@ class _Runner:
         reload: Callable[[], Awaitable[SagaRecord]] | None = None,
         replan: Callable[[SagaRecord], Plan] | None = None,
         poll_interval: float = 0.02,
+        bounded: bool = True,
     ) -> None:
         self.catalog = catalog
         self.log = log
@@ -152,6 +153,9 @@ class _Runner:
         self.replan = replan
         """Plans a re-read saga with the same planner (a step that finished while we waited)."""
         self.poll_interval = poll_interval
+        self.bounded = bounded
+        """Whether this runner bounds each call by its timeout itself; ``False`` where the call's
+        maker enforces the same bound (a Temporal activity), which saves a timer per call."""
         self.vault = vault_for(self)
         """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
         (kept here: no weak-dict lookup per record, issue 12)."""
@@ -260,7 +264,9 @@ class _Runner:
             remaining = self.meter.remaining_seconds()
             timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
             try:
-                result = await invoke(spec.fn, call, args, max(timeout, 0.001))
+                result = await invoke(
+                    spec.fn, call, args, max(timeout, 0.001) if self.bounded else None
+                )
             except Exception as exc:
                 self.meter.tokens += call.tokens
                 await asyncio.sleep(self._retry_wait(tool, exc, attempt, timeout, spec.timeout))

@@ -73,9 +73,15 @@ _P = TypeVar("_P", bound="_Payload")
 class _Payload:
     """An activity payload: a dataclass that crosses Temporal as a plain JSON object."""
 
+    _nested: tuple[str, ...] = ()
+    """Fields holding payloads (or lists of them); every other field is plain JSON data."""
+
     def to_wire(self) -> dict[str, Any]:
         """This payload as the JSON object Temporal carries (nested payloads too, no copies)."""
-        return {k: _to_wire(v) for k, v in vars(self).items()}
+        out = dict(vars(self))
+        for name in self._nested:
+            out[name] = _to_wire(out[name])
+        return out
 
     @classmethod
     def from_wire(cls: type[_P], value: Wire) -> _P:
@@ -149,6 +155,8 @@ class RecordInput(_Payload):
 
 @dataclass
 class ToolCallInput(_Payload):
+    _nested = ("dispatched",)
+
     tool: str
     args: dict[str, Any]
     saga_id: str
@@ -184,6 +192,8 @@ class ToolCallResult(_Payload):
 class CallBatch(_Payload):
     """The tool calls one workflow activation made, for one ``amends.call_tools`` activity."""
 
+    _nested = ("calls",)
+
     calls: list[ToolCallInput]
 
     @classmethod
@@ -196,6 +206,8 @@ class CallBatch(_Payload):
 @dataclass
 class CallOutcome(_Payload):
     """One call's answer in a batch: its result, or the error it ended with."""
+
+    _nested = ("result",)
 
     result: ToolCallResult | None
     error: str = ""
@@ -213,6 +225,8 @@ class CallOutcome(_Payload):
 
 @dataclass
 class CallBatchResult(_Payload):
+    _nested = ("results",)
+
     results: list[CallOutcome]
 
     @classmethod
@@ -226,6 +240,8 @@ class CallBatchResult(_Payload):
 class RecordBatch(_Payload):
     """The log writes one workflow activation issued, written together (one group commit)."""
 
+    _nested = ("writes",)
+
     writes: list[RecordInput]
 
     @classmethod
@@ -237,6 +253,8 @@ class RecordBatch(_Payload):
 
 @dataclass
 class FinishInput(_Payload):
+    _nested = ("writes",)
+
     reversal_id: str
     generation: int
     report: dict[str, Any]

@@ -35,11 +35,14 @@ def to_dict(record: Any) -> dict[str, Any]:
     Nested records become dicts; other values are shared, not copied (the dict is encoded to
     JSON right away). ``dataclasses.asdict`` deep-copies every value: for a 100-step saga that
     was most of the claim activity's CPU time (issue 16)."""
-    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    return {k: _plain(v) for k, v in vars(record).items()}
+
+
+_RECORDS = (SagaRecord, StepRecord, ReversalRecord, CompensationRecord, Resolution)
 
 
 def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, _RECORDS):
         return to_dict(value)
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value] if value and _nested(value[0]) else value
@@ -51,7 +54,7 @@ def _plain(value: Any) -> Any:
 
 
 def _nested(value: Any) -> bool:
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return isinstance(value, _RECORDS)
 
 
 def _step_from_dict(d: Mapping[str, Any]) -> StepRecord:

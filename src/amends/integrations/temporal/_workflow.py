@@ -579,6 +579,9 @@ class ReversalWorkflow:
             retry=RetryPolicy(**inp.retry),
             clock=workflow.time,
             on_progress=None,
+            # the activity bounds each tool by the same formula (the tool's own time); a
+            # workflow-side bound would only add a timer per call to the workflow task
+            bounded=False,
         )
         self.log.runner, self.log.carried = runner, []
         index = {s.step_id: s for s in saga.steps}
