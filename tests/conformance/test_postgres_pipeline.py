@@ -179,9 +179,7 @@ async def test_a_claim_racing_step_intents_from_another_process_admits_no_step_a
         await _saga(a, "race")
 
         async def steps() -> list[bool]:
-            return list(
-                await asyncio.gather(*(_intent(a, "race", f"s{i}", i) for i in range(60)))
-            )
+            return list(await asyncio.gather(*(_intent(a, "race", f"s{i}", i) for i in range(60))))
 
         async def claim() -> None:
             await asyncio.sleep(0.005)
@@ -200,3 +198,34 @@ async def test_a_claim_racing_step_intents_from_another_process_admits_no_step_a
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_statement_failing_mid_pipeline_raises_its_own_error_and_logs_nothing(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The duplicate key is what the write reports (not "pipeline aborted"), psycopg logs no
+    "error ignored" warning, and the connection is clean for the next write."""
+    log = amends.PostgresLog(pg_url, max_size=1)
+    try:
+        await _saga(log, "dup")
+
+        def fn(tx: Any) -> None:
+            tx.execute(
+                "INSERT INTO sagas (saga_id, title, state, created_at) "
+                "VALUES ('dup', 't', 'running', 0)"
+            )
+            for i in range(300):  # results come back while these are still being queued
+                tx.execute("INSERT INTO amends_meta (key, value) VALUES (?, 'x')", (f"k{i}",))
+            tx.execute("SELECT 1")
+
+        with pytest.raises(amends.AmendsError, match="duplicate key"):
+            await log.db.write(fn)
+        assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+        await _saga(log, "after")
+        assert {s.saga_id for s in await log.list_sagas()} == {"dup", "after"}
+        keys = {
+            k for (k,) in await log.db.read(lambda tx: tx.execute("SELECT key FROM amends_meta"))
+        }
+        assert "k0" not in keys
+    finally:
+        await log.close()

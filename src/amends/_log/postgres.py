@@ -110,6 +110,9 @@ class _Cursor:
         *,
         want_xid: bool = False,
     ) -> None:
+        import psycopg
+
+        self._error = psycopg.Error
         self._conn = conn
         self._cur = cur
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
@@ -143,15 +146,25 @@ class _Cursor:
             self._cur.execute(*pending[0])
             return
         side = self._conn.cursor() if fetch_xid else None
+        first: BaseException | None = None
         try:
-            # one round trip for all of them. Not prepared: psycopg's prepared-statement cache
-            # can go out of step with the server when a pipeline aborts ("prepared statement
-            # _pg3_N does not exist"), so a pipelined statement is always sent in full
-            with self._conn.pipeline():
-                for i, (q, p) in enumerate(pending):
-                    self._cur.execute(q, p, prepare=False)
-                    if i == 0 and side is not None:  # right after BEGIN
-                        side.execute(_XID, prepare=False)
+            try:
+                # one round trip for all of them. Not prepared: psycopg's prepared-statement
+                # cache can go out of step with the server when a pipeline aborts ("prepared
+                # statement _pg3_N does not exist"), so a pipelined statement is sent in full
+                with self._conn.pipeline():
+                    try:
+                        for i, (q, p) in enumerate(pending):
+                            self._cur.execute(q, p, prepare=False)
+                            if i == 0 and side is not None:  # right after BEGIN
+                                side.execute(_XID, prepare=False)
+                    except self._error as exc:
+                        first = exc  # leave the block normally: psycopg then syncs quietly
+            except self._error:
+                if first is None:
+                    raise
+            if first is not None:
+                raise first
             if side is not None:
                 row = side.fetchone()
                 self.xid = int(row[0]) if row else 0
