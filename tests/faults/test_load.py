@@ -7,7 +7,9 @@ finds zero duplicate effects. Throughput is printed (run with ``-s``); ``python 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import load
 import pytest
@@ -44,3 +46,22 @@ def test_load_1000_sagas_by_4_workers_then_undone_every_step_once(
         f"{fwd.worker_cpu:.1f} s); undo: {SAGAS / undo.seconds:.1f} sagas/s ({undo.seconds:.1f} "
         f"s, worker CPU {undo.worker_cpu:.1f} s); duplicates: {world.duplicates}"
     )
+
+
+def test_the_pgload_benchmark_reports_rates_cpu_and_duplicates_of_an_audited_run(
+    pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m benchmarks --only pgload`` at 8 sagas: a row per direction with its rate and
+    CPU, the 100 sagas/s targets and the duplicate count (0), after auditing the world."""
+    repo = str(Path(__file__).resolve().parents[2])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from benchmarks import common, pgload
+
+    monkeypatch.setattr(common, "SCRATCH", tmp_path / "bench")  # the vendor files go here
+    (sec,) = pgload.run(pg_server, quick=True, sagas=8)
+    assert [row[0] for row in sec.rows] == ["forward", "undo"]
+    assert all(float(row[2]) > 0 and float(row[4]) > 0 for row in sec.rows)
+    assert [t.goal for t in sec.targets] == [">= 100 sagas/s", ">= 100 sagas/s", "0"]
+    assert sec.targets[2].measured == "0" and sec.targets[2].met
+    assert "96 steps done, 8 reversals done, 88 compensations each sent once" in sec.notes[0]
