@@ -26,10 +26,11 @@ from amends._errors import (
     LeaseLostError,
     PermanentError,
     PreconditionFailed,
+    SagaNotFoundError,
     TransientError,
 )
 from amends._log import SagaLog
-from amends._log.base import CompensationRecord
+from amends._log.base import CompensationRecord, SagaRecord
 from amends._report import UndoReport
 from amends._reversal import current_report
 from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
@@ -303,12 +304,11 @@ class ReversalActivities:
         return (await self._claim(ClaimInput.from_wire(wire))).to_wire()
 
     async def _claim(self, inp: ClaimInput) -> ClaimResult:
-        saga = await self.log.get_saga(inp.saga_id)
-        if saga is None:
-            return ClaimResult("not_found", now=time.time())
         now = time.time()
         new_id = f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
         if inp.resume:
+            if await self.log.get_saga(inp.saga_id) is None:
+                return ClaimResult("not_found", now=time.time())
             # as Engine.resume claims: a continuation in progress is joined (or, being this
             # workflow's own, taken over by a retried task); one continued since is not repeated
             claim = await self.log.continue_reversal(
@@ -321,20 +321,27 @@ class ReversalActivities:
                 reversal_id=new_id,
             )
         else:
-            claim = await self.log.claim_reversal(
-                inp.saga_id,
-                reversal_id=new_id,
-                budget=inp.budget,
-                owner=inp.owner,
-                lease_until=now + inp.lease_seconds,
-                now=now,
-            )
+            try:
+                # as Engine.undo claims: the saga is read in the claim's own transaction (a
+                # step written after it is refused), once
+                claim = await self.log.claim_reversal(
+                    inp.saga_id,
+                    reversal_id=new_id,
+                    budget=inp.budget,
+                    owner=inp.owner,
+                    lease_until=now + inp.lease_seconds,
+                    now=now,
+                    check=_found,
+                )
+            except SagaNotFoundError:
+                return ClaimResult("not_found", now=time.time())
         rev = claim.reversal
         if claim.outcome in ("done", "running_elsewhere"):
             return ClaimResult(claim.outcome, to_dict(rev), now=time.time())
-        saga = await self.log.get_saga(inp.saga_id)
+        saga = claim.saga or await self.log.get_saga(inp.saga_id)
         assert saga is not None
-        comps = await self.log.get_compensations(rev.reversal_id)
+        # a reversal created by this claim has no compensation yet
+        comps = {} if claim.outcome == "new" else await self.log.get_compensations(rev.reversal_id)
         return ClaimResult(
             claim.outcome,
             to_dict(rev),
@@ -596,6 +603,12 @@ class ReversalActivities:
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
         return final
+
+
+def _found(saga: SagaRecord | None) -> None:
+    """The claim's check: the saga must exist (nothing is written otherwise)."""
+    if saga is None:
+        raise SagaNotFoundError("no such saga")
 
 
 def _logged_before(seen: Mapping[str, CompensationRecord], inp: RecordInput) -> bool:
