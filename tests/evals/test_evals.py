@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from amends.cli import main
 from amends.evals.broken import (
+    LooseEqualityEngine,
     NoDriftCheckEngine,
     NoIdempotencyEngine,
     ResendAfterCrashEngine,
@@ -25,6 +26,7 @@ from amends.evals.generator import (
     Scenario,
     StepSpec,
     generate,
+    lookalike,
 )
 from amends.evals.invariants import check
 from amends.evals.runner import run_scenario
@@ -83,6 +85,91 @@ def test_generator_produces_each_issue_10_class() -> None:
     assert {"careless.update_field", "docs.create_private_note"} <= tools["no_expectation"]
     # rule 7: a stalled forward call while undo runs on a seconds budget of milliseconds
     assert all(sc.stall and sc.budget_seconds == STALL_BUDGET for sc in by_family["stall"])
+
+
+def test_generator_produces_lookalike_edits_and_edits_between_crash_and_recovery() -> None:
+    """The adversary's classes: a person retypes a value the agent wrote into one Python finds
+    ``==`` but JSON does not (drift family), and a person acts while the crashed worker is down
+    (crash family)."""
+    scs = [generate(5, i) for i in range(40 * len(FAMILIES))]
+    drift = [sc for sc in scs if sc.family == "drift"]
+    looks = [(sc, m) for sc in drift for m in sc.mutations if m.kind == "lookalike_edit"]
+    assert len(looks) >= len(drift) // 2
+    for sc, m in looks:
+        wrote = next(s.args["value"] for s in sc.steps if s.step_id == m.step_id)
+        assert m.value == wrote and type(m.value) is not type(wrote)  # True vs 1, 0 vs False
+    crash = [sc for sc in scs if sc.family == "crash"]
+    during = [sc for sc in crash if sc.recovery_mutations]
+    assert len(crash) // 4 <= len(during) < len(crash)
+    assert any(m.kind == "lookalike_edit" for sc in during for m in sc.recovery_mutations)
+    assert all(not sc.recovery_mutations for sc in scs if sc.family != "crash")
+
+
+@pytest.mark.parametrize(("wrote", "person"), [(1, True), (False, 0), (True, 1), (0, False)])
+async def test_lookalike_edit_is_drift_and_a_loose_equality_engine_overwrites_it(
+    wrote: object, person: object
+) -> None:
+    """Rule 4: a person's ``True`` where the agent wrote ``1`` is a change (JSON tells them
+    apart): amends leaves it, drifted; an engine comparing with ``==`` writes the old value back."""
+    assert lookalike(wrote) == person
+    step = StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "seats", "value": wrote})
+    sc = _sc([step], mutations=(Mutation("lookalike_edit", "s1", person),))
+    good = await run_scenario(sc)
+    seats = good.world["crm"]["records"]["r1"]["fields"]["seats"]
+    assert seats == person and type(seats) is type(person)
+    assert [o.state.value for o in good.reports[0].steps] == ["drifted"]
+    assert not any(check(good).values()), check(good)
+    bad = await run_scenario(sc, engine_factory=LooseEqualityEngine)
+    assert bad.world["crm"]["records"]["r1"]["fields"]["seats"] is None  # the old value
+    assert check(bad)["never_worse"] == [
+        "s1: update_field overwrote another actor's change to crm r1.seats"
+    ]
+
+
+async def test_a_persons_edit_between_a_crash_and_recovery_is_never_overwritten() -> None:
+    """Rule 5 with rule 4: the delete was in flight when the worker died; a collaborator edits
+    the draft before recovery. The recovering engine sees neither the agent's draft nor the
+    delete and does not send it again (drifted); an engine without drift checks deletes it."""
+    sc = _sc(
+        [StepSpec("s1", "docs.create_draft", {"title": "Plan", "text": "t"})],
+        crash=(1, False),
+        crash_op="docs.delete",  # the worker dies as the delete is sent, before it lands
+        recovery_mutations=(Mutation("collaborator_edit", "s1", "edited by a collaborator"),),
+    )
+    good = await run_scenario(sc)
+    assert good.crashed
+    doc = good.world["docs"]["docs"]["doc_1"]
+    assert (doc["text"], doc["status"]) == ("edited by a collaborator", "draft")
+    assert [o.state.value for o in good.reports[-1].steps] == ["drifted"]
+    assert not any(check(good).values()), check(good)
+    bad = await run_scenario(sc, engine_factory=NoDriftCheckEngine)
+    assert bad.world["docs"]["docs"]["doc_1"]["status"] == "deleted"
+    assert check(bad)["never_worse"] == [
+        "s1: delete overwrote another actor's change to docs doc_1"
+    ]
+
+
+@pytest.mark.parametrize("landed", [False, True])
+async def test_a_webhook_write_between_a_crash_and_recovery_is_drift_whether_the_undo_landed(
+    landed: bool,
+) -> None:
+    """The write-back of s1 was in flight at the crash (landed or not); a webhook writes the
+    field before recovery. The engine sees neither the agent's value nor the old one: drifted,
+    not sent again, the webhook's value kept. Honest either way (rule 8: unsure), though the
+    journal shows the write-back landed when it did."""
+    step = StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "won"})
+    sc = _sc(
+        [step],
+        crash=(1, landed),
+        crash_op="crm.update_field",
+        recovery_mutations=(Mutation("webhook_edit", "s1", "churned"),),
+    )
+    r = await run_scenario(sc)
+    assert r.crashed
+    assert r.world["crm"]["records"]["r1"]["fields"]["stage"] == "churned"
+    assert [o.state.value for o in r.reports[-1].steps] == ["drifted"]
+    assert _ops(r.effects).count(("s1:compensate", "update_field")) == int(landed)
+    assert not any(check(r).values()), check(r)
 
 
 async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> None:

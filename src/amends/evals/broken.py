@@ -22,6 +22,7 @@ from .._report import NEUTRALISED, StepOutcome, StepState, UndoReport
 
 __all__ = [
     "BROKEN_ENGINES",
+    "LooseEqualityEngine",
     "NoDriftCheckEngine",
     "NoIdempotencyEngine",
     "ResendAfterCrashEngine",
@@ -40,6 +41,60 @@ def _reverse_time_order(saga: SagaRecord, catalog: Catalog) -> Plan:
     p = plan(saga, catalog)
     steps: list[PlannedStep] = [dataclasses.replace(s, waits_for=()) for s in p.steps]
     return Plan(p.saga_id, tuple(reversed(steps)))
+
+
+def _loose(value: Any) -> Any:
+    """A JSON value as Python's ``==`` sees it: ``True`` is ``1``, ``1.0`` is ``1``."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_loose(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _loose(v) for k, v in value.items()}
+    return value
+
+
+def _loose_plan(saga: SagaRecord, catalog: Catalog) -> Plan:
+    p = plan(saga, catalog)
+    steps = tuple(
+        s
+        if s.expectation is None
+        else dataclasses.replace(
+            s, expectation=dataclasses.replace(s.expectation, equals=_loose(s.expectation.equals))
+        )
+        for s in p.steps
+    )
+    return Plan(p.saga_id, steps)
+
+
+def _loose_probe(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def probe(call: Call, **args: Any) -> Any:
+        out = fn(call, **args)
+        return _loose(await out if hasattr(out, "__await__") else out)
+
+    return probe
+
+
+class LooseEqualityEngine(Engine):
+    """Checks drift with Python's ``==``: its probes and expectations lose the difference
+    between ``True`` and ``1``, so a person's ``True`` where the agent wrote ``1`` looks
+    unchanged and undo overwrites it (rule 4)."""
+
+    def __init__(self, catalog: Catalog, *args: Any, **kwargs: Any) -> None:
+        wrapped = Catalog()
+        for spec in catalog:
+            read_only = spec.reversibility.value == "read_only"
+            wrapped.register(
+                spec.name,
+                _loose_probe(spec.fn) if read_only else spec.fn,
+                reversibility=spec.reversibility.value,
+                resources=spec.resources,
+                timeout=spec.timeout,
+                idempotent=spec.idempotent,
+            )
+        super().__init__(wrapped, *args, planner=_loose_plan, **kwargs)
 
 
 class NoDriftCheckEngine(Engine):
@@ -129,6 +184,7 @@ class UncheckedReportEngine(Engine):
 
 
 BROKEN_ENGINES: dict[str, type[Engine]] = {
+    "broken-loose-equality": LooseEqualityEngine,
     "broken-no-drift-check": NoDriftCheckEngine,
     "broken-no-idempotency": NoIdempotencyEngine,
     "broken-resend-after-crash": ResendAfterCrashEngine,

@@ -21,6 +21,7 @@ __all__ = [
     "StepSpec",
     "generate",
     "generate_steps",
+    "lookalike",
 ]
 
 FAMILIES: tuple[str, ...] = (
@@ -137,7 +138,9 @@ class Mutation:
 
     kind: str
     """human_edit, webhook_edit, dispute, settle, close_card, attendee_decline, recipient_reads,
-    member_reads, collaborator_edit, advance or human_edit_other."""
+    member_reads, collaborator_edit, advance, human_edit_other, or lookalike_edit: a person
+    writes a value Python finds ``==`` to the agent's but JSON does not (``True`` for ``1``,
+    ``0`` for ``False``): a change all the same, so it must be drift, never overwritten."""
     step_id: str | None = None
     value: Any = None
 
@@ -163,6 +166,8 @@ class Scenario:
     stall: str | None = None
     """A forward tool whose first call stalls before acting while the undo is requested with a
     seconds budget: until the undo answered, or ``stall_seconds`` after it was asked."""
+    recovery_mutations: tuple[Mutation, ...] = ()
+    """What other actors do after the crash, before a fresh engine recovers (``crash`` only)."""
     stall_seconds: float = STALL_SECONDS
     budget_calls: int = 200
     budget_seconds: float = 20.0
@@ -243,6 +248,10 @@ def _kind_step(
         return StepSpec(sid, "ledger.post", args, after)
     if kind == "private":
         return StepSpec(sid, "docs.create_private_note", {"text": f"todo {i}"}, after)
+    if kind == "numeric":  # a number or a flag, for the lookalike edits of the drift family
+        args = {"record_id": rng.choice(RECORDS), "field": rng.choice(("seats", "active")),
+                "value": rng.choice([1, 0, True, False])}  # fmt: skip
+        return StepSpec(sid, "crm.update_field", args, after)
     if kind == "careless":
         args = {"record_id": rng.choice(RECORDS), "field": rng.choice(FIELDS), "value": f"c{i}"}
         return StepSpec(sid, "careless.update_field", args, after)
@@ -317,6 +326,22 @@ def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple
     return tuple(out)
 
 
+def lookalike(value: Any) -> Any:
+    """A value equal to ``value`` in Python but not as JSON: ``True`` for ``1``, ``0`` for
+    ``False`` (a person retyping a quantity as a checkbox, or the other way round)."""
+    return int(value) if isinstance(value, bool) else bool(value)
+
+
+def _lookalikes(rng: random.Random, steps: tuple[StepSpec, ...]) -> tuple[Mutation, ...]:
+    """A person's lookalike edit of one numeric CRM write of ``steps`` (none if it has none)."""
+    numeric = [s for s in steps if s.tool == "crm.update_field"
+               and isinstance(s.args["value"], bool | int)]  # fmt: skip
+    if not numeric:
+        return ()
+    s = rng.choice(numeric)
+    return (Mutation("lookalike_edit", s.step_id, lookalike(s.args["value"])),)
+
+
 def _faults(
     rng: random.Random, ops: tuple[str, ...], k: int, kinds: tuple[str, ...]
 ) -> tuple[tuple[str, str, int], ...]:
@@ -363,9 +388,13 @@ def generate(seed: int, index: int) -> Scenario:
     if family == "stall":  # rule 7: the seconds budget bounds waiting for an in-flight step
         kw["stall"] = rng.choice(sorted({s.tool for s in steps}))
         kw["budget_seconds"] = STALL_BUDGET
+    if family == "drift":  # a flag or a count the agent set, retyped by a person
+        steps = _with(rng, steps, ("numeric",))
     forward_ops = tuple(sorted({s.tool for s in steps}))
     if family in ("drift", "mixed"):
         kw["mutations"] = _mutations(rng, steps, rng.randint(1, 4))
+    if family == "drift" and rng.random() < 0.7:
+        kw["mutations"] = kw["mutations"] + _lookalikes(rng, steps)
     kinds: tuple[str, ...]
     if family in ("forward_faults", "mixed"):
         kinds = ("transient", "transient", "permanent")
@@ -383,6 +412,12 @@ def generate(seed: int, index: int) -> Scenario:
         kw["requests"], kw["n_requests"] = "concurrent", rng.randint(2, 5)
     if family == "mixed" and rng.random() < 0.5:
         kw["requests"], kw["n_requests"] = rng.choice(["repeated", "concurrent"]), 2
+    if family == "crash" and rng.random() < 0.5:  # a person acts while the worker is down
+        retyped: tuple[Mutation, ...] = ()
+        if rng.random() < 0.5:
+            steps = _with(rng, steps, ("numeric",))
+            retyped = _lookalikes(rng, steps)
+        kw["recovery_mutations"] = _mutations(rng, steps, 1) + retyped
     if family == "crash" or (family == "mixed" and rng.random() < 0.3):
         kw["crash"] = (rng.randint(1, max(1, 2 * n)), rng.random() < 0.5)
         inverses = sorted({_INVERSE_OF[s.tool] for s in steps if s.tool in _INVERSE_OF})

@@ -107,6 +107,23 @@ def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     return out
 
 
+def _unsure_drift(r: SagaResult, tags: dict[str, list[dict[str, Any]]], sid: str) -> bool:
+    """Rule 8: a worker crashed with the step's undo in flight, the undo did land, and another
+    actor changed the same thing afterwards. The recovering engine sees neither the agent's
+    value nor the undo's and cannot tell which came first: "drifted, needs review" is honest
+    (as ``in_doubt`` would be), though the world's journal shows the undo landed."""
+    undo = tags.get(f"{sid}:compensate")
+    if not r.crashed or not undo:
+        return False
+    last = undo[-1]
+    return any(
+        not e.get("tag")
+        and e.get("actor") not in (None, "api")
+        and (e["vendor"], e["key"]) == (last["vendor"], last["key"])
+        for e in r.effects[last["seq"] + 1 :]
+    )
+
+
 def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
     """(status, step -> "none" | "stands" | "undone") from the world alone."""
     tags = _by_tag(r.effects)
@@ -138,7 +155,11 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     checked = r.reports[:1] + r.reports[1:][-1:]  # the first and the last answer
     for rep in checked:
         claimed = {o.step_id: o.state for o in rep.steps}
-        unsure = any(o.state is StepState.IN_DOUBT for o in rep.steps)
+        unsure = any(
+            o.state is StepState.IN_DOUBT
+            or (o.state is StepState.DRIFTED and _unsure_drift(r, tags, o.step_id))
+            for o in rep.steps
+        )
         if str(rep.status) != status and not (unsure and str(rep.status) == "cannot_undo"):
             v["honesty"].append(f"report says {rep.status}, the world shows {status}")
         for sid, t in truth.items():
@@ -155,6 +176,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 # engine cannot know whether the lost attempt took effect, so any world is
                 # consistent with "unknown"
                 or (st is StepState.IN_DOUBT and (t != "undone" or r.crashed))
+                or (st is StepState.DRIFTED and _unsure_drift(r, tags, sid))
             )
             if not ok:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")

@@ -27,7 +27,7 @@ from .._log.sqlite import SqliteLog
 from .._report import UndoReport
 from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
-from .generator import Scenario
+from .generator import Mutation, Scenario
 from .naive import NaiveUndoStack
 
 __all__ = ["EVAL_TIMEOUT", "FAST_RETRY", "SagaResult", "eval_catalog", "run_scenario"]
@@ -120,9 +120,11 @@ def _resolve(value: Any, handles: dict[str, Step]) -> Any:
     return value
 
 
-def _mutate(world: World, sc: Scenario, results: dict[str, Any]) -> None:
+def _mutate(
+    world: World, sc: Scenario, results: dict[str, Any], mutations: tuple[Mutation, ...]
+) -> None:
     by_id = {s.step_id: s for s in sc.steps}
-    for m in sc.mutations:
+    for m in mutations:
         s = by_id.get(m.step_id or "")
         res = results.get(m.step_id or "")
         if m.kind == "human_edit_other":
@@ -130,7 +132,7 @@ def _mutate(world: World, sc: Scenario, results: dict[str, Any]) -> None:
             continue
         if s is None or res is None:
             continue  # the step never ran: nothing for the other actor to touch
-        if m.kind == "human_edit":
+        if m.kind in ("human_edit", "lookalike_edit"):
             world.crm.human_edit(s.args["record_id"], s.args["field"], m.value)
         elif m.kind == "webhook_edit":
             world.crm.webhook_edit(s.args["record_id"], s.args["field"], m.value)
@@ -234,7 +236,7 @@ async def run_scenario_both(
         world.faults.clear()
         forward = {sid: h.state for sid, h in handles.items()}
         results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
-        _mutate(world, sc, results)
+        _mutate(world, sc, results, sc.mutations)
         out: list[SagaResult] = []
         if naive:
             record = await log.get_saga(saga.id)
@@ -334,6 +336,7 @@ async def _requests(
     except SimulatedCrash:
         crashed = True
         world.faults.disarm_crash()
+        _mutate(world, sc, results, sc.recovery_mutations)  # while the worker is down
         t0 = time.monotonic()
         reports.extend(await recover())
         durations.append(time.monotonic() - t0)

@@ -227,6 +227,10 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         )
         call.inverse("crm.update_field", record_id=record_id, field=field, value=out["old"])
         call.expect("crm.read_field", {"record_id": record_id, "field": field}, equals=value)
+        # rule 5 with rule 4: after a crash with the write-back in flight, the engine re-sends
+        # it only if the field still shows the agent's value (or the old one: it landed); the
+        # CRM's own compare-and-set uses Python's ==, which takes a person's True for a 1
+        call.landed("crm.read_field", {"record_id": record_id, "field": field}, equals=out["old"])
         return out
 
     @tool("crm.read_field", reversibility="read_only", timeout=timeout)
@@ -420,6 +424,9 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
         call.inverse("docs.delete", doc_id=doc["id"])
         call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
+        # rule 5 with rule 4: a delete in flight at a crash is re-sent only if the world shows
+        # it did not land and no one edited the draft meanwhile (docs.delete checks no text)
+        call.landed("docs.get", {"doc_id": doc["id"]}, equals="deleted", path="status")
         return doc
 
     @tool("docs.create_private_note", reversibility="reversible", timeout=timeout, idempotent=True)
