@@ -46,7 +46,7 @@ from ._planner import Plan, PlannedStep, PreviewStep
 from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
 from ._secrets import markers_in, resolve_call_args, scrub_record, vault_for
 
-__all__ = ["current_report", "current_resolutions", "described", "run_plan"]
+__all__ = ["CallLost", "current_report", "current_resolutions", "described", "run_plan"]
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -106,6 +106,16 @@ _UNKNOWN_FOLLOW_UP = (
 """Why a follow-up in flight at a crash is not re-sent (rule 5) and is reported unknown."""
 
 
+class CallLost(BaseException):
+    """A tool call's maker lost it (the worker making it died): whether it landed is unknown.
+
+    Raised by a tool function whose calls are made elsewhere (a Temporal activity). A
+    BaseException, so that "any other exception is a failed call" does not swallow it: the runner
+    re-reads the reversal's compensation records (``reread``) and runs the step again through the
+    crash rules, exactly as after a crash of the local engine (rule 5). Every attempt spends
+    budget, so this ends (rule 7)."""
+
+
 class _Stop(Exception):
     """The call could not be completed; carries the step state and a plain-language detail."""
 
@@ -133,6 +143,7 @@ class _Runner:
         replan: Callable[[SagaRecord], Plan] | None = None,
         poll_interval: float = 0.02,
         bounded: bool = True,
+        reread: Callable[[], Awaitable[Mapping[str, CompensationRecord]]] | None = None,
     ) -> None:
         self.catalog = catalog
         self.log = log
@@ -154,6 +165,8 @@ class _Runner:
         """Plans a re-read saga with the same planner (a step that finished while we waited)."""
         self.poll_interval = poll_interval
         self.bounded = bounded
+        self.reread = reread
+        """Reads the compensation records again after a :class:`CallLost`; ``None``: re-raise."""
         """Whether this runner bounds each call by its timeout itself; ``False`` where the call's
         maker enforces the same bound (a Temporal activity), which saves a timer per call."""
         self.vault = vault_for(self)
@@ -913,6 +926,16 @@ class _Runner:
             f"every follow-up step automatically; we are finishing it by hand.",
         )
 
+    async def _settle(self, p: PlannedStep) -> StepOutcome:
+        while True:
+            try:
+                return await self._step(p)
+            except CallLost:
+                if self.reread is None:
+                    raise
+                # rule 5: as if this engine had crashed with the call in flight
+                self.done = await self.reread()
+
     async def run(self) -> list[StepOutcome]:
         loop = asyncio.get_running_loop()
         self.futures = {p.step_id: loop.create_future() for p in self.plan.steps}
@@ -920,7 +943,7 @@ class _Runner:
         async def one(p: PlannedStep) -> None:
             fut = self.futures[p.step_id]
             try:
-                outcome = await self._step(p)
+                outcome = await self._settle(p)
             except BaseException as exc:
                 fut.set_exception(exc)
                 raise
@@ -962,14 +985,20 @@ async def run_plan(
     replan: Callable[[SagaRecord], Plan] | None = None,
     poll_interval: float = 0.02,
     fresh: bool = False,
+    done: Mapping[str, CompensationRecord] | None = None,
+    bounded: bool = True,
+    reread: Callable[[], Awaitable[Mapping[str, CompensationRecord]]] | None = None,
 ) -> list[StepOutcome]:
     """Run ``plan`` as the given reversal (generation-fenced); returns per-step outcomes.
 
     ``reload`` and ``replan`` let the runner wait for a step still in flight (rule 7).
     ``fresh``: the reversal was created by this worker's claim just now, so it has no
-    compensation records yet and none are read (issue 12).
+    compensation records yet and none are read (issue 12). ``done``: the records, when the
+    caller has them (a Temporal workflow reads the log through activities only). ``bounded``:
+    see :class:`_Runner`; ``reread``: see :class:`CallLost`.
     """
-    done = {} if fresh else await log.get_compensations(reversal.reversal_id)
+    if done is None:
+        done = {} if fresh else await log.get_compensations(reversal.reversal_id)
     runner = _Runner(
         catalog=catalog,
         log=log,
@@ -984,5 +1013,7 @@ async def run_plan(
         reload=reload,
         replan=replan,
         poll_interval=poll_interval,
+        bounded=bounded,
+        reread=reread,
     )
     return await runner.run()

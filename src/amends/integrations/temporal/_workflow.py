@@ -1,10 +1,12 @@
 """The reversal workflow: amends' planner and per-step rules, run deterministically by Temporal.
 
-The workflow runs the *same* step logic as the local engine (:mod:`amends._reversal`): the plan
-comes from :func:`amends._planner.plan`, and each step goes through the local runner's drift check,
-retry, budget, follow-up and recording rules. Only the edges differ: a tool call is an
-``amends.call_tool`` activity, a log write an ``amends.record`` activity, and time is workflow
-time. Nothing here touches the world or the log directly (workflow code must be deterministic).
+The workflow runs the *same* step logic as the local engine (:func:`amends._reversal.run_plan`):
+the plan comes from :func:`amends._planner.plan`, and each step goes through the local runner's
+drift check, retry, budget, follow-up and recording rules. Only the edges differ: the calls of one
+workflow activation are one ``amends.call_tools`` activity (a local one when short), its log writes
+one ``amends.record_many`` local activity, a call lost with its worker is the runner's
+``CallLost`` (the crash rules, rule 5), and time is workflow time. Nothing here touches the world
+or the log directly (workflow code must be deterministic).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ with workflow.unsafe.imports_passed_through():
         PreconditionFailed,
         TransientError,
     )
-    from amends._log.base import ReversalRecord, SagaLog
-    from amends._planner import PlannedStep, plan
+    from amends._log.base import CompensationRecord, ReversalRecord, SagaLog
+    from amends._planner import plan
     from amends._report import StepOutcome, UndoReport
-    from amends._reversal import _Runner, described
+    from amends._reversal import CallLost, described, run_plan
     from amends._secrets import SecretRequest, marker
 
     from ._activities import (
@@ -98,14 +100,6 @@ class ReversalInput:
     local_batch_seconds: float = 0.0
     """A batch of probes and first attempts of compensations that its tools' timeouts and the
     budget bound to at most this many seconds runs as a local activity (``0``: never)."""
-
-
-class _WorkerLost(BaseException):
-    """The worker running a tool call stopped answering: the call may or may not have landed.
-
-    A BaseException so that the local runner's "any other exception is a failed call" does not
-    swallow it: the step is re-run through the crash rules instead (rule 5).
-    """
 
 
 _NAMED: dict[str, type[Exception]] = {}
@@ -188,8 +182,8 @@ class _ActivityLog:
         """Per step: its "dispatched" event, waiting for the compensation activity to carry it."""
         self.queue: list[tuple[RecordInput, asyncio.Future[None]]] = []
         self.flusher: asyncio.Task[None] | None = None
-        self.runner: _Runner | None = None
-        """The runner writing through this log (its per-step futures: which steps still run)."""
+        self.running: set[str] | None = None
+        """The steps of the plan still running (``None`` before the plan runs)."""
         self.carried: list[RecordInput] = []
         """The last steps' outcome events, carried by ``amends.finish`` (written before the
         report, in the same local activity)."""
@@ -230,13 +224,18 @@ class _ActivityLog:
         await self._submit(inp)
 
     def _last(self, batch: list[tuple[RecordInput, asyncio.Future[None]]]) -> bool:
-        if self.runner is None:
+        running = self.running
+        if running is None:
             return False
-        running = {k for k, f in self.runner.futures.items() if not f.done()}
         # an outcome event is a step's last action (the runner returns right after it)
         return bool(running) and running == {
             w.step_id for w, _ in batch if w.event != "compensation.dispatched"
         } == {w.step_id for w, _ in batch}
+
+    def settled(self, outcome: StepOutcome) -> None:
+        """The runner's progress hook: ``outcome``'s step has finished."""
+        if self.running is not None:
+            self.running.discard(outcome.step_id)
 
     def take_dispatched(self, step_id: str) -> RecordInput | None:
         """The step's "dispatched" event, for its compensation activity to write first."""
@@ -317,29 +316,6 @@ class _Batch:
 
 _MAX_BATCH = 100
 """Calls per ``amends.call_tools`` activity (keeps its payload well under Temporal's limits)."""
-
-
-class _Runner_(_Runner):
-    """The local runner's step rules, with a dead worker treated as a crash (rule 5)."""
-
-    def __init__(self, wf: ReversalWorkflow, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.wf = wf
-
-    async def _step(self, p: PlannedStep) -> StepOutcome:
-        while True:
-            try:
-                return await super()._step(p)
-            except _LeaseLost as lost:
-                raise LeaseLostError(str(lost)) from None
-            except _WorkerLost:
-                # rule 5: the call was in flight when its worker died, exactly as if the local
-                # engine had crashed there. Re-read what the log says about this step and run it
-                # again through the same rules: a compensation logged "dispatched" is re-sent only
-                # where that is safe, otherwise the world is re-observed or the step is in_doubt.
-                # Every attempt spends budget, so this ends (rule 7).
-                read = await self.wf._read(self.reversal.reversal_id)
-                self.done = {k: compensation_from_dict(v) for k, v in read.compensations.items()}
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -469,7 +445,8 @@ class ReversalWorkflow:
             if out.error == "DispatchLeaseLost":
                 raise _LeaseLost(out.message)
             if out.error == "Lost":
-                raise _WorkerLost(f"the worker running {call.tool} stopped: {out.message}")
+                # rule 5: the runner re-reads the log and runs the step through the crash rules
+                raise CallLost(f"the worker running {call.tool} stopped: {out.message}")
             call.tokens += int(out.details.get("tokens") or 0)
             raise _translate(out.error, out.message, out.details)
         res = out.result
@@ -567,26 +544,36 @@ class ReversalWorkflow:
             saga, compensations, now = saga_from_dict(read.saga), read.compensations, read.now
         # undo windows (inverse deadlines) judged at workflow time: the same on replay
         the_plan = plan(saga, catalog, now=workflow.time())
-        runner = _Runner_(
-            self,
-            catalog=catalog,
-            log=_as_log(self.log),
-            saga=saga,
-            reversal=rev,
-            plan=the_plan,
-            done={k: compensation_from_dict(v) for k, v in compensations.items()},
-            meter=meter,
-            retry=RetryPolicy(**inp.retry),
-            clock=workflow.time,
-            on_progress=None,
-            # the activity bounds each tool by the same formula (the tool's own time); a
-            # workflow-side bound would only add a timer per call to the workflow task
-            bounded=False,
-        )
-        self.log.runner, self.log.carried = runner, []
+        self.log.running = {p.step_id for p in the_plan.steps}
+        self.log.carried = []
+
+        async def reread() -> dict[str, CompensationRecord]:
+            read = await self._read(rev.reversal_id)
+            return {k: compensation_from_dict(v) for k, v in read.compensations.items()}
+
+        try:
+            # the local engine's runner; only its edges differ (calls, log writes, clock)
+            got = await run_plan(
+                catalog=catalog,
+                log=_as_log(self.log),
+                saga=saga,
+                reversal=rev,
+                plan=the_plan,
+                done={k: compensation_from_dict(v) for k, v in compensations.items()},
+                meter=meter,
+                retry=RetryPolicy(**inp.retry),
+                clock=workflow.time,
+                on_progress=self.log.settled,
+                # the activity bounds each tool by the same formula (the tool's own time); a
+                # workflow-side bound would only add a timer per call to the workflow task
+                bounded=False,
+                reread=reread,
+            )
+        except _LeaseLost as lost:
+            raise LeaseLostError(str(lost)) from None
         index = {s.step_id: s for s in saga.steps}
         # the steps in plain language, by the engine's own describer and the workers' catalog
-        outcomes = [described(catalog, index.get(o.step_id), o) for o in await runner.run()]
+        outcomes = [described(catalog, index.get(o.step_id), o) for o in got]
         report = UndoReport(
             saga_id=saga.saga_id,
             reversal_id=rev.reversal_id,
