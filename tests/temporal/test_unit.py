@@ -14,6 +14,8 @@ from temporalio.testing import ActivityEnvironment
 
 import amends
 from amends._budget import BudgetMeter
+from amends._planner import plan
+from amends._reversal import CallLost, run_plan
 from amends.cli.worker import register
 from amends.integrations.temporal import TemporalRunner, connect
 from amends.integrations.temporal._activities import (
@@ -293,6 +295,54 @@ async def test_a_local_batch_run_again_answers_calls_it_dispatched_lost_and_writ
         ("s2", "compensation.dispatched"),
         ("s2", "compensation.reverted"),
     ]
+    await engine.close()
+
+
+async def test_a_call_lost_with_its_worker_goes_through_the_crash_rules_never_a_resend() -> None:
+    """The seam the workflow runs the local engine's rules through: a tool call that raises
+    reversal.CallLost (its worker died after the vendor applied it) makes run_plan re-read the
+    records (reread=) and re-run the step as after a crash: the refund, whose vendor ignores
+    idempotency keys and has no probe, is not sent again and the step is in_doubt (rule 5).
+    Without reread=, CallLost is not taken for a failed call: it ends the run."""
+    applied: list[int] = []
+    catalog = amends.Catalog()
+
+    @catalog.tool("pay.charge", reversibility="compensable")
+    async def charge(call: amends.Call, cents: int) -> str:
+        call.inverse("pay.refund", cents=cents)
+        call.no_drift_check(reason="a test charge only this saga can see")
+        return "ch_1"
+
+    @catalog.tool("pay.refund")
+    async def refund(call: amends.Call, cents: int) -> None:
+        applied.append(cents)
+        raise CallLost("the worker making pay.refund stopped")
+
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+
+    async def undo(saga_id: str, reread: bool) -> list[amends.StepOutcome]:
+        async with engine.saga("t", saga_id=saga_id) as saga:
+            saga.call("pay.charge", cents=5000)
+        rev = f"rev_{saga_id}"
+        claim = await engine.log.claim_reversal(
+            saga_id, reversal_id=rev, budget={}, owner="temporal:x",
+            lease_until=time.time() + 60, now=time.time(),
+        )  # fmt: skip
+        rec = await engine.log.get_saga(saga_id)
+        assert rec is not None
+        return await run_plan(
+            catalog=catalog, log=engine.log, saga=rec, reversal=claim.reversal,
+            plan=plan(rec, catalog), retry=amends.RetryPolicy(),
+            meter=BudgetMeter(amends.Budget()),
+            reread=(lambda: engine.log.get_compensations(rev)) if reread else None,
+        )  # fmt: skip
+
+    (outcome,) = await undo("s1", reread=True)
+    assert outcome.state == amends.StepState.IN_DOUBT, outcome.detail
+    assert "was not sent again" in outcome.detail
+    assert applied == [5000]  # the refund in flight when its worker died is never re-sent
+    with pytest.raises(CallLost):
+        await undo("s2", reread=False)
     await engine.close()
 
 
