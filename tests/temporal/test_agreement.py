@@ -106,7 +106,7 @@ async def forward(sc: Scenario, log: SagaLog) -> Forward:
             pass  # a forward step failed (injected): undo what did run
     world.faults.clear()
     results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
-    _mutate(world, sc, results)
+    _mutate(world, sc, results, sc.mutations)
     return Forward(saga.id, world, {sid: h.state for sid, h in handles.items()}, results)
 
 
