@@ -844,6 +844,23 @@ async def test_concurrent_resume_requests_join_one_continuation(
     one, two = amends.Engine(catalog, log=db), amends.Engine(catalog, log=db)
     saga = await close_deal(one)
     await one.undo(saga.id, budget=amends.Budget(tool_calls=2))
+    # concurrent: each request has read the reversal before either continues it (without this
+    # gate a fast first request could finish before the second even looked, and the second
+    # would then rightly continue again)
+    both_read = asyncio.Event()
+    readers: set[int] = set()
+    for engine in (one, two):
+        original = engine.log.get_reversal
+
+        async def gated(*, _orig: Any = original, _who: int = id(engine), **kw: Any) -> Any:
+            rev = await _orig(**kw)
+            readers.add(_who)
+            if len(readers) == 2:
+                both_read.set()
+            await both_read.wait()
+            return rev
+
+        engine.log.get_reversal = gated  # type: ignore[method-assign]
     a, b = await asyncio.gather(
         one.resume(saga.id, budget=amends.Budget()),
         two.resume(saga.id, budget=amends.Budget()),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 __all__ = ["MAX_BATCH", "MAX_BATCH_BYTES", "Database", "Tx", "take_batch"]
@@ -31,8 +31,9 @@ class Database(ABC):
     """How a backend runs work: ``write`` inside one durable transaction, ``read`` consistently."""
 
     @abstractmethod
-    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
-        """Run ``fn`` in a write transaction and commit durably before returning.
+    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
+        """Run ``fn`` in a write transaction and commit durably; awaiting the result returns
+        once committed (a coroutine, or a future on the hot path: issue 12).
 
         ``size`` is roughly how many bytes ``fn`` writes (group commit caps a batch by bytes).
         """

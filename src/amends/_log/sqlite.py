@@ -17,7 +17,7 @@ import queue
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import quote
@@ -411,28 +411,36 @@ class _SqliteDatabase(Database):
             return cast(T, value)
         raise value
 
-    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
-        if self.memory:
-            return self._inline(fn, write=True)
-        if self._closed or self.read_only:  # one test on the hot path; the helpers raise
-            self._check_open()
-            self._check_writable()
+    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
+        # issue 12: a future, not a coroutine (one object and one frame fewer per write); every
+        # outcome, an error too, is delivered when it is awaited, as a coroutine would deliver it
         loop = asyncio.get_running_loop()
-        if self._quiet(loop) and self._writing.acquire(blocking=False):
-            # issue 12: nothing else is waiting to write and the event loop has nothing else
-            # ready to run, so no batch can form: commit here, without the two thread hops of
-            # the writer thread (the same transaction and fsync, synchronous=FULL kept)
-            try:
-                if self._jobs.empty():
-                    ((_job, ok, value),) = self._commit([(fn, None, None, size)])
-                    if ok:
-                        return cast(T, value)
-                    raise value
-            finally:
-                self._writing.release()
         fut: asyncio.Future[T] = loop.create_future()
+        try:
+            if self.memory:
+                fut.set_result(self._inline(fn, write=True))
+                return fut
+            if self._closed or self.read_only:  # one test on the hot path; the helpers raise
+                self._check_open()
+                self._check_writable()
+            if self._quiet(loop) and self._writing.acquire(blocking=False):
+                # issue 12: nothing else is waiting to write and the event loop has nothing
+                # else ready to run, so no batch can form: commit here, without the two thread
+                # hops of the writer thread (the same transaction and fsync, synchronous=FULL)
+                try:
+                    if self._jobs.empty():
+                        ((_job, ok, value),) = self._commit([(fn, None, None, size)])
+                        if not ok:
+                            raise value
+                        fut.set_result(cast(T, value))
+                        return fut
+                finally:
+                    self._writing.release()
+        except Exception as exc:
+            fut.set_exception(exc)
+            return fut
         self._jobs.put((fn, loop, fut, size))
-        return await fut
+        return fut
 
     def _quiet(self, loop: asyncio.AbstractEventLoop) -> bool:
         """True when no other callback is ready on ``loop`` and no write is queued: a write
