@@ -229,3 +229,38 @@ async def test_a_statement_failing_mid_pipeline_raises_its_own_error_and_logs_no
         assert "k0" not in keys
     finally:
         await log.close()
+
+
+async def test_a_group_commit_reads_what_its_writes_need_in_its_first_round_trip(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain heads of sagas this process wrote lately are prefetched with BEGIN: a batch of
+    appends to 4 such sagas is 2 round trips (was one SELECT each + COMMIT), and every chain
+    still verifies."""
+    from amends._log.sql import _append
+
+    log = amends.PostgresLog(pg_url)
+    db: Any = log.db
+    try:
+        sagas = [f"p{i}" for i in range(4)]
+        for saga_id in sagas:
+            await _saga(log, saga_id)
+
+        def append(saga_id: str, i: int) -> Any:
+            return lambda tx: _append(tx, None, saga_id, "probe.note", float(i), "{}")
+
+        first = [(append(s, 1), None, None, 0) for s in sagas]
+        assert all(ok for _j, ok, _v in await asyncio.to_thread(db._commit, first))
+        seen = _trips(monkeypatch)
+        second = [(append(s, 2), None, None, 0) for s in sagas]
+        assert all(ok for _j, ok, _v in await asyncio.to_thread(db._commit, second))
+        assert [c.round_trips for c in seen] == [2]
+        for saga_id in sagas:
+            assert [e.kind for e in await log.events(saga_id)] == [
+                "saga.started",
+                "probe.note",
+                "probe.note",
+            ]
+            assert await log.verify(saga_id) == []
+    finally:
+        await log.close()

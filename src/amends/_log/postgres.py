@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
 from .database import take_batch
-from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
+from .sql import _FENCE, _NO_REVERSAL, SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
 from .sqlite import _settle_all, signing_key_from_env
 
 if TYPE_CHECKING:
@@ -89,6 +89,21 @@ _BEGIN_WRITE = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 # concurrent appends to one saga, and REPEATABLE READ fails the later one (40001) if the other
 # committed after its snapshot, so no two records ever chain to the same head (rule 11).
 _TOUCH = "UPDATE sagas SET title = title WHERE saga_id = ANY(%s)"
+# What the writes of a group commit would each read first, for the sagas and reversals this
+# process wrote to lately, in the batch's first round trip (see _Cursor.prefetch).
+_PREFETCH = (
+    "SELECT 's', s.id, s.id, NULL::int, NULL::int, "
+    "EXISTS (SELECT 1 FROM reversals WHERE saga_id = s.id), "
+    "(SELECT hash FROM records WHERE saga_id = s.id ORDER BY rec_id DESC LIMIT 1) "
+    "FROM unnest(%s::text[]) AS s(id) "
+    "WHERE EXISTS (SELECT 1 FROM sagas WHERE saga_id = s.id AND state = 'running') "
+    "UNION ALL "
+    "SELECT 'r', r.reversal_id, r.saga_id, r.generation, r.continuations, true, "
+    "(SELECT hash FROM records WHERE saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1) "
+    "FROM reversals r WHERE r.reversal_id = ANY(%s) AND r.state = 'running'"
+)
+_RECENT = 64
+"""Most sagas (and reversals) a writer remembers as recently written, for the prefetch."""
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
@@ -122,6 +137,7 @@ class _Cursor:
         self.xid: int | None = None
         self.cache: dict[str, str] = {}
         self._appended: set[str] = set()
+        self._prefetched: dict[str, str] = {}
         self.round_trips = 0
         """Round trips to the server so far (tests pin the cost of a write with it)."""
 
@@ -176,10 +192,45 @@ class _Cursor:
         """Send every held-back statement now (one round trip); raises their first error."""
         self._send(None)
 
+    def prefetch(self, sagas: Sequence[str], reversals: Sequence[str]) -> None:
+        """Read now, in the transaction's first round trip, what each write of a group commit
+        would otherwise read with a round trip of its own (issue 12): for each running saga its
+        chain head and whether it has a reversal; for each running reversal its generation, run
+        and saga (the :mod:`amends._log.sql` checks, stored in ``cache`` as they store them).
+
+        Same answers as reading them later: REPEATABLE READ gives every statement of the
+        transaction one snapshot, and what this transaction writes itself replaces the cached
+        value (sql.py's rule for ``cache``). Must run before any write function."""
+        if not self._pending or self.round_trips:
+            raise RuntimeError("prefetch must be the transaction's first round trip")
+        self._pending.append((_PREFETCH, (list(sagas), list(reversals))))
+        self.flush()
+        for kind, ident, saga_id, generation, run, has_reversal, head in self._cur.fetchall():
+            self.cache[saga_id] = self._prefetched[saga_id] = str(head or "")
+            if kind == "r":
+                self.cache[_FENCE + ident] = f"{generation}:{run or 0}:{saga_id}"
+            elif not has_reversal:
+                self.cache[_NO_REVERSAL + saga_id] = ""
+
+    def appended(self) -> set[str]:
+        """The sagas this transaction appended to: chain heads in ``cache`` that it wrote (not
+        the ones :meth:`prefetch` read), and those remembered across savepoint rollbacks."""
+        mine = {
+            k
+            for k, v in self.cache.items()
+            if not k.startswith("\x00") and self._prefetched.get(k) != v
+        }
+        return mine | self._appended
+
+    def written_reversals(self) -> list[str]:
+        """The reversals whose generation this transaction checked (sql.py's fence marks)."""
+        return [k[len(_FENCE) :] for k in self.cache if k.startswith(_FENCE)]
+
     def keep_appended(self) -> None:
         """Remember the sagas appended to so far (before ``cache`` is cleared for a rollback to
         a savepoint: their rows are still claimed at ``COMMIT``; claiming more is harmless)."""
-        self._appended.update(k for k in self.cache if not k.startswith("\x00"))
+        self._appended = self.appended()
+        self._prefetched.clear()
 
     def commit(self) -> None:
         """The held-back statements, the claim on every saga appended to, and ``COMMIT`` in
@@ -193,9 +244,9 @@ class _Cursor:
         fails with 40001 and runs again on a fresh snapshot, so the one-head-per-saga checks
         of :mod:`amends._log.sql` (no step after a claim, generation fencing, the chain head)
         hold as they did: every such check is followed by an append to that saga."""
-        self.keep_appended()
-        if self._appended:
-            self._pending.append((_TOUCH, (sorted(self._appended),)))
+        appended = self.appended()
+        if appended:
+            self._pending.append((_TOUCH, (sorted(appended),)))
         if self._want_xid and self.xid is None:
             self.flush()
         self._send("COMMIT")
@@ -277,6 +328,8 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             ) from exc
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._recent_sagas: dict[str, None] = {}
+        self._recent_reversals: dict[str, None] = {}
         self._writer = threading.Thread(target=self._run, name="amends-pg-writer", daemon=True)
         try:
             if self.read_only or self.must_exist:
@@ -351,9 +404,10 @@ class _PgDatabase(Database):
             self.pool.putconn(conn)
 
     def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool, fallback: bool = False) -> T:
-        """``fn`` in one transaction on one connection. ``fallback``: a statement of ``fn``
-        that fails when it reaches the server with ``COMMIT`` raises :class:`_Fallback` (a
-        group-commit batch, whose writes are then run one savepoint each)."""
+        """``fn`` in one transaction on one connection. ``fallback``: a group-commit batch: a
+        statement of ``fn`` that fails when it reaches the server with ``COMMIT`` raises
+        :class:`_Fallback` (the batch's writes are then run one savepoint each), and the first
+        round trip prefetches what the batch's writes read (:meth:`_Cursor.prefetch`)."""
         psycopg = self._psycopg
         status = psycopg.pq.TransactionStatus
         with self._connection() as conn, conn.cursor() as cur:
@@ -369,6 +423,8 @@ class _PgDatabase(Database):
                         cur.execute("COMMIT")
             tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True)
             try:
+                if fallback and (self._recent_sagas or self._recent_reversals):
+                    tx.prefetch(list(self._recent_sagas), list(self._recent_reversals))
                 result = fn(tx)
             except BaseException:
                 tx.discard()
@@ -396,7 +452,21 @@ class _PgDatabase(Database):
                 if state[:2] in ("40", "23", "53", "25"):
                     raise  # the server answered: it did not commit
                 raise _CommitUnknown(tx.xid, exc, result) from exc
+            self._remember(tx)
             return result
+
+    def _remember(self, tx: _Cursor) -> None:
+        """The sagas and reversals a committed write touched, most recent last (capped): what
+        the next group commit prefetches. Writer thread only."""
+        for recent, keys in (
+            (self._recent_sagas, tx.appended()),
+            (self._recent_reversals, tx.written_reversals()),
+        ):
+            for key in keys:
+                recent.pop(key, None)
+                recent[key] = None
+            while len(recent) > _RECENT:
+                del recent[next(iter(recent))]
 
     def _xact_status(self, xid: int) -> str | None:
         with self._connection() as conn:
