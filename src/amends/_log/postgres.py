@@ -100,7 +100,8 @@ _PREFETCH = (
     "UNION ALL "
     "SELECT 'r', r.reversal_id, r.saga_id, r.generation, r.continuations, true, "
     "(SELECT hash FROM records WHERE saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1) "
-    "FROM reversals r WHERE r.reversal_id = ANY(%s) AND r.state = 'running'"
+    "FROM reversals r WHERE (r.reversal_id = ANY(%s) OR r.saga_id = ANY(%s)) "
+    "AND r.state = 'running'"
 )
 _RECENT = 64
 """Most sagas (and reversals) a writer remembers as recently written, for the prefetch."""
@@ -195,15 +196,16 @@ class _Cursor:
     def prefetch(self, sagas: Sequence[str], reversals: Sequence[str]) -> None:
         """Read now, in the transaction's first round trip, what each write of a group commit
         would otherwise read with a round trip of its own (issue 12): for each running saga its
-        chain head and whether it has a reversal; for each running reversal its generation, run
-        and saga (the :mod:`amends._log.sql` checks, stored in ``cache`` as they store them).
+        chain head and whether it has a reversal; for each running reversal (given, or of one of
+        those sagas) its generation, run and saga (the :mod:`amends._log.sql` checks, stored in
+        ``cache`` as they store them).
 
         Same answers as reading them later: REPEATABLE READ gives every statement of the
         transaction one snapshot, and what this transaction writes itself replaces the cached
         value (sql.py's rule for ``cache``). Must run before any write function."""
         if not self._pending or self.round_trips:
             raise RuntimeError("prefetch must be the transaction's first round trip")
-        self._pending.append((_PREFETCH, (list(sagas), list(reversals))))
+        self._pending.append((_PREFETCH, (list(sagas), list(reversals), list(sagas))))
         self.flush()
         for kind, ident, saga_id, generation, run, has_reversal, head in self._cur.fetchall():
             self.cache[saga_id] = self._prefetched[saga_id] = str(head or "")
