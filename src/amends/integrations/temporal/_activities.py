@@ -537,9 +537,13 @@ class ReversalActivities:
         Different steps' writes go to the log together, so a group-committing log (PostgreSQL)
         commits them at once, as it does the local engine's concurrent writes."""
         inp = RecordBatch.from_wire(wire)
-        seen = await self._logged(inp.writes)
+        await self._write_all(inp.writes, await self._logged(inp.writes))
+
+    async def _write_all(
+        self, writes: list[RecordInput], seen: Mapping[str, CompensationRecord]
+    ) -> None:
         by_step: dict[str, list[RecordInput]] = {}
-        for w in inp.writes:
+        for w in writes:
             by_step.setdefault(w.step_id, []).append(w)
 
         async def in_order(writes: list[RecordInput]) -> None:
@@ -589,11 +593,15 @@ class ReversalActivities:
     async def finish(self, wire: Wire) -> dict[str, Any]:
         """Store the report (once) and return the reversal's report as the log holds it."""
         inp = FinishInput.from_wire(wire)
-        rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
-        if rev is not None and rev.state == "done" and rev.report is not None:
-            return rev.report
-        if inp.writes:  # the last activation's outcome events, before the report (one trip)
-            await self.record_many(RecordBatch(inp.writes))  # each written once
+        seen = await self._logged(inp.writes)
+        # A run that stored the report had written the carried events first: only when one of
+        # them is in the log (or none is carried) can this be a re-run that finds it done.
+        if not inp.writes or any(_logged_before(seen, w) for w in inp.writes):
+            rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
+            if rev is not None and rev.state == "done" and rev.report is not None:
+                return rev.report
+        # the last activation's outcome events, before the report (one trip), each once
+        await self._write_all(inp.writes, seen)
         # as the local engine stores it: with the resolutions that still speak for each step's
         # outcome (the one reader every report goes through; the workflow described the steps)
         report = await current_report(self.log, UndoReport.from_dict(inp.report))
