@@ -591,7 +591,9 @@ class ReversalActivities:
 
     @activity.defn(name="amends.finish")
     async def finish(self, wire: Wire) -> dict[str, Any]:
-        """Store the report (once) and return the reversal's report as the log holds it."""
+        """Store the report (once). Returns ``{"resolutions": ...}``, the resolutions stored with
+        it (the workflow adds them to the report it sent: the report does not cross Temporal's
+        history twice), or ``{"report": ...}``, the report an earlier run already stored."""
         inp = FinishInput.from_wire(wire)
         seen = await self._logged(inp.writes)
         # A run that stored the report had written the carried events first: only when one of
@@ -599,7 +601,7 @@ class ReversalActivities:
         if not inp.writes or any(_logged_before(seen, w) for w in inp.writes):
             rev = await self.log.get_reversal(reversal_id=inp.reversal_id)
             if rev is not None and rev.state == "done" and rev.report is not None:
-                return rev.report
+                return {"report": rev.report}
         # the last activation's outcome events, before the report (one trip), each once
         await self._write_all(inp.writes, seen)
         # as the local engine stores it: with the resolutions that still speak for each step's
@@ -610,7 +612,7 @@ class ReversalActivities:
             await self.log.finish_reversal(inp.reversal_id, inp.generation, final, now=time.time())
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
-        return final
+        return {"resolutions": final["resolutions"]}
 
 
 def _found(saga: SagaRecord | None) -> None:

@@ -604,7 +604,11 @@ class ReversalWorkflow:
             if isinstance(exc.cause, ApplicationError) and exc.cause.type == "LeaseLostError":
                 raise LeaseLostError(exc.cause.message) from None
             raise
-        return stored
+        if "report" in stored:  # an earlier run of this task stored it: that one stands
+            report_dict: dict[str, Any] = stored["report"]
+            return report_dict
+        # as amends.finish stored it: this report with the resolutions it stored with it
+        return report.with_resolutions(stored["resolutions"]).to_dict()
 
 
 def _keep_marker(request: SecretRequest) -> str:
