@@ -264,3 +264,33 @@ async def test_a_group_commit_reads_what_its_writes_need_in_its_first_round_trip
             assert await log.verify(saga_id) == []
     finally:
         await log.close()
+
+
+async def test_a_connection_used_within_a_second_is_handed_out_without_a_check_round_trip(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's liveness check (an empty query) runs for a connection idle for over a second,
+    not before every transaction; a write still commits either way."""
+    import psycopg_pool
+
+    checks: list[object] = []
+    real = psycopg_pool.ConnectionPool.check_connection
+
+    def spy(conn: Any) -> None:
+        checks.append(conn)
+        real(conn)
+
+    monkeypatch.setattr(psycopg_pool.ConnectionPool, "check_connection", staticmethod(spy))
+    log = amends.PostgresLog(pg_url, max_size=1)
+    try:
+        await _saga(log, "c1")
+        first = len(checks)
+        for i in range(5):
+            await log.append_event("c1", "probe.note", now=float(i))
+        assert len(checks) == first, "a connection just used is not checked again"
+        await asyncio.sleep(1.2)
+        await log.append_event("c1", "probe.note", now=9.0)
+        assert len(checks) == first + 1, "an idle connection is checked before use"
+        assert len(await log.events("c1")) == 7
+    finally:
+        await log.close()

@@ -103,6 +103,8 @@ _PREFETCH = (
     "FROM reversals r WHERE (r.reversal_id = ANY(%s) OR r.saga_id = ANY(%s)) "
     "AND r.state = 'running'"
 )
+_FRESH = 1.0
+"""Seconds a connection counts as alive after its last use (no check round trip)."""
 _RECENT = 64
 """Most sagas (and reversals) a writer remembers as recently written, for the prefetch."""
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -308,12 +310,13 @@ class _PgDatabase(Database):
         self.connect_timeout = connect_timeout
         self._closed = False
         self._lock = threading.Lock()
+        self._last_used: dict[int, float] = {}
         self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=self._check_connection,
             timeout=connect_timeout,
             reconnect_timeout=max(retry_seconds, connect_timeout),
             open=False,
@@ -403,7 +406,18 @@ class _PgDatabase(Database):
         try:
             yield conn
         finally:
+            self._last_used[id(conn)] = time.monotonic()
             self.pool.putconn(conn)
+
+    def _check_connection(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check when it hands out a connection: an empty query (a round trip), but
+        only for a connection idle for more than a second (issue 12: a round trip per
+        transaction otherwise). A connection that died since its last use fails its first
+        statement instead, before anything was committed, and the write is re-run."""
+        if time.monotonic() - self._last_used.get(id(conn), 0.0) > _FRESH:
+            import psycopg_pool
+
+            psycopg_pool.ConnectionPool.check_connection(conn)
 
     def _one_attempt(self, fn: Callable[[Tx], T], *, write: bool, fallback: bool = False) -> T:
         """``fn`` in one transaction on one connection. ``fallback``: a group-commit batch: a
