@@ -23,10 +23,11 @@ from .runner import SagaResult, run_scenario, run_scenario_both
 __all__ = ["CONCURRENCY", "ENGINES", "EngineTally", "default_jobs", "run_indexes", "run_suite"]
 
 ENGINES: tuple[str, ...] = ("amends", "naive", *BROKEN_ENGINES)
-CONCURRENCY = 8
+CONCURRENCY = 4
 """Scenarios computing at once per process by default. More only adds CPU (more live objects
-for the garbage collector, longer ready queues): 48 cost ~12 % more CPU per saga than 8, and
-the loop is never idle at 8 (issue 12, measured side by side)."""
+for the garbage collector, longer ready queues): side by side, 48 cost ~12 % more CPU per saga
+than 8, and 8 ~4 % more than 4; 2 is no better than 4 (issue 12). The sandbox answers at once,
+so a few sagas keep the loop busy; those sleeping (stall, crash) wait outside this limit."""
 
 
 @dataclass
