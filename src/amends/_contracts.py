@@ -237,6 +237,28 @@ def _check_optional_text(value: Any, what: str, *, tool: str) -> str | None:
     return value
 
 
+def inverse_dict(
+    tool: str,
+    args: Mapping[str, Any],
+    deadline: str | None,
+    landed: Expectation | None,
+    no_drift_check: str | None,
+    undo_after: Sequence[str],
+) -> dict[str, Any]:
+    """An inverse as logged (``Inverse.to_dict``); the forward path builds it from the call's
+    parts without making an ``Inverse`` first (issue 12: fewer objects per step)."""
+    out: dict[str, Any] = {"tool": tool, "args": dict(args)}
+    if deadline is not None:
+        out["deadline"] = deadline
+    if landed is not None:
+        out["landed"] = landed.to_dict()
+    if no_drift_check is not None:
+        out["no_drift_check"] = no_drift_check
+    if undo_after:
+        out["undo_after"] = list(undo_after)
+    return out
+
+
 @dataclass(frozen=True)
 class Inverse:
     """The call that takes a step back, computed when the step ran and stored as data."""
@@ -260,16 +282,9 @@ class Inverse:
     undo_after=[...])``, rule 3)."""
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tool": self.tool, "args": dict(self.args)}
-        if self.deadline is not None:
-            out["deadline"] = self.deadline
-        if self.landed is not None:
-            out["landed"] = self.landed.to_dict()
-        if self.no_drift_check is not None:
-            out["no_drift_check"] = self.no_drift_check
-        if self.undo_after:
-            out["undo_after"] = list(self.undo_after)
-        return out
+        return inverse_dict(
+            self.tool, self.args, self.deadline, self.landed, self.no_drift_check, self.undo_after
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Inverse:

@@ -28,6 +28,7 @@ from ._contracts import (
     Reversibility,
     ToolFn,
     ToolSpec,
+    inverse_dict,
     json_copy,
 )
 from ._errors import (
@@ -949,15 +950,14 @@ def _finish_done(
         # the inverse as recorded, with what the call and the step add to it, as
         # Inverse.to_dict() gives it (issue 12: built directly, not through dataclasses.replace
         # and a second Inverse; test_a_step_logs_every_field_of_its_inverse pins the fields)
-        inverse = {"tool": inv.tool, "args": dict(inv.args)}
-        if inv.deadline is not None:
-            inverse["deadline"] = inv.deadline
-        if call.recorded_landed is not None:
-            inverse["landed"] = call.recorded_landed.to_dict()
-        if call.recorded_no_drift_check is not None:
-            inverse["no_drift_check"] = call.recorded_no_drift_check
-        if step.undo_after:
-            inverse["undo_after"] = [s.id for s in step.undo_after]
+        inverse = inverse_dict(
+            inv.tool,
+            inv.args,
+            inv.deadline,
+            call.recorded_landed,
+            call.recorded_no_drift_check,
+            [s.id for s in step.undo_after],
+        )
     return StepFinish(
         "done",
         effective=effective.value,
