@@ -24,12 +24,11 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ._errors import ConfigError, ContractError
 
 if TYPE_CHECKING:
-    from ._contracts import Catalog
     from ._log.base import SagaRecord
 
 __all__ = [
@@ -294,8 +293,27 @@ def _refused(req: SecretRequest, message: str) -> ContractError:
     return ContractError(message, tool=req.tool, saga_id=req.saga_id, step_id=req.step_id)
 
 
+class _Spec(Protocol):
+    """What secret resolution reads of a tool's spec (``amends.ToolSpec``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def resolve_secret(self) -> SecretResolver | None: ...
+
+
+class _Tools(Protocol):
+    """What secret resolution reads of a catalog (``amends.Catalog``): this module sits below
+    the contracts, so it names the two operations it needs rather than importing them."""
+
+    def __contains__(self, tool: object, /) -> bool: ...
+
+    def get(self, name: str, /) -> _Spec: ...
+
+
 async def resolve_call_args(
-    catalog: Catalog,
+    catalog: _Tools,
     saga: SagaRecord,
     tool: str,
     step_id: str,
