@@ -482,6 +482,7 @@ class _Runner:
         if prior is not None and in_flight and prior.data.get("returned"):
             return await self._after_return(p, prior, key)
         resent = False
+        paid_at: int | None = None
         try:
             if in_flight:
                 if await self._landed_before(p, counter):
@@ -492,6 +493,7 @@ class _Runner:
             # rule 7: the call is paid for before the dispatch record is written, so the record
             # carries it and a take-over after a crash counts the call that was in flight.
             self._take_call(p.inverse.tool, counter)
+            paid_at = counter[0]
             await self._record(
                 p,
                 "dispatched",
@@ -511,6 +513,8 @@ class _Runner:
                 prepaid=True,
             )
         except _Stop as stop:
+            if paid_at is not None and counter[0] == paid_at:
+                self.meter.calls -= 1  # paid for, never made (no resolver, unknown tool)
             if in_flight and stop.state is StepState.OVER_BUDGET:
                 # rule 7: no budget left to check or re-send; the step stays continuable (a
                 # continuation treats the earlier attempt as still in flight, rule 5).

@@ -267,6 +267,8 @@ def test_an_inverse_needing_a_secret_without_a_resolver_fails_clearly_and_is_not
     assert ledger.refunds_with == []  # never sent with a marker instead of the card
     assert ledger.charges["ch_1"]["status"] == "captured"
     assert leaks(report.to_json()) == []
+    # rule 7: the budget counts calls made: the drift probe, not the refund never sent
+    assert report.tool_calls == 1
 
 
 def test_from_env_resolver_reads_the_variable_and_names_a_missing_one(
