@@ -148,6 +148,9 @@ class _SqliteDatabase(Database):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._reads = 0
+        """Reads running on reader threads; ``close`` waits for them (see ``_read_sync``)."""
+        self._reads_done = threading.Condition(self._lock)
         self._closed = False
         self._immutable = False
         self._writing = threading.Lock()  # one transaction at a time on the writer connection
@@ -451,8 +454,13 @@ class _SqliteDatabase(Database):
         return ready is not None and not ready and self._jobs.empty()
 
     def _read_sync(self, fn: Callable[[Tx], T]) -> T:
-        conn = self._reader()
+        # sqlite3 lets one thread close a connection another thread is executing on, and the C
+        # library then crashes the process: a read counts itself in, and close waits for it.
+        with self._lock:
+            self._check_open()
+            self._reads += 1
         try:
+            conn = self._reader()
             conn.execute("BEGIN")
             try:
                 return fn(_Cursor(conn))
@@ -460,6 +468,19 @@ class _SqliteDatabase(Database):
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
+        finally:
+            with self._lock:
+                self._reads -= 1
+                if self._reads == 0:
+                    self._reads_done.notify_all()
+
+    def _close_readers(self) -> None:
+        """Close the reader connections once no read is running on them."""
+        with self._reads_done:
+            self._reads_done.wait_for(lambda: self._reads == 0)
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
         if self.memory:
@@ -469,16 +490,15 @@ class _SqliteDatabase(Database):
     async def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        with self._lock:  # reads starting from now are refused (_read_sync)
+            self._closed = True
         if self._thread is not None:
             self._jobs.put(None)
             await asyncio.to_thread(self._thread.join)
         with self._lock:
             self._conn.close()
-        with self._lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+        if self._readers or self._reads:
+            await asyncio.to_thread(self._close_readers)
 
 
 def signing_key_from_env(key: bytes | None) -> bytes | None:
