@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 from agent_scene import new_engine
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
 import amends
+from amends.integrations import _agents
 from amends.integrations.langchain import (
     AmendsMiddleware,
     agent_run,
     agent_run_sync,
     amends_tool_node,
+    catalog_tools,
     declare,
 )
 
@@ -359,4 +363,96 @@ async def test_a_failing_model_call_closes_the_saga_the_middleware_opened(sync: 
     assert [(s.tool, s.state) for s in saga.steps] == [("set_stage", "done")]
     report = await engine.undo(saga.saga_id)
     assert report.status == "fully_reversed"
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+class HoldFirstCall(AgentMiddleware):  # type: ignore[type-arg]
+    """An outer middleware that holds the first-listed tool call back (or never lets it
+    through): the framework's concurrent calls reach amends in the other order."""
+
+    def __init__(self, hold: float | None) -> None:
+        super().__init__()
+        self.hold = hold  # seconds; None: answer it here, it never reaches amends
+
+    def _held(self, request: Any) -> ToolMessage | None:
+        if request.tool_call["id"] != "c1" or self.hold is not None:
+            return None
+        return ToolMessage(content="not now", tool_call_id="c1", status="error")
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        answer = self._held(request)
+        if answer is not None:
+            return answer
+        if request.tool_call["id"] == "c1":
+            time.sleep(self.hold or 0)
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        answer = self._held(request)
+        if answer is not None:
+            return answer
+        if request.tool_call["id"] == "c1":
+            await asyncio.sleep(self.hold or 0)
+        return await handler(request)
+
+
+ONE_TURN = [
+    ("crm_update_field", {"record_id": "acme", "field": "stage", "value": "closed_won"}),
+    ("payments_charge", {"customer": "cus_acme", "cents": 5000}),
+    ("chat_post", {"channel": "#sales", "text": "ACME is closed"}),
+]
+
+
+async def run_turn(engine: amends.Engine, hold: float | None, sync: bool) -> amends.SagaRecord:
+    mw = AmendsMiddleware(engine, title="Close ACME")
+    tools = catalog_tools(engine.catalog, ["crm.update_field", "payments.charge", "chat.post"])
+    agent = create_agent(scripted(ONE_TURN), tools, middleware=[HoldFirstCall(hold), mw])
+    state = {"messages": [("user", "Close it")]}
+    if sync:
+        await asyncio.wait_for(asyncio.to_thread(agent.invoke, state), 30)
+    else:
+        await asyncio.wait_for(agent.ainvoke(state), 30)
+    assert mw.last_saga_id is not None
+    saga = await engine.log.get_saga(mw.last_saga_id)
+    assert saga is not None
+    return saga
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_steps_of_one_turn_follow_the_models_order_not_the_order_calls_arrive(
+    sync: bool,
+) -> None:
+    """The model listed crm, charge, post in one turn; the framework runs them concurrently and
+    the first reaches amends last. The saga numbers them as the model listed them, so the same
+    run gives the same step ids and report every time (a CI run once printed s3/s4 swapped)."""
+    world, engine = new_engine()
+    saga = await run_turn(engine, 0.2, sync)
+    assert [(s.step_id, s.tool, s.state) for s in saga.steps] == [
+        ("s1", "crm.update_field", "done"),
+        ("s2", "payments.charge", "done"),
+        ("s3", "chat.post", "done"),
+    ]
+    report = await engine.undo(saga.saga_id)
+    assert [(s.step_id, s.state.value) for s in report.steps] == [
+        ("s1", "reverted"),
+        ("s2", "compensated"),
+        ("s3", "compensated"),
+    ]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_call_that_never_reaches_amends_delays_the_rest_of_its_turn_never_blocks_it(
+    sync: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outer layer answers the first-listed call itself (a call limit): the calls listed
+    after it wait at most PLACE_GRACE for it, then run; nothing hangs, nothing is recorded for
+    the call that never ran."""
+    monkeypatch.setattr(_agents, "PLACE_GRACE", 0.2)
+    world, engine = new_engine()
+    saga = await run_turn(engine, None, sync)
+    assert [(s.step_id, s.tool, s.state) for s in saga.steps] == [
+        ("s1", "payments.charge", "done"),
+        ("s2", "chat.post", "done"),
+    ]
     assert world.crm.read_field("acme", "stage") == "negotiation"

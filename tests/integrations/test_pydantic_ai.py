@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,10 +11,16 @@ from agent_scene import new_engine
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
 import amends
-from amends.integrations.pydantic_ai import AmendsToolset, agent_run, declare, spend
+from amends.integrations.pydantic_ai import (
+    AmendsToolset,
+    agent_run,
+    catalog_toolset,
+    declare,
+    spend,
+)
 
 
 def scripted(*turns: list[tuple[str, dict[str, Any]]], final: str = "ok") -> FunctionModel:
@@ -311,3 +318,37 @@ async def test_run_sync_inside_agent_run_sync_records_one_saga() -> None:
         "chat.post": ["crm.update_field", "payments.charge"],
         "lookup_weather": ["crm.update_field", "payments.charge"],
     }
+
+
+@dataclasses.dataclass
+class HoldFirstCall(WrapperToolset[Any]):
+    """An outer toolset holding the first-listed call back: the calls reach amends reversed."""
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+        if name == "crm_update_field":
+            await asyncio.sleep(0.2)
+        return await super().call_tool(name, tool_args, ctx, tool)
+
+
+async def test_steps_of_one_turn_follow_the_models_order_not_the_order_calls_arrive() -> None:
+    """Pydantic AI runs a response's tool calls concurrently; the saga numbers their steps as
+    the model listed them, whichever reaches amends first."""
+    world, engine = new_engine()
+    inner = catalog_toolset(engine.catalog, ["crm.update_field", "payments.charge", "chat.post"])
+    toolset = AmendsToolset(inner, engine=engine)
+    turn = [
+        ("crm_update_field", {"record_id": "acme", "field": "stage", "value": "closed_won"}),
+        ("payments_charge", {"customer": "cus_acme", "cents": 5000}),
+        ("chat_post", {"channel": "#sales", "text": "ACME is closed"}),
+    ]
+    agent = Agent(scripted(turn), toolsets=[HoldFirstCall(toolset)])
+    await asyncio.wait_for(agent.run("Close ACME"), 30)
+    assert toolset.last_saga_id is not None
+    saga = await engine.log.get_saga(toolset.last_saga_id)
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.state) for s in saga.steps] == [
+        ("s1", "crm.update_field", "done"),
+        ("s2", "payments.charge", "done"),
+        ("s3", "chat.post", "done"),
+    ]
+    assert world.crm.read_field("acme", "stage") == "closed_won"

@@ -7,7 +7,11 @@ contract is irreversible, and the run still works). Dependencies follow what the
 * tool calls of one model turn are independent of each other (unless their catalog ``resources``
   overlap, which the saga orders by itself);
 * a tool call of a later turn depends on every step whose result the model had already seen,
-  i.e. every step that was done when the turn began.
+  i.e. every step that was done when the turn began;
+* the steps of one turn are numbered in the order the model listed its tool calls, not in the
+  order the framework's concurrent tasks happened to reach amends (an adapter that knows a call's
+  ``place`` in its turn passes it; a call waits at most :data:`PLACE_GRACE` seconds for the calls
+  listed before it to begin), so the same run gives the same step ids and the same report.
 
 The adapters only translate: they tell :class:`AgentRun` where a turn begins (a key that changes
 with each model response) and hand it a zero-argument function that runs the framework's own tool
@@ -57,6 +61,11 @@ _ACTIVE: contextvars.ContextVar[AgentRun | None] = contextvars.ContextVar(
 # be swallowed by it, so it is refused with a clear message instead.
 _RESERVED_ARGS = frozenset({"after", "step_id"})
 
+PLACE_GRACE = 1.0
+"""Seconds a tool call waits for the calls its model turn listed before it to begin their steps
+(they normally arrive within milliseconds of each other); past it, it begins anyway, so a call
+another layer never lets through (a framework's call limit) delays the rest, never blocks them."""
+
 
 class ToolReportedError(Exception):
     """The framework turned the tool's exception into an error answer for the model.
@@ -93,6 +102,8 @@ class AgentRun:
         self._turn: Hashable = object()
         self._seen: tuple[Step, ...] = ()
         self._turn_lock = threading.Lock()
+        self._begun: set[int] = set()  # places of the current turn whose calls have begun
+        self._place_waiters: list[asyncio.Future[None]] = []
 
     @property
     def saga_id(self) -> str:
@@ -116,6 +127,45 @@ class AgentRun:
                 return
             self._turn = object() if key is None else key
             self._seen = tuple(s for s in self.saga.steps if s.state == "done")
+            self._begun = set()
+        self._wake_place_waiters()
+
+    def _wake_place_waiters(self) -> None:
+        with self._turn_lock:
+            waiters, self._place_waiters = self._place_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.get_loop().call_soon_threadsafe(_settle, waiter)
+
+    def begun(self, place: int | None, turn: Hashable | None = None) -> None:
+        """Say that the call at ``place`` in its turn has begun, or will never be a step (the
+        undo tool, a refused or deferred call, a tool the agent does not have), so the calls
+        listed after it need not wait for it. Calling it again changes nothing."""
+        if place is None:
+            return
+        with self._turn_lock:
+            if turn is not None and turn != self._turn:
+                return  # a call of a turn that is over: nobody waits for it any more
+            self._begun.add(place)
+        self._wake_place_waiters()
+
+    async def _wait_for_place(self, place: int) -> None:
+        """Wait until every call listed before ``place`` in this turn has begun (at most
+        :data:`PLACE_GRACE` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PLACE_GRACE
+        turn = self._turn
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            with self._turn_lock:  # checked and queued at once: a wake-up cannot slip between
+                if self._turn is not turn or self._begun.issuperset(range(place)):
+                    return
+                self._place_waiters.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, left)
 
     def dependencies(self) -> list[Step]:
         """The steps a tool call of the current turn depends on: those the model had seen done.
@@ -136,6 +186,7 @@ class AgentRun:
         loggable: Callable[[T], Any] | None = None,
         refused: Callable[[Exception], bool] | None = None,
         refused_answer: Callable[[T], str | None] | None = None,
+        place: int | None = None,
     ) -> T:
         """Run one framework tool call as a step of the saga and return what the framework's
         own call returned.
@@ -153,6 +204,8 @@ class AgentRun:
                 (Pydantic AI's ``ModelRetry``): the step is ``failed``, not ``in_doubt``.
             refused_answer: For an answer the framework gave without running the tool (invalid
                 arguments): returns its text, else ``None``; the step is ``failed``.
+            place: The call's index among the tool calls its model turn listed; the step
+                begins after those listed before it (see :meth:`begun`). ``None``: at once.
 
         Raises:
             ConfigError: An argument name the saga reserves (``after``, ``step_id``).
@@ -168,9 +221,41 @@ class AgentRun:
                 loggable=loggable,
                 refused=refused,
                 refused_answer=refused_answer,
+                place=place,
             )
         if turn is not None:
             self.begin_turn(turn)
+        box: dict[str, Any] = {}
+        try:
+            if place:
+                await self._wait_for_place(place)
+            step = self._start_step(
+                tool, args, run, box, reported_error, loggable, refused, refused_answer
+            )
+        finally:
+            self.begun(place, turn)
+        try:
+            await step
+        except amends.StepFailedError:
+            if "exc" in box:  # the framework sees the tool's own exception, as without amends
+                raise box["exc"] from None
+            if "value" in box:  # the framework's own error answer goes back to the model
+                return box["value"]  # type: ignore[no-any-return]
+            raise
+        return box["value"]  # type: ignore[no-any-return]
+
+    def _start_step(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        run: Callable[[], Awaitable[T]] | Callable[[], T],
+        box: dict[str, Any],
+        reported_error: Callable[[T], str | None] | None,
+        loggable: Callable[[T], Any] | None,
+        refused: Callable[[Exception], bool] | None,
+        refused_answer: Callable[[T], str | None] | None,
+    ) -> Step:
+        """Begin the step of one tool call; its outcome goes into ``box`` (``value``/``exc``)."""
         clash = _RESERVED_ARGS.intersection(args)
         if clash:
             raise amends.ConfigError(
@@ -178,7 +263,6 @@ class AgentRun:
                 f"saga.call_with() reserves; rename the tool's parameter",
                 tool=tool,
             )
-        box: dict[str, Any] = {}
 
         def finish(value: Any) -> Any:
             box["value"] = value
@@ -222,15 +306,7 @@ class AgentRun:
                 return finish(value)
 
             step = self.saga.call_with(forward_sync, tool, after=self.dependencies(), **args)
-        try:
-            await step
-        except amends.StepFailedError:
-            if "exc" in box:  # the framework sees the tool's own exception, as without amends
-                raise box["exc"] from None
-            if "value" in box:  # the framework's own error answer goes back to the model
-                return box["value"]  # type: ignore[no-any-return]
-            raise
-        return box["value"]  # type: ignore[no-any-return]
+        return step
 
     async def _call_from_other_loop(
         self,
@@ -289,6 +365,7 @@ class AgentRun:
         loggable: Callable[[T], Any] | None = None,
         refused: Callable[[Exception], bool] | None = None,
         refused_answer: Callable[[T], str | None] | None = None,
+        place: int | None = None,
     ) -> T:
         """:meth:`call_tool` for a framework's synchronous path (called from another thread).
 
@@ -329,6 +406,7 @@ class AgentRun:
                 loggable=loggable,
                 refused=refused,
                 refused_answer=refused_answer,
+                place=place,
             ),
             self.loop,
         )
@@ -358,6 +436,11 @@ class AgentRun:
             yield self
         finally:
             _ACTIVE.reset(token)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _check_engine(engine: object) -> Engine:

@@ -18,6 +18,7 @@ never imports LangChain.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -77,13 +78,16 @@ def _messages(state: Any) -> Sequence[BaseMessage]:
     return msgs if isinstance(msgs, Sequence) else ()
 
 
-def _turn_of(request: ToolCallRequest) -> Hashable | None:
-    """The model response that asked for this tool call (one model turn), or ``None``."""
+def _turn_of(request: ToolCallRequest) -> tuple[Hashable | None, int | None]:
+    """The model response that asked for this tool call (one model turn) and the call's place
+    among the calls it listed, or ``(None, None)``."""
     call_id = request.tool_call.get("id")
     for msg in reversed(_messages(request.state)):
-        if isinstance(msg, AIMessage) and any(tc.get("id") == call_id for tc in msg.tool_calls):
-            return ("lc", msg.id or id(msg))
-    return None
+        if isinstance(msg, AIMessage):
+            for place, tc in enumerate(msg.tool_calls):
+                if tc.get("id") == call_id:
+                    return ("lc", msg.id or id(msg)), place
+    return None, None
 
 
 def _reported_error(answer: Any) -> str | None:
@@ -250,28 +254,40 @@ class AmendsMiddleware(AgentMiddleware):
             status="error",
         )
 
+    def _not_a_step(self, turn: Hashable | None, place: int | None) -> None:
+        """The calls listed after this one in its turn need not wait for it (see
+        :meth:`AgentRun.begun`)."""
+        with contextlib.suppress(amends.ConfigError):  # no run: no call waits either
+            self._run().begun(place, turn)
+
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         tc = request.tool_call
+        turn, place = _turn_of(request)
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            self._not_a_step(turn, place)
             with self._run().activate():
                 return handler(request)
         if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
+            self._not_a_step(turn, place)
             return handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
         try:
             refused = self._gate(request, tool)
             if refused is not None:
+                self._not_a_step(turn, place)
                 return refused
             return self._run().call_tool_sync(
                 tool,
                 dict(tc.get("args") or {}),
                 lambda: handler(request),
-                turn=_turn_of(request),
+                turn=turn,
+                place=place,
                 reported_error=_reported_error,
                 refused_answer=_refused_answer,
                 loggable=_loggable,
             )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
+            self._not_a_step(turn, place)
             raise
         except Exception:
             self._close_own_sync()  # the exception ends the agent run: after_agent never runs
@@ -279,10 +295,13 @@ class AmendsMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
+        turn, place = _turn_of(request)
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            self._not_a_step(turn, place)
             with self._run().activate():
                 return await handler(request)
         if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
+            self._not_a_step(turn, place)
             return await handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
 
@@ -292,17 +311,20 @@ class AmendsMiddleware(AgentMiddleware):
         try:
             refused = self._gate(request, tool)
             if refused is not None:
+                self._not_a_step(turn, place)
                 return refused
             return await self._run().call_tool(
                 tool,
                 dict(tc.get("args") or {}),
                 call,
-                turn=_turn_of(request),
+                turn=turn,
+                place=place,
                 reported_error=_reported_error,
                 refused_answer=_refused_answer,
                 loggable=_loggable,
             )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
+            self._not_a_step(turn, place)
             raise
         except Exception:
             await self._close_own()  # the exception ends the agent run: after_agent never runs

@@ -61,15 +61,16 @@ __all__ = [
 ]
 
 
-def _turn_of(ctx: RunContext[Any]) -> Hashable:
-    """The model response that asked for this call: the ids of its tool calls. Stable when a
-    deferred (approved) call runs in a later agent run, unlike the run step."""
+def _turn_of(ctx: RunContext[Any]) -> tuple[Hashable, int | None]:
+    """The model response that asked for this call (the ids of its tool calls: stable when a
+    deferred, approved call runs in a later agent run, unlike the run step) and the call's place
+    among the calls it listed."""
     for msg in reversed(ctx.messages):
         if isinstance(msg, ModelResponse):
-            ids = frozenset(p.tool_call_id for p in msg.parts if isinstance(p, ToolCallPart))
+            ids = [p.tool_call_id for p in msg.parts if isinstance(p, ToolCallPart)]
             if ctx.tool_call_id in ids:
-                return ("pydantic_ai", ids)
-    return ("pydantic_ai", ctx.run_id, ctx.run_step)  # one model response per run step
+                return ("pydantic_ai", frozenset(ids)), ids.index(ctx.tool_call_id)
+    return ("pydantic_ai", ctx.run_id, ctx.run_step), None  # one model response per run step
 
 
 @dataclasses.dataclass
@@ -165,13 +166,16 @@ class AmendsToolset(WrapperToolset[Any]):
         async def call() -> Any:
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
+        turn, place = _turn_of(ctx)
         if name == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+            self._run().begun(place, turn)
             with self._run().activate():
                 return await call()
         catalog_name = resolve_tool_name(self._engine.catalog, name, self.names)
         catalog = self._engine.catalog
         if needs_approval(catalog, catalog_name, self.approval) and not ctx.tool_call_approved:
             # the framework's human-in-the-loop: the call is deferred, nothing has run
+            self._run().begun(place, turn)
             raise ApprovalRequired(
                 metadata={"amends_approval": approval_message(catalog, catalog_name, tool_args)}
             )
@@ -179,7 +183,8 @@ class AmendsToolset(WrapperToolset[Any]):
             catalog_name,
             dict(tool_args),
             call,
-            turn=_turn_of(ctx),
+            turn=turn,
+            place=place,
             refused=lambda exc: isinstance(exc, ModelRetry),
         )
 
