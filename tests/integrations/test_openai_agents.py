@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 from agent_scene import TITLE, new_engine, openai_agent
-from agents import Agent, Runner, function_tool
+from agents import Agent, RunHooks, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import amends
 from amends.integrations.openai_agents import (
     agent_run,
     approval_requests,
+    catalog_function_tools,
     run_agent,
     wrap_agent,
     wrap_tools,
@@ -219,3 +220,53 @@ async def test_runner_run_sync_inside_agent_run_sync_records_one_saga() -> None:
         "chat.post": ["crm.update_field", "payments.charge"],
         "lookup_weather": ["crm.update_field", "payments.charge"],
     }
+
+
+class HoldFirstCall(RunHooks[Any]):
+    """The user's own hooks, slow for the first-listed call (say, they log it somewhere): the
+    SDK's concurrent calls reach amends in the other order."""
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if tool.name == "crm_update_field":
+            await asyncio.sleep(0.2)
+
+
+async def test_steps_of_one_turn_follow_the_models_order_not_the_order_calls_arrive() -> None:
+    """The SDK runs a response's function calls concurrently; the saga numbers their steps as
+    the model listed them, whichever reaches amends first."""
+    world, engine = new_engine()
+    tools = catalog_function_tools(
+        engine.catalog, ["crm.update_field", "payments.charge", "chat.post"]
+    )
+    model = ScriptedModel(
+        [
+            ModelStep(
+                output=[
+                    function_call(
+                        "crm_update_field",
+                        {"record_id": "acme", "field": "stage", "value": "closed_won"},
+                        call_id="c1",
+                    ),
+                    function_call(
+                        "payments_charge", {"customer": "cus_acme", "cents": 5000}, call_id="c2"
+                    ),
+                    function_call(
+                        "chat_post", {"channel": "#sales", "text": "ACME is closed"}, call_id="c3"
+                    ),
+                ]
+            ),
+            ModelStep(output=[assistant_message("ok")]),
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=tools)
+    outcome = await asyncio.wait_for(
+        run_agent(engine, agent, "Close ACME", hooks=HoldFirstCall()), 30
+    )
+    saga = await engine.log.get_saga(outcome.saga_id)
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.state) for s in saga.steps] == [
+        ("s1", "crm.update_field", "done"),
+        ("s2", "payments.charge", "done"),
+        ("s3", "chat.post", "done"),
+    ]
+    assert world.crm.read_field("acme", "stage") == "closed_won"

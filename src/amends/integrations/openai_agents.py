@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -75,6 +76,11 @@ R = TypeVar("R")
 
 _TURNS = itertools.count(1)
 
+# Wrapped tools whose calls go straight to amends (no approval gate stops them first), and, per
+# agent run, the place of each such call in the model response that listed it (AmendsRunHooks).
+_ORDERED: weakref.WeakSet[Any] = weakref.WeakSet()
+_LISTED: weakref.WeakKeyDictionary[AgentRun, dict[str, int]] = weakref.WeakKeyDictionary()
+
 
 def _the_run() -> AgentRun:
     run = current_run()
@@ -104,6 +110,7 @@ def _wrap(
         if not isinstance(args, dict):
             args = {"arguments": args}
         run = _the_run()
+        place = _LISTED.get(run, {}).get(ctx.tool_call_id) if run.turns_from_hooks else None
 
         async def call() -> Any:
             return await raising.on_invoke_tool(ctx, args_json)
@@ -116,6 +123,7 @@ def _wrap(
                 # With AmendsRunHooks each model call begins a turn; without them every call is
                 # its own turn, depending on every step done before it (safe for undo order).
                 turn=None if run.turns_from_hooks else ("openai_agents", next(_TURNS)),
+                place=place,
                 # the SDK rejects arguments that fail validation before calling the function
                 refused=lambda exc: isinstance(exc, ModelBehaviorError),
             )
@@ -130,6 +138,7 @@ def _wrap(
     if needs_approval(catalog, catalog_name, approval):
         # the SDK's human-in-the-loop: the run stops with an interruption before the call
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, needs_approval=True)
+    _ORDERED.add(on_invoke_tool)
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
 
@@ -219,10 +228,26 @@ class AmendsRunHooks(RunHooks[Any]):
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
-    # The other hooks only pass through to the user's.
-    async def on_llm_end(self, *args: Any) -> None:
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        # The SDK runs the response's function calls concurrently; their steps are numbered in
+        # the order the model listed them (AgentRun.call_tool's place).
+        run = current_run()
+        if run is not None:
+            ordered = {
+                t.name
+                for t in getattr(agent, "tools", ())
+                if isinstance(t, FunctionTool) and t.on_invoke_tool in _ORDERED
+            }
+            calls = [
+                item.call_id
+                for item in getattr(response, "output", ())
+                if getattr(item, "type", None) == "function_call" and item.name in ordered
+            ]
+            _LISTED[run] = {call_id: place for place, call_id in enumerate(calls)}
         if self.inner is not None:
-            await self.inner.on_llm_end(*args)
+            await self.inner.on_llm_end(context, agent, response)
+
+    # The other hooks only pass through to the user's.
 
     async def on_agent_start(self, *args: Any) -> None:
         if self.inner is not None:
