@@ -103,6 +103,7 @@ class AgentRun:
         self._seen: tuple[Step, ...] = ()
         self._turn_lock = threading.Lock()
         self._begun: set[int] = set()  # places of the current turn whose calls have begun
+        self._arrived: set[int] = set()  # ... whose calls reached amends (begun or waiting)
         self._place_waiters: list[asyncio.Future[None]] = []
 
     @property
@@ -128,6 +129,7 @@ class AgentRun:
             self._turn = object() if key is None else key
             self._seen = tuple(s for s in self.saga.steps if s.state == "done")
             self._begun = set()
+            self._arrived = set()
         self._wake_place_waiters()
 
     def _wake_place_waiters(self) -> None:
@@ -150,22 +152,37 @@ class AgentRun:
         self._wake_place_waiters()
 
     async def _wait_for_place(self, place: int) -> None:
-        """Wait until every call listed before ``place`` in this turn has begun (at most
-        :data:`PLACE_GRACE` seconds)."""
+        """Wait until every call listed before ``place`` in this turn has begun.
+
+        A call waits at most :data:`PLACE_GRACE` seconds for calls that have not reached amends;
+        then it gives up on those (the calls after it stop waiting for them too), but it still
+        lets the earlier calls that are here begin first, so the order holds among them.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PLACE_GRACE
         turn = self._turn
+        gave_up = False
+        with self._turn_lock:
+            self._arrived.add(place)
         while True:
-            left = deadline - loop.time()
-            if left <= 0:
-                return
             waiter: asyncio.Future[None] = loop.create_future()
             with self._turn_lock:  # checked and queued at once: a wake-up cannot slip between
                 if self._turn is not turn or self._begun.issuperset(range(place)):
                     return
-                self._place_waiters.append(waiter)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter, left)
+                left = deadline - loop.time()
+                if left > 0:
+                    self._place_waiters.append(waiter)
+                elif gave_up:  # the earlier calls that are here did not begin either
+                    return
+                else:  # give up on the calls listed before it that never came
+                    gave_up = True
+                    self._begun |= set(range(place)) - self._arrived
+                    deadline = loop.time() + PLACE_GRACE
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, left)
+            else:  # the calls after the missing ones re-check, and so does this one
+                self._wake_place_waiters()
 
     def dependencies(self) -> list[Step]:
         """The steps a tool call of the current turn depends on: those the model had seen done.
