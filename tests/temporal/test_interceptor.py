@@ -4,6 +4,8 @@ undone honestly, and its cancellation does not skip compensation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from temporalio.worker import Worker
 
 import amends
 from amends.integrations.temporal import AmendsInterceptor, TemporalRunner, make_worker
+from amends.integrations.temporal._workflow import workflow_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -150,6 +153,18 @@ async def test_cancelling_the_agent_workflow_does_not_skip_compensation(
     await icpt.close()  # closes the saga this process held open
     assert report is not None, "no reversal ran after the cancellation"
     assert [s.state.value for s in report.steps] == ["reverted", "compensated"]
+    # the reversal got the settings a TemporalRunner gives: the engine's retry policy, local
+    # batches (no regular activity scheduled), the heartbeat timeout
+    history = await temporal_client.get_workflow_handle(workflow_id(wid)).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    given = json.loads(started.input.payloads[0].data)
+    assert given["retry"] == dataclasses.asdict(engine.retry)
+    assert (given["local_batch_seconds"], given["heartbeat_timeout"]) == (300.0, 5.0)
+    assert started.workflow_task_timeout.ToSeconds() == 5
+    scheduled = [
+        e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == []
     world = ledger.state(ledger_path)
     assert world["kv"] == {"k0": "before0"}
     assert all(c["refunded"] == c["cents"] for c in world["charges"].values())

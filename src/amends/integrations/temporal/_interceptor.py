@@ -12,8 +12,10 @@ skips compensation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Callable, Collection
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from amends._errors import ConfigError, StepFailedError
     from amends._saga import Saga, Step
 
+    from ._runner import check_timing
     from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id
 
 __all__ = ["AmendsInterceptor"]
@@ -55,6 +58,12 @@ class AmendsInterceptor(Interceptor):
         undo_on_cancel: Start the saga's reversal when its workflow is cancelled. Default True.
         reversal_task_queue: The queue the reversal workflow's workers poll.
         budget: The budget of a reversal started on cancellation.
+        heartbeat_timeout: For that reversal, as :class:`TemporalRunner`'s: seconds without a
+            heartbeat after which a tool call's worker counts as dead. Default 5.
+        local_batch_seconds: For that reversal, as :class:`TemporalRunner`'s: short batches of
+            probes and first compensation attempts run as local activities. Default 300.
+
+    The reversal uses the engine's retry policy, as one started by ``engine.undo`` does.
 
     Steps of one saga are held by the worker process that ran its first tool activity; run a
     workflow's tool activities on one worker process (e.g. a task queue per worker).
@@ -69,13 +78,18 @@ class AmendsInterceptor(Interceptor):
         undo_on_cancel: bool = True,
         reversal_task_queue: str = "amends-reversals",
         budget: Budget | None = None,
+        heartbeat_timeout: float = 5.0,
+        local_batch_seconds: float = 300.0,
     ) -> None:
+        check_timing(heartbeat_timeout, local_batch_seconds)
         self.engine = engine
         self.tools = frozenset(tools if tools is not None else (s.name for s in engine.catalog))
         self.saga_id = saga_id
         self.undo_on_cancel = undo_on_cancel
         self.reversal_task_queue = reversal_task_queue
         self.budget = budget or Budget()
+        self.heartbeat_timeout = float(heartbeat_timeout)
+        self.local_batch_seconds = float(local_batch_seconds)
         self._sagas: dict[str, Saga] = {}
         self._done: dict[str, list[Step]] = {}
         self._lock = asyncio.Lock()
@@ -96,6 +110,14 @@ class AmendsInterceptor(Interceptor):
                 "tools": self.tools,
                 "queue": self.reversal_task_queue,
                 "budget": self.budget.to_dict(),
+                # the same settings a TemporalRunner gives the reversal it starts
+                "settings": {
+                    "retry": dataclasses.asdict(self.engine.retry),
+                    "heartbeat_timeout": self.heartbeat_timeout,
+                    "poll_interval": max(self.engine.poll_interval, 0.05),
+                    "local_batch_seconds": self.local_batch_seconds,
+                },
+                "task_timeout": max(self.heartbeat_timeout, 1.0),
             },
         )
 
@@ -199,6 +221,8 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
     tools: frozenset[str] = frozenset()
     queue: str = "amends-reversals"
     budget: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    task_timeout: float = 5.0
 
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         self.used = False
@@ -217,9 +241,10 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
         try:
             await workflow.start_child_workflow(
                 WORKFLOW_NAME,
-                ReversalInput(saga_id, dict(self.budget)),
+                ReversalInput(saga_id, dict(self.budget), **self.settings),
                 id=workflow_id(saga_id),
                 task_queue=self.queue,
+                task_timeout=timedelta(seconds=self.task_timeout),
                 # the reversal outlives this workflow: cancelling it must not cancel the undo
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             )

@@ -50,6 +50,21 @@ async def connect(target: str, *, namespace: str = "default") -> Client:
         ) from exc
 
 
+def check_timing(heartbeat_timeout: float, local_batch_seconds: float) -> None:
+    """The reversal workflow's timing settings, checked where they are given.
+
+    Raises:
+        ConfigError: A heartbeat timeout that is not positive, or a negative batch bound.
+    """
+    if not heartbeat_timeout > 0:
+        raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
+    if not local_batch_seconds >= 0:
+        raise ConfigError(
+            f"local_batch_seconds must be 0 (never) or a positive number of seconds, got "
+            f"{local_batch_seconds!r}"
+        )
+
+
 class TemporalRunner:
     """Runs reversals as Temporal workflows: ``Engine(catalog, log=pg_url, runner=...)``.
 
@@ -86,8 +101,7 @@ class TemporalRunner:
         task_timeout: float | None = None,
         local_batch_seconds: float = 300.0,
     ) -> None:
-        if heartbeat_timeout <= 0:
-            raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
+        check_timing(heartbeat_timeout, local_batch_seconds)
         self._client = client if isinstance(client, Client) else None
         self._target = client if isinstance(client, str) else None
         self.task_queue = task_queue
@@ -95,11 +109,6 @@ class TemporalRunner:
         self.heartbeat_timeout = float(heartbeat_timeout)
         self.lease_seconds = float(lease_seconds)
         self.task_timeout = float(task_timeout or max(heartbeat_timeout, 1.0))
-        if not local_batch_seconds >= 0:
-            raise ConfigError(
-                f"local_batch_seconds must be 0 (never) or a positive number of seconds, got "
-                f"{local_batch_seconds!r}"
-            )
         self.local_batch_seconds = float(local_batch_seconds)
 
     async def client(self) -> Client:
