@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import ast
-import functools
 import sys
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import _ast_guard
 import amends
 from core_world import CoreWorld, fresh
 
-
-# CPython 3.11.7 (the CI's Python) keeps ast.parse's recursion-depth bookkeeping in state shared
-# by all threads: two threads parsing at once (a thread switch inside one parse, e.g. while the
-# garbage collector runs a finalizer) fail with "SystemError: AST constructor recursion
-# depth mismatch". Under pytest every first import of a module it rewrites (test modules and the
-# packages of installed pytest plugins, e.g. anyio's lazily imported submodules) is an ast.parse,
-# on whichever thread imports it; a CI run failed that way in an MCP test. One parse at a time.
-def _one_parse_at_a_time(parse: Any) -> Any:
-    lock = threading.RLock()
-
-    @functools.wraps(parse)
-    def locked(*args: Any, **kwargs: Any) -> Any:
-        with lock:
-            return parse(*args, **kwargs)
-
-    return locked
-
-
-if sys.version_info < (3, 12) and not hasattr(ast.parse, "__wrapped__"):
-    ast.parse = _one_parse_at_a_time(ast.parse)
+_ast_guard.install()  # see tests/_ast_guard.py: CPython 3.11 parses are not thread-safe
 
 
 @pytest.fixture
