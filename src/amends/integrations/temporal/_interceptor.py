@@ -12,7 +12,6 @@ skips compensation.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 from collections.abc import Callable, Collection
 from datetime import timedelta
@@ -37,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from amends._errors import ConfigError, StepFailedError
     from amends._saga import Saga, Step
 
-    from ._runner import check_timing
+    from ._runner import check_timing, default_task_timeout, reversal_settings
     from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id
 
 __all__ = ["AmendsInterceptor"]
@@ -111,13 +110,12 @@ class AmendsInterceptor(Interceptor):
                 "queue": self.reversal_task_queue,
                 "budget": self.budget.to_dict(),
                 # the same settings a TemporalRunner gives the reversal it starts
-                "settings": {
-                    "retry": dataclasses.asdict(self.engine.retry),
-                    "heartbeat_timeout": self.heartbeat_timeout,
-                    "poll_interval": max(self.engine.poll_interval, 0.05),
-                    "local_batch_seconds": self.local_batch_seconds,
-                },
-                "task_timeout": max(self.heartbeat_timeout, 1.0),
+                "settings": reversal_settings(
+                    self.engine,
+                    heartbeat_timeout=self.heartbeat_timeout,
+                    local_batch_seconds=self.local_batch_seconds,
+                ),
+                "task_timeout": default_task_timeout(self.heartbeat_timeout),
             },
         )
 

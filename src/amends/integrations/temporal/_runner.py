@@ -65,6 +65,29 @@ def check_timing(heartbeat_timeout: float, local_batch_seconds: float) -> None:
         )
 
 
+def reversal_settings(
+    engine: Engine,
+    *,
+    heartbeat_timeout: float,
+    local_batch_seconds: float,
+    lease_seconds: float = 3600.0,
+) -> dict[str, Any]:
+    """The :class:`ReversalInput` fields every reversal workflow gets from its engine and timing,
+    whoever starts it (:class:`TemporalRunner` or :class:`AmendsInterceptor`)."""
+    return {
+        "retry": dataclasses.asdict(engine.retry),
+        "heartbeat_timeout": float(heartbeat_timeout),
+        "lease_seconds": float(lease_seconds),
+        "poll_interval": max(engine.poll_interval, 0.05),
+        "local_batch_seconds": float(local_batch_seconds),
+    }
+
+
+def default_task_timeout(heartbeat_timeout: float) -> float:
+    """A dead worker's workflow task moves to a live one after about a heartbeat timeout."""
+    return max(heartbeat_timeout, 1.0)
+
+
 class TemporalRunner:
     """Runs reversals as Temporal workflows: ``Engine(catalog, log=pg_url, runner=...)``.
 
@@ -108,7 +131,7 @@ class TemporalRunner:
         self.namespace = namespace
         self.heartbeat_timeout = float(heartbeat_timeout)
         self.lease_seconds = float(lease_seconds)
-        self.task_timeout = float(task_timeout or max(heartbeat_timeout, 1.0))
+        self.task_timeout = float(task_timeout or default_task_timeout(heartbeat_timeout))
         self.local_batch_seconds = float(local_batch_seconds)
 
     async def client(self) -> Client:
@@ -170,13 +193,14 @@ class TemporalRunner:
             ReversalInput(
                 saga_id,
                 budget.to_dict(),
-                dataclasses.asdict(engine.retry),
-                heartbeat_timeout=self.heartbeat_timeout,
-                lease_seconds=self.lease_seconds,
-                poll_interval=max(engine.poll_interval, 0.05),
                 resume=resume,
                 after_continuation=seen,
-                local_batch_seconds=self.local_batch_seconds,
+                **reversal_settings(
+                    engine,
+                    heartbeat_timeout=self.heartbeat_timeout,
+                    local_batch_seconds=self.local_batch_seconds,
+                    lease_seconds=self.lease_seconds,
+                ),
             ),
             id=workflow_id(saga_id),
             task_queue=self.task_queue,
