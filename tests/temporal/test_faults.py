@@ -209,32 +209,52 @@ async def test_eight_clients_in_four_processes_attach_to_one_reversal(
     await forward(engine, "saga-many")
     workers.start(AMENDS_TEST_DELAY="1.0")
     workers.start(AMENDS_TEST_DELAY="1.0")
+    # Each child connects its engines and Temporal clients first, says "ready", and asks only
+    # when every process is ready: a fixed start time raced the children's imports under load
+    # (a client that asked after the reversal had finished rightly started a second run).
     script = (
         "import asyncio, sys, json; sys.path.insert(0, sys.argv[4]);"
         "import amends, ledger; from amends.integrations.temporal import TemporalRunner\n"
-        "async def one():\n"
-        "    e = amends.Engine(ledger.make_catalog(sys.argv[3]), log=sys.argv[2])\n"
-        "    r = TemporalRunner(sys.argv[1], task_queue=sys.argv[5])\n"
-        "    try:\n"
-        "        return (await r.undo(e, 'saga-many', amends.Budget())).to_dict()\n"
-        "    finally:\n"
-        "        await e.close()\n"
         "async def main():\n"
-        "    import time; await asyncio.sleep(float(sys.argv[6]) - time.time())\n"
-        "    print(json.dumps(await asyncio.gather(one(), one())))\n"
+        "    pairs = []\n"
+        "    for _ in range(2):\n"
+        "        e = amends.Engine(ledger.make_catalog(sys.argv[3]), log=sys.argv[2])\n"
+        "        await e.log.get_saga('saga-many')\n"
+        "        r = TemporalRunner(sys.argv[1], task_queue=sys.argv[5])\n"
+        "        await r.client()\n"
+        "        pairs.append((e, r))\n"
+        "    print('ready', flush=True)\n"
+        "    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)\n"
+        "    try:\n"
+        "        reports = await asyncio.gather(\n"
+        "            *(r.undo(e, 'saga-many', amends.Budget()) for e, r in pairs))\n"
+        "        print(json.dumps([x.to_dict() for x in reports]), flush=True)\n"
+        "    finally:\n"
+        "        for e, _ in pairs:\n"
+        "            await e.close()\n"
         "asyncio.run(main())\n"
     )
-    go = time.time() + 4.0  # every client asks at once, once all processes have started
-    argv = [temporal_server.target, pg_url, str(ledger_path), str(HERE), workers.queue, str(go)]
+    argv = [temporal_server.target, pg_url, str(ledger_path), str(HERE), workers.queue]
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", script, *argv, stdout=asyncio.subprocess.PIPE
+            sys.executable,
+            "-c",
+            script,
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
         for _ in range(3)
     ]
     client = await Client.connect(temporal_server.target)
     runner = TemporalRunner(client, task_queue=workers.queue)
-    await asyncio.sleep(go - time.time())
+    for p in procs:
+        assert p.stdout is not None
+        assert (await asyncio.wait_for(p.stdout.readline(), 60)).strip() == b"ready"
+    for p in procs:  # every client asks at once
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        await p.stdin.drain()
     mine = await asyncio.gather(
         *(runner.undo(engine, "saga-many", amends.Budget()) for _ in range(2))
     )
