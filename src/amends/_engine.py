@@ -33,8 +33,17 @@ from ._log.base import (
     StepRecord,
 )
 from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
-from ._report import NEUTRALISED, StepOutcome, StepState, UndoReport, verb_for
-from ._reversal import current_report, current_resolutions, described, run_plan
+from ._report import (
+    NEUTRALISED,
+    StepOutcome,
+    StepState,
+    UndoReport,
+    build_report,
+    current_report,
+    current_resolutions,
+    verb_for,
+)
+from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
 from ._saga import Ref, Saga, Step, new_id
 from ._secrets import Vault, markers_in, resolve_call_args
 
@@ -561,24 +570,15 @@ class Engine:
             saga, outcomes = await self._run(saga_id, rev, meter, claim)
             if lost:
                 raise lost[0]
-            report = UndoReport(
-                saga_id=saga_id,
-                reversal_id=rev.reversal_id,
-                title=saga.title,
-                steps=tuple(outcomes),
-                tool_calls=meter.calls,
-                tokens=meter.tokens,
-                seconds=time.monotonic() - meter.started,
-                budget=budget.to_dict(),
-                requested_at=rev.requested_at,
+            comps = await self.log.get_compensations(rev.reversal_id) if saga.resolutions else {}
+            report = build_report(
+                saga,
+                rev,
+                outcomes,
+                meter,
                 finished_at=time.time(),
-                continuations=rev.continuations,
-            ).with_resolutions(
-                current_resolutions(
-                    saga.resolutions, await self.log.get_compensations(rev.reversal_id)
-                )
-                if saga.resolutions  # issue 12: nobody resolved anything, nothing to read
-                else {}
+                # issue 12: nobody resolved anything, nothing to read
+                resolutions=current_resolutions(saga.resolutions, comps),
             )
             await self.log.finish_reversal(
                 rev.reversal_id, rev.generation, report.to_dict(), now=time.time()
@@ -629,18 +629,20 @@ class Engine:
                 hook(rev.reversal_id, described)
 
         outcomes = await run_plan(
-            catalog=self.catalog,
-            log=self.log,
-            saga=saga,
-            reversal=rev,
-            plan=self.planner(saga, self.catalog),
-            retry=self.retry,
-            meter=meter,
-            on_progress=progress,
-            reload=lambda: self._saga_or_raise(saga_id),
-            replan=lambda fresh: self.planner(fresh, self.catalog),
-            poll_interval=self.poll_interval,
-            fresh=claim.outcome == "new",  # created by this claim: no compensation yet
+            RunInput(
+                ReversalPorts(self.log, self.catalog, progress=progress),
+                saga,
+                rev,
+                self.planner(saga, self.catalog),
+                meter,
+                self.retry,
+                fresh=claim.outcome == "new",  # created by this claim: no compensation yet
+                waiting=InFlightWait(
+                    lambda: self._saga_or_raise(saga_id),
+                    lambda fresh: self.planner(fresh, self.catalog),
+                    self.poll_interval,
+                ),
+            )
         )
         outcomes += await self._late_steps(saga_id, called, outcomes, meter)
         return saga, [self._described(saga, o, index) for o in outcomes]

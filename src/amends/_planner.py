@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from ._contracts import Catalog, Expectation, Inverse, Residue, Reversibility
+from ._contracts import Expectation, Inverse, Residue, Reversibility, ToolSpec
 from ._log.base import SagaRecord, StepRecord
 
 __all__ = [
@@ -21,10 +21,24 @@ __all__ = [
     "PlannedStep",
     "Preview",
     "PreviewStep",
+    "ToolDirectory",
     "plan",
     "undo_cycle",
     "undo_waits",
 ]
+
+
+class ToolDirectory(Protocol):
+    """What undo reads of a catalog (``amends.Catalog`` is one): whether it has a tool, the
+    tool's contract, and a call of it in plain language. A runner whose tools live elsewhere
+    (a Temporal workflow) supplies its own, holding the contracts as data."""
+
+    def __contains__(self, tool: object, /) -> bool: ...
+
+    def get(self, name: str, /) -> ToolSpec: ...
+
+    def describe(self, tool: str, args: Mapping[str, Any], /) -> str: ...
+
 
 Action = Literal[
     "revert", "compensate", "cancel", "acknowledge", "skip", "in_doubt", "wait", "review"
@@ -164,7 +178,7 @@ def _in_doubt_reason(step: StepRecord) -> str:
 
 
 def _classify(
-    step: StepRecord, catalog: Catalog | None, now: float
+    step: StepRecord, catalog: ToolDirectory | None, now: float
 ) -> tuple[Action, Reversibility, str]:
     declared = Reversibility(step.declared)
     effective = Reversibility(step.effective) if step.effective else declared
@@ -268,7 +282,9 @@ def undo_cycle(steps: Iterable[tuple[str, Sequence[str], Sequence[str]]]) -> lis
     return [sid for sid, _, _ in items if sid in waits.get(sid, ())]
 
 
-def plan(saga: SagaRecord, catalog: Catalog | None = None, *, now: float | None = None) -> Plan:
+def plan(
+    saga: SagaRecord, catalog: ToolDirectory | None = None, *, now: float | None = None
+) -> Plan:
     """The compensation plan of ``saga``: the forward dependency graph reversed, with undo-order
     declarations (rule 3), each step classified (rules 4, 9, 10).
 

@@ -17,9 +17,20 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from ._budget import BudgetMeter
 from ._contracts import ManualAction, Residue
+from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 
-__all__ = ["Outcome", "StepOutcome", "StepState", "UndoReport", "verb_for"]
+__all__ = [
+    "Outcome",
+    "StepOutcome",
+    "StepState",
+    "UndoReport",
+    "build_report",
+    "current_report",
+    "current_resolutions",
+    "verb_for",
+]
 
 
 class Outcome(StrEnum):
@@ -302,6 +313,62 @@ class UndoReport:
         if fmt == "html":
             return _render_html(self)
         raise ValueError(f"render format {fmt!r} is not known; use 'text' or 'html'")
+
+
+def build_report(
+    saga: SagaRecord,
+    reversal: ReversalRecord,
+    steps: Sequence[StepOutcome],
+    meter: BudgetMeter,
+    *,
+    finished_at: float,
+    resolutions: Mapping[str, Resolution] | None = None,
+) -> UndoReport:
+    """The one place a reversal's report is assembled (issue 22): the local engine and the
+    Temporal workflow both call it with what their run did."""
+    report = UndoReport(
+        saga_id=saga.saga_id,
+        reversal_id=reversal.reversal_id,
+        title=saga.title,
+        steps=tuple(steps),
+        tool_calls=meter.calls,
+        tokens=meter.tokens,
+        seconds=meter.clock() - meter.started,
+        budget=meter.budget.to_dict(),
+        requested_at=reversal.requested_at,
+        finished_at=finished_at,
+        continuations=reversal.continuations,
+    )
+    return report.with_resolutions(resolutions) if resolutions else report
+
+
+def current_resolutions(
+    resolutions: Mapping[str, Resolution], compensations: Mapping[str, CompensationRecord]
+) -> dict[str, Resolution]:
+    """The resolutions that still speak for their step's outcome (rule 6, rule 8).
+
+    A person resolves the manual action they saw. If the step was attempted again after that
+    (a continuation retried an over-budget or blocked step, and its inverse then failed), the
+    resolution predates the outcome: it neither marks the new manual action as handled nor
+    unblocks the inverses that wait for the step (rule 3).
+    """
+    out: dict[str, Resolution] = {}
+    for step_id, res in resolutions.items():
+        rec = compensations.get(step_id)
+        if rec is None or res.at >= rec.updated_at:
+            out[step_id] = res
+    return out
+
+
+async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
+    """``report`` (as stored) with the resolutions that still speak for its steps' outcomes:
+    the one way every reader — the engine, the CLI, a Temporal worker — shows manual actions as
+    open or handled (rule 6; rule 8: a stale resolution never marks a newer failure handled)."""
+    saga = await log.get_saga(report.saga_id)
+    if saga is None or not saga.resolutions:
+        return report
+    comps = await log.get_compensations(report.reversal_id)
+    return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
 
 def _handled_text(res: Mapping[str, Any] | None) -> str:

@@ -40,7 +40,7 @@ from ._errors import (
     StepFailedError,
     TransientError,
 )
-from ._log.base import SagaLog, StepFinish
+from ._log.base import SagaLog, StepFinish, StepIntent
 from ._planner import undo_cycle
 from ._secrets import redact_args, scrub_record, vault_for
 
@@ -681,15 +681,7 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
     started = await host.log.begin_step(
-        saga.id,
-        step.id,
-        seq=step.seq,
-        tool=step.tool,
-        args=redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable),
-        deps=[d.id for d in step.deps],
-        resources=step.resources,
-        declared=step.spec.reversibility.value,
-        now=time.time(),
+        _intent(saga, step, redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable))
     )
     reason = f"never ran: step {bad.id} ({bad.tool}) it waits for is {bad.state}"
     if started:
@@ -709,15 +701,7 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
     effect), and the step is logged ``failed`` with the reason, so the report shows it."""
     reason = f"never ran: {exc}"
     started = await host.log.begin_step(
-        saga.id,
-        step.id,
-        seq=step.seq,
-        tool=step.tool,
-        args=redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable),
-        deps=[d.id for d in step.deps],
-        resources=step.resources,
-        declared=step.spec.reversibility.value,
-        now=time.time(),
+        _intent(saga, step, redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable))
     )
     if started:
         step.state = "failed"
@@ -778,7 +762,12 @@ def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> Awai
         logged_args = redact_args(step.spec.sensitive, args, vault, _jsonable)
     else:  # nothing to redact or scrub: the same as redact_args gives, one copy fewer
         logged_args = _jsonable(args)
-    return host.log.begin_step(
+    return host.log.begin_step(_intent(saga, step, logged_args))
+
+
+def _intent(saga: Saga, step: Step, logged_args: Any) -> StepIntent:
+    """The step's intent as the log takes it (one record, issue 22)."""
+    return StepIntent(
         saga.id,
         step.id,
         seq=step.seq,

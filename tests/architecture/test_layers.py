@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._secrets", "amends._describe"),
     ("amends._contracts", "amends._budget"),
     ("amends._calls", "amends._catalog_ref"),
-    ("amends._log", "amends._report"),
+    ("amends._log", "amends._report", "amends._manual"),
     ("amends._saga", "amends._planner"),
     ("amends._reversal", "amends._toml_catalog"),
     ("amends._engine",),

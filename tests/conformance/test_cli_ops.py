@@ -9,6 +9,7 @@ import pytest
 
 import amends
 from amends._log import open_log
+from amends._log.base import StepIntent
 from amends.cli import main
 from core_world import fresh
 
@@ -21,15 +22,17 @@ async def _stuck_saga(url: str) -> None:
             "stuck", "t", tenant=None, actor=None, owner="dead-worker", lease_until=now, now=now
         )
         await log.begin_step(
-            "stuck",
-            "s1",
-            seq=1,
-            tool="crm.update_field",
-            args={},
-            deps=[],
-            resources=[],
-            declared="reversible",
-            now=now,
+            StepIntent(
+                "stuck",
+                "s1",
+                seq=1,
+                tool="crm.update_field",
+                args={},
+                deps=[],
+                resources=[],
+                declared="reversible",
+                now=now,
+            )
         )
     finally:
         await log.close()

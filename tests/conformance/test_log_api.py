@@ -10,6 +10,7 @@ import pytest
 
 import amends
 from amends._log import SagaLog, open_log
+from amends._log.base import CompensationWrite, StepIntent
 
 NOW = 1_800_000_000.0
 
@@ -27,15 +28,17 @@ async def _saga(log: SagaLog, saga_id: str = "s", *, steps: int = 2, **kw: objec
     )  # type: ignore[arg-type]
     for i in range(1, steps + 1):
         await log.begin_step(
-            saga_id,
-            f"s{i}",
-            seq=i,
-            tool="crm.update_field",
-            args={"i": i},
-            deps=[],
-            resources=[],
-            declared="reversible",
-            now=NOW,
+            StepIntent(
+                saga_id,
+                f"s{i}",
+                seq=i,
+                tool="crm.update_field",
+                args={"i": i},
+                deps=[],
+                resources=[],
+                declared="reversible",
+                now=NOW,
+            )
         )
     await log.finish_saga(saga_id, "completed", now=NOW)
 
@@ -50,17 +53,19 @@ async def _finished_reversal(log: SagaLog, saga_id: str = "s") -> amends._log.ba
         now=NOW,
     )
     await log.record_compensation(
-        "rev-1",
-        1,
-        "s1",
-        state="over_budget",
-        attempts=0,
-        detail="budget spent",
-        data={},
-        calls_spent=1,
-        tokens_spent=7,
-        event="compensation.over_budget",
-        now=NOW,
+        CompensationWrite(
+            "rev-1",
+            1,
+            "s1",
+            state="over_budget",
+            attempts=0,
+            detail="budget spent",
+            data={},
+            calls_spent=1,
+            tokens_spent=7,
+            event="compensation.over_budget",
+            now=NOW,
+        )
     )
     await log.finish_reversal("rev-1", 1, {"status": "cannot_undo"}, now=NOW + 1)
     return claim
@@ -349,15 +354,17 @@ async def test_health_lists_in_doubt_steps_and_stuck_reversals(log: SagaLog) -> 
         "dead", "t", tenant=None, actor=None, owner="w", lease_until=now - 5, now=now - 10
     )
     await log.begin_step(
-        "dead",
-        "s1",
-        seq=1,
-        tool="x",
-        args={},
-        deps=[],
-        resources=[],
-        declared="reversible",
-        now=now - 10,
+        StepIntent(
+            "dead",
+            "s1",
+            seq=1,
+            tool="x",
+            args={},
+            deps=[],
+            resources=[],
+            declared="reversible",
+            now=now - 10,
+        )
     )
     health = await log.health(now)
     assert health.stale_sagas == [("dead", "w", now - 5)]

@@ -9,6 +9,7 @@ import pytest
 
 import amends
 from amends._log import open_log
+from amends._log.base import CompensationWrite, StepIntent
 from amends._log.sql import SCHEMA_VERSION
 from core_world import fresh
 
@@ -116,30 +117,34 @@ async def test_claims_leases_and_fencing(log_url: str) -> None:
         )
         with pytest.raises(amends._errors.LeaseLostError, match="generation 2"):
             await log.record_compensation(
+                CompensationWrite(
+                    "rev-a",
+                    1,
+                    "s1",
+                    state="dispatched",
+                    attempts=1,
+                    detail=None,
+                    data={},
+                    calls_spent=1,
+                    tokens_spent=0,
+                    event="compensation.dispatched",
+                    now=later,
+                )
+            )
+        await log.record_compensation(
+            CompensationWrite(
                 "rev-a",
-                1,
+                2,
                 "s1",
-                state="dispatched",
+                state="reverted",
                 attempts=1,
-                detail=None,
+                detail="ok",
                 data={},
                 calls_spent=1,
                 tokens_spent=0,
-                event="compensation.dispatched",
+                event="compensation.reverted",
                 now=later,
             )
-        await log.record_compensation(
-            "rev-a",
-            2,
-            "s1",
-            state="reverted",
-            attempts=1,
-            detail="ok",
-            data={},
-            calls_spent=1,
-            tokens_spent=0,
-            event="compensation.reverted",
-            now=later,
         )
         with pytest.raises(amends._errors.LeaseLostError):
             await log.finish_reversal("rev-a", 1, {"status": "fully_reversed"}, now=later)
@@ -171,15 +176,17 @@ async def test_recovery_marks_unfinished_steps_in_doubt_only_after_the_lease(log
             "s", "t", tenant=None, actor=None, owner="w", lease_until=now + 5, now=now
         )
         assert await log.begin_step(
-            "s",
-            "s1",
-            seq=1,
-            tool="x",
-            args={"a": 1},
-            deps=[],
-            resources=[],
-            declared="reversible",
-            now=now,
+            StepIntent(
+                "s",
+                "s1",
+                seq=1,
+                tool="x",
+                args={"a": 1},
+                deps=[],
+                resources=[],
+                declared="reversible",
+                now=now,
+            )
         )
         assert await log.mark_in_doubt(now) == []  # the worker's lease still holds
         assert await log.mark_in_doubt(now + 10) == [("s", "s1")]

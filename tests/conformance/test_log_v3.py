@@ -12,7 +12,7 @@ import pytest
 
 import amends
 from amends._log import SqliteLog, open_log
-from amends._log.base import StepFinish
+from amends._log.base import CompensationWrite, StepFinish, StepIntent
 
 NOW = 1_800_000_000.0
 
@@ -39,15 +39,17 @@ async def log(tmp_path: Path) -> AsyncIterator[SqliteLog]:
 
 async def _begin(log: SqliteLog, saga_id: str, step_id: str, seq: int) -> bool:
     return await log.begin_step(
-        saga_id,
-        step_id,
-        seq=seq,
-        tool="crm.update_field",
-        args={"record_id": "r1", "value": "x" * 10},
-        deps=[],
-        resources=["crm:r1"],
-        declared="reversible",
-        now=NOW,
+        StepIntent(
+            saga_id,
+            step_id,
+            seq=seq,
+            tool="crm.update_field",
+            args={"record_id": "r1", "value": "x" * 10},
+            deps=[],
+            resources=["crm:r1"],
+            declared="reversible",
+            now=NOW,
+        )
     )
 
 
@@ -66,8 +68,8 @@ async def test_a_step_write_is_two_statements_and_a_compensation_event_two(
     await log.claim_reversal("s", reversal_id="r", budget={}, owner="w", lease_until=NOW, now=NOW)
     sql.take()
     await log.record_compensation(
-        "r", 1, "s1", state="reverted", attempts=1, detail="ok", data={}, calls_spent=1,
-        tokens_spent=0, event="compensation.reverted", now=NOW,
+        CompensationWrite("r", 1, "s1", state="reverted", attempts=1, detail="ok", data={},
+                          calls_spent=1, tokens_spent=0, event="compensation.reverted", now=NOW)
     )  # fmt: skip
     comp = sql.take()
     assert len(comp) == 2, comp  # fencing + chain head in one SELECT, one INSERT
@@ -105,8 +107,8 @@ async def _failing_write_in_a_batch(log: SqliteLog) -> None:
 
     async def stale() -> None:  # generation 7 does not hold the lease: LeaseLostError
         await log.record_compensation(
-            "r", 7, "s1", state="reverted", attempts=1, detail=None, data={}, calls_spent=1,
-            tokens_spent=0, event="compensation.reverted", now=NOW,
+            CompensationWrite("r", 7, "s1", state="reverted", attempts=1, detail=None, data={},
+                              calls_spent=1, tokens_spent=0, event="compensation.reverted", now=NOW)
         )  # fmt: skip
 
     async def good(i: int) -> None:

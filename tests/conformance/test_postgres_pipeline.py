@@ -15,7 +15,7 @@ import pytest
 
 import amends
 from amends._log import postgres
-from amends._log.base import StepFinish
+from amends._log.base import CompensationWrite, StepFinish, StepIntent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -44,15 +44,17 @@ async def _saga(log: amends.PostgresLog, saga_id: str) -> None:
 
 async def _intent(log: amends.PostgresLog, saga_id: str, step_id: str, seq: int) -> bool:
     return await log.begin_step(
-        saga_id,
-        step_id,
-        seq=seq,
-        tool="kv.put",
-        args={"k": step_id},
-        deps=[],
-        resources=[],
-        declared="reversible",
-        now=time.time(),
+        StepIntent(
+            saga_id,
+            step_id,
+            seq=seq,
+            tool="kv.put",
+            args={"k": step_id},
+            deps=[],
+            resources=[],
+            declared="reversible",
+            now=time.time(),
+        )
     )
 
 
@@ -73,17 +75,19 @@ async def test_a_step_intent_result_and_compensation_record_cost_two_round_trips
         assert claim.outcome == "new"
         del seen[:]
         await log.record_compensation(
-            "r1",
-            claim.reversal.generation,
-            "a",
-            state="dispatched",
-            attempts=1,
-            detail=None,
-            data={},
-            calls_spent=1,
-            tokens_spent=0,
-            event="compensation.dispatched",
-            now=time.time(),
+            CompensationWrite(
+                "r1",
+                claim.reversal.generation,
+                "a",
+                state="dispatched",
+                attempts=1,
+                detail=None,
+                data={},
+                calls_spent=1,
+                tokens_spent=0,
+                event="compensation.dispatched",
+                now=time.time(),
+            )
         )
         assert [c.round_trips for c in seen] == [2]
         kinds = [e.kind for e in await log.events("s1")]

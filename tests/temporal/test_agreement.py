@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import inspect
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from temporalio.client import Client
 
 import amends
 from amends._calls import invoke
-from amends._log.base import SagaLog, StepFinish
+from amends._log.base import SagaLog, StepFinish, StepIntent
 from amends.evals.generator import Scenario, generate
 from amends.evals.invariants import check
 from amends.evals.runner import FAST_RETRY, SagaResult, _mutate, eval_catalog, new_world
@@ -118,12 +117,14 @@ async def copy_saga(src: SagaLog, dst: SagaLog, saga_id: str) -> None:
         saga_id, rec.title, tenant=rec.tenant, actor=rec.actor, owner="copy", lease_until=0.0,
         now=rec.created_at,
     )  # fmt: skip
-    begin = set(inspect.signature(dst.begin_step).parameters) - {"saga_id", "step_id", "now"}
+    begin = {f.name for f in dataclasses.fields(StepIntent)} - {"saga_id", "step_id", "now"}
     finish = {f.name for f in dataclasses.fields(StepFinish)}
     for s in rec.steps:
         fields = dataclasses.asdict(s)
         await dst.begin_step(
-            saga_id, s.step_id, now=s.started_at, **{k: fields[k] for k in begin if k in fields}
+            StepIntent(
+                saga_id, s.step_id, now=s.started_at, **{k: fields[k] for k in begin if k in fields}
+            )
         )
         if s.state != "intent":
             await dst.finish_step(

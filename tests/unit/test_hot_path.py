@@ -14,6 +14,7 @@ import pytest
 import amends
 from amends import Inverse, StepState
 from amends._contracts import json_copy
+from amends._log.base import CompensationWrite, StepIntent
 from amends._log.records import chain_hash, dumps
 from core_world import CoreWorld
 
@@ -333,28 +334,32 @@ async def test_a_step_after_a_claim_in_the_same_batch_is_refused(tmp_path: Any) 
         "saga_b", "t", tenant=None, actor=None, owner="o", lease_until=9e9, now=1.0
     )
     await log.begin_step(
-        "saga_b",
-        "s0",
-        seq=1,
-        tool="t.x",
-        args={},
-        deps=[],
-        resources=[],
-        declared="reversible",
-        now=2.0,
-    )
-
-    def begin(step_id: str, seq: int) -> Any:
-        return lambda: log.begin_step(
+        StepIntent(
             "saga_b",
-            step_id,
-            seq=seq,
+            "s0",
+            seq=1,
             tool="t.x",
             args={},
             deps=[],
             resources=[],
             declared="reversible",
             now=2.0,
+        )
+    )
+
+    def begin(step_id: str, seq: int) -> Any:
+        return lambda: log.begin_step(
+            StepIntent(
+                "saga_b",
+                step_id,
+                seq=seq,
+                tool="t.x",
+                args={},
+                deps=[],
+                resources=[],
+                declared="reversible",
+                now=2.0,
+            )
         )
 
     def claim() -> Any:
@@ -395,17 +400,19 @@ async def test_a_take_over_in_the_same_batch_fences_the_old_workers_later_record
 
     def record(step_id: str) -> Any:
         return lambda: log.record_compensation(
-            "rev_f",
-            1,
-            step_id,
-            state="dispatched",
-            attempts=0,
-            detail="dispatching",
-            data={},
-            calls_spent=1,
-            tokens_spent=0,
-            event="compensation.dispatched",
-            now=10.0,
+            CompensationWrite(
+                "rev_f",
+                1,
+                step_id,
+                state="dispatched",
+                attempts=0,
+                detail="dispatching",
+                data={},
+                calls_spent=1,
+                tokens_spent=0,
+                event="compensation.dispatched",
+                now=10.0,
+            )
         )
 
     def take_over() -> Any:

@@ -19,6 +19,7 @@ __all__ = [
     "ChainProblem",
     "Claim",
     "CompensationRecord",
+    "CompensationWrite",
     "Event",
     "IdemRecord",
     "LogHealth",
@@ -26,6 +27,7 @@ __all__ = [
     "ReversalRecord",
     "SagaLog",
     "SagaRecord",
+    "StepIntent",
     "StepRecord",
 ]
 
@@ -425,6 +427,63 @@ class StepFinish:
 
 
 @dataclass(frozen=True)
+class StepIntent:
+    """What a forward step records before its tool is called (rule 1: write-ahead): one record
+    per event (issue 22), so the log interface can grow without breaking its callers."""
+
+    saga_id: str
+    """The saga the step belongs to."""
+    step_id: str
+    """The step's id, unique within its saga."""
+    seq: int
+    """Order of the call within the saga (1 for the agent's first call)."""
+    tool: str
+    """Catalog name of the tool about to be called."""
+    args: Mapping[str, Any]
+    """The arguments as they may be logged (sensitive ones already redacted, rule 11)."""
+    deps: Sequence[str]
+    """Ids of the steps this one waited for."""
+    resources: Sequence[str]
+    """What the step touches (the tool's ``resources=``)."""
+    declared: str
+    """Reversibility the catalog declares for the tool."""
+    now: float
+    """When the intent is written (epoch seconds)."""
+
+
+@dataclass(frozen=True)
+class CompensationWrite:
+    """One event of a step's compensation inside a reversal, as the reversal writes it (rule 5:
+    ``dispatched`` before the inverse is called, the final state after). One record per event
+    (issue 22): the log interface, the SQL log and the Temporal workflow pass this, not twelve
+    parameters."""
+
+    reversal_id: str
+    """The reversal writing it."""
+    generation: int
+    """The lease generation the writer holds; a write from an older one is refused (fencing)."""
+    step_id: str
+    """The step being reversed."""
+    state: str
+    """``dispatched`` while the inverse may be in flight, else the step's state (``reverted``,
+    ``failed``, ...)."""
+    attempts: int
+    """How many times the inverse was sent so far."""
+    detail: str | None
+    """A sentence on what happened, as the report shows it."""
+    data: Mapping[str, Any]
+    """What a take-over needs: the key sent, residue, follow-ups, manual action."""
+    calls_spent: int
+    """Tool calls the current run of the reversal has spent so far."""
+    tokens_spent: int
+    """Tokens the current run has spent so far."""
+    event: str
+    """The history's name for the event, e.g. ``compensation.reverted``."""
+    now: float
+    """When it is written (epoch seconds)."""
+
+
+@dataclass(frozen=True)
 class LogHealth:
     """What ``amends doctor`` looks at, read in one consistent snapshot of the log."""
 
@@ -467,19 +526,7 @@ class SagaLog(ABC):
         """Create a running saga (``meta``: free JSON metadata, kept on :class:`SagaRecord`)."""
 
     @abstractmethod
-    async def begin_step(
-        self,
-        saga_id: str,
-        step_id: str,
-        *,
-        seq: int,
-        tool: str,
-        args: Mapping[str, Any],
-        deps: Sequence[str],
-        resources: Sequence[str],
-        declared: str,
-        now: float,
-    ) -> bool:
+    async def begin_step(self, intent: StepIntent) -> bool:
         """Write a step's intent, unless a reversal of the saga exists.
 
         Returns ``True`` when the intent is durable (the tool may now run); ``False`` when a
@@ -550,21 +597,7 @@ class SagaLog(ABC):
         """Raises LeaseLostError if another worker took the reversal over."""
 
     @abstractmethod
-    async def record_compensation(
-        self,
-        reversal_id: str,
-        generation: int,
-        step_id: str,
-        *,
-        state: str,
-        attempts: int,
-        detail: str | None,
-        data: Mapping[str, Any],
-        calls_spent: int,
-        tokens_spent: int,
-        event: str,
-        now: float,
-    ) -> None:
+    async def record_compensation(self, write: CompensationWrite) -> None:
         """Upsert one step's compensation state and append its event (fenced by generation)."""
 
     @abstractmethod

@@ -297,7 +297,7 @@ class _PgDatabase(Database):
         self._key = key
         try:
             import psycopg
-            import psycopg_pool
+            import psycopg_pool  # noqa: F401  (the pool comes from the extra too)
         except ImportError as exc:  # pragma: no cover - exercised without the extra
             raise ConfigError(
                 f"log URL {redact(url)!r} needs PostgreSQL support: "
@@ -311,27 +311,7 @@ class _PgDatabase(Database):
         self._closed = False
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
-        self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
-            check=self._check_connection,
-            timeout=connect_timeout,
-            reconnect_timeout=max(retry_seconds, connect_timeout),
-            open=False,
-            name="amends",
-        )
-        try:
-            self.pool.open(wait=True, timeout=connect_timeout)
-        except psycopg_pool.PoolTimeout as exc:
-            self.pool.close()
-            raise LogError(
-                f"saga log {self.safe_url!r}: could not connect to PostgreSQL within "
-                f"{connect_timeout:g} s; check that the server is running and the URL's host, "
-                f"port, user, password and database are right (psql '<url>' tests it)",
-                path=self.safe_url,
-            ) from exc
+        self.pool = self._open_pool(min_size, max_size)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._recent_sagas: dict[str, None] = {}
         self._recent_reversals: dict[str, None] = {}
@@ -348,6 +328,33 @@ class _PgDatabase(Database):
             raise
         self._stopping = False
         self._writer.start()
+
+    def _open_pool(self, min_size: int, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
+        import psycopg_pool
+
+        timeout = self.connect_timeout
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            check=self._check_connection,
+            timeout=timeout,
+            reconnect_timeout=max(self.retry_seconds, timeout),
+            open=False,
+            name="amends",
+        )
+        try:
+            pool.open(wait=True, timeout=timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            pool.close()
+            raise LogError(
+                f"saga log {self.safe_url!r}: could not connect to PostgreSQL within "
+                f"{timeout:g} s; check that the server is running and the URL's host, "
+                f"port, user, password and database are right (psql '<url>' tests it)",
+                path=self.safe_url,
+            ) from exc
+        return pool
 
     # --- errors ---------------------------------------------------------------------------
     def translate(self, exc: BaseException) -> LogError:
@@ -649,39 +656,42 @@ class _PgDatabase(Database):
         except BaseException as exc:
             return [(job, False, exc) for job in batch]
 
-        def careful(tx: Tx) -> list[tuple[bool, Any]]:
-            held = cast(_Cursor, tx)
-            out: list[tuple[bool, Any]] = []
-            for i, fn in enumerate(fns):
-                tx.execute(f"SAVEPOINT w{i}")
-                try:
-                    value = fn(tx)
-                    held.flush()  # its held-back statements fail here, inside its savepoint
-                except psycopg.Error as exc:
-                    if (exc.sqlstate or "") in _RERUN and exc.sqlstate != "23505":
-                        raise
-                    held.discard()
-                    tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
-                    held.keep_appended()
-                    tx.cache.clear()
-                    out.append((False, self.translate(exc)))
-                    continue
-                except Exception as exc:
-                    held.discard()
-                    tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
-                    held.keep_appended()
-                    tx.cache.clear()
-                    out.append((False, exc))
-                    continue
-                tx.execute(f"RELEASE SAVEPOINT w{i}")
-                out.append((True, value))
-            return out
-
         try:
-            outs = self._run_with_retries(careful, write=True)
+            outs = self._run_with_retries(functools.partial(self._one_by_one, fns), write=True)
         except BaseException as exc:
             return [(job, False, exc) for job in batch]
         return [(job, ok, v) for job, (ok, v) in zip(batch, outs, strict=True)]
+
+    def _one_by_one(self, fns: list[Callable[[Tx], Any]], tx: Tx) -> list[tuple[bool, Any]]:
+        """The batch again, each write in its own savepoint: one that fails is rolled back
+        alone and answered with its error; the others commit."""
+        psycopg = self._psycopg
+        held = cast(_Cursor, tx)
+        out: list[tuple[bool, Any]] = []
+        for i, fn in enumerate(fns):
+            tx.execute(f"SAVEPOINT w{i}")
+            try:
+                value = fn(tx)
+                held.flush()  # its held-back statements fail here, inside its savepoint
+            except psycopg.Error as exc:
+                if (exc.sqlstate or "") in _RERUN and exc.sqlstate != "23505":
+                    raise
+                held.discard()
+                tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                held.keep_appended()
+                tx.cache.clear()
+                out.append((False, self.translate(exc)))
+                continue
+            except Exception as exc:
+                held.discard()
+                tx.execute(f"ROLLBACK TO SAVEPOINT w{i}")
+                held.keep_appended()
+                tx.cache.clear()
+                out.append((False, exc))
+                continue
+            tx.execute(f"RELEASE SAVEPOINT w{i}")
+            out.append((True, value))
+        return out
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
         return await asyncio.to_thread(self._run_with_retries, fn, write=False)

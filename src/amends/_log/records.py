@@ -177,45 +177,56 @@ def fold_steps(
     for step_id, (text, at) in resolved.items():
         body = _DECODER.decode(text)
         resolutions[step_id] = Resolution(step_id, body["by"], body.get("note"), at)
-    steps = []
-    for step_id, (intent_text, started, cancelled) in intents.items():
-        fin_text, finished_at = finishes.get(step_id, ("{}", None))
-        try:
-            intent = _DECODER.decode(intent_text)
-            fin = _DECODER.decode(fin_text)
-            state = fin.get("state") or ("cancelled" if cancelled else "intent")
-            step = StepRecord(
-                saga_id=saga_id,
-                step_id=step_id,
-                seq=int(intent["seq"]),
-                tool=intent["tool"],
-                args=intent["args"],
-                deps=tuple(intent["deps"]),
-                resources=tuple(intent["resources"]),
-                declared=intent["declared"],
-                effective=fin.get("effective"),
-                state=state,
-                result=fin.get("result"),
-                inverse=fin.get("inverse"),
-                expectation=fin.get("expectation"),
-                residue=tuple(fin.get("residue") or ()),
-                acknowledgement=fin.get("acknowledgement"),
-                violation=fin.get("violation"),
-                error=fin.get("error"),
-                started_at=started,
-                finished_at=started if cancelled and finished_at is None else finished_at,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise LogCorruptedError(
-                f"saga {saga_id!r}: the log's record of step {step_id!r} is damaged (missing or "
-                f"malformed {exc}); run `amends doctor --verify` to see what was changed, and "
-                f"restore the log from a backup",
-                saga_id=saga_id,
-                step_id=step_id,
-            ) from exc
-        steps.append(step)
+    steps = [
+        _step(saga_id, step_id, intent, finishes.get(step_id, ("{}", None)))
+        for step_id, intent in intents.items()
+    ]
     steps.sort(key=lambda s: s.seq)
     return tuple(steps), resolutions
+
+
+def _step(
+    saga_id: str,
+    step_id: str,
+    intent_row: tuple[str, float, bool],
+    finish_row: tuple[str, float | None],
+) -> StepRecord:
+    """One step from its intent record and its latest finish record (``"{}"``: none yet)."""
+    intent_text, started, cancelled = intent_row
+    fin_text, finished_at = finish_row
+    try:
+        intent = _DECODER.decode(intent_text)
+        fin = _DECODER.decode(fin_text)
+        state = fin.get("state") or ("cancelled" if cancelled else "intent")
+        return StepRecord(
+            saga_id=saga_id,
+            step_id=step_id,
+            seq=int(intent["seq"]),
+            tool=intent["tool"],
+            args=intent["args"],
+            deps=tuple(intent["deps"]),
+            resources=tuple(intent["resources"]),
+            declared=intent["declared"],
+            effective=fin.get("effective"),
+            state=state,
+            result=fin.get("result"),
+            inverse=fin.get("inverse"),
+            expectation=fin.get("expectation"),
+            residue=tuple(fin.get("residue") or ()),
+            acknowledgement=fin.get("acknowledgement"),
+            violation=fin.get("violation"),
+            error=fin.get("error"),
+            started_at=started,
+            finished_at=started if cancelled and finished_at is None else finished_at,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise LogCorruptedError(
+            f"saga {saga_id!r}: the log's record of step {step_id!r} is damaged (missing or "
+            f"malformed {exc}); run `amends doctor --verify` to see what was changed, and "
+            f"restore the log from a backup",
+            saga_id=saga_id,
+            step_id=step_id,
+        ) from exc
 
 
 def fold_compensations(reversal_id: str, rows: Iterable[Row]) -> dict[str, CompensationRecord]:
@@ -326,32 +337,40 @@ def verify_saga(
                 )
             )
         elif prev != expected:
-            if prev in seen:  # it links to an earlier record: the ones between are foreign
-                for other in records[seen[prev] + 1 : pos]:
-                    out.append(
-                        ChainProblem(
-                            saga_id,
-                            int(other[0]),
-                            "inserted",
-                            f"event {other[0]} ({other[3]}) is outside the hash chain: the event "
-                            f"after it links past it",
-                        )
-                    )
-            else:
-                out.append(
-                    ChainProblem(
-                        saga_id,
-                        int(rid),
-                        "deleted",
-                        f"the event(s) just before event {rid} ({kind}) are missing: its chain "
-                        f"link points to an event no longer in the log",
-                    )
-                )
+            out += _broken_link(saga_id, records, pos, seen.get(prev))
         expected = digest
         seen[digest] = pos
     if reversal is not None and reversal[1] is not None:
         out.extend(_verify_report(key, saga_id, records, reversal))
     return out
+
+
+def _broken_link(
+    saga_id: str, records: Sequence[Row], pos: int, linked: int | None
+) -> list[ChainProblem]:
+    """The record at ``pos`` does not link to the one before it: the records between the one it
+    links to (``linked``) and it are foreign, or (``None``) the ones it linked to are gone."""
+    rid, kind = records[pos][0], records[pos][3]
+    if linked is None:
+        return [
+            ChainProblem(
+                saga_id,
+                int(rid),
+                "deleted",
+                f"the event(s) just before event {rid} ({kind}) are missing: its chain "
+                f"link points to an event no longer in the log",
+            )
+        ]
+    return [
+        ChainProblem(
+            saga_id,
+            int(other[0]),
+            "inserted",
+            f"event {other[0]} ({other[3]}) is outside the hash chain: the event after it "
+            f"links past it",
+        )
+        for other in records[linked + 1 : pos]
+    ]
 
 
 def _verify_report(

@@ -22,12 +22,14 @@ from .admin import AdminQueries
 from .base import (
     Claim,
     CompensationRecord,
+    CompensationWrite,
     Event,
     Resolution,
     ReversalRecord,
     SagaLog,
     SagaRecord,
     StepFinish,
+    StepIntent,
 )
 from .database import Database, Tx
 from .records import (
@@ -258,27 +260,17 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         await self.db.write(fn, len(text) + len(meta_text))
 
-    async def begin_step(
-        self,
-        saga_id: str,
-        step_id: str,
-        *,
-        seq: int,
-        tool: str,
-        args: Mapping[str, Any],
-        deps: Sequence[str],
-        resources: Sequence[str],
-        declared: str,
-        now: float,
-    ) -> bool:
+    async def begin_step(self, intent: StepIntent) -> bool:
+        saga_id, step_id, now = intent.saga_id, intent.step_id, intent.now
+        args, deps, resources = intent.args, intent.deps, intent.resources
         text = dumps(  # rule 1: the whole intent, encoded once (lists and dicts as given)
             {
-                "seq": seq,
-                "tool": tool,
+                "seq": intent.seq,
+                "tool": intent.tool,
                 "args": args if type(args) is dict else dict(args),
                 "deps": deps if type(deps) is list else list(deps),
                 "resources": resources if type(resources) is list else list(resources),
-                "declared": declared,
+                "declared": intent.declared,
             }
         )
         key = self.signing_key
@@ -460,45 +452,46 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 return self._join_or_take_over(tx, rev, owner, lease_until, now)
             if after_continuation is not None and rev.continuations > after_continuation:
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
-            generation = rev.generation + 1
-            continuations = rev.continuations + 1
-            _unfence(tx, rev.reversal_id)
-            # calls/tokens spent restart at 0: compensation records carry run=continuations
-            tx.execute(
-                "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
-                "lease_until=?, finished_at=NULL, continuations=? "
-                "WHERE reversal_id=? AND generation=?",
-                (
-                    budget_text,
-                    owner,
-                    generation,
-                    lease_until,
-                    continuations,
-                    rev.reversal_id,
-                    rev.generation,
-                ),
-            )
-            text = dumps(
-                {
-                    "budget": loads(budget_text),
-                    "owner": owner,
-                    "generation": generation,
-                    "continuation": continuations,
-                }
-            )
-            _append(
-                tx,
-                self.signing_key,
-                saga_id,
-                "reversal.continued",
-                now,
-                text,
-                reversal_id=rev.reversal_id,
-            )
-            again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
-            return Claim("claimed", _reversal(again[0]))
+            return self._reopen(tx, rev, budget_text, owner, lease_until, now)
 
         return await self.db.write(fn)
+
+    def _reopen(
+        self,
+        tx: Tx,
+        rev: ReversalRecord,
+        budget_text: str,
+        owner: str,
+        lease_until: float,
+        now: float,
+    ) -> Claim:
+        """Reopen a finished reversal for a continuation (rule 6): running again, generation and
+        continuations + 1; calls and tokens spent restart at 0 (the compensation records of the
+        new run carry ``run=continuations``)."""
+        generation = rev.generation + 1
+        continuations = rev.continuations + 1
+        _unfence(tx, rev.reversal_id)
+        tx.execute(
+            "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
+            "lease_until=?, finished_at=NULL, continuations=? "
+            "WHERE reversal_id=? AND generation=?",
+            (budget_text, owner, generation, lease_until, continuations, rev.reversal_id,
+             rev.generation),
+        )  # fmt: skip
+        text = dumps(
+            {
+                "budget": loads(budget_text),
+                "owner": owner,
+                "generation": generation,
+                "continuation": continuations,
+            }
+        )
+        _append(
+            tx, self.signing_key, rev.saga_id, "reversal.continued", now, text,
+            reversal_id=rev.reversal_id,
+        )  # fmt: skip
+        again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
+        return Claim("claimed", _reversal(again[0]))
 
     async def renew_reversal_lease(
         self, reversal_id: str, generation: int, lease_until: float
@@ -518,29 +511,17 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         await self.db.write(fn)
 
-    async def record_compensation(
-        self,
-        reversal_id: str,
-        generation: int,
-        step_id: str,
-        *,
-        state: str,
-        attempts: int,
-        detail: str | None,
-        data: Mapping[str, Any],
-        calls_spent: int,
-        tokens_spent: int,
-        event: str,
-        now: float,
-    ) -> None:
+    async def record_compensation(self, write: CompensationWrite) -> None:
+        reversal_id, generation = write.reversal_id, write.generation
+        step_id, event, now = write.step_id, write.event, write.now
         body: dict[str, Any] = {
-            "state": state,
-            "attempts": attempts,
-            "detail": detail,
-            "data": dict(data),
+            "state": write.state,
+            "attempts": write.attempts,
+            "detail": write.detail,
+            "data": dict(write.data),
             "generation": generation,
-            "calls_spent": calls_spent,
-            "tokens_spent": tokens_spent,
+            "calls_spent": write.calls_spent,
+            "tokens_spent": write.tokens_spent,
         }
         text = dumps(body)  # encoded once; ``run`` is spliced in below only for continuations
         key = self.signing_key

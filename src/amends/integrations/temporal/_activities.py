@@ -30,7 +30,7 @@ from amends._errors import (
     TransientError,
 )
 from amends._log import SagaLog
-from amends._log.base import CompensationRecord, SagaRecord
+from amends._log.base import CompensationRecord, CompensationWrite, SagaRecord
 from amends._report import UndoReport
 from amends._reversal import current_report
 from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
@@ -152,6 +152,23 @@ class RecordInput(_Payload):
     now: float
     event_key: str
     """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
+
+    @classmethod
+    def of(cls, write: CompensationWrite, event_key: str) -> RecordInput:
+        """The log's write record as a payload, tagged with its ``event_key``."""
+        return cls(
+            write.reversal_id, write.generation, write.step_id, write.state, write.attempts,
+            write.detail, dict(write.data), write.calls_spent, write.tokens_spent, write.event,
+            write.now, event_key,
+        )  # fmt: skip
+
+    def write(self) -> CompensationWrite:
+        """The log's write record, its data carrying the event key (a re-run finds it)."""
+        return CompensationWrite(
+            self.reversal_id, self.generation, self.step_id, self.state, self.attempts,
+            self.detail, {**self.data, EVENT_KEY: self.event_key}, self.calls_spent,
+            self.tokens_spent, self.event, self.now,
+        )  # fmt: skip
 
 
 @dataclass
@@ -575,19 +592,7 @@ class ReversalActivities:
     async def _write_once(self, inp: RecordInput, seen: Mapping[str, CompensationRecord]) -> None:
         if _logged_before(seen, inp):
             return  # an earlier run of this activity committed it
-        await self.log.record_compensation(
-            inp.reversal_id,
-            inp.generation,
-            inp.step_id,
-            state=inp.state,
-            attempts=inp.attempts,
-            detail=inp.detail,
-            data={**inp.data, EVENT_KEY: inp.event_key},
-            calls_spent=inp.calls_spent,
-            tokens_spent=inp.tokens_spent,
-            event=inp.event,
-            now=inp.now,
-        )
+        await self.log.record_compensation(inp.write())
 
     @activity.defn(name="amends.finish")
     async def finish(self, wire: Wire) -> dict[str, Any]:

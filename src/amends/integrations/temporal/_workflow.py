@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,19 +25,19 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from amends._budget import Budget, BudgetMeter
     from amends._calls import RetryPolicy
-    from amends._contracts import Call, Catalog, FollowUp, Residue, ToolSpec
+    from amends._contracts import Call, FollowUp, Residue, ToolSpec
+    from amends._describe import sentence
     from amends._errors import (
-        ConfigError,
         LeaseLostError,
         PermanentError,
         PreconditionFailed,
         TransientError,
     )
-    from amends._log.base import CompensationRecord, ReversalRecord, SagaLog
-    from amends._planner import plan
-    from amends._report import StepOutcome, UndoReport
-    from amends._reversal import CallLost, described, run_plan
-    from amends._secrets import SecretRequest, marker
+    from amends._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
+    from amends._planner import ToolDirectory, plan
+    from amends._report import StepOutcome, build_report
+    from amends._reversal import CallLost, ReversalPorts, RunInput, described, run_plan
+    from amends._secrets import SecretRequest, Vault, marker, resolve_call_args
 
     from ._activities import (
         CallBatch,
@@ -127,35 +127,24 @@ def _translate(kind: str, msg: str, d: Mapping[str, Any]) -> BaseException:
     return _named(str(d.get("name") or kind or "Exception"))(msg)
 
 
-class _Catalog(Catalog):
-    """The worker's catalog as data, each tool's function replaced by the activity shim."""
+class _Specs:
+    """The worker's catalog as data (a :class:`~amends._planner.ToolDirectory`): the contracts
+    the runner plans and decides with; calls go through :class:`_Dispatcher`, never a function
+    here."""
 
     def __init__(self, specs: Mapping[str, ToolSpec]) -> None:
-        super().__init__()
         self._specs = dict(specs)
 
-    def get(self, name: str) -> ToolSpec:
-        spec = self._specs.get(name)
-        if spec is None:
-            raise ConfigError(
-                f"tool {name!r} is not in the workers' catalog; run every worker with the "
-                f"catalog the agents used"
-            )
-        return spec
-
-    def __contains__(self, name: object) -> bool:
+    def __contains__(self, name: object, /) -> bool:
         return name in self._specs
 
-    def __iter__(self) -> Iterator[ToolSpec]:
-        return iter(self._specs.values())
+    def get(self, name: str, /) -> ToolSpec:
+        return self._specs[name]
 
-    def __len__(self) -> int:
-        return len(self._specs)
-
-    def describe(self, tool: str, args: Mapping[str, Any]) -> str:
+    def describe(self, tool: str, args: Mapping[str, Any], /) -> str:
         # manual actions name the step in the catalog's words, as the local engine's do
         spec = self._specs.get(tool)
-        return spec.sentence(args) if spec is not None else super().describe(tool, args)
+        return spec.sentence(args) if spec is not None else sentence(tool, args)
 
 
 class _LeaseLost(BaseException):
@@ -187,41 +176,22 @@ class _ActivityLog:
         self.carried: list[RecordInput] = []
         """The last steps' outcome events, carried by ``amends.finish`` (written before the
         report, in the same local activity)."""
+        self.read: Any = None
+        """The workflow's log-read activity (set when the run starts)."""
 
-    async def record_compensation(
-        self,
-        reversal_id: str,
-        generation: int,
-        step_id: str,
-        *,
-        state: str,
-        attempts: int,
-        detail: str | None,
-        data: Mapping[str, Any],
-        calls_spent: int,
-        tokens_spent: int,
-        event: str,
-        now: float,
-    ) -> None:
+    async def record_compensation(self, write: CompensationWrite, /) -> None:
         self.writes += 1  # deterministic: the workflow issues writes in a replayable order
-        inp = RecordInput(
-            reversal_id,
-            generation,
-            step_id,
-            state,
-            attempts,
-            detail,
-            dict(data),
-            calls_spent,
-            tokens_spent,
-            event,
-            now,
-            event_key=f"{workflow.info().run_id}:{self.writes}",
-        )
-        if event == "compensation.dispatched" and not data.get("returned"):
-            self.deferred[step_id] = inp  # written by the compensation's activity, first
+        inp = RecordInput.of(write, event_key=f"{workflow.info().run_id}:{self.writes}")
+        if write.event == "compensation.dispatched" and not write.data.get("returned"):
+            self.deferred[write.step_id] = inp  # written by the compensation's activity, first
             return
         await self._submit(inp)
+
+    async def get_compensations(self, reversal_id: str, /) -> dict[str, CompensationRecord]:
+        """Read again after a lost call (rule 5: the crash rules), through a log activity."""
+        assert self.read is not None
+        got = await self.read(reversal_id)
+        return {k: compensation_from_dict(v) for k, v in got.compensations.items()}
 
     def _last(self, batch: list[tuple[RecordInput, asyncio.Future[None]]]) -> bool:
         running = self.running
@@ -395,9 +365,9 @@ class ReversalWorkflow:
             if cur.lease_until is None or cur.lease_until <= read.now:
                 return None
 
-    async def _tool(self, call: Call, **args: Any) -> Any:
-        """The shim every tool of the workflow's catalog points at: the call joins this
-        activation's batch, made by one ``amends.call_tools`` activity."""
+    async def _tool(self, call: Call, args: Mapping[str, Any]) -> Any:
+        """Every call of the run (the :class:`_Dispatcher`'s): it joins this activation's
+        batch, made by one ``amends.call_tools`` activity."""
         assert self.inp is not None and self.meter is not None
         spec = self.specs[call.tool]
         # the bound the runner puts around this call (its own formula, in workflow time)
@@ -519,6 +489,23 @@ class ReversalWorkflow:
             for c in batch.calls
         )
 
+    async def _settled_saga(
+        self, claim: ClaimResult, rev: ReversalRecord
+    ) -> tuple[SagaRecord, dict[str, CompensationRecord]]:
+        """As the local engine: steps in flight finish first, within the budget (rule 7)."""
+        assert self.inp is not None and self.meter is not None and claim.saga is not None
+        saga, compensations, now = saga_from_dict(claim.saga), claim.compensations, claim.now
+        while True:
+            running = [s for s in saga.steps if s.state == "intent"]
+            expired = saga.lease_until is None or saga.lease_until <= now
+            if not running or expired or self.meter.remaining_seconds() <= 0:
+                break
+            await workflow.sleep(self.inp.poll_interval)
+            read = await self._read(rev.reversal_id)
+            assert read.saga is not None
+            saga, compensations, now = saga_from_dict(read.saga), read.compensations, read.now
+        return saga, {k: compensation_from_dict(v) for k, v in compensations.items()}
+
     async def _execute(self, claim: ClaimResult, rev: ReversalRecord) -> dict[str, Any]:
         inp = self.inp
         assert inp is not None and claim.saga is not None
@@ -528,65 +515,26 @@ class ReversalWorkflow:
             budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent, clock=workflow.time
         )
         self.log.deferred.clear()  # a run that lost the lease left nothing to carry over
-        self.specs = {d["name"]: _spec(d, self._tool) for d in claim.tools}
-        catalog = _Catalog(self.specs)
-        saga = saga_from_dict(claim.saga)
-        compensations = claim.compensations
-        now = claim.now
-        while True:  # as the local engine: steps in flight finish first, within the budget
-            running = [s for s in saga.steps if s.state == "intent"]
-            expired = saga.lease_until is None or saga.lease_until <= now
-            if not running or expired or meter.remaining_seconds() <= 0:
-                break
-            await workflow.sleep(inp.poll_interval)
-            read = await self._read(rev.reversal_id)
-            assert read.saga is not None
-            saga, compensations, now = saga_from_dict(read.saga), read.compensations, read.now
+        self.specs = {d["name"]: _spec(d) for d in claim.tools}
+        catalog = _Specs(self.specs)
+        saga, compensations = await self._settled_saga(claim, rev)
         # undo windows (inverse deadlines) judged at workflow time: the same on replay
         the_plan = plan(saga, catalog, now=workflow.time())
         self.log.running = {p.step_id for p in the_plan.steps}
         self.log.carried = []
-
-        async def reread() -> dict[str, CompensationRecord]:
-            read = await self._read(rev.reversal_id)
-            return {k: compensation_from_dict(v) for k, v in read.compensations.items()}
-
+        self.log.read = self._read
+        # the local engine's runner; only its edges differ (calls, log writes, clock)
+        ports = ReversalPorts(self.log, catalog, workflow.time, _Dispatcher(self), self.log.settled)
         try:
-            # the local engine's runner; only its edges differ (calls, log writes, clock)
             got = await run_plan(
-                catalog=catalog,
-                log=_as_log(self.log),
-                saga=saga,
-                reversal=rev,
-                plan=the_plan,
-                done={k: compensation_from_dict(v) for k, v in compensations.items()},
-                meter=meter,
-                retry=RetryPolicy(**inp.retry),
-                clock=workflow.time,
-                on_progress=self.log.settled,
-                # the activity bounds each tool by the same formula (the tool's own time); a
-                # workflow-side bound would only add a timer per call to the workflow task
-                bounded=False,
-                reread=reread,
+                RunInput(ports, saga, rev, the_plan, meter, RetryPolicy(**inp.retry), compensations)
             )
         except _LeaseLost as lost:
             raise LeaseLostError(str(lost)) from None
         index = {s.step_id: s for s in saga.steps}
         # the steps in plain language, by the engine's own describer and the workers' catalog
         outcomes = [described(catalog, index.get(o.step_id), o) for o in got]
-        report = UndoReport(
-            saga_id=saga.saga_id,
-            reversal_id=rev.reversal_id,
-            title=saga.title,
-            steps=tuple(outcomes),
-            tool_calls=meter.calls,
-            tokens=meter.tokens,
-            seconds=workflow.time() - meter.started,
-            budget=budget.to_dict(),
-            requested_at=rev.requested_at,
-            finished_at=workflow.time(),
-            continuations=rev.continuations,
-        )
+        report = build_report(saga, rev, outcomes, meter, finished_at=workflow.time())
         try:
             stored: dict[str, Any] = await workflow.execute_local_activity(
                 "amends.finish",
@@ -618,13 +566,39 @@ def _keep_marker(request: SecretRequest) -> str:
     return marker(request.name)
 
 
-def _spec(data: Mapping[str, Any], fn: Any) -> ToolSpec:
-    spec = spec_from_dict(data, fn)
+def _no_call(call: Call, **args: Any) -> Any:
+    # the workflow's contracts are data: every call goes through _Dispatcher to an activity
+    raise AssertionError(f"{call.tool} must be called through the workflow's dispatcher")
+
+
+def _spec(data: Mapping[str, Any]) -> ToolSpec:
+    spec = spec_from_dict(data, _no_call)
     if data.get("resolves_secrets") and hasattr(spec, "resolve_secret"):
         spec = dataclasses.replace(spec, resolve_secret=_keep_marker)
     return spec
 
 
-def _as_log(log: _ActivityLog) -> SagaLog:
-    # The runner only writes compensation events through its log; the adapter has exactly that.
-    return log  # type: ignore[return-value]
+class _Dispatcher:
+    """The run's calls, as the workflow makes them (a :class:`~amends._reversal.Dispatcher`):
+    secrets stay markers (``_keep_marker``; the activity resolves them on the worker, rule 11),
+    and each call joins the activation's batch activity, which bounds it on the worker by the
+    same formula the runner uses (a workflow-side bound would only add a timer per call)."""
+
+    def __init__(self, wf: ReversalWorkflow) -> None:
+        self.wf = wf
+
+    async def arguments(
+        self,
+        catalog: ToolDirectory,
+        saga: SagaRecord,
+        tool: str,
+        step_id: str,
+        args: Mapping[str, Any],
+        vault: Vault,
+    ) -> dict[str, Any]:
+        return await resolve_call_args(catalog, saga, tool, step_id, args, vault)
+
+    async def call(
+        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+    ) -> Any:
+        return await self.wf._tool(call, args)

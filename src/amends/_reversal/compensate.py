@@ -1,0 +1,264 @@
+"""Compensating one step: the drift check, the write-ahead dispatch, the inverse, its follow-ups,
+and the crash rules for an inverse that was in flight (rules 4, 5, 7).
+
+Every compensation is logged ``dispatched`` before its inverse is called and with its final state
+after; a compensation logged in a final state is never dispatched again (rule 5).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from .._calls import idempotency_key
+from .._contracts import NOTHING, FollowUp, Residue, same_value
+from .._log.base import CompensationRecord
+from .._manual import UNKNOWN_FOLLOW_UP
+from .._planner import PlannedStep
+from .._report import StepOutcome, StepState
+from .dispatch import Caller, Stop
+from .record import Recorder
+
+__all__ = ["Compensator"]
+
+
+class Compensator:
+    """Runs the inverse of a step whose turn has come (the gate and the window passed)."""
+
+    def __init__(self, caller: Caller, recorder: Recorder) -> None:
+        self.caller = caller
+        self.recorder = recorder
+        self.saga_id = caller.saga.saga_id
+
+    async def run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
+        assert p.inverse is not None
+        counter = [0]
+        key = idempotency_key(self.saga_id, p.step_id, "undo")
+        in_flight = prior is not None and prior.state == "dispatched"
+        if prior is not None and in_flight and prior.data.get("returned"):
+            return await self._after_return(p, prior, key)
+        resent = False
+        paid_at: int | None = None
+        try:
+            if in_flight:
+                if await self._landed_before(p, counter):
+                    return await self._succeeded(
+                        p, counter[0], list(p.expected_residue), landed=True
+                    )
+                resent = self.caller.idempotent(p.inverse.tool)
+            else:
+                await self.check_drift(p)
+            # rule 7: the call is paid for before the dispatch record is written, so the record
+            # carries it and a take-over after a crash counts the call that was in flight.
+            self.caller.take_call(p.inverse.tool, counter)
+            paid_at = counter[0]
+            await self.recorder.record(
+                p, "dispatched", attempts=(prior.attempts if prior else 0),
+                detail=f"dispatching {p.inverse.tool}", data={"key": key},
+                event="compensation.dispatched",
+            )  # fmt: skip
+            _, call = await self.caller.call(
+                p.inverse.tool, p.inverse.args, phase="compensate", key=key, step_id=p.step_id,
+                precondition=p.expectation, counter=counter, prepaid=True,
+            )  # fmt: skip
+        except Stop as stop:
+            if paid_at is not None and counter[0] == paid_at:
+                self.caller.meter.calls -= 1  # paid for, never made (no resolver, unknown tool)
+            stop = _after_crash(p, stop, in_flight, resent)
+            return await self.recorder.stopped(
+                p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
+            )
+        # what the compensation observed supersedes what the forward call expected
+        residue = list(call.recorded_residue) or list(p.expected_residue)
+        if call.recorded_follow_ups:
+            # rule 5: the inverse has acted; log that (and what it asked for) before the
+            # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
+            # follow-up twice, and none is forgotten.
+            await self.recorder.record(
+                p, "dispatched", attempts=counter[0],
+                detail=f"{p.inverse.tool} returned; making its follow-up(s)",
+                data={
+                    "key": key, "returned": True, "residue": [r.to_dict() for r in residue],
+                    "follow_ups": [fu.to_dict() for fu in call.recorded_follow_ups],
+                },
+                event="compensation.dispatched",
+            )  # fmt: skip
+        more, missing = await self.follow_ups(p, call.recorded_follow_ups, key)
+        return await self._succeeded(p, counter[0], residue + more, missing)
+
+    async def _succeeded(
+        self,
+        p: PlannedStep,
+        attempts: int,
+        residue: list[Residue],
+        missing: Sequence[tuple[FollowUp, str]] = (),
+        *,
+        landed: bool = False,
+        returned: bool = False,
+    ) -> StepOutcome:
+        assert p.inverse is not None
+        detail = f"{'reverted' if p.action == 'revert' else 'compensated'} with {p.inverse.tool}"
+        if attempts > 1:
+            detail += f" after {attempts} attempts"
+        if returned:
+            detail += " (it had returned before a worker stopped; not sent again)"
+        if landed:
+            detail += (
+                " (the attempt in flight when a worker stopped had landed, as "
+                f"{p.inverse.landed.probe if p.inverse.landed else 'a probe'} shows)"
+            )
+        if p.inverse.no_drift_check:
+            detail += f"; no drift check: {p.inverse.no_drift_check}"
+        return await self.recorder.succeeded(p, attempts, residue, missing, detail)
+
+    async def check_drift(self, p: PlannedStep) -> None:
+        """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes."""
+        exp = p.expectation
+        if exp is None:  # the tool said why no check is needed (the planner reviewed the rest)
+            return
+        if not self.caller.is_probe(exp):
+            await self.caller.observe(exp, p.step_id, "probe")  # raises: cannot check
+        try:
+            observed = await self.caller.observe(exp, p.step_id, "probe")
+        except Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise
+            raise Stop(
+                StepState.DRIFTED,
+                f"could not check the world before undoing ({stop.detail}); not touched, "
+                f"needs review",
+            ) from None
+        exp = await self.caller.with_secrets(exp, p.step_id)
+        value = exp.extract(observed)
+        if not same_value(value, exp.equals):  # rule 4: True is not 1, None is not missing
+            shown = "nothing" if value is NOTHING else repr(value)
+            raise Stop(
+                StepState.DRIFTED,
+                f"someone changed it since the agent acted: expected {exp.equals!r}, found "
+                f"{shown}; left as it is",
+            )
+
+    async def follow_ups(
+        self, p: PlannedStep, follow_ups: list[FollowUp], key: str, *, recovering: bool = False
+    ) -> tuple[list[Residue], list[tuple[FollowUp, str]]]:
+        """Rule 7: follow-ups (and theirs, breadth first) each spend budget. One that fails or is
+        cut off is returned as missing; it never changes what the inverse achieved.
+
+        ``recovering``: a worker stopped while these ran, so any of them may have been made
+        already; only those whose vendor honours idempotency keys are sent again (rule 5)."""
+        residue: list[Residue] = []
+        missing: list[tuple[FollowUp, str]] = []
+        queue = deque((fu, f"{key}:follow_up:{i}") for i, fu in enumerate(follow_ups))
+        while queue:
+            fu, fkey = queue.popleft()
+            if recovering and not self.caller.idempotent(fu.tool):
+                missing.append((fu, UNKNOWN_FOLLOW_UP))
+                continue
+            try:
+                _, fcall = await self.caller.call(
+                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1]
+                )
+            except Stop as stop:
+                missing.append((fu, stop.detail))
+                continue
+            residue += fcall.recorded_residue
+            queue.extend(
+                (sub, f"{fkey}:follow_up:{j}") for j, sub in enumerate(fcall.recorded_follow_ups)
+            )
+        return residue, missing
+
+    async def _after_return(
+        self, p: PlannedStep, prior: CompensationRecord, key: str
+    ) -> StepOutcome:
+        """Rule 5: a worker stopped after the inverse returned, while its follow-ups ran. The
+        inverse is not sent again; each follow-up is re-sent only to a vendor honouring
+        idempotency keys, the others are reported unknown (residue and a manual action)."""
+        residue = [Residue.from_dict(r) for r in prior.data.get("residue", ())]
+        follow = [FollowUp(f["tool"], dict(f["args"])) for f in prior.data.get("follow_ups", ())]
+        more, missing = await self.follow_ups(p, follow, key, recovering=True)
+        return await self._succeeded(p, prior.attempts, residue + more, missing, returned=True)
+
+    async def _landed_before(self, p: PlannedStep, counter: list[int]) -> bool:
+        """Rule 5: the inverse was in flight at a crash. ``True``: it landed (do not send it
+        again); ``False``: safe to send (the vendor dedups the key, or the world shows it did
+        not land). Raises ``in_doubt`` when the engine cannot tell."""
+        inv = p.inverse
+        assert inv is not None
+        if self.caller.idempotent(inv.tool):
+            return await self._resend_safe(p)
+        looked: list[str] = []
+        try:
+            if inv.landed is not None:
+                looked.append(f"{inv.landed.probe} does not show it landed")
+                if await self.caller.holds(inv.landed, p.step_id, "landed"):
+                    return True
+            if p.expectation is not None:
+                looked.append(f"{p.expectation.probe} no longer shows the agent's write")
+                if await self.caller.holds(p.expectation, p.step_id, "probe"):
+                    return False  # the world is as the step left it: the attempt did not land
+        except Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise
+            looked.append(f"a probe failed: {stop.detail}")
+        seen = "; ".join(looked) if looked else "no probe can tell whether it landed"
+        raise Stop(
+            StepState.IN_DOUBT,
+            f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and its "
+            f"vendor does not honour idempotency keys, so it was not sent again; whether it "
+            f"took effect is unknown ({seen})",
+        )
+
+    async def _resend_safe(self, p: PlannedStep) -> bool:
+        """Rule 5 for a vendor honouring keys: a re-send is deduplicated if the first attempt
+        landed, so it is safe unless the attempt did not land and someone changed the world
+        since (rule 4: the re-send would overwrite them). With a landed probe the engine can
+        tell: the world shows neither the agent's write nor the undo -> ``drifted``, not sent.
+        Without one it cannot, and re-sends (``call.precondition`` still goes with it)."""
+        inv = p.inverse
+        assert inv is not None
+        if inv.landed is None or p.expectation is None:
+            return False
+        try:
+            if await self.caller.holds(p.expectation, p.step_id, "probe"):
+                return False  # as the step left it: the attempt did not land
+            if await self.caller.holds(inv.landed, p.step_id, "landed"):
+                return False  # it landed: the vendor dedups the replay by its key
+        except Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise
+            raise Stop(
+                StepState.DRIFTED,
+                f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and the "
+                f"world could not be checked ({stop.detail}); not sent again, needs review",
+            ) from None
+        raise Stop(
+            StepState.DRIFTED,
+            f"an earlier attempt of {inv.tool} was in flight when a worker stopped; the world "
+            f"shows neither it ({inv.landed.probe} does not show it landed) nor the agent's "
+            f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
+            f"needs review",
+        )
+
+
+def _after_crash(p: PlannedStep, stop: Stop, in_flight: bool, resent: bool) -> Stop:
+    """What a stop means when an earlier attempt was in flight at a crash (rules 5, 7, 8)."""
+    assert p.inverse is not None
+    if in_flight and stop.state is StepState.OVER_BUDGET:
+        # rule 7: no budget left to check or re-send; the step stays continuable (a
+        # continuation treats the earlier attempt as still in flight, rule 5).
+        return Stop(
+            StepState.OVER_BUDGET,
+            f"{stop.detail}; an earlier attempt of {p.inverse.tool} was sent before a worker "
+            f"stopped and may have taken effect: continuing with a new budget checks it before "
+            f"anything is sent again",
+        )
+    if resent and stop.state is not StepState.IN_DOUBT:
+        # rule 8: an earlier attempt was sent before a crash; this retry's failure says nothing
+        # about whether that attempt took effect.
+        return Stop(
+            StepState.IN_DOUBT,
+            f"an earlier attempt of {p.inverse.tool} was sent before a worker stopped, and this "
+            f"retry did not complete ({stop.detail}); whether the earlier attempt took effect "
+            f"is unknown",
+        )
+    return stop

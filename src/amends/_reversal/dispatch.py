@@ -1,0 +1,244 @@
+"""One call of a reversal, with its retries, its budget and its meaning (rules 5, 7, 8, 11).
+
+:class:`Caller` makes every call a run makes: probes, inverses, follow-ups. It spends the budget
+(rule 7), gives redacted secrets back to the call and keeps them out of what it yields (rule 11),
+retries transient refusals by the one retry decision (``RetryPolicy.next_wait``), and says what
+a call that did not succeed means for its step (:class:`Stop`, naming the real cause, rule 8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from typing import Any
+
+from .._budget import BudgetMeter
+from .._calls import RetryPolicy, idempotency_key
+from .._contracts import Call, Expectation
+from .._errors import ContractError, PermanentError, PreconditionFailed, TransientError
+from .._log.base import SagaRecord
+from .._report import StepState
+from .._secrets import Vault, markers_in, scrub_record
+from .ports import ReversalPorts
+
+__all__ = ["CallLost", "Caller", "Stop"]
+
+
+class CallLost(BaseException):
+    """A tool call's maker lost it (the worker making it died): whether it landed is unknown.
+
+    Raised by a dispatcher whose calls are made elsewhere (a Temporal activity). A
+    BaseException, so that "any other exception is a failed call" does not swallow it: the runner
+    re-reads the reversal's compensation records and runs the step again through the crash
+    rules, exactly as after a crash of the local engine (rule 5). Every attempt spends budget,
+    so this ends (rule 7)."""
+
+
+class Stop(Exception):
+    """The call could not be completed; carries the step state and a plain-language detail."""
+
+    def __init__(self, state: StepState, detail: str) -> None:
+        super().__init__(detail)
+        self.state = state
+        self.detail = detail
+
+
+class Caller:
+    """The calls of one reversal run."""
+
+    def __init__(
+        self,
+        ports: ReversalPorts,
+        saga: SagaRecord,
+        meter: BudgetMeter,
+        retry: RetryPolicy,
+        rng: random.Random,
+        vault: Vault,
+    ) -> None:
+        self.ports = ports
+        self.catalog = ports.catalog
+        self.saga = saga
+        self.meter = meter
+        self.retry = retry
+        self.rng = rng
+        self.vault = vault
+
+    async def call(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        phase: Any,
+        key: str,
+        step_id: str,
+        precondition: Expectation | None = None,
+        counter: list[int],
+        prepaid: bool = False,
+    ) -> tuple[Any, Call]:
+        """Rule 11: give redacted secrets back to this call, and keep them out of what it yields.
+
+        ``[redacted:NAME]`` markers in ``args`` are resolved by the tool's resolver (or the
+        forward tool's); a detail, residue or follow-up it produces is scrubbed of the values.
+        ``prepaid``: the first attempt's call was taken from the budget already (the
+        compensation's dispatch record carries it, so a take-over counts it).
+        """
+        vault = self.vault
+        try:
+            real = await self.ports.dispatcher.arguments(
+                self.catalog, self.saga, tool, step_id, args, vault
+            )
+        except ContractError as exc:
+            raise Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
+        try:
+            result, call = await self._attempts(
+                tool, real, phase, key, step_id, precondition, counter, prepaid
+            )
+        except Stop as stop:
+            raise Stop(stop.state, vault.scrub(stop.detail)) from None
+        if vault:
+            call.recorded_residue = [scrub_record(vault, r) for r in call.recorded_residue]
+        return result, call
+
+    async def _attempts(
+        self,
+        tool: str,
+        args: Any,
+        phase: Any,
+        key: str,
+        step_id: str,
+        precondition: Expectation | None,
+        counter: list[int],
+        prepaid: bool,
+    ) -> tuple[Any, Call]:
+        if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
+            raise Stop(
+                StepState.FAILED,
+                f"{tool} was not called: no tool of that name is in the catalog; register it "
+                f"or fix the name the tool recorded",
+            )
+        spec = self.catalog.get(tool)
+        attempt = 0
+        while True:
+            attempt += 1
+            if not (prepaid and attempt == 1):
+                self.take_call(tool, counter)
+            counter[0] += 1
+            call = Call(
+                saga_id=self.saga.saga_id,
+                step_id=step_id,
+                tool=tool,
+                phase=phase,
+                idempotency_key=key,
+                attempt=attempt,
+                precondition=precondition,
+            )
+            remaining = self.meter.remaining_seconds()
+            timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
+            try:
+                result = await self.ports.dispatcher.call(spec, call, args, max(timeout, 0.001))
+            except Exception as exc:
+                self.meter.tokens += call.tokens
+                await asyncio.sleep(self._retry_wait(tool, exc, attempt, timeout, spec.timeout))
+                continue
+            self.meter.tokens += call.tokens
+            return result, call
+
+    def take_call(self, tool: str, counter: list[int]) -> None:
+        """Spend one call of the budget on ``tool``, or stop the step (rule 7)."""
+        why = self.meter.take_call()
+        if why is not None:
+            raise Stop(
+                StepState.OVER_BUDGET if counter[0] == 0 else StepState.FAILED,
+                f"{why} before {tool} could {'run' if counter[0] == 0 else 'succeed'}"
+                + (f" (gave up after {counter[0]} attempt(s))" if counter[0] else ""),
+            )
+
+    def _retry_wait(
+        self, tool: str, exc: Exception, attempt: int, timeout: float, own: float | None
+    ) -> float:
+        """What a failed call means (raises :class:`Stop`), or how long to wait before the next
+        try: the one retry decision, ``RetryPolicy.next_wait``, as on the forward side."""
+        if isinstance(exc, TransientError):
+            wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
+            if wait is None:
+                raise Stop(StepState.FAILED, self.retry.gave_up(tool, attempt, exc)) from exc
+            if wait >= self.meter.remaining_seconds():
+                raise Stop(
+                    StepState.FAILED,
+                    f"{tool} failed transiently ({exc}) and the time budget leaves no room to "
+                    f"retry",
+                ) from exc
+            return wait
+        if isinstance(exc, TimeoutError):
+            cause = (
+                f"{tool} timed out after {timeout:.2f} s"
+                if own is not None and own <= timeout
+                else f"the time budget of {self.meter.budget.seconds:g} s ran out while {tool} "
+                f"was running (after {timeout:.2f} s)"
+            )
+            raise Stop(StepState.IN_DOUBT, f"{cause}; whether it took effect is unknown") from None
+        if isinstance(exc, PreconditionFailed):
+            raise Stop(
+                StepState.DRIFTED,
+                f"the vendor refused the write because the world changed since the agent "
+                f"acted: {exc}",
+            ) from exc
+        if isinstance(exc, PermanentError):
+            raise Stop(StepState.FAILED, f"{tool} failed permanently: {exc}") from exc
+        # Any other exception counts as permanent (DESIGN.md) -- amends' own errors included: a
+        # LeaseLostError from a nested engine is this inverse failing, never this reversal's
+        # lease lost (rule 7: no take-over loop, no budget reset).
+        raise Stop(StepState.FAILED, f"{tool} raised {type(exc).__name__}: {exc}") from exc
+
+    # --- probes (rule 4) -------------------------------------------------------------------
+    def is_probe(self, exp: Expectation) -> bool:
+        return (
+            exp.probe in self.catalog
+            and self.catalog.get(exp.probe).reversibility.value == "read_only"
+        )
+
+    def idempotent(self, tool: str) -> bool:
+        return tool in self.catalog and self.catalog.get(tool).idempotent
+
+    async def observe(self, exp: Expectation, step_id: str, kind: str) -> Any:
+        """Run the read-only probe of ``exp`` (spends budget); what it returned."""
+        if not self.is_probe(exp):
+            raise Stop(
+                StepState.DRIFTED,
+                f"cannot check the world: probe {exp.probe!r} is "
+                f"{'not in the catalog' if exp.probe not in self.catalog else 'not read_only'}; "
+                f"not touched",
+            )
+        observed, _ = await self.call(
+            exp.probe,
+            exp.args,
+            phase="probe",
+            key=idempotency_key(self.saga.saga_id, step_id, "probe")
+            + ("" if kind == "probe" else f":{kind}"),
+            step_id=step_id,
+            counter=[0],
+        )
+        return observed
+
+    async def holds(self, exp: Expectation, step_id: str, kind: str) -> bool:
+        """Whether the world shows ``exp``. A probe that errors raises: never a match (rule 4)."""
+        observed = await self.observe(exp, step_id, kind)
+        return (await self.with_secrets(exp, step_id)).holds(observed)
+
+    async def with_secrets(self, exp: Expectation, step_id: str) -> Expectation:
+        """``exp`` with the secrets its expected value held resolved again (rule 11 redacted
+        them in the log; compared with the marker, the world would never match)."""
+        if not markers_in(exp.equals):
+            return exp
+        try:
+            got = await self.ports.dispatcher.arguments(
+                self.catalog, self.saga, exp.probe, step_id, {"equals": exp.equals}, self.vault
+            )
+        except ContractError as exc:
+            raise Stop(
+                StepState.DRIFTED,
+                f"cannot check the world: its expected value holds a "
+                f"secret that could not be resolved ({exc}); not touched",
+            ) from None
+        return dataclasses.replace(exp, equals=got["equals"])

@@ -1,0 +1,116 @@
+"""The ports of a reversal run: what the runner talks to, as one typed record (issue 22).
+
+A runner is the same code wherever it runs; only its edges differ. The local engine writes to its
+:class:`~amends.SagaLog` and calls tools in this process; a Temporal workflow writes through
+activities and calls tools through a batch activity; the preview (rule 10) writes nothing and
+dispatches nothing but read-only probes. Each supplies its edges here, as temporalio's
+``ExecuteActivityInput`` supplies an activity's: fields can be added without breaking callers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .._calls import invoke
+from .._contracts import Call, ToolSpec
+from .._log.base import CompensationRecord, CompensationWrite, SagaRecord
+from .._planner import Plan, ToolDirectory
+from .._report import StepOutcome
+from .._secrets import Vault, resolve_call_args
+
+__all__ = [
+    "LOCAL",
+    "CompensationLog",
+    "Dispatcher",
+    "InFlightWait",
+    "LocalDispatcher",
+    "ReversalPorts",
+]
+
+
+class CompensationLog(Protocol):
+    """What a reversal run reads and writes of the log: its compensation events (rule 5:
+    ``dispatched`` before an inverse is sent, the final state after), fenced by generation.
+    :class:`amends.SagaLog` is one."""
+
+    async def record_compensation(self, write: CompensationWrite, /) -> None: ...
+
+    async def get_compensations(self, reversal_id: str, /) -> dict[str, CompensationRecord]: ...
+
+
+class Dispatcher(Protocol):
+    """How the run's calls reach their tools.
+
+    ``arguments`` gives one call's arguments back their redacted secrets (rule 11) or raises
+    :class:`amends.ContractError`; ``call`` makes one attempt, bounded by ``timeout`` seconds
+    where the dispatcher bounds calls itself (a Temporal activity bounds them on the worker)."""
+
+    async def arguments(
+        self,
+        catalog: ToolDirectory,
+        saga: SagaRecord,
+        tool: str,
+        step_id: str,
+        args: Mapping[str, Any],
+        vault: Vault,
+    ) -> dict[str, Any]: ...
+
+    async def call(
+        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+    ) -> Any: ...
+
+
+class LocalDispatcher:
+    """Calls tools in this process, each bounded by its timeout (and what the budget leaves)."""
+
+    async def arguments(
+        self,
+        catalog: ToolDirectory,
+        saga: SagaRecord,
+        tool: str,
+        step_id: str,
+        args: Mapping[str, Any],
+        vault: Vault,
+    ) -> dict[str, Any]:
+        return await resolve_call_args(catalog, saga, tool, step_id, args, vault)
+
+    async def call(
+        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+    ) -> Any:
+        return await invoke(spec.fn, call, args, timeout)
+
+
+LOCAL = LocalDispatcher()
+"""The dispatcher of the local engine."""
+
+
+@dataclass(frozen=True)
+class InFlightWait:
+    """How a run waits for a step still in flight (rule 7: within the seconds budget)."""
+
+    reload: Callable[[], Awaitable[SagaRecord]]
+    """Reads the saga again."""
+    replan: Callable[[SagaRecord], Plan]
+    """Plans a re-read saga with the same planner (a step that finished while we waited)."""
+    poll_interval: float = 0.02
+    """Seconds between looks at the log."""
+
+
+@dataclass(frozen=True)
+class ReversalPorts:
+    """The edges of one reversal run."""
+
+    log: CompensationLog
+    """Where the run's compensation events go (and are read again after a lost call)."""
+    catalog: ToolDirectory
+    """The tools the run may call and plan with (``amends.Catalog``)."""
+    clock: Callable[[], float] = time.time
+    """Seconds since the epoch, for undo windows and the log's timestamps (Temporal: workflow
+    time, deterministic on replay)."""
+    dispatcher: Dispatcher = field(default=LOCAL)
+    """How calls reach their tools."""
+    progress: Callable[[StepOutcome], None] | None = None
+    """Called with each step's outcome as it settles."""

@@ -1,0 +1,166 @@
+"""What a reversal run writes and reports for a step: its compensation events (rule 5) and its
+:class:`~amends.StepOutcome`, with the manual action its state calls for (rule 8).
+
+Every detail, residue and manual action passes the run's vault first: a secret resolved for this
+reversal never reaches the log or the report (rule 11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._budget import BudgetMeter
+from .._contracts import FollowUp, ManualAction, Residue
+from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
+from .._manual import Wording, missing_follow_ups
+from .._planner import PlannedStep
+from .._report import StepOutcome, StepState, verb_for
+from .._secrets import Vault, scrub_record
+from .ports import ReversalPorts
+
+__all__ = ["Recorder"]
+
+
+class Recorder:
+    """Writes a run's compensation events and builds its step outcomes."""
+
+    def __init__(
+        self,
+        ports: ReversalPorts,
+        saga: SagaRecord,
+        reversal: ReversalRecord,
+        meter: BudgetMeter,
+        vault: Vault,
+    ) -> None:
+        self.ports = ports
+        self.reversal = reversal
+        self.meter = meter
+        self.vault = vault
+        self.wording = Wording(saga.saga_id, saga.title, saga.actor)
+        self.fresh: set[str] = set()
+        """Steps whose compensation was recorded in this run (after every known resolution)."""
+
+    async def record(
+        self,
+        p: PlannedStep,
+        state: str,
+        *,
+        attempts: int,
+        detail: str,
+        data: Any,
+        event: str,
+    ) -> None:
+        self.fresh.add(p.step_id)
+        await self.ports.log.record_compensation(
+            CompensationWrite(
+                self.reversal.reversal_id,
+                self.reversal.generation,
+                p.step_id,
+                state=state,
+                attempts=attempts,
+                detail=self.vault.scrub(detail),  # rule 11: no resolved secret in the log
+                data=self.vault.scrub(data),
+                calls_spent=self.meter.calls,
+                tokens_spent=self.meter.tokens,
+                event=event,
+                now=self.ports.clock(),
+            )
+        )
+
+    def outcome(self, p: PlannedStep, state: StepState, detail: str, **more: Any) -> StepOutcome:
+        vault = self.vault
+        if vault:  # rule 11: a secret resolved for this reversal never reaches the report
+            detail = vault.scrub(detail)
+            if more.get("manual_action") is not None:
+                more["manual_action"] = scrub_record(vault, more["manual_action"])
+            if more.get("residue"):
+                more["residue"] = tuple(scrub_record(vault, r) for r in more["residue"])
+        return StepOutcome(
+            step_id=p.step_id,
+            tool=p.step.tool,
+            verb=verb_for(state),  # rule 8: one verb per state, whatever the cause
+            state=state,
+            detail=detail,
+            reversibility=p.reversibility.value,
+            violation=p.step.violation,
+            **more,
+        )
+
+    def manual(self, p: PlannedStep, state: StepState, detail: str) -> ManualAction:
+        """The manual action of ``p`` left in ``state`` (rule 8: who can act, and a draft)."""
+        step, catalog = p.step, self.ports.catalog
+        sentence = None
+        if step.tool in catalog and catalog.get(step.tool).describe:
+            sentence = catalog.describe(step.tool, step.args)  # issue 17: a sentence
+        return self.wording.manual(step, state, detail, sentence)
+
+    def standing(self, p: PlannedStep, state: StepState, detail: str) -> StepOutcome:
+        """An outcome whose effect stands, with its manual action, not recorded."""
+        manual = self.manual(p, state, detail)
+        return self.outcome(p, state, detail, manual_action=manual)
+
+    async def stopped(
+        self,
+        p: PlannedStep,
+        state: StepState,
+        detail: str,
+        *,
+        attempts: int = 0,
+        in_flight: bool | None = None,
+    ) -> StepOutcome:
+        """The step's effect still stands: record its state with a manual action, and report
+        it. ``in_flight`` (logged when given) says whether a call was in flight at the stop."""
+        manual = self.manual(p, state, detail)
+        data: dict[str, Any] = {"manual_action": manual.to_dict()}
+        if in_flight is not None:
+            data["in_flight"] = in_flight
+        await self.record(
+            p, state.value, attempts=attempts, detail=detail, data=data,
+            event=f"compensation.{state.value}",
+        )  # fmt: skip
+        return self.outcome(p, state, detail, attempts=attempts, manual_action=manual)
+
+    async def succeeded(
+        self,
+        p: PlannedStep,
+        attempts: int,
+        residue: list[Residue],
+        missing: Sequence[tuple[FollowUp, str]],
+        detail: str,
+    ) -> StepOutcome:
+        """The inverse took the step back: record and report it (rule 7: a missing follow-up is
+        residue and a manual action; it never changes what the inverse achieved)."""
+        state = StepState.REVERTED if p.action == "revert" else StepState.COMPENSATED
+        manual = None
+        if missing:
+            residue = residue + missing_follow_ups(p.step, missing)
+            manual = self.wording.follow_ups(p.step, missing)
+            detail += f"; {len(missing)} follow-up(s) missing"
+        data: dict[str, Any] = {"residue": [r.to_dict() for r in residue]}
+        if manual:
+            data["manual_action"] = manual.to_dict()
+        await self.record(
+            p, state.value, attempts=attempts, detail=detail, data=data,
+            event=f"compensation.{state.value}",
+        )  # fmt: skip
+        return self.outcome(
+            p, state, detail, attempts=attempts, residue=tuple(residue), manual_action=manual
+        )
+
+    def from_record(self, p: PlannedStep, rec: CompensationRecord) -> StepOutcome:
+        """Rule 5: a step logged in a final state is reported as logged, never run again."""
+        state = StepState(rec.state)
+        ma = rec.data.get("manual_action")
+        return self.outcome(
+            p,
+            state,
+            rec.detail or state.value,
+            attempts=rec.attempts,
+            residue=tuple(Residue.from_dict(r) for r in rec.data.get("residue", ())),
+            manual_action=ManualAction(
+                ma["step_id"], ma["what"], ma["who"], tuple(ma.get("parties", ())), ma.get("draft")
+            )
+            if ma
+            else None,
+        )

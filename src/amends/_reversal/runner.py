@@ -1,0 +1,259 @@
+"""Runs a compensation plan: every step in undo order, independent branches in parallel.
+
+Per step, the one decision undo makes (rule 10: the preview runs this same code with simulated
+edges): the plan's verdict for steps without an inverse, a step logged done is never run again
+(rule 5), the gate (rule 3: the inverses it waits for must have succeeded), the undo window, and
+then the compensation (:mod:`.compensate`). Every write is fenced by the reversal's lease
+generation, so a worker that lost its lease stops at its next write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .._budget import BudgetMeter
+from .._calls import RetryPolicy
+from .._log.base import CompensationRecord, ReversalRecord, SagaRecord, StepRecord
+from .._planner import Plan, PlannedStep, PreviewStep, ToolDirectory
+from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
+from .._secrets import vault_for
+from .compensate import Compensator
+from .dispatch import Caller, CallLost
+from .ports import InFlightWait, ReversalPorts
+from .record import Recorder
+
+__all__ = ["RunInput", "described", "run_plan"]
+
+_Described = TypeVar("_Described", StepOutcome, PreviewStep)
+
+
+def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described) -> _Described:
+    """Issue 17: ``item`` (a step's outcome or preview) with the step and its inverse in plain
+    language, from the catalog's ``describe=`` templates and the logged (redacted, rule 11)
+    arguments. The one describer of the engine, the preview and a Temporal worker."""
+    if step is None:
+        return item
+    inv = step.inverse
+    return dataclasses.replace(
+        item,
+        description=catalog.describe(step.tool, step.args),
+        inverse_description=(catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""),
+    )
+
+
+_FINAL = frozenset(s.value for s in StepState)
+_RETRY = frozenset({StepState.OVER_BUDGET.value, StepState.BLOCKED.value})
+"""Recorded states that were never dispatched: a continuation attempts them (rule 6)."""
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """One run of a reversal (its first run, a take-over, or a continuation): issue 22."""
+
+    ports: ReversalPorts
+    """The run's edges: log, catalog, clock, dispatcher, progress."""
+    saga: SagaRecord
+    """The saga as the claim read it."""
+    reversal: ReversalRecord
+    """The reversal this run belongs to (its generation fences every write)."""
+    plan: Plan
+    """What to do to each step (the planner's)."""
+    meter: BudgetMeter
+    """What the run may still spend, and has spent."""
+    retry: RetryPolicy
+    """How transient refusals are retried within the budget."""
+    done: Mapping[str, CompensationRecord] | None = None
+    """The reversal's compensation records when the caller has them; ``None``: read them."""
+    fresh: bool = False
+    """The reversal was created by this worker's claim just now: it has no records yet."""
+    waiting: InFlightWait | None = None
+    """How to wait for steps still in flight; ``None``: do not wait (rule 7)."""
+
+
+async def run_plan(inp: RunInput) -> list[StepOutcome]:
+    """Run ``inp.plan`` as ``inp.reversal`` (generation-fenced); returns per-step outcomes."""
+    done = inp.done
+    if done is None:
+        done = {} if inp.fresh else await inp.ports.log.get_compensations(inp.reversal.reversal_id)
+    return await _Runner(inp, done).run()
+
+
+class _Runner:
+    def __init__(self, inp: RunInput, done: Mapping[str, CompensationRecord]) -> None:
+        self.inp = inp
+        self.saga = inp.saga
+        self.done = done
+        rev = inp.reversal
+        rng = random.Random(f"{rev.reversal_id}:{rev.generation}")
+        self.vault = vault_for(self)
+        """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
+        (kept here: no weak-dict lookup per record, issue 12)."""
+        self.caller = Caller(inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault)
+        self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault)
+        self.compensator = Compensator(self.caller, self.recorder)
+        self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
+
+    async def run(self) -> list[StepOutcome]:
+        loop = asyncio.get_running_loop()
+        steps = self.inp.plan.steps
+        self.futures = {p.step_id: loop.create_future() for p in steps}
+        progress = self.inp.ports.progress
+
+        async def one(p: PlannedStep) -> None:
+            fut = self.futures[p.step_id]
+            try:
+                outcome = await self._settle(p)
+            except BaseException as exc:
+                fut.set_exception(exc)
+                raise
+            fut.set_result(outcome)
+            if progress is not None:
+                progress(outcome)
+
+        tasks = [asyncio.create_task(one(p)) for p in steps]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for f in self.futures.values():
+                if f.done() and not f.cancelled():
+                    f.exception()  # mark retrieved
+            raise
+        return [self.futures[p.step_id].result() for p in steps]
+
+    async def _settle(self, p: PlannedStep) -> StepOutcome:
+        while True:
+            try:
+                return await self._step(p)
+            except CallLost:
+                # rule 5: as if this engine had crashed with the call in flight
+                self.done = await self.inp.ports.log.get_compensations(
+                    self.inp.reversal.reversal_id
+                )
+
+    async def _step(self, p: PlannedStep) -> StepOutcome:
+        if p.action == "wait":
+            p = await self._await_in_flight(p)
+        quick = self._without_inverse(p)
+        if quick is not None:
+            return quick
+        prior = self.done.get(p.step_id)
+        if prior is not None and prior.state in _RETRY:
+            # rule 6: a continuation attempts what was not attempted (over budget) or may now be
+            # unblocked; an attempt that was in flight before stays in flight (rule 5).
+            prior = (
+                dataclasses.replace(prior, state="dispatched")
+                if prior.data.get("in_flight")
+                else None
+            )
+        if prior is not None and prior.state in _FINAL:
+            # rule 5: logged done is never dispatched again, even after a crash.
+            return self.recorder.from_record(p, prior)
+        blocked = await self._gate(p)
+        if blocked is not None:
+            return blocked
+        closed = await self._window_closed(p, prior)
+        if closed is not None:
+            return closed
+        return await self.compensator.run(p, prior)
+
+    def _without_inverse(self, p: PlannedStep) -> StepOutcome | None:
+        """Steps undo does not call an inverse for: their outcome follows from the plan."""
+        rec = self.recorder
+        if p.action == "cancel":
+            return rec.outcome(p, StepState.CANCELLED, p.reason)
+        if p.action == "skip":
+            return rec.outcome(p, StepState.NOT_NEEDED, p.reason)
+        if p.action == "acknowledge":
+            return rec.standing(p, StepState.ACKNOWLEDGED, p.reason)
+        if p.action == "review":  # rule 4: never reverted blindly
+            return rec.standing(p, StepState.DRIFTED, p.reason)
+        if p.action in ("in_doubt", "wait"):
+            detail = (
+                p.reason
+                if p.action == "in_doubt"
+                else "still running in another process when undo finished; whether it took "
+                "effect is unknown"
+            )
+            return rec.standing(p, StepState.IN_DOUBT, detail)
+        return None
+
+    async def _gate(self, p: PlannedStep) -> StepOutcome | None:
+        """Rule 3: the inverses this one waits for first; if one did not succeed, blocked."""
+        for dep in p.waits_for:
+            outcome = await self.futures[dep]
+            if outcome.state in NEUTRALISED or self._resolved(dep):
+                continue  # undone, or a person resolved this outcome (rule 6)
+            detail = (
+                f"not attempted: it must wait for {dep} ({outcome.tool}) to be undone "
+                f"first, and that step is {outcome.state.value}"
+            )
+            return await self.recorder.stopped(p, StepState.BLOCKED, detail)
+        return None
+
+    def _resolved(self, step_id: str) -> bool:
+        """A person resolved the outcome ``step_id`` has now: a step recorded again in this run
+        got its outcome after every resolution the run knows of (rule 3: a failed inverse
+        still blocks, whatever a person said about an earlier attempt)."""
+        if step_id in self.recorder.fresh:
+            return False
+        return step_id in current_resolutions(self.saga.resolutions, self.done)
+
+    async def _window_closed(
+        self, p: PlannedStep, prior: CompensationRecord | None
+    ) -> StepOutcome | None:
+        """Rule 10 at dispatch time: the undo window may close while the inverse waits for
+        others (rule 3); after it the step is Acknowledge, as the planner would now say, not an
+        inverse sent past its deadline. An attempt already in flight is still checked (rule 5)."""
+        inv = p.inverse
+        if (
+            inv is None
+            or inv.deadline is None
+            or (prior is not None and prior.state == "dispatched")
+        ):
+            return None
+        if not inv.deadline_passed(self.inp.ports.clock()):
+            return None
+        detail = (
+            f"the undo window of {inv.tool} closed at {inv.deadline} while this step waited for "
+            f"others to be undone first; it can no longer be taken back by a call"
+        )
+        return await self.recorder.stopped(p, StepState.ACKNOWLEDGED, detail)
+
+    async def _await_in_flight(self, p: PlannedStep) -> PlannedStep:
+        """Rule 7: wait for a step still in flight (here or in another process) within the
+        seconds budget, while independent steps proceed; then plan it as it ended."""
+        waiting, meter = self.inp.waiting, self.inp.meter
+        if waiting is None:
+            return p
+        while True:
+            saga = await waiting.reload()
+            rec = next((s for s in saga.steps if s.step_id == p.step_id), None)
+            if rec is not None and rec.state != "intent":
+                fresh = waiting.replan(saga)[p.step_id]
+                waits = tuple(d for d in fresh.waits_for if d in self.futures and d != p.step_id)
+                return dataclasses.replace(fresh, waits_for=waits)
+            why = None
+            if saga.lease_until is None or saga.lease_until <= time.time():
+                why = "the process running it stopped before it logged a result"
+            elif meter.remaining_seconds() <= 0:
+                why = (
+                    f"it was still running when the time budget of "
+                    f"{meter.budget.seconds:g} s ran out"
+                )
+            if why is not None:
+                return dataclasses.replace(
+                    p,
+                    action="in_doubt",
+                    verb="Acknowledge",
+                    reason=f"the call's outcome is unknown ({why}); check whether it happened",
+                )
+            await asyncio.sleep(min(waiting.poll_interval, max(meter.remaining_seconds(), 0)))
