@@ -7,6 +7,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from server_harness import live
+from server_harness import browser, live
 
-__all__ = ["live"]
+__all__ = ["browser", "live"]

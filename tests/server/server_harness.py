@@ -8,13 +8,20 @@ server's ~1 s wait (the 202 path and live progress are exercised).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
@@ -122,3 +129,148 @@ def log_snapshot(db: str) -> tuple[int, int, int]:
         )
     finally:
         conn.close()
+
+
+def sign_in(client: Any, token: str, origin: str) -> str:
+    """Sign ``client`` (an httpx or TestClient) in through the form, as a browser does; returns
+    the page key the sign-in handed to the page (what its script sends as ``X-Amends-CSRF``)."""
+    import re
+
+    page = client.get(f"{origin}/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert nonce is not None, page.text
+    r = client.post(
+        f"{origin}/login",
+        data={"token": token, "csrf": nonce.group(1)},
+        headers={"Origin": origin, "Sec-Fetch-Site": "same-origin"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 200, r.text
+    key = re.search(r'<meta name="amends-key" content="([^"]+)">', r.text)
+    assert key is not None, r.text
+    return key.group(1)
+
+
+TESTS = Path(__file__).resolve().parents[1]
+TOOLS_MODULE = """from core_world import fresh
+
+world, catalog = fresh()
+world.crm.update({crm!r})
+world.charges.update({charges!r})
+world.delay["pay.refund"] = {refund_delay!r}
+"""
+
+
+@dataclass
+class Served:
+    """One ``amends serve`` process (see :func:`serve_process`)."""
+
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    output: Path
+    """The process's stdout and stderr (its access log among them)."""
+
+    def stop(self) -> str:
+        """Stop the server (SIGINT, as Ctrl-C) and return everything it printed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.output.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve_process(
+    tmp_path: Path,
+    db: str,
+    *flags: str,
+    world: CoreWorld | None = None,
+    refund_delay: float = 0.0,
+) -> Iterator[Served]:
+    """``amends serve --db db`` as a real process on a free loopback port, until the block ends.
+
+    Its catalog is the core world's, over a copy of ``world``'s CRM records and charges (the
+    server's own copy: what it changes is not seen here), ``pay.refund`` slowed by
+    ``refund_delay`` seconds.
+    """
+    module = TOOLS_MODULE.format(
+        crm=world.crm if world else {},
+        charges=world.charges if world else {},
+        refund_delay=refund_delay,
+    )
+    (tmp_path / "sec_tools.py").write_text(module)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
+    env.pop("AMENDS_TRUSTED_PROXIES", None)
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    output = tmp_path / f"serve-{port}.log"
+    with output.open("wb") as out:
+        argv = ["serve", "--db", db, "--port", str(port), "--catalog", "sec_tools:catalog"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "amends.cli", *argv, *flags],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    served = Served(f"http://127.0.0.1:{port}", port, proc, output)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"amends serve exited {proc.returncode}: {served.stop()}")
+            try:
+                httpx.get(f"{served.url}/openapi.json", timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{served.url} did not answer within 60 s: {served.stop()}")
+                time.sleep(0.1)
+        yield served
+    finally:
+        served.stop()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's Chromium through Playwright (``scripts/test-deps.sh`` installs it)."""
+    from playwright.sync_api import Error, sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing; install it with `apt-get install -y chromium "
+            f"chromium-driver` (scripts/test-deps.sh does)",
+            pytrace=False,
+        )
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        except Error as exc:
+            pytest.fail(f"chromium at {CHROMIUM} could not start: {exc}", pytrace=False)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def browser_sign_in(page: Any, url: str, token: str) -> None:
+    """Sign in through the form (POST); the token never appears in a URL."""
+    page.goto(f"{url}/login")
+    page.fill("#token", token)
+    page.click("form[action='/login'] button[type=submit]")
+    page.wait_for_url(f"{url}/")

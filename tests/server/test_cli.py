@@ -34,6 +34,7 @@ async def _create_log(db: str) -> None:
 
 def test_token_create_prints_a_token_once_and_stores_only_its_hash(tmp_path: Path) -> None:
     db = str(tmp_path / "t.db")
+    asyncio.run(_create_log(db))  # issue 21.16: a token file only beside an existing log
     out = subprocess.run(
         [*AMENDS, "token", "create", "--tenant", "acme", "--db", db],
         capture_output=True,
@@ -98,13 +99,13 @@ def test_serve_answers_with_tokens_per_tenant(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     db = str(tmp_path / "s.db")
+    asyncio.run(_create_log(db))  # neither serve nor token create makes a log
     token = subprocess.run(
         [*AMENDS, "token", "create", "--tenant", "acme", "--db", db],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    asyncio.run(_create_log(db))  # serve reads an existing log; it never creates one
     sock = _free_socket()
     port = sock.getsockname()[1]
     sock.close()

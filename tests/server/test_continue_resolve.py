@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from server_harness import _seed, log_snapshot
+from server_harness import _seed, log_snapshot, sign_in
 
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
@@ -154,10 +154,8 @@ def test_a_bad_resolve_is_refused_and_writes_nothing(
 def test_the_saga_page_probes_each_expectation_once_and_dispatches_nothing_else(
     ctx: Ctx,
 ) -> None:
-    from amends.server.security import COOKIE
-
     sid = ctx.sagas["acme1"]
-    ctx.client.cookies.set(COOKIE, ctx.auth["Authorization"][7:])
+    sign_in(ctx.client, ctx.auth["Authorization"][7:], BASE)
     before = len(ctx.world.calls)
     page = ctx.client.get(f"/ui/sagas/{sid}")
     assert page.status_code == 200

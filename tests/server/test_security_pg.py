@@ -99,3 +99,30 @@ def test_postgres_tables_hold_no_secret_bytes(pg_url: str) -> None:
     text = "\n".join(dump)
     assert leaks(text) == []
     assert "[redacted:card_number]" in text
+
+
+def test_postgres_log_caps_each_tenants_idempotency_keys(pg_url: str) -> None:
+    """Issue 21.14 on PostgreSQL: twenty undo requests with twenty keys leave the tenant's five
+    newest keys (max_idempotency_keys=5), and the newest is still enforced across servers."""
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(pg_url, catalog, world))
+    tokens = TokenStore(":memory:")
+    acme = {"Authorization": f"Bearer {tokens.create('acme')}"}
+    settings = ServerSettings(tokens=tokens, verify_interval=0, max_idempotency_keys=5)
+    one = create_app(lambda: amends.Engine(catalog, log=pg_url), settings)
+    two = create_app(lambda: amends.Engine(catalog, log=pg_url), settings)
+    with TestClient(one, base_url=BASE) as a, TestClient(two, base_url=BASE) as b:
+        for i in range(20):
+            client = a if i % 2 else b
+            r = client.post(
+                f"/sagas/{sagas['acme1']}/undo", headers={**acme, "Idempotency-Key": f"k{i}"}
+            )
+            assert r.status_code in (200, 202), r.text
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            keys = [
+                r[0] for r in conn.execute("SELECT key FROM idem_keys ORDER BY created_at, key")
+            ]
+        assert keys == [f"k{i}" for i in range(15, 20)]
+        r = a.post(f"/sagas/{sagas['acme2']}/undo", headers={**acme, "Idempotency-Key": "k19"})
+        assert (r.status_code, r.json()["error"]) == (409, "idempotency_key_reused")
+    tokens.close()

@@ -56,6 +56,7 @@ class AdminQueries:
         expires_at: float,
         *,
         now: float | None = None,
+        keep: int | None = None,
     ) -> IdemRecord:
         at = time.time() if now is None else now
         text = dumps(dict(response))
@@ -71,6 +72,14 @@ class AdminQueries:
                 f"INSERT INTO idem_keys ({_IDEM_COLS}) VALUES (?,?,?,?,?,?)",
                 (tenant, key, request_hash, text, expires_at, at),
             )
+            if keep is not None:  # issue 21.14: a tenant's keys are capped, oldest out first
+                (count,) = tx.execute("SELECT count(*) FROM idem_keys WHERE tenant=?", (tenant,))[0]
+                if int(count) > max(1, keep):
+                    tx.execute(
+                        "DELETE FROM idem_keys WHERE tenant=? AND key IN (SELECT key FROM "
+                        "idem_keys WHERE tenant=? ORDER BY created_at, key LIMIT ?)",
+                        (tenant, tenant, int(count) - max(1, keep)),
+                    )
             return IdemRecord(tenant, key, request_hash, loads(text), expires_at, at)
 
         return await self.db.write(fn, len(text))

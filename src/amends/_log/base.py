@@ -643,8 +643,12 @@ class SagaLog(ABC):
         expires_at: float,
         *,
         now: float | None = None,
+        keep: int | None = None,
     ) -> IdemRecord:
         """Store a response for ``(tenant, key)`` unless an unexpired one exists.
+
+        Expired keys are deleted; with ``keep``, the tenant's oldest keys beyond its ``keep``
+        newest are too, so one tenant cannot grow the table without bound (issue 21.14).
 
         Returns the stored record: this one, or the one another process put first (the caller
         compares ``request_hash``).

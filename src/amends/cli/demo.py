@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(args.db, seed=args.seed)
     html_path = Path(args.html)
     try:
-        html_path.write_text(result.report.render("html"), encoding="utf-8")
+        _write_private(html_path, result.report.render("html"))
     except OSError as exc:
         raise ConfigError(
             f"cannot write the HTML report to {str(html_path)!r}: {exc}; pass --html with a "
@@ -63,6 +64,15 @@ def _demo(args: argparse.Namespace) -> int:
     if args.serve:
         return _serve(result, args)
     return 0
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only, like the log (issue 21.16: the
+    report names what the agent touched); a file left 0644 by an older run is made 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
 
 
 def _serve(result: DemoResult, args: argparse.Namespace) -> int:

@@ -38,6 +38,34 @@ def register(sub: Any) -> None:
         "--no-auth", action="store_true", help="no tokens: every request sees every saga"
     )
     serve.add_argument("--tokens", help="token file (default <db>.tokens)")
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        metavar="ADDRESS",
+        help="a reverse proxy whose X-Forwarded-For is believed: an IP address or network "
+        "(repeat for several; default $AMENDS_TRUSTED_PROXIES, comma-separated, else none: "
+        "the client's address is the connection's)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=_positive("--request-timeout"),
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds a client has to send a request's headers and body (default 10)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_count("--max-connections"),
+        metavar="N",
+        help="connections open at once (default 1000, fewer if `ulimit -n` is lower)",
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=_count("--max-connections-per-address"),
+        default=100,
+        metavar="N",
+        help="connections open at once from one address; trusted proxies are exempt (default 100)",
+    )
     serve.set_defaults(handler=_serve)
 
     token = sub.add_parser("token", help="manage API tokens for amends serve")
@@ -62,10 +90,42 @@ def register(sub: Any) -> None:
     revoke.set_defaults(handler=_token_revoke)
 
 
-def _token_create(args: argparse.Namespace) -> int:
-    from ..server.auth import TokenStore, default_tokens_path
+def _token_store(args: argparse.Namespace, *, create: bool) -> Any:
+    """The token file of ``--db`` (or ``--tokens``), checked before anything is written.
 
-    store = TokenStore(default_tokens_path(args.db, args.tokens))
+    Issue 21.16: a token file beside a log is made only beside an amends log that exists (a
+    mistyped ``--db`` is an error, never a stray token file for a server that will not find it);
+    ``token list`` and ``revoke`` never create one.
+
+    Raises:
+        LogError: The token file would sit beside a missing or non-amends log.
+        ConfigError: ``list``/``revoke`` and no token file exists there.
+    """
+    from ..server.auth import TokenStore, default_tokens_path
+    from ._common import open_existing_log, run_async
+
+    path = default_tokens_path(args.db, args.tokens)
+    explicit = bool(args.tokens or os.environ.get("AMENDS_TOKENS"))
+    if create and not explicit and not os.path.exists(path):
+
+        async def check() -> None:
+            log = open_existing_log(args.db, read_only=True)
+            await log.close()
+
+        run_async(check())  # raises naming the log and the fix
+    if not create and path != ":memory:" and not os.path.exists(path):
+        raise ConfigError(
+            f"no token file at {path!r}; create a token first with `amends token create "
+            f"--tenant T --db {args.db}`, or pass --tokens with the file amends serve uses"
+        )
+    return TokenStore(path)
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    from ..server.auth import check_token_request
+
+    check_token_request(args.tenant, args.expires_in)  # bad flags first, before any file
+    store = _token_store(args, create=True)
     try:
         sys.stdout.write(store.create(args.tenant, expires_in=args.expires_in) + "\n")
     finally:
@@ -74,9 +134,9 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_list(args: argparse.Namespace) -> int:
-    from ..server.auth import TokenStore, default_tokens_path, format_tokens
+    from ..server.auth import format_tokens
 
-    store = TokenStore(default_tokens_path(args.db, args.tokens))
+    store = _token_store(args, create=False)
     try:
         sys.stdout.write(format_tokens(store.list(args.tenant)))
     finally:
@@ -85,9 +145,7 @@ def _token_list(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
-    from ..server.auth import TokenStore, default_tokens_path
-
-    store = TokenStore(default_tokens_path(args.db, args.tokens))
+    store = _token_store(args, create=False)
     try:
         info = store.revoke(args.token_id)
     finally:
@@ -107,6 +165,8 @@ def _serve(args: argparse.Namespace) -> int:
         ) from exc
     from .._engine import Engine
     from ..server.auth import TokenStore, default_tokens_path
+    from ..server.connections import ConnectionLimits, guarded_protocol
+    from ..server.security import parse_trusted_proxies
     from ._common import load_catalog
 
     if args.no_auth and args.host not in ("127.0.0.1", "::1", "localhost"):
@@ -117,6 +177,13 @@ def _serve(args: argparse.Namespace) -> int:
             f"`amends token create --tenant T` and drop --no-auth"
         )
     public_origin = _origin(args.public_origin)  # bad flags first, before the log is opened
+    proxies = _trusted_proxies(args.trusted_proxy)
+    limits = ConnectionLimits(
+        request_timeout=args.request_timeout,
+        max_connections=_max_connections(args.max_connections),
+        max_per_address=args.max_connections_per_address,
+        trusted=parse_trusted_proxies(proxies),
+    )
     catalog = load_catalog(_serve_catalog(args.catalog, args.db), args.db)
     sock = _bind(args.host, args.port)  # issue 11: a bad or busy port is one line, before serving
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))
@@ -125,11 +192,75 @@ def _serve(args: argparse.Namespace) -> int:
         undo_label=args.undo_label,
         tokens=tokens,
         public_origin=public_origin,
+        trusted_proxies=proxies,
     )
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
-    server.run(sockets=[sock])
+    config = uvicorn.Config(
+        app,
+        log_level="info",
+        # issue 21.8: amends decides whose X-Forwarded-For to believe (--trusted-proxy);
+        # uvicorn's own handling would believe any loopback peer
+        proxy_headers=False,
+        # issue 21.14: a deadline per request and caps on open connections
+        http=guarded_protocol(limits),
+    )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _trusted_proxies(flags: list[str] | None) -> tuple[str, ...]:
+    """``--trusted-proxy`` (repeatable), else ``$AMENDS_TRUSTED_PROXIES`` (comma-separated)."""
+    values = flags or os.environ.get("AMENDS_TRUSTED_PROXIES", "").split(",")
+    return tuple(v.strip() for v in values if v.strip())
+
+
+def _max_connections(asked: int | None) -> int:
+    """``--max-connections``, within what this process may open (a refused ``accept`` would
+    stop the server from answering anyone)."""
+    try:
+        import resource
+
+        allowed = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        allowed = -1
+    room = allowed - 100 if allowed > 0 else 1000  # the log, the token file, the catalog...
+    if asked is None:
+        return max(1, min(1000, room))
+    if allowed > 0 and asked > room:
+        raise ConfigError(
+            f"--max-connections {asked} needs about {asked + 100} file descriptors, but this "
+            f"process may open {allowed} (`ulimit -n`); lower --max-connections or raise "
+            f"`ulimit -n`"
+        )
+    return asked
+
+
+def _positive(flag: str) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a number") from None
+        if not (0 < value <= 3600):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be more than 0 and at most 3600 seconds, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _count(flag: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a whole number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
+        return value
+
+    return parse
 
 
 def _origin(url: str | None) -> str | None:

@@ -12,11 +12,13 @@ This module must never import the engine: the sandbox is a world, not a particip
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import itertools
 import json
 import marshal
+import os
 import random
 import sqlite3
 import threading
@@ -231,6 +233,10 @@ class _Store:
         self._depth = 0
         if path is not None:
             try:
+                if path != ":memory:" and not os.path.exists(path):
+                    # issue 21.16: owner-only, like the saga log (its WAL and SHM follow suit)
+                    with contextlib.suppress(FileExistsError):
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
@@ -243,7 +249,7 @@ class _Store:
                     "CREATE TABLE IF NOT EXISTS effects (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                     "value TEXT NOT NULL)"
                 )
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, OSError) as exc:
                 raise ConfigError(
                     f"cannot open sandbox world file {path!r}: {exc}; pass a writable path "
                     f"or None for an in-memory world"

@@ -8,6 +8,7 @@ routes pass the CSRF guard (:func:`.security.guard_write`). A saga whose history
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -25,7 +26,7 @@ from .._errors import ConfigError, ContractError, SagaNotFoundError
 from .._log.base import ChainProblem, Event, ReversalRecord, SagaRecord
 from .._report import UndoReport
 from .security import Principal, authenticate, guard_write
-from .state import ApiError, _State
+from .state import ApiError, _Asking, _State
 
 __all__ = ["router"]
 
@@ -56,12 +57,13 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         415: "body is not application/json",
         422: "invalid id, query parameter or body",
         429: "too many invalid tokens from this address",
+        503: "the saga log is locked or unavailable; retry (after Retry-After seconds)",
     }
     return {c: {"model": ErrorBody, "description": text[c]} for c in codes}
 
 
-_READ = _errors(401, 404, 422, 429)
-_WRITE = _errors(400, 401, 403, 404, 409, 413, 415, 422, 429)
+_READ = _errors(401, 404, 422, 429, 503)
+_WRITE = _errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 
 SagaId = Path(pattern=ID_PATTERN, max_length=128, description="a saga id")
 StepId = Path(pattern=ID_PATTERN, max_length=128, description="a step id")
@@ -204,19 +206,40 @@ def _no_constants(name: str) -> Any:
 
 
 async def read_json(request: Request, what: str) -> Any:
-    """The JSON body (``None`` when empty); 415 / 400 for anything else."""
+    """The JSON body (``None`` when empty); 415 / 400 for anything else.
+
+    JSON on the wire is UTF-8 (RFC 8259 §8.1): a UTF-16 or UTF-32 body, a ``charset`` other than
+    UTF-8, or bytes that are not UTF-8 are 415 (issue 21.16), never guessed at.
+    """
     raw = await request.body()
     if not raw.strip():
         return None
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    ctype, *params = (p.strip().lower() for p in request.headers.get("content-type", "").split(";"))
+    charset = next((p[8:].strip('"') for p in params if p.startswith("charset=")), "utf-8")
     if ctype != "application/json":
         raise ApiError(
             415,
             "unsupported_media_type",
             f"the {what} body must be application/json, got {ctype or 'no content type'!r}",
         )
+    encoding = json.detect_encoding(raw)
+    if charset not in ("utf-8", "utf8") or encoding not in ("utf-8", "utf-8-sig"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"the {what} body must be JSON in UTF-8, got "
+            f"{charset if charset not in ('utf-8', 'utf8') else encoding!r}; send UTF-8",
+        )
     try:
-        return json.loads(raw, parse_constant=_no_constants)
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"the {what} body must be JSON in UTF-8; byte {exc.start} is not UTF-8",
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_no_constants)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
 
@@ -238,7 +261,8 @@ async def check_idempotency_key(
 
     A retry of the same request joins the same reversal anyway (rule 6); the same key on a
     different request is a 409, in every server process sharing the log. Keys expire after
-    ``settings.idempotency_ttl``.
+    ``settings.idempotency_ttl``; a tenant keeps at most ``settings.max_idempotency_keys`` of
+    them, the oldest forgotten first (issue 21.14).
     """
     key = request.headers.get("idempotency-key")
     if key is None:
@@ -263,6 +287,7 @@ async def check_idempotency_key(
             {"operation": operation, "saga_id": saga_id},
             now + st.settings.idempotency_ttl,
             now=now,
+            keep=st.settings.max_idempotency_keys,
         )
     if rec.request_hash != digest:
         raise ApiError(
@@ -386,57 +411,103 @@ async def undo(
     problems = await integrity(st, saga.saga_id)
     if problems:
         raise ApiError(409, "history_does_not_verify", _UNVERIFIED)
-    rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
-    if not cont and rev is not None and rev.state == "done" and rev.report is not None:
-        return JSONResponse(reversal_body(rev, None), status_code=200)
-    if cont and (rev is None or rev.state != "done"):
-        raise ApiError(
-            409,
-            "nothing_to_continue",
-            f"saga {saga.saga_id!r} has no finished reversal to continue; "
-            f"POST /sagas/{saga.saga_id}/undo without ?continue first",
-        )
-    prior = getattr(rev, "continuations", 0) if rev is not None else 0
-    # issue 17: the page's history says who asked for undo and when (tamper-evident, rule 11)
-    await st.engine.log.append_event(
-        saga.saga_id, "undo.asked", data={"by": who.who, "continue": cont}, now=time.time()
-    )
-
-    def start() -> Awaitable[UndoReport]:
+    async with _deciding(st, saga.saga_id):
+        # one request at a time decides whether it starts the reversal (and records who asked)
+        # or joins the one that is running: joining records nothing (issue 21.14)
+        rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
+        if not cont and rev is not None and rev.state == "done" and rev.report is not None:
+            return JSONResponse(reversal_body(rev, None), status_code=200)
         if cont:
-            return st.engine.resume(saga.saga_id, budget=budget)
-        return st.engine.undo(saga.saga_id, budget=budget)
+            _check_continuable(saga.saga_id, rev)
+        prior = rev.continuations if cont and rev is not None else None
+        if cont or rev is None:
+            # issue 17: the page's history says who asked for undo and when (rule 11)
+            await st.engine.log.append_event(
+                saga.saga_id, "undo.asked", data={"by": who.who, "continue": cont}, now=time.time()
+            )
 
-    await _run_in_background(st, saga.saga_id, start)
-    rev = await _await_reversal(st, saga.saga_id, prior if cont else None)
+        def start() -> Awaitable[UndoReport]:
+            if cont:
+                return st.engine.resume(saga.saga_id, budget=budget)
+            return st.engine.undo(saga.saga_id, budget=budget)
+
+        task = _background(st, saga.saga_id, start)
+        await _await_reversal(st, saga.saga_id, prior, task)
+    done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
+    if task in done:
+        task.result()  # an engine error surfaces through the app's handlers
+    rev = await _await_reversal(st, saga.saga_id, prior, task)
     body = reversal_body(rev, None)
     body["events"] = f"/reversals/{rev.reversal_id}/events"
     return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
 
 
-async def _run_in_background(
+def continuable(report: dict[str, Any] | None) -> bool:
+    """Rule 6: a finished reversal has something to continue: a step cut off by its budget, or
+    one blocked (a person may have resolved what blocked it since)."""
+    steps = (report or {}).get("steps", [])
+    return any(s.get("state") in ("over_budget", "blocked") for s in steps)
+
+
+def _check_continuable(saga_id: str, rev: ReversalRecord | None) -> None:
+    """Refuse ``?continue=true`` with nothing to continue, before anything is written (a
+    continuation with nothing to attempt would only grow the history; issue 21.14)."""
+    if rev is None or rev.state != "done":
+        raise ApiError(
+            409,
+            "nothing_to_continue",
+            f"saga {saga_id!r} has no finished reversal to continue; "
+            f"POST /sagas/{saga_id}/undo without ?continue first",
+        )
+    if not continuable(rev.report):
+        raise ApiError(
+            409,
+            "nothing_to_continue",
+            f"the reversal of saga {saga_id!r} left nothing to continue: no step is over budget "
+            f"or blocked; GET /reversals/{rev.reversal_id} for its report",
+        )
+
+
+@contextlib.asynccontextmanager
+async def _deciding(st: _State, saga_id: str) -> AsyncIterator[None]:
+    """This process's lock for deciding about ``saga_id``'s reversal; forgotten when unused."""
+    entry = st.asking.setdefault(saga_id, _Asking())
+    entry.users += 1
+    try:
+        async with entry.lock:
+            yield
+    finally:
+        entry.users -= 1
+        if entry.users == 0:
+            st.asking.pop(saga_id, None)
+
+
+def _background(
     st: _State, saga_id: str, start: Callable[[], Awaitable[UndoReport]]
-) -> None:
-    """Start (or join) the saga's reversal task and wait up to ~1 s for it."""
+) -> asyncio.Future[UndoReport]:
+    """Start the saga's reversal task, or join the one this process runs."""
     task = st.tasks.get(saga_id)
     if task is None or task.done():
         task = asyncio.ensure_future(start())
         st.tasks[saga_id] = task
         task.add_done_callback(lambda t: _settled(st, saga_id, t))
-    done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
-    if task in done:
-        task.result()  # an engine error surfaces through the app's handlers
+    return task
 
 
-async def _await_reversal(st: _State, saga_id: str, prior: int | None) -> ReversalRecord:
+async def _await_reversal(
+    st: _State, saga_id: str, prior: int | None, task: asyncio.Future[UndoReport]
+) -> ReversalRecord:
+    """The saga's reversal once its row exists (a continuation: once it began)."""
     deadline = time.monotonic() + 10
     while True:
         rev = await st.engine.log.get_reversal(saga_id=saga_id)
         started = rev is not None and (
-            prior is None or getattr(rev, "continuations", 0) > prior or rev.state != "done"
+            prior is None or rev.continuations > prior or rev.state != "done"
         )
         if rev is not None and started:
             return rev
+        if task.done():
+            task.result()  # the engine refused (e.g. the log is locked): say why
         if time.monotonic() > deadline:
             raise ApiError(409, "reversal_not_started", "the reversal did not start; retry")
         await asyncio.sleep(0.02)

@@ -26,11 +26,23 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._engine import Engine
-from .._errors import AmendsError, ConfigError
+from .._errors import (
+    AmendsError,
+    ConfigError,
+    LeaseLostError,
+    LogError,
+    LogLockedError,
+    SagaNotFoundError,
+)
 from .._log.base import ChainProblem
 from .._report import StepOutcome
-from .auth import FailedAuthLimiter
-from .security import BodyLimit, SecurityHeaders
+from .auth import FailedAuthLimiter, Network
+from .security import (
+    BodyLimit,
+    RedactCredentials,
+    SecurityHeaders,
+    parse_trusted_proxies,
+)
 from .state import ApiError, ServerSettings, _State
 
 __all__ = ["ApiError", "ServerSettings", "create_app"]
@@ -49,16 +61,18 @@ def create_app(
         settings: Auth, labels, limits. Default: token auth with no token store (a ConfigError).
 
     Raises:
-        ConfigError: Auth is on but no token store was given.
+        ConfigError: Auth is on but no token store was given, or a trusted proxy is not an IP
+            address or network.
     """
     settings = settings or ServerSettings()
     if not settings.no_auth and settings.tokens is None:
         raise ConfigError("create_app needs settings.tokens (a TokenStore) unless no_auth=True")
+    trusted = parse_trusted_proxies(settings.trusted_proxies)
     app = FastAPI(
         title="amends",
         version="0.1.0",
         description="Honest undo for AI-agent tool calls: sagas, previews, one reversal per saga.",
-        lifespan=_lifespan(engine, settings),
+        lifespan=_lifespan(engine, settings, trusted),
         docs_url="/docs" if settings.api_docs else None,
         redoc_url=None,
     )
@@ -73,14 +87,20 @@ def create_app(
     return app
 
 
+_REDACT = RedactCredentials()
+
+
 def _lifespan(
-    engine: Engine | Callable[[], Engine], settings: ServerSettings
+    engine: Engine | Callable[[], Engine], settings: ServerSettings, trusted: tuple[Network, ...]
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         eng = engine if isinstance(engine, Engine) else engine()
         st = _State(eng, settings, FailedAuthLimiter(settings.failed_auth_limit, 60.0))
+        st.trusted = trusted
         app.state.amends = st
+        # issue 21.16: a token someone pasted into a URL never reaches the access log
+        logging.getLogger("uvicorn.access").addFilter(_REDACT)
 
         def hook(reversal_id: str, outcome: StepOutcome) -> None:
             st.live.setdefault(reversal_id, []).append(outcome.to_dict())
@@ -159,5 +179,27 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(AmendsError)
     async def _amends_error(request: Request, exc: AmendsError) -> JSONResponse:
-        status = 404 if type(exc).__name__ == "SagaNotFoundError" else 409
-        return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=status)
+        status, headers = _status_of(exc)
+        return JSONResponse(
+            {"error": type(exc).__name__, "detail": str(exc)}, status_code=status, headers=headers
+        )
+
+
+LOCKED_RETRY_AFTER = 2
+"""Seconds a client is asked to wait after the saga log stayed locked (503)."""
+_STATUS: tuple[tuple[type[AmendsError], int], ...] = (
+    (SagaNotFoundError, 404),
+    (LeaseLostError, 409),  # another worker took the reversal over: the request conflicts
+    (LogError, 503),  # the log cannot be used right now: the server's trouble, not the request's
+    (AmendsError, 409),
+)
+"""Issue 21.16: the one table from an engine error to its HTTP status (first match wins)."""
+
+
+def _status_of(exc: AmendsError) -> tuple[int, dict[str, str]]:
+    """The status of an engine error and its headers: a locked log is 503 with Retry-After (a
+    retry will likely succeed), never a 409 that tells the client its request was wrong."""
+    status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+    if isinstance(exc, LogLockedError):
+        return status, {"Retry-After": str(LOCKED_RETRY_AFTER)}
+    return status, {}

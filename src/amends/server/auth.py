@@ -1,14 +1,20 @@
-"""API tokens for ``amends serve``: one tenant per token, only the sha256 of the secret at rest.
+"""API tokens and browser sessions for ``amends serve``: only sha256 digests of secrets at rest.
 
 Tokens live in a sidecar SQLite file of their own (never in the saga log's schema), created
 readable by its owner only (0600, rule 11). A token is shown once, when it is created; the server
 can check it but can never print it again. A token may expire; a revoked token is refused at once,
 in every process sharing the file. Each successful check records the token's last-used time.
+
+A browser that signs in with a token gets a *session* instead (issue 21.7): its cookie carries a
+random session id, never the token (every port of the host receives the host's cookies), and the
+page that signed in holds a second random *page key* in its origin's storage, which no other
+origin can read or plant. Requests that change anything must carry the page key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 import os
 import secrets
@@ -16,15 +22,19 @@ import sqlite3
 import stat
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import ConfigError
 
 __all__ = [
     "FailedAuthLimiter",
+    "Network",
+    "Session",
     "TokenInfo",
     "TokenStore",
+    "check_token_request",
     "default_tokens_path",
     "format_tokens",
     "permission_problems",
@@ -32,7 +42,13 @@ __all__ = [
     "tokens_path_for",
 ]
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""An address range of trusted proxies (``--trusted-proxy``)."""
+
 _PREFIX = "amd_"
+_SESSION_PREFIX = "sid_"
+_SESSIONS_PER_TOKEN = 50
+"""Browser sessions kept per token; signing in once more ends the oldest (bounds the file)."""
 _LAST_USED_EVERY = 60.0
 """Seconds between two writes of a token's last-used time (not one write per request)."""
 
@@ -92,6 +108,23 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
+def check_token_request(tenant: str, expires_in: float | None) -> None:
+    """What ``amends token create`` is asked for, checked before any file is touched.
+
+    Raises:
+        ConfigError: ``tenant`` is empty or ``expires_in`` is not a positive number.
+    """
+    if not isinstance(tenant, str) or not tenant.strip():
+        raise ConfigError(f"--tenant must be a non-empty name, got {tenant!r}")
+    if expires_in is not None and (
+        isinstance(expires_in, bool)
+        or not isinstance(expires_in, int | float)
+        or not math.isfinite(expires_in)
+        or expires_in <= 0
+    ):
+        raise ConfigError(f"--expires-in must be a positive number of seconds, got {expires_in!r}")
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     """What a token grants, and its bookkeeping (never the token itself)."""
@@ -121,6 +154,21 @@ class TokenInfo:
 _COLUMNS = "token_id, tenant, created_at, expires_at, last_used_at, revoked_at"
 
 
+@dataclass(frozen=True)
+class Session:
+    """A browser signed in with a token (issue 21.7): what its cookie grants."""
+
+    session_id: str
+    """Public id of the session (``ses_…``): the page's script compares it with the one it
+    stored when it signed in; it grants nothing."""
+    token: TokenInfo
+    """The token the browser signed in with (its tenant is the session's)."""
+    key_sha256: str
+    """sha256 of the page key: a request that changes anything must carry the key itself."""
+    expires_at: float
+    """When the session ends by itself (epoch seconds)."""
+
+
 class TokenStore:
     """Hashed API tokens in a small SQLite file (created 0600).
 
@@ -147,6 +195,11 @@ class TokenStore:
             for column in ("expires_at", "last_used_at", "revoked_at"):
                 if column not in have:  # token files of amends 0.1 gain the new columns
                     self._conn.execute(f"ALTER TABLE amends_api_tokens ADD COLUMN {column} REAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS amends_sessions ("
+                " sid_sha256 TEXT PRIMARY KEY, session_id TEXT NOT NULL, token_id TEXT NOT NULL,"
+                " key_sha256 TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL)"
+            )
         except sqlite3.Error as exc:
             raise ConfigError(
                 f"cannot open the token file {path!r}: {exc}; pass a writable --tokens path"
@@ -162,17 +215,7 @@ class TokenStore:
         Raises:
             ConfigError: ``tenant`` is empty or ``expires_in`` is not a positive number.
         """
-        if not isinstance(tenant, str) or not tenant.strip():
-            raise ConfigError(f"--tenant must be a non-empty name, got {tenant!r}")
-        if expires_in is not None and (
-            isinstance(expires_in, bool)
-            or not isinstance(expires_in, int | float)
-            or not math.isfinite(expires_in)
-            or expires_in <= 0
-        ):
-            raise ConfigError(
-                f"--expires-in must be a positive number of seconds, got {expires_in!r}"
-            )
+        check_token_request(tenant, expires_in)
         token = _PREFIX + secrets.token_urlsafe(32)
         token_id = "tok_" + secrets.token_hex(6)
         now = time.time()
@@ -194,18 +237,79 @@ class TokenStore:
             row = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM amends_api_tokens WHERE sha256 = ?", (_digest(token),)
             ).fetchone()
-            if row is None:
-                return None
-            info = TokenInfo(*row)
-            if info.state(now) != "active":
-                return None
-            if now - self._touched.get(info.token_id, 0.0) >= _LAST_USED_EVERY:
-                self._touched[info.token_id] = now
-                self._conn.execute(
-                    "UPDATE amends_api_tokens SET last_used_at = ? WHERE token_id = ?",
-                    (now, info.token_id),
-                )
+            return self._used(row, now)
+
+    def _used(self, row: tuple[Any, ...] | None, now: float) -> TokenInfo | None:
+        """The active token of ``row`` (its last use recorded), else ``None``. Holds the lock."""
+        if row is None:
+            return None
+        info = TokenInfo(*row)
+        if info.state(now) != "active":
+            return None
+        if now - self._touched.get(info.token_id, 0.0) >= _LAST_USED_EVERY:
+            self._touched[info.token_id] = now
+            self._conn.execute(
+                "UPDATE amends_api_tokens SET last_used_at = ? WHERE token_id = ?",
+                (now, info.token_id),
+            )
         return info
+
+    def start_session(
+        self, token: str | None, *, ttl: float, now: float | None = None
+    ) -> tuple[str, str, Session] | None:
+        """Sign a browser in with ``token``: ``(cookie value, page key, session)``, or ``None``
+        when the token is missing, unknown, expired or revoked.
+
+        The cookie value and the page key are shown here only; the file keeps their sha256.
+        Expired sessions are deleted, and a token keeps at most its 50 newest sessions.
+        """
+        now = time.time() if now is None else now
+        info = self.check(token, now=now)
+        if info is None:
+            return None
+        sid, key = _SESSION_PREFIX + secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        session = Session("ses_" + secrets.token_hex(8), info, _digest(key), now + ttl)
+        row = (_digest(sid), session.session_id, info.token_id, session.key_sha256, now, now + ttl)
+        with self._lock:
+            self._conn.execute("DELETE FROM amends_sessions WHERE expires_at <= ?", (now,))
+            self._conn.execute(
+                "INSERT INTO amends_sessions (sid_sha256, session_id, token_id, key_sha256,"
+                " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            self._conn.execute(
+                "DELETE FROM amends_sessions WHERE token_id = ? AND sid_sha256 NOT IN ("
+                " SELECT sid_sha256 FROM amends_sessions WHERE token_id = ?"
+                " ORDER BY created_at DESC LIMIT ?)",
+                (info.token_id, info.token_id, _SESSIONS_PER_TOKEN),
+            )
+        return sid, key, session
+
+    def session(self, cookie: str | None, *, now: float | None = None) -> Session | None:
+        """The live session of a session cookie; ``None`` for an unknown or expired one, or
+        when its token was revoked or expired since."""
+        if not cookie or not cookie.startswith(_SESSION_PREFIX) or len(cookie) > 200:
+            return None
+        now = time.time() if now is None else now
+        cols = ", ".join(f"t.{c.strip()}" for c in _COLUMNS.split(","))
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT s.session_id, s.key_sha256, s.expires_at, {cols} FROM amends_sessions s"
+                " JOIN amends_api_tokens t ON t.token_id = s.token_id WHERE s.sid_sha256 = ?",
+                (_digest(cookie),),
+            ).fetchone()
+            if row is None or row[2] <= now:
+                return None
+            info = self._used(tuple(row[3:]), now)
+        return None if info is None else Session(row[0], info, row[1], row[2])
+
+    def end_session(self, cookie: str | None) -> None:
+        """Sign a browser out: its session cookie is refused from now on, in every process."""
+        if cookie:
+            with self._lock:
+                self._conn.execute(
+                    "DELETE FROM amends_sessions WHERE sid_sha256 = ?", (_digest(cookie),)
+                )
 
     def list(self, tenant: str | None = None) -> list[TokenInfo]:
         """Every token (of ``tenant``), oldest first; never the secrets."""
@@ -275,29 +379,50 @@ def format_tokens(tokens: list[TokenInfo], now: float | None = None) -> str:
 
 
 class FailedAuthLimiter:
-    """Refuses a client after ``limit`` failed sign-ins within ``window`` seconds (issue 13.7).
+    """Counts failed sign-ins per client address; over ``limit`` within ``window`` seconds, that
+    address's *invalid* attempts get 429 (issue 13.7).
+
+    Issue 21.8: the limit never refuses a valid token or session, whoever else tripped it from
+    the same address (a shared NAT, a proxy): callers check the credential first and consult
+    the limiter only when it failed. IPv6 clients are counted per /64 (one host has a whole
+    /64 to pick addresses from); the table keeps the 10,000 most recently failing clients, so an
+    address scan cannot grow it, nor wipe the counts of everyone else at once.
 
     Kept in memory per process: it slows guessing down; the 256-bit tokens make guessing hopeless
     anyway.
     """
 
+    MAX_CLIENTS = 10_000
+
     def __init__(self, limit: int = 10, window: float = 60.0) -> None:
         self.limit = limit
         self.window = window
-        self._fails: dict[str, deque[float]] = {}
+        self._fails: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def key(client: str) -> str:
+        """The bucket of a client address: itself, or its /64 for IPv6."""
+        try:
+            ip = ipaddress.ip_address(client)
+        except ValueError:
+            return client
+        if ip.version == 6 and ip.ipv4_mapped is None:
+            return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+        return str(ip.ipv4_mapped or ip) if ip.version == 6 else str(ip)
 
     def retry_after(self, client: str, now: float | None = None) -> int | None:
         """Seconds ``client`` must wait, or ``None`` when it may try."""
         now = time.monotonic() if now is None else now
+        key = self.key(client)
         with self._lock:
-            fails = self._fails.get(client)
+            fails = self._fails.get(key)
             if fails is None:
                 return None
             while fails and fails[0] <= now - self.window:
                 fails.popleft()
             if not fails:
-                del self._fails[client]
+                del self._fails[key]
                 return None
             if len(fails) < self.limit:
                 return None
@@ -306,7 +431,11 @@ class FailedAuthLimiter:
     def failed(self, client: str, now: float | None = None) -> None:
         """Count one failed attempt of ``client``."""
         now = time.monotonic() if now is None else now
+        key = self.key(client)
         with self._lock:
-            if len(self._fails) > 10_000:  # bound the memory an address scan can take
-                self._fails.clear()
-            self._fails.setdefault(client, deque()).append(now)
+            # only the newest `limit` failures matter: the deque cannot grow with a flood
+            fails = self._fails.setdefault(key, deque(maxlen=max(1, self.limit)))
+            fails.append(now)
+            self._fails.move_to_end(key)
+            while len(self._fails) > self.MAX_CLIENTS:  # forget the longest-quiet client
+                self._fails.popitem(last=False)

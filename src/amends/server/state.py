@@ -15,7 +15,7 @@ from typing import Any
 from .._engine import Engine
 from .._log.base import ChainProblem
 from .._report import UndoReport
-from .auth import FailedAuthLimiter, TokenStore
+from .auth import FailedAuthLimiter, Network, TokenStore
 
 __all__ = ["ApiError", "ServerSettings"]
 
@@ -51,13 +51,31 @@ class ServerSettings:
     verify_interval: float = 300.0
     """Seconds between two checks of every saga's hash chain (0 turns the periodic check off)."""
     failed_auth_limit: int = 10
-    """Invalid tokens one address may send per minute before it gets 429."""
+    """Invalid tokens one address may send per minute before its invalid attempts get 429 (a
+    valid token is never refused by this limit)."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or networks of the reverse proxies in front of the server (``10.0.0.5``,
+    ``10.0.0.0/24``): only a request from one of them has its ``X-Forwarded-For`` believed.
+    Default none: the client's address is the TCP peer's, whatever headers say (issue 21.8)."""
+    session_ttl: float = 12 * 3600.0
+    """Seconds a browser stays signed in after it signs in with a token. Default 12 hours."""
+    max_idempotency_keys: int = 10_000
+    """``Idempotency-Key`` values kept per tenant (within ``idempotency_ttl``); past that, the
+    oldest are forgotten first, so the table stays bounded (issue 21.14)."""
     public_origin: str | None = None
     """``https://amends.example.com`` when served behind a proxy (for the Origin check);
     default: the request's own scheme and Host."""
     api_docs: bool = False
     """Serve the interactive API docs at ``/docs`` (they load Swagger UI from a CDN, so they
     are off by default; ``/openapi.json`` is always served)."""
+
+
+@dataclass
+class _Asking:
+    """Requests of this process deciding about one saga's reversal (see :attr:`_State.asking`)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 @dataclass
@@ -74,3 +92,8 @@ class _State:
     tampered: dict[str, list[ChainProblem]] = field(default_factory=dict)
     """Sagas whose history did not verify at the last check (rule 11)."""
     verified_at: float | None = None
+    trusted: tuple[Network, ...] = ()
+    """``settings.trusted_proxies``, parsed."""
+    asking: dict[str, _Asking] = field(default_factory=dict)
+    """Per saga: held while an undo request decides whether it starts the reversal (and
+    records who asked) or joins the one running (issue 21.14: joining records nothing)."""

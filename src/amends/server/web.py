@@ -1,9 +1,11 @@
 """The web page of ``amends serve``: sign-in (POST), sign-out (POST), saga list, saga page.
 
 The token never travels in a URL (issue 13.4): the sign-in form posts it, guarded by a login-CSRF
-token bound to a short-lived cookie, and the session cookie is HttpOnly, SameSite=Strict and
-Secure over TLS. Pages carry no inline script (CSP); the saga page's script reads the CSRF token
-from a ``<meta>`` tag and sends it with every state-changing request.
+token bound to a short-lived cookie. A successful sign-in starts a server-side session (issue
+21.7): the HttpOnly, SameSite=Strict cookie (``__Host-`` prefixed and Secure over TLS) carries
+only its id, and the page key that lets the browser change anything is handed to the page itself,
+whose script keeps it in the origin's storage, out of reach of every other origin. Every page
+says who is signed in. Pages carry no inline script (CSP).
 """
 
 from __future__ import annotations
@@ -18,8 +20,25 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from .api import ID_PATTERN, integrity, load_reversal, load_saga, saga_detail, saga_summary
-from .security import COOKIE, Principal, authenticate, check_same_origin, csrf_token
+from .api import (
+    ID_PATTERN,
+    continuable,
+    integrity,
+    load_reversal,
+    load_saga,
+    saga_detail,
+    saga_summary,
+)
+from .security import (
+    Principal,
+    authenticate,
+    check_same_origin,
+    client_address,
+    cookie_name,
+    csrf_token,
+    digest,
+    over_tls,
+)
 from .state import ApiError, _State
 
 __all__ = ["router"]
@@ -37,8 +56,12 @@ def _state(request: Request) -> _State:
 def _page(
     request: Request, name: str, who: Principal | None, status: int = 200, **ctx: Any
 ) -> HTMLResponse:
-    ctx.setdefault("settings", _state(request).settings)
-    ctx["csrf"] = csrf_token(who.secret) if who is not None else ""
+    st = _state(request)
+    ctx.setdefault("settings", st.settings)
+    # issue 21.7: only a --no-auth page gets its CSRF token in the page; a session's key lives
+    # in the storage of the page that signed in, so a planted session's page cannot act
+    ctx["csrf"] = csrf_token(st.no_auth_secret) if who is not None and who.via == "none" else ""
+    ctx["who"] = who
     ctx["fmt"] = _when
     return _templates.TemplateResponse(request, name, ctx, status_code=status)
 
@@ -47,12 +70,6 @@ def _when(ts: float | None) -> str:
     if not ts:
         return "—"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
-def _over_tls(request: Request) -> bool:
-    """Whether the browser talks TLS: directly, or to the proxy named by ``public_origin``."""
-    origin = _state(request).settings.public_origin or ""
-    return request.url.scheme == "https" or origin.startswith("https://")
 
 
 def _signed_in(request: Request) -> Principal | None:
@@ -66,7 +83,8 @@ def _signed_in(request: Request) -> Principal | None:
 
 def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLResponse:
     nonce = secrets.token_urlsafe(24)
-    resp = _page(request, "login.html", None, status, error=error, login_csrf=nonce)
+    who = _signed_in(request)
+    resp = _page(request, "login.html", who, status, error=error, login_csrf=nonce)
     resp.set_cookie(
         _LOGIN_COOKIE,
         nonce,
@@ -74,7 +92,7 @@ def _login_form(request: Request, error: str | None, status: int = 200) -> HTMLR
         path="/login",
         httponly=True,
         samesite="strict",
-        secure=_over_tls(request),
+        secure=over_tls(request),
     )
     return resp
 
@@ -105,22 +123,33 @@ async def login(request: Request) -> Response:
     if not kept or not hmac.compare_digest(sent.encode(), kept.encode()):
         # login CSRF: only a form this server rendered for this browser may sign it in
         return _login_form(request, "The sign-in form expired. Please try again.", 403)
-    client = request.client.host if request.client else "unknown"
-    wait = st.limiter.retry_after(client)
-    if wait is not None:
-        return _login_form(request, f"Too many invalid tokens. Try again in {wait} s.", 429)
-    token = str(form.get("token", "")).strip()
     assert st.settings.tokens is not None
-    if st.settings.tokens.check(token) is None:
+    started = st.settings.tokens.start_session(
+        str(form.get("token", "")).strip(), ttl=st.settings.session_ttl
+    )
+    if started is None:
+        client = client_address(request)
+        wait = st.limiter.retry_after(client)  # issue 21.8: a valid token is never refused
+        if wait is not None:
+            return _login_form(request, f"Too many invalid tokens. Try again in {wait} s.", 429)
         st.limiter.failed(client)
         return _login_form(request, "That token is not valid.", 401)
-    resp = RedirectResponse("/", status_code=303)
+    cookie, key, session = started
+    who = Principal(
+        session.token.tenant,
+        "cookie",
+        session.token.token_id,
+        session.key_sha256,
+        session.session_id,
+    )
+    # issue 21.7: the page key goes to this page only (its script stores it and goes on to /)
+    resp = _page(request, "signed_in.html", who, page_key=key)
     resp.set_cookie(
-        COOKIE,
-        token,
+        cookie_name(request),
+        cookie,
         httponly=True,
         samesite="strict",
-        secure=_over_tls(request),
+        secure=over_tls(request),
         path="/",
     )
     resp.delete_cookie(_LOGIN_COOKIE, path="/login")
@@ -129,15 +158,25 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """Sign this browser out. With the page's key, the session ends everywhere; without it (a
+    session this page did not start, e.g. one another site planted) only this browser's cookie
+    is dropped — whoever started that session keeps it."""
     check_same_origin(request)
     who = _signed_in(request)
     form = await request.form()
-    if who is not None and not hmac.compare_digest(
-        str(form.get("csrf", "")).encode(), csrf_token(who.secret).encode()
-    ):
-        raise ApiError(403, "csrf_token_invalid", "sign out from the amends page itself")
+    sent = digest(str(form.get("csrf", "")))
+    if who is not None and who.via == "cookie" and hmac.compare_digest(sent, who.csrf_sha256):
+        st = _state(request)
+        assert st.settings.tokens is not None
+        st.settings.tokens.end_session(request.cookies.get(cookie_name(request)))
     resp = RedirectResponse("/login", status_code=303)
-    resp.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    resp.delete_cookie(
+        cookie_name(request),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=over_tls(request),
+    )
     return resp
 
 
@@ -177,7 +216,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         history=history_of(detail["history"], saga.actor),
         report=report,
         resolutions=detail["resolutions"],
-        can_continue=_can_continue(report),
+        can_continue=continuable(report),
     )
 
 
@@ -274,13 +313,6 @@ def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str
     return out
 
 
-def _can_continue(report: dict[str, Any] | None) -> bool:
-    """Rule 6: a reversal that stopped short (over budget, blocked, now resolved) may continue."""
-    if not report:
-        return False
-    return any(s.get("state") in ("over_budget", "blocked") for s in report.get("steps", []))
-
-
 @router.get("/ui/reversals/{reversal_id}/outcome")
 async def outcome_fragment(request: Request, reversal_id: str) -> Response:
     rev, saga = await load_reversal(request, reversal_id)
@@ -295,5 +327,5 @@ async def outcome_fragment(request: Request, reversal_id: str) -> Response:
         report=report,
         resolutions=resolutions,
         saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
-        can_continue=_can_continue(report),
+        can_continue=continuable(report),
     )

@@ -1,8 +1,8 @@
 // amends Undo screen: the honest preview -> a confirmation that spells out the verbs -> the same
 // list of steps turning into the report as each step settles (SSE) -> the server-rendered report
 // (headline first). "Copy draft", "Mark handled", "Continue undo". No inline script (CSP); every
-// POST carries the page's CSRF token. Two quick confirmations post twice and join one reversal
-// (rule 6, enforced by the server).
+// POST carries the page key of this browser's own session (session.js). Two quick confirmations
+// post twice and join one reversal (rule 6, enforced by the server).
 "use strict";
 (function () {
   var screen = document.getElementById("screen");
@@ -10,8 +10,8 @@
   var dialog = document.getElementById("confirm");
   var yes = document.getElementById("confirm-yes");
   var no = document.getElementById("confirm-no");
-  var meta = document.querySelector("meta[name='amends-csrf']");
-  var csrf = meta ? meta.getAttribute("content") : "";
+  // the page key of this browser's own session, or the --no-auth page's token (session.js)
+  var csrf = window.amendsCsrf || "";
   var streaming = null;
   var settled = 0;
   window.amendsReversalIds = [];
