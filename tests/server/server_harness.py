@@ -274,3 +274,27 @@ def browser_sign_in(page: Any, url: str, token: str) -> None:
     page.fill("#token", token)
     page.click("form[action='/login'] button[type=submit]")
     page.wait_for_url(f"{url}/")
+
+
+@dataclass
+class Seeded:
+    """A seeded SQLite log with its token file (see :func:`seeded_log`)."""
+
+    db: str
+    sagas: dict[str, str]
+    """name -> saga id, as :func:`_seed` made them."""
+    acme: str
+    """A token of tenant acme."""
+    world: CoreWorld
+    """The world the sagas ran against (a server process gets a copy: ``serve_process``)."""
+
+
+def seeded_log(tmp_path: Path, name: str = "attack.db") -> Seeded:
+    """The four sagas of :func:`_seed` in a fresh SQLite log, and a token of acme beside it."""
+    db = str(tmp_path / name)
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    store = TokenStore(db + ".tokens")
+    acme = store.create("acme")
+    store.close()
+    return Seeded(db, sagas, acme, world)

@@ -5,43 +5,18 @@ token in a URL. Each test fails on the server as it was before the fix."""
 
 from __future__ import annotations
 
-import asyncio
 import select
 import socket
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import Served, _seed, log_snapshot, serve_process
-
-from amends.server import TokenStore
-from core_world import CoreWorld, fresh
+from server_harness import Served, log_snapshot, seeded_log, serve_process
 
 pytestmark = pytest.mark.slow
-
-
-@dataclass
-class Seeded:
-    db: str
-    sagas: dict[str, str]
-    acme: str
-    """A token of tenant acme."""
-    world: CoreWorld
-
-
-def _log(tmp_path: Path) -> Seeded:
-    """A seeded SQLite log with a token file (tenant acme)."""
-    db = str(tmp_path / "attack.db")
-    world, catalog = fresh()
-    sagas = asyncio.run(_seed(db, catalog, world))
-    store = TokenStore(db + ".tokens")
-    acme = store.create("acme")
-    store.close()
-    return Seeded(db, sagas, acme, world)
 
 
 def _bearer(token: str, **headers: str) -> dict[str, str]:
@@ -53,7 +28,7 @@ def test_ten_bad_tokens_from_an_address_never_lock_out_a_valid_token(tmp_path: P
     """Someone on the same address (a NAT, a shared host) sends ten bad tokens: their invalid
     tokens get 429 from then on, but the valid token — by bearer header and through the sign-in
     form — is served as before."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, sagas, acme = seeded.db, seeded.sagas, seeded.acme
     with serve_process(tmp_path, db) as srv, httpx.Client(base_url=srv.url) as c:
         for i in range(10):
@@ -80,7 +55,7 @@ def test_forwarded_for_from_a_peer_that_is_no_trusted_proxy_is_ignored(tmp_path:
     """Without --trusted-proxy, X-Forwarded-For is the client's own words: 300 guesses each
     naming another address are limited after ten, and guesses naming a victim's address do not
     lock the victim out."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, acme = seeded.db, seeded.acme
     with serve_process(tmp_path, db) as srv, httpx.Client(base_url=srv.url) as c:
         answers = [
@@ -100,7 +75,7 @@ def test_a_trusted_proxys_forwarded_for_names_the_client(tmp_path: Path) -> None
     """With --trusted-proxy 127.0.0.1, the client is the nearest X-Forwarded-For hop that is not
     a trusted proxy: each client address has its own count, a hop the client forged in front of
     the proxy's does not move it to another count, and a valid token is always served."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, acme = seeded.db, seeded.acme
     with (
         serve_process(tmp_path, db, "--trusted-proxy", "127.0.0.1") as srv,
@@ -119,7 +94,7 @@ def test_a_trusted_proxys_forwarded_for_names_the_client(tmp_path: Path) -> None
 
 
 def test_trusted_proxy_must_be_an_address(tmp_path: Path) -> None:
-    db = _log(tmp_path).db
+    db = seeded_log(tmp_path).db
     from test_security import _cli
 
     code, _, err = _cli("serve", "--db", db, "--catalog", "x:y", "--trusted-proxy", "proxy.lan")
@@ -167,7 +142,7 @@ def test_idle_and_dribbling_connections_are_capped_per_address_and_closed(tmp_pa
     """150 connections from one address that never finish a request: past 100 they are answered
     503 at once; the 100 kept (idle ones, half-sent headers, one sending a byte every 0.5 s) get
     408 and are closed after the 10 s request deadline; meanwhile another address is served."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, acme = seeded.db, seeded.acme
     with serve_process(tmp_path, db) as srv:
         held = []
@@ -215,7 +190,7 @@ def test_idle_and_dribbling_connections_are_capped_per_address_and_closed(tmp_pa
 
 def test_the_total_connection_cap_answers_503(tmp_path: Path) -> None:
     """--max-connections bounds every address together; the flags are checked up front."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, acme = seeded.db, seeded.acme
     from test_security import _cli
 
@@ -250,11 +225,12 @@ def _events(db: str, saga_id: str) -> list[str]:
         conn.close()
 
 
-def test_repeated_undo_requests_record_the_request_once(tmp_path: Path) -> None:
+def test_repeated_undo_and_resolve_requests_write_once(tmp_path: Path) -> None:
     """Ten POST undo while the reversal runs and ten after it finished record one "undo asked"
     and nothing else; ten ?continue=true with nothing left to continue are 409 and write
-    nothing (before, each request appended an event, and each continuation three)."""
-    seeded = _log(tmp_path)
+    nothing; the same resolution sent five times is recorded once (before, each request
+    appended an event, and each continuation three)."""
+    seeded = seeded_log(tmp_path)
     db, sagas, acme = seeded.db, seeded.sagas, seeded.acme
     sid = sagas["acme1"]
     with (
@@ -279,8 +255,13 @@ def test_repeated_undo_requests_record_the_request_once(tmp_path: Path) -> None:
             r = c.post(f"/sagas/{sid}/undo?continue=true", headers=_bearer(acme), timeout=30)
             assert (r.status_code, r.json()["error"]) == (409, "nothing_to_continue"), r.text
             assert "left nothing to continue" in r.json()["detail"]
+        assert _events(db, sid) == after_done
+        resolve = f"/sagas/{sid}/steps/s3/resolve"
+        for note in ["sent the correction"] * 5 + ["sent it again, by phone"]:
+            r = c.post(resolve, json={"note": note}, headers=_bearer(acme))
+            assert r.status_code == 200 and r.json()["note"] == note, r.text
     events = _events(db, sid)
-    assert events == after_done
+    assert events == [*after_done, "step.resolved", "step.resolved"]  # a new note is news
     assert events.count("undo.asked") == 1
     assert events.count("reversal.requested") == 1
 
@@ -289,7 +270,7 @@ def test_repeated_undo_requests_record_the_request_once(tmp_path: Path) -> None:
 def test_a_utf16_json_body_is_415_and_changes_nothing(tmp_path: Path) -> None:
     """JSON on the wire is UTF-8: a UTF-16 budget (with or without BOM, or announced by its
     charset) is refused with 415 before anything is written — never guessed at."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, sagas, acme = seeded.db, seeded.sagas, seeded.acme
     budget = '{"tool_calls": 1}'
     with serve_process(tmp_path, db) as srv, httpx.Client(base_url=srv.url) as c:
@@ -320,7 +301,7 @@ def test_a_utf16_json_body_is_415_and_changes_nothing(tmp_path: Path) -> None:
 def test_a_locked_log_answers_503_with_retry_after(tmp_path: Path) -> None:
     """Another process holds the SQLite log's write lock past the busy timeout: undo answers
     503 with Retry-After (the request was fine; retry), not 409, and writes nothing."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, sagas, acme = seeded.db, seeded.sagas, seeded.acme
     undo = f"/sagas/{sagas['acme1']}/undo"
     with serve_process(tmp_path, db) as srv:
@@ -343,7 +324,7 @@ def test_a_locked_log_answers_503_with_retry_after(tmp_path: Path) -> None:
 def test_the_access_log_never_records_a_token_in_a_url(tmp_path: Path) -> None:
     """A token pasted into a URL (a sign-in link, a query parameter) is redacted in the access
     log; the request line is still logged."""
-    seeded = _log(tmp_path)
+    seeded = seeded_log(tmp_path)
     db, acme = seeded.db, seeded.acme
     with serve_process(tmp_path, db) as srv:
         for path in (

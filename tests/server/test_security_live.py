@@ -3,82 +3,26 @@ sent, and two server processes sharing one log refuse a reused Idempotency-Key."
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
+import contextlib
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import _free_socket, _seed, log_snapshot
-
-from amends.server import TokenStore
-from core_world import fresh
+from server_harness import log_snapshot, seeded_log, serve_process
 
 pytestmark = pytest.mark.slow
-
-TESTS = Path(__file__).resolve().parents[1]
-AMENDS = [sys.executable, "-m", "amends.cli"]
-TOOLS = "sec_tools:catalog"
 
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[list[str], str, dict[str, str], str]]:
     """Two ``amends serve`` processes on one SQLite log: (urls, token of acme, sagas, db)."""
-    db = str(tmp_path / "two.db")
-    world, catalog = fresh()
-    sagas = asyncio.run(_seed(db, catalog, world))
-    (tmp_path / "sec_tools.py").write_text("from core_world import fresh\n\n_, catalog = fresh()\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
-    store = TokenStore(db + ".tokens")
-    token = store.create("acme")
-    store.close()
-    procs: list[subprocess.Popen[bytes]] = []
-    urls = []
-    try:
-        for _ in range(2):
-            sock = _free_socket()
-            port = sock.getsockname()[1]
-            sock.close()
-            procs.append(
-                subprocess.Popen(
-                    [*AMENDS, "serve", "--db", db, "--port", str(port), "--catalog", TOOLS],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
-            )
-            urls.append(f"http://127.0.0.1:{port}")
-        for url, proc in zip(urls, procs, strict=True):
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    pytest.fail(f"amends serve exited {proc.returncode}: {err}")
-                try:
-                    httpx.get(f"{url}/login", timeout=2)
-                    break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"{url} did not answer within 60 s")
-                    time.sleep(0.1)
-        yield urls, token, sagas, db
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
-            if p.stderr is not None:
-                p.stderr.close()
+    seeded = seeded_log(tmp_path, "two.db")
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(serve_process(tmp_path, seeded.db)).url for _ in range(2)]
+        yield urls, seeded.acme, seeded.sagas, seeded.db
 
 
 def test_two_server_processes_refuse_a_reused_idempotency_key(

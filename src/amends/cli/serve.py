@@ -7,6 +7,7 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError
@@ -236,28 +237,26 @@ def _max_connections(asked: int | None) -> int:
 
 
 def _positive(flag: str) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a number") from None
-        if not (0 < value <= 3600):
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be more than 0 and at most 3600 seconds, got {text!r}"
-            )
-        return value
-
-    return parse
+    """An argparse ``type=``: seconds, more than 0 and at most an hour."""
+    within = "more than 0 and at most 3600 seconds"
+    return _bounded(flag, float, "a number", lambda v: 0 < v <= 3600, within)
 
 
 def _count(flag: str) -> Any:
-    def parse(text: str) -> int:
+    """An argparse ``type=``: a whole number, at least 1."""
+    return _bounded(flag, int, "a whole number", lambda v: v >= 1, "at least 1")
+
+
+def _bounded(
+    flag: str, kind: Callable[[str], Any], what: str, ok: Callable[[Any], bool], bounds: str
+) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a whole number") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
+            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not {what}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be {bounds}, got {text!r}")
         return value
 
     return parse

@@ -574,6 +574,9 @@ async def resolve(request: Request, saga_id: str = SagaId, step_id: str = StepId
             )
     if step_id not in {s.step_id for s in saga.steps}:
         raise ApiError(404, "step_not_found", f"saga {saga.saga_id!r} has no step {step_id!r}")
+    same = saga.resolutions.get(step_id)
+    if same is not None and (same.by, same.note) == (by.strip(), note):
+        return same.to_dict()  # issue 21.14: the same resolution again writes nothing
     try:
         res = await _state(request).engine.resolve(saga.saga_id, step_id, by=by, note=note)
     except (SagaNotFoundError, ContractError) as exc:

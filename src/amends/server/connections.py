@@ -25,7 +25,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .auth import Network
+from .auth import FailedAuthLimiter, Network
 from .security import is_trusted
 
 __all__ = ["ConnectionLimits", "guarded_protocol"]
@@ -43,8 +43,8 @@ class ConnectionLimits:
     max_connections: int = 1000
     """Connections open at once; more are answered 503 and closed."""
     max_per_address: int = 100
-    """Connections open at once from one client address (trusted proxies are exempt: they
-    carry everyone's requests); more are answered 503 and closed."""
+    """Connections open at once from one client address (an IPv6 client: its /64; trusted
+    proxies are exempt: they carry everyone's requests); more are answered 503 and closed."""
     trusted: tuple[Network, ...] = ()
     """The operator's trusted proxies (``--trusted-proxy``)."""
     open_by_address: Counter[str] = field(default_factory=Counter)
@@ -74,6 +74,7 @@ class _GuardedH11Protocol(H11Protocol):
         peer = self.client[0] if self.client else ""
         lim = self.limits
         exempt = is_trusted(peer, lim.trusted)
+        peer = FailedAuthLimiter.key(peer)  # an IPv6 client is its /64, as for failed sign-ins
         if len(self.connections) > lim.max_connections:
             self._refuse(f"this server holds {lim.max_connections} connections already")
         elif not exempt and lim.open_by_address[peer] >= lim.max_per_address:

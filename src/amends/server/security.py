@@ -135,9 +135,15 @@ def parse_trusted_proxies(values: Iterable[str]) -> tuple[Network, ...]:
     return tuple(found)
 
 
+_WITH_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\](?::\d+)?$|^(\d{1,3}(?:\.\d{1,3}){3}):\d+$")
+"""``[2001:db8::1]:443`` or ``203.0.113.9:443``: an address some proxies write with its port."""
+
+
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = text.strip()
+    bare = _WITH_PORT.match(text)
     try:
-        ip = ipaddress.ip_address(text.strip())
+        ip = ipaddress.ip_address(bare.group(1) or bare.group(2) if bare else text)
     except ValueError:
         return None
     if ip.version == 6 and ip.ipv4_mapped is not None:
