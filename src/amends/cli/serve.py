@@ -166,7 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
         ) from exc
     from .._engine import Engine
     from ..server.auth import TokenStore, default_tokens_path
-    from ..server.connections import ConnectionLimits, guarded_protocol
+    from ..server.connections import ConnectionLimits, uvicorn_config
     from ..server.security import parse_trusted_proxies
     from ._common import load_catalog
 
@@ -196,16 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
         trusted_proxies=proxies,
     )
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
-    config = uvicorn.Config(
-        app,
-        log_level="info",
-        # issue 21.8: amends decides whose X-Forwarded-For to believe (--trusted-proxy);
-        # uvicorn's own handling would believe any loopback peer
-        proxy_headers=False,
-        # issue 21.14: a deadline per request and caps on open connections
-        http=guarded_protocol(limits),
-    )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, limits, log_level="info")).run(sockets=[sock])
     return 0
 
 

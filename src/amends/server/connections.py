@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .auth import FailedAuthLimiter, Network
 from .security import is_trusted
 
-__all__ = ["ConnectionLimits", "guarded_protocol"]
+__all__ = ["ConnectionLimits", "guarded_protocol", "uvicorn_config"]
 
 _log = logging.getLogger("amends.server")
 
@@ -167,3 +168,11 @@ class _GuardedH11Protocol(H11Protocol):
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     """The protocol class to pass as ``uvicorn.Config(http=...)``, bound to ``limits``."""
     return type("GuardedH11Protocol", (_GuardedH11Protocol,), {"limits": limits})
+
+
+def uvicorn_config(app: Any, limits: ConnectionLimits, **options: Any) -> uvicorn.Config:
+    """How every server amends starts runs ``app`` (``amends serve``, ``amends demo --serve``):
+    with ``limits`` (issue 21.14), and without uvicorn's own ``X-Forwarded-For`` handling, which
+    believes any loopback peer — amends reads the header itself, from trusted proxies only
+    (issue 21.8)."""
+    return uvicorn.Config(app, proxy_headers=False, http=guarded_protocol(limits), **options)

@@ -69,6 +69,7 @@ def serve_demo(result: Any, *, db: str, host: str = "127.0.0.1", port: int = 876
     from .._engine import Engine
     from ..sandbox import demo_catalog
     from .app import ServerSettings, create_app
+    from .connections import ConnectionLimits, uvicorn_config
 
     ready = asyncio.run(seed_ready_saga(db))
     catalog = demo_catalog(db)
@@ -77,5 +78,7 @@ def serve_demo(result: Any, *, db: str, host: str = "127.0.0.1", port: int = 876
     print(f"amends: ready to undo:  http://{host}:{port}/ui/sagas/{ready}")
     print(f"amends: already undone: http://{host}:{port}/ui/sagas/{undone}")
     print(f"amends: every saga:     http://{host}:{port}/   (Ctrl-C stops)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # the same connection bounds and proxy handling as `amends serve` (issue 21.8, 21.14)
+    config = uvicorn_config(app, ConnectionLimits(), host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run()
     return 0
