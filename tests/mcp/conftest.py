@@ -161,3 +161,78 @@ def http_gateway() -> Iterator[Any]:
     yield start
     for gw in started:
         gw.stop()
+
+
+NOTES_SERVER = HERE / "upstream_notes.py"
+NOTES_CONTRACTS = HERE / "notes_contracts.toml"
+
+
+@dataclass
+class NotesSetup:
+    """A gateway config over ``upstream_notes.py``, an ordinary mcp 2.x server (issue 24)."""
+
+    dir: Path
+    config: Path
+    state: Path
+    db: Path
+
+    def notes(self) -> dict[str, str]:
+        """The notes as the upstream wrote them."""
+        if not self.state.exists():
+            return {}
+        data: dict[str, str] = json.loads(self.state.read_text())
+        return data
+
+    def pid(self) -> int:
+        """The pid of the upstream process running now."""
+        return int(Path(f"{self.state}.pid").read_text())
+
+    def gateway(self) -> Any:
+        from mcp import StdioServerParameters
+
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "amends.integrations.mcp", "serve", "--config", str(self.config)],
+            cwd=str(self.dir),
+        )
+
+
+def write_notes_config(directory: Path, *, extra_gateway: str = "", more: str = "") -> NotesSetup:
+    state = directory / "notes.json"
+    config = directory / "gateway.toml"
+    config.write_text(
+        f"""
+[gateway]
+log = "saga.db"
+title = "notes session"
+{extra_gateway}
+
+[[upstream]]
+name = "notes"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(NOTES_SERVER))}]
+env = {{ NOTES_STATE = {json.dumps(str(state))} }}
+contracts = [{json.dumps(str(NOTES_CONTRACTS))}]
+{more}
+"""
+    )
+    return NotesSetup(directory, config, state, directory / "saga.db")
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> NotesSetup:
+    return write_notes_config(tmp_path)
+
+
+@pytest.fixture(params=["stdio", "http"])
+def connect(request: Any, http_gateway: Any) -> Any:
+    """Connects a real ``mcp.Client`` to a gateway for a setup, over stdio (the gateway a
+    subprocess of the client) or streamable HTTP (``amends mcp serve --http``)."""
+    from mcp import Client
+
+    def open_client(setup: Any, **kwargs: Any) -> Any:
+        if request.param == "stdio":
+            return Client(setup.gateway(), **kwargs)
+        return Client(http_gateway(setup).url, **kwargs)
+
+    return open_client

@@ -25,12 +25,13 @@ from amends import (
     PermanentError,
     Saga,
     StepFailedError,
+    TransientError,
 )
 from amends._calls import idempotency_key
 
 from .config import GatewayConfig, UpstreamConfig
 from .contracts import ContractFile, Effects, ErrorRules, ToolContract, load_contracts, render
-from .upstream import Upstream, UpstreamError, error_text, raise_for_error, result_value
+from .upstream import Upstream, UpstreamError, UpstreamGone, UpstreamResult, raise_for_error
 
 if TYPE_CHECKING:
     import mcp_types
@@ -52,12 +53,6 @@ META_STEP = "amends/step"
 """Set on results to the agent: the saga, the step and the tool's reversibility."""
 
 _RESERVED_ARGS = frozenset({"after", "step_id", "undo_after"})
-_VERB = {
-    "read_only": "nothing to undo (read-only)",
-    "reversible": "undo reverts it",
-    "compensable": "undo compensates it, leaving residue",
-    "irreversible": "undo cannot take it back; a person must follow up",
-}
 
 
 @dataclass(frozen=True)
@@ -121,7 +116,7 @@ class Gateway:
         self._by_catalog: dict[str, Exported] = {}
         self._slots: dict[str, _Slot] = {}
         self._sessions: dict[int, Any] = {}  # keeps session objects alive while their id is a key
-        self._raw: dict[tuple[str, str], mcp_types.CallToolResult] = {}
+        self._raw: dict[tuple[str, str], UpstreamResult] = {}
         # capture reads started while the step's intent is being made durable (see call_tool)
         self._early: dict[tuple[str, str], asyncio.Task[tuple[dict[str, Any], set[str]]]] = {}
         self._stack = AsyncExitStack()
@@ -286,6 +281,7 @@ class Gateway:
         where = f"contract of {exp.catalog_name!r}"
 
         meta = _meta
+        read_only = contract is not None and contract.reversibility == "read_only"
 
         async def forward(call: Call, **args: Any) -> Any:
             scope: dict[str, Any] = {"args": args}
@@ -296,11 +292,15 @@ class Gateway:
                     scope["capture"], absent = await early
                 else:  # a retry, or a step not started by call_tool
                     scope["capture"] = await self._capture(call, exp, contract, scope, meta, absent)
-            res = await up.call(exp.tool, args, meta(call, call.phase))
+            try:
+                res = await up.call(exp.tool, args, meta(call, call.phase))
+            except UpstreamGone as exc:
+                if read_only:  # a read has no effect: trying it again is safe (the server restarts)
+                    raise TransientError(f"{exc}; it is a read, so it is tried again") from exc
+                raise
             if call.phase == "forward":
                 self._raw[(call.saga_id, call.step_id)] = res
-            raise_for_error(res, rules, exp.catalog_name)
-            value = result_value(res)
+            value = _handoff(res, rules, exp.catalog_name)
             if call.phase in ("compensate", "follow_up") and contract is not None:
                 scope["result"] = value
                 if contract.compensate_residue is not None:
@@ -357,8 +357,8 @@ class Gateway:
                     f"{exp.catalog_name}: reading the state before the write ({cap.tool}) "
                     f"failed, so the write was not sent: {exc}"
                 ) from exc
-            if res.is_error:
-                text = error_text(res)
+            if not res.ok:
+                text = res.error_text or ""
                 if cap.absent_when is not None and cap.absent_when.search(text):
                     captured[cap.name] = None
                     absent.add(cap.name)
@@ -368,7 +368,7 @@ class Gateway:
                     f"returned an error, so the write was not sent: {text[:300]}"
                 )
             try:
-                captured[cap.name] = _dig(result_value(res), cap.path, where)
+                captured[cap.name] = _dig(res.value, cap.path, where)
             except ConfigError as exc:
                 raise PermanentError(f"{exc}; the write was not sent") from exc
         return captured
@@ -414,9 +414,9 @@ class Gateway:
             res = await exp.upstream.call(
                 ob.tool, render(dict(ob.args), scope, where), meta(call, "after")
             )
-            if res.is_error:
-                raise ConfigError(f"{where}: the read after the write failed: {error_text(res)}")
-            observed[ob.name] = _dig(result_value(res), ob.path, where)
+            if not res.ok:
+                raise ConfigError(f"{where}: the read after the write failed: {res.error_text}")
+            observed[ob.name] = _dig(res.value, ob.path, where)
         return observed
 
     def _record(
@@ -543,38 +543,21 @@ class Gateway:
 
     # --- tools/list and tools/call ---------------------------------------------------------
     def list_tools(self) -> list[mcp_types.Tool]:
-        """The tools the agent sees: each upstream tool, with its reversibility published, and
-        the amends tools."""
-        import mcp_types as types
-
+        """The tools the agent sees: each upstream tool in its own shape with amends' label
+        first (:mod:`.listing`), and the amends tools."""
+        from .listing import agent_tool
         from .tools import AMENDS_TOOLS
 
-        out = []
-        for exp in self.exported.values():
-            spec = self.catalog.get(exp.catalog_name)
-            cls = spec.reversibility.value
-            src = exp.upstream.tools[exp.tool]
-            label = cls if spec.explicit else "irreversible (no contract)"
-            desc = (src.description or "").rstrip()
-            desc = f"{desc}\n\n[amends: {label}; {_VERB[cls]}]".lstrip()
-            out.append(
-                types.Tool(
-                    name=exp.agent_name,
-                    title=src.title,
-                    description=desc,
-                    input_schema=src.input_schema,
-                    annotations=types.ToolAnnotations(
-                        title=src.annotations.title if src.annotations else None,
-                        read_only_hint=cls == "read_only",
-                        destructive_hint=cls == "irreversible",
-                        idempotent_hint=bool(exp.contract and exp.contract.idempotent),
-                        open_world_hint=src.annotations.open_world_hint
-                        if src.annotations
-                        else None,
-                    ),
-                    _meta={"amends/reversibility": cls, "amends/contract": spec.explicit},
-                )
+        out = [
+            agent_tool(
+                exp.upstream.tools[exp.tool],
+                name=exp.agent_name,
+                catalog=self.catalog,
+                catalog_name=exp.catalog_name,
+                idempotent=bool(exp.contract and exp.contract.idempotent),
             )
+            for exp in self.exported.values()
+        ]
         out.extend(AMENDS_TOOLS)
         return out
 
@@ -626,7 +609,7 @@ class Gateway:
         except StepFailedError as exc:
             raw = self._raw.pop((saga.id, step.id), None)
             info["state"] = exc.state
-            upstream_said = error_text(raw) if raw is not None else ""
+            upstream_said = (raw.error_text or "") if raw is not None else ""
             if exc.state == "in_doubt":
                 text = (
                     f"amends: {exc}\nThe step is in doubt: do not retry blindly. amends_status "
@@ -639,20 +622,20 @@ class Gateway:
             return _error(text, info)
         finally:
             self._drop_capture(saga.id, step.id)
-        raw = self._raw.pop((saga.id, step.id), None)
+        got = self._raw.pop((saga.id, step.id), None)
         info["state"] = "done"
-        assert raw is not None
+        assert got is not None
         import mcp_types as types
 
         # The upstream's own _meta is not passed on (issue 14), on the result or on its content
-        # blocks: only amends' step information.
+        # blocks: only amends' step information. Its structuredContent is (issue 24 item 2).
         content = [
             c.model_copy(update={"meta": None}) if getattr(c, "meta", None) else c
-            for c in raw.content
+            for c in got.raw.content
         ]
         return types.CallToolResult(
             content=content,
-            structured_content=raw.structured_content,
+            structured_content=got.structured,
             is_error=False,
             _meta={META_STEP: info},
         )
@@ -704,6 +687,22 @@ class _Before:
     step_id: str
     idempotency_key: str
     precondition: None = None
+
+
+def _handoff(res: UpstreamResult, rules: ErrorRules, tool: str) -> Any:
+    """THE handoff of an upstream's answer to the contract applier (issue 24, item 1).
+
+    ``res`` carries what the applier reads: ``ok``, ``structured`` (``structuredContent``),
+    ``text``, ``error_text`` (the upstream's own words, recovered from its log when an mcp 2.x
+    server withheld them) and ``value`` (structured content, else JSON text parsed, else text).
+    An error is translated by the contract's ``[errors]`` rules; the value is returned.
+
+    Raises:
+        PreconditionFailed, TransientError, PermanentError, UpstreamError: see
+            :func:`.upstream.raise_for_error`.
+    """
+    raise_for_error(res, rules, tool)
+    return res.value
 
 
 def _meta(call: Call | _Before, phase: str) -> dict[str, Any]:

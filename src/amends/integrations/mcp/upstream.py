@@ -2,13 +2,36 @@
 
 An upstream is reached with the official SDK's :class:`mcp.Client` (stdio by command, or
 streamable HTTP by URL). This module decides nothing about sagas: it forwards a call and says
-what came back, translating SDK errors at the edge (STYLE.md: one table, ``raise X from exc``).
+what came back (:class:`UpstreamResult`), translating SDK errors at the edge (STYLE.md: one
+table, ``raise X from exc``).
+
+Two things a real upstream does that this module survives (issue 24):
+
+- **It dies.** A stdio server killed mid-call, or an HTTP server restarted, leaves the SDK's
+  connection closed for good. The call that was in flight has an unknown outcome (rule 9); the
+  next call starts the server again (reconnects), with backoff, so later calls and undo reach
+  the new process. A call that cannot reach the server at all was never sent: it is refused as
+  transient, worded "could not reach upstream '<name>'", never as something the world did.
+- **It withholds its own words.** An mcp 2.x server answers a tool that raised ``ValueError``
+  with only ``Error executing tool <name>`` and logs the exception on its stderr. For a stdio
+  upstream the gateway reads that log and recovers the exception's own text for that call
+  (:attr:`UpstreamResult.error_text`), so a contract's ``absent_when`` and ``[errors]`` patterns
+  match what the tool raised. It attributes a log record to a call only when exactly one such
+  record for that tool appeared while the call was running; otherwise it says nothing more.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amends import AmendsError, ConfigError, PermanentError, PreconditionFailed, TransientError
@@ -19,12 +42,53 @@ from .contracts import ErrorRules
 if TYPE_CHECKING:
     import mcp_types
 
-__all__ = ["Upstream", "UpstreamError", "error_text", "raise_for_error", "result_value"]
+__all__ = [
+    "Upstream",
+    "UpstreamError",
+    "UpstreamGone",
+    "UpstreamResult",
+    "error_text",
+    "raise_for_error",
+    "result_value",
+]
+
+_BACKOFF = 0.2
+"""Seconds after a failed start of a dead upstream before the next; doubles per failure."""
+_MAX_BACKOFF = 5.0
+_GENERIC = re.compile(r"^Error executing tool (?P<tool>\S+)$")
+"""The whole text an mcp 2.x server sends for a tool that raised an unexpected exception."""
 
 
 class UpstreamError(AmendsError):
     """An upstream call whose outcome is unknown: an ``isError`` result the contract does not
     read as "refused", or a transport failure after the request was sent (rule 9: in doubt)."""
+
+
+class UpstreamGone(UpstreamError):
+    """The connection failed while the call was running (the server stopped): its outcome is
+    unknown, and the next call starts the server again. A read-only call is safe to try again."""
+
+
+@dataclass(frozen=True)
+class UpstreamResult:
+    """What one upstream ``tools/call`` answered, as the contract applier reads it."""
+
+    raw: mcp_types.CallToolResult
+    """The SDK's result, as the upstream sent it."""
+    ok: bool
+    """``False`` for an ``isError`` result."""
+    structured: Any
+    """The result's ``structuredContent``, or ``None``."""
+    text: str
+    """The text of its content blocks, joined."""
+    error_text: str | None = None
+    """For an error: the upstream's own words. The result's text, or, when an mcp 2.x server
+    withheld them (``Error executing tool X``), the exception it logged for this call."""
+
+    @property
+    def value(self) -> Any:
+        """What templates and the log see as the result (see :func:`result_value`)."""
+        return result_value(self.raw)
 
 
 def error_text(result: mcp_types.CallToolResult) -> str:
@@ -35,17 +99,26 @@ def error_text(result: mcp_types.CallToolResult) -> str:
 
 def result_value(result: mcp_types.CallToolResult) -> Any:
     """What templates and the log see as a tool's result: ``structured_content`` (a lone
-    ``{"result": x}`` wrapper, the SDK's shape for non-object outputs, unwrapped), else the text."""
+    ``{"result": x}`` wrapper, the SDK's shape for non-object outputs, unwrapped); else the text,
+    parsed when it is one JSON object or array (an mcp 2.x tool returning a plain ``dict``
+    answers with its JSON text only); else the text."""
     sc = result.structured_content
     if sc is not None:
         if isinstance(sc, dict) and set(sc) == {"result"}:
             return sc["result"]
         return sc
-    return error_text(result)
+    text = error_text(result)
+    if text[:1] in ("{", "[") and len(result.content) == 1:
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
 
 
-def raise_for_error(result: mcp_types.CallToolResult, rules: ErrorRules, tool: str) -> None:
-    """Translate an ``isError`` result by the contract's error rules (rule 9).
+def raise_for_error(result: UpstreamResult, rules: ErrorRules, tool: str) -> None:
+    """Translate an ``isError`` result by the contract's error rules (rule 9), matching the
+    upstream's own words (:attr:`UpstreamResult.error_text`).
 
     Raises:
         PreconditionFailed: The text matches ``drift`` (a compare-and-set refused the write).
@@ -53,9 +126,9 @@ def raise_for_error(result: mcp_types.CallToolResult, rules: ErrorRules, tool: s
         PermanentError: It matches ``refused``: the server refused, nothing happened.
         UpstreamError: It matches nothing: the outcome is unknown.
     """
-    if not result.is_error:
+    if result.ok:
         return
-    text = error_text(result) or "(no message)"
+    text = result.error_text or "(no message)"
     if rules.drift is not None and rules.drift.search(text):
         raise PreconditionFailed(f"{tool}: {text[:500]}")
     if rules.transient is not None and rules.transient.search(text):
@@ -63,22 +136,196 @@ def raise_for_error(result: mcp_types.CallToolResult, rules: ErrorRules, tool: s
     if rules.refused is not None and rules.refused.search(text):
         raise PermanentError(f"{tool} refused: {text[:500]}")
     raise UpstreamError(
-        f"{tool} returned an error the contract does not read as a refusal, so whether it took "
-        f"effect is unknown: {text[:500]}",
+        f"{tool} answered with an error its contract does not read as a refusal, so it may "
+        f"have taken effect: {text[:500]}",
         tool=tool,
     )
 
 
+# --- the upstream's log (stderr), for the words an mcp 2.x server withholds -----------------
+_BOX = re.compile(r"[\u2500-\u257f]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXC = re.compile(
+    r"(?:^| )(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Failure))(?::(?P<msg> .*?))?"
+    r"(?= The above exception was| During handling of the above exception"
+    r"| Traceback \(most recent call last| \[\d\d/\d\d/\d\d|$)"
+)
+_WRAPPERS = ("UnexpectedToolError", "ToolError", "UnexpectedResourceError")
+
+
+def logged_error(log: str, tool: str) -> str | None:
+    """The text of the exception ``tool`` raised, from the server log written during one call.
+
+    ``None`` unless exactly one record "Tool '<tool>' raised an unexpected exception" is in
+    ``log`` (two overlapping failures of the same tool cannot be told apart). Reads the SDK's
+    rich and plain log formats: box-drawing lines are dropped, wrapped lines joined.
+    """
+    lines = [_ANSI.sub("", line).strip() for line in log.splitlines()]
+    flat = " ".join(line for line in lines if line and not _BOX.search(line))
+    flat = re.sub(r"\s+", " ", flat)
+    flat = re.sub(r" \S+\.py:\d+(?= )", "", f" {flat} ").strip()  # rich's right-hand column
+    header = re.compile(r"Tool '([^']+)' (?:raised an unexpected exception|failed:)")
+    marks = list(header.finditer(flat))
+    mine = [i for i, m in enumerate(marks) if m.group(1) == tool]
+    if len(mine) != 1:
+        return None
+    i = mine[0]
+    end = marks[i + 1].start() if i + 1 < len(marks) else len(flat)
+    for m in _EXC.finditer(flat, marks[i].end(), end):
+        if m.group("type").rsplit(".", 1)[-1] in _WRAPPERS:
+            continue
+        return f"{m.group('type').rsplit('.', 1)[-1]}:{m.group('msg') or ''}".strip()
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of an exception group (the SDK wraps start failures in one)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class _ErrLog:
+    """A stdio upstream's stderr: forwarded to ours, the recent part kept to read back."""
+
+    _KEEP = 256 * 1024
+
+    def __init__(self) -> None:
+        self._r, w = os.pipe()
+        self.file = os.fdopen(w, "w")
+        """What the child's stderr is set to (closed here once the child has it)."""
+        os.set_blocking(self._r, False)
+        self._buf = bytearray()
+        self._base = 0  # absolute offset of _buf[0]
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._r, self.drain)
+
+    def spawned(self) -> None:
+        """The child holds its own copy: ours is closed, so the pipe ends when the child does."""
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+    @property
+    def mark(self) -> int:
+        return self._base + len(self._buf)
+
+    def drain(self) -> None:
+        """Read what the child has written so far (it writes its log before its answer)."""
+        while True:
+            try:
+                chunk = os.read(self._r, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._stop_reading()
+                return
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+                sys.stderr.flush()
+            self._buf += chunk
+            if len(self._buf) > self._KEEP:
+                cut = len(self._buf) - self._KEEP
+                del self._buf[:cut]
+                self._base += cut
+
+    def since(self, mark: int) -> str:
+        self.drain()
+        start = max(mark - self._base, 0)
+        return bytes(self._buf[start:]).decode("utf-8", "replace")
+
+    def _stop_reading(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._r)
+            self._loop = None
+
+    def close(self) -> None:
+        self._stop_reading()
+        for close in (self.file.close, lambda: os.close(self._r)):
+            with contextlib.suppress(OSError):
+                close()
+
+
+class _Connection:
+    """One live ``mcp.Client`` session, owned by a task of its own.
+
+    The SDK's client holds anyio task groups that must be left by the task that entered them;
+    a restart happens inside whichever request found the old process dead, so each connection
+    is entered and left by its own task, and requests only use it.
+    """
+
+    def __init__(self, up: Upstream) -> None:
+        self.up = up
+        self.client: Any = None
+        self.errlog: _ErrLog | None = None
+        self.dead = False
+        self._stop = asyncio.Event()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> _Connection:
+        self._task = asyncio.create_task(self._run(), name=f"amends-mcp-upstream-{self.up.name}")
+        await asyncio.shield(self._ready)
+        return self
+
+    async def _run(self) -> None:
+        from mcp import Client
+
+        target = self.up.target()
+        try:
+            if not isinstance(target, str):  # stdio: its stderr is read (module docstring)
+                from mcp.client.stdio import stdio_client
+
+                self.errlog = _ErrLog()
+                self.errlog.start()
+                target = stdio_client(target, errlog=self.errlog.file)
+            async with Client(target, cache=None) as client:
+                if self.errlog is not None:
+                    self.errlog.spawned()
+                self.client = client
+                self._ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:
+            self.dead = True
+            if not self._ready.done():
+                self._ready.set_exception(exc)
+            elif not isinstance(exc, Exception):
+                raise
+        finally:
+            self.dead = True
+            if self.errlog is not None:
+                self.errlog.close()
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
 class Upstream:
-    """One connected upstream MCP server."""
+    """One upstream MCP server: its tools, and a connection that is restarted when it dies."""
 
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
         self.name = config.name
         self.tools: dict[str, mcp_types.Tool] = {}
-        self._client: Any = None
+        self.restarts = 0
+        """How many times the connection was started again after the server died."""
+        self._keep = False
+        self._conn: _Connection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._why = ""
 
-    def _target(self) -> tuple[Any, str]:
+    def target(self) -> Any:
+        """What :class:`mcp.Client` connects to: stdio parameters or the URL."""
         from mcp.client.stdio import get_default_environment
 
         from mcp import StdioServerParameters
@@ -87,84 +334,185 @@ class Upstream:
         if cfg.command is not None:
             env = get_default_environment()
             env.update(cfg.env or {})
-            params = StdioServerParameters(
+            return StdioServerParameters(
                 command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd
             )
-            return params, f"command {' '.join([cfg.command, *cfg.args])!r}"
         assert cfg.url is not None
-        return cfg.url, f"URL {cfg.url!r}"
+        return cfg.url
+
+    @property
+    def where(self) -> str:
+        cfg = self.config
+        if cfg.command is not None:
+            return f"command {' '.join([cfg.command, *cfg.args])!r}"
+        return f"URL {cfg.url!r}"
 
     async def connect(self, stack: AsyncExitStack, *, keep: bool = True) -> None:
         """Start (or reach) the server and list its tools. With ``keep``, the connection stays
-        open until ``stack`` closes; without, every later :meth:`call` opens its own (for
-        ``amends undo`` and the web page, which undo a gateway's saga without a gateway).
+        open until ``stack`` closes (and is started again if the server dies); without, every
+        later :meth:`call` opens its own (for ``amends undo`` and the web page, which undo a
+        gateway's saga without a gateway).
 
         Raises:
             ConfigError: The server cannot be started or reached (the message names it).
         """
-        from mcp import Client
-
-        target, where = self._target()
+        self._keep = keep
+        self._lock = asyncio.Lock()
         try:
-            async with AsyncExitStack() as local:
-                client = await (stack if keep else local).enter_async_context(Client(target))
-                cursor: str | None = None
-                while True:
-                    page = await client.list_tools(cursor=cursor)
-                    for t in page.tools:
-                        self.tools[t.name] = t
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-                if keep:
-                    self._client = client
+            conn = await _Connection(self).open()
         except (OSError, AmendsError) as exc:
             raise ConfigError(
-                f"upstream {self.name!r} ({where}) could not be started: {exc}; check the "
+                f"upstream {self.name!r} ({self.where}) could not be started: {exc}; check the "
                 f"command or URL in the gateway config"
             ) from exc
         except Exception as exc:
             raise ConfigError(
-                f"upstream {self.name!r} ({where}) did not answer as an MCP server: "
+                f"upstream {self.name!r} ({self.where}) did not answer as an MCP server: "
                 f"{type(exc).__name__}: {exc}; check the command or URL in the gateway config"
             ) from exc
+        try:
+            cursor: str | None = None
+            while True:
+                page = await conn.client.list_tools(cursor=cursor)
+                for t in page.tools:
+                    self.tools[t.name] = t
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        except Exception as exc:
+            await conn.close()
+            raise ConfigError(
+                f"upstream {self.name!r} ({self.where}) did not list its tools: "
+                f"{type(exc).__name__}: {exc}; check that it is an MCP server"
+            ) from exc
+        if keep:
+            self._conn = conn
+            stack.push_async_callback(self.aclose)
+        else:
+            await conn.close()
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _live(self) -> _Connection:
+        """The kept connection, started again if the server died. One start per call; after a
+        failed start the next is not tried before a backoff (0.2 s, doubling, at most 5 s),
+        which the engine's retries wait for (``retry_after``).
+
+        Raises:
+            TransientError: The server could not be reached: the call was not sent.
+        """
+        assert self._lock is not None
+        async with self._lock:
+            conn = self._conn
+            if conn is not None and not conn.dead:
+                return conn
+            if conn is not None:
+                await conn.close()
+            self._conn = None
+            now = time.monotonic()
+            if now < self._retry_at:
+                raise TransientError(
+                    f"could not reach upstream {self.name!r} ({self.where}): it stopped and did "
+                    f"not start again ({self._why}); the call was not sent",
+                    retry_after=self._retry_at - now,
+                )
+            try:
+                self._conn = await _Connection(self).open()
+            except Exception as exc:
+                self._failures += 1
+                wait = min(_BACKOFF * 2 ** (self._failures - 1), _MAX_BACKOFF)
+                self._retry_at = time.monotonic() + wait
+                self._why = _cause(exc)
+                raise TransientError(
+                    f"could not reach upstream {self.name!r} ({self.where}): it stopped and did "
+                    f"not start again ({self._why}); the call was not sent",
+                    retry_after=wait,
+                ) from exc
+            self._failures = 0
+            self.restarts += 1
+            print(
+                f"amends mcp: upstream {self.name!r} had stopped; started it again", file=sys.stderr
+            )
+            return self._conn
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[_Connection]:
+        if self._keep:
+            yield await self._live()
+            return
+        try:  # no kept connection: one for this call
+            conn = await _Connection(self).open()
+        except Exception as exc:
+            raise TransientError(
+                f"could not reach upstream {self.name!r} ({self.where}): "
+                f"{type(exc).__name__}: {exc}; the call was not sent"
+            ) from exc
+        try:
+            yield conn
+        finally:
+            await conn.close()
 
     async def call(
         self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
-    ) -> mcp_types.CallToolResult:
+    ) -> UpstreamResult:
         """Forward one ``tools/call``.
 
         Raises:
+            TransientError: The server could not be reached: nothing was sent.
             PermanentError: The server rejected the request itself (unknown tool, bad params):
                 nothing ran.
-            UpstreamError: The transport failed after the request was sent: outcome unknown.
+            UpstreamError: The connection failed after the request was sent: outcome unknown.
         """
-        from mcp import Client, MCPError
+        from mcp_types import CONNECTION_CLOSED
 
-        try:
-            args = json.loads(json.dumps(arguments))
-            m: Any = meta
-            result: mcp_types.CallToolResult
-            if self._client is not None:
-                result = await self._client.call_tool(tool, args, meta=m)
-            else:  # no kept connection: one for this call
-                async with Client(self._target()[0]) as client:
-                    result = await client.call_tool(tool, args, meta=m)
-        except MCPError as exc:
-            # JSON-RPC errors -32601/-32602 mean the request was rejected before the tool ran.
-            if exc.code in (-32601, -32602):
-                raise PermanentError(
-                    f"{self.name}.{tool} rejected the call: {exc.error.message}"
+        from mcp import MCPError
+
+        args = json.loads(json.dumps(arguments))
+        async with self._connection() as conn:
+            mark = conn.errlog.mark if conn.errlog is not None else 0
+            try:
+                result: mcp_types.CallToolResult = await conn.client.call_tool(
+                    tool, args, meta=meta
+                )
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED:
+                    conn.dead = True  # the next call starts the server again
+                    raise UpstreamGone(
+                        f"the connection to upstream {self.name!r} closed while {tool} was "
+                        f"running (the server stopped); whether the call took effect is unknown",
+                        tool=tool,
+                    ) from exc
+                # JSON-RPC errors -32601/-32602 mean the request was rejected before the tool ran.
+                if exc.code in (-32601, -32602):
+                    raise PermanentError(
+                        f"{self.name}.{tool} rejected the call: {exc.error.message}"
+                    ) from exc
+                raise UpstreamError(
+                    f"{self.name}.{tool} answered with protocol error {exc.code} "
+                    f"({exc.error.message}), so it may have taken effect",
+                    tool=tool,
                 ) from exc
-            raise UpstreamError(
-                f"{self.name}.{tool} failed with MCP error {exc.code}: {exc.error.message}; "
-                f"whether it took effect is unknown",
-                tool=tool,
-            ) from exc
-        except Exception as exc:  # a broken pipe, a closed stream: the request may have landed
-            raise UpstreamError(
-                f"{self.name}.{tool}: the connection to the upstream failed "
-                f"({type(exc).__name__}: {exc}); whether the call took effect is unknown",
-                tool=tool,
-            ) from exc
-        return result
+            except Exception as exc:  # a broken pipe, a closed stream: the request may have landed
+                conn.dead = True
+                raise UpstreamGone(
+                    f"the connection to upstream {self.name!r} failed while {tool} was running "
+                    f"({type(exc).__name__}: {exc}); whether the call took effect is unknown",
+                    tool=tool,
+                ) from exc
+            text = error_text(result)
+            said: str | None = None
+            if result.is_error:
+                said = text
+                generic = _GENERIC.match(text)
+                if generic is not None and conn.errlog is not None:
+                    said = logged_error(conn.errlog.since(mark), tool) or text
+        return UpstreamResult(
+            raw=result,
+            ok=not result.is_error,
+            structured=result.structured_content,
+            text=text,
+            error_text=said,
+        )

@@ -1,0 +1,131 @@
+"""The tools list the agent sees: each upstream tool in its own shape, with amends' label.
+
+What the agent reads of an upstream tool is text the upstream wrote, and an upstream is not
+trusted (docs/security.md, "an attacker controls an upstream MCP server"). So (issue 21, item 15;
+issue 24, item 2):
+
+- The upstream's shape is kept: its input and output schemas, title, icons and annotations, so
+  a client validates ``structuredContent`` as the upstream declared it.
+- amends' own label comes first in the description, as ``[amends: <class>; <what undo does>]``,
+  and that prefix is unspoofable: the upstream's text can never contain ``[amends:`` (any such
+  text, in any Unicode compatibility form, is defused to ``(amends:``), so the first label is the
+  only one.
+- Control characters (terminal escape sequences, bidirectional overrides, zero-width characters)
+  are stripped from every description and title the upstream wrote.
+- Hints that would make a client *less* careful come from the contract only: ``readOnlyHint``
+  is true only for a ``read_only`` contract, ``idempotentHint`` only for ``idempotent = true``,
+  ``destructiveHint`` is false only where a contract says undo can take the call back. Hints that
+  make it *more* careful (``destructiveHint: true``) and informational ones (``openWorldHint``,
+  ``title``) are the upstream's.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from amends import Catalog
+
+__all__ = ["LABEL_PREFIX", "agent_tool", "clean_text", "label"]
+
+LABEL_PREFIX = "[amends:"
+"""How amends' label starts; no text an upstream wrote can contain it."""
+
+_VERB = {
+    "read_only": "nothing to undo (read-only)",
+    "reversible": "undo reverts it",
+    "compensable": "undo compensates it, leaving residue",
+    "irreversible": "undo cannot take it back; a person must follow up",
+}
+_CSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_SPOOF = re.compile(r"\[(\s*amends\s*:)", re.IGNORECASE)
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control characters, and with no ``[amends:`` in it.
+
+    Escape sequences go whole (not only their ESC byte); other control and format characters
+    (C0/C1 controls, bidi overrides, zero-width characters) are dropped; line and paragraph
+    separators become newlines; tabs and newlines stay.
+    """
+    text = _CSI.sub("", text)
+    out = []
+    for ch in text:
+        if ch in "\n\t":
+            out.append(ch)
+            continue
+        cat = unicodedata.category(ch)
+        if cat in ("Zl", "Zp"):
+            out.append("\n")
+        elif cat[0] != "C":  # Cc, Cf, Cs, Co, Cn: none belongs in a description
+            out.append(ch)
+    cleaned = "".join(out)
+    # compatibility forms (fullwidth brackets and letters) are folded before looking for the
+    # prefix, and every spelling found is defused in the original text
+    folded = unicodedata.normalize("NFKC", cleaned)
+    if folded == cleaned:
+        return _SPOOF.sub(r"(\1", cleaned)
+    return _SPOOF.sub(r"(\1", folded)
+
+
+def label(cls: str, explicit: bool) -> str:
+    """amends' label for a tool of class ``cls`` (``explicit``: a contract declared it)."""
+    shown = cls if explicit else "irreversible (no contract)"
+    return f"{LABEL_PREFIX} {shown}; {_VERB[cls]}]"
+
+
+def _clean_schema(value: Any) -> Any:
+    """A JSON schema with its ``description`` and ``title`` strings cleaned (agents read them)."""
+    if isinstance(value, dict):
+        return {
+            k: clean_text(v)
+            if k in ("description", "title") and isinstance(v, str)
+            else (_clean_schema(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_clean_schema(v) for v in value]
+    return value
+
+
+def agent_tool(
+    src: mcp_types.Tool,
+    *,
+    name: str,
+    catalog: Catalog,
+    catalog_name: str,
+    idempotent: bool,
+) -> mcp_types.Tool:
+    """The upstream tool ``src`` as the agent sees it under ``name`` (module docstring)."""
+    import mcp_types as types
+
+    spec = catalog.get(catalog_name)
+    cls = spec.reversibility.value
+    upstream_text = clean_text(src.description or "").strip()
+    desc = label(cls, spec.explicit) + (f"\n\n{upstream_text}" if upstream_text else "")
+    given = src.annotations
+    careful = bool(given is not None and given.destructive_hint)
+    annotations = (given or types.ToolAnnotations()).model_copy(
+        update={
+            "title": clean_text(given.title) if given and given.title else None,
+            "read_only_hint": cls == "read_only",
+            "destructive_hint": cls == "irreversible" or careful,
+            "idempotent_hint": idempotent,
+        }
+    )
+    return src.model_copy(
+        update={
+            "name": name,
+            "title": clean_text(src.title) if src.title else None,
+            "description": desc,
+            "input_schema": _clean_schema(src.input_schema),
+            "output_schema": _clean_schema(src.output_schema) if src.output_schema else None,
+            "annotations": annotations,
+            # the upstream's own _meta is not passed on (issue 14): only amends' own
+            "meta": {"amends/reversibility": cls, "amends/contract": spec.explicit},
+        }
+    )
