@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +172,8 @@ class BudgetMeter:
     ) -> None:
         self.budget = budget
         self.calls = calls_spent
+        self.reserved = 0
+        """Calls set aside for steps that have started and not finished (:meth:`reserve`)."""
         self.tokens = tokens_spent
         self.clock = clock
         self.started = clock()
@@ -182,9 +185,14 @@ class BudgetMeter:
     def remaining_seconds(self) -> float:
         return max(0.0, self.deadline - self.clock())
 
+    def _own(self) -> int:
+        held = _HELD.get()
+        return held.left if held is not None and held.meter is self else 0
+
     def exhausted(self) -> str | None:
-        """Which cap is spent, in words, or ``None`` while there is budget left."""
-        if self.calls >= self.budget.tool_calls:
+        """Which cap is spent, in words, or ``None`` while there is budget left (for the caller:
+        calls another branch set aside for its step are not left)."""
+        if self._own() == 0 and self.calls + self.reserved >= self.budget.tool_calls:
             return f"tool-call budget of {self.budget.tool_calls} spent"
         if self.tokens > 0 and self.tokens >= self.budget.tokens:
             return f"token budget of {self.budget.tokens} spent"
@@ -192,9 +200,58 @@ class BudgetMeter:
             return f"time budget of {self.budget.seconds:g}s spent"
         return None
 
+    def reserve(self, calls: int) -> Reservation | str:
+        """Set aside ``calls`` tool calls for one step (its drift check and its inverse), or
+        say why they are not there (rule 7).
+
+        A reversal's branches run in parallel; without this, a small budget went to the first
+        call of every step (three probes of five steps) and completed none. A step starts only
+        when the calls it needs are free; those calls are its own until it finishes (use the
+        reservation as a context manager around the step: ``take_call`` draws on it first), and
+        what it did not use goes back when it ends.
+        """
+        free = self.budget.tool_calls - self.calls - self.reserved
+        if free <= 0:
+            return f"tool-call budget of {self.budget.tool_calls} spent"
+        if calls > free:
+            return (
+                f"tool-call budget of {self.budget.tool_calls} leaves {free} call(s), too few "
+                f"for a step that needs {calls} (its check and its inverse)"
+            )
+        self.reserved += calls
+        return Reservation(self, calls)
+
     def take_call(self) -> str | None:
-        """Spend one tool call; returns why not (and spends nothing) if the budget is gone."""
+        """Spend one tool call (the caller's reservation first); returns why not (and spends
+        nothing) if the budget is gone."""
         why = self.exhausted()
         if why is None:
             self.calls += 1
+            held = _HELD.get()
+            if held is not None and held.meter is self and held.left > 0:
+                held.left -= 1
+                self.reserved -= 1
         return why
+
+
+_HELD: ContextVar[Reservation | None] = ContextVar("amends_budget_reservation", default=None)
+"""The reservation of the step the running task works on (each branch is its own task)."""
+
+
+class Reservation:
+    """Tool calls set aside for one step (:meth:`BudgetMeter.reserve`); a context manager."""
+
+    def __init__(self, meter: BudgetMeter, calls: int) -> None:
+        self.meter = meter
+        self.left = calls
+        self._token: Token[Reservation | None] | None = None
+
+    def __enter__(self) -> Reservation:
+        self._token = _HELD.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _HELD.reset(self._token)
+        self.meter.reserved -= self.left  # what the step did not use is free again
+        self.left = 0

@@ -113,6 +113,11 @@ class Engine:
         runner: Where reversals run; default here, in this process. A
             :class:`amends.integrations.temporal.TemporalRunner` runs them as Temporal
             workflows (the log stays the system of record; ``resume`` continues there too).
+        continue_hint: How a person continues a reversal that stopped short (budget spent), in
+            the words of the place they undo from, shown in the manual action of each step
+            not attempted; the text ``{saga_id}`` in it is replaced by the saga's id. Default:
+            the ``amends undo --continue`` command; the MCP gateway says ``amends_undo
+            {"continue": true}`` (issue 24 item 7).
     """
 
     def __init__(
@@ -125,6 +130,7 @@ class Engine:
         poll_interval: float = 0.02,
         planner: Callable[[SagaRecord, Catalog], Plan] | None = None,
         runner: ReversalRunner | None = None,
+        continue_hint: str | None = None,
     ) -> None:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"Engine needs an amends.Catalog, got {catalog!r}")
@@ -138,6 +144,7 @@ class Engine:
         self.planner: Callable[[SagaRecord, Catalog], Plan] = planner or plan
         self.runner = runner
         """Where :meth:`undo` runs a reversal (``None``: here)."""
+        self.continue_hint = continue_hint
         """The planner undo and preview use (rule 10: the preview uses the same one)."""
         self.owner = _owner_id()
         self.live_sagas: dict[str, Saga] = {}
@@ -642,6 +649,7 @@ class Engine:
                     lambda fresh: self.planner(fresh, self.catalog),
                     self.poll_interval,
                 ),
+                continue_hint=self.continue_hint,
             )
         )
         outcomes += await self._late_steps(saga_id, called, outcomes, meter)

@@ -57,6 +57,9 @@ class Wording:
     """What the agent was asked to do (named in drafts)."""
     actor: str | None
     """Who asked the agent, when known."""
+    continue_hint: str | None = None
+    """How a person continues a reversal that stopped short, where they undo from (the text
+    ``{saga_id}`` is replaced); ``None``: the ``amends undo --continue`` command."""
 
     def asker(self) -> str:
         if self.actor:
@@ -145,11 +148,15 @@ def _in_doubt(w: Wording, step: StepRecord, shown: str, detail: str, _: StepStat
     )
 
 
+CONTINUE_HINT = "amends undo {saga_id} --continue --budget-calls N --budget-seconds S"
+"""How a person continues a reversal that stopped short, unless the engine says otherwise."""
+
+
 def _over_budget(w: Wording, step: StepRecord, shown: str, detail: str, _: StepState) -> _Words:
+    how = (w.continue_hint or CONTINUE_HINT).replace("{saga_id}", w.saga_id)
     return (
         f"Undo {shown}, which was not attempted ({detail}): continue with a larger budget: "
-        f"amends undo {w.saga_id} --continue --budget-calls N --budget-seconds S, or undo it "
-        f"by hand",
+        f"{how}, or undo it by hand",
         f"Hello {_to(step)}: {shown}, done by an assistant acting for us, has not been undone "
         f"yet. We will undo it shortly; no action is needed from you unless it caused a problem.",
         f"{w.asker()}, or whoever runs amends for this saga",

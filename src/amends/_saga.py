@@ -38,6 +38,7 @@ from ._errors import (
     PermanentError,
     SagaClosedError,
     StepFailedError,
+    ToolError,
     TransientError,
 )
 from ._log.base import SagaLog, StepFinish, StepIntent
@@ -832,6 +833,11 @@ def _failure(catalog: Catalog, step: Step, calls: list[Call], exc: Exception) ->
             f"contract violation inside {step.tool}: {exc}; whether it took effect is unknown",
             violation=str(exc),
         )
+    if isinstance(exc, ToolError) and not isinstance(exc, TransientError | PermanentError):
+        # A ToolError that is neither a refusal nor transient says, in the words of the tool's
+        # users, that the outcome is unknown (the MCP gateway's UpstreamError, issue 24 item
+        # 11): no advice meant for Python tool authors is added.
+        return _finish_failed(catalog, step, calls, "in_doubt", str(exc))
     return _finish_failed(
         catalog,
         step,

@@ -76,16 +76,20 @@ async def test_sensitive_argument_never_reaches_the_log_or_the_agent_reports(
 
 
 async def test_resolve_an_in_doubt_step_then_continue(kv: KvSetup) -> None:
-    """amends_resolve records who handled the manual action; the report lists it as handled."""
+    """amends_resolve records who handled the manual action -- the gateway's principal, never
+    a name the agent typed (issue 21 item 5) -- and the report lists it as handled."""
     from mcp import Client
 
+    kv.config.write_text(
+        kv.config.read_text().replace(
+            'title = "kv session"', 'title = "kv session"\nprincipal = "ann@example.com"'
+        )
+    )
     async with Client(kv.gateway()) as c:
         flaky = await c.call_tool("kv_flaky_write", {"key": "k", "value": "v"})
         step_id = flaky.meta["amends/step"]["step_id"]
         undo = await c.call_tool("amends_undo", {})
-        resolved = await c.call_tool(
-            "amends_resolve", {"step_id": step_id, "by": "ann@example.com", "note": "checked"}
-        )
+        resolved = await c.call_tool("amends_resolve", {"step_id": step_id, "note": "checked"})
         again = await c.call_tool("amends_undo", {"continue": True})
         status = await c.call_tool("amends_status", {})
     assert undo.structured_content["steps"][0]["state"] == "in_doubt"
@@ -118,7 +122,8 @@ async def test_the_approval_question_never_shows_a_sensitive_argument(kv_extra: 
         r = await c.call_tool("kv_send_email", {"to": "bob@example.com", "subject": secret})
     assert not r.is_error
     assert len(asked) == 1 and "bob@example.com" in asked[0]
-    assert secret not in asked[0] and "subject=<redacted>" in asked[0]
+    # the marker the docs and the log use (issue 24 item 11)
+    assert secret not in asked[0] and "subject='[redacted:subject]'" in asked[0]
 
 
 async def test_a_contract_that_cannot_be_filled_is_reported_with_its_cause(tmp_path: Path) -> None:

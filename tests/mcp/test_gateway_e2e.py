@@ -123,8 +123,16 @@ async def test_two_concurrent_amends_undo_give_one_reversal_and_one_refund(kv: K
 
 
 async def test_two_gateway_processes_on_one_log_give_one_reversal(kv: KvSetup) -> None:
-    """Another gateway process on the same log joins the same reversal (rule 6)."""
+    """Another gateway process on the same log joins the same reversal (rule 6). An agent acts
+    only on the sagas it started unless the operator grants more (issue 21 item 5), so this
+    operator sets share_sagas = true: the second connection is the same agent's supervisor."""
     from mcp import Client
+
+    kv.config.write_text(
+        kv.config.read_text().replace(
+            'title = "kv session"', 'title = "kv session"\nshare_sagas = true'
+        )
+    )
 
     async with Client(kv.gateway()) as c1:
         r = await _call(c1, "kv_charge", customer="c1", cents=900)

@@ -31,8 +31,16 @@ async def test_gateway_sigkilled_mid_call_leaves_an_honest_in_doubt_step(
     kv: KvSetup, http_gateway: Any
 ) -> None:
     """rule 1: the intent was durable before the upstream was called; after a SIGKILL and a
-    restart, the step is in_doubt (never lost, never 'done'), and undo asks a person."""
+    restart, the step is in_doubt (never lost, never 'done'), and undo asks a person. The
+    restarted gateway has new connections: the operator grants them the earlier saga with
+    share_sagas = true (issue 21 item 5: otherwise an agent acts only on sagas it started)."""
     from mcp import Client
+
+    kv.config.write_text(
+        kv.config.read_text().replace(
+            'title = "kv session"', 'title = "kv session"\nshare_sagas = true'
+        )
+    )
 
     gw = http_gateway(kv)
     saga_id: list[str] = []

@@ -31,6 +31,24 @@ class Compensator:
         self.saga_id = caller.saga.saga_id
 
     async def run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
+        """Rule 7: a step's calls (its drift check and its inverse) are set aside before the
+        first one is made, so a budget completes the steps it starts rather than spending itself
+        on the checks of steps it cannot finish (issue 24 item 7). An attempt in flight at a
+        crash is not held back: checking it is what makes it safe."""
+        assert p.inverse is not None
+        if prior is not None and prior.state == "dispatched":
+            return await self._run(p, prior)
+        held = self.caller.meter.reserve(1 + (p.expectation is not None))
+        if isinstance(held, str):
+            first = p.expectation.probe if p.expectation is not None else p.inverse.tool
+            return await self.recorder.stopped(
+                p, StepState.OVER_BUDGET, f"{held} before {first} could run", attempts=0,
+                in_flight=False,
+            )  # fmt: skip
+        with held:
+            return await self._run(p, prior)
+
+    async def _run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
         assert p.inverse is not None
         counter = [0]
         key = idempotency_key(self.saga_id, p.step_id, "undo")

@@ -32,12 +32,13 @@ class Recorder:
         reversal: ReversalRecord,
         meter: BudgetMeter,
         vault: Vault,
+        continue_hint: str | None = None,
     ) -> None:
         self.ports = ports
         self.reversal = reversal
         self.meter = meter
         self.vault = vault
-        self.wording = Wording(saga.saga_id, saga.title, saga.actor)
+        self.wording = Wording(saga.saga_id, saga.title, saga.actor, continue_hint)
         self.fresh: set[str] = set()
         """Steps whose compensation was recorded in this run (after every known resolution)."""
 

@@ -74,6 +74,8 @@ class RunInput:
     """The reversal was created by this worker's claim just now: it has no records yet."""
     waiting: InFlightWait | None = None
     """How to wait for steps still in flight; ``None``: do not wait (rule 7)."""
+    continue_hint: str | None = None
+    """How a person continues this reversal if it stops short (``Engine(continue_hint=)``)."""
 
 
 async def run_plan(inp: RunInput) -> list[StepOutcome]:
@@ -95,7 +97,7 @@ class _Runner:
         """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
         (kept here: no weak-dict lookup per record, issue 12)."""
         self.caller = Caller(inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault)
-        self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault)
+        self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault, inp.continue_hint)
         self.compensator = Compensator(self.caller, self.recorder)
         self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
 

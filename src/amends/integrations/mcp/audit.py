@@ -26,7 +26,7 @@ async def audit_rows(config_path: str) -> list[dict[str, Any]]:
     config = load_config(config_path)
     engine = Engine(Catalog(), log=":memory:")
     rows: list[dict[str, Any]] = []
-    async with Gateway(config, engine=engine) as gw:
+    async with Gateway(config, engine=engine, audit=True) as gw:
         for exp in gw.exported.values():
             spec = gw.catalog.get(exp.catalog_name)
             tool = exp.upstream.tools[exp.tool]
@@ -59,6 +59,23 @@ async def audit_rows(config_path: str) -> list[dict[str, Any]]:
                     "note": note,
                 }
             )
+        # what the gateway would refuse at start-up (issue 24 item 4), one row each
+        rows += [
+            {
+                "upstream": "",
+                "tool": "",
+                "agent_name": "(contract error)",
+                "catalog_name": "",
+                "class": "",
+                "contract": True,
+                "hints": {},
+                "description": "",
+                "arguments": [],
+                "note": f"{problem}; the gateway refuses to start",
+                "problem": problem,
+            }
+            for problem in gw.problems
+        ]
         await engine.close()
     return rows
 

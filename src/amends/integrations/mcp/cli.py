@@ -174,7 +174,8 @@ def run_audit(
     until a person has reviewed it (issue 14).
 
     Returns:
-        The exit status: 1 when ``strict`` and a tool has no contract, else 0.
+        The exit status: 1 when a contract names a tool the server does not list (the gateway
+        would refuse to start), or when ``strict`` and a tool has no contract; else 0.
 
     Raises:
         ConfigError: The config is invalid, an upstream cannot be started, the SDK is missing,
@@ -205,7 +206,8 @@ def run_audit(
                 f"choose a writable path that does not exist yet"
             ) from exc
     missing = sum(1 for r in rows if not r["contract"])
-    status = 1 if strict and missing else 0
+    problems = [r for r in rows if r.get("problem")]
+    status = 1 if problems or (strict and missing) else 0
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return status

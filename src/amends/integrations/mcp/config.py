@@ -7,6 +7,8 @@ title = "MCP session"           # title of the saga opened for each agent connec
 approval = "off"                # "off" | "irreversible" | "residue" (irreversible or residue)
 when_no_elicitation = "refuse"  # "refuse" | "allow": a client that cannot be asked
 actor = "agent:mcp"             # who the sagas' steps are attributed to
+principal = "ann@example.com"   # who approves and resolves through this gateway (default: OS user)
+share_sagas = false             # true: any agent connection may act on any saga of the tenant
 tenant = "acme"                 # optional: the tenant the sagas belong to (web page, tokens)
 http = "127.0.0.1:8765"         # optional: serve streamable HTTP here instead of stdio
 call_timeout = 300              # seconds a call may take (a contract's timeout wins)
@@ -80,6 +82,12 @@ class GatewayConfig:
     """What the gate does when the client cannot be asked: ``refuse`` the call or ``allow`` it."""
     actor: str = "agent:mcp"
     """Who the gateway's sagas are attributed to (shown in manual actions)."""
+    principal: str = ""
+    """The identity approvals and resolutions made through this gateway are recorded under
+    (``by``), never a name the agent typed (rule 12). Default: the OS user running it."""
+    share_sagas: bool = False
+    """``False``: an agent connection acts only on the sagas it started (rule 12); ``True``: on
+    any saga of the gateway's tenant (one agent on several connections, or a supervisor)."""
     tenant: str | None = None
     """The tenant the gateway's sagas belong to (the web page and tokens filter by it)."""
     http: str | None = None
@@ -91,6 +99,15 @@ class GatewayConfig:
     """How long a crashed gateway's open saga stays claimed before recovery marks its
     unfinished steps ``in_doubt`` (rule 1)."""
     source: str = ""
+
+
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return f"{getpass.getuser()} (OS user running the gateway)"
+    except (KeyError, OSError):
+        return "the operator of this gateway"
 
 
 def _str(value: Any, where: str) -> str:
@@ -189,6 +206,8 @@ def load_config(path: str | Path) -> GatewayConfig:
         "tenant",
         "call_timeout",
         "http",
+        "principal",
+        "share_sagas",
     }
     bad = set(gw) - known
     if bad:
@@ -226,6 +245,12 @@ def load_config(path: str | Path) -> GatewayConfig:
             f"{src}: gateway.call_timeout must be a positive number of seconds, "
             f"got {call_timeout!r}"
         )
+    share = gw.get("share_sagas", False)
+    if not isinstance(share, bool):
+        raise ConfigError(f"{src}: gateway.share_sagas must be true or false, got {share!r}")
+    principal = (
+        _str(gw["principal"], f"{src}: gateway.principal") if "principal" in gw else _os_user()
+    )
     ups = data.get("upstream", [])
     if not isinstance(ups, list) or not ups:
         raise ConfigError(
@@ -247,6 +272,8 @@ def load_config(path: str | Path) -> GatewayConfig:
         call_timeout=float(call_timeout),
         http=_str(gw["http"], f"{src}: gateway.http") if "http" in gw else None,
         actor=_str(gw.get("actor", "agent:mcp"), f"{src}: gateway.actor"),
+        principal=principal,
+        share_sagas=share,
         tenant=_str(gw["tenant"], f"{src}: gateway.tenant") if "tenant" in gw else None,
         source=src,
     )

@@ -29,30 +29,31 @@ from amends import (
 )
 from amends._calls import idempotency_key
 
+from .approval import Answer, Approvals
 from .config import GatewayConfig, UpstreamConfig
 from .contracts import ContractFile, Effects, ErrorRules, ToolContract, load_contracts, render
+from .sessions import META_SAGA, META_STEP, META_TITLE, Sessions
+from .tools import error_result
 from .upstream import Upstream, UpstreamError, UpstreamGone, UpstreamResult, raise_for_error
 
 if TYPE_CHECKING:
     import mcp_types
     from mcp.server import Server
 
-__all__ = ["META_PRECONDITION", "META_SAGA", "Exported", "Gateway"]
+__all__ = ["META_PRECONDITION", "META_SAGA", "META_TITLE", "Exported", "Gateway"]
 
-META_SAGA = "amends/saga"
-"""Request ``_meta`` key: a saga key; calls carrying the same key share one saga."""
-META_TITLE = "amends/title"
-"""Request ``_meta`` key: the title of the saga a new saga key opens."""
 META_KEY = "amends/idempotency_key"
 """Sent upstream in ``_meta``: the call's idempotency key (rule 5)."""
 META_PHASE = "amends/phase"
 """Sent upstream in ``_meta``: forward, compensate, follow_up, probe or before."""
 META_PRECONDITION = "amends/precondition"
 """Sent upstream in ``_meta`` with a compensation: the expectation, for compare-and-set (rule 4)."""
-META_STEP = "amends/step"
-"""Set on results to the agent: the saga, the step and the tool's reversibility."""
 
 _RESERVED_ARGS = frozenset({"after", "step_id", "undo_after"})
+CONTINUE_HINT = (
+    'amends_undo {"saga_id": "{saga_id}", "continue": true, "tool_calls": N, "seconds": S}'
+)
+"""How an MCP user continues a reversal that stopped short (issue 24 item 7)."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,6 @@ class Exported:
     contract: ToolContract | None
 
 
-class _Slot:
-    """The saga of one agent connection or one saga key."""
-
-    def __init__(self) -> None:
-        self.saga: Saga | None = None
-        self.last_id: str | None = None
-        self.lock = asyncio.Lock()
-
-
 def _dig(value: Any, path: tuple[str, ...], where: str) -> Any:
     for key in path:
         if isinstance(value, dict) and key in value:
@@ -87,6 +79,20 @@ def _dig(value: Any, path: tuple[str, ...], where: str) -> Any:
         else:
             raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}")
     return value
+
+
+def unlisted_contract(up: Upstream, name: str) -> str:
+    """The start-up error for a contract naming a tool ``up`` does not list, with the closest
+    name it does list (a typo such as ``crm_set_feild`` for ``crm_set_field``)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(up.tools), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (
+        f"upstream {up.name!r}: a contract names tool {name!r}, which the server does not list; "
+        f"{hint}fix the name in the contract file (the server lists: "
+        f"{', '.join(sorted(up.tools)) or 'none'})"
+    )
 
 
 def _supports(fn: Any, name: str) -> bool:
@@ -104,18 +110,25 @@ class Gateway:
     Args:
         config: The parsed gateway configuration.
         engine: An engine to use instead of one on ``config.log`` (tests, embedding).
+        audit: Collect contract mistakes in :attr:`problems` instead of refusing to start
+            (``amends mcp audit``); such a gateway must not serve.
     """
 
-    def __init__(self, config: GatewayConfig, *, engine: Engine | None = None) -> None:
+    def __init__(
+        self, config: GatewayConfig, *, engine: Engine | None = None, audit: bool = False
+    ) -> None:
         self.config = config
+        self._audit = audit
+        self.problems: list[str] = []
+        """With ``audit``: what start-up would have refused (``amends mcp audit`` lists it)."""
         self.catalog = engine.catalog if engine is not None else Catalog()
         self._engine = engine
         self._own_engine = engine is None
         self.upstreams = [Upstream(u) for u in config.upstreams]
         self.exported: dict[str, Exported] = {}
         self._by_catalog: dict[str, Exported] = {}
-        self._slots: dict[str, _Slot] = {}
-        self._sessions: dict[int, Any] = {}  # keeps session objects alive while their id is a key
+        self.sessions = Sessions(self)
+        self.approvals = Approvals(self)
         self._raw: dict[tuple[str, str], UpstreamResult] = {}
         # capture reads started while the step's intent is being made durable (see call_tool)
         self._early: dict[tuple[str, str], asyncio.Task[tuple[dict[str, Any], set[str]]]] = {}
@@ -157,7 +170,10 @@ class Gateway:
                 write_sidecar(self.config)
             if self._engine is None and keep_connections:
                 self._engine = Engine(
-                    self.catalog, log=self.config.log, lease_seconds=self.config.lease_seconds
+                    self.catalog,
+                    log=self.config.log,
+                    lease_seconds=self.config.lease_seconds,
+                    continue_hint=CONTINUE_HINT,
                 )
         except BaseException:
             await self._stack.aclose()
@@ -169,8 +185,7 @@ class Gateway:
 
     async def close(self) -> None:
         """Close every open saga (its steps settle first), the upstreams and the log."""
-        for slot in list(self._slots.values()):
-            await self._close_saga(slot)
+        await self.sessions.close_all()
         try:
             await self._stack.aclose()
         finally:
@@ -192,6 +207,14 @@ class Gateway:
                         f"({f.source} and an earlier one); keep one"
                     )
                 contracts[name] = c
+        for name in [n for n in contracts if n not in up.tools]:
+            # issue 24 item 4: a contract for a tool the server does not list is a typo or a
+            # stale file; refused at start-up, never silently ignored
+            problem = unlisted_contract(up, name)
+            if not self._audit:
+                raise ConfigError(problem)
+            self.problems.append(problem)
+            del contracts[name]
         for name, c in contracts.items():
             refs = [cap.tool for cap in (*c.captures, *c.observes)]
             for eff in (c.effects, c.if_absent[1] if c.if_absent else None):
@@ -203,7 +226,12 @@ class Gateway:
                     refs.append(eff.landed["probe"])
             refs += [fu["tool"] for fu in c.compensate_follow_ups]
             missing = [r for r in refs if r not in up.tools]
-            if missing:
+            if missing and self._audit:
+                self.problems.append(
+                    f"upstream {up.name!r}: the contract of {name!r} uses tool(s) "
+                    f"{', '.join(sorted(set(missing)))} that the server does not list"
+                )
+            elif missing:
                 raise ConfigError(
                     f"upstream {up.name!r}: the contract of {name!r} uses tool(s) "
                     f"{', '.join(sorted(set(missing)))} that the server does not list; fix the "
@@ -487,60 +515,6 @@ class Gateway:
                 settles_at=r.get("settles_at"),
             )
 
-    # --- sagas ----------------------------------------------------------------------------
-    def _slot_key(self, ctx: Any) -> str:
-        meta = ctx.meta or {}
-        key = meta.get(META_SAGA) if isinstance(meta, dict) else None
-        if isinstance(key, str) and key:
-            return f"key:{key}"
-        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-
-        # A handshake-era connection (stdio, stateful HTTP) has one saga; the SDK builds a
-        # session object per request, so the connection it belongs to is the identity.
-        conn = getattr(ctx.session, "_connection", None)
-        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS and conn is not None:
-            self._sessions[id(conn)] = conn
-            return f"connection:{id(conn)}"
-        return "stateless"  # one per gateway process: one stdio connection, or keyless HTTP
-
-    def _slot(self, ctx: Any) -> _Slot:
-        return self._slots.setdefault(self._slot_key(ctx), _Slot())
-
-    async def _open_saga(self, slot: _Slot, title: str | None = None) -> Saga:
-        async with slot.lock:
-            if slot.saga is None:
-                saga = self.engine.saga(
-                    title or self.config.title,
-                    actor=self.config.actor,
-                    tenant=self.config.tenant,
-                )
-                await saga.__aenter__()
-                slot.saga = saga
-                slot.last_id = saga.id
-            return slot.saga
-
-    async def _close_saga(self, slot: _Slot) -> None:
-        async with slot.lock:
-            saga, slot.saga = slot.saga, None
-        if saga is not None:
-            try:
-                await saga.__aexit__(None, None, None)
-            except AmendsError:
-                pass  # a step's failure was already answered to the agent and is in the log
-
-    async def _close_saga_id(self, saga_id: str) -> None:
-        for slot in list(self._slots.values()):
-            if slot.saga is not None and slot.saga.id == saga_id:
-                await self._close_saga(slot)
-
-    def _default_saga_id(self, ctx: Any, given: Any) -> str:
-        if isinstance(given, str) and given:
-            return given
-        slot = self._slot(ctx)
-        if slot.last_id is None:
-            raise ConfigError("no saga yet on this connection; call a tool first, or pass saga_id")
-        return slot.last_id
-
     # --- tools/list and tools/call ---------------------------------------------------------
     def list_tools(self) -> list[mcp_types.Tool]:
         """The tools the agent sees: each upstream tool in its own shape with amends' label
@@ -567,34 +541,76 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
     ) -> Any:
         """Forward one call as a saga step, or run one of the amends tools; returns a
         ``CallToolResult`` (or an ``InputRequiredResult`` when the approval gate asks)."""
         from .tools import run_amends_tool
 
         if name.startswith("amends_"):
-            return await run_amends_tool(self, ctx, name, arguments)
+            return await run_amends_tool(self, ctx, name, arguments, input_responses, request_state)
         exp = self.exported.get(name)
         if exp is None:
-            return _error(
+            return error_result(
                 f"unknown tool {name!r}; the gateway exports: {', '.join(sorted(self.exported))}"
             )
-        from .approval import gate
+        from .approval import approval_message, call_subject, needs_approval, refusal_text
 
-        refusal = await gate(self, ctx, exp, arguments, input_responses)
-        if isinstance(refusal, str):
-            return _error(refusal)
-        if refusal is not None:
-            return refusal  # the question for the user (2026-07-28 input_required)
-        slot = self._slot(ctx)
-        meta = ctx.meta if isinstance(ctx.meta, dict) else {}
-        saga = await self._open_saga(slot, meta.get(META_TITLE))
+        slot = self.sessions.slot(ctx)
+        answer: Answer | None = None
+        if needs_approval(self, exp):
+            asked = await self.approvals.ask(
+                ctx,
+                owner=slot.owner,
+                subject=call_subject(name, arguments),
+                message=approval_message(self, exp, arguments),
+                input_responses=input_responses,
+                request_state=request_state,
+            )
+            if not isinstance(asked, Answer):
+                return asked  # the question for the person (2026-07-28 input_required)
+            answer = asked
+            if not answer.approved:
+                saga = await self.sessions.open_saga(slot, self.sessions.title(ctx))
+                await self.record_answer(ctx, saga.id, None, answer, self._what(exp, arguments))
+                cls = self.catalog.get(exp.catalog_name).reversibility.value
+                return error_result(refusal_text(f"{exp.catalog_name} ({cls})", answer, self))
+        saga = await self.sessions.open_saga(slot, self.sessions.title(ctx))
         try:
             step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
         except amends.SagaClosedError:  # undone meanwhile: start a new saga
             slot.saga = None
-            saga = await self._open_saga(slot, meta.get(META_TITLE))
+            saga = await self.sessions.open_saga(slot, self.sessions.title(ctx))
             step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
+        if answer is not None:
+            await self.record_answer(ctx, saga.id, step.id, answer, self._what(exp, arguments))
+        return await self._finish(saga, step, exp, arguments)
+
+    @staticmethod
+    def _what(exp: Exported, arguments: dict[str, Any]) -> dict[str, Any]:
+        from .approval import shown_args
+
+        return {"tool": exp.catalog_name, "args": shown_args(exp, arguments)}
+
+    async def record_answer(
+        self,
+        ctx: Any,
+        saga_id: str,
+        step_id: str | None,
+        answer: Answer,
+        what: dict[str, Any],
+    ) -> None:
+        """Log an approval or refusal as an event of the saga (rule 12; issue 21 item 4)."""
+        import time
+
+        kind = "approval.granted" if answer.approved else "approval.refused"
+        data = answer.event(self.sessions.principal(ctx), what)
+        await self.engine.log.append_event(
+            saga_id, kind, step_id=step_id, data=data, now=time.time()
+        )
+
+    async def _finish(self, saga: Saga, step: Any, exp: Exported, arguments: dict[str, Any]) -> Any:
+        """Wait for the step and answer the agent: the upstream's result, or what happened."""
         spec = self.catalog.get(exp.catalog_name)
         info = {
             "saga_id": saga.id,
@@ -619,7 +635,7 @@ class Gateway:
                 text = f"amends: {exc}"
             if upstream_said and upstream_said not in text:
                 text += f"\nupstream said: {upstream_said}"
-            return _error(text, info)
+            return error_result(text, info)
         finally:
             self._drop_capture(saga.id, step.id)
         got = self._raw.pop((saga.id, step.id), None)
@@ -663,10 +679,14 @@ class Gateway:
         async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
             try:
                 return await self.call_tool(
-                    ctx, params.name, dict(params.arguments or {}), params.input_responses
+                    ctx,
+                    params.name,
+                    dict(params.arguments or {}),
+                    params.input_responses,
+                    params.request_state,
                 )
             except AmendsError as exc:
-                return _error(str(exc))
+                return error_result(str(exc))
 
         return Server(
             "amends",
@@ -716,13 +736,3 @@ def _meta(call: Call | _Before, phase: str) -> dict[str, Any]:
     if call.precondition is not None:
         m[META_PRECONDITION] = call.precondition.to_dict()
     return m
-
-
-def _error(text: str, info: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
-    import mcp_types as types
-
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        is_error=True,
-        _meta={META_STEP: info} if info else None,
-    )

@@ -7,16 +7,21 @@ is :meth:`amends.UndoReport.to_dict`). None of them claims more than the engine 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
 from amends import AmendsError, Budget, ConfigError
 
+from .approval import Answer, refusal_text
+from .sessions import META_STEP
+
 if TYPE_CHECKING:
     from .gateway import Gateway
 
-__all__ = ["AMENDS_TOOLS", "run_amends_tool"]
+__all__ = ["AMENDS_TOOLS", "error_result", "run_amends_tool"]
 
 _SAGA = {"saga_id": {"type": "string", "description": "default: this connection's saga"}}
 
@@ -68,20 +73,29 @@ AMENDS_TOOLS = [
     types.Tool(
         name="amends_resolve",
         description="Record that a person handled a step's manual action (sent the draft, "
-        "checked that an in-doubt call did not go through).",
+        "checked that an in-doubt call did not go through), with a note saying what they did. "
+        "It is recorded under the gateway's principal.",
         input_schema={
             "type": "object",
             "properties": {
                 **_SAGA,
                 "step_id": {"type": "string"},
-                "by": {"type": "string"},
-                "note": {"type": "string"},
+                "note": {"type": "string", "minLength": 1},
             },
-            "required": ["step_id", "by"],
+            "required": ["step_id", "note"],
         },
         annotations=types.ToolAnnotations(idempotent_hint=True),
     ),
 ]
+
+
+def error_result(text: str, info: dict[str, Any] | None = None) -> types.CallToolResult:
+    """An ``isError`` result for the agent, with amends' step information when there is one."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        is_error=True,
+        _meta={META_STEP: info} if info else None,
+    )
 
 
 def _ok(text: str, data: dict[str, Any]) -> types.CallToolResult:
@@ -104,94 +118,232 @@ def _budget(args: dict[str, Any]) -> Budget | None:
 
 
 async def run_amends_tool(
-    gw: Gateway, ctx: Any, name: str, args: dict[str, Any]
-) -> types.CallToolResult:
-    """Run one amends tool.
+    gw: Gateway,
+    ctx: Any,
+    name: str,
+    args: dict[str, Any],
+    input_responses: dict[str, Any] | None = None,
+    request_state: str | None = None,
+) -> Any:
+    """Run one amends tool; an ``InputRequiredResult`` when the approval gate asks first.
 
     Raises:
-        AmendsError: Bad arguments, unknown saga (answered to the agent as an error result).
+        AmendsError: Bad arguments, a saga that is not this agent's (answered to the agent as
+            an error result).
     """
-    engine = gw.engine
     if name == "amends_begin":
-        title = args.get("title")
-        if not isinstance(title, str) or not title.strip():
-            raise ConfigError(f"amends_begin needs a title saying what was asked, got {title!r}")
-        slot = gw._slot(ctx)
-        await gw._close_saga(slot)
-        saga = await gw._open_saga(slot, title)
-        return _ok(f"Started saga {saga.id}: {title}", {"saga_id": saga.id, "title": title})
-    saga_id = gw._default_saga_id(ctx, args.get("saga_id"))
-    rec = await engine.log.get_saga(saga_id)
+        return await _begin(gw, ctx, args)
+    handler = _HANDLERS.get(name)
+    if handler is None:
+        raise ConfigError(
+            f"unknown amends tool {name!r}; the gateway offers "
+            f"{', '.join(t.name for t in AMENDS_TOOLS)}"
+        )
+    saga_id = gw.sessions.saga_for(ctx, args.get("saga_id"))
+    rec = await gw.engine.log.get_saga(saga_id)
     # A gateway with a tenant answers only for that tenant's sagas (the same "not found" as for
     # a missing id, so ids of other tenants are not revealed).
     if rec is None or (gw.config.tenant is not None and rec.tenant != gw.config.tenant):
         raise AmendsError(f"no saga {saga_id!r} in the log; check the id (amends_status)")
-    if name == "amends_status":
-        steps = [
-            {
-                "step_id": s.step_id,
-                "tool": s.tool,
-                "state": s.state,
-                "reversibility": s.effective or s.declared,
-                "error": s.error,
-                "violation": s.violation,
-            }
-            for s in rec.steps
-        ]
-        report = await engine.report(saga_id)
-        data: dict[str, Any] = {
-            "saga_id": saga_id,
-            "title": rec.title,
-            "state": rec.state,
-            "steps": steps,
-            "report": report.to_dict() if report is not None else None,
+    return await handler(_Request(gw, ctx, saga_id, rec, args, input_responses, request_state))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call of an amends tool on one saga."""
+
+    gw: Gateway
+    ctx: Any
+    saga_id: str
+    rec: Any
+    args: dict[str, Any]
+    input_responses: dict[str, Any] | None
+    request_state: str | None
+
+    async def approve(self, subject: str, message: str, what: dict[str, Any]) -> Any:
+        """Ask the person (rule 12; issue 21 item 6); ``None`` when approved (the approval is
+        logged), else the question (``InputRequiredResult``) or the refusal for the agent."""
+        gw = self.gw
+        asked = await gw.approvals.ask(
+            self.ctx,
+            owner=gw.sessions.owner(self.ctx),
+            subject=subject,
+            message=message,
+            input_responses=self.input_responses,
+            request_state=self.request_state,
+        )
+        if not isinstance(asked, Answer):
+            return asked
+        await gw.record_answer(self.ctx, self.saga_id, what.get("step_id"), asked, what)
+        if asked.approved:
+            return None
+        return error_result(refusal_text(what["action"], asked, gw))
+
+
+async def _begin(gw: Gateway, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    title = args.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise ConfigError(f"amends_begin needs a title saying what was asked, got {title!r}")
+    if gw.sessions.owner(ctx).startswith("stateless:") and gw.sessions.saga_key(ctx) is None:
+        # rule 12: keyless stateless requests share one saga; starting another would move the
+        # later steps of every such client into it
+        raise ConfigError(
+            "amends_begin needs a connection or a saga key: send _meta "
+            '{"amends/saga": "<your key>"} with this and later calls (stateless clients '
+            "without a key share one saga)"
+        )
+    slot = gw.sessions.slot(ctx)
+    await gw.sessions.close_saga(slot)
+    saga = await gw.sessions.open_saga(slot, title)
+    return _ok(f"Started saga {saga.id}: {title}", {"saga_id": saga.id, "title": title})
+
+
+async def _approvals(gw: Gateway, saga_id: str) -> list[dict[str, Any]]:
+    """The approvals and refusals logged for a saga (who, what was shown, the answer, when)."""
+    return [
+        {"event": e.kind, "step_id": e.step_id, "at": e.at, **(e.data or {})}
+        for e in await gw.engine.log.events(saga_id)
+        if e.kind.startswith("approval.")
+    ]
+
+
+def _approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for a in approvals:
+        verb = "approved" if a["event"] == "approval.granted" else "refused"
+        what = a.get("tool") or a.get("action") or ""
+        lines.append(
+            f"- {verb} by {a.get('by')} ({a.get('how')}): {what}"
+            + (f" [step {a['step_id']}]" if a.get("step_id") else "")
+        )
+    return lines
+
+
+async def _status(r: _Request) -> types.CallToolResult:
+    steps = [
+        {
+            "step_id": s.step_id,
+            "tool": s.tool,
+            "state": s.state,
+            "reversibility": s.effective or s.declared,
+            "error": s.error,
+            "violation": s.violation,
         }
-        lines = [f"Saga {saga_id} '{rec.title}' ({rec.state}), {len(steps)} step(s):"]
-        lines += [
-            f"- {s['step_id']} {s['tool']}: {s['state']}, {s['reversibility']}"
-            + (f" ({s['error']})" if s["error"] else "")
-            for s in steps
-        ]
-        if report is not None:
-            lines.append(f"Undo: {report.headline}")
-        return _ok("\n".join(lines), data)
-    if name == "amends_preview":
-        plan = await engine.preview(saga_id)
-        pdata = plan.to_dict()
-        lines = [f"If undone now, saga {saga_id}:"]
-        for p in pdata.get("steps", []):
-            verb = p.get("verb") or p.get("action")
-            lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({p.get('reason', '')})")
-            for r in p.get("expected_residue", []):
-                lines.append(f"  residue: {r['what']}")
-        return _ok("\n".join(lines), pdata)
-    if name == "amends_undo":
-        budget = _budget(args)
-        await gw._close_saga_id(saga_id)  # rule 6: no new step joins a saga being undone
-        if args.get("continue"):
-            resume = getattr(engine, "resume", None)
-            if resume is None:
-                raise AmendsError(
-                    "continuing a reversal needs an amends with Engine.resume; upgrade amends"
-                )
-            report = await resume(saga_id, budget=budget or Budget())
-        else:
-            report = await engine.undo(saga_id, budget=budget)
-        return _ok(report.render("text"), report.to_dict())
-    if name == "amends_resolve":
-        resolve = getattr(engine, "resolve", None)
-        if resolve is None:
-            raise AmendsError("recording a resolution needs an amends with Engine.resolve")
-        step_id, by = args.get("step_id"), args.get("by")
-        if not isinstance(step_id, str) or not isinstance(by, str) or not by.strip():
-            raise ConfigError(
-                f"amends_resolve needs step_id and by (who handled it), got "
-                f"step_id={step_id!r}, by={by!r}"
-            )
-        result = await resolve(saga_id, step_id, by=by, note=args.get("note") or "")
-        data = result.to_dict() if hasattr(result, "to_dict") else {"saga_id": saga_id}
-        return _ok(f"Recorded: {by} handled step {step_id} of saga {saga_id}.", data)
-    raise ConfigError(
-        f"unknown amends tool {name!r}; the gateway offers "
-        f"{', '.join(t.name for t in AMENDS_TOOLS)}"
-    )
+        for s in r.rec.steps
+    ]
+    report = await r.gw.engine.report(r.saga_id)
+    approvals = await _approvals(r.gw, r.saga_id)
+    data: dict[str, Any] = {
+        "saga_id": r.saga_id,
+        "title": r.rec.title,
+        "state": r.rec.state,
+        "steps": steps,
+        "report": report.to_dict() if report is not None else None,
+        "approvals": approvals,
+    }
+    lines = [f"Saga {r.saga_id} '{r.rec.title}' ({r.rec.state}), {len(steps)} step(s):"]
+    lines += [
+        f"- {s['step_id']} {s['tool']}: {s['state']}, {s['reversibility']}"
+        + (f" ({s['error']})" if s["error"] else "")
+        for s in steps
+    ]
+    if approvals:
+        lines += ["Approvals:", *_approval_lines(approvals)]
+    if report is not None:
+        lines.append(f"Undo: {report.headline}")
+    return _ok("\n".join(lines), data)
+
+
+async def _preview(r: _Request) -> types.CallToolResult:
+    pdata = (await r.gw.engine.preview(r.saga_id)).to_dict()
+    lines = [f"If undone now, saga {r.saga_id}:"]
+    for p in pdata.get("steps", []):
+        verb = p.get("verb") or p.get("action")
+        lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({p.get('reason', '')})")
+        for res in p.get("expected_residue", []):
+            lines.append(f"  residue: {res['what']}")
+    return _ok("\n".join(lines), pdata)
+
+
+async def _undo_question(r: _Request, continuing: bool) -> str | None:
+    """The one question listing what the undo will do to the world, or ``None`` when it will
+    call no inverse (nothing to ask: acknowledging and reporting act on nothing)."""
+    preview = (await r.gw.engine.preview(r.saga_id)).to_dict()
+    acting = [p for p in preview.get("steps", []) if p.get("action") in ("revert", "compensate")]
+    if not acting:
+        return None
+    lines = [
+        f"The agent asks to {'continue undoing' if continuing else 'undo'} "
+        f"'{r.rec.title}' (saga {r.saga_id}). This will act on the world:"
+    ]
+    for p in acting:
+        what = p.get("inverse_description") or (p.get("inverse") or {}).get("tool", "")
+        lines.append(f"- {p.get('verb')} {p['step_id']} {p['tool']}: calls {what}")
+        lines += [f"  leaves residue: {res['what']}" for res in p.get("expected_residue", [])]
+    lines.append("Allow this undo?")
+    return "\n".join(lines)
+
+
+async def _undo(r: _Request) -> Any:
+    gw, engine = r.gw, r.gw.engine
+    budget = _budget(r.args)
+    continuing = bool(r.args.get("continue"))
+    if gw.config.approval != "off":
+        question = await _undo_question(r, continuing)
+        if question is not None:
+            what = {"action": f"the undo of saga {r.saga_id}", "undo": r.saga_id}
+            subject = f"undo:{r.saga_id}:{continuing}"
+            stop = await r.approve(subject, question, what)
+            if stop is not None:
+                return stop
+    await gw.sessions.close_saga_id(r.saga_id)  # rule 6: no new step joins a saga being undone
+    if continuing:
+        report = await engine.resume(r.saga_id, budget=budget or Budget())
+    else:
+        report = await engine.undo(r.saga_id, budget=budget)
+    data = report.to_dict()
+    approvals = await _approvals(gw, r.saga_id)
+    data["approvals"] = approvals
+    text = report.render("text")
+    if approvals:
+        text += "\nApprovals:\n" + "\n".join(_approval_lines(approvals))
+    return _ok(text, data)
+
+
+async def _resolve(r: _Request) -> Any:
+    gw = r.gw
+    step_id, note = r.args.get("step_id"), r.args.get("note")
+    if "by" in r.args:
+        raise ConfigError(
+            f"amends_resolve records who handled it as this gateway's principal "
+            f"({gw.sessions.principal(r.ctx)!r}), never a name in the call (rule 12); "
+            f"remove 'by' and say what was done in 'note'"
+        )
+    if not isinstance(step_id, str) or not isinstance(note, str) or not note.strip():
+        raise ConfigError(
+            f"amends_resolve needs step_id and a note saying what the person did, got "
+            f"step_id={step_id!r}, note={note!r}"
+        )
+    by = gw.sessions.principal(r.ctx)
+    if gw.config.approval != "off":
+        step = next((s for s in r.rec.steps if s.step_id == step_id), None)
+        question = (
+            f"The agent asks to record that {by} handled step {step_id} "
+            f"({step.tool if step else 'unknown step'}) of '{r.rec.title}' (saga {r.saga_id}), "
+            f"with the note: {note!r}. This closes its manual action. Allow?"
+        )
+        what = {"action": f"recording step {step_id} as handled", "step_id": step_id}
+        stop = await r.approve(f"resolve:{r.saga_id}:{step_id}:{note}", question, what)
+        if stop is not None:
+            return stop
+    result = await gw.engine.resolve(r.saga_id, step_id, by=by, note=note)
+    data = result.to_dict() if hasattr(result, "to_dict") else {"saga_id": r.saga_id}
+    return _ok(f"Recorded: {by} handled step {step_id} of saga {r.saga_id}.", data)
+
+
+_HANDLERS: dict[str, Callable[[_Request], Awaitable[Any]]] = {
+    "amends_status": _status,
+    "amends_preview": _preview,
+    "amends_undo": _undo,
+    "amends_resolve": _resolve,
+}

@@ -34,7 +34,14 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from amends import AmendsError, ConfigError, PermanentError, PreconditionFailed, TransientError
+from amends import (
+    AmendsError,
+    ConfigError,
+    PermanentError,
+    PreconditionFailed,
+    ToolError,
+    TransientError,
+)
 
 from .config import UpstreamConfig
 from .contracts import ErrorRules
@@ -59,9 +66,10 @@ _GENERIC = re.compile(r"^Error executing tool (?P<tool>\S+)$")
 """The whole text an mcp 2.x server sends for a tool that raised an unexpected exception."""
 
 
-class UpstreamError(AmendsError):
+class UpstreamError(ToolError):
     """An upstream call whose outcome is unknown: an ``isError`` result the contract does not
-    read as "refused", or a transport failure after the request was sent (rule 9: in doubt)."""
+    read as "refused", or a transport failure after the request was sent (rule 9: in doubt).
+    Its message is what an MCP user reads in the step's detail."""
 
 
 class UpstreamGone(UpstreamError):
