@@ -127,8 +127,9 @@ def _cwd_importable() -> Iterator[None]:
 
 
 def load_catalog(spec: str | None, db: str) -> Catalog:
-    """The catalog named by ``MODULE:ATTR`` (a Catalog, or a callable of the db returning one)
-    or by a ``.toml`` catalog file. ``MODULE`` is imported from the current directory first.
+    """The catalog named by ``MODULE:ATTR`` (a Catalog, or a callable of the db returning one),
+    by a ``.toml`` catalog file, or by an MCP gateway's ``.toml`` config (its upstream tools).
+    ``MODULE`` is imported from the current directory first.
 
     Default: ``$AMENDS_CATALOG``, else the sandbox's ``amends.sandbox:demo_catalog``.
 
@@ -137,6 +138,10 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
     """
     spec = spec or os.environ.get("AMENDS_CATALOG") or SANDBOX_REF
     if spec.endswith(".toml"):
+        from ..integrations.mcp.undo_catalog import gateway_catalog_at, is_gateway_config
+
+        if is_gateway_config(spec):  # an MCP gateway's config: its upstream tools (issue 24)
+            return gateway_catalog_at(spec)
         return load_toml_catalog(spec)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:

@@ -185,7 +185,13 @@ def _serve(args: argparse.Namespace) -> int:
         max_per_address=args.max_connections_per_address,
         trusted=parse_trusted_proxies(proxies),
     )
-    catalog = load_catalog(_serve_catalog(args.catalog, args.db), args.db)
+    chosen = _serve_catalog(args.catalog, args.db)
+    if isinstance(chosen, list):  # several MCP gateways share the log (issue 24 item 6)
+        from ..integrations.mcp.undo_catalog import gateways_catalog
+
+        catalog = gateways_catalog(chosen)
+    else:
+        catalog = load_catalog(chosen, args.db)
     sock = _bind(args.host, args.port)  # issue 11: a bad or busy port is one line, before serving
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))
     settings = ServerSettings(
@@ -307,14 +313,16 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_catalog(spec: str | None, db: str) -> str:
-    """``--catalog``, else the one catalog the log's sagas recorded, else ``$AMENDS_CATALOG``;
+def _serve_catalog(spec: str | None, db: str) -> str | list[str]:
+    """``--catalog``, else the one catalog the log's sagas recorded (or, when they are the
+    configs of several MCP gateways sharing the log, all of them), else ``$AMENDS_CATALOG``;
     the log must exist.
 
     Raises:
         ConfigError: The sagas recorded several catalogs, or none can be known.
         LogError: The log does not exist or is not an amends log.
     """
+    from ..integrations.mcp.undo_catalog import is_gateway_config
     from ._common import open_existing_log, recorded_catalog, run_async
 
     async def refs() -> set[str]:
@@ -328,6 +336,8 @@ def _serve_catalog(spec: str | None, db: str) -> str:
     found = run_async(refs())  # also: a mistyped --db is an error, never a new empty log
     if spec:
         return spec
+    if len(found) > 1 and all(f.endswith(".toml") and is_gateway_config(f) for f in found):
+        return sorted(found)
     if len(found) > 1:
         raise ConfigError(
             f"the sagas in {db} were run with several catalogs ({', '.join(sorted(found))}); "

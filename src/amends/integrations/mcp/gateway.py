@@ -156,18 +156,17 @@ class Gateway:
         """
         from amends._catalog_ref import tag_catalog
 
-        from .sidecar import REF, write_sidecar
+        from .sidecar import config_ref
 
         try:
             for up in self.upstreams:
                 await up.connect(self._stack, keep=keep_connections)
                 files = [load_contracts(c) for c in up.config.contracts]
                 self._register(up, files)
-            # The saga records where its catalog comes from, so `amends undo`, `amends serve`
-            # and the web page undo it with the same contracts (issue 11), without a gateway.
-            tag_catalog(self.catalog, REF)
-            if self._own_engine and keep_connections:
-                write_sidecar(self.config)
+            # Each saga records the config of the gateway that ran it, so `amends undo`,
+            # `amends serve` and the web page undo it with the same contracts (issue 11), without
+            # a gateway, even when several gateways share the log (issue 24 item 6).
+            tag_catalog(self.catalog, config_ref(self.config))
             if self._engine is None and keep_connections:
                 self._engine = Engine(
                     self.catalog,
