@@ -24,6 +24,17 @@ KV_CONTRACTS = HERE / "kv_contracts.toml"
 sys.path.insert(0, str(HERE))
 
 
+def gateway_params(config: Path, cwd: Path) -> Any:
+    """Parameters that start ``amends mcp serve --config`` over stdio, as a client would."""
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
+        cwd=str(cwd),
+    )
+
+
 @dataclass
 class KvSetup:
     """A gateway config over the kv upstream, with its state file and saga log."""
@@ -48,13 +59,7 @@ class KvSetup:
 
     def gateway(self) -> Any:
         """Parameters that start the gateway over stdio, as an MCP client config would."""
-        from mcp import StdioServerParameters
-
-        return StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "amends.integrations.mcp", "serve", "--config", str(self.config)],
-            cwd=str(self.dir),
-        )
+        return gateway_params(self.config, self.dir)
 
 
 def write_kv_config(directory: Path, *, extra_gateway: str = "", prefix: bool = True) -> KvSetup:
@@ -188,13 +193,7 @@ class NotesSetup:
         return int(Path(f"{self.state}.pid").read_text())
 
     def gateway(self) -> Any:
-        from mcp import StdioServerParameters
-
-        return StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "amends.integrations.mcp", "serve", "--config", str(self.config)],
-            cwd=str(self.dir),
-        )
+        return gateway_params(self.config, self.dir)
 
 
 def write_notes_config(directory: Path, *, extra_gateway: str = "", more: str = "") -> NotesSetup:

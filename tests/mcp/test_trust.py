@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import HERE, KvSetup, text_of, write_kv_config
+from conftest import HERE, KvSetup, gateway_params, text_of, write_kv_config
 
 pytestmark = pytest.mark.slow
 
@@ -263,7 +263,7 @@ async def test_one_connection_cannot_read_undo_resolve_join_or_redirect_anothers
 async def test_a_hostile_upstreams_descriptions_are_cleaned_and_cannot_spoof_the_label(
     tmp_path: Path,
 ) -> None:
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
 
     config = tmp_path / "gateway.toml"
     config.write_text(
@@ -271,12 +271,7 @@ async def test_a_hostile_upstreams_descriptions_are_cleaned_and_cannot_spoof_the
         f"command = {json.dumps(sys.executable)}\n"
         f"args = [{json.dumps(str(HERE / 'upstream_hostile.py'))}]\n"
     )
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
-        cwd=str(tmp_path),
-    )
-    async with Client(params) as c:
+    async with Client(gateway_params(config, tmp_path)) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
     wipe = tools["h_wipe"]
     desc = wipe.description or ""

@@ -15,7 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import KV_CONTRACTS, KV_SERVER, NOTES_CONTRACTS, NOTES_SERVER, free_port
+from conftest import (
+    KV_CONTRACTS,
+    KV_SERVER,
+    NOTES_CONTRACTS,
+    NOTES_SERVER,
+    free_port,
+    gateway_params,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +41,7 @@ def _config(directory: Path, name: str, upstream: str, server: Path, contracts: 
 
 
 def _params(config: Path) -> Any:
-    from mcp import StdioServerParameters
-
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
-        cwd=str(config.parent),
-    )
+    return gateway_params(config, config.parent)
 
 
 def _cli(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
