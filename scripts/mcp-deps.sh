@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the MCP gateway's slow tests need, from the project's own pins (issues 14, 24):
 #  - reference MCP servers (npm) into .amends-mcp/node: filesystem, memory (knowledge graph) and
-#    everything (every protocol feature), for the gateway's tests against servers people run
+#    everything (every protocol feature), and the official conformance suite (0.1.9: later
+#    versions need Node 22's fs.globSync, Debian's nodejs is 20)
 #  - the git MCP server (PyPI mcp-server-git, an mcp 1.x server) in its own venv (.amends-mcp/git)
 #  - an mcp 1.x client in its own venv (.amends-mcp/mcp1), since amends[mcp] needs mcp 2.x
 # Idempotent: does nothing when everything is already there. Needs node/npm, python3 and git.
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 FS_VERSION=2026.8.31
 MEMORY_VERSION=2026.8.31
 EVERYTHING_VERSION=2026.8.31
+CONFORMANCE_VERSION=0.1.9
 GIT_SERVER_VERSION=2026.10.19
 MCP1_SPEC='mcp>=1.20,<2'
 root=.amends-mcp
@@ -18,6 +20,7 @@ npm_pkgs=(
   "@modelcontextprotocol/server-filesystem@$FS_VERSION"
   "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
   "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+  "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
 )
 have_npm_pkgs() {
   local spec name version

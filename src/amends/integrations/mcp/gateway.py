@@ -687,15 +687,21 @@ class Gateway:
             except AmendsError as exc:
                 return error_result(str(exc))
 
-        return Server(
-            "amends",
-            version=amends.__version__,
-            instructions="Tool calls through this server are recorded by amends as saga steps; "
-            "amends_preview shows what undo would do, amends_undo undoes the session's calls "
-            "honestly (each step reverted, compensated or acknowledged).",
-            on_list_tools=on_list_tools,
-            on_call_tool=on_call_tool,
+        from .passthrough import handlers, quietly
+
+        server: Server[Any] = quietly(
+            lambda: Server(
+                "amends",
+                version=amends.__version__,
+                instructions="Tool calls through this server are recorded by amends as saga steps; "
+                "amends_preview shows what undo would do, amends_undo undoes the session's calls "
+                "honestly (each step reverted, compensated or acknowledged).",
+                on_list_tools=on_list_tools,
+                on_call_tool=on_call_tool,
+                **handlers(self),
+            )
         )
+        return server
 
 
 @dataclass(frozen=True)

@@ -325,6 +325,8 @@ class Upstream:
         self.tools: dict[str, mcp_types.Tool] = {}
         self.restarts = 0
         """How many times the connection was started again after the server died."""
+        self.capabilities: Any = None
+        """What the server said it offers (resources, prompts, logging) when it was reached."""
         self._keep = False
         self._conn: _Connection | None = None
         self._lock: asyncio.Lock | None = None
@@ -379,6 +381,7 @@ class Upstream:
                 f"{type(exc).__name__}: {exc}; check the command or URL in the gateway config"
             ) from exc
         try:
+            self.capabilities = conn.client.server_capabilities
             cursor: str | None = None
             while True:
                 page = await conn.client.list_tools(cursor=cursor)
@@ -462,6 +465,29 @@ class Upstream:
             yield conn
         finally:
             await conn.close()
+
+    async def request(self, method: str, *args: Any) -> Any:
+        """One request of the SDK client's ``method`` (a read: resources, prompts, logging),
+        passed through as it is (:mod:`.passthrough`)."""
+        async with self._connection() as conn:
+            return await getattr(conn.client, method)(*args)
+
+    async def page(self, method: str) -> list[Any]:
+        """Every item of a paginated list (``list_resources``, ``list_prompts``, ...)."""
+        items: list[Any] = []
+        cursor: str | None = None
+        async with self._connection() as conn:
+            while True:
+                got = await getattr(conn.client, method)(cursor=cursor)
+                field = {
+                    "list_resources": "resources",
+                    "list_resource_templates": "resource_templates",
+                    "list_prompts": "prompts",
+                }[method]
+                items += getattr(got, field)
+                cursor = got.next_cursor
+                if not cursor:
+                    return items
 
     async def call(
         self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
