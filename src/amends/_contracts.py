@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 from ._describe import check_template, sentence
 from ._errors import ContractError
-from ._secrets import SecretResolver
+from ._secrets import Redaction, SecretResolver
 
 __all__ = [
     "NOTHING",
@@ -432,9 +432,15 @@ class FollowUp:
     """Catalog name of the tool to call after the compensation."""
     args: Mapping[str, Any]
     """Its concrete arguments."""
+    redacted: tuple[Redaction, ...] = ()
+    """Where amends put a secret's marker in ``args`` (rule 12): the only places a secret is
+    given back when the follow-up is made. Empty for a follow-up a tool asks for."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "args": dict(self.args)}
+        out: dict[str, Any] = {"tool": self.tool, "args": dict(self.args)}
+        if self.redacted:
+            out["redacted"] = [r.to_dict() for r in self.redacted]
+        return out
 
 
 ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]

@@ -45,7 +45,7 @@ from ._report import (
 )
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
 from ._saga import Ref, Saga, Step, new_id
-from ._secrets import Vault, markers_in, resolve_call_args
+from ._secrets import Vault, redactions_of, resolve_call_args
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -227,12 +227,16 @@ class Engine:
             return PreviewStep(**base, check=f"no drift check: {reason}")
         vault = Vault()  # rule 11: secrets resolved for this probe never reach the preview
         observed, problem = await self._probe(saga, p.step_id, exp, vault)
-        if problem is None and markers_in(exp.equals):
+        # rule 12: only where amends recorded a marker (the positions-based resolution undo uses)
+        at = tuple(
+            r for r in redactions_of(saga, p.step_id, "expectation") if r.at[:1] == ("equals",)
+        )
+        if problem is None and at:
             # rule 11 redacted a secret in the expected value; compare with the real one, as
             # undo does
             try:
                 got = await resolve_call_args(
-                    self.catalog, saga, exp.probe, p.step_id, {"equals": exp.equals}, vault
+                    self.catalog, saga, exp.probe, p.step_id, {"equals": exp.equals}, vault, at=at
                 )
                 exp = dataclasses.replace(exp, equals=got["equals"])
             except ContractError as exc:
@@ -291,7 +295,15 @@ class Engine:
             return None, f"cannot check the world: probe {exp.probe!r} is not a read_only tool"
         spec = self.catalog.get(exp.probe)
         try:
-            args = await resolve_call_args(self.catalog, saga, exp.probe, step_id, exp.args, vault)
+            args = await resolve_call_args(
+                self.catalog,
+                saga,
+                exp.probe,
+                step_id,
+                exp.args,
+                vault,
+                at=redactions_of(saga, step_id, "expectation", "args"),
+            )
         except ContractError as exc:
             return None, f"could not check the world ({exp.probe} was not called: {exc})"
         call = Call(

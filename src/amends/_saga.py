@@ -14,7 +14,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ from ._errors import (
 )
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._planner import undo_cycle
-from ._secrets import redact_args, scrub_record, vault_for
+from ._secrets import Redaction, redact_args, scrub_record, vault_for
 
 __all__ = ["Ref", "Saga", "SagaHost", "Step", "new_id"]
 
@@ -681,9 +681,8 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
 
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
-    started = await host.log.begin_step(
-        _intent(saga, step, redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable))
-    )
+    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable)
+    started = await host.log.begin_step(_intent(saga, step, logged, redacted))
     reason = f"never ran: step {bad.id} ({bad.tool}) it waits for is {bad.state}"
     if started:
         step.state = "skipped"
@@ -701,9 +700,8 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
     """An argument refers to a key its step's result lacks: the tool is never called (no
     effect), and the step is logged ``failed`` with the reason, so the report shows it."""
     reason = f"never ran: {exc}"
-    started = await host.log.begin_step(
-        _intent(saga, step, redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable))
-    )
+    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable)
+    started = await host.log.begin_step(_intent(saga, step, logged, redacted))
     if started:
         step.state = "failed"
         await host.log.finish_step(
@@ -760,13 +758,15 @@ def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> Awai
     # everything this saga logs from now on (results, inverses, errors).
     vault = saga.vault
     if step.spec.sensitive or vault:
-        logged_args = redact_args(step.spec.sensitive, args, vault, _jsonable)
+        logged_args, redacted = redact_args(step.spec.sensitive, args, vault, _jsonable)
     else:  # nothing to redact or scrub: the same as redact_args gives, one copy fewer
-        logged_args = _jsonable(args)
-    return host.log.begin_step(_intent(saga, step, logged_args))
+        logged_args, redacted = _jsonable(args), []
+    return host.log.begin_step(_intent(saga, step, logged_args, redacted))
 
 
-def _intent(saga: Saga, step: Step, logged_args: Any) -> StepIntent:
+def _intent(
+    saga: Saga, step: Step, logged_args: Any, redacted: Sequence[Redaction] = ()
+) -> StepIntent:
     """The step's intent as the log takes it (one record, issue 22)."""
     return StepIntent(
         saga.id,
@@ -778,6 +778,7 @@ def _intent(saga: Saga, step: Step, logged_args: Any) -> StepIntent:
         resources=step.resources,
         declared=step.spec.reversibility.value,
         now=time.time(),
+        redacted=tuple(redacted),
     )
 
 

@@ -713,7 +713,7 @@ def secret_contract(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ..
         return (), None
     from ._secrets import from_env
 
-    return tuple(sensitive), from_env(table)
+    return tuple(sensitive), from_env(table, names=sensitive)
 
 
 def _check_references(entry: Mapping[str, Any], where: str, catalog: Catalog) -> None:

@@ -81,7 +81,11 @@ def secret_catalog(ledger: Ledger, *, with_resolver: bool = True) -> amends.Cata
     async def rotate(call: amends.Call, api_key: str) -> Any:
         raise amends.PermanentError(f"vendor refused key {api_key}: revoked")
 
-    @catalog.tool("keys.use", reversibility="compensable", resolve_secret=resolve)
+    # rule 12: a resolver is asked only for the names the contract declared, so the tool that
+    # gets the api key through another step's result declares it too
+    @catalog.tool(
+        "keys.use", reversibility="compensable", sensitive=["api_key"], resolve_secret=resolve
+    )
     async def use(call: amends.Call, token: str) -> Any:
         # receives the api key through another step's result: scrubbed all the same
         call.inverse("keys.unuse", token=token)
@@ -274,7 +278,9 @@ def test_an_inverse_needing_a_secret_without_a_resolver_fails_clearly_and_is_not
 def test_from_env_resolver_reads_the_variable_and_names_a_missing_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    req = SecretRequest("api_key", "keys.unuse", "keys.use", "saga_1", "s1", None, {})
+    req = SecretRequest(
+        "api_key", "keys.unuse", "keys.use", "saga_1", "s1", None, {}, declared=("api_key",)
+    )
     monkeypatch.setenv("CRM_API_KEY", "k-123")
     assert from_env(prefix="CRM_")(req) == "k-123"
     assert from_env({"api_key": "CRM_API_KEY"})(req) == "k-123"
@@ -297,26 +303,44 @@ def test_bad_sensitive_declarations_are_contract_errors(kwargs: dict[str, Any], 
 
 
 async def test_a_resolver_that_fails_or_returns_nothing_is_a_clear_contract_error() -> None:
-    from amends._secrets import Vault, resolve_markers
+    from amends._log.base import SagaRecord, StepRecord
+    from amends._secrets import Redaction, SecretResolver, Vault, resolve_call_args
 
-    req = SecretRequest("", "pay.refund", "pay.charge", "saga_1", "s1", "acme", {})
+    # rule 12: the two places amends recorded a marker (a whole value, and inside a note)
     args = {"card_number": "[redacted:card_number]", "note": "card [redacted:card_number] ok"}
+    at = (Redaction(("card_number",), "card_number"), Redaction(("note",), "card_number", 5))
+    step = StepRecord("saga_1", "s1", 1, "pay.charge", {}, (), (), "compensable", None, "done")
+    saga = SagaRecord("saga_1", "t", "acme", None, "completed", 0.0, None, None, None, (step,))
+
+    def catalog_with(resolver: SecretResolver) -> amends.Catalog:
+        catalog = amends.Catalog()
+        catalog.register("pay.refund", lambda call, **kw: None, reversibility="compensable")
+        catalog.register(
+            "pay.charge",
+            lambda call, **kw: None,
+            reversibility="compensable",
+            sensitive=["card_number"],
+            resolve_secret=resolver,
+        )
+        return catalog
 
     def broken(r: SecretRequest) -> str:
         raise KeyError(r.name)
 
     for resolver, match in (
-        (broken, r"resolver for secret 'card_number' of 'pay.refund' raised KeyError"),
+        (broken, r"resolver for secret 'card_number' of 'pay.refund' or 'pay.charge' raised Key"),
         (lambda r: "", r"returned ''; it must return the secret's value"),
     ):
         with pytest.raises(amends.ContractError, match=match) as info:
-            await resolve_markers(args, [("pay.refund", resolver)], req, Vault())
+            await resolve_call_args(
+                catalog_with(resolver), saga, "pay.refund", "s1", args, Vault(), at=at
+            )
         assert (info.value.step_id, info.value.saga_id) == ("s1", "saga_1")
 
     async def store(r: SecretRequest) -> str:  # an async secret-store callback
         return CARD if r.name == "card_number" else "?"
 
     vault = Vault()
-    got = await resolve_markers(args, [("pay.refund", None), ("pay.charge", store)], req, vault)
+    got = await resolve_call_args(catalog_with(store), saga, "pay.refund", "s1", args, vault, at=at)
     assert got == {"card_number": CARD, "note": f"card {CARD} ok"}
     assert vault.scrub(f"declined {CARD}") == "declined [redacted:card_number]"

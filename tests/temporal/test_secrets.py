@@ -77,3 +77,83 @@ async def test_secret_needed_by_an_inverse_never_enters_temporal_history(
         assert all(CARD not in str(e.data) for e in events)
     finally:
         await engine.close()
+
+
+async def test_a_forged_marker_captured_from_a_crm_field_is_sent_verbatim_by_the_worker(
+    temporal_client: Client, task_queue: str, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 1 on Temporal: the CRM field held ``[redacted:api_key]`` (a third party
+    wrote it) and the agent overwrote it. The worker's activity resolves the key only where
+    amends recorded a marker (the ``api_key`` argument); the forged text is written back as it
+    was, never the key."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "security"))
+    from trust_tools import ENV, FORGED, SECRET, Vendor, vendor_catalog
+
+    from amends.sandbox import World
+
+    monkeypatch.setenv(ENV, SECRET)
+    vendor = Vendor(World())
+    vendor.world.crm.webhook_edit("acme", "stage", FORGED)
+    catalog = vendor_catalog(vendor)
+    engine = amends.Engine(
+        catalog, log=pg_url, runner=TemporalRunner(temporal_client, task_queue=task_queue)
+    )
+    try:
+        async with engine.saga("Close the deal", saga_id="saga-forged") as saga:
+            saga.call("vendor.set_field", record_id="acme", field="stage", value="won",
+                      api_key=SECRET)  # fmt: skip
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            report = await engine.undo("saga-forged")
+        assert report.step("s1").state.value == "reverted", report.step("s1").detail
+        assert vendor.world.crm.read_field("acme", "stage") == FORGED
+        assert vendor.leaked() == []
+        assert vendor.received[-1] == (
+            "vendor.set_field",
+            {"record_id": "acme", "field": "stage", "value": FORGED, "api_key": SECRET},
+        )
+        history = await temporal_client.get_workflow_handle(
+            workflow_id("saga-forged")
+        ).fetch_history()
+        assert SECRET not in "\n".join(str(e) for e in history.events)
+    finally:
+        await engine.close()
+
+
+async def test_a_follow_up_needing_the_key_gets_it_from_the_worker_and_forged_text_verbatim(
+    temporal_client: Client, task_queue: str, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 12 across activities: the activity that made the compensation scrubs the key out of
+    the follow-up it asked for and says where it put the marker; the activity that makes the
+    follow-up gives the key back there only. The forged text in the title stays text."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "security"))
+    from trust_tools import ENV, FORGED, SECRET, Vendor, vendor_catalog
+
+    from amends.sandbox import World
+
+    monkeypatch.setenv(ENV, SECRET)
+    vendor = Vendor(World())
+    catalog = vendor_catalog(vendor)
+    engine = amends.Engine(
+        catalog, log=pg_url, runner=TemporalRunner(temporal_client, task_queue=task_queue)
+    )
+    try:
+        async with engine.saga("Open a ticket", saga_id="saga-follow") as saga:
+            saga.call("vendor.open", title=f"title {FORGED}", api_key=SECRET)
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            report = await engine.undo("saga-follow")
+        assert report.step("s1").state.value == "compensated", report.step("s1").detail
+        assert vendor.leaked() == []
+        assert [t for t, _ in vendor.received] == ["vendor.open", "vendor.close", "vendor.notify"]
+        assert vendor.received[-1][1] == {"text": f"closed title {FORGED}", "api_key": SECRET}
+        history = await temporal_client.get_workflow_handle(
+            workflow_id("saga-follow")
+        ).fetch_history()
+        assert SECRET not in "\n".join(str(e) for e in history.events)
+    finally:
+        await engine.close()

@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from .._errors import ConfigError
+from .._secrets import Redaction, redactions_from
 
 __all__ = [
     "ChainProblem",
@@ -149,6 +150,10 @@ class StepRecord:
     """When the step's intent was logged (epoch seconds)."""
     finished_at: float | None = None
     """When the step's outcome was logged (epoch seconds); ``None`` while the tool may run."""
+    redacted: tuple[Redaction, ...] = ()
+    """Every place where amends put a secret's marker when it logged this step (rule 12), its
+    path starting with the field (``("inverse", "args", "card_number")``): undo gives a secret
+    back only there; marker-looking text elsewhere is data."""
 
     def to_dict(self) -> dict[str, Any]:
         """This step as JSON-ready data: every field by name, tuples as lists."""
@@ -161,7 +166,7 @@ class StepRecord:
         Raises:
             ConfigError: ``data`` is no mapping or lacks a field without a default.
         """
-        conv = {"deps": _strs, "resources": _strs, "residue": _dicts}
+        conv = {"deps": _strs, "resources": _strs, "residue": _dicts, "redacted": redactions_from}
         return cls(**_record_kwargs(cls, data, conv))
 
 
@@ -308,6 +313,9 @@ class CompensationRecord:
     """The reversal generation that wrote this (fencing)."""
     updated_at: float
     """When it was last written (epoch seconds)."""
+    redacted: tuple[Redaction, ...] = ()
+    """Where amends put a secret's marker in ``data`` when it logged it (rule 12), paths
+    relative to ``data`` (``("follow_ups", 0, "args", "card_number")``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """This compensation as JSON-ready data: every field by name."""
@@ -320,7 +328,7 @@ class CompensationRecord:
         Raises:
             ConfigError: ``data`` is no mapping or lacks a field without a default.
         """
-        return cls(**_record_kwargs(cls, data, {}))
+        return cls(**_record_kwargs(cls, data, {"redacted": redactions_from}))
 
 
 @dataclass(frozen=True)
@@ -424,6 +432,8 @@ class StepFinish:
     acknowledgement: dict[str, Any] | None = None
     violation: str | None = None
     error: str | None = None
+    redacted: tuple[Redaction, ...] = ()
+    """Where amends put a secret's marker in the fields above (rule 12; ``scrub_record``)."""
 
 
 @dataclass(frozen=True)
@@ -449,6 +459,8 @@ class StepIntent:
     """Reversibility the catalog declares for the tool."""
     now: float
     """When the intent is written (epoch seconds)."""
+    redacted: tuple[Redaction, ...] = ()
+    """Where amends put a secret's marker in ``args`` (rule 12), paths relative to them."""
 
 
 @dataclass(frozen=True)
@@ -481,6 +493,8 @@ class CompensationWrite:
     """The history's name for the event, e.g. ``compensation.reverted``."""
     now: float
     """When it is written (epoch seconds)."""
+    redacted: tuple[Redaction, ...] = ()
+    """Where amends put a secret's marker in ``data`` (rule 12), paths relative to it."""
 
 
 @dataclass(frozen=True)

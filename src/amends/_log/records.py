@@ -15,7 +15,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._errors import LogCorruptedError
+from .._errors import ConfigError, LogCorruptedError
+from .._secrets import Redaction, redactions_from
 from .base import ChainProblem, CompensationRecord, Resolution, StepFinish, StepRecord
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "fold_steps",
     "hkind",
     "loads",
+    "redacted_body",
     "report_hash",
     "verify_saga",
 ]
@@ -148,7 +150,14 @@ def finish_body(finish: StepFinish) -> dict[str, Any]:
         body["violation"] = finish.violation
     if finish.error:
         body["error"] = finish.error
+    if finish.redacted:
+        body["redacted"] = [r.to_dict() for r in finish.redacted]
     return body
+
+
+def redacted_body(redacted: Sequence[Redaction], prefix: tuple[str, ...] = ()) -> list[Any]:
+    """Redaction positions as a record's blob keeps them (rule 12), paths under ``prefix``."""
+    return [Redaction((*prefix, *r.at), r.name, r.offset).to_dict() for r in redacted]
 
 
 # A record as read for folding: (rec_id, step_id, reversal_id, kind, phase, at, body text)
@@ -218,8 +227,11 @@ def _step(
             error=fin.get("error"),
             started_at=started,
             finished_at=started if cancelled and finished_at is None else finished_at,
+            redacted=redactions_from(
+                [*(intent.get("redacted") or ()), *(fin.get("redacted") or ())]
+            ),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, ConfigError) as exc:
         raise LogCorruptedError(
             f"saga {saga_id!r}: the log's record of step {step_id!r} is damaged (missing or "
             f"malformed {exc}); run `amends doctor --verify` to see what was changed, and "
@@ -247,6 +259,7 @@ def fold_compensations(reversal_id: str, rows: Iterable[Row]) -> dict[str, Compe
             body.get("data") or {},
             int(body["generation"]),
             at,
+            redactions_from(body.get("redacted")),
         )
     return out
 

@@ -45,6 +45,7 @@ from .records import (
     fold_steps,
     hkind,
     loads,
+    redacted_body,
     report_hash,
     spent,
 )
@@ -263,16 +264,17 @@ class SqlSagaLog(AdminQueries, SagaLog):
     async def begin_step(self, intent: StepIntent) -> bool:
         saga_id, step_id, now = intent.saga_id, intent.step_id, intent.now
         args, deps, resources = intent.args, intent.deps, intent.resources
-        text = dumps(  # rule 1: the whole intent, encoded once (lists and dicts as given)
-            {
-                "seq": intent.seq,
-                "tool": intent.tool,
-                "args": args if type(args) is dict else dict(args),
-                "deps": deps if type(deps) is list else list(deps),
-                "resources": resources if type(resources) is list else list(resources),
-                "declared": intent.declared,
-            }
-        )
+        body: dict[str, Any] = {
+            "seq": intent.seq,
+            "tool": intent.tool,
+            "args": args if type(args) is dict else dict(args),
+            "deps": deps if type(deps) is list else list(deps),
+            "resources": resources if type(resources) is list else list(resources),
+            "declared": intent.declared,
+        }
+        if intent.redacted:  # rule 12: where amends itself put a marker, inside the chain
+            body["redacted"] = redacted_body(intent.redacted, ("args",))
+        text = dumps(body)  # rule 1: the whole intent, encoded once (lists and dicts as given)
         key = self.signing_key
 
         def fn(tx: Tx) -> bool:
@@ -523,6 +525,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
             "calls_spent": write.calls_spent,
             "tokens_spent": write.tokens_spent,
         }
+        if write.redacted:  # rule 12: where amends itself put a marker in ``data``
+            body["redacted"] = redacted_body(write.redacted)
         text = dumps(body)  # encoded once; ``run`` is spliced in below only for continuations
         key = self.signing_key
 

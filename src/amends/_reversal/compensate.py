@@ -16,6 +16,7 @@ from .._log.base import CompensationRecord
 from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState
+from .._secrets import redactions_from, redactions_of, under
 from .dispatch import Caller, Stop
 from .record import Recorder
 
@@ -78,6 +79,7 @@ class Compensator:
             _, call = await self.caller.call(
                 p.inverse.tool, p.inverse.args, phase="compensate", key=key, step_id=p.step_id,
                 precondition=p.expectation, counter=counter, prepaid=True,
+                at=redactions_of(self.caller.saga, p.step_id, "inverse", "args"),
             )  # fmt: skip
         except Stop as stop:
             if paid_at is not None and counter[0] == paid_at:
@@ -174,8 +176,9 @@ class Compensator:
                 continue
             try:
                 _, fcall = await self.caller.call(
-                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1]
-                )
+                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1],
+                    at=fu.redacted,
+                )  # fmt: skip
             except Stop as stop:
                 missing.append((fu, stop.detail))
                 continue
@@ -192,7 +195,17 @@ class Compensator:
         inverse is not sent again; each follow-up is re-sent only to a vendor honouring
         idempotency keys, the others are reported unknown (residue and a manual action)."""
         residue = [Residue.from_dict(r) for r in prior.data.get("residue", ())]
-        follow = [FollowUp(f["tool"], dict(f["args"])) for f in prior.data.get("follow_ups", ())]
+        follow = [  # rule 12: the markers amends put there, as the follow-up and the record say
+            FollowUp(
+                f["tool"],
+                dict(f["args"]),
+                (
+                    *redactions_from(f.get("redacted")),
+                    *under(prior.redacted, ("follow_ups", i, "args")),
+                ),
+            )
+            for i, f in enumerate(prior.data.get("follow_ups", ()))
+        ]
         more, missing = await self.follow_ups(p, follow, key, recovering=True)
         return await self._succeeded(p, prior.attempts, residue + more, missing, returned=True)
 

@@ -19,10 +19,14 @@ from .._contracts import Call, Expectation
 from .._errors import ContractError, PermanentError, PreconditionFailed, TransientError
 from .._log.base import SagaRecord
 from .._report import StepState
-from .._secrets import Vault, markers_in, scrub_record
+from .._secrets import Redaction, Vault, redactions_of, scrub_record
 from .ports import ReversalPorts
 
 __all__ = ["CallLost", "Caller", "Stop"]
+
+_EXPECTATION_AT = {"probe": ("expectation",), "landed": ("inverse", "landed")}
+"""Where in a step's logged record the expectation a probe of each kind checks is (rule 12:
+its secrets are given back only where amends recorded a marker there)."""
 
 
 class CallLost(BaseException):
@@ -75,24 +79,26 @@ class Caller:
         precondition: Expectation | None = None,
         counter: list[int],
         prepaid: bool = False,
+        at: tuple[Redaction, ...] = (),
     ) -> tuple[Any, Call]:
         """Rule 11: give redacted secrets back to this call, and keep them out of what it yields.
 
-        ``[redacted:NAME]`` markers in ``args`` are resolved by the tool's resolver (or the
-        forward tool's); a detail, residue or follow-up it produces is scrubbed of the values.
+        Rule 12: only the markers amends recorded at ``at`` (positions in ``args``) are
+        resolved, by the tool's resolver (or the forward tool's); any other marker-looking text
+        is data. A detail, residue or follow-up the call produces is scrubbed of the values.
         ``prepaid``: the first attempt's call was taken from the budget already (the
         compensation's dispatch record carries it, so a take-over counts it).
         """
         vault = self.vault
         try:
             real = await self.ports.dispatcher.arguments(
-                self.catalog, self.saga, tool, step_id, args, vault
+                self.catalog, self.saga, tool, step_id, args, vault, at=at
             )
         except ContractError as exc:
             raise Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
         try:
             result, call = await self._attempts(
-                tool, real, phase, key, step_id, precondition, counter, prepaid
+                tool, real, phase, key, step_id, precondition, counter, prepaid, at
             )
         except Stop as stop:
             raise Stop(stop.state, vault.scrub(stop.detail)) from None
@@ -110,6 +116,7 @@ class Caller:
         precondition: Expectation | None,
         counter: list[int],
         prepaid: bool,
+        at: tuple[Redaction, ...] = (),
     ) -> tuple[Any, Call]:
         if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
             raise Stop(
@@ -136,7 +143,9 @@ class Caller:
             remaining = self.meter.remaining_seconds()
             timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
             try:
-                result = await self.ports.dispatcher.call(spec, call, args, max(timeout, 0.001))
+                result = await self.ports.dispatcher.call(
+                    spec, call, args, max(timeout, 0.001), at=at
+                )
             except Exception as exc:
                 self.meter.tokens += call.tokens
                 await asyncio.sleep(self._retry_wait(tool, exc, attempt, timeout, spec.timeout))
@@ -218,23 +227,33 @@ class Caller:
             + ("" if kind == "probe" else f":{kind}"),
             step_id=step_id,
             counter=[0],
+            at=redactions_of(self.saga, step_id, *_EXPECTATION_AT[kind], "args"),
         )
         return observed
 
     async def holds(self, exp: Expectation, step_id: str, kind: str) -> bool:
         """Whether the world shows ``exp``. A probe that errors raises: never a match (rule 4)."""
         observed = await self.observe(exp, step_id, kind)
-        return (await self.with_secrets(exp, step_id)).holds(observed)
+        return (await self.with_secrets(exp, step_id, kind)).holds(observed)
 
-    async def with_secrets(self, exp: Expectation, step_id: str) -> Expectation:
+    async def with_secrets(
+        self, exp: Expectation, step_id: str, kind: str = "probe"
+    ) -> Expectation:
         """``exp`` with the secrets its expected value held resolved again (rule 11 redacted
-        them in the log; compared with the marker, the world would never match)."""
-        if not markers_in(exp.equals):
+        them in the log; compared with the marker, the world would never match), at the
+        positions amends recorded (rule 12)."""
+        at = tuple(
+            r
+            for r in redactions_of(self.saga, step_id, *_EXPECTATION_AT[kind])
+            if r.at[:1] == ("equals",)
+        )
+        if not at:
             return exp
         try:
             got = await self.ports.dispatcher.arguments(
-                self.catalog, self.saga, exp.probe, step_id, {"equals": exp.equals}, self.vault
-            )
+                self.catalog, self.saga, exp.probe, step_id, {"equals": exp.equals}, self.vault,
+                at=at,
+            )  # fmt: skip
         except ContractError as exc:
             raise Stop(
                 StepState.DRIFTED,

@@ -10,7 +10,7 @@ dispatches nothing but read-only probes. Each supplies its edges here, as tempor
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,7 +19,7 @@ from .._contracts import Call, ToolSpec
 from .._log.base import CompensationRecord, CompensationWrite, SagaRecord
 from .._planner import Plan, ToolDirectory
 from .._report import StepOutcome
-from .._secrets import Vault, resolve_call_args
+from .._secrets import Redaction, Vault, resolve_call_args
 
 __all__ = [
     "LOCAL",
@@ -44,9 +44,12 @@ class CompensationLog(Protocol):
 class Dispatcher(Protocol):
     """How the run's calls reach their tools.
 
-    ``arguments`` gives one call's arguments back their redacted secrets (rule 11) or raises
+    ``arguments`` gives one call's arguments back their redacted secrets (rule 11), only at the
+    positions ``at`` where amends recorded a marker (rule 12), or raises
     :class:`amends.ContractError`; ``call`` makes one attempt, bounded by ``timeout`` seconds
-    where the dispatcher bounds calls itself (a Temporal activity bounds them on the worker)."""
+    where the dispatcher bounds calls itself (a Temporal activity bounds them on the worker),
+    and is told the same positions (a dispatcher that resolves secrets where the call is made
+    resolves them there, and only there)."""
 
     async def arguments(
         self,
@@ -56,10 +59,18 @@ class Dispatcher(Protocol):
         step_id: str,
         args: Mapping[str, Any],
         vault: Vault,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> dict[str, Any]: ...
 
     async def call(
-        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+        self,
+        spec: ToolSpec,
+        call: Call,
+        args: Mapping[str, Any],
+        timeout: float,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> Any: ...
 
 
@@ -74,13 +85,21 @@ class LocalDispatcher:
         step_id: str,
         args: Mapping[str, Any],
         vault: Vault,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> dict[str, Any]:
-        return await resolve_call_args(catalog, saga, tool, step_id, args, vault)
+        return await resolve_call_args(catalog, saga, tool, step_id, args, vault, at=at)
 
     async def call(
-        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+        self,
+        spec: ToolSpec,
+        call: Call,
+        args: Mapping[str, Any],
+        timeout: float,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> Any:
-        return await invoke(spec.fn, call, args, timeout)
+        return await invoke(spec.fn, call, args, timeout)  # ``args`` are resolved already
 
 
 LOCAL = LocalDispatcher()

@@ -53,6 +53,7 @@ class Recorder:
         event: str,
     ) -> None:
         self.fresh.add(p.step_id)
+        logged, redacted = self.vault.scrub_at(data)  # rule 12: and where it put each marker
         await self.ports.log.record_compensation(
             CompensationWrite(
                 self.reversal.reversal_id,
@@ -61,11 +62,12 @@ class Recorder:
                 state=state,
                 attempts=attempts,
                 detail=self.vault.scrub(detail),  # rule 11: no resolved secret in the log
-                data=self.vault.scrub(data),
+                data=logged,
                 calls_spent=self.meter.calls,
                 tokens_spent=self.meter.tokens,
                 event=event,
                 now=self.ports.clock(),
+                redacted=tuple(redacted),
             )
         )
 

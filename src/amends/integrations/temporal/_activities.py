@@ -33,7 +33,7 @@ from amends._log import SagaLog
 from amends._log.base import CompensationRecord, CompensationWrite, SagaRecord
 from amends._report import UndoReport
 from amends._reversal import current_report
-from amends._secrets import SecretRequest, Vault, markers_in, resolve_markers
+from amends._secrets import Vault, redactions_from, resolve_call_args
 
 from ._codec import spec_to_dict, to_dict
 
@@ -152,6 +152,8 @@ class RecordInput(_Payload):
     now: float
     event_key: str
     """Unique per write of one workflow run: a retried activity finds it and writes nothing."""
+    redacted: list[dict[str, Any]] = field(default_factory=list)
+    """Where amends put a secret's marker in ``data`` (rule 12)."""
 
     @classmethod
     def of(cls, write: CompensationWrite, event_key: str) -> RecordInput:
@@ -159,7 +161,7 @@ class RecordInput(_Payload):
         return cls(
             write.reversal_id, write.generation, write.step_id, write.state, write.attempts,
             write.detail, dict(write.data), write.calls_spent, write.tokens_spent, write.event,
-            write.now, event_key,
+            write.now, event_key, [r.to_dict() for r in write.redacted],
         )  # fmt: skip
 
     def write(self) -> CompensationWrite:
@@ -167,7 +169,7 @@ class RecordInput(_Payload):
         return CompensationWrite(
             self.reversal_id, self.generation, self.step_id, self.state, self.attempts,
             self.detail, {**self.data, EVENT_KEY: self.event_key}, self.calls_spent,
-            self.tokens_spent, self.event, self.now,
+            self.tokens_spent, self.event, self.now, redactions_from(self.redacted),
         )  # fmt: skip
 
 
@@ -189,6 +191,9 @@ class ToolCallInput(_Payload):
     dispatched: RecordInput | None = None
     """A compensation's "dispatched" event, written to the log by this activity before the
     call is sent (rule 5), saving the workflow a separate log write per step."""
+    redacted: list[dict[str, Any]] = field(default_factory=list)
+    """Where amends recorded a secret's marker in ``args`` (rule 12): the only places this
+    worker gives a secret back; any other marker-looking text is sent as it is."""
 
     @classmethod
     def from_wire(cls, value: Wire) -> ToolCallInput:
@@ -501,34 +506,29 @@ class ReversalActivities:
             vault.scrub(result),
             call.tokens,
             [vault.scrub(r.to_dict()) for r in call.recorded_residue],
-            [vault.scrub(f.to_dict()) for f in call.recorded_follow_ups],
+            [_scrubbed_follow_up(vault, f.to_dict()) for f in call.recorded_follow_ups],
         )
 
     async def _secrets(self, inp: ToolCallInput, vault: Vault) -> dict[str, Any]:
-        """Rule 11: the call's arguments with redacted secrets resolved by this worker's
-        resolvers (the tool's own, then the forward tool's), as the local engine does."""
-        if not markers_in(inp.args):
+        """Rules 11 and 12: the call's arguments with the secrets amends recorded at
+        ``inp.redacted`` resolved by this worker's resolvers (the tool's own, then the forward
+        tool's), by the local engine's own function; other marker-looking text is data."""
+        if not inp.redacted:
             return dict(inp.args)
         saga = await self.log.get_saga(inp.saga_id)
-        fwd = None if saga is None else next(
-            (s for s in saga.steps if s.step_id == inp.step_id), None
-        )  # fmt: skip
-        specs = [self.catalog.get(inp.tool)]
-        if fwd is not None and fwd.tool in self.catalog and fwd.tool != inp.tool:
-            specs.append(self.catalog.get(fwd.tool))
-        return await resolve_markers(
+        if saga is None:
+            raise SagaNotFoundError(
+                f"saga {inp.saga_id!r} is not in this worker's log; no secret is given back",
+                saga_id=inp.saga_id,
+            )
+        return await resolve_call_args(
+            self.catalog,
+            saga,
+            inp.tool,
+            inp.step_id,
             inp.args,
-            [(s.name, s.resolve_secret) for s in specs],
-            SecretRequest(
-                "",
-                inp.tool,
-                fwd.tool if fwd else None,
-                inp.saga_id,
-                inp.step_id,
-                saga.tenant if saga else None,
-                fwd.args if fwd else {},
-            ),
             vault,
+            at=redactions_from(inp.redacted),
         )
 
     async def _beat(self) -> None:
@@ -651,3 +651,14 @@ def details(exc: ApplicationError) -> Mapping[str, Any]:
     """The structured details of an activity's ApplicationError (``{}`` when none)."""
     d = exc.details[0] if exc.details else {}
     return d if isinstance(d, Mapping) else {}
+
+
+def _scrubbed_follow_up(vault: Vault, follow_up: dict[str, Any]) -> dict[str, Any]:
+    """A follow-up an inverse asked for, as it may enter Temporal's history: its arguments
+    scrubbed of every secret resolved here (rule 11), with where each marker was put (rule 12),
+    so the worker that makes it gives the secret back there and only there."""
+    args, found = vault.scrub_at(follow_up.get("args") or {})
+    out = {**follow_up, "args": args}
+    if found:
+        out["redacted"] = [*follow_up.get("redacted", ()), *(r.to_dict() for r in found)]
+    return out

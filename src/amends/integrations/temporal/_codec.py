@@ -18,6 +18,7 @@ from amends._log.base import (
     SagaRecord,
     StepRecord,
 )
+from amends._secrets import Redaction, redactions_from
 
 __all__ = [
     "compensation_from_dict",
@@ -38,7 +39,7 @@ def to_dict(record: Any) -> dict[str, Any]:
     return {k: _plain(v) for k, v in vars(record).items()}
 
 
-_RECORDS = (SagaRecord, StepRecord, ReversalRecord, CompensationRecord, Resolution)
+_RECORDS = (SagaRecord, StepRecord, ReversalRecord, CompensationRecord, Resolution, Redaction)
 
 
 def _plain(value: Any) -> Any:
@@ -64,6 +65,7 @@ def _step_from_dict(d: Mapping[str, Any]) -> StepRecord:
             "deps": tuple(d.get("deps", ())),
             "resources": tuple(d.get("resources", ())),
             "residue": tuple(d.get("residue", ())),
+            "redacted": redactions_from(d.get("redacted")),
         }
     )
 
@@ -86,7 +88,7 @@ def saga_from_dict(d: Mapping[str, Any]) -> SagaRecord:
 
 
 def compensation_from_dict(d: Mapping[str, Any]) -> CompensationRecord:
-    return CompensationRecord(**d)
+    return CompensationRecord(**{**d, "redacted": redactions_from(d.get("redacted"))})
 
 
 def spec_to_dict(spec: ToolSpec) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -37,7 +37,14 @@ with workflow.unsafe.imports_passed_through():
     from amends._planner import ToolDirectory, plan
     from amends._report import StepOutcome, build_report
     from amends._reversal import CallLost, ReversalPorts, RunInput, described, run_plan
-    from amends._secrets import SecretRequest, Vault, marker, resolve_call_args
+    from amends._secrets import (
+        Redaction,
+        SecretRequest,
+        Vault,
+        marker,
+        redactions_from,
+        resolve_call_args,
+    )
 
     from ._activities import (
         CallBatch,
@@ -365,7 +372,7 @@ class ReversalWorkflow:
             if cur.lease_until is None or cur.lease_until <= read.now:
                 return None
 
-    async def _tool(self, call: Call, args: Mapping[str, Any]) -> Any:
+    async def _tool(self, call: Call, args: Mapping[str, Any], at: Sequence[Redaction] = ()) -> Any:
         """Every call of the run (the :class:`_Dispatcher`'s): it joins this activation's
         batch, made by one ``amends.call_tools`` activity."""
         assert self.inp is not None and self.meter is not None
@@ -387,6 +394,8 @@ class ReversalWorkflow:
             dispatched=(
                 self.log.take_dispatched(call.step_id) if call.phase == "compensate" else None
             ),
+            # rule 12: the activity gives a secret back only where amends recorded its marker
+            redacted=[r.to_dict() for r in at],
         )
         batch = self.batch
         if batch is None or len(batch.calls) >= _MAX_BATCH:
@@ -422,7 +431,10 @@ class ReversalWorkflow:
         res = out.result
         call.tokens += res.tokens
         call.recorded_residue.extend(Residue.from_dict(r) for r in res.residue)
-        call.recorded_follow_ups.extend(FollowUp(f["tool"], f["args"]) for f in res.follow_ups)
+        call.recorded_follow_ups.extend(
+            FollowUp(f["tool"], f["args"], redactions_from(f.get("redacted")))
+            for f in res.follow_ups
+        )
         return res.result
 
     async def _send(self, batch: _Batch) -> None:
@@ -595,10 +607,18 @@ class _Dispatcher:
         step_id: str,
         args: Mapping[str, Any],
         vault: Vault,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> dict[str, Any]:
-        return await resolve_call_args(catalog, saga, tool, step_id, args, vault)
+        return await resolve_call_args(catalog, saga, tool, step_id, args, vault, at=at)
 
     async def call(
-        self, spec: ToolSpec, call: Call, args: Mapping[str, Any], timeout: float
+        self,
+        spec: ToolSpec,
+        call: Call,
+        args: Mapping[str, Any],
+        timeout: float,
+        *,
+        at: Sequence[Redaction] = (),
     ) -> Any:
-        return await self.wf._tool(call, args)
+        return await self.wf._tool(call, args, at)
