@@ -22,7 +22,14 @@ from ._budget import Budget, BudgetMeter
 from ._calls import RetryPolicy, idempotency_key, invoke, run
 from ._catalog_ref import needed_tools
 from ._contracts import NOTHING, Call, Catalog, Expectation, Reversibility
-from ._errors import AmendsError, ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from ._errors import (
+    AmendsError,
+    ConfigError,
+    ContractError,
+    HistoryAlteredError,
+    LeaseLostError,
+    SagaNotFoundError,
+)
 from ._log import SagaLog, open_log
 from ._log.base import (
     Claim,
@@ -177,8 +184,10 @@ class Engine:
 
         Raises:
             SagaNotFoundError: No such saga.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
         """
         saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
         the_plan = self.planner(saga, self.catalog)
         comps = await self.log.get_compensations(saga.reversal.reversal_id) if saga.reversal else {}
         steps = await asyncio.gather(
@@ -329,6 +338,24 @@ class Engine:
             raise self._not_found(saga_id)
         return saga
 
+    async def _check_history(self, saga_id: str) -> None:
+        """Rule 12: never act on, nor report, a saga whose tamper-evident history does not
+        verify (a truncated tail would make undo send a refund again).
+
+        Raises:
+            HistoryAlteredError: The saga's history was altered.
+        """
+        problems = await self.log.verify(saga_id)
+        if problems:
+            raise HistoryAlteredError(
+                f"this saga's history was altered: saga {saga_id!r}: {problems[0].detail}"
+                + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else "")
+                + f"; amends will not act on it. Run `amends doctor --verify --db "
+                f"{self.log.url}` and restore the log from a backup",
+                problems=tuple(problems),
+                saga_id=saga_id,
+            )
+
     def _not_found(self, saga_id: str) -> SagaNotFoundError:
         return SagaNotFoundError(
             f"no saga {saga_id!r} in {self.log.url}; list sagas with "
@@ -338,7 +365,12 @@ class Engine:
 
     async def report(self, saga_id: str) -> UndoReport | None:
         """The report of the saga's reversal if it has finished, else ``None``; manual actions
-        a person has resolved since are shown as handled (who, when, note)."""
+        a person has resolved since are shown as handled (who, when, note).
+
+        Raises:
+            HistoryAlteredError: The saga's history was altered (rule 12): no report is shown.
+        """
+        await self._check_history(saga_id)
         rev = await self.log.get_reversal(saga_id=saga_id)
         if not (rev and rev.report):
             return None
@@ -357,6 +389,7 @@ class Engine:
 
         Raises:
             SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
             LogError: The log cannot be read or written.
         """
         budget = _check_budget(budget)
@@ -377,10 +410,12 @@ class Engine:
 
         Raises:
             SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
             LogError: The log cannot be read or written.
         """
         budget = _check_budget(budget)
         self._check_catalog(await self._saga_or_raise(saga_id))
+        await self._check_history(saga_id)
         if self.runner is not None:  # issue 16: continued where reversals run (rule 6)
             return await self._current(await self.runner.resume(self, saga_id, budget))
         rev = await self.log.get_reversal(saga_id=saga_id)
@@ -414,6 +449,7 @@ class Engine:
         Raises:
             ConfigError: ``by`` is empty or ``note`` is not a string.
             SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
             ContractError: The saga has no step ``step_id``.
         """
         if not isinstance(by, str) or not by.strip():
@@ -424,6 +460,7 @@ class Engine:
         if note is not None and not isinstance(note, str):
             raise ConfigError(f"resolve(note=...) must be text or None, got {note!r}")
         await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
         return await self.log.resolve_step(
             saga_id, step_id, by=by.strip(), note=note, now=time.time()
         )
@@ -468,6 +505,8 @@ class Engine:
         return await asyncio.shield(asyncio.wrap_future(fut))
 
     async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
+        if isinstance(saga_id, str) and saga_id:
+            await self._check_history(saga_id)
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
             self._check_claimable(saga_id, await self._saga_or_raise(saga_id))
             return await self._current(await self.runner.undo(self, saga_id, budget))

@@ -11,6 +11,7 @@ AmendsError
 ├── StepFailedError                  a forward step did not take effect (``await step`` raises it)
 ├── SagaNotFoundError (LookupError)  no saga with that id in this log (or not in your tenant)
 ├── SagaClosedError                  a call on a saga that has already been undone or closed
+├── HistoryAlteredError              a saga's history was altered: amends will not act on it
 └── LogError                         the saga log cannot be used as it is
     ├── LogLockedError               another process holds the database lock past the busy timeout
     ├── LogCorruptedError            the file is not a readable amends log
@@ -30,6 +31,7 @@ __all__ = [
     "AmendsError",
     "ConfigError",
     "ContractError",
+    "HistoryAlteredError",
     "LeaseLostError",
     "LogCorruptedError",
     "LogError",
@@ -136,6 +138,21 @@ class SagaNotFoundError(AmendsError, LookupError):
 
 class SagaClosedError(AmendsError):
     """The saga is being undone or has been undone: no new step may start."""
+
+
+class HistoryAlteredError(AmendsError):
+    """This saga's history was altered: its tamper-evident records do not verify (rule 12).
+
+    Undo, resume, resolve, preview and report refuse such a saga: acting on forged or truncated
+    data could send a compensation twice or report what did not happen. ``problems`` lists what
+    the check found (:class:`amends._log.base.ChainProblem`); ``amends doctor --verify`` shows
+    them for the whole log.
+    """
+
+    def __init__(self, message: str, *, problems: tuple[Any, ...] = (), **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.problems = problems
+        """What the verification found, one :class:`~amends._log.base.ChainProblem` each."""
 
 
 class LogError(AmendsError):

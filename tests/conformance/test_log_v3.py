@@ -62,9 +62,13 @@ async def test_a_step_write_is_two_statements_and_a_compensation_event_two(
     begin = sql.take()
     await log.finish_step("s", "s1", StepFinish("done", effective="reversible"), now=NOW)
     finish = sql.take()
-    assert len(begin) == 2, begin  # one read (reversal? chain head?) + one INSERT
-    assert len(finish) == 2, finish  # chain head + one INSERT
-    assert all("SAVEPOINT" not in s and "UPDATE" not in s for s in begin + finish)
+    # issue 21 (rule 12): + the saga's head, one UPDATE per saga per transaction at commit
+    assert len(begin) == 3, begin  # one read (reversal? chain head?) + one INSERT + the head
+    assert len(finish) == 3, finish  # chain head + one INSERT + the head
+    assert all("SAVEPOINT" not in s for s in begin + finish)
+    assert [s for s in begin + finish if "UPDATE" in s] == [
+        s for s in begin + finish if s.startswith("UPDATE sagas SET head=")
+    ]
     await log.claim_reversal("s", reversal_id="r", budget={}, owner="w", lease_until=NOW, now=NOW)
     sql.take()
     await log.record_compensation(
@@ -72,7 +76,7 @@ async def test_a_step_write_is_two_statements_and_a_compensation_event_two(
                           calls_spent=1, tokens_spent=0, event="compensation.reverted", now=NOW)
     )  # fmt: skip
     comp = sql.take()
-    assert len(comp) == 2, comp  # fencing + chain head in one SELECT, one INSERT
+    assert len(comp) == 3, comp  # fencing + chain head in one SELECT, one INSERT, the head
     assert not any(s.startswith("UPDATE reversals") for s in comp)  # no hot reversal row
     rev = await log.get_reversal(reversal_id="r")
     assert rev is not None and rev.calls_spent == 1  # derived from the record

@@ -27,6 +27,7 @@ TABLES = {
         "resolutions",
         "idem_keys",
     ),
+    3: ("amends_meta", "sagas", "reversals", "records", "idem_keys"),
 }
 
 
@@ -46,6 +47,10 @@ def _load_into_postgres(version: int, url: str) -> None:
             for v in range(1, version + 1):
                 for stmt in MIGRATIONS[v]("postgres"):
                     conn.execute(stmt)
+            if version >= 3:  # v3's data step left views where the v1 tables were
+                from amends._log.schema import _finish_v3
+
+                _finish_v3(conn, "postgres")  # type: ignore[arg-type]
             for table in TABLES[version]:
                 cur = src.execute(f"SELECT * FROM {table}")
                 cols = [d[0] for d in cur.description]
@@ -56,9 +61,10 @@ def _load_into_postgres(version: int, url: str) -> None:
                         f"VALUES ({marks})",
                         row,
                     )
+            table, col = ("records", "rec_id") if version >= 3 else ("events", "event_id")
             conn.execute(  # as if the rows had been written one by one
-                "SELECT setval(pg_get_serial_sequence('events', 'event_id'), "
-                "(SELECT max(event_id) FROM events))"
+                f"SELECT setval(pg_get_serial_sequence('{table}', '{col}'), "
+                f"(SELECT max({col}) FROM {table}))"
             )
     finally:
         src.close()
@@ -149,13 +155,20 @@ async def test_an_engine_undoes_a_saga_recorded_by_v1(v1_url: str) -> None:
         await engine.close()
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.fixture(params=_BACKENDS)
+def v3_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a schema-v3 log holding the v3 fixture's sagas (written by the amends of before
+    issue 21: no saga heads, no log shards)."""
+    return _url(request, tmp_path, 3)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_the_fixtures_are_real_logs_of_their_version(version: int) -> None:
     conn = sqlite3.connect(f"file:{DATA / f'log_v{version}.db'}?mode=ro", uri=True)
     try:
         assert conn.execute("SELECT value FROM amends_meta").fetchall() == [(str(version),)]
         cols = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
-        assert ("hash" in cols) is (version == 2)
+        assert ("hash" in cols) is (version >= 2)
     finally:
         conn.close()
 
@@ -197,5 +210,34 @@ async def test_a_v2_log_migrates_with_meta_resolutions_continuations_and_keys(
         )
         assert (again.outcome, again.reversal.continuations) == ("claimed", 2)
         assert (again.reversal.calls_spent, again.reversal.tokens_spent) == (0, 0)
+    finally:
+        await log.close()
+
+
+async def test_a_v3_log_keeps_verifying_after_the_v4_migration_and_then_catches_tampering(
+    v3_url: str,
+) -> None:
+    """Issue 21 item 3: a log written before saga heads and log shards existed migrates to v4
+    with its history untouched: it verifies clean, keeps working, and from then on a deleted
+    tail or a deleted saga is caught."""
+    log = open_log(v3_url)
+    try:
+        assert await log.schema_version() == SCHEMA_VERSION == 4
+        assert await log.verify() == []
+        deal = await log.get_saga("deal")
+        assert deal is not None and deal.reversal is not None
+        assert (deal.reversal.state, deal.reversal.continuations) == ("done", 1)
+        assert {k: r.by for k, r in deal.resolutions.items()} == {"s3": "alice"}
+        crashed = await log.get_saga("crashed")
+        assert crashed is not None and crashed.steps[0].state == "in_doubt"
+        await log.resolve_step("deal", "s2", by="bob", note="checked", now=2e9)
+        assert await log.verify() == []
+        db = log.db  # type: ignore[attr-defined]
+        await db.write(lambda tx: tx.execute("DELETE FROM records WHERE kind='step.resolved'"))
+        await db.write(lambda tx: tx.execute("DELETE FROM records WHERE saga_id='kept'"))
+        await db.write(lambda tx: tx.execute("DELETE FROM sagas WHERE saga_id='kept'"))
+        found = {(p.saga_id, p.what) for p in await log.verify()}
+        assert ("deal", "deleted") in found  # its tail (the resolutions) was cut off
+        assert ("(log)", "deleted") in found  # a whole saga is gone
     finally:
         await log.close()

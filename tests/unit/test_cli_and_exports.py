@@ -24,6 +24,7 @@ EXPORTED = [
     "Engine",
     "Expectation",
     "FollowUp",
+    "HistoryAlteredError",
     "Inverse",
     "LeaseLostError",
     "LogCorruptedError",

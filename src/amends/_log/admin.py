@@ -9,6 +9,7 @@ from typing import Any
 
 from .base import ChainProblem, IdemRecord, LogHealth
 from .database import Database, Tx
+from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
 
 __all__ = ["AdminQueries"]
@@ -87,30 +88,7 @@ class AdminQueries:
     # --- integrity ------------------------------------------------------------------------
     async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
         key = self.signing_key
-
-        def fn(tx: Tx) -> list[ChainProblem]:
-            cols = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
-            rev_cols = "saga_id, reversal_id, report, report_hash"
-            if saga_id is not None:
-                sagas = [saga_id]
-                rows = tx.execute(
-                    f"SELECT {cols} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,)
-                )
-                revs = tx.execute(f"SELECT {rev_cols} FROM reversals WHERE saga_id=?", (saga_id,))
-            else:
-                sagas = [r[0] for r in tx.execute("SELECT saga_id FROM sagas ORDER BY saga_id")]
-                rows = tx.execute(f"SELECT {cols} FROM records ORDER BY saga_id, rec_id")
-                revs = tx.execute(f"SELECT {rev_cols} FROM reversals")
-            by_saga: dict[str, list[tuple[Any, ...]]] = {}
-            for r in rows:
-                by_saga.setdefault(r[0], []).append(tuple(r[1:]))
-            rev_of = {r[0]: tuple(r[1:]) for r in revs}
-            problems: list[ChainProblem] = []
-            for sid in sagas:
-                problems.extend(verify_saga(key, sid, by_saga.get(sid, []), rev_of.get(sid)))
-            return problems
-
-        return await self.db.read(fn)
+        return await self.db.read(lambda tx: _verify_tx(tx, key, saga_id))
 
     async def health(self, now: float) -> LogHealth:
         def fn(tx: Tx) -> LogHealth:
@@ -168,3 +146,53 @@ class AdminQueries:
             )
 
         return await self.db.read(fn)
+
+
+_REC = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
+_SAGA = "saga_id, title, tenant, actor, state, created_at, finished_at, meta, head"
+_REV = (
+    "saga_id, reversal_id, report, report_hash, state, budget, generation, requested_at, "
+    "continuations"
+)
+
+
+def _verify_tx(tx: Tx, key: bytes | None, saga_id: str | None) -> list[ChainProblem]:
+    """Every check of rule 12 in one read transaction: each saga's chain and stored report,
+    its row, head and reversal row against its records, and (for the whole log) the shards
+    that make a deleted saga visible."""
+    where, params = ("WHERE saga_id=? ", (saga_id,)) if saga_id is not None else ("", ())
+    rows = tx.execute(f"SELECT {_REC} FROM records {where}ORDER BY saga_id, rec_id", params)
+    saga_rows = {
+        r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT {_SAGA} FROM sagas {where}", params)
+    }
+    revs = {r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT {_REV} FROM reversals {where}", params)}
+    by_saga: dict[str, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        by_saga.setdefault(r[0], []).append(tuple(r[1:]))
+    ids = sorted(set(saga_rows) | set(by_saga)) if saga_id is None else [saga_id]
+    problems: list[ChainProblem] = []
+    for sid in ids:
+        records = by_saga.get(sid, [])
+        rev = revs.get(sid)
+        chain = verify_saga(key, sid, records, rev[:3] if rev else None)
+        if sid not in saga_rows and not records:
+            chain = []  # no such saga at all
+        last = records[-1][0] if records else None
+        rows_found = verify_rows(
+            key,
+            sid,
+            records,
+            saga_rows.get(sid),
+            (rev[0], *rev[3:]) if rev else None,
+            last_edited=any(p.event_id == last and p.what == "edited" for p in chain),
+        )
+        seen = {(p.event_id, p.what) for p in chain}
+        problems += chain + [p for p in rows_found if (p.event_id, p.what) not in seen]
+    if saga_id is None:
+        started = tx.execute(
+            "SELECT saga_id, hash FROM records WHERE kind='saga.started' ORDER BY rec_id"
+        )
+        heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
+            "SELECT shard, n, head FROM log_heads")}  # fmt: skip
+        problems.extend(verify_shards(key, [(r[0], r[1]) for r in started], heads))
+    return problems

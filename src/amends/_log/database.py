@@ -26,6 +26,11 @@ class Tx(Protocol):
     def rowcount(self) -> int:
         """Rows changed by the last statement."""
 
+    def appended_to(self, saga_id: str) -> None:
+        """This transaction appended a record to ``saga_id``'s chain: the backend writes the
+        saga's head (:func:`amends._log.sql.write_heads`) when it commits, once per saga, in
+        saga order (rule 12: a history cut short is then visible)."""
+
 
 class Database(ABC):
     """How a backend runs work: ``write`` inside one durable transaction, ``read`` consistently."""

@@ -35,7 +35,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
 from .database import take_batch
-from .sql import _FENCE, _NO_REVERSAL, SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
+from .sql import (
+    _FENCE,
+    _NO_REVERSAL,
+    SCHEMA_VERSION,
+    Database,
+    SqlSagaLog,
+    Tx,
+    upgrade,
+    write_heads,
+)
 from .sqlite import _settle_all, signing_key_from_env
 
 if TYPE_CHECKING:
@@ -85,10 +94,6 @@ def _deferrable(sql: str) -> bool:
 
 _XID = "SELECT pg_current_xact_id()::text::bigint"
 _BEGIN_WRITE = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-# A write's claim on every saga it appended to (see _Cursor.commit): the row lock orders
-# concurrent appends to one saga, and REPEATABLE READ fails the later one (40001) if the other
-# committed after its snapshot, so no two records ever chain to the same head (rule 11).
-_TOUCH = "UPDATE sagas SET title = title WHERE saga_id = ANY(%s)"
 # What the writes of a group commit would each read first, for the sagas and reversals this
 # process wrote to lately, in the batch's first round trip (see _Cursor.prefetch).
 _PREFETCH = (
@@ -127,6 +132,7 @@ class _Cursor:
         begin: str | None = None,
         *,
         want_xid: bool = False,
+        key: bytes | None = None,
     ) -> None:
         import psycopg
 
@@ -137,6 +143,7 @@ class _Cursor:
         if begin is not None:
             self._pending.append((begin, ()))
         self._want_xid = want_xid
+        self._key = key
         self.xid: int | None = None
         self.cache: dict[str, str] = {}
         self._appended: set[str] = set()
@@ -216,24 +223,21 @@ class _Cursor:
             elif not has_reversal:
                 self.cache[_NO_REVERSAL + saga_id] = ""
 
+    def appended_to(self, saga_id: str) -> None:
+        self._appended.add(saga_id)
+
     def appended(self) -> set[str]:
-        """The sagas this transaction appended to: chain heads in ``cache`` that it wrote (not
-        the ones :meth:`prefetch` read), and those remembered across savepoint rollbacks."""
-        mine = {
-            k
-            for k, v in self.cache.items()
-            if not k.startswith("\x00") and self._prefetched.get(k) != v
-        }
-        return mine | self._appended
+        """The sagas this transaction appended to (kept across savepoint rollbacks)."""
+        return set(self._appended)
 
     def written_reversals(self) -> list[str]:
         """The reversals whose generation this transaction checked (sql.py's fence marks)."""
         return [k[len(_FENCE) :] for k in self.cache if k.startswith(_FENCE)]
 
     def keep_appended(self) -> None:
-        """Remember the sagas appended to so far (before ``cache`` is cleared for a rollback to
-        a savepoint: their rows are still claimed at ``COMMIT``; claiming more is harmless)."""
-        self._appended = self.appended()
+        """Before ``cache`` is cleared for a rollback to a savepoint: forget what
+        :meth:`prefetch` read (the sagas appended to are kept: their rows are still claimed at
+        ``COMMIT``, their heads read again; claiming more is harmless)."""
         self._prefetched.clear()
 
     def commit(self) -> None:
@@ -243,14 +247,13 @@ class _Cursor:
 
         The claim replaces SERIALIZABLE (issue 12: under load most group commits failed on
         SERIALIZABLE's page-level read locks and ran twice): every saga whose chain this
-        transaction extended (a chain head in ``cache``) has its row updated, in saga order.
-        A concurrent write to the same saga waits for this one and, under REPEATABLE READ,
-        fails with 40001 and runs again on a fresh snapshot, so the one-head-per-saga checks
-        of :mod:`amends._log.sql` (no step after a claim, generation fencing, the chain head)
-        hold as they did: every such check is followed by an append to that saga."""
-        appended = self.appended()
-        if appended:
-            self._pending.append((_TOUCH, (sorted(appended),)))
+        transaction extended has its row updated, in saga order: the update sets the saga's
+        head (rule 12, :func:`write_heads`). A concurrent write to the same saga waits for this
+        one and, under REPEATABLE READ, fails with 40001 and runs again on a fresh snapshot, so
+        the one-head-per-saga checks of :mod:`amends._log.sql` (no step after a claim,
+        generation fencing, the chain head) hold as they did: every such check is followed by
+        an append to that saga."""
+        write_heads(self, self._key, sorted(self._appended))
         if self._want_xid and self.xid is None:
             self.flush()
         self._send("COMMIT")
@@ -444,7 +447,7 @@ class _PgDatabase(Database):
                         # ends the read-only transaction as ROLLBACK would; psycopg forgets its
                         # prepared statements after a ROLLBACK, not after a COMMIT
                         cur.execute("COMMIT")
-            tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True)
+            tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True, key=self._key)
             try:
                 if fallback and (self._recent_sagas or self._recent_reversals):
                     tx.prefetch(list(self._recent_sagas), list(self._recent_reversals))

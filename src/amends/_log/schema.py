@@ -5,6 +5,9 @@ Version 2: saga metadata, resolutions, continuations, the hash chain, HTTP idemp
 Version 3 (issue 12): steps, compensations, resolutions and the history become one append-only
 ``records`` table (one row per step per phase, one JSON blob); ``steps``, ``compensations`` and
 ``events`` remain as read-only views derived from it, for operators' ad-hoc SQL.
+Version 4 (issue 21, rule 12): each saga row carries the head of its chain, and ``log_heads``
+spreads the sagas over shards whose count and rolling hash make a deleted saga visible
+(:mod:`amends._log.integrity`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .integrity import SHARDS, head_of, shard_of, shard_step
 from .records import (
     COMPENSATION,
     FINISH,
@@ -27,7 +31,7 @@ from .records import (
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "upgrade"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -375,6 +379,43 @@ def _comp_v2(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def schema_v4_statements(dialect: Dialect) -> list[str]:
+    """DDL bringing version 3 to 4: the saga heads and the log's shards (rule 12)."""
+    del dialect
+    return [
+        "ALTER TABLE sagas ADD COLUMN head TEXT",
+        "CREATE TABLE log_heads (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL, "
+        "head TEXT NOT NULL)",
+    ]
+
+
+def _heads_v4(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
+    """Version 4 data step: each saga's head from its last record, each shard's count and
+    rolling hash from its sagas' ``saga.started`` records in log order. Records are not
+    touched: an existing log verifies as it did."""
+    del dialect
+    last: dict[str, str] = {}
+    counts = [0] * SHARDS
+    rolling = [""] * SHARDS
+    for saga_id, kind, digest in tx.execute(
+        "SELECT saga_id, kind, hash FROM records ORDER BY rec_id"
+    ):
+        last[saga_id] = str(digest or "")
+        if kind == "saga.started":
+            shard = shard_of(saga_id)
+            counts[shard] += 1
+            rolling[shard] = shard_step(key, shard, rolling[shard], str(digest or ""))
+    for saga_id, digest in sorted(last.items()):
+        tx.execute(
+            "UPDATE sagas SET head=? WHERE saga_id=?", (head_of(key, saga_id, digest), saga_id)
+        )
+    for shard in range(SHARDS):
+        tx.execute(
+            "INSERT INTO log_heads (shard, n, head) VALUES (?, ?, ?)",
+            (shard, counts[shard], rolling[shard]),
+        )
+
+
 def _no_data(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
     del tx, key, dialect
 
@@ -383,6 +424,7 @@ MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
     1: schema_statements,
     2: schema_v2_statements,
     3: schema_v3_statements,
+    4: schema_v4_statements,
 }
 """Schema version -> DDL that brings the previous version to it (append only, never edit)."""
 
@@ -390,6 +432,7 @@ DATA_MIGRATIONS: dict[int, Callable[[_Tx, bytes | None, Dialect], None]] = {
     1: _no_data,
     2: _chain_v2,
     3: _to_records_v3,
+    4: _heads_v4,
 }
 """Schema version -> the data step run after its DDL, in the same transaction."""
 

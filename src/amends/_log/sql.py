@@ -32,6 +32,7 @@ from .base import (
     StepIntent,
 )
 from .database import Database, Tx
+from .integrity import head_of, shard_of, shard_step
 from .records import (
     COMPENSATION,
     FINISH,
@@ -51,7 +52,15 @@ from .records import (
 )
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "SqlSagaLog", "Tx", "upgrade"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Database",
+    "SqlSagaLog",
+    "Tx",
+    "upgrade",
+    "write_heads",
+]
 
 T = TypeVar("T")
 
@@ -151,7 +160,29 @@ def _append(
         (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest),
     )
     tx.cache[saga_id] = digest
+    tx.appended_to(saga_id)  # its head is written at commit (rule 12)
     return digest
+
+
+def write_heads(tx: Tx, key: bytes | None, saga_ids: Sequence[str]) -> None:
+    """Rule 12: set the head of each saga this transaction appended to (``sagas.head``, bound
+    to its last record's hash), in saga order. Backends call it just before ``COMMIT``; the
+    last hash comes from the transaction's cache, or is read again after a savepoint rollback
+    emptied it."""
+    if not saga_ids:
+        return
+    last = {s: tx.cache[s] for s in saga_ids if s in tx.cache}
+    missing = [s for s in saga_ids if s not in last]
+    if missing:
+        marks = ",".join("?" * len(missing))
+        for sid, digest in tx.execute(
+            "SELECT saga_id, hash FROM records WHERE rec_id IN (SELECT max(rec_id) FROM records "
+            f"WHERE saga_id IN ({marks}) GROUP BY saga_id)",
+            missing,
+        ):
+            last[sid] = str(digest or "")
+    for sid in sorted(last):
+        tx.execute("UPDATE sagas SET head=? WHERE saga_id=?", (head_of(key, sid, last[sid]), sid))
 
 
 def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
@@ -257,7 +288,15 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 "owner, lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                 (saga_id, title, tenant, actor, now, owner, lease_until, meta_text),
             )
-            _append(tx, key, saga_id, "saga.started", now, text, prev="")
+            digest = _append(tx, key, saga_id, "saga.started", now, text, prev="")
+            # rule 12: the saga joins its shard of the log's heads, so deleting it is visible
+            shard = shard_of(saga_id)
+            row = tx.execute("SELECT n, head FROM log_heads WHERE shard=?", (shard,))
+            n, prev = (int(row[0][0]), str(row[0][1])) if row else (0, "")
+            tx.execute(
+                "UPDATE log_heads SET n=?, head=? WHERE shard=?",
+                (n + 1, shard_step(key, shard, prev, digest), shard),
+            )
 
         await self.db.write(fn, len(text) + len(meta_text))
 

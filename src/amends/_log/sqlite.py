@@ -30,7 +30,7 @@ from .._errors import (
     SchemaVersionError,
 )
 from .database import take_batch
-from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade
+from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 
 __all__ = ["SqliteLog", "file_permission_problems"]
 
@@ -76,6 +76,12 @@ class _Cursor:
         self._cur = conn.cursor()  # one cursor per transaction, not one per statement
         self._last = 0
         self.cache: dict[str, str] = {}
+        self.appended: set[str] = set()
+        """Sagas this transaction appended to (kept across a savepoint rollback: a superset is
+        harmless, :func:`write_heads` reads a head again when the cache lost it)."""
+
+    def appended_to(self, saga_id: str) -> None:
+        self.appended.add(saga_id)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cur = self._cur
@@ -378,6 +384,7 @@ class _SqliteDatabase(Database):
                         conn.execute(f"RELEASE w{i}")
                     outcomes.append((True, value))
                 if conn.in_transaction:
+                    write_heads(cur, self._key, sorted(cur.appended))  # rule 12
                     conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .._errors import AmendsError
 from .._log import file_permission_problems
+from .._log.integrity import LOG
 from .._log.sql import SCHEMA_VERSION
 
 __all__ = ["Finding", "diagnose", "register"]
@@ -192,15 +193,14 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         if verify:
             for p in await log.verify():
                 where = f"event {p.event_id}" if p.event_id is not None else "its history"
-                findings.append(
-                    Finding(
-                        "action",
-                        f"saga {p.saga_id}: {where} was {p.what}"
-                        if p.what != "report mismatch"
-                        else f"saga {p.saga_id}: the stored report does not match its history",
-                        f"{p.detail}; restore the log from a backup and find out who changed it",
-                    )
-                )
+                if p.saga_id == LOG:  # rule 12: a saga deleted as a whole
+                    what = f"the log: its sagas were {p.what}"
+                elif p.what == "report mismatch":
+                    what = f"saga {p.saga_id}: the stored report does not match its history"
+                else:
+                    what = f"saga {p.saga_id}: {where} was {p.what}"
+                fix = f"{p.detail}; restore the log from a backup and find out who changed it"
+                findings.append(Finding("action", what, fix))
             findings.append(Finding("ok", "history hash chain checked (--verify)", ""))
         for saga_id, owner, _lease in health.stale_sagas:
             findings.append(

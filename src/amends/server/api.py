@@ -180,8 +180,9 @@ async def saga_detail(
     ``preview``: the saga's ``engine.preview`` when the caller already has it (its probes run
     once per page, not twice).
     """
-    the_plan = preview if preview is not None else await st.engine.preview(saga.saga_id)
-    planned = {p.step_id: p for p in the_plan.steps}
+    if preview is None and not problems:  # rule 12: an altered saga is never previewed
+        preview = await st.engine.preview(saga.saga_id)
+    planned = {p.step_id: p for p in preview.steps} if preview is not None else {}
     report = None if problems or saga.reversal is None else saga.reversal.report
     final = {s["step_id"]: s for s in (report or {}).get("steps", [])}
     steps = [

@@ -202,9 +202,10 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     saga, who = await load_saga(request, saga_id)
     st = _state(request)
     problems = await integrity(st, saga.saga_id)
-    preview = await st.engine.preview(saga.saga_id)  # rule 10: probes the world, once
+    # rule 10: probes the world, once; rule 12: never for a saga whose history was altered
+    preview = None if problems else await st.engine.preview(saga.saga_id)
     detail = await saga_detail(st, saga, problems, preview)
-    the_plan = preview.to_dict()
+    the_plan = preview.to_dict() if preview is not None else {"saga_id": saga.saga_id, "steps": []}
     report = None if problems or saga.reversal is None else saga.reversal.report
     return _page(
         request,
