@@ -39,6 +39,7 @@ from ._log.base import (
     SagaRecord,
     StepRecord,
 )
+from ._log.records import MAX_RESULT_BYTES
 from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from ._report import (
     NEUTRALISED,
@@ -125,6 +126,12 @@ class Engine:
             not attempted; the text ``{saga_id}`` in it is replaced by the saga's id. Default:
             the ``amends undo --continue`` command; the MCP gateway says ``amends_undo
             {"continue": true}`` (issue 24 item 7).
+        max_result_bytes: The most bytes (as JSON) of a step's result the log stores; a larger
+            result is stored as a summary (its size, a SHA-256, its start) and the step stays
+            done. Default 1 MiB; ``None``: no cap.
+
+    Raises:
+        ConfigError: An argument is not valid (the message names it).
     """
 
     def __init__(
@@ -138,11 +145,23 @@ class Engine:
         planner: Callable[[SagaRecord, Catalog], Plan] | None = None,
         runner: ReversalRunner | None = None,
         continue_hint: str | None = None,
+        max_result_bytes: int | None = MAX_RESULT_BYTES,
     ) -> None:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"Engine needs an amends.Catalog, got {catalog!r}")
         if lease_seconds <= 0:
             raise ConfigError(f"lease_seconds must be positive, got {lease_seconds!r}")
+        if max_result_bytes is not None and (
+            isinstance(max_result_bytes, bool)
+            or not isinstance(max_result_bytes, int)
+            or max_result_bytes < 1
+        ):
+            raise ConfigError(
+                f"max_result_bytes must be a positive number of bytes or None (no cap), got "
+                f"{max_result_bytes!r}; e.g. max_result_bytes=1_048_576"
+            )
+        self.max_result_bytes = max_result_bytes
+        """The most bytes of a step's result the log stores (issue 21.13); ``None``: no cap."""
         self.catalog = catalog
         self.log = open_log(log)
         self.retry = retry or RetryPolicy()

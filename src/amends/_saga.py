@@ -42,6 +42,7 @@ from ._errors import (
     TransientError,
 )
 from ._log.base import SagaLog, StepFinish, StepIntent
+from ._log.records import cap_result
 from ._planner import undo_cycle
 from ._secrets import Redaction, redact_args, scrub_record, vault_for
 
@@ -81,6 +82,7 @@ class SagaHost(Protocol):
     owner: str
     lease_seconds: float
     live_sagas: dict[str, Saga]
+    max_result_bytes: int | None
 
 
 class Ref:
@@ -872,6 +874,7 @@ def _finish_failed(
 
 async def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> None:
     finish = scrub_record(saga.vault, finish)  # rule 11
+    finish = cap_result(finish, host.max_result_bytes)  # issue 21.13: a 50 MB answer is not logged
     await host.log.finish_step(saga.id, step.id, finish, now=time.time())
     if finish.state == "done" and finish.error is None:
         step.state = "done"

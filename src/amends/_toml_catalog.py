@@ -97,6 +97,7 @@ from ._errors import (
     PreconditionFailed,
     TransientError,
 )
+from ._log.records import MAX_RESULT_BYTES
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -389,10 +390,13 @@ class _HttpTool:
         url = self._url_for(args)
         what = f"{self.name}: {self.method} {url}"
         try:
-            async with httpx.AsyncClient(
-                timeout=self.timeout, follow_redirects=False, verify=_ssl_context()
-            ) as client:
-                resp = await client.request(self.method, url, json=dict(args), headers=headers)
+            async with (
+                httpx.AsyncClient(
+                    timeout=self.timeout, follow_redirects=False, verify=_ssl_context()
+                ) as client,
+                client.stream(self.method, url, json=dict(args), headers=headers) as resp,
+            ):
+                body = await _read_limited(resp, MAX_RESPONSE_BYTES)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # nothing reached the vendor: safe to retry
             raise TransientError(f"{what} could not connect: {exc!r}") from exc
@@ -403,7 +407,22 @@ class _HttpTool:
                 f"{what}: {type(exc).__name__} after the request was sent; whether the vendor "
                 f"acted is unknown ({exc})"
             ) from exc
-        return self._judge(resp, what)
+        if body is None:  # issue 21.13: never read a 50 MB answer into memory, nor the log
+            return self._too_large(resp, what)
+        read = httpx.Response(
+            resp.status_code, headers=resp.headers, content=body, request=resp.request
+        )  # read within the limit: judged as before
+        return self._judge(read, what)
+
+    def _too_large(self, resp: Any, what: str) -> Any:
+        """An answer over :data:`MAX_RESPONSE_BYTES`: judged by its status alone. A 2xx says
+        the vendor did the work (the step is done) but its answer was not read, so nothing
+        can be captured from it."""
+        code = resp.status_code
+        limit = f"{MAX_RESPONSE_BYTES:,} bytes"
+        if 200 <= code < 300:
+            return {"amends_summary": f"{what}: HTTP {code}, answer over {limit}; not read"}
+        raise PermanentError(f"{what}: HTTP {code}, an answer over {limit} (not read)")
 
     def _judge(self, resp: Any, what: str) -> Any:
         code = resp.status_code
@@ -433,6 +452,20 @@ class _HttpTool:
             return resp.json()
         except ValueError as exc:
             raise PermanentError(f"{what}: response is not JSON: {resp.text[:200]!r}") from exc
+
+
+MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
+"""The most bytes of an HTTP answer a TOML tool reads (issue 21 item 13): the log's cap."""
+
+
+async def _read_limited(resp: Any, limit: int) -> bytes | None:
+    """The response body, or ``None`` once it passes ``limit`` bytes (the rest is not read)."""
+    body = bytearray()
+    async for chunk in resp.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 def _transport(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -> _HttpTool:

@@ -9,6 +9,7 @@ hash chain of rule 11. It runs no SQL.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -23,7 +24,9 @@ __all__ = [
     "COMPENSATION",
     "FINISH",
     "INTENT",
+    "MAX_RESULT_BYTES",
     "RESOLVED",
+    "cap_result",
     "chain_hash",
     "dumps",
     "event_data",
@@ -153,6 +156,42 @@ def finish_body(finish: StepFinish) -> dict[str, Any]:
     if finish.redacted:
         body["redacted"] = [r.to_dict() for r in finish.redacted]
     return body
+
+
+MAX_RESULT_BYTES = 1 << 20
+"""The most bytes of a step's result the log stores by default (issue 21 item 13): 1 MiB."""
+_SHOWN = 1000
+"""How much of a too-large result its summary keeps, in characters of its JSON text."""
+
+
+def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
+    """``finish`` with a result larger than ``limit`` bytes (as JSON) replaced by a summary.
+
+    The call happened, so the step stays done; only what the log keeps of its answer shrinks:
+    its size, a SHA-256 of the full JSON text (to compare with the vendor's copy) and its first
+    characters. Everything undo needs (inverse, expectation, residue) is kept whole, and the
+    agent still got the full result. Redaction positions inside the result go with it (the
+    summary's text was scrubbed before it was cut, rule 11).
+    """
+    if limit is None or finish.result is None:
+        return finish
+    text = dumps(finish.result)
+    size = len(text.encode())
+    if size <= limit:
+        return finish
+    summary = {
+        "amends_summary": (
+            f"result too large ({size:,} bytes > the log's cap of {limit:,}); stored a summary"
+        ),
+        "bytes": size,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "start": text[:_SHOWN],
+    }
+    return dataclasses.replace(
+        finish,
+        result=summary,
+        redacted=tuple(r for r in finish.redacted if r.at[:1] != ("result",)),
+    )
 
 
 def redacted_body(redacted: Sequence[Redaction], prefix: tuple[str, ...] = ()) -> list[Any]:
