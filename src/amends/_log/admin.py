@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import leases
 from .base import ChainProblem, IdemRecord, LogHealth
 from .database import Database, Tx
 from .integrity import verify_rows, verify_shards
@@ -107,42 +108,26 @@ class AdminQueries:
                     found.items(), key=lambda kv: (kv[0][0], kv[1][0])
                 )
             ]
+            at = leases.as_db(tx)  # issue 21.11: judged by the database's clock
+            local = leases.local
+            sagas = tx.execute(
+                f"SELECT saga_id, owner, lease_until, {tx.now_sql}, "
+                f"(lease_until IS NULL OR lease_until <= {at}) FROM sagas "
+                "WHERE state='running' ORDER BY saga_id",
+                leases.db(now),
+            )
+            revs = tx.execute(
+                f"SELECT reversal_id, saga_id, owner, generation, lease_until, {tx.now_sql}, "
+                f"(lease_until IS NULL OR lease_until <= {at}) FROM reversals "
+                "WHERE state='running' ORDER BY requested_at",
+                leases.db(now),
+            )
             return LogHealth(
                 in_doubt=in_doubt,
-                stale_sagas=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                        "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
-                        (now,),
-                    )
-                ],
-                live_sagas=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT saga_id, owner, lease_until FROM sagas WHERE state='running' AND "
-                        "lease_until > ? ORDER BY saga_id",
-                        (now,),
-                    )
-                ],
-                stuck_reversals=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
-                        "reversals WHERE state='running' AND (lease_until IS NULL OR "
-                        "lease_until <= ?) ORDER BY requested_at",
-                        (now,),
-                    )
-                ],
-                live_reversals=[
-                    tuple(r)
-                    for r in tx.execute(
-                        "SELECT reversal_id, saga_id, owner, generation, lease_until FROM "
-                        "reversals WHERE state='running' AND lease_until > ? "
-                        "ORDER BY requested_at",
-                        (now,),
-                    )
-                ],
+                stale_sagas=[(r[0], r[1], local(r[2], r[3])) for r in sagas if r[4]],
+                live_sagas=[(r[0], r[1], local(r[2], r[3]) or 0.0) for r in sagas if not r[4]],
+                stuck_reversals=[(*r[:4], local(r[4], r[5])) for r in revs if r[6]],
+                live_reversals=[(*r[:4], local(r[4], r[5]) or 0.0) for r in revs if not r[6]],
             )
 
         return await self.db.read(fn)

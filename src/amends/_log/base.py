@@ -718,5 +718,11 @@ class SagaLog(ABC):
     @abstractmethod
     async def schema_version(self) -> int: ...
 
+    async def storage_problems(self) -> list[str]:
+        """What the database itself finds damaged in the log's storage (issue 21 item 12):
+        SQLite's ``PRAGMA quick_check``, a full read of every table on PostgreSQL. One sentence
+        per problem; empty when the storage is sound (or the backend cannot tell)."""
+        return []
+
     @abstractmethod
     async def close(self) -> None: ...

@@ -19,6 +19,9 @@ class Tx(Protocol):
     """What this transaction already read or wrote, so a batch of writes to one saga reads it
     once: chain heads (saga_id -> hash) and which sagas it saw without a reversal (a key
     prefixed with NUL). Cleared by the backend when it rolls part of a batch back."""
+    now_sql: str
+    """An SQL expression for the database's current time in epoch seconds: the clock leases
+    are judged by (issue 21 item 11, :mod:`amends._log.leases`)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; returns its rows (empty for statements without a result)."""

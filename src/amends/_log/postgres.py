@@ -125,6 +125,9 @@ class _Cursor:
     ``want_xid``: the first round trip also fetches the transaction id (what an unknown
     ``COMMIT`` is looked up by, see :meth:`_PgDatabase._one_attempt`)."""
 
+    now_sql = "extract(epoch from clock_timestamp())::double precision"
+    """The server's clock: leases are judged by it, never by a worker's (issue 21 item 11)."""
+
     def __init__(
         self,
         conn: psycopg.Connection[Any],
@@ -767,6 +770,23 @@ class PostgresLog(SqlSagaLog):
             read_only=read_only,
             key=self.signing_key,
         )
+
+    async def storage_problems(self) -> list[str]:
+        """Every row of every amends table read once, each table in its own read (issue 21
+        item 12): a page PostgreSQL cannot read (a damaged header, a checksum mismatch when the
+        cluster has data checksums) fails its table's read and is named. Index pages are not
+        checked: install the ``amcheck`` extension for that."""
+        problems = []
+        for table in ("amends_meta", "sagas", "records", "reversals", "log_heads", "idem_keys"):
+
+            def fn(tx: Tx, table: str = table) -> None:
+                tx.execute(f"SELECT sum(length(t::text)) FROM {table} t")
+
+            try:
+                await self.db.read(fn)
+            except LogError as exc:
+                problems.append(f"table {table}: {exc}")
+        return problems
 
     def __repr__(self) -> str:
         return f"PostgresLog({self.url!r})"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from . import leases
 from .admin import AdminQueries
 from .base import (
     Claim,
@@ -73,9 +74,16 @@ _REV_COLS = (
     "r.requested_at, r.finished_at, r.report, r.continuations, "
     # spent by the current run: derived from its latest compensation record (issue 12)
     "(SELECT c.body FROM records c WHERE c.reversal_id = r.reversal_id AND c.phase = 'c' "
-    "ORDER BY c.rec_id DESC LIMIT 1)"
+    "ORDER BY c.rec_id DESC LIMIT 1), "
+    "{now}"  # the database's clock, to read the lease on the caller's (issue 21.11)
 )
-_REV = f"SELECT {_REV_COLS} FROM reversals r"
+
+
+def _rev(tx: Tx) -> str:
+    """``SELECT`` of a reversal row as :func:`_reversal` reads it."""
+    return f"SELECT {_REV_COLS.format(now=tx.now_sql)} FROM reversals r"
+
+
 _REC_COLS = "rec_id, step_id, reversal_id, kind, phase, at, body"
 _RECOVERY_ERROR = "the process running this step stopped before it logged a result"
 
@@ -90,7 +98,7 @@ def _reversal(row: Sequence[Any]) -> ReversalRecord:
         loads(row[3]),
         row[4],
         int(row[5]),
-        row[6],
+        leases.local(row[6], row[12]),
         row[7],
         row[8],
         calls,
@@ -105,6 +113,8 @@ def _saga(
     steps: Sequence[Any] = (),
     reversal: ReversalRecord | None = None,
     resolutions: Mapping[str, Resolution] | None = None,
+    *,
+    db_now: Any,
 ) -> SagaRecord:
     return SagaRecord(
         row[0],
@@ -115,7 +125,7 @@ def _saga(
         row[5],
         row[6],
         row[7],
-        row[8],
+        leases.local(row[8], db_now),
         tuple(steps),
         reversal,
         meta=loads(row[9]) or {},
@@ -187,7 +197,7 @@ def write_heads(tx: Tx, key: bytes | None, saga_ids: Sequence[str]) -> None:
 
 def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
     """The saga with its steps, resolutions and reversal, or ``None``."""
-    rows = tx.execute(f"SELECT {_SAGA_COLS} FROM sagas WHERE saga_id=?", (saga_id,))
+    rows = tx.execute(f"SELECT {_SAGA_COLS}, {tx.now_sql} FROM sagas WHERE saga_id=?", (saga_id,))
     if not rows:
         return None
     records = tx.execute(
@@ -196,8 +206,10 @@ def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
         (saga_id,),
     )
     steps, resolutions = fold_steps(saga_id, records)
-    rev = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
-    return _saga(rows[0], steps, _reversal(rev[0]) if rev else None, resolutions)
+    rev = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
+    return _saga(
+        rows[0], steps, _reversal(rev[0]) if rev else None, resolutions, db_now=rows[0][_N_SAGA]
+    )
 
 
 def _require_saga(tx: Tx, saga_id: str) -> None:
@@ -284,9 +296,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         def fn(tx: Tx) -> None:
             tx.execute(
-                "INSERT INTO sagas (saga_id, title, tenant, actor, state, created_at, "
-                "owner, lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (saga_id, title, tenant, actor, now, owner, lease_until, meta_text),
+                "INSERT INTO sagas (saga_id, title, tenant, actor, state, created_at, owner, "
+                f"lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, {leases.as_db(tx)}, ?)",
+                (saga_id, title, tenant, actor, now, owner, *leases.db(lease_until), meta_text),
             )
             digest = _append(tx, key, saga_id, "saga.started", now, text, prev="")
             # rule 12: the saga joins its shard of the log's heads, so deleting it is visible
@@ -370,9 +382,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
         def fn(tx: Tx) -> None:
             for saga_id in saga_ids:
                 tx.execute(
-                    "UPDATE sagas SET lease_until=? WHERE saga_id=? AND owner=? "
+                    f"UPDATE sagas SET lease_until={leases.as_db(tx)} WHERE saga_id=? AND owner=? "
                     "AND state='running'",
-                    (lease_until, saga_id, owner),
+                    (*leases.db(lease_until), saga_id, owner),
                 )
 
         await self.db.write(fn)
@@ -418,13 +430,14 @@ class SqlSagaLog(AdminQueries, SagaLog):
         lease_until: float,
         now: float,
     ) -> Claim:
-        rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+        rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
         if not rows:
             tx.cache.pop(_NO_REVERSAL + saga_id, None)  # steps written after this are refused
             tx.execute(
                 "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
-                " lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, ?, ?)",
-                (reversal_id, saga_id, budget_text, owner, lease_until, now),
+                f" lease_until, requested_at) VALUES (?, ?, 'running', ?, ?, 1, {leases.as_db(tx)},"
+                " ?)",
+                (reversal_id, saga_id, budget_text, owner, *leases.db(lease_until), now),
             )
             text = dumps({"budget": loads(budget_text), "owner": owner})
             _append(
@@ -436,7 +449,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 text,
                 reversal_id=reversal_id,
             )
-            new = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+            new = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             return Claim("new", _reversal(new[0]))
         rev = _reversal(rows[0])
         if rev.state == "done":
@@ -451,9 +464,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
             generation = rev.generation + 1
             _unfence(tx, rev.reversal_id)
             tx.execute(
-                "UPDATE reversals SET owner=?, generation=?, lease_until=? "
+                f"UPDATE reversals SET owner=?, generation=?, lease_until={leases.as_db(tx)} "
                 "WHERE reversal_id=? AND generation=?",
-                (owner, generation, lease_until, rev.reversal_id, rev.generation),
+                (owner, generation, *leases.db(lease_until), rev.reversal_id, rev.generation),
             )
             text = dumps({"owner": owner, "previous_owner": rev.owner, "generation": generation})
             _append(
@@ -465,7 +478,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 text,
                 reversal_id=rev.reversal_id,
             )
-            again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
+            again = tx.execute(f"{_rev(tx)} WHERE r.reversal_id=?", (rev.reversal_id,))
             return Claim("taken_over", _reversal(again[0]))
         return Claim("running_elsewhere", rev)
 
@@ -485,7 +498,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         def fn(tx: Tx) -> Claim:
             _require_saga(tx, saga_id)
-            rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+            rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             if not rows:
                 return self._claim_tx(tx, saga_id, first_id, budget_text, owner, lease_until, now)
             rev = _reversal(rows[0])
@@ -514,10 +527,10 @@ class SqlSagaLog(AdminQueries, SagaLog):
         _unfence(tx, rev.reversal_id)
         tx.execute(
             "UPDATE reversals SET state='running', budget=?, owner=?, generation=?, "
-            "lease_until=?, finished_at=NULL, continuations=? "
+            f"lease_until={leases.as_db(tx)}, finished_at=NULL, continuations=? "
             "WHERE reversal_id=? AND generation=?",
-            (budget_text, owner, generation, lease_until, continuations, rev.reversal_id,
-             rev.generation),
+            (budget_text, owner, generation, *leases.db(lease_until), continuations,
+             rev.reversal_id, rev.generation),
         )  # fmt: skip
         text = dumps(
             {
@@ -531,7 +544,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             tx, self.signing_key, rev.saga_id, "reversal.continued", now, text,
             reversal_id=rev.reversal_id,
         )  # fmt: skip
-        again = tx.execute(f"{_REV} WHERE r.reversal_id=?", (rev.reversal_id,))
+        again = tx.execute(f"{_rev(tx)} WHERE r.reversal_id=?", (rev.reversal_id,))
         return Claim("claimed", _reversal(again[0]))
 
     async def renew_reversal_lease(
@@ -539,9 +552,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
     ) -> None:
         def fn(tx: Tx) -> None:
             tx.execute(
-                "UPDATE reversals SET lease_until=? WHERE reversal_id=? AND generation=? "
-                "AND state='running'",
-                (lease_until, reversal_id, generation),
+                f"UPDATE reversals SET lease_until={leases.as_db(tx)} WHERE reversal_id=? AND "
+                "generation=? AND state='running'",
+                (*leases.db(lease_until), reversal_id, generation),
             )
             if tx.rowcount() == 0:
                 rows = tx.execute(
@@ -677,9 +690,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
     ) -> ReversalRecord | None:
         def fn(tx: Tx) -> ReversalRecord | None:
             if reversal_id is not None:
-                rows = tx.execute(f"{_REV} WHERE r.reversal_id=?", (reversal_id,))
+                rows = tx.execute(f"{_rev(tx)} WHERE r.reversal_id=?", (reversal_id,))
             else:
-                rows = tx.execute(f"{_REV} WHERE r.saga_id=?", (saga_id,))
+                rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             return _reversal(rows[0]) if rows else None
 
         return await self.db.read(fn)
@@ -730,7 +743,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
                     params.append(value)
             sql = (
                 f"SELECT {', '.join('s.' + c.strip() for c in _SAGA_COLS.split(','))}, "
-                f"{_REV_COLS} FROM sagas s LEFT JOIN reversals r ON r.saga_id = s.saga_id"
+                f"{_REV_COLS.format(now=tx.now_sql)} FROM sagas s LEFT JOIN reversals r "
+                "ON r.saga_id = s.saga_id"
             )
             if where:
                 sql += " WHERE " + " AND ".join(where)
@@ -739,7 +753,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             out = []
             for row in tx.execute(sql, params):
                 rev = _reversal(row[_N_SAGA:]) if row[_N_SAGA] is not None else None
-                out.append(_saga(row[:_N_SAGA], (), rev))
+                out.append(_saga(row[:_N_SAGA], (), rev, db_now=row[-1]))
             return out
 
         return await self.db.read(fn)
@@ -747,9 +761,10 @@ class SqlSagaLog(AdminQueries, SagaLog):
     async def expired_reversals(self, now: float) -> list[ReversalRecord]:
         def fn(tx: Tx) -> list[ReversalRecord]:
             rows = tx.execute(
-                f"{_REV} WHERE r.state='running' AND "
-                "(r.lease_until IS NULL OR r.lease_until <= ?) ORDER BY r.requested_at",
-                (now,),
+                f"{_rev(tx)} WHERE r.state='running' AND "
+                f"(r.lease_until IS NULL OR r.lease_until <= {leases.as_db(tx)}) "
+                "ORDER BY r.requested_at",
+                leases.db(now),
             )
             return [_reversal(r) for r in rows]
 
@@ -770,8 +785,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 r[0]
                 for r in tx.execute(
                     "SELECT saga_id FROM sagas WHERE state='running' AND "
-                    "(lease_until IS NULL OR lease_until <= ?) ORDER BY saga_id",
-                    (now,),
+                    f"(lease_until IS NULL OR lease_until <= {leases.as_db(tx)}) ORDER BY saga_id",
+                    leases.db(now),
                 )
             ]
             found: list[tuple[str, str]] = []

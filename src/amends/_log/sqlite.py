@@ -72,6 +72,9 @@ def translate(exc: sqlite3.Error, path: str) -> LogError:
 
 
 class _Cursor:
+    now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+    """The host's clock as SQLite reads it (no Python process can shift it; issue 21.11)."""
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._cur = conn.cursor()  # one cursor per transaction, not one per statement
         self._last = 0
@@ -481,6 +484,22 @@ class _SqliteDatabase(Database):
                 if self._reads == 0:
                     self._reads_done.notify_all()
 
+    def quick_check(self) -> list[str]:
+        """``PRAGMA quick_check`` on a connection of its own, outside a transaction (inside one,
+        SQLite stops at the first damaged page with "malformed" instead of naming it)."""
+        self._check_open()
+        try:
+            conn = sqlite3.connect(self._uri(self._immutable), uri=True, timeout=self.busy_timeout)
+        except sqlite3.Error as exc:
+            return [str(translate(exc, self.path))]
+        try:
+            rows = conn.execute("PRAGMA quick_check").fetchall()
+            return [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        except sqlite3.Error as exc:  # so damaged that the check itself cannot go on
+            return [str(translate(exc, self.path))]
+        finally:
+            conn.close()
+
     def _close_readers(self) -> None:
         """Close the reader connections once no read is running on them."""
         with self._reads_done:
@@ -616,3 +635,11 @@ class SqliteLog(SqlSagaLog):
 
     def __repr__(self) -> str:
         return f"SqliteLog({self.path!r})"
+
+    async def storage_problems(self) -> list[str]:
+        """``PRAGMA quick_check``: every page of the file, b-tree structure and records (not
+        index contents), in one read; a damaged page is named (issue 21 item 12)."""
+
+        if self.path == ":memory:":
+            return []
+        return await asyncio.to_thread(cast(_SqliteDatabase, self.db).quick_check)

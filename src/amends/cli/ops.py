@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .._errors import AmendsError
+from .._errors import AmendsError, LogCorruptedError
 from .._log import file_permission_problems
 from .._log.integrity import LOG
 from .._log.sql import SCHEMA_VERSION
@@ -117,6 +117,7 @@ async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
 
     Raises:
         LogError: The log does not exist or cannot be opened.
+        LogCorruptedError: The log's storage is damaged (nothing is recovered).
     """
     from .._budget import Budget
     from .._engine import Engine
@@ -125,6 +126,14 @@ async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
     log = open_existing_log(db)
     out: dict[str, Any] = {"in_doubt": [], "resumed": [], "failed": []}
     try:
+        damage = await log.storage_problems()
+        if damage:  # issue 21.12: never recover from a log with holes in it
+            raise LogCorruptedError(
+                f"saga log {db!r} is damaged ({'; '.join(damage[:3])}); nothing was recovered. "
+                f"Stop every process using it and restore it from a backup (`amends doctor "
+                f"--db {db}` lists the damage)",
+                path=db,
+            )
         now = time.time()
         out["in_doubt"] = [{"saga_id": s, "step_id": st} for s, st in await log.mark_in_doubt(now)]
         for rev in await log.expired_reversals(now):
@@ -173,6 +182,16 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         findings.append(
             Finding("ok", f"schema version {version} (this amends writes {SCHEMA_VERSION})", "")
         )
+        for problem in await log.storage_problems():  # issue 21.12: a damaged page is found
+            findings.append(
+                Finding(
+                    "action",
+                    f"the log's storage is damaged: {problem}",
+                    "stop every process using the log and restore it from a backup; amends "
+                    "cannot tell what a damaged page held (undo could act on a history with "
+                    "holes)",
+                )
+            )
         health = await log.health(now)  # issue 9: all SQL lives in amends._log
         for problem in file_permission_problems(target if isinstance(target, str) else ""):
             findings.append(Finding("action", problem, "chmod 600 the file (rule 11)"))
