@@ -11,7 +11,13 @@ A saga records ``meta["catalog"] = {"ref", "fingerprint", "tools"}`` when it sta
   so a catalog that changed since the saga ran is noticed.
 - ``tools`` lists the catalog's tool names.
 
-This module never loads a catalog itself and never writes to the log.
+Nothing read from a log is ever imported or executed (rule 12, issue 21 item 2): the operator
+names the catalogs a process may load (``--catalog``, repeatable, or ``$AMENDS_CATALOGS``), and
+a saga's recorded reference only *selects* among those, by name and fingerprint
+(:func:`choose_catalog`). A reference to anything else is refused, naming both.
+
+This module never loads a catalog itself (only through the loaders the operator allowed) and
+never writes to the log.
 """
 
 from __future__ import annotations
@@ -20,12 +26,25 @@ import hashlib
 import json
 import sys
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._contracts import Catalog
+from ._errors import ConfigError
 
-__all__ = ["SANDBOX_REF", "catalog_meta", "needed_tools", "tag_catalog"]
+__all__ = [
+    "SANDBOX_REF",
+    "Loader",
+    "catalog_meta",
+    "choose_catalog",
+    "fingerprint",
+    "needed_tools",
+    "tag_catalog",
+]
+
+Loader = Callable[[], Catalog]
+"""Loads one catalog the operator allowed (the CLI's loaders import a module or read a TOML file
+only when called, and only once)."""
 
 SANDBOX_REF = "amends.sandbox:demo_catalog"
 """The reference recorded for sagas run with the sandbox's tools."""
@@ -118,3 +137,95 @@ def needed_tools(steps: Iterable[Any]) -> list[str]:
         if s.expectation:
             names.add(str(s.expectation.get("probe")))
     return sorted(names)
+
+
+def _recorded(meta: Any) -> tuple[str | None, str | None]:
+    """(ref, fingerprint) of a saga's ``meta["catalog"]``; ``(None, None)`` when absent."""
+    found = meta.get("catalog") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return None, None
+    ref, fp = found.get("ref"), found.get("fingerprint")
+    return (ref if isinstance(ref, str) else None), (fp if isinstance(fp, str) else None)
+
+
+def choose_catalog(
+    meta: Mapping[str, Any],
+    allowed: Mapping[str, Loader],
+    *,
+    saga_id: str,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[str, Catalog]:
+    """The catalog, among those the operator ``allowed`` (name -> loader), to undo a saga with.
+
+    The saga's recorded reference (``meta["catalog"]``) only selects: an allowed catalog of
+    that name, else the one allowed catalog whose fingerprint it recorded. When the operator
+    allowed exactly one catalog, that one is used whatever the saga recorded (the operator
+    chose it; ``warn`` says so if the name or the contracts differ). The sandbox's catalog is
+    never used for a saga the sandbox did not make. Nothing is imported that the operator did
+    not allow: the recorded reference may be anything (``os:remove``), it is data.
+
+    Returns:
+        The chosen catalog's name and the catalog.
+
+    Raises:
+        ConfigError: No catalog is allowed, none of those allowed is the saga's, or the sandbox
+            would act for another saga; the message names what the saga recorded, what is
+            allowed, and what to pass.
+    """
+    ref, fp = _recorded(meta)
+    shown = f"{ref!r}" if ref else "no catalog"
+    if not allowed and ref is None:
+        raise ConfigError(
+            f"saga {saga_id} does not record which catalog ran it (a catalog defined in "
+            f"__main__ or inside a function, or a log from an older amends); pass the same "
+            f"tools with --catalog MODULE:ATTR or --catalog tools.toml",
+            saga_id=saga_id,
+        )
+    if not allowed:
+        raise ConfigError(
+            f"saga {saga_id} recorded {shown}, and this process is allowed no catalog; amends "
+            f"never loads a catalog a log names (rule 12). Pass the catalog that ran the saga, "
+            f"e.g. --catalog myproj.tools:catalog or --catalog tools.toml (or set "
+            f"AMENDS_CATALOGS){_CHECK if ref else ''}",
+            saga_id=saga_id,
+        )
+    name = _select(ref, fp, allowed, saga_id)
+    if name == SANDBOX_REF and ref != SANDBOX_REF:
+        raise ConfigError(
+            f"saga {saga_id} was not made by the sandbox; the sandbox's tools would act on the "
+            f"sandbox, not on your vendors. Pass the catalog that ran it with --catalog",
+            saga_id=saga_id,
+        )
+    catalog = allowed[name]()
+    now = fingerprint(catalog)
+    if warn is not None and ref is not None and name != ref:
+        warn(f"saga {saga_id} recorded catalog {ref!r}; undoing with {name!r}, as allowed")
+    if warn is not None and fp and fp != now:
+        warn(
+            f"the contracts of catalog {name} changed since saga {saga_id} ran (fingerprint {fp} "
+            f"then, {now} now); undoing with the contracts at hand"
+        )
+    return name, catalog
+
+
+def _select(ref: str | None, fp: str | None, allowed: Mapping[str, Loader], saga_id: str) -> str:
+    """The allowed name ``ref``/``fp`` selects (see :func:`choose_catalog`)."""
+    if ref is not None and ref in allowed:
+        return ref
+    if len(allowed) == 1:
+        return next(iter(allowed))
+    if fp:
+        same = [n for n, load in allowed.items() if fingerprint(load()) == fp]
+        if len(same) == 1:
+            return same[0]
+    names = ", ".join(repr(n) for n in allowed)
+    raise ConfigError(
+        f"saga {saga_id} recorded catalog {ref!r} (fingerprint {fp}), which is not among the "
+        f"catalogs this process is allowed to load ({names}); amends never loads a catalog a log "
+        f"names (rule 12). Pass the catalog that ran the saga too, e.g. --catalog "
+        f"myproj.tools:catalog{_CHECK if ref else ''}",
+        saga_id=saga_id,
+    )
+
+
+_CHECK = "; the log's reference is only a hint: check it is your catalog before you pass it"

@@ -153,10 +153,16 @@ async def test_recover_carries_on_past_a_reversal_it_cannot_resume_and_reports_i
             sid, reversal_id=rid, budget={}, owner="dead", lease_until=now - 1, now=now - 2
         )
     await log.close()
-    code = await asyncio.to_thread(main, ["recover", "--db", db])
+    other = tmp_path / "other.toml"
+    other.write_text('[[tool]]\nname = "y.thing"\nhttp = { url = "http://127.0.0.1:9/y" }\n')
+    # issue 21 item 2: the operator allows two catalogs; the orphan's is neither
+    code = await asyncio.to_thread(
+        main, ["recover", "--db", db, "--catalog", SPEC, "--catalog", str(other)]
+    )
     out = capsys.readouterr().out
     assert code == 1
-    assert f"NOT recovered: reversal rev_a of saga {orphan.id}: saga {orphan.id} does not " in out
+    assert f"NOT recovered: reversal rev_a of saga {orphan.id}: saga {orphan.id} recorded " in out
+    assert "which is not among the catalogs this process is allowed to load" in out
     assert f"resumed reversal rev_b of saga {good}: cannot_undo" in out
 
 

@@ -30,10 +30,22 @@ async def test_a_saga_records_the_catalog_that_ran_it(saga_db: tuple[str, str]) 
     assert len(meta["fingerprint"]) == 16
 
 
-async def test_undo_without_catalog_uses_the_recorded_one(
-    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+async def test_undo_loads_the_recorded_catalog_only_when_the_operator_allows_it(
+    saga_db: tuple[str, str],
+    rows: Rows,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Issue 21 item 2 changed this: the saga's recorded catalog is no longer imported by
+    itself (rule 12); it selects among the catalogs the operator allows."""
     db, saga_id = saga_db
+    monkeypatch.delenv("AMENDS_CATALOG", raising=False)
+    before = rows(db)
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"])
+    err = capsys.readouterr().err
+    assert code == 2 and "this process is allowed no catalog" in err and f"'{SPEC}'" in err
+    assert rows(db) == before
+    monkeypatch.setenv("AMENDS_CATALOGS", f"other.toml,{SPEC}")  # the saga's name selects
     assert WORLD.crm["r1"]["stage"] == "won"
     code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -102,7 +114,7 @@ async def test_sandbox_sagas_record_the_sandbox_catalog(tmp_path: Path) -> None:
     assert saga_rec is not None and saga_rec.meta["catalog"]["ref"] == SANDBOX_REF
 
 
-def test_catalog_module_is_imported_from_the_current_directory_as_python_m_does(
+def test_catalog_module_is_imported_from_the_current_directory_after_the_import_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "mytools_input11.py").write_text(
@@ -162,15 +174,21 @@ async def test_a_catalog_whose_contracts_changed_since_the_saga_is_named_in_a_wa
     assert f"saga {saga_id} ran (fingerprint " in err
 
 
-async def test_serve_takes_the_one_catalog_its_sagas_recorded_and_refuses_ambiguity(
+async def test_serve_takes_the_one_catalog_allowed_or_the_one_its_sagas_select(
     saga_db: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 21 item 2 changed this: serve loads only a catalog the operator names; with
+    several allowed, the one the log's sagas recorded is served, never one the log names
+    alone."""
     from amends.cli.serve import _serve_catalog
 
     monkeypatch.delenv("AMENDS_CATALOG", raising=False)
+    monkeypatch.delenv("AMENDS_CATALOGS", raising=False)
     db, _ = saga_db
-    assert await asyncio.to_thread(_serve_catalog, None, db) == SPEC
-    assert await asyncio.to_thread(_serve_catalog, "x.toml", db) == "x.toml"
+    with pytest.raises(amends.ConfigError, match=f"none was given \\(its sagas recorded {SPEC}"):
+        await asyncio.to_thread(_serve_catalog, None, db)
+    assert await asyncio.to_thread(_serve_catalog, ["x.toml"], db) == "x.toml"
+    assert await asyncio.to_thread(_serve_catalog, ["x.toml", SPEC], db) == SPEC
     from amends.sandbox import World, sandbox_catalog
 
     engine = amends.Engine(sandbox_catalog(World(db + ".world")), log=db)
@@ -178,12 +196,10 @@ async def test_serve_takes_the_one_catalog_its_sagas_recorded_and_refuses_ambigu
         saga.call("payments.charge", customer="cus_acme", cents=700)
     await engine.close()
     with pytest.raises(amends.ConfigError) as exc:
-        await asyncio.to_thread(_serve_catalog, None, db)
-    assert f"were run with several catalogs ({SANDBOX_REF}, {SPEC})" in str(exc.value)
-    empty = str(tmp_path / "empty.db")
-    await amends.SqliteLog(empty).close()
-    with pytest.raises(amends.ConfigError, match="no saga in .* records which catalog ran it"):
-        await asyncio.to_thread(_serve_catalog, None, empty)
+        await asyncio.to_thread(_serve_catalog, [SANDBOX_REF, SPEC], db)
+    assert f"the sagas in {db} select {SANDBOX_REF}, {SPEC}" in str(exc.value)
+    monkeypatch.setenv("AMENDS_CATALOGS", SPEC)
+    assert await asyncio.to_thread(_serve_catalog, None, db) == SPEC
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,16 @@ import json
 from collections.abc import Callable
 
 import pytest
-from input_tools import WORLD
+from input_tools import SPEC, WORLD
 
 from amends.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 2: the operator allows the saga's catalog (a log's name is never loaded)."""
+    monkeypatch.setenv("AMENDS_CATALOGS", SPEC)
+
 
 Rows = Callable[[str], list[str]]
 

@@ -24,6 +24,7 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")])
     env["TERM"] = "xterm-256color"
+    env["AMENDS_CATALOGS"] = "input_tools:CATALOG"  # issue 21 item 2: the operator allows it
     return env
 
 
@@ -104,6 +105,7 @@ def test_show_is_concise_by_default_and_history_is_asked_for(
 
     db, saga_id = saga_db
     monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("AMENDS_CATALOGS", "input_tools:CATALOG")  # issue 21.2: allowed
     assert main(["undo", saga_id, "--db", db]) == 1  # the email stands
     capsys.readouterr()
     assert main(["show", saga_id, "--db", db]) == 0

@@ -76,6 +76,8 @@ async def test_amends_undo_in_a_new_process_refunds_in_the_world_file(tmp_path: 
     await eng.close()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "amends.cli", "undo", saga.id, "--db", db,
+        # issue 21 item 2: the operator allows the sandbox's catalog (never the log by itself)
+        "--catalog", "amends.sandbox:demo_catalog",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -16,7 +16,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -24,7 +25,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from .._budget import check_budget_value
-from .._catalog_ref import SANDBOX_REF, fingerprint, needed_tools, tag_catalog
+from .._catalog_ref import SANDBOX_REF, Loader, choose_catalog, needed_tools, tag_catalog
 from .._contracts import Catalog
 from .._errors import AmendsError, ConfigError, LogError
 from .._log import open_log
@@ -67,12 +68,16 @@ def add_db_argument(parser: argparse.ArgumentParser, default: str = "amends.db")
     )
 
 
+CATALOG_HELP = (
+    "a catalog this command may load: MODULE:ATTR (a module of this environment, or of the "
+    "current directory) or a .toml file; repeatable. Default: $AMENDS_CATALOGS "
+    "(comma-separated) or $AMENDS_CATALOG. A saga's recorded catalog only selects among these: "
+    "amends never loads a catalog named in the log"
+)
+
+
 def add_catalog_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--catalog",
-        help="the tools to undo with: MODULE:ATTR (imported from the current directory, as "
-        "python -m does) or a .toml file; default: the catalog the saga recorded",
-    )
+    parser.add_argument("--catalog", action="append", metavar="REF", help=CATALOG_HELP)
 
 
 def budget_flag(name: str, flag: str) -> Callable[[str], Any]:
@@ -113,11 +118,12 @@ def open_existing_log(db: str, *, read_only: bool = False) -> SagaLog:
 
 @contextlib.contextmanager
 def _cwd_importable() -> Iterator[None]:
-    # As `python -m` does: the current directory comes first on the import path.
+    # The operator's module may live in the current directory; it comes last on the import path
+    # (issue 21 item 2), so a file there can never stand in for a module found elsewhere.
     cwd = os.getcwd()
     added = cwd not in sys.path and "" not in sys.path
     if added:
-        sys.path.insert(0, cwd)
+        sys.path.append(cwd)
     try:
         yield
     finally:
@@ -128,8 +134,9 @@ def _cwd_importable() -> Iterator[None]:
 
 def load_catalog(spec: str | None, db: str) -> Catalog:
     """The catalog named by ``MODULE:ATTR`` (a Catalog, or a callable of the db returning one),
-    by a ``.toml`` catalog file, or by an MCP gateway's ``.toml`` config (its upstream tools).
-    ``MODULE`` is imported from the current directory first.
+    by a ``.toml`` catalog file, or by an MCP gateway's ``.toml`` config (its upstream tools),
+    as the operator gave it (never a name read from a log, rule 12). ``MODULE`` is looked up on
+    the import path, then in the current directory.
 
     Default: ``$AMENDS_CATALOG``, else the sandbox's ``amends.sandbox:demo_catalog``.
 
@@ -191,41 +198,77 @@ def recorded_catalog(saga: SagaRecord) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def catalog_name(spec: str) -> str:
+    """The name a saga records for the catalog ``spec`` loads: a TOML file by its absolute path
+    (what :func:`amends.load_toml_catalog` tags), ``MODULE:ATTR`` as it is."""
+    if spec.endswith(".toml"):
+        return str(Path(spec).resolve())
+    return spec
+
+
+def allowed_specs(specs: Sequence[str] | None) -> dict[str, str]:
+    """The catalogs the operator allows this command to load (issue 21 item 2, rule 12):
+    ``--catalog`` (repeatable), else ``$AMENDS_CATALOGS`` (comma-separated) and
+    ``$AMENDS_CATALOG``. The name a saga records for each -> the spec as given."""
+    given = list(specs or ())
+    if not given:
+        given = [s.strip() for s in os.environ.get("AMENDS_CATALOGS", "").split(",") if s.strip()]
+        if os.environ.get("AMENDS_CATALOG"):
+            given.append(os.environ["AMENDS_CATALOG"])
+    out: dict[str, str] = {}
+    for spec in given:
+        out.setdefault(catalog_name(spec), spec)
+    return out
+
+
+def allowed_catalogs(specs: Sequence[str] | None, db: str) -> dict[str, Loader]:
+    """:func:`allowed_specs` as name -> loader; each catalog loads once, when first asked."""
+    return {name: _once(spec, db) for name, spec in allowed_specs(specs).items()}
+
+
+def _once(spec: str, db: str) -> Loader:
+    loaded: list[Catalog] = []
+
+    def load() -> Catalog:
+        if not loaded:
+            loaded.append(load_catalog(spec, db))
+        return loaded[0]
+
+    return load
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"amends: warning: {safe(text)}\n")
+
+
 def catalog_for_saga(
-    spec: str | None, saga: SagaRecord, db: str, *, continuing: bool = False
+    allowed: dict[str, Loader], saga: SagaRecord, *, continuing: bool = False
 ) -> Catalog:
-    """The catalog to undo ``saga`` with (issue 11 item 3): ``--catalog`` if given, else the one
-    the saga recorded, else ``$AMENDS_CATALOG``; never the sandbox's for a saga it did not make.
+    """The catalog to undo ``saga`` with: one the operator allowed, selected by what the saga
+    recorded (:func:`amends._catalog_ref.choose_catalog`); never the sandbox's for a saga it did
+    not make, never anything the log names by itself. A saga whose reversal has finished needs
+    no tool (its report is read), so any catalog will do, even none.
 
     Raises:
-        ConfigError: No catalog can be known for the saga, or the catalog at hand lacks tools the
-            saga's undo needs (the message names them).
+        ConfigError: None of the allowed catalogs is the saga's, or the one chosen lacks tools
+            the saga's undo needs (the message names them).
     """
-    ref = recorded_catalog(saga).get("ref")
-    chosen = spec or ref or os.environ.get("AMENDS_CATALOG")
-    if not chosen:
-        raise ConfigError(
-            f"saga {saga.saga_id} does not record which catalog ran it (a catalog defined in "
-            f"__main__ or inside a function, or a log from an older amends); pass the same "
-            f"tools with --catalog MODULE:ATTR or --catalog tools.toml",
-            saga_id=saga.saga_id,
-        )
-    if chosen == SANDBOX_REF and ref != SANDBOX_REF:
-        raise ConfigError(
-            f"saga {saga.saga_id} was not made by the sandbox; the sandbox's tools would act on "
-            f"the sandbox, not on your vendors. Pass the catalog that ran it with --catalog",
-            saga_id=saga.saga_id,
-        )
-    catalog = load_catalog(chosen, db)
-    check_tools(catalog, saga, chosen, continuing=continuing)
+    if not allowed and _finished(saga) and not continuing:
+        return Catalog()  # undo only joins the finished reversal: no tool is called
+    name, catalog = choose_catalog(saga.meta, allowed, saga_id=saga.saga_id, warn=_warn)
+    check_tools(catalog, saga, name, continuing=continuing)
     return catalog
+
+
+def _finished(saga: SagaRecord) -> bool:
+    return saga.reversal is not None and saga.reversal.state == "done"
 
 
 def check_tools(
     catalog: Catalog, saga: SagaRecord, where: str, *, continuing: bool = False
 ) -> None:
-    """Refuse a catalog that lacks a tool the saga's undo needs; warn if it changed since."""
-    if saga.reversal is not None and saga.reversal.state == "done" and not continuing:
+    """Refuse a catalog that lacks a tool the saga's undo needs."""
+    if _finished(saga) and not continuing:
         return  # undo only joins the finished reversal: no tool is called
     missing = [t for t in needed_tools(saga.steps) if t not in catalog]
     if missing:
@@ -233,13 +276,6 @@ def check_tools(
             f"saga {saga.saga_id} needs tool(s) {', '.join(missing)}, missing from catalog "
             f"{where}; nothing was done. Pass the catalog that ran the saga with --catalog",
             saga_id=saga.saga_id,
-        )
-    recorded = recorded_catalog(saga).get("fingerprint")
-    if recorded and recorded != fingerprint(catalog):
-        sys.stderr.write(
-            f"amends: warning: the contracts of catalog {safe(where)} changed since saga "
-            f"{saga.saga_id} ran (fingerprint {safe(recorded)} then, {fingerprint(catalog)} "
-            f"now); undoing with the contracts at hand\n"
         )
 
 

@@ -26,6 +26,7 @@ from .._reversal import current_report
 from ._common import (
     add_catalog_argument,
     add_db_argument,
+    allowed_catalogs,
     budget_flag,
     catalog_for_saga,
     load_catalog,
@@ -308,7 +309,8 @@ def _undo(args: argparse.Namespace) -> int:
         log = open_existing_log(args.db)
         try:
             saga = await _get(log, args.saga_id)
-            catalog = catalog_for_saga(args.catalog, saga, args.db, continuing=args.continue_)
+            allowed = allowed_catalogs(args.catalog, args.db)
+            catalog = catalog_for_saga(allowed, saga, continuing=args.continue_)
         except BaseException:
             await log.close()
             raise

@@ -43,17 +43,15 @@ def _db_arg(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add the ``recover`` and ``doctor`` subcommands."""
+    from ._common import CATALOG_HELP
+
     rec = sub.add_parser(
         "recover",
         help="after a crash: resume unfinished reversals, mark unfinished forward steps "
         "in_doubt; exits 1 if a reversal could not be resumed (the others are)",
     )
     _db_arg(rec)
-    rec.add_argument(
-        "--catalog",
-        help="MODULE:ATTR or .toml file of the catalog; default: the catalog each saga "
-        "recorded, else $AMENDS_CATALOG",
-    )
+    rec.add_argument("--catalog", action="append", metavar="REF", help=CATALOG_HELP)
     rec.add_argument("--json", action="store_true", help="print JSON")
     rec.set_defaults(handler=_recover)
 
@@ -108,9 +106,10 @@ def _print_recovery(out: dict[str, Any]) -> None:
         sys.stdout.write("nothing to recover\n")
 
 
-async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
+async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
     """``amends recover``: mark unfinished forward steps in_doubt, then resume each reversal
-    whose worker stopped, each with the catalog its saga recorded (or ``catalog_spec``).
+    whose worker stopped, each with the catalog its saga recorded, among those the operator
+    allowed (``catalog_specs``, else ``$AMENDS_CATALOGS``; rule 12: none named by the log).
 
     One reversal that cannot be resumed (its catalog is missing, an error) is reported under
     ``failed`` and the others carry on (issue 11).
@@ -121,8 +120,9 @@ async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
     """
     from .._budget import Budget
     from .._engine import Engine
-    from ._common import catalog_for_saga, open_existing_log
+    from ._common import allowed_catalogs, catalog_for_saga, open_existing_log
 
+    allowed = allowed_catalogs(catalog_specs, db)
     log = open_existing_log(db)
     out: dict[str, Any] = {"in_doubt": [], "resumed": [], "failed": []}
     try:
@@ -140,7 +140,7 @@ async def recover(db: str, catalog_spec: str | None) -> dict[str, Any]:
             try:
                 saga = await log.get_saga(rev.saga_id)
                 assert saga is not None
-                engine = Engine(catalog_for_saga(catalog_spec, saga, db), log=log)
+                engine = Engine(catalog_for_saga(allowed, saga), log=log)
                 # Budget.from_dict clamps a NaN/infinite budget an older amends stored.
                 report = await engine.undo(rev.saga_id, budget=Budget.from_dict(rev.budget))
             except Exception as exc:  # one bad reversal must not stop the others

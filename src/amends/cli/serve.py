@@ -17,17 +17,13 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``serve`` and ``token`` to the ``amends`` CLI."""
-    from ._common import add_db_argument
+    from ._common import CATALOG_HELP, add_db_argument
 
     serve = sub.add_parser("serve", help="serve the HTTP API and web page (needs amends[server])")
     add_db_argument(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="port, 1-65535 (default 8000)")
-    serve.add_argument(
-        "--catalog",
-        help="MODULE:ATTR or .toml file of the catalog; default: the one the log's sagas "
-        "recorded, else $AMENDS_CATALOG",
-    )
+    serve.add_argument("--catalog", action="append", metavar="REF", help=CATALOG_HELP)
     serve.add_argument("--undo-label", default="Undo", help="label of the undo button")
     serve.add_argument(
         "--public-origin",
@@ -185,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_per_address=args.max_connections_per_address,
         trusted=parse_trusted_proxies(proxies),
     )
-    chosen = _serve_catalog(args.catalog, args.db)
+    chosen = _serve_catalog(args.catalog, args.db)  # rule 12: only what the operator allowed
     if isinstance(chosen, list):  # several MCP gateways share the log (issue 24 item 6)
         from ..integrations.mcp.undo_catalog import gateways_catalog
 
@@ -313,17 +309,19 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_catalog(spec: str | None, db: str) -> str | list[str]:
-    """``--catalog``, else the one catalog the log's sagas recorded (or, when they are the
-    configs of several MCP gateways sharing the log, all of them), else ``$AMENDS_CATALOG``;
-    the log must exist.
+def _serve_catalog(specs: list[str] | None, db: str) -> str | list[str]:
+    """What ``amends serve`` serves: the one catalog the operator allowed (``--catalog``, else
+    ``$AMENDS_CATALOGS``/``$AMENDS_CATALOG``), or, when several are allowed, the one the log's
+    sagas recorded, or all of those when they are the configs of several MCP gateways sharing
+    the log (issue 24 item 6). Rule 12: a recorded name only selects among the allowed ones;
+    nothing the log names is loaded by itself. The log must exist.
 
     Raises:
-        ConfigError: The sagas recorded several catalogs, or none can be known.
+        ConfigError: No catalog is allowed, or the log's sagas do not select exactly one.
         LogError: The log does not exist or is not an amends log.
     """
     from ..integrations.mcp.undo_catalog import is_gateway_config
-    from ._common import open_existing_log, recorded_catalog, run_async
+    from ._common import allowed_specs, open_existing_log, recorded_catalog, run_async, safe
 
     async def refs() -> set[str]:
         log = open_existing_log(db, read_only=True)
@@ -334,19 +332,23 @@ def _serve_catalog(spec: str | None, db: str) -> str | list[str]:
         return {str(r) for r in (recorded_catalog(s).get("ref") for s in sagas) if r}
 
     found = run_async(refs())  # also: a mistyped --db is an error, never a new empty log
-    if spec:
-        return spec
-    if len(found) > 1 and all(f.endswith(".toml") and is_gateway_config(f) for f in found):
-        return sorted(found)
-    if len(found) > 1:
+    by_name = allowed_specs(specs)
+    if len(by_name) == 1:
+        return next(iter(by_name.values()))
+    if not by_name:
+        hint = f" (its sagas recorded {', '.join(sorted(map(safe, found)))})" if found else ""
         raise ConfigError(
-            f"the sagas in {db} were run with several catalogs ({', '.join(sorted(found))}); "
-            f"serve one with --catalog (sagas needing tools it lacks are refused)"
+            f"amends serve loads only a catalog you name; none was given{hint}. Pass it, e.g. "
+            f"--catalog myproj.tools:catalog or --catalog tools.toml (rule 12: amends never "
+            f"loads a catalog named in the log)"
         )
-    chosen = next(iter(found), None) or os.environ.get("AMENDS_CATALOG")
-    if not chosen:
+    chosen = [name for name in by_name if name in found]
+    if len(chosen) > 1 and all(is_gateway_config(by_name[n]) for n in chosen):
+        return sorted(by_name[n] for n in chosen)  # several allowed MCP gateways share the log
+    if len(chosen) != 1:
         raise ConfigError(
-            f"no saga in {db} records which catalog ran it; pass --catalog MODULE:ATTR or "
-            f"--catalog tools.toml"
+            f"amends serve serves one catalog; of those you allowed "
+            f"({', '.join(sorted(by_name))}), the sagas in {db} select "
+            f"{', '.join(sorted(chosen)) or 'none'}; pass the one to serve with --catalog"
         )
-    return chosen
+    return by_name[chosen[0]]
