@@ -49,8 +49,13 @@ from .records import (
     loads,
     redacted_body,
     report_hash,
-    spent,
 )
+from .rows import N_SAGA as _N_SAGA
+from .rows import REV_COLS as _REV_COLS
+from .rows import SAGA_COLS as _SAGA_COLS
+from .rows import rev_select as _rev
+from .rows import reversal_of as _reversal
+from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 
 __all__ = [
@@ -65,72 +70,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-_SAGA_COLS = (
-    "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until, meta"
-)
-_N_SAGA = 10
-_REV_COLS = (
-    "r.reversal_id, r.saga_id, r.state, r.budget, r.owner, r.generation, r.lease_until, "
-    "r.requested_at, r.finished_at, r.report, r.continuations, "
-    # spent by the current run: derived from its latest compensation record (issue 12)
-    "(SELECT c.body FROM records c WHERE c.reversal_id = r.reversal_id AND c.phase = 'c' "
-    "ORDER BY c.rec_id DESC LIMIT 1), "
-    "{now}"  # the database's clock, to read the lease on the caller's (issue 21.11)
-)
-
-
-def _rev(tx: Tx) -> str:
-    """``SELECT`` of a reversal row as :func:`_reversal` reads it."""
-    return f"SELECT {_REV_COLS.format(now=tx.now_sql)} FROM reversals r"
-
-
 _REC_COLS = "rec_id, step_id, reversal_id, kind, phase, at, body"
 _RECOVERY_ERROR = "the process running this step stopped before it logged a result"
-
-
-def _reversal(row: Sequence[Any]) -> ReversalRecord:
-    continuations = int(row[10] or 0)
-    calls, tokens = spent(row[11], continuations)
-    return ReversalRecord(
-        row[0],
-        row[1],
-        row[2],
-        loads(row[3]),
-        row[4],
-        int(row[5]),
-        leases.local(row[6], row[12]),
-        row[7],
-        row[8],
-        calls,
-        tokens,
-        loads(row[9]),
-        continuations,
-    )
-
-
-def _saga(
-    row: Sequence[Any],
-    steps: Sequence[Any] = (),
-    reversal: ReversalRecord | None = None,
-    resolutions: Mapping[str, Resolution] | None = None,
-    *,
-    db_now: Any,
-) -> SagaRecord:
-    return SagaRecord(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        row[7],
-        leases.local(row[8], db_now),
-        tuple(steps),
-        reversal,
-        meta=loads(row[9]) or {},
-        resolutions=dict(resolutions or {}),
-    )
 
 
 _NO_REVERSAL = "\x00no-reversal:"

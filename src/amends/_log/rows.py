@@ -1,0 +1,77 @@
+"""The ``sagas`` and ``reversals`` rows as records: the columns the SQL log selects and how a
+row reads back (issue 21.11: leases on the caller's clock, :mod:`amends._log.leases`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import leases
+from .base import Resolution, ReversalRecord, SagaRecord
+from .database import Tx
+from .records import loads, spent
+
+__all__ = ["N_SAGA", "REV_COLS", "SAGA_COLS", "rev_select", "reversal_of", "saga_of"]
+
+SAGA_COLS = (
+    "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until, meta"
+)
+N_SAGA = 10
+REV_COLS = (
+    "r.reversal_id, r.saga_id, r.state, r.budget, r.owner, r.generation, r.lease_until, "
+    "r.requested_at, r.finished_at, r.report, r.continuations, "
+    # spent by the current run: derived from its latest compensation record (issue 12)
+    "(SELECT c.body FROM records c WHERE c.reversal_id = r.reversal_id AND c.phase = 'c' "
+    "ORDER BY c.rec_id DESC LIMIT 1), "
+    "{now}"  # the database's clock, to read the lease on the caller's (issue 21.11)
+)
+
+
+def rev_select(tx: Tx) -> str:
+    """``SELECT`` of a reversal row as :func:`reversal_of` reads it."""
+    return f"SELECT {REV_COLS.format(now=tx.now_sql)} FROM reversals r"
+
+
+def reversal_of(row: Sequence[Any]) -> ReversalRecord:
+    continuations = int(row[10] or 0)
+    calls, tokens = spent(row[11], continuations)
+    return ReversalRecord(
+        row[0],
+        row[1],
+        row[2],
+        loads(row[3]),
+        row[4],
+        int(row[5]),
+        leases.local(row[6], row[12]),
+        row[7],
+        row[8],
+        calls,
+        tokens,
+        loads(row[9]),
+        continuations,
+    )
+
+
+def saga_of(
+    row: Sequence[Any],
+    steps: Sequence[Any] = (),
+    reversal: ReversalRecord | None = None,
+    resolutions: Mapping[str, Resolution] | None = None,
+    *,
+    db_now: Any,
+) -> SagaRecord:
+    return SagaRecord(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        leases.local(row[8], db_now),
+        tuple(steps),
+        reversal,
+        meta=loads(row[9]) or {},
+        resolutions=dict(resolutions or {}),
+    )
