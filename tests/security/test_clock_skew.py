@@ -21,15 +21,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("skew_child.py")
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'log.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 def _start(log: str, tmp: Path, mode: str, skew: float = 0.0) -> subprocess.Popen[str]:

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import amends
 from amends.cli.ops import diagnose
-
-BACKENDS = ["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])]
 
 
 @dataclass
@@ -53,12 +50,9 @@ def psp_catalog(psp: Psp) -> amends.Catalog:
     return catalog
 
 
-@pytest.fixture(params=BACKENDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "log.db")
-    pg: str = request.getfixturevalue("pg_url")
-    return pg
+@pytest.fixture
+def url(log_url: str) -> str:
+    return log_url.removeprefix("sqlite:///")
 
 
 @pytest.fixture
