@@ -233,8 +233,8 @@ async def test_amends_show_and_undo_from_the_cli_after_the_gateway_is_gone(kv: K
     assert "kv.kv_set" in show.stdout
     undo = await asyncio.to_thread(
         subprocess.run,
-        # issue 21 item 2: the operator allows the gateway's catalog; the log's name is no key
-        [*cli, "undo", saga_id, "--db", str(kv.db), "--json", "--catalog", GATEWAY],
+        # issue 21 item 2: the operator allows the gateway's config; the log's name is no key
+        [*cli, "undo", saga_id, "--db", str(kv.db), "--json", "--catalog", str(kv.config)],
         capture_output=True, text=True, timeout=120, cwd=str(kv.dir.parent),
     )  # fmt: skip
     assert undo.returncode in (0, 1), undo.stderr
@@ -242,9 +242,6 @@ async def test_amends_show_and_undo_from_the_cli_after_the_gateway_is_gone(kv: K
     report = report.get("report", report)
     assert report["status"] == "fully_reversed"
     assert kv.world()["kv"]["plan"] == "basic"
-
-
-GATEWAY = "amends.integrations.mcp.undo_catalog:gateway_catalog"
 
 
 async def test_two_upstreams_are_routed_by_prefix_and_undone_in_one_saga(tmp_path: Any) -> None:

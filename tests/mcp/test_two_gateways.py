@@ -1,11 +1,13 @@
 """Two gateway configs on one saga log (issue 24, item 6): each saga names the config of the
-gateway that ran it, so `amends undo` (with or without `--catalog gateway.toml`) and `amends
-serve` undo each with its own upstream, after both gateways have stopped."""
+gateway that ran it, so `amends undo` and `amends serve`, with both configs allowed (issue 21
+item 2: `--catalog`, `$AMENDS_CATALOGS`; a log never names what is loaded), undo each with its own
+upstream, after both gateways have stopped."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,21 +46,25 @@ def _params(config: Path) -> Any:
     return gateway_params(config, config.parent)
 
 
-def _cli(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    directory: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "amends.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,
         cwd=str(directory.parent),  # not the configs' directory: paths come from the log
+        env=env,
     )
 
 
-def _serve(db: str, cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _serve(db: str, cwd: Path, *configs: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
+    allowed = [arg for c in configs for arg in ("--catalog", str(c))]
     proc = subprocess.Popen(
         [sys.executable, "-m", "amends.cli", "serve", "--db", db, "--no-auth", "--host",
-         "127.0.0.1", "--port", str(port)],
+         "127.0.0.1", "--port", str(port), *allowed],
         cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     return proc, port
@@ -83,14 +89,17 @@ async def test_each_saga_is_undone_with_the_gateway_config_that_ran_it(tmp_path:
     )
     assert by_flag.returncode == 0, by_flag.stderr[-2000:]
     assert json.loads(by_flag.stdout)["status"] == "fully_reversed"
-    recorded = await asyncio.to_thread(_cli, tmp_path, "undo", notes_saga, "--db", db, "--json")
+    both = {**os.environ, "AMENDS_CATALOGS": f"{crm},{notes}"}  # the saga's config selects
+    recorded = await asyncio.to_thread(
+        lambda: _cli(tmp_path, "undo", notes_saga, "--db", db, "--json", env=both)
+    )
     assert recorded.returncode == 0, recorded.stderr[-2000:]
     assert json.loads(recorded.stdout)["status"] == "fully_reversed"
     assert json.loads((tmp_path / "crm.json").read_text())["kv"] == {"owner": "ann"}
     assert json.loads((tmp_path / "notes.json").read_text()) == {}
 
-    # the web server finds both gateways' configs in the log and serves their sagas
-    proc, port = _serve(db, tmp_path.parent)
+    # the web server, allowed both gateways' configs, serves the sagas of each
+    proc, port = _serve(db, tmp_path.parent, crm, notes)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             for _ in range(300):

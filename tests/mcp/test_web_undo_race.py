@@ -45,8 +45,8 @@ def _serve(tmp_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "amends.cli", "serve", "--db", str(tmp_path / "saga.db"),
          "--no-auth", "--host", "127.0.0.1", "--port", str(port),
-         # issue 21 item 2: the operator allows the gateway's catalog
-         "--catalog", "amends.integrations.mcp.undo_catalog:gateway_catalog"],
+         # issue 21 item 2: the operator allows the gateway's config (sandbox_config writes it)
+         "--catalog", str(tmp_path / "gateway.toml")],
         cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
