@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt 2>/
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,server,postgres,testing,langchain,pydantic-ai,openai-agents,temporal,mcp]' -r requirements-test.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev,server,postgres,testing,langchain,pydantic-ai,openai-agents,temporal,mcp,otel]' -r requirements-test.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

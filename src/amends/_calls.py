@@ -22,6 +22,7 @@ from types import FunctionType
 from typing import Any, Literal, TypeVar
 
 from ._contracts import Call
+from ._telemetry import call_span
 
 __all__ = ["RetryPolicy", "current_call", "idempotency_key", "invoke", "run"]
 
@@ -128,15 +129,18 @@ async def invoke(
     worker thread too).
     """
     token = _CURRENT.set(call)
+    # issue 28: one span per call when tracing is on (ids and names only, rule 11)
+    span = call_span(call.phase, call.tool, call.saga_id, call.step_id, call.attempt)
     try:
-        if _is_async(fn):
-            coro: Awaitable[Any] = fn(call, **args)
-        else:
-            coro = _in_thread(fn, call, args)
-        if timeout is None:
-            return await coro
-        async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
-            return await coro
+        with span:
+            if _is_async(fn):
+                coro: Awaitable[Any] = fn(call, **args)
+            else:
+                coro = _in_thread(fn, call, args)
+            if timeout is None:
+                return await coro
+            async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
+                return await coro
     finally:
         _CURRENT.reset(token)
 

@@ -40,6 +40,7 @@ from ._log.base import (
     StepRecord,
 )
 from ._log.records import MAX_RESULT_BYTES
+from ._observe import ReversalObserver, remote_reversal
 from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
 from ._report import (
     NEUTRALISED,
@@ -436,7 +437,8 @@ class Engine:
         self._check_catalog(await self._saga_or_raise(saga_id))
         await self._check_history(saga_id)
         if self.runner is not None:  # issue 16: continued where reversals run (rule 6)
-            return await self._current(await self.runner.resume(self, saga_id, budget))
+            with remote_reversal(saga_id, await self.log.get_saga(saga_id)) as done:  # issue 28
+                return await self._current(done(await self.runner.resume(self, saga_id, budget)))
         rev = await self.log.get_reversal(saga_id=saga_id)
         seen = rev.continuations if rev is not None else None
 
@@ -527,8 +529,10 @@ class Engine:
         if isinstance(saga_id, str) and saga_id:
             await self._check_history(saga_id)
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
-            self._check_claimable(saga_id, await self._saga_or_raise(saga_id))
-            return await self._current(await self.runner.undo(self, saga_id, budget))
+            saga = await self._saga_or_raise(saga_id)
+            self._check_claimable(saga_id, saga)
+            with remote_reversal(saga_id, saga) as done:  # issue 28: the workers' spans' parent
+                return await self._current(done(await self.runner.undo(self, saga_id, budget)))
         self._check_claimable(saga_id, None, id_only=True)
 
         async def claim() -> Claim:
@@ -621,7 +625,8 @@ class Engine:
                     return await self._current(report)
                 continue  # its lease expired: take it over
             try:
-                return await self._execute(saga_id, got)
+                with ReversalObserver(saga_id, got.reversal).running() as obs:  # issue 28
+                    return obs.finished(await self._execute(saga_id, got, obs))
             except LeaseLostError:
                 continue  # another worker took over; join it
 
@@ -635,7 +640,7 @@ class Engine:
             if cur.lease_until is None or cur.lease_until <= time.time():
                 return None
 
-    async def _execute(self, saga_id: str, claim: Claim) -> UndoReport:
+    async def _execute(self, saga_id: str, claim: Claim, obs: ReversalObserver) -> UndoReport:
         rev = claim.reversal
         budget = Budget.from_dict(rev.budget)
         # a take-over keeps what the reversal spent; only a continuation resets it (rule 7)
@@ -644,7 +649,7 @@ class Engine:
         lost: list[LeaseLostError] = []
         heartbeat = asyncio.create_task(self._beat(rev, stop, lost))
         try:
-            saga, outcomes = await self._run(saga_id, rev, meter, claim)
+            saga, outcomes = await self._run(saga_id, rev, meter, claim, obs)
             if lost:
                 raise lost[0]
             comps = await self.log.get_compensations(rev.reversal_id) if saga.resolutions else {}
@@ -687,7 +692,12 @@ class Engine:
                 continue
 
     async def _run(
-        self, saga_id: str, rev: ReversalRecord, meter: BudgetMeter, claim: Claim
+        self,
+        saga_id: str,
+        rev: ReversalRecord,
+        meter: BudgetMeter,
+        claim: Claim,
+        obs: ReversalObserver,
     ) -> tuple[SagaRecord, list[StepOutcome]]:
         """Plan the saga and run the plan; steps still in flight are waited for inside the
         reversal, each within the seconds budget, while independent steps proceed (rule 7).
@@ -707,7 +717,12 @@ class Engine:
 
         outcomes = await run_plan(
             RunInput(
-                ReversalPorts(self.log, self.catalog, progress=progress),
+                ReversalPorts(
+                    obs.log(self.log, saga),
+                    self.catalog,
+                    progress=progress,
+                    watch_step=obs.watch_step,
+                ),
                 saga,
                 rev,
                 self.planner(saga, self.catalog),

@@ -45,6 +45,7 @@ from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
 from ._planner import undo_cycle
 from ._secrets import Redaction, redact_args, scrub_record, vault_for
+from ._telemetry import NO_SAGA_TRACE, saga_trace
 
 __all__ = ["Ref", "Saga", "SagaHost", "Step", "new_id"]
 
@@ -300,12 +301,14 @@ class Saga:
         self.vault = vault_for(self)
         """Rule 11: the secrets of this saga's sensitive arguments, scrubbed from all it logs
         (the saga's vault, kept here so the hot path does not look it up per write)."""
+        self.trace = NO_SAGA_TRACE
 
     async def __aenter__(self) -> Saga:
         e = self.engine
         # issue 11: a reused id is named, not a raw UNIQUE constraint (generated ids are unique)
         if self._chosen_id and await e.log.get_saga(self.id) is not None:
             raise self._reused(e.log.url)
+        self.trace = saga_trace(self.id, self.tenant)  # issue 28: the agent run's child span
         try:
             await e.log.create_saga(
                 self.id,
@@ -316,9 +319,10 @@ class Saga:
                 lease_until=time.time() + e.lease_seconds,
                 now=time.time(),
                 # issue 11: which catalog ran the saga, so undo uses the same tools.
-                meta={"catalog": catalog_meta(e.catalog)},
+                meta={"catalog": catalog_meta(e.catalog), **self.trace.meta()},
             )
         except LogError:
+            self.trace.end("not_started")
             # another process took the same chosen id between the check and the insert
             if self._chosen_id and await e.log.get_saga(self.id) is not None:
                 raise self._reused(e.log.url) from None
@@ -362,6 +366,7 @@ class Saga:
                 self._heartbeat.cancel()
             self._closed = True
             failed = any(s.state in ("failed", "in_doubt") for s in self.steps)
+            self.trace.end("failed" if failed else "completed")
             await self.engine.log.finish_saga(
                 self.id, "failed" if failed else "completed", now=time.time()
             )
@@ -515,7 +520,7 @@ class Saga:
             self._last_by_resource[r] = step
         self.steps.append(step)
         self._by_id[sid] = step
-        step.task = asyncio.create_task(_run_step(self.engine, self, step))
+        step.task = asyncio.create_task(self.trace.step(_run_step(self.engine, self, step), step))
         return step
 
     def _undo_after(self, step: Step, undo_after: Iterable[Step]) -> list[Step]:

@@ -18,11 +18,11 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "amends"
 # Lowest first. A module's layer is the first prefix that matches its dotted name.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._errors",),
-    ("amends._secrets", "amends._describe"),
+    ("amends._secrets", "amends._describe", "amends._telemetry"),
     ("amends._contracts", "amends._budget"),
     ("amends._calls", "amends._catalog_ref"),
     ("amends._log", "amends._report", "amends._manual"),
-    ("amends._saga", "amends._planner"),
+    ("amends._saga", "amends._planner", "amends._observe"),
     ("amends._reversal", "amends._toml_catalog"),
     ("amends._engine",),
     ("amends",),  # the package face: re-exports the public API

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import leases
-from .base import ChainProblem, IdemRecord, LogHealth
+from .base import ChainProblem, IdemRecord, LogHealth, ReversalHead
 from .database import Database, Tx
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
@@ -37,6 +37,20 @@ class AdminQueries:
 
     db: Database
     signing_key: bytes | None
+
+    # --- metrics (issue 28) ---------------------------------------------------------------
+    async def reversal_heads(self) -> list[ReversalHead]:
+        """Every reversal, its saga's tenant and the id of the saga's latest record."""
+
+        def fn(tx: Tx) -> list[ReversalHead]:
+            rows = tx.execute(
+                "SELECT r.reversal_id, r.saga_id, s.tenant, r.state, "
+                "(SELECT max(x.rec_id) FROM records x WHERE x.saga_id = r.saga_id) "
+                "FROM reversals r JOIN sagas s ON s.saga_id = r.saga_id"
+            )
+            return [ReversalHead(r[0], r[1], r[2], r[3], int(r[4] or 0)) for r in rows]
+
+        return await self.db.read(fn)
 
     # --- HTTP idempotency keys ------------------------------------------------------------
     async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:

@@ -25,6 +25,7 @@ __all__ = [
     "IdemRecord",
     "LogHealth",
     "Resolution",
+    "ReversalHead",
     "ReversalRecord",
     "SagaLog",
     "SagaRecord",
@@ -291,6 +292,23 @@ class ReversalRecord:
             ConfigError: ``data`` is no mapping or lacks a field without a default.
         """
         return cls(**_record_kwargs(cls, data, {}))
+
+
+@dataclass(frozen=True)
+class ReversalHead:
+    """A reversal as an index lists it (issue 28: what a metrics reader checks for changes)."""
+
+    reversal_id: str
+    """The reversal."""
+    saga_id: str
+    """The saga it undoes."""
+    tenant: str | None
+    """The saga's tenant."""
+    state: str
+    """``running`` or ``done``."""
+    head: int
+    """The id of the saga's latest history record: it moves whenever anything is added (a
+    continuation, a resolution), so an unchanged head means an unchanged report."""
 
 
 @dataclass(frozen=True)
@@ -702,6 +720,21 @@ class SagaLog(ABC):
         limit: int = 100,
     ) -> list[SagaRecord]:
         """Sagas newest first, without their steps (``reversal`` is filled in)."""
+
+    async def reversal_heads(self) -> list[ReversalHead]:
+        """Every reversal with its saga's tenant and history head (issue 28: ``/metrics`` reads
+        only the reports whose head moved). The SQL log answers in one query; this default
+        reads each saga's history."""
+        out = []
+        for saga in await self.list_sagas(limit=2**62):
+            rev = saga.reversal
+            if rev is not None:
+                events = await self.events(saga.saga_id)
+                head = events[-1].event_id if events else 0
+                out.append(
+                    ReversalHead(rev.reversal_id, saga.saga_id, saga.tenant, rev.state, head)
+                )
+        return out
 
     @abstractmethod
     async def expired_reversals(self, now: float) -> list[ReversalRecord]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from .._calls import invoke
 from .._contracts import Call, ToolSpec
 from .._log.base import CompensationRecord, CompensationWrite, SagaRecord
-from .._planner import Plan, ToolDirectory
+from .._planner import Plan, PlannedStep, ToolDirectory
 from .._report import StepOutcome
 from .._secrets import Redaction, Vault, resolve_call_args
 
@@ -133,3 +133,7 @@ class ReversalPorts:
     """How calls reach their tools."""
     progress: Callable[[StepOutcome], None] | None = None
     """Called with each step's outcome as it settles."""
+    watch_step: Callable[[PlannedStep, Awaitable[StepOutcome]], Awaitable[StepOutcome]] = field(
+        default=lambda p, settle: settle
+    )
+    """Wraps each step's settling (issue 28: the step's span); by default, nothing."""

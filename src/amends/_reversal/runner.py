@@ -110,7 +110,7 @@ class _Runner:
         async def one(p: PlannedStep) -> None:
             fut = self.futures[p.step_id]
             try:
-                outcome = await self._settle(p)
+                outcome = await self.inp.ports.watch_step(p, self._settle(p))
             except BaseException as exc:
                 fut.set_exception(exc)
                 raise

@@ -23,6 +23,7 @@ from .._errors import ConfigError, SagaNotFoundError
 from .._log.base import Event, SagaLog, SagaRecord
 from .._report import Outcome, UndoReport
 from .._reversal import current_report
+from .._telemetry import add_log_format, configure_logging
 from ._common import (
     add_catalog_argument,
     add_db_argument,
@@ -100,6 +101,7 @@ def register(sub: Any) -> None:
         help="preview what undo would do now (probes only, nothing else is dispatched)",
     )
     undo.add_argument("--json", action="store_true", help="print the report's to_dict() as JSON")
+    add_log_format(undo)
     undo.set_defaults(handler=_undo)
 
     resolve = sub.add_parser(
@@ -304,6 +306,7 @@ def _undo(args: argparse.Namespace) -> int:
     )
     if args.continue_ and args.dry_run:
         raise ConfigError("--continue and --dry-run exclude each other; give one of them")
+    configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
 
     async def go() -> Any:
         log = open_existing_log(args.db)

@@ -17,6 +17,7 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``serve`` and ``token`` to the ``amends`` CLI."""
+    from .._telemetry import add_log_format
     from ._common import CATALOG_HELP, add_db_argument
 
     serve = sub.add_parser("serve", help="serve the HTTP API and web page (needs amends[server])")
@@ -63,6 +64,13 @@ def register(sub: Any) -> None:
         metavar="N",
         help="connections open at once from one address; trusted proxies are exempt (default 100)",
     )
+    serve.add_argument(
+        "--metrics-bind",
+        metavar="HOST:PORT",
+        help="also serve GET /metrics here, without a token, and nothing else (for a "
+        "Prometheus on a private network); on --host:--port /metrics takes a token",
+    )
+    add_log_format(serve)
     serve.set_defaults(handler=_serve)
 
     token = sub.add_parser("token", help="manage API tokens for amends serve")
@@ -161,6 +169,7 @@ def _serve(args: argparse.Namespace) -> int:
             f"amends serve needs the web server ({exc}); pip install 'amends[server]'"
         ) from exc
     from .._engine import Engine
+    from .._telemetry import configure_logging
     from ..server.auth import TokenStore, default_tokens_path
     from ..server.connections import ConnectionLimits, uvicorn_config
     from ..server.security import parse_trusted_proxies
@@ -181,6 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_per_address=args.max_connections_per_address,
         trusted=parse_trusted_proxies(proxies),
     )
+    metrics_at = _metrics_address(args.metrics_bind, args.port)
     chosen = _serve_catalog(args.catalog, args.db)  # rule 12: only what the operator allowed
     if isinstance(chosen, list):  # several MCP gateways share the log (issue 24 item 6)
         from ..integrations.mcp.undo_catalog import gateways_catalog
@@ -189,6 +199,7 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         catalog = load_catalog(chosen, args.db)
     sock = _bind(args.host, args.port)  # issue 11: a bad or busy port is one line, before serving
+    socks = [sock] if metrics_at is None else [sock, _bind(*metrics_at)]
     tokens = None if args.no_auth else TokenStore(default_tokens_path(args.db, args.tokens))
     settings = ServerSettings(
         no_auth=args.no_auth,
@@ -196,10 +207,36 @@ def _serve(args: argparse.Namespace) -> int:
         tokens=tokens,
         public_origin=public_origin,
         trusted_proxies=proxies,
+        metrics_port=None if metrics_at is None else metrics_at[1],
     )
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
-    uvicorn.Server(uvicorn_config(app, limits, log_level="info")).run(sockets=[sock])
+    # issue 28: --log-format json: uvicorn's lines go through the root logger's JSON handler
+    logs = {} if args.log_format == "text" else {"log_config": None}
+    configure_logging(args.log_format)
+    uvicorn.Server(uvicorn_config(app, limits, log_level="info", **logs)).run(sockets=socks)
     return 0
+
+
+def _metrics_address(value: str | None, main_port: int) -> tuple[str, int] | None:
+    """``--metrics-bind HOST:PORT`` (``[::1]:9464`` for IPv6), on a port of its own: the
+    listener is told apart by its port, and it must never be the one that serves the API.
+
+    Raises:
+        ConfigError: Not HOST:PORT, or the port of --port.
+    """
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--metrics-bind {value!r} is not HOST:PORT; e.g. --metrics-bind 10.0.0.5:9464"
+        )
+    if int(port) == main_port:
+        raise ConfigError(
+            f"--metrics-bind {value!r} uses port {port}, the port of the API (--port); "
+            f"/metrics is served there already (with a token): give the listener its own port"
+        )
+    return host.strip("[]"), int(port)
 
 
 def _trusted_proxies(flags: list[str] | None) -> tuple[str, ...]:

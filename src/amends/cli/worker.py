@@ -16,6 +16,7 @@ from typing import Any
 
 from amends._errors import ConfigError
 from amends._log import open_log
+from amends._telemetry import add_log_format, configure_logging
 
 __all__ = ["register"]
 
@@ -57,6 +58,7 @@ def register(sub: Any) -> None:
         help="how often a running tool call heartbeats (default %(default)s); keep it well "
         "under the clients' heartbeat timeout (default 5 s)",
     )
+    add_log_format(p)
     p.set_defaults(handler=_worker)
 
 
@@ -67,6 +69,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.heartbeat <= 0:
         raise ConfigError(f"--heartbeat must be a positive number of seconds, got {args.heartbeat}")
     catalog = load_catalog(args.catalog, args.db)
+    configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
 
     async def main() -> None:
         client = await connect(args.temporal, namespace=args.namespace)

@@ -77,13 +77,17 @@ def create_app(
         redoc_url=None,
     )
     app.add_middleware(BodyLimit, limit=settings.max_body)
+    from .metrics import MetricsListener
+
+    app.add_middleware(MetricsListener)  # issue 28: the metrics listener reaches /metrics only
     app.add_middleware(SecurityHeaders)  # outermost: a 413 gets the headers too
     app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
     _install_error_handlers(app)
-    from . import api, web
+    from . import api, metrics, web
 
     app.include_router(api.router)
     app.include_router(web.router)
+    app.include_router(metrics.router)
     return app
 
 

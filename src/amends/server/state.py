@@ -65,6 +65,10 @@ class ServerSettings:
     public_origin: str | None = None
     """``https://amends.example.com`` when served behind a proxy (for the Origin check);
     default: the request's own scheme and Host."""
+    metrics_port: int | None = None
+    """The port of the listener serving ``GET /metrics`` without a token (``amends serve
+    --metrics-bind``), for a Prometheus on a private network; on every other listener
+    ``/metrics`` takes a token like any API route. Default none."""
     api_docs: bool = False
     """Serve the interactive API docs at ``/docs`` (they load Swagger UI from a CDN, so they
     are off by default; ``/openapi.json`` is always served)."""
@@ -94,6 +98,9 @@ class _State:
     verified_at: float | None = None
     trusted: tuple[Network, ...] = ()
     """``settings.trusted_proxies``, parsed."""
+    metrics: Any = None
+    """The log's figures for ``/metrics`` (``amends.server.metrics.LogMetrics``), made on the
+    first scrape."""
     asking: dict[str, _Asking] = field(default_factory=dict)
     """Per saga: held while an undo request decides whether it starts the reversal (and
     records who asked) or joins the one running (issue 21.14: joining records nothing)."""

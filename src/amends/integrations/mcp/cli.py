@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from amends import AmendsError, ConfigError
+from amends._telemetry import add_log_format, configure_logging
 
 __all__ = ["parse_address", "register", "run_audit", "serve"]
 
@@ -34,6 +35,7 @@ def register(sub: Any) -> None:
         help="allow --http on a non-loopback address (the gateway has no authentication of "
         "its own: put it behind an authenticating proxy)",
     )
+    add_log_format(serve_p)
     serve_p.set_defaults(handler=_serve)
     register_audit(msub)
 
@@ -99,6 +101,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"127.0.0.1, or put it behind an authenticating proxy and pass --allow-remote"
         )
     _need_sdk()
+    # issue 28: on stderr (stdout is the MCP channel on stdio)
+    configure_logging(args.log_format)
     asyncio.run(serve(args.config, http=address))
     return 0
 

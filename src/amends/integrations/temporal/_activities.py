@@ -31,6 +31,7 @@ from amends._errors import (
 )
 from amends._log import SagaLog
 from amends._log.base import CompensationRecord, CompensationWrite, SagaRecord
+from amends._observe import ObservedLog, reversal_finished, reversal_started
 from amends._report import UndoReport
 from amends._reversal import current_report
 from amends._secrets import Vault, redactions_from, resolve_call_args
@@ -312,6 +313,8 @@ class ReversalActivities:
         self.catalog = catalog
         self.log = log
         self.heartbeat_seconds = heartbeat_seconds
+        self.observed = ObservedLog(log, reader=log)
+        """Issue 28: the compensation writes, each reported (a JSON line, its latency)."""
 
     def all(self) -> list[Any]:
         """The activity functions, for ``Worker(activities=...)``."""
@@ -360,6 +363,7 @@ class ReversalActivities:
         rev = claim.reversal
         if claim.outcome in ("done", "running_elsewhere"):
             return ClaimResult(claim.outcome, to_dict(rev), now=time.time())
+        reversal_started(inp.saga_id, rev)  # issue 28
         saga = claim.saga or await self.log.get_saga(inp.saga_id)
         assert saga is not None
         # a reversal created by this claim has no compensation yet
@@ -592,7 +596,7 @@ class ReversalActivities:
     async def _write_once(self, inp: RecordInput, seen: Mapping[str, CompensationRecord]) -> None:
         if _logged_before(seen, inp):
             return  # an earlier run of this activity committed it
-        await self.log.record_compensation(inp.write())
+        await self.observed.record_compensation(inp.write())
 
     @activity.defn(name="amends.finish")
     async def finish(self, wire: Wire) -> dict[str, Any]:
@@ -617,6 +621,7 @@ class ReversalActivities:
             await self.log.finish_reversal(inp.reversal_id, inp.generation, final, now=time.time())
         except LeaseLostError as exc:
             raise _app_error("LeaseLostError", str(exc)) from exc
+        reversal_finished(report)  # issue 28: counted once, by the worker that stored it
         return {"resolutions": final["resolutions"]}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from amends._errors import AmendsError, ConfigError, SagaNotFoundError
 from amends._log import SagaLog, open_log
 from amends._planner import plan
 from amends._report import UndoReport
+from amends._telemetry import tracer
 
 from ._activities import ReversalActivities
 from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_id
@@ -42,12 +44,34 @@ async def connect(target: str, *, namespace: str = "default") -> Client:
             f"Temporal address {target!r} is not HOST:PORT; e.g. --temporal 127.0.0.1:7233"
         )
     try:
-        return await Client.connect(target, namespace=namespace)
+        return await Client.connect(
+            target, namespace=namespace, interceptors=tracing_interceptors()
+        )
     except RuntimeError as exc:  # the SDK's connection errors are RuntimeErrors
         raise ConfigError(
             f"cannot reach Temporal at {target!r} (namespace {namespace!r}): {exc}; start it "
             f"(`temporal server start-dev`) or fix the address"
         ) from exc
+
+
+def tracing_interceptors(client: Client | None = None) -> list[Any]:
+    """Issue 28: temporalio's ``TracingInterceptor`` when an OpenTelemetry tracer provider is
+    set (and ``client`` has none yet): a reversal's spans then continue from the caller into
+    the workflow and the activities, on whichever workers run them."""
+    if tracer() is None:
+        return []
+    try:
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+    except ImportError as exc:  # it needs opentelemetry-sdk, as a tracer provider does
+        logging.getLogger("amends.temporal").warning(
+            "amends: reversal spans will not cross Temporal: %s", exc
+        )
+        return []
+    if client is not None and any(
+        isinstance(i, TracingInterceptor) for i in client.config().get("interceptors", ())
+    ):
+        return []
+    return [TracingInterceptor()]
 
 
 def check_timing(heartbeat_timeout: float, local_batch_seconds: float) -> None:
@@ -286,6 +310,11 @@ def make_worker(
     # times slower (issue 16: most of a 100-step reversal's workflow CPU time). Pass
     # ``workflow_runner=`` to choose otherwise.
     worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
+    # issue 28: a client not made by connect() still gets the workflow and activity spans
+    worker_options["interceptors"] = [
+        *worker_options.get("interceptors", ()),
+        *tracing_interceptors(client),
+    ]
     return _Worker(
         None if opened is log else opened,  # a log opened here from a URL closes with the worker
         client,

@@ -1,0 +1,438 @@
+"""What amends shows of its work in the tools operators already watch (issue 28).
+
+Three outputs, each off until the application asks for it:
+
+* **OpenTelemetry spans and metrics**, through the OpenTelemetry API (``amends[otel]``). amends
+  never imports OpenTelemetry itself: it uses it only when the application has imported it and
+  set a tracer (meter) provider, which is also the only way a span could be recorded. Without
+  that, each helper here costs a dictionary lookup and hands back a shared no-op.
+* **Log records** on the ``amends.events`` logger, one per reversal event, their fields in
+  ``record.amends``; :class:`JsonLines` writes them as one JSON object per line
+  (``--log-format json``).
+
+Nothing here ever sees an argument value: span attributes and log fields are ids, names, states
+and counts (rule 11: a secret never reaches a sink amends writes to), and an exception is named
+by its type only (its message may quote what the tool was given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "EVENTS",
+    "NO_SAGA_TRACE",
+    "NO_SPAN",
+    "JsonLines",
+    "SagaTrace",
+    "Span",
+    "add_log_format",
+    "call_span",
+    "clean",
+    "configure_logging",
+    "emit",
+    "instruments",
+    "saga_trace",
+    "span",
+    "tracer",
+]
+
+TRACER_NAME = "amends"
+"""The instrumentation scope of amends' spans and metrics."""
+
+EVENTS = logging.getLogger("amends.events")
+"""One record per reversal event (``reversal.started``, ``compensation.<state>``,
+``reversal.finished``), its fields in ``record.amends``. Silent unless a handler is configured:
+``--log-format json`` or the application's own logging setup."""
+
+_SPAN_NAMES = {
+    "forward": "amends.call",
+    "probe": "amends.probe",
+    "compensate": "amends.compensation",
+    "follow_up": "amends.follow_up",
+}
+
+
+# --- OpenTelemetry, only when the application uses it ---------------------------------------
+class _Providers:
+    """The tracer and instruments bound to the providers last seen (re-bound if they change)."""
+
+    tracer_provider: Any = None
+    tracer: Any = None
+    meter_provider: Any = None
+    instruments: Instruments | None = None
+
+
+_BOUND = _Providers()
+
+
+def tracer() -> Any | None:
+    """amends' OpenTelemetry tracer, or ``None`` when no tracer provider is set.
+
+    ``opentelemetry.trace`` absent from ``sys.modules`` means nobody imported it, so nobody set
+    a provider: nothing is imported here (no cost when not installed or not used)."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return None
+    provider = api.get_tracer_provider()
+    if provider is _BOUND.tracer_provider:
+        return _BOUND.tracer
+    if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+        found = None  # the API's defaults: every span would be dropped
+    else:
+        found = provider.get_tracer(TRACER_NAME, _version())
+    _BOUND.tracer_provider, _BOUND.tracer = provider, found
+    return found
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("amends")
+    except PackageNotFoundError:  # running from a source tree
+        return None
+
+
+class Instruments:
+    """amends' OpenTelemetry metrics (names and units: docs/operations.md)."""
+
+    def __init__(self, meter: Any) -> None:
+        self.reversals = meter.create_counter(
+            "amends.reversals", unit="{reversal}", description="reversal runs finished, by outcome"
+        )
+        self.steps = meter.create_counter(
+            "amends.reversal.steps", unit="{step}", description="step outcomes, by state and tool"
+        )
+        self.residue = meter.create_counter(
+            "amends.residue.items", unit="{item}", description="residue left by compensations"
+        )
+        self.manual_actions = meter.create_counter(
+            "amends.manual_actions",
+            unit="{action}",
+            description="manual actions in finished reversals, by status (open or handled)",
+        )
+        self.budget_exhausted = meter.create_counter(
+            "amends.budget.exhausted",
+            unit="{reversal}",
+            description="reversal runs that stopped with a step over budget",
+        )
+        self.drift = meter.create_counter(
+            "amends.drift.detections", unit="{step}", description="steps found drifted"
+        )
+        self.latency = meter.create_histogram(
+            "amends.compensation.duration",
+            unit="s",
+            description="from a compensation's dispatch to its final state (retries included)",
+        )
+
+
+def instruments() -> Instruments | None:
+    """amends' metric instruments, or ``None`` when no meter provider is set."""
+    api = sys.modules.get("opentelemetry.metrics")
+    if api is None:
+        return None
+    provider = api.get_meter_provider()
+    if provider is _BOUND.meter_provider:
+        return _BOUND.instruments
+    found = None
+    if not isinstance(provider, api.NoOpMeterProvider) and type(provider).__name__ not in (
+        "_ProxyMeterProvider",  # the API's default until a provider is set
+    ):
+        found = Instruments(provider.get_meter(TRACER_NAME, _version()))
+    _BOUND.meter_provider, _BOUND.instruments = provider, found
+    return found
+
+
+class Span:
+    """One recording span, seen through the few things amends does with it."""
+
+    __slots__ = ("otel",)
+
+    def __init__(self, otel: Any) -> None:
+        self.otel = otel
+
+    def set(self, attrs: Mapping[str, Any]) -> None:
+        """Set attributes (``None`` values are left out)."""
+        self.otel.set_attributes({k: v for k, v in attrs.items() if v is not None})
+
+    def fail(self, why: str) -> None:
+        """Mark the span as an error; ``why`` is a type or state name, never a message."""
+        from opentelemetry.trace import Status, StatusCode
+
+        self.otel.set_status(Status(StatusCode.ERROR, why))
+
+    def link(self, ref: Any) -> None:
+        """Link to the span ``ref`` names (a saga's ``meta["trace"]``), if it is well formed
+        (rule 12: log contents are data; a malformed reference is ignored, never trusted)."""
+        ctx = _span_context(ref)
+        if ctx is not None:
+            self.otel.add_link(ctx, {"amends.link": "saga"})
+
+    def ref(self) -> dict[str, str]:
+        """This span's ids, as the log keeps them (``{"trace_id": ..., "span_id": ...}``)."""
+        ctx = self.otel.get_span_context()
+        return {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+
+    def end(self) -> None:
+        self.otel.end()
+
+
+class _NoSpan:
+    """The span of disabled tracing: every method does nothing."""
+
+    __slots__ = ()
+
+    def set(self, attrs: Mapping[str, Any]) -> None:
+        return None
+
+    def fail(self, why: str) -> None:
+        return None
+
+    def link(self, ref: Any) -> None:
+        return None
+
+    def ref(self) -> dict[str, str]:
+        return {}
+
+    def end(self) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+"""What :func:`span` yields when tracing is off."""
+_NO_CALL_SPAN = contextlib.nullcontext(NO_SPAN)  # reusable: it holds no state
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def _span_context(ref: Any) -> Any | None:
+    if not isinstance(ref, Mapping):
+        return None
+    trace_id, span_id = ref.get("trace_id"), ref.get("span_id")
+    if not (
+        isinstance(trace_id, str)
+        and isinstance(span_id, str)
+        and len(trace_id) == 32
+        and len(span_id) == 16
+        and _HEX.fullmatch(trace_id)
+        and _HEX.fullmatch(span_id)
+        and int(trace_id, 16)
+        and int(span_id, 16)
+    ):
+        return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    return SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(TraceFlags.SAMPLED))
+
+
+@contextlib.contextmanager
+def span(
+    name: str, attrs: Mapping[str, Any], *, parent: Span | _NoSpan | None = None
+) -> Iterator[Span | _NoSpan]:
+    """A span, current while the block runs (a child of ``parent``, else of the current span).
+
+    An exception leaving the block marks it failed by its type name only."""
+    t = tracer()
+    if t is None:
+        yield NO_SPAN
+        return
+    from opentelemetry import trace
+
+    ctx = trace.set_span_in_context(parent.otel) if isinstance(parent, Span) else None
+    with t.start_as_current_span(
+        name,
+        context=ctx,
+        attributes={k: v for k, v in attrs.items() if v is not None},
+        record_exception=False,  # rule 11: an exception's message may quote an argument
+        set_status_on_exception=False,
+    ) as otel:
+        s = Span(otel)
+        try:
+            yield s
+        except BaseException as exc:
+            s.fail(type(exc).__name__)
+            raise
+
+
+def call_span(phase: str, tool: str, saga_id: str, step_id: str, attempt: int) -> Any:
+    """The span of one tool call (forward, probe, compensation, follow-up), or a no-op."""
+    if tracer() is None:
+        return _NO_CALL_SPAN
+    return span(
+        _SPAN_NAMES.get(phase, "amends.call"),
+        {
+            "amends.saga_id": saga_id,
+            "amends.step_id": step_id,
+            "amends.tool": tool,
+            "amends.phase": phase,
+            "amends.attempt": attempt,
+        },
+    )
+
+
+# --- the forward side: a span per saga, a child span per step ---------------------------------
+class SagaTrace:
+    """The span of one saga (started, not made current: the agent's own spans between steps
+    stay where they are) and the spans of its steps, children of it."""
+
+    def __init__(self, otel_span: Span | None, saga_id: str = "") -> None:
+        self.span = otel_span
+        self.saga_id = saga_id
+
+    def meta(self) -> dict[str, Any]:
+        """What the saga's log entry keeps, so a reversal in any process can link to it."""
+        if self.span is None or not self.span.otel.is_recording():
+            return {}  # a span the sampler dropped is nothing to link to
+        return {"trace": self.span.ref()}
+
+    def step(self, coro: Coroutine[Any, Any, None], step: Any) -> Coroutine[Any, Any, None]:
+        """``coro`` (the run of ``step``, an :class:`amends.Step`) inside the step's span;
+        ``coro`` itself when tracing is off (issue 12: no extra coroutine on the hot path)."""
+        if self.span is None:
+            return coro
+        return self._traced(coro, step)
+
+    async def _traced(self, coro: Coroutine[Any, Any, None], step: Any) -> None:
+        attrs = {
+            "amends.saga_id": self.saga_id,
+            "amends.step_id": step.id,
+            "amends.tool": step.tool,
+            "amends.reversibility": step.spec.reversibility.value,
+        }
+        with span("amends.step", attrs, parent=self.span) as s:
+            try:
+                await coro
+            finally:
+                s.set({"amends.state": step.state})
+                if step.state in ("failed", "in_doubt"):
+                    s.fail(step.state)
+
+    def end(self, state: str) -> None:
+        if self.span is not None:
+            self.span.set({"amends.state": state})
+            self.span.end()
+
+
+def saga_trace(saga_id: str, tenant: str | None) -> SagaTrace:
+    """A started saga span (a child of the current span, e.g. the agent run's), or a no-op."""
+    t = tracer()
+    if t is None:
+        return NO_SAGA_TRACE
+    attrs = {"amends.saga_id": saga_id, "amends.tenant": tenant}
+    return SagaTrace(Span(t.start_span("amends.saga", attributes=_present(attrs))), saga_id)
+
+
+NO_SAGA_TRACE = SagaTrace(None)
+"""The trace of a saga when tracing is off."""
+
+
+def _present(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+# --- log records -----------------------------------------------------------------------------
+def emit(event: str, fields: Mapping[str, Any], *, level: int = logging.INFO) -> None:
+    """One record on :data:`EVENTS` (nothing is built when nobody listens)."""
+    if not EVENTS.isEnabledFor(level):
+        return
+    t = tracer()
+    more: dict[str, Any] = {}
+    if t is not None:  # correlate the line with the trace it belongs to
+        from opentelemetry import trace
+
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid:
+            more = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+    EVENTS.log(level, event, extra={"amends": {"event": event, **fields, **more}})
+
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value: Any) -> Any:
+    """``value`` with every control character in its text shown as a visible escape (``\\x1b``),
+    in keys and nested values too: a log line is read by people and tools that render it, and
+    saga data comes from agents and vendors (issue 11 item 6)."""
+    if isinstance(value, str):
+        return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    if isinstance(value, Mapping):
+        return {clean(str(k)): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return clean(str(value))
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record, on one line of printable ASCII: ``ts``, ``level``,
+    ``logger``, ``message``, then the record's amends fields (or an HTTP access line's)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "amends", None)
+        if isinstance(fields, Mapping):
+            out.update(fields)
+        elif record.name == "uvicorn.access" and isinstance(record.args, tuple):
+            out.update(_access(record.args))
+        if record.exc_info and record.exc_info[0] is not None:
+            out["error"] = record.exc_info[0].__name__  # the type: a message may hold a secret
+        # ensure_ascii: non-ASCII is escaped too, so the line is plain printable ASCII
+        return json.dumps(clean(out), ensure_ascii=True, default=str)
+
+
+def _access(args: tuple[Any, ...]) -> dict[str, Any]:
+    """uvicorn's access record ``(client, method, path, http_version, status)`` as fields."""
+    if len(args) != 5:
+        return {}
+    client, method, path, version, status = args
+    return {"client": client, "method": method, "path": path, "http": version, "status": status}
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def add_log_format(parser: Any) -> None:
+    """``--log-format text|json`` on an argparse parser (``serve``, ``undo``, ``worker``,
+    ``mcp serve``)."""
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="json: one JSON line on stderr per reversal event and per server log line, no "
+        "secrets, no control characters (default text)",
+    )
+
+
+def configure_logging(fmt: str, *, level: int = logging.INFO) -> Callable[[], None]:
+    """``--log-format``: ``json`` sends every record (amends' events, the server's lines) to
+    stderr as JSON lines; ``text`` leaves logging as it is. Returns a function undoing it."""
+    if fmt == "text":
+        return lambda: None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    root = logging.getLogger()
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(min(level, old) if old != logging.NOTSET else level)
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(old)
+
+    return undo

@@ -1,0 +1,137 @@
+"""Issue 28 item 3: one JSON line per reversal event (``--log-format json``'s formatter on the
+``amends.events`` logger): every line parses, names its event, carries no secret and no
+control character, and the last one sums up the report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+from otel_capture import Lines
+from otel_world import CARD, otel_world, scene
+
+import amends
+from amends._telemetry import JsonLines, clean
+
+FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01, jitter=0.0)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+async def test_an_undo_writes_one_json_line_per_reversal_event_and_no_secret(
+    lines: Lines,
+) -> None:
+    """started, then each compensation event the log got (dispatched before, the state after),
+    then finished with the report's outcome and counts."""
+    world, catalog = otel_world()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    saga_id = await scene(engine)
+    world.core.human_edit("r2", "owner", "yan")
+    report = await engine.undo(saga_id)
+    history = [e for e in await engine.log.events(saga_id) if e.kind.startswith("compensation.")]
+    await engine.close()
+
+    got = lines.parsed()
+    assert [e["event"] for e in got] == [
+        "reversal.started",
+        *(e.kind for e in history),
+        "reversal.finished",
+    ]
+    assert all(e["logger"] == "amends.events" and e["level"] == "info" for e in got)
+    assert all(e["saga_id"] == saga_id and e["reversal_id"] == report.reversal_id for e in got)
+    comps = got[1:-1]
+    assert [(e["step_id"], e["state"], e["attempts"]) for e in comps] == [
+        (e.step_id, e.kind.removeprefix("compensation."), e.data.get("attempts", 0))
+        for e in history
+    ]
+    tools = {s.step_id: s.tool for s in report.steps}
+    assert all(e["tool"] == tools[e["step_id"]] for e in comps)
+    released = next(e for e in comps if e["step_id"] == "s3" and e["state"] == "reverted")
+    assert released["seconds"] >= 0  # the compensation's latency: from its dispatch to here
+    finished = got[-1]
+    assert finished["outcome"] == report.status.value == "cannot_undo"
+    assert finished["states"] == {"reverted": 2, "compensated": 1, "drifted": 1, "acknowledged": 1}
+    assert (finished["residue"], finished["manual_actions_open"], finished["tool_calls"]) == (
+        len(report.residue),
+        len(report.open_manual_actions),
+        report.tool_calls,
+    )
+    for raw in lines.raw():
+        assert raw.isascii() and raw.isprintable()
+    assert CARD not in "\n".join(lines.raw())
+
+
+async def test_a_failure_message_quoting_a_secret_and_a_terminal_escape_is_logged_clean(
+    lines: Lines,
+) -> None:
+    """The vendor's message quotes the card and carries an escape sequence that would repaint a
+    terminal: the line holds the step's detail with the card redacted (rule 11) and the escape
+    shown as text (issue 11 item 6), in the raw line and in the parsed value alike."""
+    world, catalog = otel_world()
+    world.release_error = "\x1b[2J\x1b[32missuer said OK\u202e for card {card}"
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    async with engine.saga("Hold a card") as saga:
+        saga.call("card.hold", card=CARD, cents=700)
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert report.steps[0].state.value == "failed"
+
+    (failed,) = lines.events("compensation.failed")
+    assert failed["detail"] == (
+        "card.release failed permanently: \\x1b[2J\\x1b[32missuer said OK\\u202e for card "
+        "[redacted:card]"
+    )
+    for raw in lines.raw():
+        assert CARD not in raw and not CONTROL.search(raw)
+    for e in lines.parsed():
+        assert not CONTROL.search(json.dumps(e, ensure_ascii=False))
+
+
+def test_the_json_formatter_writes_any_record_as_one_clean_line() -> None:
+    """A record of another logger (the server's, uvicorn's access log) is one JSON line too:
+    the message cleaned, an exception named by its type (its message may hold a secret)."""
+    fmt = JsonLines()
+    try:
+        raise ValueError(f"card {CARD}")
+    except ValueError:
+        import sys
+
+        exc_info = sys.exc_info()
+    rec = logging.LogRecord(
+        "amends.server", logging.ERROR, __file__, 1, "bad\nline\x07", (), exc_info
+    )
+    out = json.loads(fmt.format(rec))
+    assert (out["logger"], out["level"], out["message"], out["error"]) == (
+        "amends.server",
+        "error",
+        "bad\\nline\\x07",
+        "ValueError",
+    )
+    access = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/metrics", "1.1", 200), None,
+    )  # fmt: skip
+    out = json.loads(fmt.format(access))
+    assert (out["client"], out["method"], out["path"], out["status"]) == (
+        "127.0.0.1:5000",
+        "GET",
+        "/metrics",
+        200,
+    )
+    assert CARD not in fmt.format(rec)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("plain", "plain"),
+        ("\x1b[31mred", "\\x1b[31mred"),
+        ("a\u202eb", "a\\u202eb"),
+        ({"k\n": ["\x00", 1, None]}, {"k\\n": ["\\x00", 1, None]}),
+    ],
+)
+def test_clean_shows_control_characters_as_text_in_keys_and_values(
+    value: object, shown: object
+) -> None:
+    assert clean(value) == shown

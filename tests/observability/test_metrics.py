@@ -1,0 +1,198 @@
+"""Issue 28 item 2: the figures of a reversal as OpenTelemetry metrics (recorded as it finishes)
+and as the Prometheus text ``amends serve`` derives from the log; both from the one derivation,
+both equal to the report's counts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from otel_capture import Points
+from otel_world import otel_world, scene
+from prometheus_client.parser import text_string_to_metric_families
+
+import amends
+from amends.server.metrics import LogMetrics, _Totals, render
+
+FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01, jitter=0.0)
+
+
+def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Prometheus text, parsed by Prometheus' own client library: (sample, labels) -> value."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def by(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> dict[Any, float]:
+    """The samples of ``name``, keyed by their labels' values in label-name order."""
+    return {
+        tuple(v for _, v in sorted(labels)): value
+        for (n, labels), value in samples.items()
+        if n == name and value
+    }
+
+
+def report_counts(reports: list[amends.UndoReport]) -> dict[str, dict[Any, float]]:
+    """What the metrics must show for these reports, counted from the reports themselves."""
+    out: dict[str, dict[Any, float]] = {
+        "steps": {}, "residue": {}, "manual": {}, "drift": {}, "outcome": {}
+    }  # fmt: skip
+    for r in reports:
+        tools = {s.step_id: s.tool for s in r.steps}
+        out["outcome"][(r.status.value,)] = out["outcome"].get((r.status.value,), 0) + 1
+        for s in r.steps:
+            key = (s.state.value, s.tool)
+            out["steps"][key] = out["steps"].get(key, 0) + 1
+            if s.state.value == "drifted":
+                out["drift"][(s.tool,)] = out["drift"].get((s.tool,), 0) + 1
+            if s.residue:
+                out["residue"][(s.tool,)] = out["residue"].get((s.tool,), 0) + len(s.residue)
+        for m in r.manual_actions:
+            key = ("handled" if r.handled(m.step_id) else "open", tools[m.step_id])
+            out["manual"][key] = out["manual"].get(key, 0) + 1
+    return out
+
+
+async def test_otel_metrics_of_an_undo_equal_its_report_and_its_latency_the_logs(
+    points: Points,
+) -> None:
+    """Counters by outcome, state and tool, residue, manual actions, drift; the latency
+    histogram holds one value per dispatched compensation, summing to what the log's
+    timestamps give (the same ``now`` lands in both)."""
+    world, catalog = otel_world()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    saga_id = await scene(engine)
+    world.core.human_edit("r2", "owner", "yan")
+    report = await engine.undo(saga_id)
+    scraped = parse(await LogMetrics(engine.log).scrape())
+    await engine.close()
+
+    want = report_counts([report])
+    flat = {
+        name: {tuple(v for _, v in sorted(attrs)): n for attrs, n in points.counts(name).items()}
+        for name in (
+            "amends.reversals",
+            "amends.reversal.steps",
+            "amends.residue.items",
+            "amends.manual_actions",
+            "amends.drift.detections",
+            "amends.budget.exhausted",
+        )
+    }
+    assert flat["amends.reversals"] == want["outcome"] == {("cannot_undo",): 1}
+    assert flat["amends.reversal.steps"] == want["steps"]  # (state, tool)
+    assert flat["amends.residue.items"] == want["residue"] == {("pay.charge",): 1}
+    assert flat["amends.manual_actions"] == want["manual"]  # (status, tool)
+    assert flat["amends.drift.detections"] == want["drift"] == {("crm.update_field",): 1}
+    assert flat["amends.budget.exhausted"] == {}
+
+    latency = points.counts("amends.compensation.duration")
+    by_tool: dict[str, tuple[int, float]] = {}
+    for attrs, (count, total) in latency.items():
+        tool = dict(attrs)["tool"]
+        c, t = by_tool.get(tool, (0, 0.0))
+        by_tool[tool] = (c + count, t + total)
+    assert sorted(by_tool) == ["card.hold", "crm.update_field", "pay.charge"]  # the steps' tools
+    for tool, (count, total) in by_tool.items():
+        assert scraped[("amends_compensation_seconds_count", frozenset({("tool", tool)}))] == count
+        assert math.isclose(
+            scraped[("amends_compensation_seconds_sum", frozenset({("tool", tool)}))],
+            total,
+            abs_tol=1e-9,
+        )
+
+
+async def test_a_reversal_stopped_by_its_budget_counts_as_budget_exhaustion(
+    points: Points, tmp_path: Path
+) -> None:
+    """Over budget is its own figure (rule 7), in both; the continuation finishing it is a
+    second run of the same reversal: runs count 2, reversals 1 with its current outcome."""
+    _, catalog = otel_world()
+    engine = amends.Engine(catalog, log=str(tmp_path / "a.db"), retry=FAST)
+    saga_id = await scene(engine)
+    first = await engine.undo(saga_id, budget=amends.Budget(tool_calls=2))
+    assert any(s.state.value == "over_budget" for s in first.steps)
+    metrics = LogMetrics(engine.log)
+    before = parse(await metrics.scrape())
+    second = await engine.resume(saga_id, budget=amends.Budget(tool_calls=50))
+    after = parse(await metrics.scrape())
+    await engine.close()
+
+    assert points.counts("amends.budget.exhausted") == {frozenset(): 1}
+    assert by(before, "amends_reversals_over_budget") == {(): 1}
+    assert by(after, "amends_reversals_over_budget") == {}
+    assert by(after, "amends_reversals") == {(second.status.value,): 1}
+    assert by(after, "amends_reversal_runs_total") == (
+        {(first.status.value,): 2}
+        if first.status == second.status
+        else {(first.status.value,): 1, (second.status.value,): 1}
+    )
+    assert by(after, "amends_reversal_steps") == report_counts([second])["steps"]
+
+
+async def test_log_metrics_follow_the_log_per_tenant_and_as_people_resolve(tmp_path: Path) -> None:
+    """Two tenants' reversals in one log: each tenant's view counts its own; a resolution moves
+    a manual action from open to handled at the next scrape; a second reader (a restarted
+    server) reads the same figures from the log."""
+    _, catalog = otel_world()
+    db = str(tmp_path / "a.db")
+    engine = amends.Engine(catalog, log=db, retry=FAST)
+    acme = await scene(engine)
+    async with engine.saga("globex deal", tenant="globex") as saga:
+        saga.call("pay.charge", customer="g1", cents=100)
+    reports = {"acme": await engine.undo(acme), "globex": await engine.undo(saga.id)}
+    metrics = LogMetrics(engine.log)
+    for tenant, report in reports.items():
+        got = parse(await metrics.scrape(tenant=tenant))
+        want = report_counts([report])
+        assert by(got, "amends_reversals") == want["outcome"]
+        assert by(got, "amends_reversal_steps") == want["steps"]
+        assert by(got, "amends_residue_items") == want["residue"]
+        assert by(got, "amends_manual_actions") == want["manual"]
+    everyone = parse(await metrics.scrape())
+    assert by(everyone, "amends_reversal_steps") == report_counts(list(reports.values()))["steps"]
+    assert by(everyone, "amends_reversals_with_residue") == {(): 2}
+
+    await engine.resolve(acme, "s5", by="ann@example.com", note="sent the draft")
+    resolved = parse(await metrics.scrape(tenant="acme"))
+    assert by(everyone, "amends_manual_actions") == {("open", "mail.send"): 1}
+    assert by(resolved, "amends_manual_actions") == {("handled", "mail.send"): 1}
+    restarted = parse(await LogMetrics(amends.SqliteLog(db)).scrape(tenant="acme"))
+    assert restarted == resolved
+    await engine.close()
+
+
+async def test_a_saga_whose_history_does_not_verify_is_numbered_not_counted(
+    tmp_path: Path,
+) -> None:
+    """Rule 12: a report that may have been edited does not feed a dashboard."""
+    _, catalog = otel_world()
+    engine = amends.Engine(catalog, log=str(tmp_path / "a.db"), retry=FAST)
+    saga_id = await scene(engine)
+    await engine.undo(saga_id)
+    got = parse(await LogMetrics(engine.log).scrape(unverified=[saga_id]))
+    await engine.close()
+    assert by(got, "amends_reversals") == {}
+    assert by(got, "amends_reversal_steps") == {}
+    assert by(got, "amends_sagas_unverified") == {(): 1}
+
+
+def test_label_values_from_the_log_are_escaped_and_cleaned() -> None:
+    """A tool name is data from the log: quotes, backslashes, newlines and escape sequences
+    cannot break a line of the exposition or reach a dashboard raw."""
+    t = _Totals()
+    t.steps[("failed", 'we"ird\\tool\nname\x1b[2J')] = 2
+    t.latencies['we"ird'] = [0.004, 2.0, 400.0]
+    got = parse(render(t))
+    assert by(got, "amends_reversal_steps") == {("failed", 'we"ird\\tool\\nname\\x1b[2J'): 2}
+    buckets = {
+        dict(labels)["le"]: v
+        for (n, labels), v in got.items()
+        if n == "amends_compensation_seconds_bucket"
+    }
+    assert (buckets["0.005"], buckets["2.5"], buckets["300.0"], buckets["+Inf"]) == (1, 2, 2, 3)
+    assert got[("amends_compensation_seconds_count", frozenset({("tool", 'we"ird')}))] == 3
