@@ -39,7 +39,9 @@ __all__ = [
     "configure_logging",
     "emit",
     "instruments",
+    "json_logs",
     "saga_trace",
+    "say",
     "span",
     "tracer",
 ]
@@ -419,6 +421,24 @@ def add_log_format(parser: Any) -> None:
     )
 
 
+_JSON: list[bool] = []
+
+
+def json_logs() -> bool:
+    """Whether ``--log-format json`` is in force in this process."""
+    return bool(_JSON)
+
+
+def say(text: str, *, level: int = logging.INFO) -> None:
+    """A command's own message on stderr: as it always was, or, under ``--log-format json``, a
+    record of the ``amends`` logger (so every line on stderr is JSON)."""
+    if _JSON:
+        logging.getLogger("amends").log(level, text)
+    else:
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: str, *, level: int = logging.INFO) -> Callable[[], None]:
     """``--log-format``: ``json`` sends every record (amends' events, the server's lines) to
     stderr as JSON lines; ``text`` leaves logging as it is. Returns a function undoing it."""
@@ -430,9 +450,11 @@ def configure_logging(fmt: str, *, level: int = logging.INFO) -> Callable[[], No
     old = root.level
     root.addHandler(handler)
     root.setLevel(min(level, old) if old != logging.NOTSET else level)
+    _JSON.append(True)
 
     def undo() -> None:
         root.removeHandler(handler)
         root.setLevel(old)
+        _JSON.pop()
 
     return undo

@@ -11,12 +11,11 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from typing import Any
 
 from amends._errors import ConfigError
 from amends._log import open_log
-from amends._telemetry import add_log_format, configure_logging
+from amends._telemetry import add_log_format, configure_logging, say
 
 __all__ = ["register"]
 
@@ -82,11 +81,10 @@ def _worker(args: argparse.Namespace) -> int:
             async with make_worker(
                 client, catalog, log, task_queue=args.task_queue, heartbeat_seconds=args.heartbeat
             ):
-                sys.stderr.write(
+                say(
                     f"amends worker: serving task queue {args.task_queue!r} on {args.temporal} "
-                    f"with {len(catalog)} tools, log {log.url}\n"
+                    f"with {len(catalog)} tools, log {log.url}"
                 )
-                sys.stderr.flush()
                 await stop.wait()
         finally:
             with contextlib.suppress(Exception):

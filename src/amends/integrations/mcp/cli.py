@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from typing import Any
 
 from amends import AmendsError, ConfigError
-from amends._telemetry import add_log_format, configure_logging
+from amends._telemetry import add_log_format, configure_logging, json_logs, say
 
 __all__ = ["parse_address", "register", "run_audit", "serve"]
 
@@ -122,8 +123,9 @@ async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> Non
         try:
             await gw.engine.recover()
         except AmendsError as exc:  # serving must not depend on an old saga's recovery
-            sys.stderr.write(
-                f"amends mcp: recovery did not finish ({exc}); run `amends recover` on the log\n"
+            say(
+                f"amends mcp: recovery did not finish ({exc}); run `amends recover` on the log",
+                level=logging.WARNING,
             )
         server = gw.server()
         if http is None:
@@ -136,8 +138,10 @@ async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> Non
 
         host, port = http
         app = server.streamable_http_app(host=host)
+        # issue 28: under --log-format json, uvicorn's lines go through the JSON handler too
+        logs: dict[str, Any] = {"log_config": None} if json_logs() else {}
         uv = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", **logs)
         )
         await uv.serve()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -42,6 +43,7 @@ from amends import (
     ToolError,
     TransientError,
 )
+from amends._telemetry import json_logs
 
 from .config import UpstreamConfig
 from .contracts import ErrorRules
@@ -193,12 +195,17 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+_UPSTREAM_LOG = logging.getLogger("amends.upstream")
+
+
 class _ErrLog:
     """A stdio upstream's stderr: forwarded to ours, the recent part kept to read back."""
 
     _KEEP = 256 * 1024
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self._fields = {"amends": {"upstream": name}}
+        self._partial = b""
         self._r, w = os.pipe()
         self.file = os.fdopen(w, "w")
         """What the child's stderr is set to (closed here once the child has it)."""
@@ -232,14 +239,24 @@ class _ErrLog:
             if not chunk:
                 self._stop_reading()
                 return
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(chunk.decode("utf-8", "replace"))
-                sys.stderr.flush()
+            self._forward(chunk)
             self._buf += chunk
             if len(self._buf) > self._KEEP:
                 cut = len(self._buf) - self._KEEP
                 del self._buf[:cut]
                 self._base += cut
+
+    def _forward(self, chunk: bytes) -> None:
+        """To our stderr as it came; under ``--log-format json`` (issue 28) each line a record
+        of ``amends.upstream``, so every line on stderr stays JSON."""
+        if not json_logs():
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+                sys.stderr.flush()
+            return
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            _UPSTREAM_LOG.info(line.decode("utf-8", "replace"), extra=self._fields)
 
     def since(self, mark: int) -> str:
         self.drain()
@@ -253,6 +270,8 @@ class _ErrLog:
             self._loop = None
 
     def close(self) -> None:
+        if self._partial:  # a last line without its newline
+            self._forward(b"\n")
         self._stop_reading()
         for close in (self.file.close, lambda: os.close(self._r)):
             with contextlib.suppress(OSError):
@@ -289,7 +308,7 @@ class _Connection:
             if not isinstance(target, str):  # stdio: its stderr is read (module docstring)
                 from mcp.client.stdio import stdio_client
 
-                self.errlog = _ErrLog()
+                self.errlog = _ErrLog(self.up.name)
                 self.errlog.start()
                 target = stdio_client(target, errlog=self.errlog.file)
             async with Client(target, cache=None) as client:
