@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import durable, evals, fanout, mcp_gateway, pgload, reversal, scale, temporal
+from . import durable, evals, fanout, mcp_gateway, pgload, reversal, scale, telemetry, temporal
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,pgload,mcp,temporal"
+        help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,pgload,mcp,temporal,"
+        "telemetry"
         " (pg includes pgload, the 4-worker load)",
     )
     parser.add_argument(
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             ("pgload", lambda: postgres(loop, args.quick, ("pgload",))),
             ("mcp", lambda: mcp_gateway.run(loop, args.quick)),
             ("temporal", lambda: temporal.run(loop, args.quick)),
+            ("telemetry", lambda: telemetry.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:

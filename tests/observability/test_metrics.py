@@ -196,3 +196,42 @@ def test_label_values_from_the_log_are_escaped_and_cleaned() -> None:
     }
     assert (buckets["0.005"], buckets["2.5"], buckets["300.0"], buckets["+Inf"]) == (1, 2, 2, 3)
     assert got[("amends_compensation_seconds_count", frozenset({("tool", 'we"ird')}))] == 3
+
+
+async def test_the_metrics_route_takes_a_token_and_the_metrics_listener_serves_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """On the API's listener ``/metrics`` is an API route (401 without a token, the token's
+    tenant only); on the ``--metrics-bind`` listener it needs no token and every other path is
+    404 (TestClient's connections arrive on port 80: here, the metrics listener's)."""
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, TokenStore, create_app
+
+    _, catalog = otel_world()
+    db = str(tmp_path / "a.db")
+    engine = amends.Engine(catalog, log=db, retry=FAST)
+    acme_saga = await scene(engine)
+    await engine.undo(acme_saga)
+    await engine.close()
+    tokens = TokenStore(str(tmp_path / "a.tokens"))
+    acme, globex = tokens.create("acme"), tokens.create("globex")
+    factory = lambda: amends.Engine(catalog, log=db)  # noqa: E731
+
+    with TestClient(create_app(factory, ServerSettings(tokens=tokens))) as api:
+        assert api.get("/metrics").status_code == 401
+        mine = api.get("/metrics", headers={"Authorization": f"Bearer {acme}"})
+        theirs = api.get("/metrics", headers={"Authorization": f"Bearer {globex}"})
+        assert api.get("/sagas", headers={"Authorization": f"Bearer {acme}"}).status_code == 200
+    assert mine.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert by(parse(mine.text), "amends_reversals") == {("cannot_undo",): 1}
+    assert by(parse(theirs.text), "amends_reversals") == {}
+
+    listener = ServerSettings(tokens=tokens, metrics_port=80)
+    with TestClient(create_app(factory, listener)) as only_metrics:
+        assert parse(only_metrics.get("/metrics").text) == parse(mine.text)
+        for path in ("/sagas", "/", "/login", "/static/app.js", "/openapi.json"):
+            r = only_metrics.get(path, headers={"Authorization": f"Bearer {acme}"})
+            assert (r.status_code, r.json()["error"]) == (404, "not_found"), path
+        assert only_metrics.post("/metrics").status_code == 404
+    tokens.close()

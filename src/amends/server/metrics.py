@@ -165,7 +165,12 @@ def on_metrics_listener(scope: Mapping[str, Any], st: Any) -> bool:
     """Whether the connection came in on ``--metrics-bind``'s socket (by its local port)."""
     port = st.settings.metrics_port
     server = scope.get("server")
-    return port is not None and isinstance(server, tuple | list) and server[1:2] == (port,)
+    return (
+        port is not None
+        and isinstance(server, tuple | list)
+        and len(server) == 2
+        and server[1] == port
+    )
 
 
 class MetricsListener:
