@@ -4,7 +4,7 @@ OpenTelemetry's global providers can be set once per process and never unset, an
 at all" cannot be undone either, so each mode runs in a process of its own; rounds are
 interleaved (modes rotated) so the modes see the same machine. ``AMENDS_BENCH_BASELINE_SRC=DIR``
 adds a mode running another source tree (e.g. ``git archive`` of the commit before) the same way:
-the before/after figure of a change, side by side.
+the before/after figure of a change, side by side (``AMENDS_BENCH_BASELINE_NAME`` names it).
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def run(loop: Any, quick: bool) -> list[Section]:
     sources = {m: REPO / "src" for m in modes}
     baseline = os.environ.get("AMENDS_BENCH_BASELINE_SRC")
     if baseline:
-        modes = {"before": f"the tree in {baseline} (OpenTelemetry not imported)", **modes}
+        name = os.environ.get("AMENDS_BENCH_BASELINE_NAME", f"the tree in {baseline}")
+        modes = {"before": f"{name} (OpenTelemetry not imported)", **modes}
         sources["before"] = Path(baseline)
     rounds = 2 if quick else 7
     samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
