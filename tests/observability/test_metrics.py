@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 from otel_capture import Points
 from otel_world import otel_world, scene
 from prometheus_client.parser import text_string_to_metric_families
@@ -235,3 +236,28 @@ async def test_the_metrics_route_takes_a_token_and_the_metrics_listener_serves_n
             assert (r.status_code, r.json()["error"]) == (404, "not_found"), path
         assert only_metrics.post("/metrics").status_code == 404
     tokens.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_log_metrics_read_a_postgresql_log_as_they_read_sqlite(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The one query behind /metrics (``SagaLog.reversal_heads``) and the figures are the same
+    on the shared PostgreSQL log as on a SQLite file, for the same sagas."""
+    texts = []
+    for url in (pg_url, str(tmp_path / "a.db")):
+        world, catalog = otel_world()
+        engine = amends.Engine(catalog, log=url, retry=FAST)
+        saga_id = await scene(engine, title="same saga")
+        world.core.human_edit("r2", "owner", "yan")
+        report = await engine.undo(saga_id)
+        heads = await engine.log.reversal_heads()
+        assert [(h.reversal_id, h.saga_id, h.tenant, h.state) for h in heads] == [
+            (report.reversal_id, saga_id, "acme", "done")
+        ]
+        got = parse(await LogMetrics(engine.log).scrape())
+        await engine.close()
+        assert by(got, "amends_reversal_steps") == report_counts([report])["steps"]
+        texts.append({k: v for k, v in got.items() if "seconds" not in k[0]})
+    assert texts[0] == texts[1]
