@@ -41,6 +41,9 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+CATALOG = ("--catalog", "amends.sandbox:demo_catalog")  # rule 12: the operator names it
+
+
 def forward_saga(db: str) -> str:
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(FORWARD), db],
@@ -52,7 +55,7 @@ def forward_saga(db: str) -> str:
 def test_undo_log_format_json_writes_a_line_per_reversal_event(tmp_path: Path) -> None:
     db = str(tmp_path / "a.db")
     saga_id = forward_saga(db)
-    run = amends_cli("undo", saga_id, "--db", db, "--json", "--log-format", "json")
+    run = amends_cli("undo", saga_id, "--db", db, "--json", "--log-format", "json", *CATALOG)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)  # stdout is the report, as without the flag
     events = [json.loads(line) for line in run.stderr.splitlines()]
@@ -77,7 +80,7 @@ def test_undo_log_format_json_writes_a_line_per_reversal_event(tmp_path: Path) -
 def test_undo_without_the_flag_writes_no_log_lines(tmp_path: Path) -> None:
     db = str(tmp_path / "a.db")
     saga_id = forward_saga(db)
-    run = amends_cli("undo", saga_id, "--db", db, "--json")
+    run = amends_cli("undo", saga_id, "--db", db, "--json", *CATALOG)
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     bad = amends_cli("undo", saga_id, "--db", db, "--log-format", "xml")
