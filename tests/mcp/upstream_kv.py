@@ -7,9 +7,12 @@ file, so a test can count effects (two refunds would show as two entries).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,21 @@ except ImportError:  # mcp 1.x: the same server as a 1.x peer (interop test)
 
 STATE = Path(os.environ["KV_STATE"])
 app = MCPServer("kv-upstream")
+# The SDK runs plain (sync) tools in worker threads: parallel compensations read, modify and write
+# the world's file at once (a lost update, or a missing kv.tmp under load). One call at a time
+# touches the file; a tool's deliberate delay is spent outside the lock, so calls still overlap.
+_LOCK = threading.RLock()
+
+
+def serial(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with the world's file read and written by one call at a time."""
+
+    @functools.wraps(fn)
+    def one_at_a_time(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return fn(*args, **kwargs)
+
+    return one_at_a_time
 
 
 def _load() -> dict[str, Any]:
@@ -40,6 +58,7 @@ def _save(data: dict[str, Any]) -> None:
 
 
 @app.tool()
+@serial
 def kv_get(key: str) -> dict[str, Any]:
     """Read one key."""
     data = _load()
@@ -49,6 +68,7 @@ def kv_get(key: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def kv_set(key: str, value: str) -> dict[str, Any]:
     """Write one key."""
     data = _load()
@@ -60,6 +80,7 @@ def kv_set(key: str, value: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def kv_delete(key: str) -> dict[str, Any]:
     """Delete one key."""
     data = _load()
@@ -72,6 +93,7 @@ def kv_delete(key: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def charge(customer: str, cents: int) -> dict[str, Any]:
     """Charge a customer."""
     data = _load()
@@ -86,21 +108,24 @@ def charge(customer: str, cents: int) -> dict[str, Any]:
 def refund(charge_id: str) -> dict[str, Any]:
     """Refund a charge in full (slowly, so concurrent undos overlap)."""
     time.sleep(0.3)
-    data = _load()
-    ch = data["charges"][charge_id]
-    ch["refunded"] += ch["cents"]
-    data["journal"].append(["refund", charge_id, ch["cents"]])
-    _save(data)
-    return ch  # type: ignore[no-any-return]
+    with _LOCK:
+        data = _load()
+        ch = data["charges"][charge_id]
+        ch["refunded"] += ch["cents"]
+        data["journal"].append(["refund", charge_id, ch["cents"]])
+        _save(data)
+        return ch  # type: ignore[no-any-return]
 
 
 @app.tool()
+@serial
 def get_charge(charge_id: str) -> dict[str, Any]:
     """Read a charge."""
     return _load()["charges"][charge_id]  # type: ignore[no-any-return]
 
 
 @app.tool()
+@serial
 def send_email(to: str, subject: str) -> dict[str, Any]:
     """Send an email (there is no unsend)."""
     data = _load()
@@ -111,6 +136,7 @@ def send_email(to: str, subject: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def subscribe(account: str, api_key: str) -> dict[str, Any]:
     """Start a paid subscription; only the same API key can end it."""
     data = _load()
@@ -121,6 +147,7 @@ def subscribe(account: str, api_key: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def unsubscribe(account: str, api_key: str) -> dict[str, Any]:
     """End a subscription; refused unless ``api_key`` is the one it was started with."""
     data = _load()
@@ -136,6 +163,7 @@ def unsubscribe(account: str, api_key: str) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def get_subscription(account: str) -> dict[str, Any]:
     """Read a subscription (never its key)."""
     sub = _load().get("subscriptions", {}).get(account)
@@ -145,18 +173,21 @@ def get_subscription(account: str) -> dict[str, Any]:
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+@serial
 def peek(key: str) -> dict[str, Any]:
     """Read one key (the server hints read-only; no contract says so)."""
     return {"key": key, "value": _load()["kv"].get(key)}
 
 
 @app.tool()
+@serial
 def refuse_write(key: str) -> dict[str, Any]:
     """Always refused by the server, before doing anything."""
     raise ToolError(f"Refused: {key} is locked")
 
 
 @app.tool()
+@serial
 def flaky_write(key: str, value: str) -> dict[str, Any]:
     """Writes, then reports an error: the caller cannot know whether the write happened."""
     data = _load()
@@ -174,6 +205,7 @@ def slow_set(key: str, value: str, seconds: float) -> dict[str, Any]:
 
 
 @app.tool()
+@serial
 def with_meta(key: str) -> Any:
     """Answers with the server's own _meta on the result and on its content (not for agents)."""
     import mcp.types as t
