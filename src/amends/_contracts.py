@@ -470,6 +470,10 @@ class ToolSpec:
     describe: str | None = None
     """The step in a sentence, as a template over its arguments ("Email '{subject}' to {to}");
     ``None``: the description (or name) followed by the arguments (issue 17)."""
+    undo_after: tuple[str, ...] = ()
+    """Tools whose inverses this tool's inverse waits for (rule 3): a step of this tool is undone
+    only after the latest earlier step of each of them in the same saga (a refund the processor
+    accepts only once the deal it was charged against is reopened). Default: none."""
 
     def sentence(self, args: Mapping[str, Any]) -> str:
         """A call of this tool in plain language, e.g. "Email 'Won' to bob@acme.test"."""
@@ -527,6 +531,7 @@ class Catalog:
         resolve_secret: SecretResolver | None = None,
         idempotent: bool = False,
         describe: str | None = None,
+        undo_after: Sequence[str] = (),
     ) -> Callable[[ToolFn], ToolFn]:
         """Register the decorated function as tool ``name``.
 
@@ -549,10 +554,14 @@ class Catalog:
             describe: The step in a sentence, a template over the call's arguments, e.g.
                 ``"Email '{subject}' to {to}"``; shown on every screen instead of the tool name.
                 Default: the description followed by the arguments.
+            undo_after: Names of tools whose inverses must succeed before this tool's inverse
+                runs (rule 3): each step of this tool waits for the latest earlier step of each
+                of them in its saga, as ``saga.call(..., undo_after=[that step])`` would make it.
 
         Raises:
-            ContractError: The name is taken or malformed, the class unknown, or the function
-                does not take ``call`` as its first parameter.
+            ContractError: The name is taken or malformed, the class unknown, the function
+                does not take ``call`` as its first parameter, or ``undo_after`` is not a list
+                of other tools' names.
         """
 
         def register(fn: ToolFn) -> ToolFn:
@@ -567,6 +576,7 @@ class Catalog:
                 resolve_secret=resolve_secret,
                 idempotent=idempotent,
                 describe=describe,
+                undo_after=undo_after,
             )
             return fn
 
@@ -585,6 +595,7 @@ class Catalog:
         resolve_secret: SecretResolver | None = None,
         idempotent: bool = False,
         describe: str | None = None,
+        undo_after: Sequence[str] = (),
     ) -> ToolSpec:
         """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -622,6 +633,7 @@ class Catalog:
             resolve_secret=resolve_secret,
             idempotent=idempotent,
             describe=check_template(name, describe),
+            undo_after=_check_undo_after(name, undo_after),
         )
         self._tools[name] = spec
         return spec
@@ -656,6 +668,29 @@ class Catalog:
         shown by name with its arguments."""
         spec = self._tools.get(tool)
         return spec.sentence(args) if spec is not None else sentence(tool, args)
+
+
+def _check_undo_after(name: str, undo_after: Any) -> tuple[str, ...]:
+    """``undo_after=`` of tool ``name``: the names of the tools whose inverses its own waits for.
+
+    Raises:
+        ContractError: Not a list of tool names, or the tool's own name.
+    """
+    if isinstance(undo_after, str) or not all(
+        isinstance(t, str) and _NAME_RE.match(t) for t in undo_after
+    ):
+        raise ContractError(
+            f"undo_after= of tool {name!r} must be a list of tool names, got {undo_after!r}; "
+            f"e.g. undo_after=['crm.update_field'] (the refund waits for the deal's reopening)",
+            tool=name,
+        )
+    if name in undo_after:
+        raise ContractError(
+            f"undo_after= of tool {name!r} names the tool itself; name the other tools whose "
+            f"inverses must run first",
+            tool=name,
+        )
+    return tuple(undo_after)
 
 
 def _check_tool_args(name: str, fn: Any, resources: Any, timeout: Any, idempotent: Any) -> None:

@@ -148,6 +148,27 @@ class Ref:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+def _merged(tool: str, arguments: Mapping[str, Any] | None, args: dict[str, Any]) -> dict[str, Any]:
+    """A step's arguments from ``saga.call``'s mapping and keywords (issue 25: the mapping
+    carries names amends' own options use, ``after`` included)."""
+    if arguments is None:
+        return args
+    if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
+        raise ContractError(
+            f"the arguments of {tool!r} must be a mapping of names to values, got "
+            f"{arguments!r}; e.g. saga.call({tool!r}, {{'after': '2026-01-01'}})",
+            tool=tool if isinstance(tool, str) else None,
+        )
+    both = sorted(set(arguments) & set(args))
+    if both:
+        raise ContractError(
+            f"argument {both[0]!r} of {tool!r} is given twice, in the mapping and by keyword; "
+            f"give it once",
+            tool=tool if isinstance(tool, str) else None,
+        )
+    return {**arguments, **args}
+
+
 def _refs(value: Any, found: list[Step]) -> None:
     if type(value) in _SCALARS:  # issue 12: most arguments; skips the ABC checks below
         return
@@ -386,6 +407,7 @@ class Saga:
     def call(
         self,
         tool: str,
+        arguments: Mapping[str, Any] | None = None,
         /,
         *,
         after: Iterable[Step] = (),
@@ -397,6 +419,9 @@ class Saga:
 
         Args:
             tool: Catalog name.
+            arguments: The tool's arguments as one mapping (issue 25: a tool may have a
+                parameter named ``after``, ``step_id`` or ``undo_after``; passed here it is
+                the tool's, never amends' option). Merged with ``**args``.
             after: Steps this one depends on (it starts after they are done).
             step_id: A readable id; default ``s1``, ``s2``, ... in call order.
             undo_after: Steps whose inverses must succeed before this step's inverse runs (a
@@ -407,19 +432,19 @@ class Saga:
 
         Raises:
             ContractError: Unknown tool, a dependency from another saga, a duplicate step id,
-                or an ``undo_after`` that makes the undo order a cycle (the message names the
-                steps).
+                an argument given both in ``arguments`` and by keyword, or an ``undo_after``
+                that makes the undo order a cycle (the message names the steps).
             SagaClosedError: Called outside ``async with`` or after the saga closed.
         """
         self._check_open()
-        return self._start(
-            self.engine.catalog.get(tool), tool, after, step_id, args, undo_after=undo_after
-        )
+        spec = self.engine.catalog.get(tool)
+        return self._start(spec, tool, after, step_id, _merged(tool, arguments, args), undo_after)
 
     def call_with(
         self,
         fn: ToolFn,
         tool: str,
+        arguments: Mapping[str, Any] | None = None,
         /,
         *,
         after: Iterable[Step] = (),
@@ -434,7 +459,8 @@ class Saga:
         reversibility, resources, timeout), or the irreversible default when the catalog has none,
         so the call still runs and undo acknowledges it. Write-ahead logging and the rules for
         failures are the same as for :meth:`call`; ``fn`` may record its inverse on ``call`` or on
-        :func:`amends.current_call`.
+        :func:`amends.current_call`. ``arguments`` as in :meth:`call`: the tool's own arguments,
+        whatever their names.
 
         Raises:
             ContractError: ``fn`` is not callable, or the same mistakes as :meth:`call`.
@@ -453,7 +479,7 @@ class Saga:
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False
             )
-        return self._start(spec, tool, after, step_id, args, undo_after=undo_after)
+        return self._start(spec, tool, after, step_id, _merged(tool, arguments, args), undo_after)
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:
@@ -470,7 +496,6 @@ class Saga:
         after: Iterable[Step],
         step_id: str | None,
         args: dict[str, Any],
-        *,
         undo_after: Iterable[Step] = (),
     ) -> Step:
         self._check_open()
@@ -515,13 +540,25 @@ class Saga:
                 unique.append(d)
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
         step.has_refs = has_refs
-        step.undo_after = self._undo_after(step, undo_after)
+        step.undo_after = self._undo_after(step, [*undo_after, *self._declared_order(spec)])
         for r in resources:
             self._last_by_resource[r] = step
         self.steps.append(step)
         self._by_id[sid] = step
         step.task = asyncio.create_task(self.trace.step(_run_step(self.engine, self, step), step))
         return step
+
+    def _declared_order(self, spec: ToolSpec) -> list[Step]:
+        """Rule 3 declared in the contract (``undo_after=["crm.update_field"]``): this step's
+        inverse waits for the inverse of the latest earlier step of each tool named."""
+        wanted = spec.undo_after
+        if not wanted:
+            return []
+        latest: dict[str, Step] = {}
+        for s in self.steps:
+            if s.tool in wanted:
+                latest[s.tool] = s
+        return list(latest.values())
 
     def _undo_after(self, step: Step, undo_after: Iterable[Step]) -> list[Step]:
         """Check an undo-order declaration (rule 3): steps of this saga, no cycle."""

@@ -218,6 +218,74 @@ async def play_openai_agents(engine: amends.Engine, *, sync: bool = False) -> st
     return outcome.saga_id
 
 
+async def play_langchain_astream(engine: amends.Engine, *, sync: bool = False) -> str:
+    """The agent streamed (``agent.astream``): the last state carries the saga id."""
+    from langchain.agents import create_agent
+
+    from amends.integrations.langchain import AmendsMiddleware
+
+    agent = create_agent(
+        _langchain_model(), _langchain_tools(engine), middleware=[AmendsMiddleware(engine)]
+    )
+    states = [s async for s in agent.astream({"messages": [("user", TITLE)]}, stream_mode="values")]
+    last = states[-1]
+    assert last["messages"][-1].content == FINAL_TEXT
+    return str(last["amends_saga_id"])
+
+
+async def play_pydantic_ai_run_stream(engine: amends.Engine, *, sync: bool = False) -> str:
+    """``agent.run_stream``: tool calls first, then the streamed final text."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from amends.integrations.pydantic_ai import AmendsToolset, catalog_toolset
+
+    script = [[ToolCallPart(n, a, tool_call_id=i) for i, n, a in turn] for turn in TURNS]
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        if script:
+            from pydantic_ai.models.function import DeltaToolCall
+
+            yield {
+                n: DeltaToolCall(
+                    name=p.tool_name, json_args=json.dumps(p.args), tool_call_id=p.tool_call_id
+                )
+                for n, p in enumerate(script.pop(0))
+            }
+        else:
+            yield FINAL_TEXT
+
+    inner = FunctionToolset(
+        [*catalog_toolset(engine.catalog, CATALOG_TOOLS).tools.values(), lookup_weather]
+    )
+    toolset = AmendsToolset(inner, engine=engine)
+    agent = Agent(FunctionModel(stream_function=stream), capabilities=[toolset.capability])
+    async with agent.run_stream(TITLE) as result:
+        text = "".join([t async for t in result.stream_text(delta=True)])
+    assert text == FINAL_TEXT
+    saga_id = toolset.saga_id_of(result)
+    assert saga_id is not None
+    return saga_id
+
+
+async def play_openai_agents_run_streamed(engine: amends.Engine, *, sync: bool = False) -> str:
+    """``Runner.run_streamed`` with ``wrap_agent`` and ``AmendsRunHooks`` inside ``agent_run``."""
+    from agents import Runner
+
+    from amends.integrations.openai_agents import AmendsRunHooks, agent_run, wrap_agent
+
+    async with agent_run(engine, TITLE) as run:
+        result = Runner.run_streamed(
+            wrap_agent(openai_agent(engine), engine), TITLE, hooks=AmendsRunHooks()
+        )
+        async for _ in result.stream_events():
+            pass
+    assert result.final_output == FINAL_TEXT
+    return run.saga_id
+
+
 PLAYERS: dict[str, Callable[..., Any]] = {
     "plain": play_plain,
     "langchain": play_langchain,
@@ -225,6 +293,12 @@ PLAYERS: dict[str, Callable[..., Any]] = {
     "pydantic_ai": play_pydantic_ai,
     "openai_agents": play_openai_agents,
 }
+STREAMERS: dict[str, Callable[..., Any]] = {
+    "langchain_astream": play_langchain_astream,
+    "pydantic_ai_run_stream": play_pydantic_ai_run_stream,
+    "openai_agents_run_streamed": play_openai_agents_run_streamed,
+}
+"""The streaming APIs of each framework (issue 25: the docs show them; async only)."""
 
 
 # --- what the tests compare ----------------------------------------------------------------

@@ -12,16 +12,13 @@ import pytest
 from agent_scene import new_engine
 
 import amends
-from amends.integrations._agents import (
-    AgentRun,
-    agent_run,
-    agent_run_sync,
+from amends.integrations._agent_parts import (
     catalog_tool_function,
-    current_run,
     declare,
     resolve_tool_name,
     title_from,
 )
+from amends.integrations._agents import AgentRun, Answers, agent_run, agent_run_sync, current_run
 
 
 async def deps_by_tool(engine: amends.Engine, saga_id: str) -> dict[str, tuple[str, ...]]:
@@ -147,7 +144,7 @@ async def test_an_error_answer_made_by_the_framework_is_in_doubt_and_still_retur
             {},
             returning(answer),
             turn=1,
-            reported_error=lambda v: v.get("error"),
+            answers=Answers(refusal=str, reported_error=lambda v: v.get("error")),
         )
     assert got is answer
     saga = await engine.log.get_saga(run.saga_id)
@@ -169,7 +166,11 @@ async def test_a_refusal_before_acting_is_failed_not_in_doubt() -> None:
     async with agent_run(engine, "Update") as run:
         with pytest.raises(Retry):
             await run.call_tool(
-                "crm_set", {}, ask_again, turn=1, refused=lambda e: isinstance(e, Retry)
+                "crm_set",
+                {},
+                ask_again,
+                turn=1,
+                answers=Answers(refusal=str, refused=lambda e: isinstance(e, Retry)),
             )
     report = await engine.undo(run.saga_id)
     assert [(s.state.value, s.verb) for s in report.steps] == [("not_needed", None)] or [
@@ -252,7 +253,7 @@ async def test_sync_call_on_the_sagas_own_loop_is_a_clear_error() -> None:
 
 
 async def test_bad_input_gets_clear_errors() -> None:
-    """No engine, no title, or a tool argument the saga reserves: ConfigError naming the fix."""
+    """No engine or no title: ConfigError naming the fix."""
     _, engine = new_engine()
     with pytest.raises(amends.ConfigError, match="needs an amends.Engine"):
         async with agent_run("not an engine", "t"):  # type: ignore[arg-type]
@@ -262,9 +263,6 @@ async def test_bad_input_gets_clear_errors() -> None:
             pass
     with pytest.raises(amends.ConfigError, match="needs a title"):
         agent_run_sync(engine, "").__enter__()
-    async with agent_run(engine, "t") as run:
-        with pytest.raises(amends.ConfigError, match="'after'.*rename the tool's parameter"):
-            await run.call_tool("x", {"after": 1}, returning(1))
     fn = catalog_tool_function(engine.catalog, "crm.update_field")
     with pytest.raises(amends.ConfigError, match="outside an amends step"):
         await fn(record_id="acme", field="stage", value="won")
@@ -367,7 +365,7 @@ def test_tokens_of_reads_each_frameworks_usage_record() -> None:
     from langchain_core.messages import AIMessage
     from pydantic_ai.usage import RunUsage
 
-    from amends.integrations._agents import tokens_of
+    from amends.integrations._agent_parts import tokens_of
 
     msg = AIMessage(
         content="x", usage_metadata={"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}

@@ -53,3 +53,11 @@ def test_the_page_shows_the_example_the_suite_runs_and_its_real_output(
     }
     printed = capsys.readouterr().out
     assert neutral(printed) == neutral(block_after(text, "<!-- output -->"))
+
+
+def test_the_pages_name_no_private_module() -> None:
+    """Issue 25: a user reads public names only (the pages named
+    amends.integrations._agents.PLACE_GRACE)."""
+    for page in DOCS.glob("*.md"):
+        text = page.read_text()
+        assert not re.findall(r"amends(?:\.\w+)*\._\w+", text), page.name

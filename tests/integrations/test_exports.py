@@ -10,6 +10,7 @@ SHARED = ["agent_run", "agent_run_sync", "approval_message", "declare", "spend",
 EXPORTS = {
     "amends.integrations.langchain": [
         "AmendsMiddleware",
+        "AmendsState",
         "amends_tool_node",
         "catalog_tools",
     ],

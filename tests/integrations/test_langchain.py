@@ -278,21 +278,49 @@ def test_an_unknown_approval_mode_is_refused() -> None:
         AmendsMiddleware(engine, approval="ask")
 
 
-async def test_a_new_run_while_the_middleware_still_records_one_is_refused() -> None:
-    """A middleware that opened a saga for a run (here paused by an approval interrupt) refuses
-    a second run instead of mixing both into one saga; the message names agent_run."""
+async def test_a_run_while_another_is_paused_gets_its_own_saga_and_each_state_names_it() -> None:
+    """Issue 25 item 4: a second run while the first is paused by an approval interrupt is
+    neither refused nor mixed into the first's saga (this test replaces one that pinned the
+    refusal); each run's saga id is in its own state, and the first, resumed, goes on in its
+    own saga."""
     from agent_scene import TITLE, _langchain_model, _langchain_tools
     from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
 
-    _, engine = new_engine()
+    world, engine = new_engine()
+    declare_set_stage(engine)
     mw = AmendsMiddleware(engine, approval="irreversible")
-    agent = create_agent(
+    first = create_agent(
         _langchain_model(), _langchain_tools(engine), middleware=[mw], checkpointer=InMemorySaver()
     )
-    out = await agent.ainvoke({"messages": [("user", TITLE)]}, {"configurable": {"thread_id": "1"}})
-    assert out["__interrupt__"]
-    with pytest.raises(amends.ConfigError, match="already recording another agent run"):
-        await agent.ainvoke({"messages": [("user", "other")]}, {"configurable": {"thread_id": "2"}})
+    second = create_agent(
+        scripted([("set_stage", {"stage": "contract_sent"})]),
+        [stage_tool(world)],
+        middleware=[mw],
+        checkpointer=InMemorySaver(),
+    )
+    cfg1: Any = {"configurable": {"thread_id": "1"}}
+    paused = await first.ainvoke({"messages": [("user", TITLE)]}, cfg1)
+    assert paused["__interrupt__"]
+    out2 = await second.ainvoke(
+        {"messages": [("user", "Move ACME on")]}, {"configurable": {"thread_id": "2"}}
+    )
+    out1 = await first.ainvoke(Command(resume=True), cfg1)
+    one, two = out1["amends_saga_id"], out2["amends_saga_id"]
+    assert one == paused["amends_saga_id"] and one != two
+    saga1, saga2 = await engine.log.get_saga(one), await engine.log.get_saga(two)
+    assert saga1 is not None and saga2 is not None
+    assert (saga1.title, saga1.state) == (TITLE, "completed")
+    assert sorted(s.tool for s in saga1.steps) == [
+        "chat.post",
+        "crm.update_field",
+        "lookup_weather",
+        "payments.charge",
+    ]
+    assert (saga2.title, saga2.state) == ("Move ACME on", "completed")
+    assert [(s.tool, s.args, s.state) for s in saga2.steps] == [
+        ("set_stage", {"stage": "contract_sent"}, "done")
+    ]
 
 
 async def test_invalid_arguments_and_unknown_tools_never_ran_so_nothing_is_in_doubt() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from agent_scene import (
     PLAYERS,
+    STREAMERS,
     TITLE,
     human_edit,
     neutral_report,
@@ -17,9 +18,11 @@ from agent_scene import (
     step_tools,
 )
 
-CASES = [("plain", False)] + [
-    (name, sync) for name in PLAYERS if name != "plain" for sync in (False, True)
-]
+CASES = (
+    [("plain", False)]
+    + [(name, sync) for name in PLAYERS if name != "plain" for sync in (False, True)]
+    + [(name, False) for name in STREAMERS]
+)
 IDS = [f"{name}-{'sync' if sync else 'async'}" for name, sync in CASES]
 
 EXPECTED_STEPS = {
@@ -34,7 +37,7 @@ EXPECTED_STEPS = {
 
 async def play(name: str, sync: bool) -> dict[str, Any]:
     world, engine = new_engine()
-    saga_id = await PLAYERS[name](engine, sync=sync)
+    saga_id = await {**PLAYERS, **STREAMERS}[name](engine, sync=sync)
     shape = await saga_shape(engine, saga_id)
     human_edit(world)  # between forward and undo
     preview = await engine.preview(saga_id)  # rule 10: same planner, probes only

@@ -25,29 +25,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
+import datetime
 import inspect
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import amends
-from amends import Catalog, Engine, Saga, Step
+from amends import Engine, Saga, Step
 
 __all__ = [
-    "APPROVAL_MODES",
     "UNDO_TOOL",
     "AgentRun",
+    "Answers",
     "ToolReportedError",
     "agent_run",
     "agent_run_sync",
-    "approval_message",
-    "catalog_tool_function",
     "current_run",
-    "declare",
-    "needs_approval",
-    "resolve_tool_name",
-    "spend",
-    "tokens_of",
+    "end_run",
+    "note_failure",
+    "start_run",
     "undo_tool_functions",
 ]
 
@@ -56,10 +55,6 @@ T = TypeVar("T")
 _ACTIVE: contextvars.ContextVar[AgentRun | None] = contextvars.ContextVar(
     "amends_agent_run", default=None
 )
-
-# Keyword names saga.call_with() takes itself; a framework tool argument of the same name would
-# be swallowed by it, so it is refused with a clear message instead.
-_RESERVED_ARGS = frozenset({"after", "step_id"})
 
 PLACE_GRACE = 1.0
 """Seconds a tool call waits for the calls its model turn listed before it to begin their steps
@@ -73,6 +68,72 @@ class ToolReportedError(Exception):
     Raised inside the step so the engine applies rule 9 (the tool began, its effect is unknown:
     ``in_doubt``); the framework still gets its own error answer back.
     """
+
+
+@dataclasses.dataclass(frozen=True)
+class Answers:
+    """How one framework's tool answers map to amends' outcomes (one per adapter)."""
+
+    refusal: Callable[[str], Any]
+    """The framework's error answer carrying a text, for a call amends refuses without making
+    it (its request was undone): the model reads it and the run goes on (issue 25)."""
+    reported_error: Callable[[Any], str | None] | None = None
+    """For a framework that turns a tool's exception into an error answer: that answer's text,
+    else ``None`` (the step is ``in_doubt``, rule 9, unless the tool never began)."""
+    loggable: Callable[[Any], Any] | None = None
+    """The framework's answer as the JSON logged as the step's result (default: as is)."""
+    refused: Callable[[Exception], bool] | None = None
+    """Whether an exception from the tool is a refusal made before it acted (Pydantic AI's
+    ``ModelRetry``): the step is ``failed``, not ``in_doubt``."""
+
+
+_PLAIN = Answers(refusal=str)
+
+
+class _Box:
+    """One tool call's outcome as the framework saw it, and whether its tool is running."""
+
+    __slots__ = ("answered", "cancelled", "exc", "running", "value")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.answered = False
+        self.exc: Exception | None = None
+        self.running = False
+        self.cancelled = False
+
+    def check_not_cancelled(self, tool: str) -> None:
+        if self.cancelled:  # the agent's run was cancelled before the tool began: it never will
+            raise amends.PermanentError(
+                f"{tool} was not called: the agent's run was cancelled before it began"
+            )
+
+
+def _cancel(step: Step, box: _Box) -> None:
+    """The agent's call was cancelled (issue 25 item 5): so is its tool, at once.
+
+    While the framework's tool runs, the step's task is cancelled, so the cancellation reaches
+    the tool (as it would without amends) and the step is ``in_doubt`` right away (rule 9);
+    before it began (waiting for its place, its dependencies or its intent's write), it never
+    begins. Not while the step writes its outcome: that write is never cut (rule 1)."""
+    if box.running and step.task is not None and not step.task.done():
+        step.task.cancel()
+    else:
+        box.cancelled = True
+
+
+def note_failure(exc: BaseException, saga_id: str) -> None:
+    """Give the exception that ended an agent run the handle of what the run did (issue 25):
+    ``exc.amends_saga_id`` and a note naming the saga and how to undo it. The innermost run's
+    saga is kept when runs are nested."""
+    if getattr(exc, "amends_saga_id", None) is not None:
+        return
+    with contextlib.suppress(AttributeError, TypeError):  # an exception with __slots__
+        exc.amends_saga_id = saga_id  # type: ignore[attr-defined]
+        exc.add_note(
+            f"amends: the tool calls this run made are saga {saga_id}; see it with "
+            f"`amends show {saga_id}`, undo it with engine.undo({saga_id!r})"
+        )
 
 
 def current_run() -> AgentRun | None:
@@ -105,6 +166,8 @@ class AgentRun:
         self._begun: set[int] = set()  # places of the current turn whose calls have begun
         self._arrived: set[int] = set()  # ... whose calls reached amends (begun or waiting)
         self._place_waiters: list[asyncio.Future[None]] = []
+        self._undone: tuple[str, float] | None = None
+        """Who undid this run's request and when; every later call is refused (issue 25)."""
 
     @property
     def saga_id(self) -> str:
@@ -198,12 +261,10 @@ class AgentRun:
         args: Mapping[str, Any],
         run: Callable[[], Awaitable[T]] | Callable[[], T],
         *,
+        answers: Answers | None = None,
         turn: Hashable | None = None,
-        reported_error: Callable[[T], str | None] | None = None,
-        loggable: Callable[[T], Any] | None = None,
-        refused: Callable[[Exception], bool] | None = None,
-        refused_answer: Callable[[T], str | None] | None = None,
         place: int | None = None,
+        ran: Callable[[], bool] | None = None,
     ) -> T:
         """Run one framework tool call as a step of the saga and return what the framework's
         own call returned.
@@ -211,88 +272,83 @@ class AgentRun:
         Args:
             tool: The catalog name of the tool (see :func:`resolve_tool_name`).
             args: The arguments the model gave; logged with the step (sensitive ones redacted).
+                Any names, ``after`` and ``step_id`` included: they are the tool's.
             run: Runs the framework's tool call (sync or async, no arguments).
+            answers: How the framework's answers map to amends' outcomes (:class:`Answers`);
+                default: answers as they are, a refusal as its text.
             turn: The model turn that asked for the call (see :meth:`begin_turn`); ``None``
                 keeps the current turn.
-            reported_error: For frameworks that turn a tool's exception into an error answer:
-                returns the error text for such an answer, else ``None``.
-            loggable: Maps the framework's answer to the JSON logged as the step's result.
-            refused: Says whether an exception from the tool is a refusal made before it acted
-                (Pydantic AI's ``ModelRetry``): the step is ``failed``, not ``in_doubt``.
-            refused_answer: For an answer the framework gave without running the tool (invalid
-                arguments): returns its text, else ``None``; the step is ``failed``.
             place: The call's index among the tool calls its model turn listed; the step
                 begins after those listed before it (see :meth:`begun`). ``None``: at once.
+            ran: Whether the framework's tool function itself began (``None``: assume it did
+                when ``run`` began). An error answer given before it began means nothing ran:
+                the step is ``failed``, not ``in_doubt`` (issue 25: arguments the framework
+                rejected).
+
+        Returns:
+            The framework's answer; after the run's request was undone, ``answers.refusal``'s
+            answer instead, and nothing is called (issue 25: the model is told, the run goes on).
 
         Raises:
-            ConfigError: An argument name the saga reserves (``after``, ``step_id``).
             Exception: Whatever the tool raised, unchanged, so the framework handles it as before.
+            asyncio.CancelledError: The caller was cancelled; so is the tool (its step is
+                ``in_doubt`` at once, rule 9), or, when it had not begun, it never begins.
         """
         if asyncio.get_running_loop() is not self.loop:
             return await self._call_from_other_loop(
-                tool,
-                args,
-                run,
-                turn=turn,
-                reported_error=reported_error,
-                loggable=loggable,
-                refused=refused,
-                refused_answer=refused_answer,
-                place=place,
+                tool, args, run, answers=answers, turn=turn, place=place, ran=ran
             )
+        answers = answers or _PLAIN
         if turn is not None:
             self.begin_turn(turn)
-        box: dict[str, Any] = {}
+        if self._undone is not None:  # issue 25: nothing reaches a vendor after an undo
+            self.begun(place, turn)
+            return answers.refusal(self._refusal(tool))  # type: ignore[no-any-return]
+        box = _Box()
         try:
             if place:
                 await self._wait_for_place(place)
-            step = self._start_step(
-                tool, args, run, box, reported_error, loggable, refused, refused_answer
-            )
+            step = self._start_step(tool, args, run, box, answers, ran)
         finally:
             self.begun(place, turn)
         try:
             await step
-        except amends.StepFailedError:
-            if "exc" in box:  # the framework sees the tool's own exception, as without amends
-                raise box["exc"] from None
-            if "value" in box:  # the framework's own error answer goes back to the model
-                return box["value"]  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            _cancel(step, box)
             raise
-        return box["value"]  # type: ignore[no-any-return]
+        except amends.StepFailedError as exc:
+            if box.exc is not None:  # the framework sees the tool's own exception, as before
+                raise box.exc from None
+            if box.answered:  # the framework's own error answer goes back to the model
+                return box.value  # type: ignore[no-any-return]
+            if await self._undone_meanwhile(exc):  # undone from outside while the run went on
+                return answers.refusal(self._refusal(tool))  # type: ignore[no-any-return]
+            raise
+        return box.value  # type: ignore[no-any-return]
 
     def _start_step(
         self,
         tool: str,
         args: Mapping[str, Any],
         run: Callable[[], Awaitable[T]] | Callable[[], T],
-        box: dict[str, Any],
-        reported_error: Callable[[T], str | None] | None,
-        loggable: Callable[[T], Any] | None,
-        refused: Callable[[Exception], bool] | None,
-        refused_answer: Callable[[T], str | None] | None,
+        box: _Box,
+        answers: Answers,
+        ran: Callable[[], bool] | None,
     ) -> Step:
-        """Begin the step of one tool call; its outcome goes into ``box`` (``value``/``exc``)."""
-        clash = _RESERVED_ARGS.intersection(args)
-        if clash:
-            raise amends.ConfigError(
-                f"tool {tool!r} has an argument named {sorted(clash)[0]!r}, which amends' "
-                f"saga.call_with() reserves; rename the tool's parameter",
-                tool=tool,
-            )
+        """Begin the step of one tool call; its outcome goes into ``box``."""
 
         def finish(value: Any) -> Any:
-            box["value"] = value
-            refusal = refused_answer(value) if refused_answer is not None else None
-            if refusal is not None:  # the framework refused before the tool ran: no effect
-                raise amends.PermanentError(f"{tool} did not run: {refusal}")
-            error = reported_error(value) if reported_error is not None else None
-            if error is not None:  # rule 9: the tool began and failed; effect unknown
-                raise ToolReportedError(f"{tool} answered with an error: {error}")
-            return loggable(value) if loggable is not None else value
+            box.value, box.answered = value, True
+            error = answers.reported_error(value) if answers.reported_error is not None else None
+            if error is not None:
+                if ran is not None and not ran():  # answered before the tool began: no effect
+                    raise amends.PermanentError(f"{tool} did not run: {error}")
+                raise ToolReportedError(f"{tool} answered with an error: {error}")  # rule 9
+            return answers.loggable(value) if answers.loggable is not None else value
 
-        def refuse(exc: Exception) -> None:
-            if refused is not None and refused(exc):
+        def failed(exc: Exception) -> None:
+            box.exc = exc
+            if answers.refused is not None and answers.refused(exc):
                 # the tool refused before acting (the framework's "retry with other arguments"):
                 # no effect, like amends.PermanentError; not in doubt (rule 9).
                 raise amends.PermanentError(f"{tool} refused: {exc}") from exc
@@ -300,30 +356,57 @@ class AgentRun:
         if inspect.iscoroutinefunction(run):
             coro_fn = run
 
-            async def forward_async(call: amends.Call, **_: Any) -> Any:
+            async def forward(call: amends.Call, **_: Any) -> Any:
+                box.check_not_cancelled(tool)
+                box.running = True
                 try:
                     value = await coro_fn()
                 except Exception as exc:  # not a cancellation: a timeout is the engine's to report
-                    box["exc"] = exc
-                    refuse(exc)
+                    failed(exc)
                     raise
+                finally:
+                    box.running = False
                 return finish(value)
 
-            step = self.saga.call_with(forward_async, tool, after=self.dependencies(), **args)
         else:
             sync_fn = run
 
-            def forward_sync(call: amends.Call, **_: Any) -> Any:
+            def forward(call: amends.Call, **_: Any) -> Any:  # type: ignore[misc]
+                box.check_not_cancelled(tool)
+                box.running = True
                 try:
                     value = sync_fn()
-                except Exception as exc:  # not a cancellation: a timeout is the engine's to report
-                    box["exc"] = exc
-                    refuse(exc)
+                except Exception as exc:
+                    failed(exc)
                     raise
+                finally:
+                    box.running = False
                 return finish(value)
 
-            step = self.saga.call_with(forward_sync, tool, after=self.dependencies(), **args)
-        return step
+        # the tool's arguments as one mapping: none of them is taken for amends' own options
+        return self.saga.call_with(forward, tool, args, after=self.dependencies())
+
+    async def _undone_meanwhile(self, exc: amends.StepFailedError) -> bool:
+        """Whether ``exc`` is a step the saga refused because its reversal had begun (an undo
+        from outside this run); then every later call is refused the same way."""
+        if exc.state != "cancelled":
+            return False
+        rev = await self.engine.log.get_reversal(saga_id=self.saga_id)
+        if rev is None:
+            return False
+        if self._undone is None:
+            self._undone = ("a request from outside this agent run", rev.requested_at)
+        return True
+
+    def _refusal(self, tool: str) -> str:
+        """What the model is told for a call after its request was undone."""
+        assert self._undone is not None
+        who, when = self._undone
+        at = datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return (
+            f"amends: this request was undone by {who} at {at}, so {tool} was not called and "
+            f"nothing was done. Ask the user before acting again."
+        )
 
     async def _call_from_other_loop(
         self,
@@ -377,12 +460,10 @@ class AgentRun:
         args: Mapping[str, Any],
         run: Callable[[], T],
         *,
+        answers: Answers | None = None,
         turn: Hashable | None = None,
-        reported_error: Callable[[T], str | None] | None = None,
-        loggable: Callable[[T], Any] | None = None,
-        refused: Callable[[Exception], bool] | None = None,
-        refused_answer: Callable[[T], str | None] | None = None,
         place: int | None = None,
+        ran: Callable[[], bool] | None = None,
     ) -> T:
         """:meth:`call_tool` for a framework's synchronous path (called from another thread).
 
@@ -415,22 +496,17 @@ class AgentRun:
 
         future = asyncio.run_coroutine_threadsafe(
             self.call_tool(
-                tool,
-                args,
-                in_caller_context,
-                turn=turn,
-                reported_error=reported_error,
-                loggable=loggable,
-                refused=refused,
-                refused_answer=refused_answer,
-                place=place,
+                tool, args, in_caller_context, answers=answers, turn=turn, place=place, ran=ran
             ),
             self.loop,
         )
         return future.result()
 
     async def undo(self, budget: amends.Budget | None = None) -> amends.UndoReport:
-        """Undo everything this run recorded so far (the saga's one reversal, rule 6)."""
+        """Undo everything this run recorded so far (the saga's one reversal, rule 6); the
+        run's later tool calls are refused with a message the model reads (issue 25)."""
+        if self._undone is None:
+            self._undone = ("this agent (its amends_undo call)", time.time())
         undo = self.engine.undo(self.saga_id, budget=budget)
         try:
             here = asyncio.get_running_loop()
@@ -483,7 +559,8 @@ async def agent_run(
 
     ``async with agent_run(engine, "Close the ACME deal") as run:`` then run the agent (once or
     several times); afterwards ``await engine.undo(run.saga_id)``. Pass ``saga=`` (already open)
-    to add the runs to a saga you manage yourself.
+    to add the runs to a saga you manage yourself. An exception that leaves the block carries
+    the saga id (``exc.amends_saga_id`` and a note, see :func:`note_failure`).
 
     Raises:
         ConfigError: No engine, or neither a title nor an open saga.
@@ -492,7 +569,7 @@ async def agent_run(
     loop = asyncio.get_running_loop()
     if saga is not None:
         run = AgentRun(engine, saga, loop)
-        with run.activate():
+        with run.activate(), _noting(run):
             yield run
         return
     if not isinstance(title, str) or not title.strip():
@@ -502,8 +579,17 @@ async def agent_run(
         )
     async with engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor) as opened:
         run = AgentRun(engine, opened, loop)
-        with run.activate():
+        with run.activate(), _noting(run):
             yield run
+
+
+@contextlib.contextmanager
+def _noting(run: AgentRun) -> Iterator[None]:
+    try:
+        yield
+    except BaseException as exc:
+        note_failure(exc, run.saga_id)
+        raise
 
 
 class SyncAgentRun:
@@ -541,14 +627,17 @@ class SyncAgentRun:
         """The run; hand ``run.saga_id`` to ``engine.undo_sync`` afterwards."""
         self._closed = False
 
-    def close(self) -> None:
-        """Wait for the run's steps, close the saga and stop its thread. Idempotent."""
+    def close(self, exc: BaseException | None = None) -> None:
+        """Wait for the run's steps, close the saga and stop its thread. Idempotent.
+
+        ``exc``: the exception that ended the run, if any (a cancellation cancels the tools
+        still running, whose steps end ``in_doubt``; rule 9)."""
         if self._closed:
             return
         self._closed = True
         try:
             asyncio.run_coroutine_threadsafe(
-                self._saga.__aexit__(None, None, None), self._loop
+                self._saga.__aexit__(type(exc) if exc else None, exc, None), self._loop
             ).result()
         finally:
             self._stop()
@@ -576,62 +665,12 @@ def agent_run_sync(
     """
     holder = SyncAgentRun(engine, title, saga_id=saga_id, tenant=tenant, actor=actor)
     try:
-        with holder.run.activate():
+        with holder.run.activate(), _noting(holder.run):
             yield holder.run
-    finally:
-        holder.close()
-
-
-def resolve_tool_name(catalog: Catalog, name: str, names: Mapping[str, str] | None = None) -> str:
-    """The catalog name for a framework tool called ``name``.
-
-    Frameworks allow only ``[A-Za-z0-9_-]`` in tool names, so ``crm_update_field`` finds the
-    catalog's ``crm.update_field``. In order: ``names[name]`` if given; ``name`` itself if the
-    catalog has it; the one catalog tool whose name with dots replaced by underscores is
-    ``name``; else ``name`` (no contract: irreversible, and the run still works).
-    """
-    if names and name in names:
-        return names[name]
-    if name in catalog:
-        return name
-    matches = [spec.name for spec in catalog if spec.name.replace(".", "_") == name]
-    return matches[0] if len(matches) == 1 else name
-
-
-def declare(
-    catalog: Catalog,
-    name: str,
-    *,
-    reversibility: str,
-    resources: Callable[[Mapping[str, Any]], list[str]] | None = None,
-    idempotent: bool = False,
-    timeout: float | None = None,
-) -> Any:
-    """Declare the contract of a framework tool that keeps its own code: ``name`` is the tool's
-    name as the framework calls it, and the tool records its inverse and expectation on
-    :func:`amends.current_call`. Returns the catalog's ``ToolSpec``.
-
-    Raises:
-        ContractError: As :meth:`amends.Catalog.register` (name taken or malformed, unknown
-            class).
-    """
-
-    async def runs_in_the_framework(call: amends.Call, **args: Any) -> Any:
-        # The adapter runs the framework's own tool in its place; amends never calls this.
-        raise amends.ConfigError(
-            f"tool {name!r} is declared for an agent framework and runs only through its "
-            f"adapter; register a function with @catalog.tool to call it from amends",
-            tool=name,
-        )
-
-    return catalog.register(
-        name,
-        runs_in_the_framework,
-        reversibility=reversibility,
-        resources=resources,
-        idempotent=idempotent,
-        timeout=timeout,
-    )
+    except BaseException as exc:
+        holder.close(exc)
+        raise
+    holder.close()
 
 
 UNDO_TOOL = "amends_undo"
@@ -668,72 +707,6 @@ def undo_tool_functions(
     return undo_sync, undo_async
 
 
-def framework_name(tool: str) -> str:
-    """The name a framework shows the model for catalog tool ``tool`` (dots become ``_``)."""
-    return tool.replace(".", "_")
-
-
-def catalog_tool_function(catalog: Catalog, tool: str) -> Callable[..., Awaitable[Any]]:
-    """An async function with the signature of catalog tool ``tool`` minus ``call``, which runs
-    the catalog's code with :func:`amends.current_call` as its ``call``.
-
-    The adapters turn it into their own tool type (``catalog_tools(...)``), so a tool registered
-    once in the catalog can be handed to the framework. Called outside an amends step it raises
-    a :class:`amends.ConfigError` rather than acting unrecorded.
-
-    Raises:
-        ContractError: ``tool`` is not in the catalog.
-    """
-    spec = catalog.get(tool)
-    fn = spec.fn
-    sig = inspect.signature(fn, eval_str=True)
-    params = list(sig.parameters.values())[1:]  # drop `call`
-
-    plain = sig.replace(parameters=params)
-
-    async def tool_function(*args: Any, **kwargs: Any) -> Any:
-        bound = plain.bind(*args, **kwargs)  # some frameworks pass arguments positionally
-        call = amends.current_call()
-        if call is None:
-            raise amends.ConfigError(
-                f"catalog tool {tool!r} was called outside an amends step, so its inverse "
-                f"would be lost; add the amends middleware/toolset/wrapper to the agent",
-                tool=tool,
-            )
-        named: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
-            if plain.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-                named.update(value)
-            else:
-                named[name] = value
-        result = fn(call, **named)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    tool_function.__name__ = framework_name(tool)
-    tool_function.__qualname__ = tool_function.__name__
-    tool_function.__doc__ = inspect.getdoc(fn) or f"The {tool} tool."
-    tool_function.__signature__ = plain  # type: ignore[attr-defined]
-    tool_function.__annotations__ = {
-        p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty
-    } | (
-        {"return": sig.return_annotation}
-        if sig.return_annotation is not inspect.Signature.empty
-        else {}
-    )
-    return tool_function
-
-
-def title_from(prompt: object, default: str = "Agent run") -> str:
-    """A saga title from the user's prompt: its first line, at most 80 characters."""
-    text = prompt if isinstance(prompt, str) else ""
-    line = text.strip().splitlines()[0].strip() if text.strip() else ""
-    if not line:
-        return default
-    return line if len(line) <= 80 else line[:77] + "..."
-
-
 async def start_run(engine: Engine, title: str) -> AgentRun:
     """Open a saga for one framework run (an adapter's default when no :func:`agent_run` is
     active); end it with :func:`end_run`."""
@@ -742,108 +715,6 @@ async def start_run(engine: Engine, title: str) -> AgentRun:
     return AgentRun(engine, saga, asyncio.get_running_loop())
 
 
-async def end_run(run: AgentRun) -> None:
-    """Wait for the run's steps and close its saga."""
-    await run.saga.__aexit__(None, None, None)
-
-
-# --- the approval gate (the MCP gateway's counterpart for frameworks with human-in-the-loop) --
-
-APPROVAL_MODES = ("off", "irreversible", "residue")
-"""``off``: never ask; ``irreversible``: ask before a call undo cannot take back (a tool with no
-contract included); ``residue``: also before a compensable call (undo leaves residue)."""
-
-_UNDO_SAYS = {
-    "irreversible": "Undo CANNOT take this back: a person would have to follow up.",
-    "compensable": "Undo can compensate this, but not without trace: residue remains.",
-}
-
-
-def check_approval(mode: str) -> str:
-    """``mode`` if it is one of :data:`APPROVAL_MODES`.
-
-    Raises:
-        ConfigError: Any other value.
-    """
-    if mode not in APPROVAL_MODES:
-        raise amends.ConfigError(
-            f"approval is {mode!r}; use one of {', '.join(repr(m) for m in APPROVAL_MODES)}"
-        )
-    return mode
-
-
-def _class_of(catalog: Catalog, tool: str) -> tuple[str, bool]:
-    if tool not in catalog:
-        return "irreversible", False  # no contract: the default (DESIGN.md)
-    spec = catalog.get(tool)
-    return spec.reversibility.value, spec.explicit
-
-
-def needs_approval(catalog: Catalog, tool: str, mode: str) -> bool:
-    """Whether the gate asks a person before catalog tool ``tool`` runs, under ``mode``."""
-    if check_approval(mode) == "off":
-        return False
-    cls, _ = _class_of(catalog, tool)
-    return cls == "irreversible" or (mode == "residue" and cls == "compensable")
-
-
-def approval_message(catalog: Catalog, tool: str, args: Mapping[str, Any]) -> str:
-    """The question put to the person: the call, its class, what undo can and cannot do."""
-    cls, explicit = _class_of(catalog, tool)
-    label = cls if explicit else "irreversible (no contract)"
-    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
-    return "\n".join(
-        [
-            f"The agent wants to call {tool}({shown[:300]}).",
-            f"Class: {label}. {_UNDO_SAYS.get(cls, '')}".rstrip(),
-            "Allow this call?",
-        ]
-    )
-
-
-def refusal_text(tool: str, catalog: Catalog) -> str:
-    """What the model is told when the person does not approve (the call was not made)."""
-    cls, _ = _class_of(catalog, tool)
-    return f"amends: the user did not approve {tool} ({cls}); the call was not made"
-
-
-# --- tokens a framework call spent -------------------------------------------------------
-
-
-def tokens_of(usage: Any) -> int:
-    """Total tokens of a framework's usage record or run result (LangChain ``AIMessage`` /
-    ``usage_metadata``, Pydantic AI ``RunUsage`` / ``result.usage()``, OpenAI Agents ``Usage`` /
-    ``result.context_wrapper.usage``), for ``call.spend(tokens=...)`` in a compensation that
-    runs an agent: the reversal's budget counts them.
-
-    Raises:
-        ConfigError: No token count can be found in ``usage``.
-    """
-    inner = getattr(usage, "usage", None)  # pydantic_ai run result (a property since 2.x)
-    if inner is not None and not isinstance(usage, Mapping):
-        usage = inner if hasattr(inner, "total_tokens") or not callable(inner) else inner()
-    wrapper = getattr(usage, "context_wrapper", None)  # openai-agents RunResult
-    if wrapper is not None:
-        usage = wrapper.usage
-    meta = getattr(usage, "usage_metadata", None)  # langchain AIMessage
-    if meta is not None:
-        usage = meta
-    if isinstance(usage, Mapping):
-        total = usage.get("total_tokens")
-        if total is None and ("input_tokens" in usage or "output_tokens" in usage):
-            total = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-    else:
-        total = getattr(usage, "total_tokens", None)
-    if not isinstance(total, int) or total < 0:
-        raise amends.ConfigError(
-            f"no token count in {usage!r}; pass a usage record or run result of LangChain, "
-            f"Pydantic AI or OpenAI Agents, or call call.spend(tokens=n) yourself"
-        )
-    return total
-
-
-def spend(call: amends.Call, usage: Any) -> int:
-    """``call.spend(tokens=tokens_of(usage))``; returns the tokens spent."""
-    n = tokens_of(usage)
-    call.spend(tokens=n)
-    return n
+async def end_run(run: AgentRun, exc: BaseException | None = None) -> None:
+    """Wait for the run's steps and close its saga; ``exc`` as in :meth:`SyncAgentRun.close`."""
+    await run.saga.__aexit__(type(exc) if exc else None, exc, None)

@@ -5,26 +5,35 @@ from amends.integrations.langchain import AmendsMiddleware
 
 amends_mw = AmendsMiddleware(engine)                    # contracts from engine.catalog by name
 agent = create_agent(model, tools, middleware=[amends_mw])
-await agent.ainvoke({"messages": [("user", "Close the ACME deal")]})
-report = await engine.undo(amends_mw.last_saga_id)
+out = await agent.ainvoke({"messages": [("user", "Close the ACME deal")]})
+report = await engine.undo(out["amends_saga_id"])      # or amends_mw.last_saga_id
 ```
 
 Without an enclosing :func:`agent_run`, each agent run is one saga titled with the user's
-request; inside ``async with agent_run(engine, "title") as run:`` every run joins that saga. For a
-hand-built LangGraph graph, :func:`amends_tool_node` is a ``ToolNode`` doing the same (it needs
-an enclosing :func:`agent_run`). Requires the ``amends[langchain]`` extra; ``import amends``
-never imports LangChain.
+request (concurrent runs each have their own; the run's state carries its id); inside
+``async with agent_run(engine, "title") as run:`` every run joins that saga. However a run ends
+(an exception, a recursion limit, a cancellation), its saga is closed and the exception carries
+the saga id. For a hand-built LangGraph graph, :func:`amends_tool_node` is a ``ToolNode`` doing
+the same (it needs an enclosing :func:`agent_run`). Requires the ``amends[langchain]`` extra;
+``import amends`` never imports LangChain.
 """
 
 from __future__ import annotations
 
-import contextlib
+import contextvars
+import dataclasses
+import functools
+import threading
+import uuid
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import OmitFromInput
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -32,30 +41,35 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 import amends
 from amends import Catalog, Engine
 
-from ._agents import (
-    UNDO_TOOL,
-    AgentRun,
-    SyncAgentRun,
-    agent_run,
-    agent_run_sync,
+from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
-    current_run,
     declare,
-    end_run,
     framework_name,
     needs_approval,
     refusal_text,
     resolve_tool_name,
     spend,
-    start_run,
     title_from,
+)
+from ._agents import (
+    UNDO_TOOL,
+    AgentRun,
+    Answers,
+    SyncAgentRun,
+    agent_run,
+    agent_run_sync,
+    current_run,
+    end_run,
+    note_failure,
+    start_run,
     undo_tool_functions,
 )
 
 __all__ = [
     "AmendsMiddleware",
+    "AmendsState",
     "agent_run",
     "agent_run_sync",
     "amends_tool_node",
@@ -68,6 +82,15 @@ __all__ = [
 
 Handler = Callable[[ToolCallRequest], Any]
 AsyncHandler = Callable[[ToolCallRequest], Awaitable[Any]]
+
+SAGA_KEY = "amends_saga_id"
+"""The agent state key holding the saga of the run (``out["amends_saga_id"]``)."""
+
+
+class AmendsState(AgentState):
+    """The agent state with the run's saga id (written by :class:`AmendsMiddleware`)."""
+
+    amends_saga_id: NotRequired[Annotated[str, OmitFromInput]]
 
 
 def _messages(state: Any) -> Sequence[BaseMessage]:
@@ -91,21 +114,9 @@ def _turn_of(request: ToolCallRequest) -> tuple[Hashable | None, int | None]:
 
 
 def _reported_error(answer: Any) -> str | None:
-    # ToolNode turns some exceptions into an error ToolMessage (handle_tool_errors): the tool
-    # began and failed, so its effect is unknown (rule 9).
+    # ToolNode turns some exceptions into an error ToolMessage (handle_tool_errors, its own
+    # argument validation): whether the tool began decides what it means (Answers, `ran`).
     if isinstance(answer, ToolMessage) and answer.status == "error":
-        return str(answer.content)
-    return None
-
-
-def _refused_answer(answer: Any) -> str | None:
-    # ToolNode's own answer to arguments that fail validation (ToolInvocationError): the tool
-    # never ran. Any other error answer stays in doubt.
-    if (
-        isinstance(answer, ToolMessage)
-        and answer.status == "error"
-        and str(answer.content).startswith("Error invoking tool '")
-    ):
         return str(answer.content)
     return None
 
@@ -116,6 +127,47 @@ def _loggable(answer: Any) -> Any:
     return {"repr": repr(answer)}
 
 
+_ANSWERS = Answers(refusal=str, reported_error=_reported_error, loggable=_loggable)
+
+
+def _answers(request: ToolCallRequest) -> Answers:
+    tc = request.tool_call
+
+    def refusal(text: str) -> ToolMessage:
+        return ToolMessage(
+            content=text, tool_call_id=tc.get("id") or "", name=tc.get("name"), status="error"
+        )
+
+    return dataclasses.replace(_ANSWERS, refusal=refusal)
+
+
+class _Began:
+    __slots__ = ("began",)
+
+    def __init__(self) -> None:
+        self.began = False
+
+
+def _watched(request: ToolCallRequest) -> tuple[ToolCallRequest, _Began]:
+    """The request with a copy of its tool that notes when the tool's own code begins: after
+    ToolNode validated the arguments (issue 25 item 8: arguments it rejects never ran,
+    whatever ``handle_tool_errors`` makes of the error)."""
+    seen = _Began()
+    tool = request.tool
+    assert tool is not None
+    copy = tool.model_copy()
+    for name in ("_run", "_arun"):
+        original = getattr(tool, name)
+
+        @functools.wraps(original)  # BaseTool passes config/run_manager by its signature
+        def began(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            seen.began = True
+            return __original(*args, **kwargs)
+
+        object.__setattr__(copy, name, began)
+    return request.override(tool=copy), seen
+
+
 def _title(state: Any) -> str:
     for msg in reversed(_messages(state)):
         if isinstance(msg, HumanMessage):
@@ -123,9 +175,101 @@ def _title(state: Any) -> str:
     return "LangChain agent run"
 
 
+# --- where a run ends: LangChain's callbacks see the end of every root run -----------------
+
+
+@dataclasses.dataclass(eq=False)
+class _Own:
+    """A saga a middleware opened for one agent run."""
+
+    middleware: AmendsMiddleware
+    run: AgentRun
+    sync: SyncAgentRun | None
+    """The holder of a sync run's saga (its own event loop), or ``None`` for an async run."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Root:
+    """One root LangChain run (an agent graph run, or a graph that runs the agent)."""
+
+    run_id: uuid.UUID
+    owned: list[_Own] = dataclasses.field(default_factory=list)
+    ended: bool = False
+
+
+_ROOT: contextvars.ContextVar[_Root | None] = contextvars.ContextVar("amends_lc_root", default=None)
+
+
+class _RunEnds(BaseCallbackHandler):
+    """Sees every root LangChain run begin and end (a configure hook adds it to each).
+
+    Issue 25 items 4 and 7: a run can end where no middleware hook runs (LangGraph's recursion
+    limit, a cancellation, an error in another middleware). The root run's ``on_chain_error``
+    is awaited before the exception reaches the caller: the sagas opened in that run are closed
+    there and the exception gets the saga id. Inline and cheap: two events per root run."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.roots: dict[uuid.UUID, _Root] = {}
+
+    def on_chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: uuid.UUID,
+        parent_run_id: uuid.UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is None:  # called inline, in the caller's context: its nodes see it
+            root = self.roots[run_id] = _Root(run_id)
+            _ROOT.set(root)
+
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        root = self.roots.pop(run_id, None)
+        if root is not None:  # its sagas closed in after_agent, or wait for an interrupt's resume
+            root.ended = True
+
+    async def on_chain_error(
+        self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any
+    ) -> None:
+        root = self.roots.pop(run_id, None)
+        if root is None:
+            return
+        root.ended = True
+        for own in root.owned:
+            if not isinstance(error, GraphBubbleUp):
+                note_failure(error, own.run.saga_id)
+            await own.middleware._close(own, error)
+
+
+_RUN_ENDS = _RunEnds()
+_HOOK: contextvars.ContextVar[_RunEnds | None] = contextvars.ContextVar(
+    "amends_lc_run_ends", default=_RUN_ENDS
+)
+_HOOKED = threading.Lock()
+_hooked = False
+
+
+def _hook_run_ends() -> None:
+    """Register :class:`_RunEnds` with LangChain once (when the first middleware is made)."""
+    global _hooked
+    with _HOOKED:
+        if not _hooked:
+            register_configure_hook(_HOOK, inheritable=False)
+            _hooked = True
+
+
 class AmendsMiddleware(AgentMiddleware):
     """``create_agent(..., middleware=[AmendsMiddleware(engine)])``: one saga per agent run,
-    one step per tool call, sync (``invoke``) and async (``ainvoke``).
+    one step per tool call, sync (``invoke``) and async (``ainvoke``, ``astream``).
+
+    The run's saga id is in its state (``out["amends_saga_id"]``; concurrent runs each have
+    their own) and in :attr:`last_saga_id`. A run that raises (a tool's error, the model's, the
+    recursion limit, a cancellation) closes its saga, and the exception carries its id
+    (``exc.amends_saga_id`` and a note).
 
     Args:
         engine: The engine whose catalog holds the tools' contracts and whose log records the
@@ -142,6 +286,8 @@ class AmendsMiddleware(AgentMiddleware):
     Raises:
         ConfigError: ``engine`` is not an :class:`amends.Engine`, or an unknown approval mode.
     """
+
+    state_schema = AmendsState
 
     def __init__(
         self,
@@ -163,70 +309,73 @@ class AmendsMiddleware(AgentMiddleware):
         self.approval = check_approval(approval)
         self.last_saga_id: str | None = None
         """The saga of the latest run (the one it opened or the enclosing one it joined)."""
-        self._own: AgentRun | None = None
-        self._own_sync: SyncAgentRun | None = None
+        self._open: dict[str, _Own] = {}
+        """The sagas this middleware opened and has not closed, by saga id."""
+        _hook_run_ends()
 
     # --- one saga per agent run, unless an agent_run() encloses it ------------------------
-    def _check_free(self) -> None:
-        if self._own is not None or self._own_sync is not None:
-            raise amends.ConfigError(
-                "this AmendsMiddleware is already recording another agent run (running now, "
-                "or paused by an approval interrupt and not resumed); for concurrent runs wrap "
-                "each in 'async with agent_run(engine, title)' (or agent_run_sync)"
-            )
+    def _began(self, own: _Own) -> dict[str, Any]:
+        self._open[own.run.saga_id] = own
+        self.last_saga_id = own.run.saga_id
+        root = _ROOT.get()
+        if root is not None and not root.ended:
+            root.owned.append(own)
+        return {SAGA_KEY: own.run.saga_id}
 
     def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         enclosing = current_run()
         if enclosing is not None:
             self.last_saga_id = enclosing.saga_id
-            return None
-        self._check_free()
-        self._own_sync = SyncAgentRun(self.engine, self.title or _title(state))
-        self.last_saga_id = self._own_sync.run.saga_id
-        return None
-
-    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        self._close_own_sync()
-        return None
-
-    def _close_own_sync(self) -> None:
-        own, self._own_sync = self._own_sync, None
-        if own is not None:
-            own.close()
-
-    async def _close_own(self) -> None:
-        own, self._own = self._own, None
-        if own is not None:
-            await end_run(own)
-        self._close_own_sync()
+            return {SAGA_KEY: enclosing.saga_id}
+        holder = SyncAgentRun(self.engine, self.title or _title(state))
+        return self._began(_Own(self, holder.run, holder))
 
     async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         enclosing = current_run()
         if enclosing is not None:
             self.last_saga_id = enclosing.saga_id
-            return None
-        self._check_free()
-        self._own = await start_run(self.engine, self.title or _title(state))
-        self.last_saga_id = self._own.saga_id
+            return {SAGA_KEY: enclosing.saga_id}
+        run = await start_run(self.engine, self.title or _title(state))
+        return self._began(_Own(self, run, None))
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        own = self._open.get(_saga_of(state) or "")
+        if own is not None and own.sync is not None:
+            self._close_sync(own)
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        await self._close_own()
+        own = self._open.get(_saga_of(state) or "")
+        if own is not None:
+            await self._close(own)
         return None
 
-    def _run(self) -> AgentRun:
+    def _close_sync(self, own: _Own, exc: BaseException | None = None) -> None:
+        if self._open.pop(own.run.saga_id, None) is not None and own.sync is not None:
+            own.sync.close(exc)
+
+    async def _close(self, own: _Own, exc: BaseException | None = None) -> None:
+        """Close the saga of ``own`` (once), with the exception that ended its run."""
+        if own.sync is not None:
+            self._close_sync(own, exc)
+        elif self._open.pop(own.run.saga_id, None) is not None:
+            await end_run(own.run, exc)
+
+    def _run(self, request: ToolCallRequest) -> AgentRun:
         run = current_run()
-        if run is None and self._own is not None:
-            run = self._own
-        if run is None and self._own_sync is not None:
-            run = self._own_sync.run
-        if run is None:
+        if run is not None:
+            return run
+        own = self._open.get(_saga_of(request.state) or "")
+        if own is None:
             raise amends.ConfigError(
                 "an amends-wrapped tool was called outside an agent run; use the middleware "
                 "with create_agent, or wrap the graph run in 'async with agent_run(engine, "
                 "title)' (agent_run_sync for invoke)"
             )
-        return run
+        root = _ROOT.get()  # a run resumed after an interrupt is a new root run
+        if root is not None and not root.ended and own not in root.owned:
+            root.owned.append(own)
+        return own.run
 
     # --- each tool call is a step ---------------------------------------------------------
     def _gate(self, request: ToolCallRequest, tool: str) -> ToolMessage | None:
@@ -254,100 +403,85 @@ class AmendsMiddleware(AgentMiddleware):
             status="error",
         )
 
-    def _not_a_step(self, turn: Hashable | None, place: int | None) -> None:
+    def _not_a_step(
+        self, request: ToolCallRequest, turn: Hashable | None, place: int | None
+    ) -> None:
         """The calls listed after this one in its turn need not wait for it (see
         :meth:`AgentRun.begun`)."""
-        with contextlib.suppress(amends.ConfigError):  # no run: no call waits either
-            self._run().begun(place, turn)
+        try:
+            run = self._run(request)
+        except amends.ConfigError:  # no run: no call waits either
+            return
+        run.begun(place, turn)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         tc = request.tool_call
         turn, place = _turn_of(request)
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
-            self._not_a_step(turn, place)
-            with self._run().activate():
+            self._not_a_step(request, turn, place)
+            with self._run(request).activate():
                 return handler(request)
         if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
-            self._not_a_step(turn, place)
+            self._not_a_step(request, turn, place)
             return handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
         try:
             refused = self._gate(request, tool)
-            if refused is not None:
-                self._not_a_step(turn, place)
-                return refused
-            return self._run().call_tool_sync(
-                tool,
-                dict(tc.get("args") or {}),
-                lambda: handler(request),
-                turn=turn,
-                place=place,
-                reported_error=_reported_error,
-                refused_answer=_refused_answer,
-                loggable=_loggable,
-            )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
-            self._not_a_step(turn, place)
+            self._not_a_step(request, turn, place)
             raise
-        except Exception:
-            self._close_own_sync()  # the exception ends the agent run: after_agent never runs
-            raise
+        if refused is not None:
+            self._not_a_step(request, turn, place)
+            return refused
+        watched, seen = _watched(request)
+        return self._run(request).call_tool_sync(
+            tool,
+            tc.get("args") or {},
+            lambda: handler(watched),
+            answers=_answers(request),
+            turn=turn,
+            place=place,
+            ran=lambda: seen.began,
+        )
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
         turn, place = _turn_of(request)
         if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
-            self._not_a_step(turn, place)
-            with self._run().activate():
+            self._not_a_step(request, turn, place)
+            with self._run(request).activate():
                 return await handler(request)
         if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
-            self._not_a_step(turn, place)
+            self._not_a_step(request, turn, place)
             return await handler(request)
         tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
-
-        async def call() -> Any:
-            return await handler(request)
-
         try:
             refused = self._gate(request, tool)
-            if refused is not None:
-                self._not_a_step(turn, place)
-                return refused
-            return await self._run().call_tool(
-                tool,
-                dict(tc.get("args") or {}),
-                call,
-                turn=turn,
-                place=place,
-                reported_error=_reported_error,
-                refused_answer=_refused_answer,
-                loggable=_loggable,
-            )
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
-            self._not_a_step(turn, place)
+            self._not_a_step(request, turn, place)
             raise
-        except Exception:
-            await self._close_own()  # the exception ends the agent run: after_agent never runs
-            raise
+        if refused is not None:
+            self._not_a_step(request, turn, place)
+            return refused
+        watched, seen = _watched(request)
 
-    # A failing model call ends the run too; close the saga this middleware opened for it.
-    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        try:
-            return handler(request)
-        except GraphBubbleUp:
-            raise
-        except Exception:
-            self._close_own_sync()
-            raise
+        async def call() -> Any:
+            return await handler(watched)
 
-    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        try:
-            return await handler(request)
-        except GraphBubbleUp:
-            raise
-        except Exception:
-            await self._close_own()
-            raise
+        return await self._run(request).call_tool(
+            tool,
+            tc.get("args") or {},
+            call,
+            answers=_answers(request),
+            turn=turn,
+            place=place,
+            ran=lambda: seen.began,
+        )
+
+
+def _saga_of(state: Any) -> str | None:
+    value = state.get(SAGA_KEY) if isinstance(state, Mapping) else getattr(state, SAGA_KEY, None)
+    return value if isinstance(value, str) else None
 
 
 def amends_tool_node(
@@ -360,6 +494,9 @@ def amends_tool_node(
 ) -> ToolNode:
     """A LangGraph ``ToolNode`` whose every tool call is a step of the enclosing
     :func:`agent_run` (sync and async graphs); ``approval`` as in :class:`AmendsMiddleware`.
+    ``handle_tool_errors=`` and the other ``ToolNode`` options pass through; arguments the node
+    rejects before the tool runs are a ``failed`` step (nothing ran), whatever the handler
+    makes of the error.
 
     Raises:
         ConfigError: ``engine`` is not an :class:`amends.Engine`, or an unknown approval mode.
@@ -411,8 +548,9 @@ def catalog_tools(catalog: Catalog, tools: Sequence[str] | None = None) -> list[
 
 def undo_tool(budget: amends.Budget | None = None) -> StructuredTool:
     """A tool the agent can call to undo everything its run has done so far (``amends_undo``);
-    it answers with the honest report. Give it to an agent that has :class:`AmendsMiddleware`
-    (or a graph with :func:`amends_tool_node`); it is never recorded as a step itself."""
+    it answers with the honest report, and the run's later tool calls are refused with a
+    message the model reads. Give it to an agent that has :class:`AmendsMiddleware` (or a graph
+    with :func:`amends_tool_node`); it is never recorded as a step itself."""
     sync_fn, async_fn = undo_tool_functions(budget)
     return StructuredTool.from_function(
         func=sync_fn, coroutine=async_fn, name=UNDO_TOOL, description=async_fn.__doc__ or ""

@@ -37,21 +37,24 @@ from agents.tool_context import ToolContext
 import amends
 from amends import Catalog, Engine
 
-from ._agents import (
-    UNDO_TOOL,
-    AgentRun,
-    agent_run,
-    agent_run_sync,
+from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
-    current_run,
     declare,
     framework_name,
     needs_approval,
     resolve_tool_name,
     spend,
     title_from,
+)
+from ._agents import (
+    UNDO_TOOL,
+    AgentRun,
+    Answers,
+    agent_run,
+    agent_run_sync,
+    current_run,
     undo_tool_functions,
 )
 
@@ -80,6 +83,13 @@ _TURNS = itertools.count(1)
 # agent run, the place of each such call in the model response that listed it (AmendsRunHooks).
 _ORDERED: weakref.WeakSet[Any] = weakref.WeakSet()
 _LISTED: weakref.WeakKeyDictionary[AgentRun, dict[str, int]] = weakref.WeakKeyDictionary()
+# The catalog name each wrapped tool's calls are recorded under (approval_requests words the
+# question with that tool's contract).
+_CATALOG_NAME: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+# A refusal (the request was undone) is the tool's output the model reads; the SDK rejects
+# arguments that fail validation before calling the function (a refusal before acting).
+_ANSWERS = Answers(refusal=str, refused=lambda exc: isinstance(exc, ModelBehaviorError))
 
 
 def _the_run() -> AgentRun:
@@ -120,12 +130,11 @@ def _wrap(
                 catalog_name,
                 args,
                 call,
+                answers=_ANSWERS,
                 # With AmendsRunHooks each model call begins a turn; without them every call is
                 # its own turn, depending on every step done before it (safe for undo order).
                 turn=None if run.turns_from_hooks else ("openai_agents", next(_TURNS)),
                 place=place,
-                # the SDK rejects arguments that fail validation before calling the function
-                refused=lambda exc: isinstance(exc, ModelBehaviorError),
             )
         except Exception as exc:
             answer = await maybe_invoke_function_tool_failure_error_function(
@@ -135,6 +144,7 @@ def _wrap(
                 raise
             return answer
 
+    _CATALOG_NAME[on_invoke_tool] = catalog_name
     if needs_approval(catalog, catalog_name, approval):
         # the SDK's human-in-the-loop: the run stops with an interruption before the call
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, needs_approval=True)
@@ -189,9 +199,15 @@ def wrap_agent(
     return agent.clone(tools=wrap_tools(agent.tools, engine, names=names, approval=approval))
 
 
-def approval_requests(engine: Engine, result: Any) -> list[tuple[Any, str]]:
+def approval_requests(
+    engine: Engine, result: Any, *, names: Mapping[str, str] | None = None
+) -> list[tuple[Any, str]]:
     """The interruptions of a run stopped by the approval gate, each with the question to put
-    to the person (the call, its class, what undo can and cannot do)."""
+    to the person (the call, its class, what undo can and cannot do).
+
+    Each call is worded with the contract of the catalog tool its calls are recorded under:
+    ``names`` (as given to :func:`run_agent`), else the name the wrapped tool was given, else
+    the default (dots written as underscores)."""
     out = []
     for item in result.interruptions:
         raw = item.raw_item
@@ -200,11 +216,23 @@ def approval_requests(engine: Engine, result: Any) -> list[tuple[Any, str]]:
             args = json.loads(getattr(raw, "arguments", None) or "{}")
         except ValueError:
             args = {}
-        tool = resolve_tool_name(engine.catalog, name)
+        tool = (
+            resolve_tool_name(engine.catalog, name, names)
+            if names and name in names
+            else _wrapped_name(item, name) or resolve_tool_name(engine.catalog, name)
+        )
         out.append(
             (item, approval_message(engine.catalog, tool, args if isinstance(args, dict) else {}))
         )
     return out
+
+
+def _wrapped_name(item: Any, name: str) -> str | None:
+    """The catalog name the interrupted call's wrapped tool records under, if it is one."""
+    for t in getattr(getattr(item, "agent", None), "tools", ()):
+        if isinstance(t, FunctionTool) and t.name == name:
+            return _CATALOG_NAME.get(t.on_invoke_tool)
+    return None
 
 
 class AmendsRunHooks(RunHooks[Any]):
@@ -294,11 +322,13 @@ async def run_agent(
     """``Runner.run`` with every function-tool call recorded as a step of one saga.
 
     Joins the enclosing :func:`agent_run` if there is one, else opens a saga titled ``title``
-    (default: the input's first line) for this run.
+    (default: the input's first line) for this run. ``approval`` as in :func:`wrap_tools`.
 
     Raises:
         ConfigError: ``engine`` is not an :class:`amends.Engine`.
-        Exception: Whatever ``Runner.run`` raises.
+        Exception: Whatever ``Runner.run`` raises (``MaxTurnsExceeded``, a guardrail, the
+            model's error), with the saga of what the run did: ``exc.amends_saga_id`` and a
+            note (issue 25); the saga is closed.
     """
     wrapped = wrap_agent(agent, engine, names=names, approval=approval)
     run_hooks = AmendsRunHooks(hooks)
@@ -325,7 +355,16 @@ def run_agent_sync(
     """:func:`run_agent` for synchronous code (the SDK's ``Runner.run_sync`` runs an event loop
     too, so this does the same with :func:`amends.run`)."""
     return amends.run(
-        run_agent(engine, agent, input, title=title, names=names, hooks=hooks, **runner_kwargs)
+        run_agent(
+            engine,
+            agent,
+            input,
+            title=title,
+            names=names,
+            hooks=hooks,
+            approval=approval,
+            **runner_kwargs,
+        )
     )
 
 

@@ -17,11 +17,13 @@ Without an enclosing :func:`agent_run`, each agent run is one saga titled with t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
@@ -30,22 +32,26 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 import amends
 from amends import Catalog, Engine
 
-from ._agents import (
-    UNDO_TOOL,
-    AgentRun,
-    agent_run,
-    agent_run_sync,
+from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
-    current_run,
     declare,
-    end_run,
     needs_approval,
     resolve_tool_name,
     spend,
-    start_run,
     title_from,
+)
+from ._agents import (
+    UNDO_TOOL,
+    AgentRun,
+    Answers,
+    agent_run,
+    agent_run_sync,
+    current_run,
+    end_run,
+    note_failure,
+    start_run,
     undo_tool_functions,
 )
 
@@ -60,17 +66,39 @@ __all__ = [
     "undo_tool",
 ]
 
+# A refusal (the request was undone) is the tool's answer: Pydantic AI has no error answer that
+# does not count against the tool's retries (ModelRetry would end the run after a few).
+_ANSWERS = Answers(refusal=str, refused=lambda exc: isinstance(exc, ModelRetry))
 
-def _turn_of(ctx: RunContext[Any]) -> tuple[Hashable, int | None]:
-    """The model response that asked for this call (the ids of its tool calls: stable when a
-    deferred, approved call runs in a later agent run, unlike the run step) and the call's place
-    among the calls it listed."""
-    for msg in reversed(ctx.messages):
+
+def _turn_of(ctx: RunContext[Any]) -> tuple[Hashable, int | None, ToolCallPart | None]:
+    """The model response that asked for this call (its turn), the call's place among the calls
+    it listed, and the call as the model sent it.
+
+    A turn is identified by its response, not by its tool-call ids, which a later response may
+    reuse (issue 25 item 9): the run that produced it, its place in the conversation and its
+    time. All three travel with the message history, so a deferred call approved in a later run
+    keeps its original turn."""
+    for index in range(len(ctx.messages) - 1, -1, -1):
+        msg = ctx.messages[index]
         if isinstance(msg, ModelResponse):
-            ids = [p.tool_call_id for p in msg.parts if isinstance(p, ToolCallPart)]
-            if ctx.tool_call_id in ids:
-                return ("pydantic_ai", frozenset(ids)), ids.index(ctx.tool_call_id)
-    return ("pydantic_ai", ctx.run_id, ctx.run_step), None  # one model response per run step
+            calls = [p for p in msg.parts if isinstance(p, ToolCallPart)]
+            for place, part in enumerate(calls):
+                if part.tool_call_id == ctx.tool_call_id:
+                    return ("pydantic_ai", msg.run_id, index, msg.timestamp), place, part
+    return ("pydantic_ai", ctx.run_id, ctx.run_step), None, None  # one response per run step
+
+
+def _sent(tool_args: dict[str, Any], part: ToolCallPart | None) -> dict[str, Any]:
+    """The arguments the model sent (validated), without the defaults it never sent (issue 25
+    item 9: the step reads as in every other framework)."""
+    if part is None:
+        return dict(tool_args)
+    try:
+        sent = part.args_as_dict()
+    except Exception:  # arguments Pydantic AI could read are in tool_args anyway
+        return dict(tool_args)
+    return {k: v for k, v in tool_args.items() if k in sent}
 
 
 @dataclasses.dataclass
@@ -82,6 +110,12 @@ class _PerRun:
 @dataclasses.dataclass
 class AmendsToolset(WrapperToolset[Any]):
     """Wraps a toolset so that each of its tool calls is a step of the run's saga.
+
+    The saga of a run: :meth:`saga_id_of` (``toolset.saga_id_of(result)``; concurrent runs each
+    have their own) or :attr:`last_saga_id`. A run that raises closes its saga, and the
+    exception carries its id (``exc.amends_saga_id`` and a note) when the toolset is given as
+    ``Agent(capabilities=[toolset.capability])``: Pydantic AI shows a capability how every run
+    ends (a usage limit too), a toolset only some of them.
 
     Args:
         wrapped: The toolset whose tools the agent calls (e.g. a ``FunctionToolset``).
@@ -104,6 +138,9 @@ class AmendsToolset(WrapperToolset[Any]):
     last_saga_id: str | None = dataclasses.field(default=None, compare=False)
     _per_run: _PerRun | None = dataclasses.field(default=None, compare=False, repr=False)
     _parent: AmendsToolset | None = dataclasses.field(default=None, compare=False, repr=False)
+    _by_run: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """The saga of each run this toolset (or its per-run copies) recorded, by run id."""
+    _run_id: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, Engine):
@@ -118,12 +155,34 @@ class AmendsToolset(WrapperToolset[Any]):
         assert self.engine is not None  # checked in __post_init__
         return self.engine
 
+    @property
+    def capability(self) -> AbstractCapability[Any]:
+        """This toolset as a Pydantic AI capability: ``Agent(capabilities=[toolset.capability])``
+        registers the toolset and gives the exception of a run that fails, however it fails,
+        the saga of what the run did (issue 25)."""
+        return _Amends(self._parent or self)
+
+    def saga_id_of(self, run: Any) -> str | None:
+        """The saga of one agent run: ``run`` is its result (``AgentRunResult``,
+        ``StreamedRunResult``, an ``AgentRun``) or its ``run_id``; ``None`` if this toolset
+        recorded no such run."""
+        run_id = run if isinstance(run, str) else getattr(run, "run_id", None)
+        return self._by_run.get(run_id) if isinstance(run_id, str) else None
+
     async def for_run(self, ctx: RunContext[Any]) -> AbstractToolset[Any]:
         # A fresh copy per agent run, so concurrent runs of one agent keep separate sagas.
         wrapped = await self.wrapped.for_run(ctx)
         prompt = ctx.prompt if isinstance(ctx.prompt, str) else None
         title = self.title or title_from(prompt, "Pydantic AI agent run")
-        return dataclasses.replace(self, wrapped=wrapped, _per_run=_PerRun(title), _parent=self)
+        parent = self._parent or self
+        return dataclasses.replace(
+            self,
+            wrapped=wrapped,
+            _per_run=_PerRun(title),
+            _parent=parent,
+            _by_run=parent._by_run,
+            _run_id=ctx.run_id,
+        )
 
     async def __aenter__(self) -> AmendsToolset:
         await super().__aenter__()
@@ -137,16 +196,27 @@ class AmendsToolset(WrapperToolset[Any]):
 
     async def __aexit__(self, *args: Any) -> bool | None:
         per_run = self._per_run
+        exc = args[1] if len(args) > 1 else None
+        task = asyncio.current_task()
+        if exc is None and task is not None and task.cancelling():
+            # Pydantic AI leaves a cancelled run's toolsets before it cancels the tools still
+            # running: said so, the saga cancels them (their steps end in_doubt, rule 9) rather
+            # than wait for them (issue 25 item 5: the cancel waited for the tool).
+            exc = asyncio.CancelledError()
         try:
             if per_run is not None and per_run.own is not None:
                 own, per_run.own = per_run.own, None
-                await end_run(own)
+                if len(args) > 1 and args[1] is not None:  # issue 25 item 4: the run's handle
+                    note_failure(args[1], own.saga_id)
+                await end_run(own, exc)  # a cancellation cancels the tools still running
         finally:
             result = await super().__aexit__(*args)
         return result
 
     def _remember(self, saga_id: str) -> None:
         self.last_saga_id = saga_id
+        if self._run_id is not None:
+            self._by_run[self._run_id] = saga_id
         if self._parent is not None:
             self._parent.last_saga_id = saga_id
 
@@ -166,7 +236,7 @@ class AmendsToolset(WrapperToolset[Any]):
         async def call() -> Any:
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
-        turn, place = _turn_of(ctx)
+        turn, place, part = _turn_of(ctx)
         if name == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
             self._run().begun(place, turn)
             with self._run().activate():
@@ -181,12 +251,29 @@ class AmendsToolset(WrapperToolset[Any]):
             )
         return await self._run().call_tool(
             catalog_name,
-            dict(tool_args),
+            _sent(tool_args, part),
             call,
+            answers=_ANSWERS,
             turn=turn,
             place=place,
-            refused=lambda exc: isinstance(exc, ModelRetry),
         )
+
+
+@dataclasses.dataclass
+class _Amends(AbstractCapability[Any]):
+    """:attr:`AmendsToolset.capability`: registers the toolset, and names the saga in the
+    exception of a run that fails (``on_run_error`` sees every way a run ends)."""
+
+    toolset: AmendsToolset
+
+    def get_toolset(self) -> AbstractToolset[Any]:
+        return self.toolset
+
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
+        saga_id = self.toolset.saga_id_of(ctx.run_id)
+        if saga_id is not None:
+            note_failure(error, saga_id)
+        raise error
 
 
 def catalog_toolset(catalog: Catalog, tools: Sequence[str] | None = None) -> FunctionToolset[Any]:
