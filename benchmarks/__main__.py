@@ -14,7 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import durable, evals, fanout, mcp_gateway, pgload, reversal, scale, telemetry, temporal
+from . import (
+    adapters,
+    durable,
+    evals,
+    fanout,
+    mcp_gateway,
+    pgload,
+    reversal,
+    scale,
+    telemetry,
+    temporal,
+)
 from .common import SCRATCH, Section
 from .report import print_sections, write_markdown
 
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default="",
         help="comma list: durable,interleaved,fanout,reversal,scale,evals,pg,pgload,mcp,temporal,"
-        "telemetry"
+        "telemetry,adapters"
         " (pg includes pgload, the 4-worker load)",
     )
     parser.add_argument(
@@ -93,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             ("mcp", lambda: mcp_gateway.run(loop, args.quick)),
             ("temporal", lambda: temporal.run(loop, args.quick)),
             ("telemetry", lambda: telemetry.run(loop, args.quick)),
+            ("adapters", lambda: adapters.run(loop, args.quick)),
         ]
         for name, fn in plan:
             if only and name not in only:

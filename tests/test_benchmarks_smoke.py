@@ -105,3 +105,23 @@ def test_report_writes_markdown_with_targets(tmp_path: Path) -> None:
     assert "`python -m benchmarks --quick`" in text
     assert "| thing | 3x | <= 2x | **no** |" in text
     assert "| 1 | 2 |" in text and "- a note" in text and "CPU:" in text
+
+
+@pytest.mark.slow
+def test_adapter_cost_runs_each_framework_with_and_without_amends(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """benchmarks/adapters.py: each framework's scripted run works without amends and with its
+    adapter, and the run with the adapter recorded one step per tool call (issue 25 item 6)."""
+    from benchmarks import adapters
+
+    for name, fn in adapters.FRAMEWORKS.items():
+        bare, adapted, ref = adapters.measure(loop, fn, 1, 3)
+        assert bare.median > 0 and adapted.median > 0 and ref.median > 0, name
+    engine = adapters.new_engine()
+    loop.run_until_complete(adapters.langchain(engine, 3))
+    [saga] = loop.run_until_complete(engine.log.list_sagas())
+    full = loop.run_until_complete(engine.log.get_saga(saga.saga_id))
+    loop.run_until_complete(engine.close())
+    assert full is not None
+    assert [(s.tool, s.state) for s in full.steps] == [("bench_noop", "done")] * 3

@@ -28,6 +28,17 @@ async def deps_by_tool(engine: amends.Engine, saga_id: str) -> dict[str, tuple[s
     return {s.tool: tuple(sorted(tool_of[d] for d in s.deps)) for s in saga.steps}
 
 
+async def undo_waits_by_tool(engine: amends.Engine, saga_id: str) -> dict[str, set[str]]:
+    """For each step's tool, the tools whose inverses its inverse waits for (rule 3)."""
+    from amends._planner import undo_waits
+
+    saga = await engine.log.get_saga(saga_id)
+    assert saga is not None
+    tool_of = {s.step_id: s.tool for s in saga.steps}
+    waits = undo_waits([(s.step_id, list(s.deps), []) for s in saga.steps])
+    return {tool_of[k]: {tool_of[w] for w in v} for k, v in waits.items()}
+
+
 def returning(value: Any) -> Any:
     async def run() -> Any:
         return value
@@ -37,7 +48,9 @@ def returning(value: Any) -> Any:
 
 async def test_one_turn_is_independent_and_a_later_turn_depends_on_what_the_model_saw() -> None:
     """Calls sharing a turn key do not depend on each other, even when one finished before the
-    other started; the next turn depends on every step done when it began."""
+    other started; the next turn depends on every step done when it began: directly on those no
+    other done step depends on, through them on the rest (issue 25 item 6: one edge per step, not
+    one per step seen; the undo order is the same, rule 3 follows dependencies transitively)."""
     _, engine = new_engine()
     async with agent_run(engine, "Plan the offsite") as run:
         assert current_run() is run
@@ -54,8 +67,11 @@ async def test_one_turn_is_independent_and_a_later_turn_depends_on_what_the_mode
         "b": (),
         "c": ("a", "b"),
         "d": ("a", "b"),
-        "e": ("a", "b", "c", "d"),
+        "e": ("c", "d"),  # and through them on a and b
     }
+    waits = await undo_waits_by_tool(engine, run.saga_id)
+    assert waits["a"] == waits["b"] == {"c", "d", "e"}  # undone after every later turn's step
+    assert waits["c"] == waits["d"] == {"e"}
     saga = await engine.log.get_saga(run.saga_id)
     assert saga is not None and saga.title == "Plan the offsite"
 

@@ -20,11 +20,13 @@ the same (it needs an enclosing :func:`agent_run`). Requires the ``amends[langch
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
 
@@ -148,24 +150,40 @@ class _Began:
         self.began = False
 
 
-def _watched(request: ToolCallRequest) -> tuple[ToolCallRequest, _Began]:
-    """The request with a copy of its tool that notes when the tool's own code begins: after
-    ToolNode validated the arguments (issue 25 item 8: arguments it rejects never ran,
-    whatever ``handle_tool_errors`` makes of the error)."""
-    seen = _Began()
-    tool = request.tool
-    assert tool is not None
+_BEGAN: contextvars.ContextVar[_Began | None] = contextvars.ContextVar(
+    "amends_lc_began", default=None
+)
+_WATCHED: dict[int, tuple[weakref.ref[BaseTool], BaseTool]] = {}
+
+
+def _watched(tool: BaseTool) -> BaseTool:
+    """A copy of ``tool`` that notes, in the call's :data:`_BEGAN`, when the tool's own code
+    begins: after ToolNode validated the arguments (issue 25 item 8: arguments it rejects never
+    ran, whatever ``handle_tool_errors`` makes of the error). One copy per tool, kept while the
+    tool lives."""
+    key = id(tool)
+    held = _WATCHED.get(key)
+    if held is not None and held[0]() is tool:
+        return held[1]
     copy = tool.model_copy()
     for name in ("_run", "_arun"):
         original = getattr(tool, name)
 
         @functools.wraps(original)  # BaseTool passes config/run_manager by its signature
         def began(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
-            seen.began = True
+            seen = _BEGAN.get()
+            if seen is not None:
+                seen.began = True
             return __original(*args, **kwargs)
 
         object.__setattr__(copy, name, began)
-    return request.override(tool=copy), seen
+    _WATCHED[key] = (weakref.ref(tool, functools.partial(_forget, key)), copy)
+    return copy
+
+
+def _forget(key: int, _: object) -> None:
+    with contextlib.suppress(Exception):  # at interpreter exit the dict may be gone already
+        _WATCHED.pop(key, None)
 
 
 def _title(state: Any) -> str:
@@ -209,6 +227,14 @@ class _RunEnds(BaseCallbackHandler):
     there and the exception gets the saga id. Inline and cheap: two events per root run."""
 
     run_inline = True
+    # Chain events only: LangChain skips this handler for every other kind of event (without
+    # these, each model call fell back to stringifying the whole conversation for on_llm_start).
+    ignore_llm = True
+    ignore_chat_model = True
+    ignore_retry = True
+    ignore_agent = True
+    ignore_retriever = True
+    ignore_custom_event = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -433,16 +459,21 @@ class AmendsMiddleware(AgentMiddleware):
         if refused is not None:
             self._not_a_step(request, turn, place)
             return refused
-        watched, seen = _watched(request)
-        return self._run(request).call_tool_sync(
-            tool,
-            tc.get("args") or {},
-            lambda: handler(watched),
-            answers=_answers(request),
-            turn=turn,
-            place=place,
-            ran=lambda: seen.began,
-        )
+        watched = request.override(tool=_watched(request.tool))
+        seen = _Began()
+        token = _BEGAN.set(seen)
+        try:
+            return self._run(request).call_tool_sync(
+                tool,
+                tc.get("args") or {},
+                lambda: handler(watched),
+                answers=_answers(request),
+                turn=turn,
+                place=place,
+                ran=lambda: seen.began,
+            )
+        finally:
+            _BEGAN.reset(token)
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         tc = request.tool_call
@@ -463,20 +494,25 @@ class AmendsMiddleware(AgentMiddleware):
         if refused is not None:
             self._not_a_step(request, turn, place)
             return refused
-        watched, seen = _watched(request)
+        watched = request.override(tool=_watched(request.tool))
+        seen = _Began()
+        token = _BEGAN.set(seen)
 
         async def call() -> Any:
             return await handler(watched)
 
-        return await self._run(request).call_tool(
-            tool,
-            tc.get("args") or {},
-            call,
-            answers=_answers(request),
-            turn=turn,
-            place=place,
-            ran=lambda: seen.began,
-        )
+        try:
+            return await self._run(request).call_tool(
+                tool,
+                tc.get("args") or {},
+                call,
+                answers=_answers(request),
+                turn=turn,
+                place=place,
+                ran=lambda: seen.began,
+            )
+        finally:
+            _BEGAN.reset(token)
 
 
 def _saga_of(state: Any) -> str | None:
