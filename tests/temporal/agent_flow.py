@@ -26,3 +26,21 @@ class AgentWorkflow:
         )
         await asyncio.sleep(wait)  # the agent thinks; a person may cancel it meanwhile
         return "done"
+
+
+@workflow.defn(name="AgentChargesSlowly")
+class AgentChargesSlowly:
+    """A tool activity is still running (the charge made, the vendor's answer awaited) when a
+    person cancels the agent's workflow (issue 25 item 11)."""
+
+    @workflow.run
+    async def run(self, key: str) -> str:
+        opts = {"start_to_close_timeout": timedelta(seconds=60)}
+        await workflow.execute_activity("kv.put", args=[key, "agent0"], **opts)  # type: ignore[call-overload]
+        await workflow.execute_activity(
+            "pay.charge",
+            args=["c0@acme.test", 1500],
+            heartbeat_timeout=timedelta(seconds=2),
+            **opts,  # type: ignore[call-overload]
+        )
+        return "done"

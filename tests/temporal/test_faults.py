@@ -320,3 +320,37 @@ async def test_rule5_no_blind_resend_to_a_vendor_without_keys_after_a_worker_die
         assert ledger.state(ledger_path)["charges"]["ch_s1"]["refunded"] == 1000
     events = [e for e in await engine.log.events("saga-r5") if e.kind.startswith("compensation.")]
     assert len(events) == len({(e.kind, e.data.get("temporal_event")) for e in events})
+
+
+@BATCHES
+async def test_a_step_in_flight_while_the_server_was_down_names_the_server_not_a_worker(
+    temporal_server: DevServer, workers: Workers, engine: amends.Engine, ledger_path: Path,
+    local_batch_seconds: float,
+) -> None:  # fmt: skip
+    """Issue 23: the Temporal server (not a worker) is down for 8 s while a refund to a vendor
+    without keys is in flight. The refund is not sent twice and the step is in doubt, and the
+    report names the real cause: the server was unreachable, the worker kept running (it said
+    "in flight when a worker stopped")."""
+    async with engine.saga("Charge", actor="agent:sales", saga_id="saga-down") as saga:
+        saga.call("pay.charge_nokey", customer="c0@acme.test", cents=1000)
+    workers.start(AMENDS_TEST_DELAY="3.0")
+    client = await Client.connect(temporal_server.target)
+    runner = TemporalRunner(
+        client, task_queue=workers.queue, heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        local_batch_seconds=local_batch_seconds,
+    )  # fmt: skip
+    undo = asyncio.create_task(runner.undo(engine, "saga-down", amends.Budget(seconds=120)))
+    await asyncio.sleep(1.5)  # the refund is in flight
+    temporal_server.stop()
+    await asyncio.sleep(8.0)
+    temporal_server.start()
+    report = await asyncio.wait_for(undo, 90)
+    step = report.step("s1")
+    assert refunds(ledger_path) == {"ch_s1": 1}  # the refund landed once; never a second
+    assert step.state.value == "in_doubt", step.detail  # the vendor has no keys: not re-sent
+    assert step.detail.startswith(
+        "an earlier attempt of pay.refund_nokey was in flight when the Temporal server was "
+        "unreachable (worker "
+    ), step.detail
+    assert ", which made the call, kept running), and its vendor does not honour" in step.detail
+    assert "worker stopped" not in step.detail

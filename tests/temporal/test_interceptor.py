@@ -25,9 +25,10 @@ from amends.integrations.temporal._workflow import workflow_id
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
-def agent_activities(catalog: amends.Catalog) -> list[Any]:
+def agent_activities(catalog: amends.Catalog, *, charged: asyncio.Event | None = None) -> list[Any]:
     """Plain activities, as an agent team writes them: they call the vendor and tell amends
-    their inverse through amends.current_call()."""
+    their inverse through amends.current_call(). With ``charged``, the charge then waits for
+    its vendor's answer (heartbeating) until it is cancelled, and sets ``charged`` first."""
 
     @activity.defn(name="kv.put")
     async def put(k: str, v: str) -> dict[str, Any]:
@@ -39,9 +40,13 @@ def agent_activities(catalog: amends.Catalog) -> list[Any]:
     async def charge(customer: str, cents: int) -> dict[str, Any]:
         call = amends.current_call()
         assert call is not None
-        return await catalog.get("pay.charge").fn(  # type: ignore[no-any-return]
-            call, customer=customer, cents=cents
-        )
+        out = await catalog.get("pay.charge").fn(call, customer=customer, cents=cents)
+        if charged is not None:  # the vendor charged; its answer takes its time
+            charged.set()
+            for _ in range(600):
+                activity.heartbeat()
+                await asyncio.sleep(0.1)
+        return out  # type: ignore[no-any-return]
 
     return [put, charge]
 
@@ -168,3 +173,53 @@ async def test_cancelling_the_agent_workflow_does_not_skip_compensation(
     world = ledger.state(ledger_path)
     assert world["kv"] == {"k0": "before0"}
     assert all(c["refunded"] == c["cents"] for c in world["charges"].values())
+
+
+async def test_cancelling_the_workflow_while_a_tool_activity_runs_starts_the_reversal(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Issue 25 item 11: cancel the agent's workflow while its charge activity is still running
+    (the charge made, its inverse recorded): the SDK hands the workflow the cancellation as
+    ActivityError(cause=CancelledError), and the reversal starts anyway; the kv write and the
+    charge are undone (no reversal ran, the saga stayed running, charge and write stood)."""
+    from agent_flow import AgentChargesSlowly
+
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    charged = asyncio.Event()
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentChargesSlowly],
+            activities=agent_activities(catalog, charged=charged),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        handle = await temporal_client.start_workflow(
+            AgentChargesSlowly.run, "k0", id=wid, task_queue=task_queue
+        )
+        await asyncio.wait_for(charged.wait(), 30)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        report = None
+        for _ in range(600):
+            report = await engine.report(wid)
+            if report is not None:
+                break
+            await asyncio.sleep(0.05)
+    await icpt.close()
+    assert report is not None, "no reversal ran after the cancellation"
+    assert [(s.tool, s.state.value) for s in report.steps] == [
+        ("kv.put", "reverted"),
+        ("pay.charge", "compensated"),
+    ]
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "before0"}
+    assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]

@@ -30,6 +30,13 @@ class Compensator:
         self.caller = caller
         self.recorder = recorder
         self.saga_id = caller.saga.saga_id
+        self.lost: dict[str, str] = {}
+        """Per step, what lost its call in flight (``CallLost.cause``), for its details."""
+
+    def _lost(self, p: PlannedStep) -> str:
+        """What lost the step's call in flight, in words (rule 8): the cause given, or a worker
+        that stopped (a crash, found in the log)."""
+        return self.lost.get(p.step_id, "a worker stopped")
 
     async def run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
         """Rule 7: a step's calls (its drift check and its inverse) are set aside before the
@@ -84,7 +91,7 @@ class Compensator:
         except Stop as stop:
             if paid_at is not None and counter[0] == paid_at:
                 self.caller.meter.calls -= 1  # paid for, never made (no resolver, unknown tool)
-            stop = _after_crash(p, stop, in_flight, resent)
+            stop = _after_crash(p, stop, in_flight, resent, self._lost(p))
             return await self.recorder.stopped(
                 p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
             )
@@ -121,10 +128,10 @@ class Compensator:
         if attempts > 1:
             detail += f" after {attempts} attempts"
         if returned:
-            detail += " (it had returned before a worker stopped; not sent again)"
+            detail += f" (it had returned before {self._lost(p)}; not sent again)"
         if landed:
             detail += (
-                " (the attempt in flight when a worker stopped had landed, as "
+                f" (the attempt in flight when {self._lost(p)} had landed, as "
                 f"{p.inverse.landed.probe if p.inverse.landed else 'a probe'} shows)"
             )
         if p.inverse.no_drift_check:
@@ -234,7 +241,7 @@ class Compensator:
         seen = "; ".join(looked) if looked else "no probe can tell whether it landed"
         raise Stop(
             StepState.IN_DOUBT,
-            f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and its "
+            f"an earlier attempt of {inv.tool} was in flight when {self._lost(p)}, and its "
             f"vendor does not honour idempotency keys, so it was not sent again; whether it "
             f"took effect is unknown ({seen})",
         )
@@ -259,37 +266,37 @@ class Compensator:
                 raise
             raise Stop(
                 StepState.DRIFTED,
-                f"an earlier attempt of {inv.tool} was in flight when a worker stopped, and the "
+                f"an earlier attempt of {inv.tool} was in flight when {self._lost(p)}, and the "
                 f"world could not be checked ({stop.detail}); not sent again, needs review",
             ) from None
         raise Stop(
             StepState.DRIFTED,
-            f"an earlier attempt of {inv.tool} was in flight when a worker stopped; the world "
+            f"an earlier attempt of {inv.tool} was in flight when {self._lost(p)}; the world "
             f"shows neither it ({inv.landed.probe} does not show it landed) nor the agent's "
             f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
             f"needs review",
         )
 
 
-def _after_crash(p: PlannedStep, stop: Stop, in_flight: bool, resent: bool) -> Stop:
-    """What a stop means when an earlier attempt was in flight at a crash (rules 5, 7, 8)."""
+def _after_crash(p: PlannedStep, stop: Stop, in_flight: bool, resent: bool, lost: str) -> Stop:
+    """What a stop means when an earlier attempt was in flight at a crash (rules 5, 7, 8);
+    ``lost``: what lost that attempt."""
     assert p.inverse is not None
     if in_flight and stop.state is StepState.OVER_BUDGET:
         # rule 7: no budget left to check or re-send; the step stays continuable (a
         # continuation treats the earlier attempt as still in flight, rule 5).
         return Stop(
             StepState.OVER_BUDGET,
-            f"{stop.detail}; an earlier attempt of {p.inverse.tool} was sent before a worker "
-            f"stopped and may have taken effect: continuing with a new budget checks it before "
-            f"anything is sent again",
+            f"{stop.detail}; an earlier attempt of {p.inverse.tool} was sent before {lost} and "
+            f"may have taken effect: continuing with a new budget checks it before anything is "
+            f"sent again",
         )
     if resent and stop.state is not StepState.IN_DOUBT:
         # rule 8: an earlier attempt was sent before a crash; this retry's failure says nothing
         # about whether that attempt took effect.
         return Stop(
             StepState.IN_DOUBT,
-            f"an earlier attempt of {p.inverse.tool} was sent before a worker stopped, and this "
-            f"retry did not complete ({stop.detail}); whether the earlier attempt took effect "
-            f"is unknown",
+            f"an earlier attempt of {p.inverse.tool} was sent before {lost}, and this retry did "
+            f"not complete ({stop.detail}); whether the earlier attempt took effect is unknown",
         )
     return stop

@@ -36,7 +36,12 @@ class CallLost(BaseException):
     BaseException, so that "any other exception is a failed call" does not swallow it: the runner
     re-reads the reversal's compensation records and runs the step again through the crash
     rules, exactly as after a crash of the local engine (rule 5). Every attempt spends budget,
-    so this ends (rule 7)."""
+    so this ends (rule 7). ``cause`` says what lost it, as the report words it (rule 8, issue
+    23: "the Temporal server was unreachable" is not "a worker stopped")."""
+
+    def __init__(self, message: str = "", *, cause: str = "a worker stopped") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class Stop(Exception):

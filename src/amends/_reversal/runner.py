@@ -14,7 +14,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .._budget import BudgetMeter
@@ -76,6 +76,9 @@ class RunInput:
     """How to wait for steps still in flight; ``None``: do not wait (rule 7)."""
     continue_hint: str | None = None
     """How a person continues this reversal if it stops short (``Engine(continue_hint=)``)."""
+    lost: Mapping[str, str] = field(default_factory=dict)
+    """Per step whose call was in flight when this run began, what lost it, when the caller
+    knows better than "a worker stopped" (a Temporal workflow asks its workers; rule 8)."""
 
 
 async def run_plan(inp: RunInput) -> list[StepOutcome]:
@@ -99,6 +102,7 @@ class _Runner:
         self.caller = Caller(inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault)
         self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault, inp.continue_hint)
         self.compensator = Compensator(self.caller, self.recorder)
+        self.compensator.lost.update(inp.lost)
         self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
 
     async def run(self) -> list[StepOutcome]:
@@ -135,8 +139,10 @@ class _Runner:
         while True:
             try:
                 return await self._step(p)
-            except CallLost:
-                # rule 5: as if this engine had crashed with the call in flight
+            except CallLost as lost:
+                # rule 5: as if this engine had crashed with the call in flight; rule 8: with
+                # what lost it
+                self.compensator.lost[p.step_id] = lost.cause
                 self.done = await self.inp.ports.log.get_compensations(
                     self.inp.reversal.reversal_id
                 )

@@ -13,7 +13,7 @@ import contextlib
 import signal
 from typing import Any
 
-from amends._errors import ConfigError
+from amends._errors import AmendsError, ConfigError
 from amends._log import open_log
 from amends._telemetry import add_log_format, configure_logging, say
 
@@ -86,6 +86,14 @@ def _worker(args: argparse.Namespace) -> int:
                     f"with {len(catalog)} tools, log {log.url}"
                 )
                 await stop.wait()
+        except RuntimeError as exc:
+            # the SDK's worker failed (the server went away for good, the namespace was deleted):
+            # one line, not its tracebacks (issue 25 item 12)
+            raise AmendsError(
+                f"the worker of task queue {args.task_queue!r} on {args.temporal} stopped: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; check the "
+                f"server and start the worker again"
+            ) from exc
         finally:
             with contextlib.suppress(Exception):
                 await log.close()

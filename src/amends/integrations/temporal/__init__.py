@@ -27,7 +27,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from ._interceptor import AmendsInterceptor
-from ._runner import DEFAULT_TASK_QUEUE, TemporalRunner, connect, make_worker, workflow_id
+from ._runner import (
+    DEFAULT_TASK_QUEUE,
+    TemporalRunner,
+    TemporalUnavailableError,
+    connect,
+    make_worker,
+    workflow_id,
+)
 from ._workflow import ReversalInput, ReversalWorkflow
 
 __all__ = [
@@ -36,6 +43,7 @@ __all__ = [
     "ReversalInput",
     "ReversalWorkflow",
     "TemporalRunner",
+    "TemporalUnavailableError",
     "connect",
     "make_worker",
     "workflow_id",

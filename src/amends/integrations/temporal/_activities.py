@@ -11,6 +11,7 @@ what an outcome *means* for a step: the workflow applies the same rules as the l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from amends._calls import invoke
@@ -309,19 +311,83 @@ class ReversalActivities:
             another worker after ``3 x`` this without a heartbeat.
     """
 
-    def __init__(self, catalog: Catalog, log: SagaLog, *, heartbeat_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        log: SagaLog,
+        *,
+        heartbeat_seconds: float = 1.0,
+        client: Client | None = None,
+        identity: str | None = None,
+    ) -> None:
         self.catalog = catalog
         self.log = log
         self.heartbeat_seconds = heartbeat_seconds
         self.observed = ObservedLog(log, reader=log)
         """Issue 28: the compensation writes, each reported (a JSON line, its latency)."""
+        self.client = client
+        """The worker's Temporal client (to ask which workers still poll, see lost_cause)."""
+        self.identity = identity or (client.identity if client is not None else None)
+        """The worker's identity, written with each "dispatched" event it commits."""
 
     def all(self) -> list[Any]:
         """The activity functions, for ``Worker(activities=...)``."""
         return [
             self.claim, self.read, self.call_tool, self.call_tools, self.record, self.record_many,
-            self.finish,
+            self.finish, self.lost_cause,
         ]  # fmt: skip
+
+    @activity.defn(name="amends.lost_cause")
+    async def lost_cause(self, wire: Wire) -> dict[str, str]:
+        """What lost the calls in flight of ``wire["steps"]``, in the words of the report (issue
+        23, rule 8), from the worker each one's "dispatched" event names: this very worker,
+        still running, means Temporal lost its answer while the server was unreachable; a
+        worker no longer polling the queue stopped; one still polling may have stopped
+        answering or been cut off from the server, and the engine cannot tell which."""
+        comps = await self.log.get_compensations(str(wire["reversal_id"]))
+        out: dict[str, str] = {}
+        for step_id in wire["steps"]:
+            rec = comps.get(step_id)
+            worker = rec.data.get("worker") if rec is not None else None
+            out[step_id] = await self._cause(worker, str(wire.get("queue") or ""))
+        return out
+
+    async def _cause(self, worker: Any, queue: str) -> str:
+        if not isinstance(worker, str) or not worker:
+            return "a worker stopped"
+        if worker == self.identity:
+            return (
+                f"the Temporal server was unreachable (worker {worker}, which made the call, "
+                f"kept running)"
+            )
+        if not await self._still_polling(worker, queue):
+            return f"its worker {worker} stopped"
+        return f"its worker {worker} stopped answering or the Temporal server was unreachable"
+
+    async def _still_polling(self, worker: str, queue: str) -> bool:
+        if self.client is None or not queue:
+            return False
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        for kind in (
+            TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        ):
+            try:
+                answer = await self.client.workflow_service.describe_task_queue(
+                    DescribeTaskQueueRequest(
+                        namespace=self.client.namespace,
+                        task_queue=TaskQueue(name=queue),
+                        task_queue_type=kind,
+                    )
+                )
+            except Exception:  # the question is only asked to word a report; unknown: say so
+                return True
+            if any(p.identity == worker for p in answer.pollers):
+                return True
+        return False
 
     @activity.defn(name="amends.claim")
     async def claim(self, wire: Wire) -> Wire:
@@ -473,11 +539,16 @@ class ReversalActivities:
             if _logged_before(seen, inp.dispatched):
                 raise _app_error(
                     "Lost",
-                    f"an earlier run of this call batch dispatched {inp.tool} before its worker "
-                    f"stopped; whether it landed is unknown",
+                    f"an earlier run of this call batch dispatched {inp.tool}, and its answer "
+                    f"never reached the workflow; whether it landed is unknown",
+                )
+            dispatched = inp.dispatched
+            if self.identity is not None:  # who made the call, should it be lost (lost_cause)
+                dispatched = dataclasses.replace(
+                    dispatched, data={**dispatched.data, "worker": self.identity}
                 )
             try:
-                await self._write_once(inp.dispatched, seen)
+                await self._write_once(dispatched, seen)
             except LeaseLostError as exc:
                 raise _app_error("DispatchLeaseLost", str(exc)) from exc
         vault = Vault()

@@ -12,6 +12,7 @@ skips compensation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable, Collection
 from datetime import timedelta
@@ -148,11 +149,16 @@ class AmendsInterceptor(Interceptor):
             return saga
 
     async def close(self) -> None:
-        """Close every saga this process holds (on worker shutdown)."""
+        """Close every saga this process holds: call it when the worker shuts down (an open
+        saga stays ``running`` in the log until then; ``amends recover`` takes over the sagas of
+        a process that died without closing them)."""
         async with self._lock:
             sagas, self._sagas = self._sagas, {}
         for saga in sagas.values():
-            await saga.__aexit__(None, None, None)
+            # A step whose activity was cancelled failed in Temporal already: the log has it,
+            # and closing the saga is not the place to raise it again.
+            with contextlib.suppress(StepFailedError):
+                await saga.__aexit__(None, None, None)
 
 
 def _named(fn: Callable[..., Any], args: Any) -> dict[str, Any]:
@@ -185,26 +191,38 @@ class _ToolActivity(ActivityInboundInterceptor):
             # the tool is not called: an effect that no saga records would be undone by no one
             raise ApplicationError(str(exc), type="ConfigError", non_retryable=True) from None
         raised: list[BaseException] = []
+        running = [False]
 
         async def run(call: Any, **_: Any) -> Any:
+            running[0] = True
             try:
                 return await self.next.execute_activity(input)
             except BaseException as exc:
                 raised.append(exc)
                 raise
+            finally:
+                running[0] = False
 
         done = self.root._done[saga.id]
         step_id = f"a{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
         step = saga.call_with(
             run,
             info.activity_type,
+            # the activity's arguments as one mapping: whatever their names, they are its own
+            _named(input.fn, input.args),
             # a later activity depends on every step the workflow had seen done
             after=[s for s in done if s.state == "done"],
             step_id=step_id,
-            **_named(input.fn, input.args),
         )
         try:
             result = await step
+        except asyncio.CancelledError:
+            # Temporal cancelled the activity (its workflow was cancelled, or it timed out): the
+            # cancellation reaches the tool, as without amends, and the step ends in_doubt (or
+            # compensable, if the tool recorded its inverse first) right away (rule 9).
+            if running[0] and step.task is not None and not step.task.done():
+                step.task.cancel()
+            raise
         except StepFailedError as exc:
             if raised:
                 raise raised[0] from None  # the activity's own error, as without amends
@@ -229,8 +247,8 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         try:
             return await super().execute_workflow(input)
-        except (asyncio.CancelledError, CancelledError):
-            if self.used:
+        except BaseException as exc:
+            if self.used and _cancelled(exc):
                 await self._start_reversal()
             raise
 
@@ -248,6 +266,24 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
             )
         except WorkflowAlreadyStartedError:
             pass  # rule 6: a reversal of this saga is already under way (someone asked for undo)
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether the workflow ends because it was cancelled, whatever the exception says: the
+    SDK hands a workflow a cancellation that reaches a running activity as
+    ``ActivityError(cause=CancelledError)`` (issue 25 item 11), and the workflow code may wrap
+    or replace it."""
+    reason = getattr(workflow, "cancellation_reason", None)  # temporalio >= 1.2x
+    if reason is not None and reason() is not None:
+        return True
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:  # the cause chain, as the SDK builds it
+        seen.add(id(cur))
+        if isinstance(cur, asyncio.CancelledError | CancelledError):
+            return True
+        cur = getattr(cur, "cause", None) or cur.__cause__
+    return False
 
 
 class _SeeTools(WorkflowOutboundInterceptor):

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from amends._budget import Budget
@@ -27,16 +33,29 @@ from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_
 if TYPE_CHECKING:
     from amends._engine import Engine
 
-__all__ = ["DEFAULT_TASK_QUEUE", "TemporalRunner", "connect", "make_worker", "workflow_id"]
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "TemporalRunner",
+    "TemporalUnavailableError",
+    "connect",
+    "make_worker",
+    "workflow_id",
+]
 
 DEFAULT_TASK_QUEUE = "amends-reversals"
 
 
+class TemporalUnavailableError(AmendsError):
+    """Temporal's server did not answer (down, restarting, or the address is wrong): nothing
+    was undone or recorded by this request; undo again once it answers."""
+
+
 async def connect(target: str, *, namespace: str = "default") -> Client:
-    """Connect to Temporal at ``HOST:PORT``.
+    """Connect to Temporal at ``HOST:PORT`` and check that ``namespace`` exists there.
 
     Raises:
-        ConfigError: ``target`` is not ``HOST:PORT`` or nothing answers there.
+        ConfigError: ``target`` is not ``HOST:PORT``, nothing answers there, or the server has
+            no such namespace.
     """
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
@@ -44,7 +63,7 @@ async def connect(target: str, *, namespace: str = "default") -> Client:
             f"Temporal address {target!r} is not HOST:PORT; e.g. --temporal 127.0.0.1:7233"
         )
     try:
-        return await Client.connect(
+        client = await Client.connect(
             target, namespace=namespace, interceptors=tracing_interceptors()
         )
     except RuntimeError as exc:  # the SDK's connection errors are RuntimeErrors
@@ -52,6 +71,54 @@ async def connect(target: str, *, namespace: str = "default") -> Client:
             f"cannot reach Temporal at {target!r} (namespace {namespace!r}): {exc}; start it "
             f"(`temporal server start-dev`) or fix the address"
         ) from exc
+    await check_namespace(client)
+    return client
+
+
+def target_of(client: Client) -> str:
+    """The ``HOST:PORT`` a client talks to (for messages)."""
+    return str(getattr(client.service_client.config, "target_host", "") or "Temporal")
+
+
+async def check_namespace(client: Client, saga_id: str | None = None) -> None:
+    """Issue 25 item 12: a namespace the server does not have is a clear error up front (a
+    worker polling it printed "serving task queue ..." and then two tracebacks).
+
+    Raises:
+        ConfigError: The server has no such namespace.
+        TemporalUnavailableError: The server did not answer.
+    """
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace)
+        )
+    except RPCError as exc:
+        raise translated(exc, client, saga_id) from exc
+
+
+def translated(exc: RPCError, client: Client, saga_id: str | None = None) -> AmendsError:
+    """Temporal's RPC error as amends' own (one table at the adapter's edge): the value, what
+    is wrong and what to do."""
+    target = target_of(client)
+    if exc.status is RPCStatusCode.NOT_FOUND and "amespace" in exc.message:
+        ns = client.namespace
+        return ConfigError(
+            f"Temporal at {target!r} has no namespace {ns!r}; create it (`temporal operator "
+            f"namespace create --namespace {ns}`) or fix --namespace",
+            saga_id=saga_id,
+        )
+    if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        what = f" to undo saga {saga_id!r}" if saga_id else ""
+        return TemporalUnavailableError(
+            f"cannot reach Temporal at {target!r}{what}: {exc.message}; nothing was undone: "
+            f"start the server (`temporal server start-dev --db-filename temporal.db`) or fix "
+            f"the address, then undo again",
+            saga_id=saga_id,
+        )
+    return AmendsError(
+        f"Temporal at {target!r} refused the request ({exc.status.name}): {exc.message}",
+        saga_id=saga_id,
+    )
 
 
 def tracing_interceptors(client: Client | None = None) -> list[Any]:
@@ -157,12 +224,24 @@ class TemporalRunner:
         self.lease_seconds = float(lease_seconds)
         self.task_timeout = float(task_timeout or default_task_timeout(heartbeat_timeout))
         self.local_batch_seconds = float(local_batch_seconds)
+        self._checked = False
 
     async def client(self) -> Client:
-        """The Temporal client (connected on first use)."""
+        """The Temporal client (connected on first use; its namespace checked once).
+
+        Raises:
+            ConfigError: Nothing answers at the address, or the server has no such namespace.
+            TemporalUnavailableError: The server of a given client did not answer.
+        """
+        return await self._connected()
+
+    async def _connected(self, saga_id: str | None = None) -> Client:
         if self._client is None:
             assert self._target is not None
             self._client = await connect(self._target, namespace=self.namespace)
+        elif not self._checked:
+            await check_namespace(self._client, saga_id)
+        self._checked = True
         return self._client
 
     async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
@@ -211,8 +290,88 @@ class TemporalRunner:
         if resume:
             rev = await engine.log.get_reversal(saga_id=saga_id)
             seen = None if rev is None else rev.continuations
-        client = await self.client()
-        handle = await client.start_workflow(
+        client = await self._connected(saga_id)
+        try:
+            handle = await self._start(client, engine, saga_id, budget, resume, seen)
+        except RPCError as exc:  # one table at the edge: amends' errors, never the SDK's
+            raise translated(exc, client, saga_id) from exc
+        # issue 23: Budget(seconds=) bounds the whole call, waiting for a worker included (the
+        # workflow counts its seconds from this request too)
+        deadline = time.monotonic() + budget.seconds + self._grace
+        try:
+            result = await self._result(handle, client, saga_id, deadline)
+            if result is None and not await self._taken_up(engine, saga_id, resume, seen):
+                return await self._unserved(engine, client, saga_id, budget, resume)
+            if result is None:  # a worker is on it: the workflow's own budget bounds it
+                result = await self._result(handle, client, saga_id, None)
+            assert result is not None
+            return UndoReport.from_dict(result)
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "SagaNotFoundError":
+                raise SagaNotFoundError(
+                    f"{cause.message}; the workers and this client must share one log",
+                    saga_id=saga_id,
+                ) from exc
+            raise AmendsError(
+                f"the reversal workflow {workflow_id(saga_id)!r} failed: {cause or exc}; see "
+                f"it with `temporal workflow show --workflow-id {workflow_id(saga_id)}`",
+                saga_id=saga_id,
+            ) from exc
+
+    async def _result(
+        self,
+        handle: WorkflowHandle[Any, dict[str, Any]],
+        client: Client,
+        saga_id: str,
+        deadline: float | None,
+    ) -> dict[str, Any] | None:
+        """The reversal's report, or ``None`` at ``deadline`` (``time.monotonic()``).
+
+        A server that stops answering while the reversal runs is waited for (the workers go on
+        when it is back), within the deadline; past it, the caller is told the reversal was
+        started, not that nothing was undone (issue 23: causes are exact)."""
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            waiting = asyncio.ensure_future(handle.result())
+            try:
+                done, _ = await asyncio.wait({waiting}, timeout=left)
+                if done:
+                    return await waiting
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.UNAVAILABLE:
+                    raise translated(exc, client, saga_id) from exc
+                if deadline is not None and time.monotonic() + 0.5 >= deadline:
+                    raise TemporalUnavailableError(
+                        f"the reversal of saga {saga_id!r} was started on Temporal, but Temporal "
+                        f"at {target_of(client)!r} stopped answering: {exc.message}; it goes on "
+                        f"when the server is back (undo again to attach to it, or read its "
+                        f"report with engine.report({saga_id!r}))",
+                        saga_id=saga_id,
+                    ) from exc
+                await asyncio.sleep(0.5)  # the server is restarting: ask again
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+
+    @property
+    def _grace(self) -> float:
+        """Seconds a reversal may take past its budget to write its last events and report."""
+        return max(2.0, self.task_timeout)
+
+    async def _start(
+        self,
+        client: Client,
+        engine: Engine,
+        saga_id: str,
+        budget: Budget,
+        resume: bool,
+        seen: int | None,
+    ) -> WorkflowHandle[Any, dict[str, Any]]:
+        """Start the saga's reversal workflow, or attach to the one running (rule 6)."""
+        return await client.start_workflow(
             WORKFLOW_NAME,
             ReversalInput(
                 saga_id,
@@ -238,21 +397,60 @@ class TemporalRunner:
             request_eager_start=True,
             result_type=dict,
         )
+
+    async def _taken_up(self, engine: Engine, saga_id: str, resume: bool, seen: int | None) -> bool:
+        """Whether the workflow has claimed the reversal (or the continuation) in the log: a
+        worker runs it, and the workflow's own budget bounds it from here."""
+        rev = await engine.log.get_reversal(saga_id=saga_id)
+        if rev is None or rev.owner != f"temporal:{workflow_id(saga_id)}":
+            return False
+        return rev.state == "running" or (resume and rev.continuations != seen)
+
+    async def _unserved(
+        self, engine: Engine, client: Client, saga_id: str, budget: Budget, resume: bool
+    ) -> UndoReport:
+        """The budget ran out before any worker took the reversal up (issue 23: the call waited
+        forever, with nothing in the log). The reversal is recorded as it stands: nothing was
+        attempted, every step ``over_budget`` (the local engine's own zero-second run: one
+        reversal, in the log, rule 6); the workflow, still queued, finds it done when a worker
+        comes, and ``engine.resume`` continues it. The caller's report names the queue."""
+        import amends
+
+        here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry)
+        spent = Budget(tool_calls=budget.tool_calls, tokens=budget.tokens, seconds=0)
+        report = await (here.resume if resume else here.undo)(saga_id, budget=spent)
+        note = await self._queue_note(client, saga_id)
+        steps = tuple(
+            dataclasses.replace(o, detail=f"{o.detail}; {note}")
+            if o.state.value == "over_budget"
+            else o
+            for o in report.steps
+        )
+        return dataclasses.replace(report, steps=steps)
+
+    async def _queue_note(self, client: Client, saga_id: str) -> str:
+        """Why no worker took the reversal up: nobody polls its task queue, or nobody did in
+        time."""
+        where = f"Temporal task queue {self.task_queue!r} (namespace {client.namespace!r} at "
+        where += f"{target_of(client)})"
         try:
-            result: dict[str, Any] = await handle.result()
-        except WorkflowFailureError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == "SagaNotFoundError":
-                raise SagaNotFoundError(
-                    f"{cause.message}; the workers and this client must share one log",
-                    saga_id=saga_id,
-                ) from exc
-            raise AmendsError(
-                f"the reversal workflow {workflow_id(saga_id)!r} failed: {cause or exc}; see "
-                f"it with `temporal workflow show --workflow-id {workflow_id(saga_id)}`",
-                saga_id=saga_id,
-            ) from exc
-        return UndoReport.from_dict(result)
+            answer = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=client.namespace,
+                    task_queue=TaskQueue(name=self.task_queue),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                )
+            )
+            polled = bool(answer.pollers)
+        except RPCError:
+            polled = False
+        if polled:
+            return f"the workers of {where} did not take the reversal up within the budget"
+        return (
+            f"no worker serves {where}: start one (`amends worker --temporal "
+            f"{target_of(client)} --task-queue {self.task_queue} --db ...`), then "
+            f"engine.resume({saga_id!r}) continues the reversal"
+        )
 
 
 class _Worker(Worker):
@@ -292,7 +490,13 @@ def make_worker(
     if not isinstance(catalog, Catalog):
         raise ConfigError(f"make_worker needs an amends.Catalog, got {catalog!r}")
     opened = open_log(log)
-    acts = ReversalActivities(catalog, opened, heartbeat_seconds=heartbeat_seconds)
+    acts = ReversalActivities(
+        catalog,
+        opened,
+        heartbeat_seconds=heartbeat_seconds,
+        client=client,
+        identity=worker_options.get("identity"),
+    )
     # A workflow's next task goes to the worker that ran its last one (its sticky queue). When
     # that worker died, Temporal waits this long before handing the task to another worker; the
     # SDK default (10 s) would dominate the time a dead worker's reversal takes to move.

@@ -305,6 +305,7 @@ class ReversalWorkflow:
         self.specs: dict[str, ToolSpec] = {}
         self.log = _ActivityLog()
         self.batch: _Batch | None = None
+        self.reversal_id = ""
         self.senders: set[asyncio.Task[None]] = set()
         """The tool calls this activation is gathering (sent when its steps have all run)."""
 
@@ -424,8 +425,11 @@ class ReversalWorkflow:
             if out.error == "DispatchLeaseLost":
                 raise _LeaseLost(out.message)
             if out.error == "Lost":
-                # rule 5: the runner re-reads the log and runs the step through the crash rules
-                raise CallLost(f"the worker running {call.tool} stopped: {out.message}")
+                # rule 5: the runner re-reads the log and runs the step through the crash rules;
+                # rule 8 (issue 23): with what lost the call, as far as the workers can tell
+                causes = await self._lost_causes([call.step_id])
+                cause = causes.get(call.step_id, "a worker stopped")
+                raise CallLost(f"{call.tool} was lost: {out.message}", cause=cause)
             call.tokens += int(out.details.get("tokens") or 0)
             raise _translate(out.error, out.message, out.details)
         res = out.result
@@ -436,6 +440,21 @@ class ReversalWorkflow:
             for f in res.follow_ups
         )
         return res.result
+
+    async def _lost_causes(self, step_ids: list[str]) -> dict[str, str]:
+        """``amends.lost_cause``: what lost the calls in flight of these steps (issue 23)."""
+        causes: dict[str, str] = await workflow.execute_local_activity(
+            "amends.lost_cause",
+            {
+                "reversal_id": self.reversal_id,
+                "steps": step_ids,
+                "queue": workflow.info().task_queue,
+            },
+            result_type=dict,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_LOG_RETRY,
+        )
+        return causes
 
     async def _send(self, batch: _Batch) -> None:
         """Make ``batch``'s calls in one activity, once every step this activation woke up has
@@ -526,6 +545,9 @@ class ReversalWorkflow:
         meter = self.meter = BudgetMeter(
             budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent, clock=workflow.time
         )
+        # issue 23: the seconds count from the request (this run's start), so a reversal no
+        # worker took up in time has spent them, as the caller was told (TemporalRunner._run)
+        meter.started = min(meter.started, workflow.info().workflow_start_time.timestamp())
         self.log.deferred.clear()  # a run that lost the lease left nothing to carry over
         self.specs = {d["name"]: _spec(d) for d in claim.tools}
         catalog = _Specs(self.specs)
@@ -535,11 +557,23 @@ class ReversalWorkflow:
         self.log.running = {p.step_id for p in the_plan.steps}
         self.log.carried = []
         self.log.read = self._read
+        self.reversal_id = rev.reversal_id
+        in_flight = [k for k, c in compensations.items() if c.state == "dispatched"]
+        lost_by = await self._lost_causes(in_flight) if in_flight else {}  # rule 8, issue 23
         # the local engine's runner; only its edges differ (calls, log writes, clock)
         ports = ReversalPorts(self.log, catalog, workflow.time, _Dispatcher(self), self.log.settled)
         try:
             got = await run_plan(
-                RunInput(ports, saga, rev, the_plan, meter, RetryPolicy(**inp.retry), compensations)
+                RunInput(
+                    ports,
+                    saga,
+                    rev,
+                    the_plan,
+                    meter,
+                    RetryPolicy(**inp.retry),
+                    compensations,
+                    lost=lost_by,
+                )
             )
         except _LeaseLost as lost:
             raise LeaseLostError(str(lost)) from None
