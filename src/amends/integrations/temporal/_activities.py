@@ -39,6 +39,7 @@ from amends._reversal import current_report
 from amends._secrets import Vault, redactions_from, resolve_call_args
 
 from ._codec import spec_to_dict, to_dict
+from ._refs import expand, has_refs, shrink, values_of
 
 __all__ = [
     "CallBatch",
@@ -437,7 +438,7 @@ class ReversalActivities:
         return ClaimResult(
             claim.outcome,
             to_dict(rev),
-            to_dict(saga),
+            shrink(to_dict(saga)),  # long values by reference (_refs)
             {k: to_dict(v) for k, v in comps.items()},
             [spec_to_dict(s) for s in self.catalog],
             now=time.time(),
@@ -453,7 +454,7 @@ class ReversalActivities:
         )
         comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
         return ReadResult(
-            None if saga is None else to_dict(saga),
+            None if saga is None else shrink(to_dict(saga)),
             None if rev is None else to_dict(rev),
             {k: to_dict(v) for k, v in comps.items()},
             time.time(),
@@ -553,6 +554,7 @@ class ReversalActivities:
                 raise _app_error("DispatchLeaseLost", str(exc)) from exc
         vault = Vault()
         try:
+            inp = await self._with_values(inp)
             args = await self._secrets(inp, vault)
             # the tool's own time, as the local engine bounds it (Temporal's queueing excluded)
             result = await invoke(spec.fn, call, args, inp.timeout)
@@ -578,11 +580,32 @@ class ReversalActivities:
                 "ToolRaised", vault.scrub(str(exc)), name=type(exc).__name__, tokens=call.tokens
             ) from None
         return ToolCallResult(
-            vault.scrub(result),
+            shrink(vault.scrub(result)),  # a long string goes back by reference (_refs)
             call.tokens,
             [vault.scrub(r.to_dict()) for r in call.recorded_residue],
             [_scrubbed_follow_up(vault, f.to_dict()) for f in call.recorded_follow_ups],
         )
+
+    async def _with_values(self, inp: ToolCallInput) -> ToolCallInput:
+        """Issue 25: the call's arguments and precondition with each reference to a long value
+        resolved from the saga in the log (see :mod:`._refs`), right before the call.
+
+        Raises:
+            PermanentError: A reference names a value the saga does not hold; the call is not
+                made.
+        """
+        if not (has_refs(inp.args) or has_refs(inp.precondition)):
+            return inp
+        saga = await self.log.get_saga(inp.saga_id)
+        table = values_of(to_dict(saga)) if saga is not None else {}
+        try:
+            return dataclasses.replace(
+                inp,
+                args=expand(inp.args, lambda d, n: table.get((d, n))),
+                precondition=expand(inp.precondition, lambda d, n: table.get((d, n))),
+            )
+        except LookupError as exc:
+            raise PermanentError(f"{inp.tool} was not called: {exc}") from None
 
     async def _secrets(self, inp: ToolCallInput, vault: Vault) -> dict[str, Any]:
         """Rules 11 and 12: the call's arguments with the secrets amends recorded at

@@ -23,6 +23,7 @@ from amends._budget import Budget
 from amends._contracts import Catalog
 from amends._errors import AmendsError, ConfigError, SagaNotFoundError
 from amends._log import SagaLog, open_log
+from amends._log.base import ReversalRecord
 from amends._planner import plan
 from amends._report import UndoReport
 from amends._telemetry import tracer
@@ -300,11 +301,23 @@ class TemporalRunner:
         deadline = time.monotonic() + budget.seconds + self._grace
         try:
             result = await self._result(handle, client, saga_id, deadline)
-            if result is None and not await self._taken_up(engine, saga_id, resume, seen):
-                return await self._unserved(engine, client, saga_id, budget, resume)
-            if result is None:  # a worker is on it: the workflow's own budget bounds it
-                result = await self._result(handle, client, saga_id, None)
-            assert result is not None
+            if result is None:
+                taken = await self._taken_up(engine, saga_id, resume, seen)
+                if taken is None:
+                    return await self._unserved(engine, client, saga_id, budget, resume)
+                # a worker is on it: the reversal's own budget bounds it (rule 6: a caller who
+                # joined with a smaller budget waits for the one reversal all the same)
+                left = float(taken.budget.get("seconds", budget.seconds)) + 2 * self._grace
+                result = await self._result(handle, client, saga_id, time.monotonic() + left)
+            if result is None:
+                raise AmendsError(
+                    f"the reversal workflow {workflow_id(saga_id)!r} took the reversal up but "
+                    f"has not finished within its budget and a grace of {3 * self._grace:g} s; "
+                    f"see why with `temporal workflow show --workflow-id "
+                    f"{workflow_id(saga_id)}`; once it finishes, engine.report({saga_id!r}) has "
+                    f"its report",
+                    saga_id=saga_id,
+                )
             return UndoReport.from_dict(result)
         except WorkflowFailureError as exc:
             cause = exc.cause
@@ -398,13 +411,17 @@ class TemporalRunner:
             result_type=dict,
         )
 
-    async def _taken_up(self, engine: Engine, saga_id: str, resume: bool, seen: int | None) -> bool:
-        """Whether the workflow has claimed the reversal (or the continuation) in the log: a
-        worker runs it, and the workflow's own budget bounds it from here."""
+    async def _taken_up(
+        self, engine: Engine, saga_id: str, resume: bool, seen: int | None
+    ) -> ReversalRecord | None:
+        """The reversal (or the continuation) the workflow has claimed in the log, or ``None``:
+        if claimed, a worker runs it, and its own budget bounds it from here."""
         rev = await engine.log.get_reversal(saga_id=saga_id)
         if rev is None or rev.owner != f"temporal:{workflow_id(saga_id)}":
-            return False
-        return rev.state == "running" or (resume and rev.continuations != seen)
+            return None
+        if rev.state == "running" or (resume and rev.continuations != seen):
+            return rev
+        return None
 
     async def _unserved(
         self, engine: Engine, client: Client, saga_id: str, budget: Budget, resume: bool
