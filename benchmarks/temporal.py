@@ -12,10 +12,32 @@ from typing import Any
 
 import amends
 
-from .common import LATENCY, REPO, SCRATCH, Section, Spread, Target, noop_catalog, postgres_log
+from .common import REPO, SCRATCH, Section, Spread, Target, postgres_log
 from .reversal import BUDGET, Shape, forward, undo
 
 SHAPES = (Shape("100 independent", 100, 1), Shape("depth-16 chain", 1, 16))
+LATENCIES = (0.02, 0.05)
+"""Seconds one compensation takes at its vendor: 20 ms (issue 25 measured there) and 50 ms."""
+
+
+def latency_catalog(latency: float) -> amends.Catalog:
+    """``bench.slow``, whose inverse ``bench.slow_undo`` takes ``latency`` seconds."""
+    catalog = amends.Catalog()
+
+    @catalog.tool("bench.slow", reversibility="reversible")
+    async def slow(call: amends.Call, i: int) -> int:
+        call.inverse("bench.slow_undo", i=i)
+        call.no_drift_check(reason="a benchmark no-op: there is no state anyone could change")
+        return i
+
+    @catalog.tool("bench.slow_undo", reversibility="reversible")
+    async def slow_undo(call: amends.Call, i: int) -> int:
+        await asyncio.sleep(latency)  # simulated vendor latency
+        return i
+
+    return catalog
+
+
 ACTIVITIES_PER_STEP = 2
 """A step without a drift probe is two local activities on its critical path: amends.call_tools
 (logs 'dispatched', then makes the inverse) and amends.record_many (logs the outcome; the last
@@ -65,19 +87,21 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         server.stop()
         return [Section(title, ["status"], [[f"not measured: {exc}"]])]
     rounds = 1 if quick else 7
-    local: dict[str, list[float]] = {s.label: [] for s in SHAPES}
-    remote: dict[str, list[float]] = {s.label: [] for s in SHAPES}
-    local_cpu: dict[str, list[float]] = {s.label: [] for s in SHAPES}
-    remote_cpu: dict[str, list[float]] = {s.label: [] for s in SHAPES}
+    keys = [(lat, s.label) for lat in LATENCIES for s in SHAPES]
+    local: dict[tuple[float, str], list[float]] = {k: [] for k in keys}
+    remote: dict[tuple[float, str], list[float]] = {k: [] for k in keys}
+    local_cpu: dict[tuple[float, str], list[float]] = {k: [] for k in keys}
+    remote_cpu: dict[tuple[float, str], list[float]] = {k: [] for k in keys}
     assert temporal.proc is not None
     server_pid = temporal.proc.pid
 
-    async def measure() -> None:
+    async def measure(latency: float) -> None:
         client = await Client.connect(temporal.target)
         log = postgres_log(server.new_database())
-        catalog = noop_catalog()
+        catalog = latency_catalog(latency)
         engine = amends.Engine(catalog, log=log)
-        runner = TemporalRunner(client, task_queue="amends-bench")
+        queue = f"amends-bench-{int(latency * 1000)}"
+        runner = TemporalRunner(client, task_queue=queue)
 
         class OnTemporal(amends.Engine):
             async def undo(self, saga_id: str, *, budget: amends.Budget | None = None) -> Any:
@@ -85,7 +109,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
 
         on_temporal = OnTemporal(catalog, log=log)
         async with make_worker(
-            client, catalog, log, task_queue="amends-bench", max_concurrent_activities=200
+            client, catalog, log, task_queue=queue, max_concurrent_activities=200
         ):
             for r in range(rounds + 1):  # round 0 is a warm-up
                 for s in SHAPES:
@@ -97,39 +121,43 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
                     b = await undo(on_temporal, second, steps)
                     c2, s2 = time.process_time(), _cpu(server_pid)
                     if r:
-                        local[s.label].append(a)
-                        remote[s.label].append(b)
-                        local_cpu[s.label].append(c1 - c0)
-                        remote_cpu[s.label].append(c2 - c1 + s2 - s1)
+                        key = (latency, s.label)
+                        local[key].append(a)
+                        remote[key].append(b)
+                        local_cpu[key].append(c1 - c0)
+                        remote_cpu[key].append(c2 - c1 + s2 - s1)
         await log.close()
 
     try:
-        loop.run_until_complete(measure())
+        for latency in LATENCIES:
+            loop.run_until_complete(measure(latency))
     finally:
         temporal.stop()
         server.stop()
     sec = Section(
-        f"{title}, latency {LATENCY * 1e3:.0f} ms per compensation",
+        f"{title}, 20 and 50 ms per compensation",
         ["saga shape", "local ms median", "Temporal ms median", "Temporal / local",
          "added per step ms", "added per activity ms", "CPU ms local",
          "CPU ms Temporal"],
     )  # fmt: skip
-    for s in SHAPES:
-        lo, te = Spread.of(local[s.label]), Spread.of(remote[s.label])
+    for latency, label in keys:
+        shape = next(s for s in SHAPES if s.label == label)
+        key = (latency, label)
+        lo, te = Spread.of(local[key]), Spread.of(remote[key])
         ratio = te.median / lo.median
-        per_step = (te.median - lo.median) / s.depth  # steps on the critical path
+        per_step = (te.median - lo.median) / shape.depth  # steps on the critical path
         sec.rows.append(
             [
-                s.label, lo.fmt(1e3), te.fmt(1e3), f"{ratio:.2f}x",
+                f"{label}, {latency * 1e3:.0f} ms", lo.fmt(1e3), te.fmt(1e3), f"{ratio:.2f}x",
                 f"{per_step * 1e3:.0f}", f"{per_step / ACTIVITIES_PER_STEP * 1e3:.0f}",
-                Spread.of(local_cpu[s.label]).fmt(1e3, 0),
-                Spread.of(remote_cpu[s.label]).fmt(1e3, 0),
+                Spread.of(local_cpu[key]).fmt(1e3, 0),
+                Spread.of(remote_cpu[key]).fmt(1e3, 0),
             ]
         )  # fmt: skip
-        if s.label == "100 independent":
+        if label == "100 independent":
             sec.targets.append(
                 Target(
-                    "Temporal: 100 independent, wall vs local",
+                    f"Temporal: 100 independent {latency * 1e3:.0f} ms, wall vs local",
                     f"{ratio:.2f}x",
                     "<= 2x",
                     ratio <= 2.0,

@@ -9,6 +9,7 @@ framework.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,8 +44,21 @@ def resolve_tool_name(catalog: Catalog, name: str, names: Mapping[str, str] | No
         return names[name]
     if name in catalog:
         return name
-    matches = [spec.name for spec in catalog if spec.name.replace(".", "_") == name]
+    # a catalog only grows (a name is never registered twice): its size says whether the
+    # framework-name table is current (issue 25 item 6: it was rebuilt on every tool call)
+    table = _FRAMEWORK_NAMES.get(catalog)
+    if table is None or table[0] != len(catalog):
+        found: dict[str, list[str]] = {}
+        for spec in catalog:
+            found.setdefault(spec.name.replace(".", "_"), []).append(spec.name)
+        table = _FRAMEWORK_NAMES[catalog] = (len(catalog), found)
+    matches = table[1].get(name, [])
     return matches[0] if len(matches) == 1 else name
+
+
+_FRAMEWORK_NAMES: weakref.WeakKeyDictionary[Catalog, tuple[int, dict[str, list[str]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def declare(

@@ -225,6 +225,8 @@ class AgentRun:
         return sorted(frontier, key=lambda s: s.seq)
 
     def _wake_place_waiters(self) -> None:
+        if not self._place_waiters:  # read after the caller's locked update: a waiter queued
+            return  # before it is seen here, one queued after it saw that update (no wait)
         with self._turn_lock:
             waiters, self._place_waiters = self._place_waiters, []
         for waiter in waiters:

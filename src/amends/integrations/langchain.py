@@ -129,9 +129,6 @@ def _loggable(answer: Any) -> Any:
     return {"repr": repr(answer)}
 
 
-_ANSWERS = Answers(refusal=str, reported_error=_reported_error, loggable=_loggable)
-
-
 def _answers(request: ToolCallRequest) -> Answers:
     tc = request.tool_call
 
@@ -140,7 +137,7 @@ def _answers(request: ToolCallRequest) -> Answers:
             content=text, tool_call_id=tc.get("id") or "", name=tc.get("name"), status="error"
         )
 
-    return dataclasses.replace(_ANSWERS, refusal=refusal)
+    return Answers(refusal=refusal, reported_error=_reported_error, loggable=_loggable)
 
 
 class _Began:

@@ -45,13 +45,41 @@ def _ref(text: str) -> str:
 def shrink(value: Any) -> Any:
     """``value`` with every string longer than :data:`REF_CHARS` replaced by its reference (a
     new structure where something was replaced; shared otherwise)."""
+    return _shrink(value) if _any_long(value) else value
+
+
+def _any_long(value: Any) -> bool:
+    """Whether ``value`` holds a string longer than :data:`REF_CHARS` (one pass, no copies:
+    a 100-step saga is scanned in a fraction of what rebuilding it would cost)."""
+    stack = [value]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is str:
+            if len(x) > REF_CHARS:
+                return True
+        elif t is dict:
+            stack.extend(x.values())
+        elif t is list or t is tuple:
+            stack.extend(x)
+        elif isinstance(x, str):
+            if len(x) > REF_CHARS:
+                return True
+        elif isinstance(x, Mapping):
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+    return False
+
+
+def _shrink(value: Any) -> Any:
     if isinstance(value, str):
         return _ref(value) if len(value) > REF_CHARS else value
-    if isinstance(value, dict):
-        out = {k: shrink(v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        out = {k: _shrink(v) for k, v in value.items()}
         return out if any(out[k] is not value[k] for k in value) else value
     if isinstance(value, list | tuple):
-        items = [shrink(v) for v in value]
+        items = [_shrink(v) for v in value]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     return value
 
