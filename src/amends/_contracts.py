@@ -554,14 +554,12 @@ class Catalog:
             describe: The step in a sentence, a template over the call's arguments, e.g.
                 ``"Email '{subject}' to {to}"``; shown on every screen instead of the tool name.
                 Default: the description followed by the arguments.
-            undo_after: Names of tools whose inverses must succeed before this tool's inverse
-                runs (rule 3): each step of this tool waits for the latest earlier step of each
-                of them in its saga, as ``saga.call(..., undo_after=[that step])`` would make it.
+            undo_after: Tools whose inverses this tool's must wait for (rule 3): a step waits
+                for the latest earlier step of each, as ``saga.call(undo_after=[it])`` would.
 
         Raises:
             ContractError: The name is taken or malformed, the class unknown, the function
-                does not take ``call`` as its first parameter, or ``undo_after`` is not a list
-                of other tools' names.
+                does not take ``call`` first, or ``undo_after`` names no other tools.
         """
 
         def register(fn: ToolFn) -> ToolFn:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
-from ._calls import RetryPolicy, idempotency_key, invoke
+from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke
 from ._catalog_ref import catalog_meta
 from ._contracts import (
     NOTHING,
@@ -146,27 +146,6 @@ class Ref:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _merged(tool: str, arguments: Mapping[str, Any] | None, args: dict[str, Any]) -> dict[str, Any]:
-    """A step's arguments from ``saga.call``'s mapping and keywords (issue 25: the mapping
-    carries names amends' own options use, ``after`` included)."""
-    if arguments is None:
-        return args
-    if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
-        raise ContractError(
-            f"the arguments of {tool!r} must be a mapping of names to values, got "
-            f"{arguments!r}; e.g. saga.call({tool!r}, {{'after': '2026-01-01'}})",
-            tool=tool if isinstance(tool, str) else None,
-        )
-    both = sorted(set(arguments) & set(args))
-    if both:
-        raise ContractError(
-            f"argument {both[0]!r} of {tool!r} is given twice, in the mapping and by keyword; "
-            f"give it once",
-            tool=tool if isinstance(tool, str) else None,
-        )
-    return {**arguments, **args}
 
 
 def _refs(value: Any, found: list[Step]) -> None:
@@ -438,7 +417,9 @@ class Saga:
         """
         self._check_open()
         spec = self.engine.catalog.get(tool)
-        return self._start(spec, tool, after, step_id, _merged(tool, arguments, args), undo_after)
+        return self._start(
+            spec, tool, after, step_id, call_arguments(tool, arguments, args), undo_after
+        )
 
     def call_with(
         self,
@@ -479,7 +460,9 @@ class Saga:
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False
             )
-        return self._start(spec, tool, after, step_id, _merged(tool, arguments, args), undo_after)
+        return self._start(
+            spec, tool, after, step_id, call_arguments(tool, arguments, args), undo_after
+        )
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:
