@@ -24,7 +24,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 import amends
 
-from .common import Section, Spread, Target
+from .common import Section, Spread, Target, noop_catalog
 
 N = 100
 GOAL = 0.5e-3
@@ -41,16 +41,10 @@ def bench_noop(i: int) -> int:
 
 
 def new_engine() -> amends.Engine:
-    catalog = amends.Catalog()
-
-    @catalog.tool("bench.noop", reversibility="reversible")
-    async def noop(call: amends.Call, i: int) -> int:
-        call.inverse("bench.noop", i=i)
-        call.no_drift_check(reason="a benchmark no-op: there is no state anyone could change")
-        return i
-
+    """``bench.noop`` for the plain API, and ``bench_noop``'s contract for the frameworks."""
     from amends.integrations.langchain import declare
 
+    catalog = noop_catalog()
     declare(catalog, "bench_noop", reversibility="reversible")
     return amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
 

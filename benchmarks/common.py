@@ -75,8 +75,9 @@ class Section:
     targets: list[Target] = field(default_factory=list)
 
 
-def noop_catalog() -> amends.Catalog:
-    """``bench.noop``: a reversible no-op that records itself as inverse (the cheapest step)."""
+def noop_catalog(latency: float = LATENCY) -> amends.Catalog:
+    """``bench.noop``: a reversible no-op that records itself as inverse (the cheapest step);
+    ``bench.slow``, whose inverse ``bench.slow_undo`` takes ``latency`` seconds at its vendor."""
     catalog = amends.Catalog()
 
     @catalog.tool("bench.noop", reversibility="reversible")
@@ -95,7 +96,7 @@ def noop_catalog() -> amends.Catalog:
     async def slow_undo(call: amends.Call, i: int) -> int:
         import asyncio
 
-        await asyncio.sleep(LATENCY)  # simulated vendor latency
+        await asyncio.sleep(latency)  # simulated vendor latency
         return i
 
     return catalog

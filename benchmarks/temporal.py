@@ -12,30 +12,12 @@ from typing import Any
 
 import amends
 
-from .common import REPO, SCRATCH, Section, Spread, Target, postgres_log
+from .common import REPO, SCRATCH, Section, Spread, Target, noop_catalog, postgres_log
 from .reversal import BUDGET, Shape, forward, undo
 
 SHAPES = (Shape("100 independent", 100, 1), Shape("depth-16 chain", 1, 16))
 LATENCIES = (0.02, 0.05)
 """Seconds one compensation takes at its vendor: 20 ms (issue 25 measured there) and 50 ms."""
-
-
-def latency_catalog(latency: float) -> amends.Catalog:
-    """``bench.slow``, whose inverse ``bench.slow_undo`` takes ``latency`` seconds."""
-    catalog = amends.Catalog()
-
-    @catalog.tool("bench.slow", reversibility="reversible")
-    async def slow(call: amends.Call, i: int) -> int:
-        call.inverse("bench.slow_undo", i=i)
-        call.no_drift_check(reason="a benchmark no-op: there is no state anyone could change")
-        return i
-
-    @catalog.tool("bench.slow_undo", reversibility="reversible")
-    async def slow_undo(call: amends.Call, i: int) -> int:
-        await asyncio.sleep(latency)  # simulated vendor latency
-        return i
-
-    return catalog
 
 
 ACTIVITIES_PER_STEP = 2
@@ -98,7 +80,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     async def measure(latency: float) -> None:
         client = await Client.connect(temporal.target)
         log = postgres_log(server.new_database())
-        catalog = latency_catalog(latency)
+        catalog = noop_catalog(latency)
         engine = amends.Engine(catalog, log=log)
         queue = f"amends-bench-{int(latency * 1000)}"
         runner = TemporalRunner(client, task_queue=queue)

@@ -27,7 +27,7 @@ import functools
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -437,17 +437,15 @@ class AmendsMiddleware(AgentMiddleware):
             return
         run.begun(place, turn)
 
-    def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
-        tc = request.tool_call
-        turn, place = _turn_of(request)
-        if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+    def _admit(
+        self, request: ToolCallRequest, turn: Hashable | None, place: int | None
+    ) -> str | ToolMessage | None:
+        """The catalog name the call is recorded under; or the approval gate's refusal; or
+        ``None``: the agent does not have the tool, ToolNode answers and nothing runs."""
+        if request.tool is None:
             self._not_a_step(request, turn, place)
-            with self._run(request).activate():
-                return handler(request)
-        if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
-            self._not_a_step(request, turn, place)
-            return handler(request)
-        tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
+            return None
+        tool = resolve_tool_name(self.engine.catalog, request.tool_call["name"], self.names)
         try:
             refused = self._gate(request, tool)
         except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
@@ -456,60 +454,63 @@ class AmendsMiddleware(AgentMiddleware):
         if refused is not None:
             self._not_a_step(request, turn, place)
             return refused
-        watched = request.override(tool=_watched(request.tool))
-        seen = _Began()
-        token = _BEGAN.set(seen)
-        try:
+        return tool
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
+        turn, place = _turn_of(request)
+        if request.tool_call["name"] == UNDO_TOOL:  # not a step: it undoes its own saga
+            self._not_a_step(request, turn, place)
+            with self._run(request).activate():
+                return handler(request)
+        tool = self._admit(request, turn, place)
+        if not isinstance(tool, str):
+            return handler(request) if tool is None else tool
+        with _watching(request) as (watched, seen):
             return self._run(request).call_tool_sync(
                 tool,
-                tc.get("args") or {},
+                request.tool_call.get("args") or {},
                 lambda: handler(watched),
                 answers=_answers(request),
                 turn=turn,
                 place=place,
                 ran=lambda: seen.began,
             )
-        finally:
-            _BEGAN.reset(token)
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
-        tc = request.tool_call
         turn, place = _turn_of(request)
-        if tc["name"] == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+        if request.tool_call["name"] == UNDO_TOOL:  # not a step: it undoes its own saga
             self._not_a_step(request, turn, place)
             with self._run(request).activate():
                 return await handler(request)
-        if request.tool is None:  # a tool the agent does not have: ToolNode answers, none runs
-            self._not_a_step(request, turn, place)
-            return await handler(request)
-        tool = resolve_tool_name(self.engine.catalog, tc["name"], self.names)
-        try:
-            refused = self._gate(request, tool)
-        except GraphBubbleUp:  # an interrupt pauses the run; its saga stays open for the resume
-            self._not_a_step(request, turn, place)
-            raise
-        if refused is not None:
-            self._not_a_step(request, turn, place)
-            return refused
-        watched = request.override(tool=_watched(request.tool))
-        seen = _Began()
-        token = _BEGAN.set(seen)
+        tool = self._admit(request, turn, place)
+        if not isinstance(tool, str):
+            return await handler(request) if tool is None else tool
+        with _watching(request) as (watched, seen):
 
-        async def call() -> Any:
-            return await handler(watched)
+            async def call() -> Any:
+                return await handler(watched)
 
-        try:
             return await self._run(request).call_tool(
                 tool,
-                tc.get("args") or {},
+                request.tool_call.get("args") or {},
                 call,
                 answers=_answers(request),
                 turn=turn,
                 place=place,
                 ran=lambda: seen.began,
             )
-        finally:
-            _BEGAN.reset(token)
+
+
+@contextlib.contextmanager
+def _watching(request: ToolCallRequest) -> Iterator[tuple[ToolCallRequest, _Began]]:
+    """The request with its tool watched (:func:`_watched`), and what the watch sees."""
+    assert request.tool is not None
+    seen = _Began()
+    token = _BEGAN.set(seen)
+    try:
+        yield request.override(tool=_watched(request.tool)), seen
+    finally:
+        _BEGAN.reset(token)
 
 
 def _saga_of(state: Any) -> str | None:
