@@ -187,7 +187,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         )
         sec.targets.append(
             Target(
-                f"adapter cost, {name.split(' (')[0]}",
+                f"adapter cost, {name}",
                 f"{over * 1e3:+.2f} ms",
                 "<= 0.5 ms",
                 over <= GOAL,
