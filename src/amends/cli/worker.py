@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 from typing import Any
 
@@ -98,5 +99,15 @@ def _worker(args: argparse.Namespace) -> int:
             with contextlib.suppress(Exception):
                 await log.close()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except AmendsError as exc:
+        # The Temporal SDK's own threads may still call into Python while the interpreter
+        # finalizes after a failed start, and abort it ("PyGILState_Release", exit -6, seen
+        # under load): a worker that fails writes its one line and exits at once (issue 25).
+        from ._common import safe
+
+        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
+        sys.stderr.flush()
+        os._exit(2)
     return 0
