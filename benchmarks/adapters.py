@@ -1,4 +1,4 @@
-"""9. Adapter cost: the CPU each agent-framework adapter adds per tool call over the plain API.
+"""10. Adapter cost: the CPU each agent-framework adapter adds per tool call over the plain API.
 
 For each framework, the same scripted agent makes N sequential tool calls (one per model turn)
 of a tool that records its inverse through ``amends.current_call()``, once without amends and
@@ -171,7 +171,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     rounds = 2 if quick else 9
     n = 20 if quick else N
     sec = Section(
-        f"9. Adapter cost: CPU per tool call, {n} sequential calls, in-memory log",
+        f"10. Adapter cost: CPU per tool call, {n} sequential calls, in-memory log",
         ["framework", "without amends ms", "with the adapter ms", "saga.call ms",
          "adapter over saga.call ms"],
     )  # fmt: skip

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from typing import Any
 
 from amends._errors import AmendsError, ConfigError
