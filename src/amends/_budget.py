@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from contextvars import ContextVar, Token
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +153,12 @@ class Budget:
 class BudgetMeter:
     """What a running reversal has spent; shared by its parallel branches (one event loop).
 
+    Tool calls can be *reserved* (rule 10): before a run starts, each step that will call an
+    inverse sets aside the calls its check and first attempt need, in undo order, so which steps
+    a budget covers does not depend on how their parallel branches happen to interleave — and
+    the preview, walking the same order, predicts it exactly. Unreserved calls (retries,
+    follow-ups) come from what is left.
+
     Args:
         budget: The caps.
         calls_spent: Tool calls already spent (a continuation or take-over).
@@ -172,11 +177,14 @@ class BudgetMeter:
     ) -> None:
         self.budget = budget
         self.calls = calls_spent
-        self.reserved = 0
-        """Calls set aside for steps that have started and not finished (:meth:`reserve`)."""
         self.tokens = tokens_spent
         self.clock = clock
         self.started = clock()
+        self.reserved: dict[str, int] = {}
+        """Calls set aside per key (a step), not spent yet."""
+        self.unfunded: dict[str, str] = {}
+        """Keys whose reservation the budget could not cover, with why."""
+        self._held = 0
 
     @property
     def deadline(self) -> float:
@@ -185,73 +193,80 @@ class BudgetMeter:
     def remaining_seconds(self) -> float:
         return max(0.0, self.deadline - self.clock())
 
-    def _own(self) -> int:
-        held = _HELD.get()
-        return held.left if held is not None and held.meter is self else 0
-
     def exhausted(self) -> str | None:
-        """Which cap is spent, in words, or ``None`` while there is budget left (for the caller:
-        calls another branch set aside for its step are not left)."""
-        if self._own() == 0 and self.calls + self.reserved >= self.budget.tool_calls:
+        """Which cap is spent, in words, or ``None`` while there is budget left."""
+        if self.calls >= self.budget.tool_calls:
             return f"tool-call budget of {self.budget.tool_calls} spent"
+        return self._other_caps()
+
+    def _other_caps(self) -> str | None:
         if self.tokens > 0 and self.tokens >= self.budget.tokens:
             return f"token budget of {self.budget.tokens} spent"
         if self.clock() >= self.deadline:
             return f"time budget of {self.budget.seconds:g}s spent"
         return None
 
-    def reserve(self, calls: int) -> Reservation | str:
-        """Set aside ``calls`` tool calls for one step (its drift check and its inverse), or
-        say why they are not there (rule 7).
+    def free_calls(self) -> int:
+        """Calls neither spent nor reserved."""
+        return self.budget.tool_calls - self.calls - self._held
 
-        A reversal's branches run in parallel; without this, a small budget went to the first
-        call of every step (three probes of five steps) and completed none. A step starts only
-        when the calls it needs are free; those calls are its own until it finishes (use the
-        reservation as a context manager around the step: ``take_call`` draws on it first), and
-        what it did not use goes back when it ends.
-        """
-        free = self.budget.tool_calls - self.calls - self.reserved
-        if free <= 0:
-            return f"tool-call budget of {self.budget.tool_calls} spent"
-        if calls > free:
-            return (
-                f"tool-call budget of {self.budget.tool_calls} leaves {free} call(s), too few "
-                f"for a step that needs {calls} (its check and its inverse)"
+    def reserve(self, key: str, calls: int) -> bool:
+        """Set ``calls`` aside for ``key`` (a step: its drift check and its first attempt) if
+        the budget covers them. Else ``key`` is unfunded: its planned calls are refused,
+        whatever others leave later, so the answer does not depend on timing, and a budget is
+        spent on steps it can finish, never on the checks of steps it cannot (issue 24 item 7:
+        three calls on five steps made three checks and reverted nothing)."""
+        if calls <= 0:
+            return True
+        free = self.free_calls()
+        if free < calls:
+            n = self.budget.tool_calls
+            self.unfunded[key] = (
+                f"tool-call budget of {n} spent"
+                if free <= 0
+                else f"tool-call budget of {n} leaves {free} call(s), too few for a step that "
+                f"needs {calls} (its check and its inverse)"
             )
-        self.reserved += calls
-        return Reservation(self, calls)
+            return False
+        self.reserved[key] = self.reserved.get(key, 0) + calls
+        self._held += calls
+        return True
 
-    def take_call(self) -> str | None:
-        """Spend one tool call (the caller's reservation first); returns why not (and spends
-        nothing) if the budget is gone."""
-        why = self.exhausted()
-        if why is None:
-            self.calls += 1
-            held = _HELD.get()
-            if held is not None and held.meter is self and held.left > 0:
-                held.left -= 1
-                self.reserved -= 1
-        return why
+    def release(self, key: str) -> None:
+        """Give back what ``key`` reserved and did not spend."""
+        self._held -= self.reserved.pop(key, 0)
 
+    def take_call(
+        self, key: str | None = None, *, planned: bool = False, borrow: Sequence[str] = ()
+    ) -> str | None:
+        """Spend one tool call; returns why not (and spends nothing) if the budget is gone.
 
-_HELD: ContextVar[Reservation | None] = ContextVar("amends_budget_reservation", default=None)
-"""The reservation of the step the running task works on (each branch is its own task)."""
+        ``key``'s reservation pays first. A ``planned`` call of an unfunded key is refused;
+        other calls take what is neither spent nor reserved, then what the keys in ``borrow``
+        reserved (steps that wait for this one: if it fails they never run)."""
+        why = self._other_caps()
+        if why is not None:
+            return why
+        if key is not None and self.reserved.get(key, 0) > 0:
+            self.reserved[key] -= 1
+            self._held -= 1
+        elif planned and key in self.unfunded:
+            return self.unfunded[key]
+        elif self.free_calls() <= 0 and not self._borrow(borrow):
+            return self._no_calls()
+        self.calls += 1
+        return None
 
+    def _borrow(self, keys: Sequence[str]) -> bool:
+        for other in keys:
+            if self.reserved.get(other, 0) > 0:
+                self.reserved[other] -= 1
+                self._held -= 1
+                return True
+        return False
 
-class Reservation:
-    """Tool calls set aside for one step (:meth:`BudgetMeter.reserve`); a context manager."""
-
-    def __init__(self, meter: BudgetMeter, calls: int) -> None:
-        self.meter = meter
-        self.left = calls
-        self._token: Token[Reservation | None] | None = None
-
-    def __enter__(self) -> Reservation:
-        self._token = _HELD.set(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _HELD.reset(self._token)
-        self.meter.reserved -= self.left  # what the step did not use is free again
-        self.left = 0
+    def _no_calls(self) -> str:
+        n = self.budget.tool_calls
+        if self.calls >= n:
+            return f"tool-call budget of {n} spent"
+        return f"tool-call budget of {n} spent or set aside for steps undone before this one"

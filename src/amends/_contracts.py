@@ -364,13 +364,40 @@ class Residue:
     """Who is affected or will notice."""
     settles_at: str | None = None
     """ISO date when the residue settles (a refund lands), or ``None`` if it never does."""
+    settles_in: tuple[str, float] | None = None
+    """``("business_days", 3)`` or ``("days", 2.5)`` when the tool gave the settle date as a
+    time after the compensation (``settles_in_business_days=3``): undo and its preview compute
+    :attr:`settles_at` from it with one clock when they run (rule 10), not from when the
+    forward call recorded it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "parties": list(self.parties), "settles_at": self.settles_at}
+        out: dict[str, Any] = {
+            "what": self.what,
+            "parties": list(self.parties),
+            "settles_at": self.settles_at,
+        }
+        if self.settles_in is not None:
+            out["settles_in"] = list(self.settles_in)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Residue:
-        return cls(data["what"], tuple(data.get("parties", ())), data.get("settles_at"))
+        rel = data.get("settles_in")
+        return cls(
+            data["what"],
+            tuple(data.get("parties", ())),
+            data.get("settles_at"),
+            (str(rel[0]), float(rel[1])) if rel else None,
+        )
+
+    def settling_from(self, now: datetime) -> Residue:
+        """This residue with :attr:`settles_at` counted from ``now`` (the compensation's time)
+        when it was given relatively; unchanged otherwise."""
+        if self.settles_in is None:
+            return self
+        kind, n = self.settles_in
+        when = _settles_at(now, n if kind == "days" else None, int(n) if kind != "days" else None)
+        return Residue(self.what, self.parties, when, self.settles_in)
 
 
 @dataclass(frozen=True)
@@ -949,7 +976,12 @@ class Call:
         who = _check_texts(parties, "residue parties", tool=self.tool)
         _check_optional_text(settles_at, "residue settles_at", tool=self.tool)
         when = settles_at or _settles_at(self._now(), settles_in_days, settles_in_business_days)
-        self.recorded_residue.append(Residue(what, who, when))
+        rel: tuple[str, float] | None = None
+        if not settles_at and settles_in_business_days is not None:
+            rel = ("business_days", float(settles_in_business_days))
+        elif not settles_at and settles_in_days is not None:
+            rel = ("days", float(settles_in_days))
+        self.recorded_residue.append(Residue(what, who, when, rel))
 
     def acknowledge(
         self,

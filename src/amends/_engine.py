@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ._budget import Budget, BudgetMeter
-from ._calls import RetryPolicy, idempotency_key, invoke, run
+from ._calls import RetryPolicy, run
 from ._catalog_ref import needed_tools
-from ._contracts import NOTHING, Call, Catalog, Expectation, Reversibility
+from ._contracts import Catalog
 from ._errors import (
     AmendsError,
     ConfigError,
@@ -33,7 +33,6 @@ from ._errors import (
 from ._log import SagaLog, open_log
 from ._log.base import (
     Claim,
-    CompensationRecord,
     Resolution,
     ReversalRecord,
     SagaRecord,
@@ -41,9 +40,8 @@ from ._log.base import (
 )
 from ._log.records import MAX_RESULT_BYTES
 from ._observe import ReversalObserver, remote_reversal
-from ._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, plan
+from ._planner import Plan, Preview, PreviewStep, plan
 from ._report import (
-    NEUTRALISED,
     StepOutcome,
     StepState,
     UndoReport,
@@ -53,16 +51,12 @@ from ._report import (
     verb_for,
 )
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
+from ._reversal.preview import PreviewInput, simulate
 from ._saga import Ref, Saga, Step, new_id
-from ._secrets import Vault, redactions_of, resolve_call_args
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
-
-
-_PREVIEW_PROBE_SECONDS = 10.0
-"""How long one preview probe may take when its tool declares no timeout."""
 
 
 def _check_budget(budget: Budget | None) -> Budget:
@@ -197,32 +191,37 @@ class Engine:
         return Saga(self, title, tenant=tenant, actor=actor, saga_id=saga_id)
 
     # --- undo -----------------------------------------------------------------------------
-    async def preview(self, saga_id: str) -> Preview:
-        """What undo would do now, honestly (rule 10): the plan of the same planner, with every
-        expectation re-observed by its read-only probe. A step that drifted is shown as needing
-        review, not as Revert. Nothing but those probes is dispatched; the log is not written.
+    async def preview(self, saga_id: str, *, budget: Budget | None = None) -> Preview:
+        """What undo would do now, honestly (rule 10): the reversal's own run, simulated — the
+        same plan, the same per-step decision (drift check, gate, undo window, budget) in the
+        same undo order — with every expectation re-observed by its read-only probe and nothing
+        else dispatched, no secret resolved, nothing written. Each step carries the state undo
+        is predicted to report (``PreviewStep.predicted``); with the world unchanged in between,
+        undo reports exactly those. A saga whose reversal ran already is previewed as its
+        continuation (``resume``) would take it up.
+
+        Args:
+            saga_id: The saga.
+            budget: The budget to predict for (default ``Budget()``, undo's default).
 
         Raises:
             SagaNotFoundError: No such saga.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
+            ConfigError: ``budget`` is not an ``amends.Budget``.
         """
+        budget = _check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
         await self._check_history(saga_id)
-        the_plan = self.planner(saga, self.catalog)
         comps = await self.log.get_compensations(saga.reversal.reversal_id) if saga.reversal else {}
-        steps = await asyncio.gather(
-            *(
-                self._preview_step(saga, p, comps.get(p.step_id), saga.reversal)
-                for p in the_plan.steps
-            )
-        )
+        the_plan = self.planner(saga, self.catalog)
+        got = await simulate(PreviewInput(self.catalog, saga, the_plan, budget, self.retry, comps))
         index = {s.step_id: s for s in saga.steps}
-        described = tuple(self._described(saga, p, index) for p in steps)
-        return Preview(the_plan.saga_id, described, checked_at=time.time())
+        steps = tuple(self._described(saga, p, index) for p in got.steps)
+        return dataclasses.replace(got, steps=steps)
 
-    def preview_sync(self, saga_id: str) -> Preview:
+    def preview_sync(self, saga_id: str, *, budget: Budget | None = None) -> Preview:
         """:meth:`preview` for synchronous callers."""
-        return run(self.preview(saga_id))
+        return run(self.preview(saga_id, budget=budget))
 
     def _described(
         self, saga: SagaRecord, item: _Described, index: dict[str, StepRecord] | None = None
@@ -235,120 +234,6 @@ class Engine:
         else:
             step = next((s for s in saga.steps if s.step_id == item.step_id), None)
         return described(self.catalog, step, item)
-
-    async def _preview_step(
-        self,
-        saga: SagaRecord,
-        p: PlannedStep,
-        rec: CompensationRecord | None = None,
-        rev: ReversalRecord | None = None,
-    ) -> PreviewStep:
-        base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
-        if rec is not None and rev is not None and p.action in ("revert", "compensate"):
-            done = self._already_undone(p, rec, rev)
-            if done is not None:
-                return done
-        if p.action not in ("revert", "compensate"):
-            return PreviewStep(**base, needs_review=p.action == "review", check="not needed")
-        exp = p.expectation
-        if exp is None:
-            reason = p.inverse.no_drift_check if p.inverse else None
-            return PreviewStep(**base, check=f"no drift check: {reason}")
-        vault = Vault()  # rule 11: secrets resolved for this probe never reach the preview
-        observed, problem = await self._probe(saga, p.step_id, exp, vault)
-        # rule 12: only where amends recorded a marker (the positions-based resolution undo uses)
-        at = tuple(
-            r for r in redactions_of(saga, p.step_id, "expectation") if r.at[:1] == ("equals",)
-        )
-        if problem is None and at:
-            # rule 11 redacted a secret in the expected value; compare with the real one, as
-            # undo does
-            try:
-                got = await resolve_call_args(
-                    self.catalog, saga, exp.probe, p.step_id, {"equals": exp.equals}, vault, at=at
-                )
-                exp = dataclasses.replace(exp, equals=got["equals"])
-            except ContractError as exc:
-                problem = f"cannot check the world: its expected value holds a secret ({exc})"
-        if problem is None and exp.holds(observed):
-            return PreviewStep(**base, check="the world still shows the agent's write")
-        found = exp.extract(observed) if problem is None else NOTHING
-        why = vault.scrub(
-            problem
-            or (
-                f"someone changed it since the agent acted: expected {exp.equals!r}, found "
-                f"{'nothing' if found is NOTHING else repr(found)}"
-            )
-        )
-        base.update(action="review", verb=VERBS["review"], reason=f"needs review: {why}")
-        return PreviewStep(**base, needs_review=True, check=why)
-
-    @staticmethod
-    def _already_undone(
-        p: PlannedStep, rec: CompensationRecord, rev: ReversalRecord
-    ) -> PreviewStep | None:
-        """Rule 10 with rules 5 and 6: a step the saga's reversal already settled is never
-        dispatched again, so the preview shows what happened, not a fresh plan (whose probe
-        would see the inverse's own write and call it someone else's change)."""
-        base = {f.name: getattr(p, f.name) for f in dataclasses.fields(PlannedStep)}
-        if rec.state == "dispatched":
-            why = (
-                f"an attempt of {p.inverse.tool if p.inverse else 'its inverse'} was in flight "
-                f"when a worker stopped; undo resumes reversal {rev.reversal_id} and checks "
-                f"whether it landed before sending anything (rule 5)"
-            )
-            base.update(action="wait", verb=VERBS["wait"], reason=why)
-            return PreviewStep(**base, check=why)
-        if rec.state in (StepState.OVER_BUDGET.value, StepState.BLOCKED.value):
-            return None  # not attempted yet: a continuation would plan it afresh
-        state = StepState(rec.state)
-        why = f"already {state.value} by reversal {rev.reversal_id}: {rec.detail or state.value}"
-        base.update(action="skip", verb=VERBS["skip"], reason=why)
-        return PreviewStep(
-            **base,
-            needs_review=state not in NEUTRALISED,
-            check="not needed: undo already ran for this step and never dispatches it again",
-        )
-
-    async def _probe(
-        self, saga: SagaRecord, step_id: str, exp: Expectation, vault: Vault
-    ) -> tuple[Any, str | None]:
-        """One read-only probe for the preview: (observed, None) or (None, what went wrong).
-
-        Its redacted arguments are resolved as undo resolves them (rule 10: the preview and
-        undo observe the same thing; a probe handed ``[redacted:card]`` would report drift that
-        undo does not see)."""
-        if exp.probe not in self.catalog or (
-            self.catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
-        ):
-            return None, f"cannot check the world: probe {exp.probe!r} is not a read_only tool"
-        spec = self.catalog.get(exp.probe)
-        try:
-            args = await resolve_call_args(
-                self.catalog,
-                saga,
-                exp.probe,
-                step_id,
-                exp.args,
-                vault,
-                at=redactions_of(saga, step_id, "expectation", "args"),
-            )
-        except ContractError as exc:
-            return None, f"could not check the world ({exp.probe} was not called: {exc})"
-        call = Call(
-            saga_id=saga.saga_id,
-            step_id=step_id,
-            tool=exp.probe,
-            phase="probe",
-            idempotency_key=idempotency_key(saga.saga_id, step_id, "probe") + ":preview",
-        )
-        try:
-            return await invoke(spec.fn, call, args, spec.timeout or _PREVIEW_PROBE_SECONDS), None
-        except Exception as exc:  # rule 4: a probe that errors is never a match
-            return (
-                None,
-                f"could not check the world ({exp.probe} raised {type(exc).__name__}: {exc})",
-            )
 
     async def _saga_or_raise(self, saga_id: str) -> SagaRecord:
         if not isinstance(saga_id, str) or not saga_id:

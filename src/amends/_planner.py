@@ -7,13 +7,15 @@ use the same plan (rule 10).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, cast
 
 from ._contracts import Expectation, Inverse, Residue, Reversibility, ToolSpec
 from ._log.base import SagaRecord, StepRecord
+from ._report import STANDING, StepState
 
 __all__ = [
     "Action",
@@ -111,10 +113,11 @@ class Plan:
     steps: tuple[PlannedStep, ...]
 
     def __getitem__(self, step_id: str) -> PlannedStep:
-        for p in self.steps:
-            if p.step_id == step_id:
-                return p
-        raise KeyError(step_id)
+        return self._index[step_id]
+
+    @functools.cached_property
+    def _index(self) -> dict[str, PlannedStep]:
+        return {p.step_id: p for p in self.steps}
 
     def to_dict(self) -> dict[str, Any]:
         return {"saga_id": self.saga_id, "steps": [p.to_dict() for p in self.steps]}
@@ -122,47 +125,74 @@ class Plan:
 
 @dataclass(frozen=True)
 class PreviewStep(PlannedStep):
-    """One step of a :class:`Preview`: the planned step, after re-observing its expectation."""
+    """One step of a :class:`Preview`: the planned step, with what undo is predicted to do to it
+    (the reversal's own run, simulated: rule 10)."""
 
     needs_review: bool = False
     """The world changed since the agent acted (or could not be checked, or the step has no drift
     check and no reason): undo will not revert it; a person should look (rule 10)."""
     check: str = ""
-    """What the re-observation found, in plain language."""
+    """What re-observing the step's expectation found, in plain language."""
     description: str = ""
     """The step in plain language, from its tool's ``describe=`` (issue 17)."""
     inverse_description: str = ""
     """What undo would call, in plain language; empty when the step has no inverse."""
+    predicted: StepState | None = None
+    """The state undo will report for this step if the world does not change before it runs
+    (reverted, compensated, drifted, blocked, over_budget, ...)."""
+    detail: str = ""
+    """The predicted outcome in plain language, as the report would word it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **super().to_dict(),
             "needs_review": self.needs_review,
+            "needs_person": (
+                self.predicted in STANDING
+                if self.predicted is not None
+                else super().to_dict()["needs_person"]
+            ),
             "check": self.check,
             "description": self.description,
             "inverse_description": self.inverse_description,
+            "predicted": self.predicted.value if self.predicted is not None else None,
+            "detail": self.detail,
         }
 
 
 @dataclass(frozen=True)
 class Preview(Plan):
-    """What undo would do now (``engine.preview``): the same planner's plan, each expectation
-    re-observed by its read-only probe, nothing else dispatched (rule 10)."""
+    """What undo would do now (``engine.preview``): the reversal simulated by the same runner —
+    every expectation re-observed by its read-only probe, nothing else dispatched (rule 10)."""
 
     steps: tuple[PreviewStep, ...]
     checked_at: float = 0.0
     """When the probes ran (epoch seconds)."""
+    tool_calls: int = 0
+    """Tool calls the undo is predicted to make: probes and inverses (a retry or a follow-up an
+    inverse asks for at undo time comes on top, from what the budget leaves)."""
+    budget: Mapping[str, Any] = field(default_factory=dict)
+    """The budget the prediction assumed (``tool_calls``, ``tokens``, ``seconds``)."""
 
     @property
     def needs_review(self) -> list[str]:
         """Steps a person should look at before undo (drifted, or no drift check)."""
         return [p.step_id for p in self.steps if p.needs_review]
 
+    def __getitem__(self, step_id: str) -> PreviewStep:
+        return cast(PreviewStep, super().__getitem__(step_id))
+
+    def predicted(self, step_id: str) -> StepState | None:
+        """The state undo is predicted to report for ``step_id``."""
+        return self[step_id].predicted
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **super().to_dict(),
             "checked_at": self.checked_at,
             "needs_review": self.needs_review,
+            "tool_calls": self.tool_calls,
+            "budget": dict(self.budget),
             "undo_windows": [
                 {"step_id": p.step_id, "closes_at": p.inverse.deadline}
                 for p in self.steps

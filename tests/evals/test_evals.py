@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import amends
+from amends import StepState
 from amends.cli import main
 from amends.evals.broken import (
     LooseEqualityEngine,
@@ -29,7 +34,7 @@ from amends.evals.generator import (
     lookalike,
 )
 from amends.evals.invariants import check
-from amends.evals.runner import run_scenario
+from amends.evals.runner import previewable, run_scenario
 from amends.evals.suite import run_indexes, run_suite
 from amends.testing import saga_dags, scenarios
 
@@ -50,7 +55,7 @@ async def test_every_family_amends_holds_every_invariant_and_naive_is_silently_w
     indexes = [i for i in range(2 * len(FAMILIES)) if generate(3, i).family != "stall"]
     tallies = await run_indexes(indexes, 3, ("amends", "naive"))
     amends, naive = tallies["amends"], tallies["naive"]
-    assert amends.sagas == naive.sagas == len(indexes) == 28
+    assert amends.sagas == naive.sagas == len(indexes) == 30  # 16 families (one_plan: issue 23)
     assert amends.violations == dict.fromkeys(amends.violations, 0), amends.examples
     assert amends.silently_wrong == 0
     assert naive.silent_failure_rate > 0.5
@@ -61,7 +66,7 @@ def test_generator_is_deterministic_and_covers_1_to_40_steps_plus_the_familys() 
     assert generate(1, 17) == generate(1, 17)
     assert generate(1, 17) != generate(2, 17)
     sizes = [len(generate(1, i).steps) for i in range(300)]
-    assert min(sizes) >= 1 and max(sizes) <= 40 + 4  # a family appends up to 4 steps
+    assert min(sizes) >= 1 and max(sizes) <= 40 + 12  # one_plan appends up to 3 chains of 4
     assert [generate(1, i).family for i in range(len(FAMILIES))] == list(FAMILIES)
 
 
@@ -85,6 +90,59 @@ def test_generator_produces_each_issue_10_class() -> None:
     assert {"careless.update_field", "docs.create_private_note"} <= tools["no_expectation"]
     # rule 7: a stalled forward call while undo runs on a seconds budget of milliseconds
     assert all(sc.stall and sc.budget_seconds == STALL_BUDGET for sc in by_family["stall"])
+
+
+def test_generator_produces_issue_23s_same_resource_chains_gated_drift_and_budget_cuts() -> None:
+    """one_plan (rule 10): a CRM field written two or three times, another field of the record
+    after it, another actor's edit of a later write, and tool-call budgets below the need."""
+    scs = [generate(2, i) for i in range(FAMILIES.index("one_plan"), 40 * len(FAMILIES),
+                                         len(FAMILIES))]  # fmt: skip
+    chains = []
+    for sc in scs:
+        writes = collections.Counter(
+            (s.args["record_id"], s.args["field"]) for s in sc.steps if s.tool == "crm.update_field"
+        )
+        chains.append(max(writes.values()))
+    assert min(chains) >= 2 and max(chains) >= 3
+    assert any(s.args["value"].startswith("gate") for sc in scs for s in sc.steps
+               if s.tool == "crm.update_field" and isinstance(s.args["value"], str))  # fmt: skip
+    assert sum(1 for sc in scs if any(m.kind == "human_edit" for m in sc.mutations)) >= 10
+    assert sum(1 for sc in scs if sc.budget_calls < len(sc.steps)) >= 5
+    assert all(previewable(sc) for sc in scs)
+
+
+class PlanOnlyPreviewEngine(amends.Engine):
+    """A preview as it was before issue 23: each step's own check, no gating, no budget."""
+
+    async def preview(self, saga_id: str, *, budget: amends.Budget | None = None) -> Any:
+        got = await super().preview(saga_id, budget=amends.Budget(tool_calls=100_000))
+        steps = tuple(
+            dataclasses.replace(p, predicted=StepState.DRIFTED)
+            if p.predicted is StepState.DRIFTED
+            else dataclasses.replace(
+                p,
+                predicted={"revert": StepState.REVERTED, "compensate": StepState.COMPENSATED}.get(
+                    p.action, p.predicted
+                ),
+            )
+            for p in got.steps
+        )
+        return dataclasses.replace(got, steps=steps)
+
+
+async def test_preview_invariant_catches_a_preview_that_ignores_gating_and_budget() -> None:
+    """Two writes to one record, the later one edited by a person since: undo blocks the
+    earlier one, and a preview that judges each step alone says it will be reverted."""
+    steps = [
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "won"}),
+        StepSpec("s2", "crm.update_field", {"record_id": "r1", "field": "owner", "value": "ann"}),
+    ]
+    sc = _sc(steps, mutations=(Mutation("human_edit", "s2", "bob"),))
+    good = await run_scenario(sc)
+    assert good.preview == {"s1": "blocked", "s2": "drifted"}
+    assert not any(check(good).values())
+    bad = await run_scenario(sc, engine_factory=PlanOnlyPreviewEngine)
+    assert check(bad)["preview"] == ["s1: preview predicted reverted, undo reported blocked"]
 
 
 def test_generator_produces_lookalike_edits_and_edits_between_crash_and_recovery() -> None:

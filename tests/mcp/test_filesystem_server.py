@@ -178,3 +178,43 @@ def test_audit_shows_hints_as_hints_and_suggest_writes_an_unusable_draft(
     reviewed = load_contracts(draft).tools
     assert set(reviewed) == set(rows)
     assert {c.reversibility for c in reviewed.values()} == {"irreversible"}
+
+
+async def test_a_file_written_then_edited_by_the_agent_is_previewed_as_undo_then_does_it(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """Issue 23: fs_write_file then fs_edit_file of the same file. The preview used to say the
+    write "needs review: someone changed it" (the someone was the agent's own edit), then undo
+    took both back. The preview is the undo's own run, simulated: both predicted as undone, and
+    undo reports exactly those states; the file is as it was."""
+    from mcp import Client
+
+    params, files = fs_gateway(tmp_path, fs_server)
+    (files / "plan.txt").write_text("plan: keep")
+    async with Client(params) as c:
+        steps = [
+            await c.call_tool(
+                "fs_write_file", {"path": str(files / "plan.txt"), "content": "plan: agent"}
+            ),
+            await c.call_tool(
+                "fs_edit_file",
+                {
+                    "path": str(files / "plan.txt"),
+                    "edits": [{"oldText": "agent", "newText": "agent, edited"}],
+                },
+            ),
+        ]
+        assert [s.is_error for s in steps] == [False] * 2, [s.content for s in steps]
+        preview = (await c.call_tool("amends_preview", {})).structured_content
+        undo = await c.call_tool("amends_undo", {})
+    assert preview["needs_review"] == []  # it was ["s1"]: the agent's own edit was "someone"
+    predicted = [(s["tool"], s["predicted"], s["needs_review"]) for s in preview["steps"]]
+    assert predicted == [
+        ("fs.write_file", "compensated", False),
+        ("fs.edit_file", "reverted", False),
+    ]
+    report = undo.structured_content
+    assert [(s["tool"], s["state"]) for s in report["steps"]] == [
+        (tool, state) for tool, state, _ in predicted
+    ]
+    assert (files / "plan.txt").read_text() == "plan: keep"

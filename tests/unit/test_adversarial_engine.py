@@ -426,10 +426,14 @@ async def test_a_vendor_asking_to_retry_after_an_hour_ends_the_tries_and_says_so
 CARD = "4111111111111111"
 
 
-def card_catalog(holds: dict[str, int], probe_fails: list[bool]) -> amends.Catalog:
+def card_catalog(
+    holds: dict[str, int], probe_fails: list[bool], asked: list[str] | None = None
+) -> amends.Catalog:
     cat = amends.Catalog()
 
     def resolver(request: amends.SecretRequest) -> str:
+        if asked is not None:
+            asked.append(request.name)
         return CARD
 
     @cat.tool("card.status", reversibility="read_only")
@@ -451,27 +455,32 @@ def card_catalog(holds: dict[str, int], probe_fails: list[bool]) -> amends.Catal
     return cat
 
 
-async def test_preview_resolves_a_probes_redacted_arguments_as_undo_does() -> None:
-    """The probe's card argument is logged redacted; the preview handed it the marker and
-    reported drift ("found None") that undo, which resolves it, did not see."""
+async def test_preview_never_resolves_a_secret_and_says_its_probe_is_checked_at_undo_time() -> None:
+    """Rules 10, 11: the probe's card argument is logged redacted. The preview used to resolve
+    it to probe; now it resolves no secret at all: it predicts the step's normal verb and says
+    the check happens at undo time. Undo resolves the card, checks and reverts."""
     holds: dict[str, int] = {}
     probe_fails: list[bool] = []
-    engine = amends.Engine(card_catalog(holds, probe_fails), log=amends.SqliteLog(":memory:"))
+    asked: list[str] = []
+    engine = amends.Engine(
+        card_catalog(holds, probe_fails, asked), log=amends.SqliteLog(":memory:")
+    )
     async with engine.saga("hold") as saga:
         await saga.call("card.hold", card=CARD, cents=500)
     preview = await engine.preview(saga.id)
-    assert [(p.action, p.needs_review, p.check) for p in preview.steps] == [
-        ("revert", False, "the world still shows the agent's write")
-    ]
-    probe_fails.append(True)
-    preview = await engine.preview(saga.id)
     (step,) = preview.steps
-    assert step.needs_review
+    assert (step.action, step.needs_review, step.predicted) == (
+        "revert", False, StepState.REVERTED,
+    )  # fmt: skip
     assert step.check == (
-        "could not check the world (card.status raised RuntimeError: issuer timeout for card "
-        "[redacted:card])"
+        "checked at undo time: the arguments of probe card.status hold a secret (a preview "
+        "never resolves a secret, rule 11); undo re-observes it before anything is sent"
     )
+    assert asked == []  # no resolver was asked
     assert CARD not in repr(preview.to_dict())
+    probe_fails.append(True)  # the preview does not call a probe it cannot give its argument
+    assert (await engine.preview(saga.id)).steps[0].predicted is StepState.REVERTED
+    assert asked == []
     probe_fails.clear()
     report = await engine.undo(saga.id)
     assert report.status == "fully_reversed"

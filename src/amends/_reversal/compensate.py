@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from .._calls import idempotency_key
 from .._contracts import NOTHING, FollowUp, Residue, same_value
@@ -17,7 +18,7 @@ from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState
 from .._secrets import redactions_from, redactions_of, under
-from .dispatch import Caller, Stop
+from .dispatch import Caller, Stop, Unchecked
 from .record import Recorder
 
 __all__ = ["Compensator"]
@@ -39,24 +40,9 @@ class Compensator:
         return self.lost.get(p.step_id, "a worker stopped")
 
     async def run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
-        """Rule 7: a step's calls (its drift check and its inverse) are set aside before the
-        first one is made, so a budget completes the steps it starts rather than spending itself
-        on the checks of steps it cannot finish (issue 24 item 7). An attempt in flight at a
-        crash is not held back: checking it is what makes it safe."""
-        assert p.inverse is not None
-        if prior is not None and prior.state == "dispatched":
-            return await self._run(p, prior)
-        held = self.caller.meter.reserve(1 + (p.expectation is not None))
-        if isinstance(held, str):
-            first = p.expectation.probe if p.expectation is not None else p.inverse.tool
-            return await self.recorder.stopped(
-                p, StepState.OVER_BUDGET, f"{held} before {first} could run", attempts=0,
-                in_flight=False,
-            )  # fmt: skip
-        with held:
-            return await self._run(p, prior)
-
-    async def _run(self, p: PlannedStep, prior: CompensationRecord | None) -> StepOutcome:
+        """The step's calls (its drift check and first attempt) were set aside in undo order
+        before the run began (``BudgetMeter.reserve``, rule 7): a step the budget does not
+        cover stops at its first call, over budget, before anything is made."""
         assert p.inverse is not None
         counter = [0]
         key = idempotency_key(self.saga_id, p.step_id, "undo")
@@ -68,15 +54,13 @@ class Compensator:
         try:
             if in_flight:
                 if await self._landed_before(p, counter):
-                    return await self._succeeded(
-                        p, counter[0], list(p.expected_residue), landed=True
-                    )
+                    return await self._succeeded(p, counter[0], self.expected(p), landed=True)
                 resent = self.caller.idempotent(p.inverse.tool)
             else:
                 await self.check_drift(p)
             # rule 7: the call is paid for before the dispatch record is written, so the record
             # carries it and a take-over after a crash counts the call that was in flight.
-            self.caller.take_call(p.inverse.tool, counter)
+            self.caller.take_call(p.inverse.tool, counter, p.step_id, "planned")
             paid_at = counter[0]
             await self.recorder.record(
                 p, "dispatched", attempts=(prior.attempts if prior else 0),
@@ -96,7 +80,7 @@ class Compensator:
                 p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
             )
         # what the compensation observed supersedes what the forward call expected
-        residue = list(call.recorded_residue) or list(p.expected_residue)
+        residue = list(call.recorded_residue) or self.expected(p)
         if call.recorded_follow_ups:
             # rule 5: the inverse has acted; log that (and what it asked for) before the
             # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
@@ -112,6 +96,12 @@ class Compensator:
             )  # fmt: skip
         more, missing = await self.follow_ups(p, call.recorded_follow_ups, key)
         return await self._succeeded(p, counter[0], residue + more, missing)
+
+    def expected(self, p: PlannedStep) -> list[Residue]:
+        """The residue the forward call expected, its settle dates counted from now (the
+        compensation's time, by the run's clock: the preview counts them the same way)."""
+        now = datetime.fromtimestamp(self.caller.ports.clock(), UTC)
+        return [r.settling_from(now) for r in p.expected_residue]
 
     async def _succeeded(
         self,
@@ -139,10 +129,21 @@ class Compensator:
         return await self.recorder.succeeded(p, attempts, residue, missing, detail)
 
     async def check_drift(self, p: PlannedStep) -> None:
-        """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes."""
+        """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes.
+
+        In a preview (``ports.model``, rule 10) a value that shows a step this one waits for
+        wrote it, whose inverse the preview "sent", is what undo will find put back."""
+        model = self.caller.ports.model
+        found = await self._drift(p)
+        if model is not None:
+            model.noted(p.step_id, found)
+
+    async def _drift(self, p: PlannedStep) -> str:
+        """What the check found (raises ``drifted``, ``over_budget`` when undo must not go on)."""
         exp = p.expectation
         if exp is None:  # the tool said why no check is needed (the planner reviewed the rest)
-            return
+            reason = p.inverse.no_drift_check if p.inverse else None
+            return f"no drift check: {reason}"
         if not self.caller.is_probe(exp):
             await self.caller.observe(exp, p.step_id, "probe")  # raises: cannot check
         try:
@@ -155,15 +156,27 @@ class Compensator:
                 f"could not check the world before undoing ({stop.detail}); not touched, "
                 f"needs review",
             ) from None
-        exp = await self.caller.with_secrets(exp, p.step_id)
+        except Unchecked as unchecked:
+            return _unchecked(unchecked)
+        try:
+            exp = await self.caller.with_secrets(exp, p.step_id)
+        except Unchecked as unchecked:
+            return _unchecked(unchecked)
         value = exp.extract(observed)
-        if not same_value(value, exp.equals):  # rule 4: True is not 1, None is not missing
-            shown = "nothing" if value is NOTHING else repr(value)
-            raise Stop(
-                StepState.DRIFTED,
-                f"someone changed it since the agent acted: expected {exp.equals!r}, found "
-                f"{shown}; left as it is",
+        if same_value(value, exp.equals):  # rule 4: True is not 1, None is not missing
+            return "the world still shows the agent's write"
+        model = self.caller.ports.model
+        later = model.restorer(p, exp, observed) if model is not None else None
+        shown = "nothing" if value is NOTHING else repr(value)
+        if later is not None:
+            return (
+                f"the world shows {shown}, written by {later} of this saga; undo reverts {later} "
+                f"first, then finds {exp.equals!r} again"
             )
+        why = f"someone changed it since the agent acted: expected {exp.equals!r}, found {shown}"
+        if model is not None:
+            model.noted(p.step_id, why)
+        raise Stop(StepState.DRIFTED, f"{why}; left as it is")
 
     async def follow_ups(
         self, p: PlannedStep, follow_ups: list[FollowUp], key: str, *, recovering: bool = False
@@ -276,6 +289,13 @@ class Compensator:
             f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
             f"needs review",
         )
+
+
+def _unchecked(why: Unchecked) -> str:
+    return (
+        f"checked at undo time: {why} (a preview never resolves a secret, rule 11); undo "
+        f"re-observes it before anything is sent"
+    )
 
 
 def _after_crash(p: PlannedStep, stop: Stop, in_flight: bool, resent: bool, lost: str) -> Stop:

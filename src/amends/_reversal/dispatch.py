@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._budget import BudgetMeter
@@ -22,7 +23,7 @@ from .._report import StepState
 from .._secrets import Redaction, Vault, redactions_of, scrub_record
 from .ports import ReversalPorts
 
-__all__ = ["CallLost", "Caller", "Stop"]
+__all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
 
 _EXPECTATION_AT = {"probe": ("expectation",), "landed": ("inverse", "landed")}
 """Where in a step's logged record the expectation a probe of each kind checks is (rule 12:
@@ -42,6 +43,13 @@ class CallLost(BaseException):
     def __init__(self, message: str = "", *, cause: str = "a worker stopped") -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class Unchecked(BaseException):
+    """A simulated run (the preview) cannot make this probe: it needs a secret, and a preview
+    never resolves one (rule 11). What it would have found is checked at undo time.
+
+    A BaseException, so that no "a call that raised" rule takes it for the probe failing."""
 
 
 class Stop(Exception):
@@ -64,6 +72,7 @@ class Caller:
         retry: RetryPolicy,
         rng: random.Random,
         vault: Vault,
+        waiters: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.ports = ports
         self.catalog = ports.catalog
@@ -72,6 +81,9 @@ class Caller:
         self.retry = retry
         self.rng = rng
         self.vault = vault
+        self.waiters = waiters or {}
+        """Per step, the steps that wait for it, last in undo order first: a retry may borrow
+        what they set aside (if this step fails, they never run)."""
 
     async def call(
         self,
@@ -134,7 +146,8 @@ class Caller:
         while True:
             attempt += 1
             if not (prepaid and attempt == 1):
-                self.take_call(tool, counter)
+                kind = "follow_up" if phase == "follow_up" else "planned" if attempt == 1 else ""
+                self.take_call(tool, counter, step_id, kind)
             counter[0] += 1
             call = Call(
                 saga_id=self.saga.saga_id,
@@ -158,9 +171,16 @@ class Caller:
             self.meter.tokens += call.tokens
             return result, call
 
-    def take_call(self, tool: str, counter: list[int]) -> None:
-        """Spend one call of the budget on ``tool``, or stop the step (rule 7)."""
-        why = self.meter.take_call()
+    def take_call(self, tool: str, counter: list[int], step_id: str, kind: str = "") -> None:
+        """Spend one call of the budget on ``tool``, or stop the step (rule 7).
+
+        ``kind``: ``planned`` (a step's check or first attempt: paid by what the step set aside),
+        ``follow_up`` (only what nobody set aside), else a retry (which may borrow)."""
+        if kind == "follow_up":
+            why = self.meter.take_call()
+        else:
+            borrow = () if kind == "planned" else self.waiters.get(step_id, ())
+            why = self.meter.take_call(step_id, planned=kind == "planned", borrow=borrow)
         if why is not None:
             raise Stop(
                 StepState.OVER_BUDGET if counter[0] == 0 else StepState.FAILED,
@@ -254,6 +274,8 @@ class Caller:
         )
         if not at:
             return exp
+        if self.ports.model is not None:  # a preview never resolves a secret (rule 11)
+            raise Unchecked(f"the value {exp.probe} must show holds a secret")
         try:
             got = await self.ports.dispatcher.arguments(
                 self.catalog, self.saga, exp.probe, step_id, {"equals": exp.equals}, self.vault,

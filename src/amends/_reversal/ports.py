@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._calls import invoke
-from .._contracts import Call, ToolSpec
+from .._contracts import Call, Expectation, ToolSpec
 from .._log.base import CompensationRecord, CompensationWrite, SagaRecord
 from .._planner import Plan, PlannedStep, ToolDirectory
 from .._report import StepOutcome
@@ -28,6 +28,7 @@ __all__ = [
     "InFlightWait",
     "LocalDispatcher",
     "ReversalPorts",
+    "WorldModel",
 ]
 
 
@@ -72,6 +73,20 @@ class Dispatcher(Protocol):
         *,
         at: Sequence[Redaction] = (),
     ) -> Any: ...
+
+
+class WorldModel(Protocol):
+    """What a simulated run (the preview, rule 10) knows that the world does not show yet: the
+    inverses it did not send. ``None`` in a real run: the world itself answers."""
+
+    def restorer(self, p: PlannedStep, exp: Expectation, observed: Any) -> str | None:
+        """The step ``p`` waits for whose (simulated) inverse will put back what ``exp``
+        expects, because what ``observed`` shows is that step's own write; ``None`` if none."""
+        ...
+
+    def noted(self, step_id: str, check: str) -> None:
+        """What re-observing the step's expectation found, in plain language."""
+        ...
 
 
 class LocalDispatcher:
@@ -137,3 +152,5 @@ class ReversalPorts:
         default=lambda p, settle: settle
     )
     """Wraps each step's settling (issue 28: the step's span); by default, nothing."""
+    model: WorldModel | None = None
+    """The simulated world of a preview; ``None`` in a real run."""

@@ -24,11 +24,11 @@ from .._planner import Plan, PlannedStep, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
 from .._secrets import vault_for
 from .compensate import Compensator
-from .dispatch import Caller, CallLost
+from .dispatch import Caller, CallLost, Unchecked
 from .ports import InFlightWait, ReversalPorts
 from .record import Recorder
 
-__all__ = ["RunInput", "described", "run_plan"]
+__all__ = ["RunInput", "described", "run_plan", "undo_order"]
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -81,6 +81,23 @@ class RunInput:
     knows better than "a worker stopped" (a Temporal workflow asks its workers; rule 8)."""
 
 
+def undo_order(plan: Plan) -> list[PlannedStep]:
+    """The plan's steps in undo order: a step after every step it waits for, steps that wait
+    for none in the plan's order (rule 3). ``waits_for`` is transitive, so a step waits for
+    more steps than any step it waits for."""
+    at = {p.step_id: i for i, p in enumerate(plan.steps)}
+    return sorted(plan.steps, key=lambda p: (len(p.waits_for), at[p.step_id]))
+
+
+def _waiters(order: list[PlannedStep]) -> dict[str, list[str]]:
+    """Per step, the steps that wait for it, last in undo order first."""
+    out: dict[str, list[str]] = {}
+    for p in reversed(order):
+        for dep in p.waits_for:
+            out.setdefault(dep, []).append(p.step_id)
+    return out
+
+
 async def run_plan(inp: RunInput) -> list[StepOutcome]:
     """Run ``inp.plan`` as ``inp.reversal`` (generation-fenced); returns per-step outcomes."""
     done = inp.done
@@ -99,7 +116,10 @@ class _Runner:
         self.vault = vault_for(self)
         """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
         (kept here: no weak-dict lookup per record, issue 12)."""
-        self.caller = Caller(inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault)
+        order = undo_order(inp.plan)
+        self.caller = Caller(
+            inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault, _waiters(order)
+        )
         self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault, inp.continue_hint)
         self.compensator = Compensator(self.caller, self.recorder)
         self.compensator.lost.update(inp.lost)
@@ -110,6 +130,9 @@ class _Runner:
         steps = self.inp.plan.steps
         self.futures = {p.step_id: loop.create_future() for p in steps}
         progress = self.inp.ports.progress
+        meter = self.inp.meter
+        for p in undo_order(self.inp.plan):  # rule 10: who the budget covers, decided once
+            meter.reserve(p.step_id, self._need(p))
 
         async def one(p: PlannedStep) -> None:
             fut = self.futures[p.step_id]
@@ -118,6 +141,8 @@ class _Runner:
             except BaseException as exc:
                 fut.set_exception(exc)
                 raise
+            finally:
+                meter.release(p.step_id)
             fut.set_result(outcome)
             if progress is not None:
                 progress(outcome)
@@ -135,10 +160,49 @@ class _Runner:
             raise
         return [self.futures[p.step_id].result() for p in steps]
 
+    def _prior(self, p: PlannedStep) -> CompensationRecord | None:
+        """The step's record as this run takes it up (rule 6): a continuation attempts what was
+        not attempted (over budget) or may now be unblocked; an attempt that was in flight
+        before stays in flight (rule 5)."""
+        prior = self.done.get(p.step_id)
+        if prior is not None and prior.state in _RETRY:
+            return (
+                dataclasses.replace(prior, state="dispatched")
+                if prior.data.get("in_flight")
+                else None
+            )
+        return prior
+
+    def _need(self, p: PlannedStep) -> int:
+        """The calls ``p``'s check and first attempt need (rule 7; none when it will not call:
+        no inverse, logged done, or waiting for a step that cannot end undone)."""
+        prior = self._prior(p)
+        if p.action not in ("revert", "compensate") or p.inverse is None:
+            return 0
+        if prior is not None and (prior.state in _FINAL or prior.data.get("returned")):
+            return 0
+        if any(self._cannot_clear(d) for d in p.waits_for):
+            return 0
+        if prior is not None:  # in flight at a crash: what tells whether it landed, a re-send
+            return 1 + (p.inverse.landed is not None) + (p.expectation is not None)
+        return 1 + (p.expectation is not None)
+
+    def _cannot_clear(self, dep: str) -> bool:
+        """Whether ``dep`` (a step this one waits for) is sure to end not undone and
+        unresolved, so this one will be blocked."""
+        rec = self.done.get(dep)
+        if rec is not None and rec.state in _FINAL and rec.state not in _RETRY:
+            return StepState(rec.state) not in NEUTRALISED and not self._resolved(dep)
+        action = self.inp.plan[dep].action
+        return action in ("review", "in_doubt") and not self._resolved(dep)
+
     async def _settle(self, p: PlannedStep) -> StepOutcome:
         while True:
             try:
                 return await self._step(p)
+            except Unchecked as why:  # a preview cannot tell whether an attempt landed
+                detail = f"checked at undo time: {why}, which a preview never resolves (rule 11)"
+                return self.recorder.standing(p, StepState.IN_DOUBT, detail)
             except CallLost as lost:
                 # rule 5: as if this engine had crashed with the call in flight; rule 8: with
                 # what lost it
@@ -153,15 +217,7 @@ class _Runner:
         quick = self._without_inverse(p)
         if quick is not None:
             return quick
-        prior = self.done.get(p.step_id)
-        if prior is not None and prior.state in _RETRY:
-            # rule 6: a continuation attempts what was not attempted (over budget) or may now be
-            # unblocked; an attempt that was in flight before stays in flight (rule 5).
-            prior = (
-                dataclasses.replace(prior, state="dispatched")
-                if prior.data.get("in_flight")
-                else None
-            )
+        prior = self._prior(p)
         if prior is not None and prior.state in _FINAL:
             # rule 5: logged done is never dispatched again, even after a crash.
             return self.recorder.from_record(p, prior)

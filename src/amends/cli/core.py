@@ -354,8 +354,8 @@ def _print_preview(data: dict[str, Any]) -> None:
     """The honest preview (rule 10), grouped as the web page groups it (issue 17)."""
     console = Console()
     console.print(
-        "[bold]What undo would do now[/bold] (every expectation re-checked by its probe; "
-        "nothing else was dispatched)"
+        "[bold]What undo would do now[/bold] (undo simulated in its own order: every "
+        "expectation re-checked by its probe; nothing else was dispatched, no secret read)"
     )
     print_item(
         console,
@@ -377,6 +377,8 @@ def _print_preview(data: dict[str, Any]) -> None:
             if s.get("inverse_description"):
                 details.append(f"undo: {markup(s['inverse_description'])}")
             why = f"needs review: {s.get('check')}" if s.get("needs_review") else s.get("reason")
+            if s.get("predicted") in ("blocked", "over_budget", "failed"):
+                why = f"will be {s['predicted'].replace('_', ' ')}: {s.get('detail')}"
             if why:
                 details.append(markup(why))
             for r in s.get("expected_residue") or []:
@@ -384,6 +386,14 @@ def _print_preview(data: dict[str, Any]) -> None:
             verb = "Review" if s.get("needs_review") else (s.get("verb") or "—")
             sent = s.get("description") or s["tool"]
             step_row(console, s["step_id"], verb, "", sent, details)
+    budget = data.get("budget") or {}
+    if budget:
+        print_item(
+            console,
+            f"predicted: {data.get('tool_calls', 0)} of {budget.get('tool_calls')} tool calls "
+            f"(retries and follow-ups come on top, from what is left)",
+            indent=0,
+        )
     for w in data.get("undo_windows", []):
         print_item(
             console,

@@ -134,9 +134,10 @@ def _print_tables(
         cells = []
         repro = []
         for t in tallies.values():
-            held = t.sagas - t.violations[name]
-            colour = "green" if held == t.sagas else "red"
-            cells.append(f"[{colour}]{held}/{t.sagas} ({100 * t.rate(name):.1f}%)[/]")
+            n = t.checked[name]  # preview: sagas whose world did not change before undo
+            held = n - t.violations[name]
+            colour = "green" if held == n else "red"
+            cells.append(f"[{colour}]{held}/{n} ({100 * t.rate(name):.1f}%)[/]")
             if t.failing[name]:
                 repro.append(f"{t.engine}: --replay {t.failing[name][0]}")
         inv.add_row(name, *cells, escape("; ".join(repro)) or "—")

@@ -40,12 +40,16 @@ FAMILIES: tuple[str, ...] = (
     "undo_order",
     "no_expectation",
     "stall",
+    "one_plan",
 )
-"""Scenario families, assigned round-robin by index (see docs/evals.md). The last six are the
-classes of issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency
-keys with a crash mid-compensation (rule 5), nested and failing follow-ups (rule 7), undo-order
-declarations (rule 3), tools without expectations or with ``no_drift_check`` (rule 4), and a
-forward step stalling while undo runs on a seconds budget (rule 7)."""
+"""Scenario families, assigned round-robin by index (see docs/evals.md). Six are the classes of
+issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency keys with a
+crash mid-compensation (rule 5), nested and failing follow-ups (rule 7), undo-order declarations
+(rule 3), tools without expectations or with ``no_drift_check`` (rule 4), and a forward step
+stalling while undo runs on a seconds budget (rule 7). ``one_plan`` is issue 23's (rule 10): the
+same CRM field written two or three times, another field of the record written after it (a gate
+on one resource), another actor's edit behind that gate, and tool-call budgets that cut the
+undo short; the preview must predict every step's state."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -285,6 +289,9 @@ def _with(
     for kind in kinds:
         i = len(out) + 1
         after = (rng.choice(out).step_id,) if out and rng.random() < 0.4 else ()
+        if kind == "chain":
+            out += _chain(rng, i, after)
+            continue
         if kind == "finance_lock":
             # rule 3: close the deal, charge against it; the refund needs the deal reopened
             # first, which the charge declares with undo_after (or forgets to, 1 in 4).
@@ -299,6 +306,23 @@ def _with(
         else:
             out.append(_kind_step(rng, kind, i, out, after))
     return tuple(out)
+
+
+def _chain(rng: random.Random, i: int, after: tuple[str, ...]) -> list[StepSpec]:
+    """Issue 23: one CRM field written two or three times (the agent's own later write is what
+    the earlier one's probe finds), and sometimes another field of the same record after it
+    (one resource: the earlier writes wait for its undo)."""
+    rid, fld = rng.choice(RECORDS), rng.choice(FIELDS)
+    out = []
+    for k in range(rng.randint(2, 3)):
+        sid = f"s{i + k}"
+        args = {"record_id": rid, "field": fld, "value": f"chain{i}-{k}"}
+        out.append(StepSpec(sid, "crm.update_field", args, after if k == 0 else ()))
+    if rng.random() < 0.5:
+        other = rng.choice([f for f in FIELDS if f != fld])
+        args = {"record_id": rid, "field": other, "value": f"gate{i}"}
+        out.append(StepSpec(f"s{i + len(out)}", "crm.update_field", args))
+    return out
 
 
 def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple[Mutation, ...]:
@@ -385,6 +409,15 @@ def generate(seed: int, index: int) -> Scenario:
         edits = [Mutation("human_edit", s.step_id, f"human-{rng.randint(1, 99)}") for s in careless
                  if rng.random() < 0.5]  # fmt: skip
         kw["mutations"] = tuple(edits)
+    if family == "one_plan":  # rule 10: same-resource chains, drift behind a gate, budget cuts
+        steps = _with(rng, steps, ("chain",) * rng.randint(1, 3))
+        chained = [s for s in steps if str(s.args.get("value", "")).startswith(("chain", "gate"))]
+        last = {(s.args["record_id"], s.args["field"]): s for s in chained}
+        if rng.random() < 0.6:  # another actor edits a later write: the earlier ones wait for it
+            s = rng.choice(sorted(last.values(), key=lambda x: int(x.step_id[1:])))
+            kw["mutations"] = (Mutation("human_edit", s.step_id, f"human-{rng.randint(1, 99)}"),)
+        if rng.random() < 0.5:
+            kw["budget_calls"] = rng.randint(1, 2 * len(steps))
     if family == "stall":  # rule 7: the seconds budget bounds waiting for an in-flight step
         kw["stall"] = rng.choice(sorted({s.tool for s in steps}))
         kw["budget_seconds"] = STALL_BUDGET

@@ -17,9 +17,28 @@ from .._report import StepState
 from .generator import Scenario
 from .runner import SagaResult
 
-__all__ = ["INVARIANTS", "check", "dependents", "true_outcome"]
+__all__ = ["INVARIANTS", "applicable", "check", "dependents", "true_outcome"]
 
-INVARIANTS: tuple[str, ...] = ("honesty", "never_worse", "order", "idempotency", "bounded")
+INVARIANTS: tuple[str, ...] = (
+    "honesty",
+    "never_worse",
+    "order",
+    "idempotency",
+    "bounded",
+    "preview",
+)
+"""The invariants. ``preview`` (rule 10, issue 23): with the world unchanged between preview and
+undo, every step's predicted state equals the reported one; it applies to the sagas whose world
+does not change in between (:func:`applicable`)."""
+
+
+def applicable(r: SagaResult) -> tuple[str, ...]:
+    """The invariants that apply to ``r``: all but ``preview`` when no preview was taken (the
+    world may change between it and undo: a fault, a crash, a stalled step)."""
+    if r.preview is None:
+        return tuple(i for i in INVARIANTS if i != "preview")
+    return INVARIANTS
+
 
 _WITH_INVERSE = {
     "crm.update_field",
@@ -252,6 +271,14 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         applied = len({e.get("call") for e in effs})  # one call may emit several effects
         if tag.endswith(":compensate") and applied > 1:
             v["idempotency"].append(f"{tag.split(':')[0]}: inverse applied {applied} times")
+
+    # --- preview: the undo's own run, simulated (rule 10) -------------------------------------
+    if r.preview is not None and r.reports:
+        first = {o.step_id: o.state.value for o in r.reports[0].steps}
+        for sid, state in first.items():
+            said = r.preview.get(sid)
+            if said != state:
+                v["preview"].append(f"{sid}: preview predicted {said}, undo reported {state}")
 
     # --- bounded ----------------------------------------------------------------------------
     for rep in r.reports:

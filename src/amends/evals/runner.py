@@ -30,7 +30,14 @@ from ..sandbox.world import SimulatedCrash
 from .generator import Mutation, Scenario
 from .naive import NaiveUndoStack
 
-__all__ = ["EVAL_TIMEOUT", "FAST_RETRY", "SagaResult", "eval_catalog", "run_scenario"]
+__all__ = [
+    "EVAL_TIMEOUT",
+    "FAST_RETRY",
+    "SagaResult",
+    "eval_catalog",
+    "previewable",
+    "run_scenario",
+]
 
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0005, max_backoff=0.004)
 """Retries without wall-clock waits worth measuring (the sandbox has zero latency)."""
@@ -112,6 +119,10 @@ class SagaResult:
     """Length of the world's effect journal when each request got its answer."""
     stalled: list[str] = field(default_factory=list)
     """Steps whose forward call stalled (the stall family)."""
+    preview: dict[str, str] | None = None
+    """step_id -> the state ``engine.preview`` predicted just before undo, when the world does
+    not change between the two (no reversal fault, crash, stall or mutation in between);
+    ``None`` otherwise (rule 10)."""
 
 
 def _resolve(value: Any, handles: dict[str, Step]) -> Any:
@@ -255,6 +266,7 @@ async def run_scenario_both(
         if amends:
             budget = Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
             current = [eng]
+            predicted = await _predict(eng, saga.id, budget, world, sc)
 
             async def request() -> UndoReport:
                 return await current[0].undo(saga.id, budget=budget)
@@ -267,6 +279,11 @@ async def run_scenario_both(
 
             out.insert(0, await _reversal(sc, "amends", world, request, recover, forward,
                                           results))  # fmt: skip
+            first = out[0].reports[0].steps if out[0].reports else ()
+            if not any(o.state.value == "failed" for o in first):
+                # a vendor refusing an inverse (a finance lock nobody declared) is not
+                # something a preview can see without sending the inverse (rule 10)
+                out[0].preview = predicted
             if sc.stall:  # the stalled call acts late: the oracle judges the final world
                 await fwd
                 out[0].effects, out[0].world = world.effects(), world.snapshot()
@@ -276,6 +293,24 @@ async def run_scenario_both(
     finally:
         if private:
             await log.close()
+
+
+def previewable(sc: Scenario) -> bool:
+    """Whether the world stays as the preview saw it until undo runs (rule 10's condition): no
+    fault injected into the reversal, no crash, no stalled step, nobody acting meanwhile."""
+    return not (sc.reversal_faults or sc.crash is not None or sc.stall or sc.recovery_mutations)
+
+
+async def _predict(
+    eng: Engine, saga_id: str, budget: Budget, world: World, sc: Scenario
+) -> dict[str, str] | None:
+    """What ``engine.preview`` predicts for each step, right before undo (``None`` when the
+    world may change in between, or the engine has no preview)."""
+    if not previewable(sc):
+        return None
+    with use_world(world):
+        preview = await eng.preview(saga_id, budget=budget)
+    return {p.step_id: p.predicted.value for p in preview.steps if p.predicted is not None}
 
 
 async def _reversal(

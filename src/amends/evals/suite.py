@@ -17,7 +17,7 @@ from .._errors import ConfigError
 from .._log.sqlite import SqliteLog
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
-from .invariants import INVARIANTS, check
+from .invariants import INVARIANTS, applicable, check
 from .runner import SagaResult, run_scenario, run_scenario_both
 
 __all__ = ["CONCURRENCY", "ENGINES", "EngineTally", "default_jobs", "run_indexes", "run_suite"]
@@ -46,9 +46,13 @@ class EngineTally:
     """Invariant -> SEED:INDEX of failing sagas (first 20)."""
     examples: dict[str, str] = field(default_factory=dict)
     """Invariant -> one violation message."""
+    checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INVARIANTS, 0))
+    """Invariant -> sagas it applied to (``preview``: those whose world did not change between
+    preview and undo)."""
 
     def rate(self, invariant: str) -> float:
-        return 1.0 - self.violations[invariant] / self.sagas if self.sagas else 1.0
+        n = self.checked[invariant]
+        return 1.0 - self.violations[invariant] / n if n else 1.0
 
     @property
     def silent_failure_rate(self) -> float:
@@ -56,6 +60,8 @@ class EngineTally:
 
     def add(self, r: SagaResult, v: dict[str, list[str]]) -> None:
         self.sagas += 1
+        for name in applicable(r):
+            self.checked[name] += 1
         fam = self.by_family.setdefault(r.scenario.family, {"sagas": 0, "wrong": 0, "violated": 0})
         fam["sagas"] += 1
         if v["honesty"]:
@@ -76,6 +82,7 @@ class EngineTally:
         self.silently_wrong += other.silently_wrong
         for name in INVARIANTS:
             self.violations[name] += other.violations[name]
+            self.checked[name] += other.checked[name]
             room = 20 - len(self.failing[name])
             self.failing[name].extend(other.failing[name][:room])
             if name in other.examples:
@@ -94,6 +101,7 @@ class EngineTally:
             "invariants": {
                 k: {
                     "violated": self.violations[k],
+                    "checked": self.checked[k],
                     "rate": round(self.rate(k), 4),
                     "failing": self.failing[k],
                     "example": self.examples.get(k),

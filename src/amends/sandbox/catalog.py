@@ -301,12 +301,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.inverse("payments.refund", charge_id=ch["id"], cents=cents)
         # drift: a refund someone issued by hand since would make ours a double refund.
         call.expect("payments.get_charge", {"charge_id": ch["id"]}, equals=0, path="refunded")
-        # expected residue, for the preview; the refund records the processor's real settle date
+        # expected residue, for the preview; the refund records the processor's real settle date.
+        # Issue 23: the same clock and computation as the processor's (the sandbox date), so
+        # the confirm dialog promises the date the report then gives.
         call.residue(
             f"Refund of {_money(cents)} for charge {ch['id']} to {customer} would be pending; "
             f"the original charge stays on their statement",
             parties=[customer],
-            settles_in_business_days=3,
+            settles_at=refund_settle_date(world),
         )
         return ch
 

@@ -221,49 +221,76 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     )
 
 
-# issue 17: the preview grouped by what will happen, in the engine's verbs (rule 10)
+# issue 17: the preview grouped by what will happen, in the engine's verbs (rule 10); issue 23:
+# by the state undo is predicted to report (the preview is the undo's own run, simulated)
 _GROUPS = (
     ("revert", "Will be reverted", ("revert", "cancel")),
     ("compensate", "Will be compensated — leaves a trace", ("compensate",)),
-    ("person", "Needs a person", ("acknowledge", "in_doubt", "review")),
+    ("person", "Needs a person", ("person",)),
     ("wait", "Still running — undo waits for its result", ("wait",)),
     ("none", "Nothing to undo", ("skip",)),
 )
+_BY_STATE = {
+    "reverted": "revert",
+    "cancelled": "cancel",
+    "compensated": "compensate",
+    "not_needed": "skip",
+}
+_BY_ACTION = {"revert": "revert", "cancel": "cancel", "compensate": "compensate", "skip": "skip"}
+
+
+def _kind(p: dict[str, Any]) -> str:
+    """What undo will do to a preview step: revert, cancel, compensate, skip (nothing), person
+    (its effect will stand: a person must follow up) or wait."""
+    if p.get("action") == "wait":
+        return "wait"
+    predicted = p.get("predicted")
+    if predicted is not None:
+        return _BY_STATE.get(predicted, "person")
+    return _BY_ACTION.get(str(p.get("action")), "person")
+
+
+def _why(p: dict[str, Any]) -> str:
+    """Why a step will stand, in the words the report will use."""
+    if p.get("needs_review"):
+        return str(p.get("check") or p.get("reason") or "")
+    if p.get("predicted") in ("blocked", "over_budget", "failed") and p.get("detail"):
+        return str(p["detail"])
+    return str(p.get("reason") or "")
 
 
 def screen_of(plan: dict[str, Any]) -> dict[str, Any]:
     """The preview as the Undo screen shows it: groups, the verbs in one sentence, and the
     consequences the confirmation spells out (item 7: the label may say Undo; this says what
     will really happen)."""
-    steps = plan.get("steps", [])
+    steps = [{**p, "kind": _kind(p), "why": _why(p)} for p in plan.get("steps", [])]
     groups = []
-    for key, title, actions in _GROUPS:
-        members = [p for p in steps if p.get("action") in actions]
+    for key, title, kinds in _GROUPS:
+        members = [p for p in steps if p["kind"] in kinds]
         if members:
             groups.append({"key": key, "title": title, "steps": members})
-    count = {a: sum(1 for p in steps if p.get("action") == a) for a, *_ in _VERB_ORDER}
+    count = {k: sum(1 for p in steps if p["kind"] == k) for k, *_ in _VERB_ORDER}
     parts = []
-    for action, verb, suffix in _VERB_ORDER:
-        n = count[action]
+    for kind, verb, suffix in _VERB_ORDER:
+        n = count[kind]
         if n:
-            leaves = action == "compensate" and any(
-                p.get("expected_residue") for p in steps if p.get("action") == action
+            leaves = kind == "compensate" and any(
+                p.get("expected_residue") for p in steps if p["kind"] == kind
             )
-            parts.append(f"{verb} {n}" + (suffix if leaves or action != "compensate" else ""))
-    person = sum(1 for p in steps if p.get("needs_person"))
-    if person:
-        parts.append(f"Acknowledge {person}")
+            parts.append(f"{verb} {n}" + (suffix if leaves or kind != "compensate" else ""))
+    cannot = [p for p in steps if p["kind"] == "person"]
+    if cannot:
+        parts.append(f"Acknowledge {len(cannot)}")
     summary = ", ".join(parts) or "Nothing to undo"
-    if person:
+    if cannot:
         summary += " — a person must follow up"
     residue = [
         {**r, "step": p.get("description") or p.get("tool")}
         for p in steps
-        if p.get("action") == "compensate"
+        if p["kind"] == "compensate"
         for r in p.get("expected_residue", [])
     ]
-    cannot = [p for p in steps if p.get("needs_person")]
-    windows = [p for p in steps if p.get("deadline") and p.get("action") != "acknowledge"]
+    windows = [p for p in steps if p.get("deadline") and p["kind"] != "person"]
     verbs = ", ".join(x.split(" with ")[0] for x in parts) or "Nothing to undo"
     return {
         "groups": groups,
@@ -272,7 +299,9 @@ def screen_of(plan: dict[str, Any]) -> dict[str, Any]:
         "residue": residue,
         "cannot": cannot,
         "windows": windows,
-        "actionable": any(p.get("action") in ("revert", "compensate", "cancel") for p in steps),
+        "actionable": any(p["kind"] in ("revert", "compensate", "cancel") for p in steps),
+        "tool_calls": plan.get("tool_calls"),
+        "budget": plan.get("budget") or {},
     }
 
 
