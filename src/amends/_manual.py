@@ -67,13 +67,22 @@ class Wording:
         return "the person who asked the agent"
 
     def manual(
-        self, step: StepRecord, state: StepState, detail: str, sentence: str | None = None
+        self,
+        step: StepRecord,
+        state: StepState,
+        detail: str,
+        sentence: str | None = None,
+        inverse: str | None = None,
     ) -> ManualAction:
-        """The manual action of ``step`` left in ``state`` for ``detail``."""
+        """The manual action of ``step`` left in ``state`` for ``detail``. ``inverse``: the
+        inverse in words, when it was sent and its outcome is unknown (``in_doubt``)."""
         shown = repr(sentence) if sentence else did(step.tool, step.args)
         if state is StepState.ACKNOWLEDGED:
             return self._acknowledged(step, shown)
-        what, draft, who = _WORDS.get(state, _undo_by_hand)(self, step, shown, detail, state)
+        if state is StepState.IN_DOUBT and inverse is not None:
+            what, draft, who = _inverse_in_doubt(self, step, shown, detail, inverse)
+        else:
+            what, draft, who = _WORDS.get(state, _undo_by_hand)(self, step, shown, detail, state)
         return ManualAction(step.step_id, what, who, parties(step), draft)
 
     def _acknowledged(self, step: StepRecord, shown: str) -> ManualAction:
@@ -144,6 +153,21 @@ def _in_doubt(w: Wording, step: StepRecord, shown: str, detail: str, _: StepStat
         f"Check whether {shown} took effect, and undo it by hand if it did: {detail}",
         f"Hello {_to(step)}: we cannot tell whether {shown}, asked by an assistant acting for "
         f"us, went through. Please check on your side and, if it did, reverse it.",
+        w.asker(),
+    )
+
+
+def _inverse_in_doubt(
+    w: Wording, step: StepRecord, shown: str, detail: str, inverse: str
+) -> _Words:
+    # rule 5: the inverse may have acted; never an instruction that could make a second effect
+    return (
+        f"Check whether {inverse} happened before acting ({detail}). If it did, nothing is "
+        f"left to do for {shown}; only if it did not does {shown} still stand, to be taken back "
+        f"by hand.",
+        f"Hello {_to(step)}: we tried to take back {shown}, done by an assistant acting for us, "
+        f"and cannot tell whether it went through. Please check on your side whether {inverse} "
+        f"happened before doing anything.",
         w.asker(),
     )
 

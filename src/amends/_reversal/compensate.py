@@ -76,6 +76,11 @@ class Compensator:
             if paid_at is not None and counter[0] == paid_at:
                 self.caller.meter.calls -= 1  # paid for, never made (no resolver, unknown tool)
             stop = _after_crash(p, stop, in_flight, resent, self._lost(p))
+            if stop.state is StepState.IN_DOUBT and paid_at is not None and not in_flight:
+                seen = await self._reobserve(p, counter[0], stop.detail)
+                if seen is not None:
+                    return seen
+                stop = Stop(StepState.IN_DOUBT, f"{stop.detail}; {self._unseen(p)}")
             return await self.recorder.stopped(
                 p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
             )
@@ -112,11 +117,14 @@ class Compensator:
         *,
         landed: bool = False,
         returned: bool = False,
+        after: tuple[str, str] | None = None,
     ) -> StepOutcome:
         assert p.inverse is not None
         detail = f"{'reverted' if p.action == 'revert' else 'compensated'} with {p.inverse.tool}"
         if attempts > 1:
             detail += f" after {attempts} attempts"
+        if after is not None:  # the answer was lost; the world shows the undo (rule 8)
+            detail += f" ({after[0]}, but {after[1]})"
         if returned:
             detail += f" (it had returned before {self._lost(p)}; not sent again)"
         if landed:
@@ -127,6 +135,40 @@ class Compensator:
         if p.inverse.no_drift_check:
             detail += f"; no drift check: {p.inverse.no_drift_check}"
         return await self.recorder.succeeded(p, attempts, residue, missing, detail)
+
+    async def _reobserve(self, p: PlannedStep, attempts: int, cause: str) -> StepOutcome | None:
+        """Rule 8 for an inverse whose outcome is unknown (its answer was lost, it timed out
+        after sending): look with the step's probes. The inverse's landed value shows, or the
+        agent's value is gone since the check just before: it took effect. The agent's value
+        still shows: it did not, the step is ``failed`` (nothing was undone, so undoing it by
+        hand makes no second effect). Anything else: ``None`` (in doubt)."""
+        inv = p.inverse
+        assert inv is not None
+        try:
+            if inv.landed is not None and await self.caller.holds(inv.landed, p.step_id, "landed"):
+                seen = f"{inv.landed.probe} shows it took effect"
+                return await self._succeeded(p, attempts, self.expected(p), after=(cause, seen))
+            if p.expectation is None:
+                return None
+            if await self.caller.holds(p.expectation, p.step_id, "probe"):
+                detail = (
+                    f"{cause}; {p.expectation.probe} shows the agent's write is still there, so "
+                    f"it did not take effect"
+                )
+                return await self.recorder.stopped(p, StepState.FAILED, detail, attempts=attempts)
+            if inv.landed is not None:
+                return None  # neither the undo nor the agent's write shows: someone else wrote
+            seen = f"{p.expectation.probe} no longer shows the agent's write"
+            return await self._succeeded(p, attempts, self.expected(p), after=(cause, seen))
+        except Stop:
+            return None
+
+    @staticmethod
+    def _unseen(p: PlannedStep) -> str:
+        assert p.inverse is not None
+        if p.inverse.landed is None and p.expectation is None:
+            return "no probe of the step can tell"
+        return "its probes could not tell"
 
     async def check_drift(self, p: PlannedStep) -> None:
         """Rule 4: re-observe the expectation before dispatching; never overwrite others' writes.
@@ -196,7 +238,7 @@ class Compensator:
                 continue
             try:
                 _, fcall = await self.caller.call(
-                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[1],
+                    fu.tool, fu.args, phase="follow_up", key=fkey, step_id=p.step_id, counter=[0],
                     at=fu.redacted,
                 )  # fmt: skip
             except Stop as stop:

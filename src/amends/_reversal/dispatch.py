@@ -17,7 +17,13 @@ from typing import Any
 from .._budget import BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
 from .._contracts import Call, Expectation
-from .._errors import ContractError, PermanentError, PreconditionFailed, TransientError
+from .._errors import (
+    AmendsError,
+    ContractError,
+    PermanentError,
+    PreconditionFailed,
+    TransientError,
+)
 from .._log.base import SagaRecord
 from .._report import StepState
 from .._secrets import Redaction, Vault, redactions_of, scrub_record
@@ -28,6 +34,12 @@ __all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
 _EXPECTATION_AT = {"probe": ("expectation",), "landed": ("inverse", "landed")}
 """Where in a step's logged record the expectation a probe of each kind checks is (rule 12:
 its secrets are given back only where amends recorded a marker there)."""
+
+
+def _lost_answer(exc: Exception) -> bool:
+    """Whether ``exc`` leaves a call's outcome unknown: any exception but amends' own (a
+    vendor's refusal, a precondition, a nested engine's error are answers)."""
+    return not isinstance(exc, AmendsError)
 
 
 class CallLost(BaseException):
@@ -143,11 +155,22 @@ class Caller:
             )
         spec = self.catalog.get(tool)
         attempt = 0
+        lost: Exception | None = None  # the last attempt's answer was lost (rule 5)
         while True:
             attempt += 1
             if not (prepaid and attempt == 1):
                 kind = "follow_up" if phase == "follow_up" else "planned" if attempt == 1 else ""
-                self.take_call(tool, counter, step_id, kind)
+                try:
+                    self.take_call(tool, counter, step_id, kind)
+                except Stop as stop:
+                    if lost is None:
+                        raise
+                    raise Stop(
+                        StepState.IN_DOUBT,
+                        f"{tool} raised {type(lost).__name__}: {lost} (its answer was lost) and "
+                        f"the budget leaves no call to ask again ({stop.detail}); whether it "
+                        f"took effect is unknown",
+                    ) from None
             counter[0] += 1
             call = Call(
                 saga_id=self.saga.saga_id,
@@ -166,7 +189,9 @@ class Caller:
                 )
             except Exception as exc:
                 self.meter.tokens += call.tokens
-                await asyncio.sleep(self._retry_wait(tool, exc, attempt, timeout, spec.timeout))
+                wait = self._retry_wait(tool, exc, attempt, timeout, spec.timeout, phase)
+                lost = exc if _lost_answer(exc) else None
+                await asyncio.sleep(wait)
                 continue
             self.meter.tokens += call.tokens
             return result, call
@@ -181,29 +206,32 @@ class Caller:
         else:
             borrow = () if kind == "planned" else self.waiters.get(step_id, ())
             why = self.meter.take_call(step_id, planned=kind == "planned", borrow=borrow)
-        if why is not None:
-            raise Stop(
-                StepState.OVER_BUDGET if counter[0] == 0 else StepState.FAILED,
-                f"{why} before {tool} could {'run' if counter[0] == 0 else 'succeed'}"
-                + (f" (gave up after {counter[0]} attempt(s))" if counter[0] else ""),
-            )
+        if why is None:
+            return
+        # rule 7: a call the budget cut never reached the vendor; what came before it (if
+        # anything) was refused for now, so the step is over budget, never failed, and a
+        # continuation tries it again (rule 8: the cause, and no attempt counted that was none)
+        if counter[0] == 0:
+            raise Stop(StepState.OVER_BUDGET, f"{why} before {tool} could run")
+        raise Stop(
+            StepState.OVER_BUDGET,
+            f"{why} before {tool} could be tried again (after {counter[0]} attempt(s) the vendor "
+            f"refused for now)",
+        )
 
     def _retry_wait(
-        self, tool: str, exc: Exception, attempt: int, timeout: float, own: float | None
+        self,
+        tool: str,
+        exc: Exception,
+        attempt: int,
+        timeout: float,
+        own: float | None,
+        phase: str = "",
     ) -> float:
         """What a failed call means (raises :class:`Stop`), or how long to wait before the next
         try: the one retry decision, ``RetryPolicy.next_wait``, as on the forward side."""
         if isinstance(exc, TransientError):
-            wait = self.retry.next_wait(attempt, exc.retry_after, self.rng)
-            if wait is None:
-                raise Stop(StepState.FAILED, self.retry.gave_up(tool, attempt, exc)) from exc
-            if wait >= self.meter.remaining_seconds():
-                raise Stop(
-                    StepState.FAILED,
-                    f"{tool} failed transiently ({exc}) and the time budget leaves no room to "
-                    f"retry",
-                ) from exc
-            return wait
+            return self._again(tool, exc, attempt, exc.retry_after, StepState.FAILED)
         if isinstance(exc, TimeoutError):
             cause = (
                 f"{tool} timed out after {timeout:.2f} s"
@@ -220,10 +248,47 @@ class Caller:
             ) from exc
         if isinstance(exc, PermanentError):
             raise Stop(StepState.FAILED, f"{tool} failed permanently: {exc}") from exc
-        # Any other exception counts as permanent (DESIGN.md) -- amends' own errors included: a
-        # LeaseLostError from a nested engine is this inverse failing, never this reversal's
-        # lease lost (rule 7: no take-over loop, no budget reset).
-        raise Stop(StepState.FAILED, f"{tool} raised {type(exc).__name__}: {exc}") from exc
+        if _lost_answer(exc) and phase != "probe" and self.idempotent(tool):
+            # rule 5: the answer was lost, and the vendor dedups this key: sending it again is
+            # no second effect, and brings the answer (and the follow-ups it asks for)
+            return self._again(tool, exc, attempt, None, StepState.IN_DOUBT)
+        if not _lost_answer(exc):
+            # amends' own errors are this call failing: a LeaseLostError from a nested engine is
+            # never this reversal's lease lost (rule 7: no take-over loop, no budget reset)
+            raise Stop(StepState.FAILED, f"{tool} raised {type(exc).__name__}: {exc}") from exc
+        # Any other exception (an answer lost, a 5xx after acting) leaves the outcome unknown
+        # (DESIGN.md): the vendor may have acted. The compensation re-observes it (rule 8).
+        raise Stop(
+            StepState.IN_DOUBT,
+            f"{tool} raised {type(exc).__name__}: {exc}; whether it took effect is unknown",
+        ) from exc
+
+    def _again(
+        self, tool: str, exc: Exception, attempt: int, after: float | None, gave_up: StepState
+    ) -> float:
+        """Seconds to wait before trying ``tool`` again, or :class:`Stop` when the retry policy
+        (``gave_up``) or the time budget (over budget: continuable) says no more."""
+        wait = self.retry.next_wait(attempt, after, self.rng)
+        if wait is None:
+            if gave_up is StepState.IN_DOUBT:
+                raise Stop(
+                    gave_up,
+                    f"{tool} raised {type(exc).__name__}: {exc} (its answer was lost "
+                    f"{attempt} time(s)); whether it took effect is unknown",
+                ) from exc
+            raise Stop(gave_up, self.retry.gave_up(tool, attempt, exc)) from exc
+        if wait >= self.meter.remaining_seconds():
+            room = f"the time budget of {self.meter.budget.seconds:g} s leaves no room to"
+            if gave_up is StepState.IN_DOUBT:
+                raise Stop(
+                    gave_up,
+                    f"{tool} raised {type(exc).__name__}: {exc} (its answer was lost) and {room} "
+                    f"ask again; whether it took effect is unknown",
+                ) from exc
+            raise Stop(
+                StepState.OVER_BUDGET, f"{tool} failed transiently ({exc}) and {room} try it again"
+            ) from exc
+        return wait
 
     # --- probes (rule 4) -------------------------------------------------------------------
     def is_probe(self, exp: Expectation) -> bool:

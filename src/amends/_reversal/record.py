@@ -13,7 +13,7 @@ from typing import Any
 from .._budget import BudgetMeter
 from .._contracts import FollowUp, ManualAction, Residue
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
-from .._manual import Wording, missing_follow_ups
+from .._manual import Wording, did, missing_follow_ups
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState, verb_for
 from .._secrets import Vault, scrub_record
@@ -92,11 +92,18 @@ class Recorder:
 
     def manual(self, p: PlannedStep, state: StepState, detail: str) -> ManualAction:
         """The manual action of ``p`` left in ``state`` (rule 8: who can act, and a draft)."""
-        step, catalog = p.step, self.ports.catalog
+        step, catalog, inv = p.step, self.ports.catalog, p.inverse
         sentence = None
         if step.tool in catalog and catalog.get(step.tool).describe:
             sentence = catalog.describe(step.tool, step.args)  # issue 17: a sentence
-        return self.wording.manual(step, state, detail, sentence)
+        inverse = None
+        if state is StepState.IN_DOUBT and inv is not None and p.action in ("revert", "compensate"):
+            # the inverse was sent and may have acted (rule 5): the person checks it first
+            known = inv.tool in catalog and catalog.get(inv.tool).describe
+            inverse = (
+                repr(catalog.describe(inv.tool, inv.args)) if known else did(inv.tool, inv.args)
+            )
+        return self.wording.manual(step, state, detail, sentence, inverse)
 
     def standing(self, p: PlannedStep, state: StepState, detail: str) -> StepOutcome:
         """An outcome whose effect stands, with its manual action, not recorded."""

@@ -437,7 +437,9 @@ def generate(seed: int, index: int) -> Scenario:
         ops = tuple(t for t in forward_ops if t in FORWARD_OPS) or forward_ops
         kw["forward_faults"] = _faults(rng, ops, rng.randint(1, 3), kinds)
     if family in ("reversal_faults", "mixed"):
-        kinds = ("transient", "transient", "permanent")
+        # act_then_raise (issue 23): the vendor applies an inverse and its answer is lost; the
+        # engine must re-observe it, never call it failed (nor send it again)
+        kinds = ("transient", "transient", "permanent", "act_then_raise")
         kw["reversal_faults"] = _faults(rng, INVERSE_OPS + PROBES, rng.randint(1, 4), kinds)
     if family == "repeated":
         kw["requests"], kw["n_requests"] = "repeated", rng.randint(2, 4)

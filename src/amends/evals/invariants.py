@@ -172,6 +172,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
 
     # --- honesty: every report's status and step states match the world -------------------
     checked = r.reports[:1] + r.reports[1:][-1:]  # the first and the last answer
+    lost_answers = any(kind == "act_then_raise" for _, kind, _ in sc.reversal_faults)
     for rep in checked:
         claimed = {o.step_id: o.state for o in rep.steps}
         unsure = any(
@@ -191,10 +192,11 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 (st in (StepState.REVERTED, StepState.COMPENSATED) and t == "undone")
                 or (st in (StepState.CANCELLED, StepState.NOT_NEEDED) and t == "none")
                 or (st in _STANDS and t == "stands")
-                # in doubt is honest when it may stand; after a worker crashed mid-call the
-                # engine cannot know whether the lost attempt took effect, so any world is
-                # consistent with "unknown"
-                or (st is StepState.IN_DOUBT and (t != "undone" or r.crashed))
+                # in doubt is honest when it may stand; after a worker crashed mid-call, or
+                # when a vendor's answer to an inverse was lost (act_then_raise), the engine
+                # cannot know whether the call took effect, so any world is consistent with
+                # "unknown" (it re-observes where a probe can tell)
+                or (st is StepState.IN_DOUBT and (t != "undone" or r.crashed or lost_answers))
                 or (st is StepState.DRIFTED and _unsure_drift(r, tags, sid))
             )
             if not ok:
