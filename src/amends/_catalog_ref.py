@@ -125,11 +125,15 @@ def catalog_meta(catalog: Catalog) -> dict[str, Any]:
 
 def needed_tools(steps: Iterable[Any]) -> list[str]:
     """Every tool an undo of these logged steps may call or plan with: the inverses, the
-    expectation probes, and the tools of steps declared reversible or compensable (their
-    contract says how to compensate). Irreversible and read-only steps need no tool at undo:
-    they are acknowledged or not needed (sorted, unique)."""
+    expectation probes, and the tools of steps reversible or compensable (their contract says
+    how to compensate). Irreversible and read-only steps need no tool at undo: they are
+    acknowledged or not needed (sorted, unique) -- a step whose contract was broken when it ran
+    included (it is undone as irreversible: an inverse it named that no catalog has, issue 23,
+    must not make every undo of its saga refuse)."""
     names: set[str] = set()
     for s in steps:
+        if (s.effective or s.declared) not in ("reversible", "compensable"):
+            continue
         if s.declared in ("reversible", "compensable"):
             names.add(s.tool)
         if s.inverse:

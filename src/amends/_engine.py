@@ -7,16 +7,14 @@ the log across threads and processes (rule 6), then handed to :mod:`amends._reve
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import os
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from ._budget import Budget, BudgetMeter
 from ._calls import RetryPolicy, run
@@ -29,10 +27,13 @@ from ._errors import (
     HistoryAlteredError,
     LeaseLostError,
     SagaNotFoundError,
+    SagaStateError,
 )
+from ._joins import Joins
 from ._log import SagaLog, open_log
 from ._log.base import (
     Claim,
+    CompensationWrite,
     Resolution,
     ReversalRecord,
     SagaRecord,
@@ -50,6 +51,7 @@ from ._report import (
     current_resolutions,
     verb_for,
 )
+from ._resolution import RETRY, check_who_and_note, continuable, resolvable, retryable
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
 from ._reversal.preview import PreviewInput, simulate
 from ._saga import Ref, Saga, Step, new_id
@@ -159,7 +161,8 @@ class Engine:
         """The most bytes of a step's result the log stores (issue 21.13); ``None``: no cap."""
         self.catalog = catalog
         self.log = open_log(log)
-        self.retry = retry or RetryPolicy()
+        self.retry_policy = retry or RetryPolicy()
+        """How transient errors are retried, forward and during undo (``Engine(retry=...)``)."""
         self.lease_seconds = float(lease_seconds)
         self.poll_interval = poll_interval
         self.planner: Callable[[SagaRecord, Catalog], Plan] = planner or plan
@@ -170,12 +173,8 @@ class Engine:
         self.owner = _owner_id()
         self.live_sagas: dict[str, Saga] = {}
         """Sagas this engine is running forward now (undo waits for their steps to settle)."""
-        self._reversals: dict[str, concurrent.futures.Future[UndoReport]] = {}
-        self._claiming: dict[str, concurrent.futures.Future[None]] = {}
-        """Sagas whose reversal a request of this engine is claiming or running (rule 6)."""
-        self._running: set[asyncio.Future[UndoReport]] = set()
-        """Reversal runs in progress here (kept referenced until they finish)."""
-        self._lock = threading.Lock()
+        self._joins = Joins()
+        """Requests of this engine sharing a reversal's run, one claiming it at a time."""
         self.progress_hooks: list[Callable[[str, StepOutcome], None]] = []
         """Called with (reversal_id, outcome) as each step of a reversal settles (for SSE)."""
 
@@ -214,7 +213,9 @@ class Engine:
         await self._check_history(saga_id)
         comps = await self.log.get_compensations(saga.reversal.reversal_id) if saga.reversal else {}
         the_plan = self.planner(saga, self.catalog)
-        got = await simulate(PreviewInput(self.catalog, saga, the_plan, budget, self.retry, comps))
+        got = await simulate(
+            PreviewInput(self.catalog, saga, the_plan, budget, self.retry_policy, comps)
+        )
         index = {s.step_id: s for s in saga.steps}
         steps = tuple(self._described(saga, p, index) for p in got.steps)
         return dataclasses.replace(got, steps=steps)
@@ -285,42 +286,66 @@ class Engine:
         """``report`` with the saga's latest resolutions (rule 6: the engine's outcome is kept)."""
         return await current_report(self.log, report)
 
-    async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+    async def undo(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
         """Undo a saga: the one reversal of it, started here or joined if already asked for.
 
         Concurrent and repeated calls — in this process or others sharing the log — all get the
         same report (rule 6). A second caller's ``budget`` is ignored: the reversal keeps its own;
         continue a reversal that stopped short with :meth:`resume`.
 
+        Args:
+            saga_id: The saga.
+            budget: Caps on the reversal (default ``Budget()``).
+            allow_missing_tools: Undo with a catalog that lacks some of the saga's tools (an
+                upgrade renamed them): the other steps are undone, each step whose inverse tool
+                is missing is reported ``failed`` (not attempted) for a person, and can be
+                retried (:meth:`retry`) once the tool is back. Default: refuse.
+
         Raises:
             SagaNotFoundError: No such saga in the log.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
+            ContractError: The catalog lacks tools the saga's undo needs (and
+                ``allow_missing_tools`` is not set).
             LogError: The log cannot be read or written.
         """
         budget = _check_budget(budget)
-        return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget))
+        allow = bool(allow_missing_tools)
+        return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget, allow))
 
-    def undo_sync(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+    def undo_sync(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
         """:meth:`undo` for synchronous callers."""
-        return run(self.undo(saga_id, budget=budget))
+        return run(self.undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools))
 
-    async def resume(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+    async def resume(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
         """Continue the saga's reversal with a new budget (rule 6).
 
         The continuation belongs to the same reversal (same ``reversal_id``) and attempts only
-        what was not attempted (over budget) or is now unblocked (a step it waited for was
-        undone, or a person resolved it with :meth:`resolve`); a compensation logged done is
-        never sent again. Concurrent requests, here or in other processes, join one
-        continuation. Without a reversal yet, this is :meth:`undo`.
+        what was not attempted (over budget), is now unblocked (a step it waited for was undone,
+        or a person resolved it with :meth:`resolve`), or was asked to be retried
+        (:meth:`retry`); a compensation logged done is never sent again. Its cost figures add
+        to the reversal's (``UndoReport.runs`` keeps each run's own). Concurrent requests, here
+        or in other processes, join one continuation. Without a reversal yet, this is
+        :meth:`undo`.
 
         Raises:
             SagaNotFoundError: No such saga in the log.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
+            SagaStateError: The reversal finished with nothing left to attempt.
+            ContractError: The catalog lacks tools the saga's undo needs.
             LogError: The log cannot be read or written.
         """
         budget = _check_budget(budget)
-        self._check_catalog(await self._saga_or_raise(saga_id))
+        saga = await self._saga_or_raise(saga_id)
+        if not allow_missing_tools:
+            self._check_catalog(saga)
         await self._check_history(saga_id)
+        await self._check_continuable(saga)
         if self.runner is not None:  # issue 16: continued where reversals run (rule 6)
             with remote_reversal(saga_id, await self.log.get_saga(saga_id)) as done:  # issue 28
                 return await self._current(done(await self.runner.resume(self, saga_id, budget)))
@@ -340,36 +365,128 @@ class Engine:
 
         return await self._joined(f"resume:{saga_id}", lambda: self._claimed(saga_id, claim))
 
-    def resume_sync(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+    def resume_sync(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
         """:meth:`resume` for synchronous callers."""
-        return run(self.resume(saga_id, budget=budget))
+        return run(self.resume(saga_id, budget=budget, allow_missing_tools=allow_missing_tools))
+
+    async def continuable(self, saga_id: str) -> list[str]:
+        """The steps a continuation (:meth:`resume`) of the saga's finished reversal would
+        attempt now: over budget, blocked (perhaps unblocked since), asked to be retried; empty
+        when there is nothing to continue (or no finished reversal).
+
+        Raises:
+            SagaNotFoundError: No such saga in the log.
+        """
+        rev = (await self._saga_or_raise(saga_id)).reversal
+        if rev is None or rev.state != "done":
+            return []
+        comps = await self.log.get_compensations(rev.reversal_id)
+        asked = [k for k, c in comps.items() if c.state == RETRY]
+        return list(dict.fromkeys([*continuable(rev), *asked]))
+
+    async def _check_continuable(self, saga: SagaRecord) -> None:
+        """Rule 6: a finished reversal continues only if a continuation would attempt something
+        (HTTP answers 409 ``nothing_to_continue``, the CLI exits non-zero)."""
+        rev = saga.reversal
+        if rev is None or rev.state != "done" or await self.continuable(saga.saga_id):
+            return
+        raise SagaStateError(
+            f"nothing to continue: saga {saga.saga_id!r}'s reversal {rev.reversal_id} finished "
+            f"with no step over budget, blocked or asked to be retried; a failed step can be "
+            f"retried once its cause is fixed (amends undo {saga.saga_id} --retry STEP)",
+            saga_id=saga.saga_id,
+        )
+
+    async def retry(
+        self,
+        saga_id: str,
+        step_ids: Sequence[str],
+        *,
+        budget: Budget | None = None,
+        by: str | None = None,
+    ) -> UndoReport:
+        """Try failed compensations again, after a person fixed their cause (a vendor API key
+        renewed, a tool brought back): a continuation of the same reversal (rule 6) in which
+        each of ``step_ids`` goes through the drift check again and, if the world is still as
+        the agent left it, its inverse is sent; the steps it gated follow. Only ``failed``
+        steps are retried (their inverse verifiably did not take effect), never one a person
+        resolved. Concurrent requests join one continuation.
+
+        Args:
+            saga_id: The saga.
+            step_ids: The failed steps to try again.
+            budget: Caps on the continuation (default ``Budget()``).
+            by: Who asked (kept in the history).
+
+        Raises:
+            SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
+            ContractError: The saga has no such step.
+            SagaStateError: A step is not failed, or was resolved; or no reversal finished.
+            LogError: The log cannot be read or written.
+        """
+        budget = _check_budget(budget)
+        saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
+        rev = saga.reversal
+        comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
+        steps = retryable(saga, comps, step_ids)
+        assert rev is not None
+        for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
+            await self.log.record_compensation(
+                CompensationWrite(
+                    rev.reversal_id, rev.generation, step_id, state=RETRY,
+                    attempts=comps[step_id].attempts if step_id in comps else 0,
+                    detail=f"retry asked{f' by {by}' if by else ''}", data={"by": by},
+                    calls_spent=0, tokens_spent=0, event="compensation.retry_asked",
+                    now=time.time(),
+                )
+            )  # fmt: skip
+        return await self.resume(saga_id, budget=budget)
+
+    def retry_sync(
+        self,
+        saga_id: str,
+        step_ids: Sequence[str],
+        *,
+        budget: Budget | None = None,
+        by: str | None = None,
+    ) -> UndoReport:
+        """:meth:`retry` for synchronous callers."""
+        return run(self.retry(saga_id, step_ids, budget=budget, by=by))
 
     async def resolve(
         self, saga_id: str, step_id: str, *, by: str, note: str | None = None
     ) -> Resolution:
         """Record that a person handled a step's manual action (sent the draft, checked that an
-        in-doubt charge did not go through). The report keeps the engine's outcome and lists the
-        manual action as handled (who, when, note); steps that waited for this one are unblocked
-        for :meth:`resume` (rule 6).
+        in-doubt charge did not go through). It applies only to a step whose effect still
+        stands (rule 8), needs a note, and records ``by`` — the identity the application
+        authenticated (the HTTP API passes its token's subject, the CLI the OS user). A second
+        resolution never erases the first (both stay in the history); the same one sent again
+        writes nothing. The report keeps the engine's outcome and lists the manual action as
+        handled (who, when, note); steps that waited for this one are unblocked for
+        :meth:`resume` (rule 6). :meth:`withdraw_resolution` takes it back.
 
         Raises:
-            ConfigError: ``by`` is empty or ``note`` is not a string.
+            ConfigError: ``by`` or ``note`` is empty.
             SagaNotFoundError: No such saga in the log.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
             ContractError: The saga has no step ``step_id``.
+            SagaStateError: The step's effect no longer stands (or it has no outcome yet).
         """
-        if not isinstance(by, str) or not by.strip():
-            raise ConfigError(
-                f"resolve(by=...) must name who handled the manual action, got {by!r}; "
-                f"e.g. by='ann@example.com'"
-            )
-        if note is not None and not isinstance(note, str):
-            raise ConfigError(f"resolve(note=...) must be text or None, got {note!r}")
-        await self._saga_or_raise(saga_id)
+        by, text = check_who_and_note(by, note)
+        saga = await self._saga_or_raise(saga_id)
         await self._check_history(saga_id)
-        return await self.log.resolve_step(
-            saga_id, step_id, by=by.strip(), note=note, now=time.time()
-        )
+        rev = saga.reversal
+        resolvable(saga, await self.log.get_compensations(rev.reversal_id) if rev else {}, step_id)
+        same = saga.resolutions.get(step_id)
+        if same is not None and (same.by, same.note) == (by, text):
+            return same  # a retried request: nothing new to record
+        res = await self.log.resolve_step(saga_id, step_id, by=by, note=text, now=time.time())
+        now = await self._saga_or_raise(saga_id)  # with the earlier ones it never erases
+        return now.resolutions.get(step_id, res)
 
     def resolve_sync(
         self, saga_id: str, step_id: str, *, by: str, note: str | None = None
@@ -377,45 +494,53 @@ class Engine:
         """:meth:`resolve` for synchronous callers."""
         return run(self.resolve(saga_id, step_id, by=by, note=note))
 
-    async def _joined(self, key: str, start: Callable[[], Awaitable[UndoReport]]) -> UndoReport:
-        """Requests of this engine for the same reversal (or continuation) share one run.
+    async def withdraw_resolution(
+        self, saga_id: str, step_id: str, *, by: str, note: str
+    ) -> Resolution:
+        """Withdraw the step's resolution (it was not handled after all): its manual action is
+        open again and the steps waiting for it are blocked again. The withdrawal is recorded
+        (who, when, why) after the resolution, which stays in the history.
 
-        The run belongs to every request (rule 6), not to the one that started it: a caller
-        that is cancelled (an HTTP client that hung up) stops waiting, while the run goes on to
-        its report and the other callers still get it. Before, the first caller's cancellation
-        reached every joined caller and left the reversal half-run until its lease expired.
+        Raises:
+            ConfigError: ``by`` or ``note`` is empty.
+            SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
+            ContractError: The saga has no step ``step_id``.
+            SagaStateError: The step has no resolution to withdraw.
         """
-        with self._lock:
-            fut = self._reversals.get(key)
-            mine = fut is None
-            if fut is None:
-                fut = concurrent.futures.Future()
-                self._reversals[key] = fut
-        if mine:
-            run_task = asyncio.ensure_future(start())
-            self._running.add(run_task)
+        by, text = check_who_and_note(by, note, "withdraw_resolution")
+        saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
+        if step_id not in saga.resolutions:
+            raise SagaStateError(
+                f"step {step_id!r} of saga {saga_id!r} has no resolution to withdraw",
+                saga_id=saga_id,
+                step_id=step_id,
+            )
+        prior = saga.resolutions[step_id]
+        res = await self.log.resolve_step(
+            saga_id, step_id, by=by, note=text, now=time.time(), withdrawn=True
+        )
+        return dataclasses.replace(res, earlier=(*prior.earlier, prior))
 
-            def settle(task: asyncio.Future[UndoReport], fut: Any = fut) -> None:
-                self._running.discard(task)
-                with self._lock:
-                    self._reversals.pop(key, None)
-                if task.cancelled():
-                    fut.set_exception(asyncio.CancelledError())
-                elif task.exception() is not None:
-                    fut.set_exception(task.exception())
-                else:
-                    fut.set_result(task.result())
+    def withdraw_resolution_sync(
+        self, saga_id: str, step_id: str, *, by: str, note: str
+    ) -> Resolution:
+        """:meth:`withdraw_resolution` for synchronous callers."""
+        return run(self.withdraw_resolution(saga_id, step_id, by=by, note=note))
 
-            run_task.add_done_callback(settle)
-        # shield: one waiter's cancellation must not cancel the shared future for the others
-        return await asyncio.shield(asyncio.wrap_future(fut))
+    async def _joined(self, key: str, start: Callable[[], Awaitable[UndoReport]]) -> UndoReport:
+        """Requests of this engine for the same reversal (or continuation) share one run, which
+        belongs to every request (rule 6): a cancelled caller (an HTTP client that hung up)
+        stops waiting while the run goes on to its report for the others."""
+        return await self._joins.shared(key, start)
 
-    async def _undo(self, saga_id: str, budget: Budget) -> UndoReport:
+    async def _undo(self, saga_id: str, budget: Budget, allow: bool = False) -> UndoReport:
         if isinstance(saga_id, str) and saga_id:
             await self._check_history(saga_id)
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
             saga = await self._saga_or_raise(saga_id)
-            self._check_claimable(saga_id, saga)
+            self._check_claimable(saga_id, saga, allow=allow)
             with remote_reversal(saga_id, saga) as done:  # issue 28: the workers' spans' parent
                 return await self._current(done(await self.runner.undo(self, saga_id, budget)))
         self._check_claimable(saga_id, None, id_only=True)
@@ -430,13 +555,13 @@ class Engine:
                 owner=self.owner,
                 lease_until=time.time() + self.lease_seconds,
                 now=time.time(),
-                check=lambda saga: self._check_claimable(saga_id, saga),
+                check=lambda saga: self._check_claimable(saga_id, saga, allow=allow),
             )
 
         return await self._claimed(saga_id, claim)
 
     def _check_claimable(
-        self, saga_id: str, saga: SagaRecord | None, *, id_only: bool = False
+        self, saga_id: str, saga: SagaRecord | None, *, id_only: bool = False, allow: bool = False
     ) -> None:
         """What undo checks before it claims: a valid id, an existing saga, and (unless its
         reversal has finished: a report needs no tool to be read) a catalog with the tools.
@@ -452,7 +577,7 @@ class Engine:
             return
         if saga is None:
             raise self._not_found(saga_id)
-        if saga.reversal is None or saga.reversal.state != "done":
+        if not allow and (saga.reversal is None or saga.reversal.state != "done"):
             self._check_catalog(saga)
 
     def _check_catalog(self, saga: SagaRecord) -> None:
@@ -468,7 +593,9 @@ class Engine:
                     if isinstance(saga.meta.get("catalog"), dict)
                     and saga.meta["catalog"].get("ref")
                     else ""
-                ),
+                )
+                + ", or undo the rest with allow_missing_tools=True (amends undo "
+                "--allow-missing-tools): the steps needing those tools are left to a person",
                 saga_id=saga.saga_id,
             )
 
@@ -480,21 +607,7 @@ class Engine:
         engine racing would otherwise fence each other mid-run, and the fenced run's inverse
         would land while the report said ``over_budget``. A later request waits for the one
         running here, then claims (an undo then gets its report; a resume continues it)."""
-        while True:
-            with self._lock:
-                running = self._claiming.get(saga_id)
-                if running is None:
-                    slot: concurrent.futures.Future[None] = concurrent.futures.Future()
-                    self._claiming[saga_id] = slot
-            if running is not None:
-                await asyncio.wrap_future(running)
-                continue
-            try:
-                return await self._claimed_once(saga_id, claim)
-            finally:
-                with self._lock:
-                    self._claiming.pop(saga_id, None)
-                slot.set_result(None)
+        return await self._joins.alone(saga_id, lambda: self._claimed_once(saga_id, claim))
 
     async def _claimed_once(
         self, saga_id: str, claim: Callable[[], Awaitable[Claim]]
@@ -612,7 +725,7 @@ class Engine:
                 rev,
                 self.planner(saga, self.catalog),
                 meter,
-                self.retry,
+                self.retry_policy,
                 fresh=claim.outcome == "new",  # created by this claim: no compensation yet
                 waiting=InFlightWait(
                     lambda: self._saga_or_raise(saga_id),

@@ -4,6 +4,7 @@
 AmendsError
 ├── ContractError (TypeError)        a tool registration or a Call used against its contract
 ├── ConfigError (ValueError)         bad argument, budget, URL or TOML catalog
+│   └── SagaStateError               the saga's state does not allow this request now
 ├── ToolError                        raised *by tools* to tell the engine what happened
 │   ├── TransientError               retry with backoff, within budget
 │   └── PermanentError               stop this branch; the effect stands
@@ -41,6 +42,7 @@ __all__ = [
     "PreconditionFailed",
     "SagaClosedError",
     "SagaNotFoundError",
+    "SagaStateError",
     "SchemaVersionError",
     "StepFailedError",
     "ToolError",
@@ -92,6 +94,12 @@ class ContractError(AmendsError, TypeError):
 
 class ConfigError(AmendsError, ValueError):
     """An argument, budget, URL or TOML catalog is not valid."""
+
+
+class SagaStateError(ConfigError):
+    """The request does not fit the saga's state now: resolving a step whose effect no longer
+    stands, retrying a step that did not fail, continuing a reversal with nothing left to
+    attempt. Nothing was written; the message says what the state is and what to do."""
 
 
 class ToolError(AmendsError):

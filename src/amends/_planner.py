@@ -229,13 +229,15 @@ def _classify(
         why = step.violation or "irreversible: no call can take it back"
         return "acknowledge", Reversibility.IRREVERSIBLE, why
     inverse = Inverse.from_dict(step.inverse)
-    if catalog is not None and inverse.tool not in catalog:
-        return (
-            "acknowledge",
-            Reversibility.IRREVERSIBLE,
-            f"its inverse tool {inverse.tool!r} is not in this catalog",
-        )
-    if catalog is not None and catalog.get(inverse.tool).reversibility is Reversibility.READ_ONLY:
+    # An inverse tool missing from this catalog (renamed in an upgrade; undo runs without it only
+    # when asked to, allow_missing_tools) stays planned: the reversal reports it failed, not
+    # attempted, so it gates what waits for it (rule 3) and can be retried with the tool back.
+    present = catalog is None or inverse.tool in catalog
+    if (
+        present
+        and catalog is not None
+        and (catalog.get(inverse.tool).reversibility is Reversibility.READ_ONLY)
+    ):
         # rule 2 / rule 8: a read-only tool changes nothing; calling it and saying "reverted"
         # would be a lie.
         return (

@@ -178,11 +178,12 @@ class UndoReport:
     steps: tuple[StepOutcome, ...]
     """Every step of the saga, in forward order, with what the reversal did to it."""
     tool_calls: int = 0
-    """Every call the reversal made: probes, inverses, retries and follow-ups."""
+    """Every call the reversal made: probes, inverses, retries and follow-ups (over all its
+    runs: a continuation adds to it)."""
     tokens: int = 0
-    """Tokens tools reported with ``call.spend(tokens=...)`` while undoing."""
+    """Tokens tools reported with ``call.spend(tokens=...)`` while undoing (over all runs)."""
     seconds: float = 0.0
-    """Wall-clock seconds the reversal ran (its last run, for a continued reversal)."""
+    """Wall-clock seconds the reversal ran (over all its runs)."""
     budget: Mapping[str, Any] = field(default_factory=dict)
     """The caps the reversal ran under: ``tool_calls``, ``tokens``, ``seconds``."""
     requested_at: float = 0.0
@@ -192,8 +193,13 @@ class UndoReport:
     continuations: int = 0
     """How many times the reversal was continued with a new budget (rule 6)."""
     resolutions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """step_id -> who handled its manual action, when and with what note (``engine.resolve``).
-    The engine's outcome is kept; the manual action is shown as handled."""
+    """step_id -> who handled its manual action, when and with what note (``engine.resolve``),
+    with the earlier resolutions under ``earlier``. The engine's outcome is kept; the manual
+    action is shown as handled."""
+    runs: tuple[Mapping[str, Any], ...] = ()
+    """A continued reversal's runs, each with its own figures, first run first (``run`` 0, then
+    each continuation): ``tool_calls``, ``tokens``, ``seconds``, ``finished_at``; the totals
+    above add them up. Empty for a reversal that ran once (the totals are its figures)."""
 
     def with_resolutions(self, resolutions: Mapping[str, Any]) -> UndoReport:
         """This report with the given resolutions (``Resolution`` objects or their dicts)."""
@@ -236,26 +242,32 @@ class UndoReport:
 
     @property
     def headline(self) -> str:
-        """The outcome in a product's words: "Undone 9 of 12 — 3 need your attention"."""
+        """The outcome in a product's words, counted honestly (issue 23): "8 of 12 taken back
+        (3 compensated, leaving a trace) · 3 handled by a person · 1 needs your attention".
+
+        "Taken back" counts the steps whose effect no longer stands, compensated ones named as
+        such (never "undone": a refund is not never having charged); "handled by a person" the
+        steps whose effect stands and whose manual action a person resolved; "needs your
+        attention" every manual action still open."""
         acting = [s for s in self.steps if s.state is not StepState.NOT_NEEDED]
-        done = sum(1 for s in acting if s.state in NEUTRALISED)
-        # rule 8: what still needs a person -- not the manual actions someone already handled
+        if not acting:
+            return "Nothing to take back"
+        back = [s for s in acting if s.state in NEUTRALISED]
+        comp = [s for s in back if s.state is StepState.COMPENSATED]
+        head = f"{len(back)} of {len(acting)} taken back"
+        trace = any(s.residue for s in back)
+        if comp:
+            head += f" ({len(comp)} compensated{', leaving a trace' if trace else ''})"
+        elif trace:
+            head += " (leaving a trace)"
+        parts = [head]
+        handled = sum(1 for s in acting if s.state in STANDING and s.step_id in self.resolutions)
+        if handled:
+            parts.append(f"{handled} handled by a person")
         attention = len(self.open_manual_actions)
-        total = len(acting)
-        if self.status is Outcome.FULLY_REVERSED:
-            return f"Undone {done} of {total}"
-        if self.status is Outcome.PARTIALLY_REVERSED:
-            n = len(self.residue)
-            more = (
-                f"; {attention} need{'s' if attention == 1 else ''} your attention"
-                if attention
-                else ""
-            )
-            return f"Undone {done} of {total} — {n} leave{'s' if n == 1 else ''} a trace{more}"
-        return (
-            f"Undone {done} of {total} — {attention} need{'s' if attention == 1 else ''} "
-            f"your attention"
-        )
+        if attention:
+            parts.append(f"{attention} need{'s' if attention == 1 else ''} your attention")
+        return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -279,6 +291,7 @@ class UndoReport:
             "finished_at": self.finished_at,
             "continuations": self.continuations,
             "resolutions": {k: dict(v) for k, v in self.resolutions.items()},
+            "runs": [dict(r) for r in self.runs],
         }
 
     @classmethod
@@ -296,6 +309,7 @@ class UndoReport:
             float(d.get("finished_at", 0.0)),
             int(d.get("continuations", 0)),
             {k: dict(v) for k, v in (d.get("resolutions") or {}).items()},
+            tuple(dict(r) for r in d.get("runs") or ()),
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -325,21 +339,53 @@ def build_report(
     resolutions: Mapping[str, Resolution] | None = None,
 ) -> UndoReport:
     """The one place a reversal's report is assembled (issue 22): the local engine and the
-    Temporal workflow both call it with what their run did."""
+    Temporal workflow both call it with what their run did. A continuation's figures add to
+    the earlier runs' (the report the reversal held when it was continued), each run's own kept
+    in ``runs`` (issue 23: the cost line never restarts at 0)."""
+    own = {
+        "run": reversal.continuations,
+        "tool_calls": meter.calls,
+        "tokens": meter.tokens,
+        "seconds": round(meter.clock() - meter.started, 3),
+        "finished_at": finished_at,
+    }
+    runs = (*_earlier_runs(reversal), own)
     report = UndoReport(
         saga_id=saga.saga_id,
         reversal_id=reversal.reversal_id,
         title=saga.title,
         steps=tuple(steps),
-        tool_calls=meter.calls,
-        tokens=meter.tokens,
-        seconds=meter.clock() - meter.started,
+        tool_calls=sum(int(r["tool_calls"]) for r in runs),
+        tokens=sum(int(r["tokens"]) for r in runs),
+        seconds=sum(float(r["seconds"]) for r in runs),
         budget=meter.budget.to_dict(),
         requested_at=reversal.requested_at,
         finished_at=finished_at,
         continuations=reversal.continuations,
+        runs=runs if len(runs) > 1 else (),  # one run: the totals are its figures
     )
     return report.with_resolutions(resolutions) if resolutions else report
+
+
+def _earlier_runs(reversal: ReversalRecord) -> tuple[Mapping[str, Any], ...]:
+    """The runs before this one: none for a first run (or its take-over), else those of the
+    report the reversal held when it was continued (one entry of its totals if it predates
+    ``runs``)."""
+    prior = reversal.report
+    if not reversal.continuations or not prior:
+        return ()
+    runs = prior.get("runs")
+    if runs:
+        return tuple(dict(r) for r in runs if int(r.get("run", 0)) < reversal.continuations)
+    return (
+        {
+            "run": 0,
+            "tool_calls": int(prior.get("tool_calls", 0)),
+            "tokens": int(prior.get("tokens", 0)),
+            "seconds": float(prior.get("seconds", 0.0)),
+            "finished_at": float(prior.get("finished_at", 0.0)),
+        },
+    )
 
 
 def current_resolutions(
@@ -365,17 +411,34 @@ async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
     the one way every reader — the engine, the CLI, a Temporal worker — shows manual actions as
     open or handled (rule 6; rule 8: a stale resolution never marks a newer failure handled)."""
     saga = await log.get_saga(report.saga_id)
-    if saga is None or not saga.resolutions:
+    if saga is None:
         return report
+    if not saga.resolutions:  # none now (a withdrawn one is no longer shown as handled)
+        return report.with_resolutions({}) if report.resolutions else report
     comps = await log.get_compensations(report.reversal_id)
     return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
 
 def _handled_text(res: Mapping[str, Any] | None) -> str:
+    """A manual action's resolution in words, with the earlier ones (never erased, issue 23)."""
     if res is None:
         return "open"
+    earlier = "; ".join(_one_resolution(e) for e in res.get("earlier") or ())
+    return _one_resolution(res) + (f" (earlier: {earlier})" if earlier else "")
+
+
+def _one_resolution(res: Mapping[str, Any]) -> str:
     when = datetime.fromtimestamp(float(res["at"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"handled by {res['by']} at {when}" + (f": {res['note']}" if res.get("note") else "")
+    verb = "withdrawn" if res.get("withdrawn") else "handled"
+    return f"{verb} by {res['by']} at {when}" + (f": {res['note']}" if res.get("note") else "")
+
+
+def _runs_text(r: UndoReport) -> str:
+    """The runs of a continued reversal: " over 2 runs (8 + 4 tool calls)"."""
+    if len(r.runs) < 2:
+        return ""
+    calls = " + ".join(str(int(x["tool_calls"])) for x in r.runs)
+    return f" over {len(r.runs)} runs ({calls} tool calls)"
 
 
 def _verb(s: StepOutcome) -> str:
@@ -430,7 +493,7 @@ def _render_text(r: UndoReport) -> str:
         *_wrapped(f"Status: {r.status.value} ({r.headline})", 2, ""),
         *_wrapped(
             f"Reversal {r.reversal_id}: {r.tool_calls} tool calls, {r.tokens} tokens, "
-            f"{r.seconds:.2f}s",
+            f"{r.seconds:.2f}s" + _runs_text(r),
             2,
             "",
         ),

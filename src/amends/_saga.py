@@ -79,7 +79,7 @@ class SagaHost(Protocol):
 
     catalog: Catalog
     log: SagaLog
-    retry: RetryPolicy
+    retry_policy: RetryPolicy
     owner: str
     lease_seconds: float
     live_sagas: dict[str, Saga]
@@ -829,11 +829,11 @@ async def _dispatch(
             return await invoke(step.spec.fn, call, args, step.spec.timeout)
         except TransientError as exc:
             if not isinstance(call.recorded_inverse, Inverse):  # no effect: may retry
-                wait = host.retry.next_wait(attempt, exc.retry_after, _RNG)
+                wait = host.retry_policy.next_wait(attempt, exc.retry_after, _RNG)
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                raise _Refused(host.retry.gave_up(step.tool, attempt, exc)) from exc
+                raise _Refused(host.retry_policy.gave_up(step.tool, attempt, exc)) from exc
             raise
         except PermanentError as exc:
             raise _Refused(str(exc)) from exc

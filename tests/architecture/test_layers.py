@@ -20,9 +20,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._errors",),
     ("amends._secrets", "amends._describe", "amends._telemetry"),
     ("amends._contracts", "amends._budget"),
-    ("amends._calls", "amends._catalog_ref"),
+    ("amends._calls", "amends._catalog_ref", "amends._joins"),
     ("amends._log", "amends._report", "amends._manual"),
-    ("amends._saga", "amends._planner", "amends._observe"),
+    ("amends._saga", "amends._planner", "amends._observe", "amends._resolution"),
     ("amends._reversal", "amends._toml_catalog"),
     ("amends._engine",),
     ("amends",),  # the package face: re-exports the public API

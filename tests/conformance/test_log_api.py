@@ -90,6 +90,8 @@ async def test_saga_metadata_is_stored_listed_and_in_the_history(log: SagaLog) -
 async def test_resolve_step_keeps_the_latest_resolution_per_step_and_logs_each(
     log: SagaLog,
 ) -> None:
+    """The latest resolution speaks for the step; the earlier ones stay with it (issue 23: a
+    second resolution never erases the first)."""
     await _saga(log)
     first = await log.resolve_step("s", "s1", by="alice", note="checked the PSP", now=NOW + 5)
     assert first == amends._log.base.Resolution("s1", "alice", "checked the PSP", NOW + 5)
@@ -98,7 +100,13 @@ async def test_resolve_step_keeps_the_latest_resolution_per_step_and_logs_each(
     rec = await log.get_saga("s")
     assert rec is not None
     assert {k: v.to_dict() for k, v in rec.resolutions.items()} == {
-        "s1": {"step_id": "s1", "by": "bob", "note": None, "at": NOW + 9},
+        "s1": {
+            "step_id": "s1",
+            "by": "bob",
+            "note": None,
+            "at": NOW + 9,
+            "earlier": [{"step_id": "s1", "by": "alice", "note": "checked the PSP", "at": NOW + 5}],
+        },
         "s2": {"step_id": "s2", "by": "carol", "note": "sent the draft", "at": NOW + 7},
     }
     assert (

@@ -185,7 +185,7 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
     shown = re.search(r"```text\n(Undo of saga .*?)```", readme, re.S)
     assert shown is not None, "the README shows the report the example prints"
     assert neutral(printed) == neutral(shown.group(1))
-    assert "Status: cannot_undo (Undone 1 of 3 — 2 need your attention)" in printed
+    assert "Status: cannot_undo (1 of 3 taken back (1 compensated, leaving a trace)" in printed
     # the steps are sentences from describe= (issue 17), the inverse too
     assert re.search(
         r"s1 +Acknowledge drifted +Set stage of r1 to 'won'\n +undo: Set stage", printed

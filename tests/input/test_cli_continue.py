@@ -79,7 +79,10 @@ async def test_resolve_records_who_handled_a_manual_action(
     db, saga_id = saga_db
     monkeypatch.setenv("COLUMNS", "200")
     assert await asyncio.to_thread(main, ["undo", saga_id, "--db", db]) == 1
-    assert f"open — when done: amends resolve {saga_id} s2 --by NAME" in capsys.readouterr().out
+    assert (
+        f"open — when done: amends resolve {saga_id} s2 --note 'what you did'"
+        in capsys.readouterr().out
+    )
     argv = ["resolve", saga_id, "s2", "--db", db, "--by", "ann", "--note", "sent the draft"]
     assert await asyncio.to_thread(main, [*argv, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -90,11 +93,15 @@ async def test_resolve_records_who_handled_a_manual_action(
     assert "handled by ann at " in out
     assert "sent the draft" in out
     before = rows(db)
-    code = await asyncio.to_thread(main, ["resolve", saga_id, "s9", "--db", db, "--by", "ann"])
+    code = await asyncio.to_thread(
+        main, ["resolve", saga_id, "s9", "--db", db, "--by", "ann", "--note", "n"]
+    )
     err = capsys.readouterr().err
     assert code == 2
-    assert f"saga {saga_id} has no step 's9'; its steps: s1, s2" in err
-    code = await asyncio.to_thread(main, ["resolve", saga_id, "s2", "--db", db, "--by", " "])
+    assert f"saga {saga_id!r} has no step 's9'; its steps are s1, s2" in err
+    code = await asyncio.to_thread(
+        main, ["resolve", saga_id, "s2", "--db", db, "--by", " ", "--note", "n"]
+    )
     assert code == 2
     assert "must name who handled the manual action" in capsys.readouterr().err
     assert rows(db) == before

@@ -111,7 +111,7 @@ def test_show_is_concise_by_default_and_history_is_asked_for(
     assert main(["show", saga_id, "--db", db]) == 0
     out = capsys.readouterr().out
     assert all(len(line) <= 80 for line in out.splitlines()), out
-    assert out.splitlines()[4].startswith("Undone 1 of 2 — 1 needs your attention")  # headline
+    assert out.splitlines()[4].startswith("1 of 2 taken back · 1 needs your attention")  # headline
     assert re.search(r"s1 +Revert +reverted", out)
     assert "undo: " in out
     assert "History" not in out and f"amends show {saga_id} --history" in out

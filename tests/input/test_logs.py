@@ -26,7 +26,7 @@ Rows = Callable[[str], list[str]]
         ["doctor"],
         ["recover", "--catalog", SPEC],
         ["serve", "--catalog", SPEC, "--port", "1"],
-        ["resolve", "saga_x", "s1", "--by", "ann"],
+        ["resolve", "saga_x", "s1", "--by", "ann", "--note", "checked"],
     ],
 )
 def test_read_commands_on_a_missing_log_name_the_path_and_create_nothing(

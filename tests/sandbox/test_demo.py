@@ -52,7 +52,9 @@ def test_demo_step_states_and_status(demo: DemoResult) -> None:
     assert len(report.steps) == 12
     assert {s.step_id: s.state.value for s in report.steps} == EXPECTED_STATES
     assert report.status == "cannot_undo"
-    assert report.headline == "Undone 8 of 12 — 4 need your attention"
+    assert report.headline == (
+        "8 of 12 taken back (4 compensated, leaving a trace) · 4 need your attention"
+    )
     verbs = {s.step_id: s.verb for s in report.steps}
     assert verbs["charge"] == "Compensate" and verbs["email_buyer"] == "Acknowledge"
     # rule 8: one verb per state: a drifted step still stands, a person must acknowledge it

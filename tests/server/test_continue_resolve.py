@@ -115,30 +115,39 @@ def test_resolve_records_who_handled_a_manual_action_and_the_page_shows_it(ctx: 
     (mail,) = [s for s in done["report"]["steps"] if s["tool"] == "mail.send"]  # type: ignore[index]
     r = ctx.client.post(
         f"/sagas/{sid}/steps/{mail['step_id']}/resolve",
-        json={"by": "ann@acme", "note": "sent the draft"},
+        json={"note": "sent the draft"},
         headers=ctx.auth,
     )
     assert r.status_code == 200, r.text
-    assert (r.json()["by"], r.json()["note"], r.json()["step_id"]) == (
-        "ann@acme",
-        "sent the draft",
-        mail["step_id"],
-    )
+    # rule 12 (issue 23): who is the token's identity, never a name in the body
+    who = r.json()["by"]
+    assert who.startswith("token tok_")
+    assert (r.json()["note"], r.json()["step_id"]) == ("sent the draft", mail["step_id"])
     body = ctx.client.get(f"/sagas/{sid}", headers=ctx.auth).json()
-    assert body["resolutions"][mail["step_id"]]["by"] == "ann@acme"
+    assert body["resolutions"][mail["step_id"]]["by"] == who
     assert any(e["kind"] == "step.resolved" for e in body["history"])
-    r = ctx.client.post(f"/sagas/{sid}/steps/{mail['step_id']}/resolve", headers=ctx.auth)
-    assert r.status_code == 200 and r.json()["by"].startswith("token tok_")  # default: the token
+    before = log_snapshot(ctx.db)
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/{mail['step_id']}/resolve",
+        json={"by": "ann@acme", "note": "n"},
+        headers=ctx.auth,
+    )
+    assert (r.status_code, r.json()["error"]) == (422, "invalid_resolution")
+    assert "identity of the token" in r.json()["detail"]
+    assert log_snapshot(ctx.db) == before
 
 
 @pytest.mark.parametrize(
     ("step", "body", "status", "error"),
     [
-        ("s9", {"by": "x"}, 404, "step_not_found"),
-        ("s1", {"by": "x", "extra": 1}, 422, "invalid_resolution"),
+        ("s9", {"note": "x"}, 404, "step_not_found"),
+        ("s1", {"note": "x", "extra": 1}, 422, "invalid_resolution"),
         ("s1", {"by": 5}, 422, "invalid_resolution"),
         ("s1", {"note": "n" * 2001}, 422, "invalid_resolution"),
+        ("s1", {"note": " "}, 422, "invalid_resolution"),
+        ("s1", {}, 422, "invalid_resolution"),
         ("s1", [1], 422, "invalid_resolution"),
+        ("s1", {"note": "no reversal yet"}, 409, "not_resolvable"),
     ],
 )
 def test_a_bad_resolve_is_refused_and_writes_nothing(

@@ -25,7 +25,7 @@ def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: P
     with TestClient(app) as client:
         home = client.get("/").text
         assert f"/ui/sagas/{ready}" in home and f"/ui/sagas/{undone}" in home
-        assert "Undone 8 of 12 — 4 need your attention" in home
+        assert "8 of 12 taken back (4 compensated, leaving a trace) · 4 need your attention" in home
 
         page = client.get(f"/ui/sagas/{ready}").text
         assert f"<h1>{READY_TITLE}</h1>" in page
@@ -44,5 +44,5 @@ def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: P
 
         done = client.get(f"/ui/sagas/{undone}").text
         assert 'id="undo"' not in done
-        assert '<h2 id="headline" class="headline" tabindex="-1">Undone 8 of 12' in done
+        assert '<h2 id="headline" class="headline" tabindex="-1">8 of 12 taken back' in done
         assert '<h2 id="preview-h">' not in done  # the report replaces the preview

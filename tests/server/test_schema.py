@@ -66,7 +66,9 @@ def test_openapi_document_lists_the_api(live: Live) -> None:
         "GET /sagas",
         "GET /sagas/{saga_id}",
         "GET /sagas/{saga_id}/preview",
+        "POST /sagas/{saga_id}/retry",
         "POST /sagas/{saga_id}/steps/{step_id}/resolve",
+        "POST /sagas/{saga_id}/steps/{step_id}/withdraw",
         "POST /sagas/{saga_id}/undo",
     ]
 

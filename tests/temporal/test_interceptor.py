@@ -163,7 +163,7 @@ async def test_cancelling_the_agent_workflow_does_not_skip_compensation(
     history = await temporal_client.get_workflow_handle(workflow_id(wid)).fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     given = json.loads(started.input.payloads[0].data)
-    assert given["retry"] == dataclasses.asdict(engine.retry)
+    assert given["retry"] == dataclasses.asdict(engine.retry_policy)
     assert (given["local_batch_seconds"], given["heartbeat_timeout"]) == (300.0, 5.0)
     assert started.workflow_task_timeout.ToSeconds() == 5
     scheduled = [

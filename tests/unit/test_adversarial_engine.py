@@ -210,7 +210,7 @@ async def test_terminal_escapes_and_bidi_overrides_in_agent_text_cannot_repaint_
     assert first == [
         f"Undo of saga {saga.id} —",
         "  Deal\\x1b[2J\\x1b[HStatus:fully_reversed\\u202e",
-        "Status: cannot_undo (Undone 0 of 1 — 1 needs your attention)",
+        "Status: cannot_undo (0 of 1 taken back · 1 needs your attention)",
     ]
     assert "who: the person who asked the agent (agent\\x1b[8m)" in report.render("text")
 
@@ -253,8 +253,8 @@ async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the
     assert kv.data == {"a": 0, "b": 0}
     assert [m.step_id for m in third.open_manual_actions] == []
     # rule 8: the headline counts what still needs a person, not what was handled
-    assert second.headline == "Undone 0 of 2 — 2 need your attention"
-    assert third.headline == "Undone 1 of 2 — 0 need your attention"
+    assert second.headline == "0 of 2 taken back · 2 need your attention"
+    assert third.headline == "1 of 2 taken back · 1 handled by a person"
     assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
 
 
@@ -653,7 +653,9 @@ async def test_a_crash_among_follow_ups_never_sends_one_twice_nor_reports_it_mad
         "The undo of order.place succeeded, but follow-up(s) it asked for may not have been made: "
     )
     assert manual.what.endswith("Check each one and make it by hand if it is missing.")
-    assert report.headline == "Undone 1 of 1 — 2 leave a trace; 1 needs your attention"
+    assert report.headline == (
+        "1 of 1 taken back (1 compensated, leaving a trace) · 1 needs your attention"
+    )
 
 
 async def test_a_follow_up_in_flight_at_a_crash_is_re_sent_with_its_key_when_its_vendor_dedups(

@@ -50,6 +50,7 @@ EXPORTED = [
     "SagaClosedError",
     "SagaLog",
     "SagaNotFoundError",
+    "SagaStateError",
     "SchemaVersionError",
     "SecretRequest",
     "SqliteLog",

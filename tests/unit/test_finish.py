@@ -3,6 +3,11 @@ continuation finishes it; causes are exact (a call that never reached a vendor i
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
 import amends
 from amends import StepState
 from core_world import CoreWorld
@@ -223,3 +228,268 @@ async def test_an_inverse_with_no_probe_whose_answer_was_lost_is_in_doubt_and_sa
     assert what.startswith("Check whether 'Refund 5000 cents to acme' happened before acting")
     assert "Undo 'Pay 5000 cents to acme' by hand" not in what
     assert [e[0] for e in world.effects].count("bank.refund") == 1  # never sent twice
+
+
+# --- an inverse naming a tool the catalog does not have -------------------------------------
+
+
+async def test_an_inverse_naming_an_unknown_tool_is_a_violation_when_the_step_runs_rest_undoes(
+    engine: amends.Engine, catalog: amends.Catalog, world: CoreWorld
+) -> None:
+    """`call.inverse("files.rm_typo", ...)` (never registered): a contract violation recorded
+    when the step runs (it stands, needs a person at undo). Before: every undo of the saga raised
+    ContractError "... undo it with the catalog that ran it" -- it was that catalog."""
+    files: dict[str, str] = {}
+
+    @catalog.tool("files.write", reversibility="reversible")
+    async def write(call: amends.Call, path: str, text: str) -> None:
+        files[path] = text
+        call.inverse("files.rm_typo", path=path)
+        call.no_drift_check(reason="a scratch file only this agent writes")
+
+    async with engine.saga("files") as saga:
+        await saga.call("files.write", path="/tmp/x", text="hi")
+        await saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+    logged = await engine.log.get_saga(saga.id)
+    assert logged is not None
+    s1 = logged.steps[0]
+    assert (s1.effective, s1.violation) == (
+        "irreversible",
+        "tool 'files.write' recorded inverse 'files.rm_typo' which is not in the catalog; "
+        "register it or record an inverse the catalog has",
+    )
+    preview = await engine.preview(saga.id)
+    assert preview.predicted("s1") is StepState.ACKNOWLEDGED
+    report = await engine.undo(saga.id)
+    assert report.step("s1").state is StepState.ACKNOWLEDGED
+    assert report.step("s1").violation == s1.violation
+    assert report.step("s1").manual_action is not None
+    assert report.step("s2").state is StepState.REVERTED
+    assert world.crm["r1"]["stage"] == "lead"
+    assert files == {"/tmp/x": "hi"}  # it stands; a person is told
+
+
+# --- retry: a failed compensation is tried again after a person fixed the cause --------------
+
+
+def expired_key(world: CoreWorld) -> list[bool]:
+    """The processor refuses refunds while the vendor API key is expired (``fixed`` flips it)."""
+    fixed: list[bool] = []
+
+    def hook() -> None:
+        if not fixed:
+            raise amends.PermanentError("vendor API key expired")
+
+    world.hooks["pay.refund"] = hook
+    return fixed
+
+
+async def test_a_failed_compensation_is_retried_after_the_cause_is_fixed_and_what_it_gated_follows(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Before: undo, resume, and resolve + resume all left the refund failed and the hold in
+    place. Now: retry, in the same reversal, through the drift check; the blocked CRM write
+    follows; the costs add up over both runs."""
+    saga = await close_deal(engine)
+    fixed = expired_key(world)
+    first = await engine.undo(saga.id)
+    assert (first.step("s2").state, first.step("s1").state) == (
+        StepState.FAILED,
+        StepState.BLOCKED,
+    )
+    assert "once its cause is fixed" not in first.render("text")  # the CLI says it, not the report
+    fixed.append(True)  # a person renews the key
+    assert (await engine.undo(saga.id)).to_dict() == first.to_dict()  # undo joins: same report
+    again = await engine.resume(saga.id)  # a continuation never retries a failed step
+    assert again.step("s2").state is StepState.FAILED
+    report = await engine.retry(saga.id, ["s2"], by="ann")
+    assert report.reversal_id == first.reversal_id
+    assert (report.step("s2").state, report.step("s1").state) == (
+        StepState.COMPENSATED,
+        StepState.REVERTED,
+    )
+    assert report.continuations == 2
+    # each run's own figures: the first (probe, refused refund), the continuation (nothing to
+    # try), the retry (probe, refund, then s1's probe and write-back); the total adds them up
+    assert [r["tool_calls"] for r in report.runs] == [2, 0, 4]
+    assert report.tool_calls == 6  # cumulative, never reset to 0
+    assert refunds(world) == 1 and world.charges["ch_1"]["refunded"] == 5000
+    assert world.crm["r1"]["stage"] == "lead"
+    events = [e for e in await engine.log.events(saga.id) if e.step_id == "s2"]
+    assert [e.kind for e in events if e.kind.startswith("compensation.")][-3:] == [
+        "compensation.retry_asked",
+        "compensation.dispatched",
+        "compensation.compensated",
+    ]
+    with pytest.raises(amends.SagaStateError, match="nothing to continue"):
+        await engine.resume(saga.id)
+
+
+async def test_a_retry_goes_through_the_drift_check_again_and_never_refunds_twice(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    saga = await close_deal(engine)
+    fixed = expired_key(world)
+    await engine.undo(saga.id)
+    fixed.append(True)
+    world.charges["ch_1"]["refunded"] = 5000  # meanwhile someone refunded by hand
+    report = await engine.retry(saga.id, ["s2"])
+    assert report.step("s2").state is StepState.DRIFTED
+    assert world.charges["ch_1"]["refunded"] == 5000 and refunds(world) == 0
+
+
+async def test_retry_refuses_a_step_that_did_not_fail_or_was_handled_and_writes_nothing(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    saga = await close_deal(engine)
+    with pytest.raises(amends.SagaStateError, match="no finished reversal"):
+        await engine.retry(saga.id, ["s2"])
+    expired_key(world)
+    await engine.undo(saga.id)
+    rows = await engine.log.events(saga.id)
+    with pytest.raises(amends.SagaStateError, match="'s1' .* is blocked, not failed"):
+        await engine.retry(saga.id, ["s1"])
+    with pytest.raises(amends.ContractError, match="no step 's9'"):
+        await engine.retry(saga.id, ["s9"])
+    with pytest.raises(amends.ConfigError, match="list of step ids"):
+        await engine.retry(saga.id, "s2")
+    await engine.resolve(saga.id, "s2", by="ann", note="refunded by bank transfer")
+    with pytest.raises(amends.SagaStateError, match="was handled by ann"):
+        await engine.retry(saga.id, ["s2"])
+    assert len(await engine.log.events(saga.id)) == len(rows) + 1  # only the resolution
+
+
+async def test_concurrent_retry_requests_join_one_continuation(
+    catalog: amends.Catalog, world: CoreWorld, tmp_path: Any
+) -> None:
+    db = str(tmp_path / "r.db")
+    one, two = amends.Engine(catalog, log=db), amends.Engine(catalog, log=db)
+    saga = await close_deal(one)
+    fixed = expired_key(world)
+    await one.undo(saga.id)
+    fixed.append(True)
+    a, b = await asyncio.gather(one.retry(saga.id, ["s2"]), two.retry(saga.id, ["s2"]))
+    assert a.reversal_id == b.reversal_id and a.continuations == b.continuations == 1
+    assert a.step("s2").state is StepState.COMPENSATED
+    assert refunds(world) == 1
+    await one.close()
+    await two.close()
+
+
+# --- resolve: only a standing effect, who, a note, never erased, withdrawable -----------------
+
+
+async def test_resolve_is_refused_for_a_step_whose_effect_no_longer_stands(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Before: resolve was accepted on a compensated step. Nothing is written now."""
+    saga = await close_deal(engine)
+    report = await engine.undo(saga.id)
+    assert report.step("s2").state is StepState.COMPENSATED
+    before = len(await engine.log.events(saga.id))
+    with pytest.raises(amends.SagaStateError) as err:
+        await engine.resolve(saga.id, "s2", by="ann", note="refunded by hand")
+    assert str(err.value) == (
+        f"step 's2' of saga {saga.id!r} is compensated: its effect no longer stands, so there "
+        f"is nothing a person must handle and nothing to resolve"
+    )
+    with pytest.raises(amends.ConfigError, match="must say what the person did"):
+        await engine.resolve(saga.id, "s1", by="ann", note=" ")
+    fresh = await close_deal(engine)
+    with pytest.raises(amends.SagaStateError, match="undo it first"):
+        await engine.resolve(fresh.id, "s1", by="ann", note="checked")
+    assert len(await engine.log.events(saga.id)) == before
+
+
+async def test_a_second_resolution_keeps_the_first_and_a_withdrawal_reopens_the_action(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Before: a second resolve silently replaced the first, and nothing took one back. The
+    headline counts a resolved standing effect as handled by a person, never "0 need your
+    attention" while the effect stands."""
+    saga = await close_deal(engine)
+    expired_key(world)
+    first = await engine.undo(saga.id)
+    assert first.headline == "0 of 2 taken back · 2 need your attention"
+    ann = await engine.resolve(saga.id, "s2", by="ann", note="refunded by bank transfer")
+    again = await engine.resolve(saga.id, "s2", by="ann", note="refunded by bank transfer")
+    assert again == ann  # the same request again records nothing new
+    bob = await engine.resolve(saga.id, "s2", by="bob", note="confirmed with the bank")
+    assert [(r.by, r.note) for r in bob.earlier] == [("ann", "refunded by bank transfer")]
+    shown = await engine.report(saga.id)
+    assert shown is not None
+    assert shown.headline == "0 of 2 taken back · 1 handled by a person · 1 needs your attention"
+    text = " ".join(shown.render("text").split())
+    assert "handled by bob at " in text and "(earlier: handled by ann at " in text
+    resumed = await engine.resume(saga.id)  # s1 was blocked by s2: unblocked by the resolution
+    assert resumed.step("s1").state is StepState.REVERTED
+    assert resumed.headline == "1 of 2 taken back · 1 handled by a person"
+    back = await engine.withdraw_resolution(saga.id, "s2", by="bob", note="the bank reversed it")
+    assert back.withdrawn and [r.by for r in back.earlier] == ["ann", "bob"]
+    reopened = await engine.report(saga.id)
+    assert reopened is not None and [m.step_id for m in reopened.open_manual_actions] == ["s2"]
+    assert reopened.headline == "1 of 2 taken back · 1 needs your attention"
+    history = [
+        (e.data["by"], e.data.get("withdrawn", False))
+        for e in await engine.log.events(saga.id)
+        if e.kind == "step.resolved"
+    ]
+    assert history == [("ann", False), ("bob", False), ("bob", True)]
+    with pytest.raises(amends.SagaStateError, match="no resolution to withdraw"):
+        await engine.withdraw_resolution(saga.id, "s2", by="bob", note="again")
+
+
+async def test_continuing_adds_up_the_costs_and_keeps_each_runs_own(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Before: `undo --continue` reset the cost line to "0 tool calls · 0 tokens"."""
+    saga = await close_deal(engine)
+    first = await engine.undo(saga.id, budget=amends.Budget(tool_calls=2))
+    assert first.tool_calls == 2 and first.runs == ()
+    report = await engine.resume(saga.id, budget=amends.Budget(tool_calls=10))
+    assert [(r["run"], r["tool_calls"]) for r in report.runs] == [(0, 2), (1, 2)]
+    assert report.tool_calls == 4
+    assert report.seconds >= sum(r["seconds"] for r in report.runs) - 0.002
+    text = " ".join(report.render("text").split())  # the cost line wraps at 80 columns
+    assert "4 tool calls, 0 tokens" in text and "over 2 runs (2 + 2 tool calls)" in text
+
+
+# --- a catalog that lost some of a saga's tools -------------------------------------------
+
+
+def without(catalog: amends.Catalog, name: str) -> amends.Catalog:
+    """``catalog`` as an upgrade left it: ``name`` renamed away."""
+    out = amends.Catalog()
+    for t in catalog:
+        if t.name != name:
+            out.register(
+                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
+                resources=t.resources, timeout=t.timeout, idempotent=t.idempotent,
+            )  # fmt: skip
+    return out
+
+
+async def test_a_catalog_missing_tools_is_refused_unless_asked_then_the_rest_is_undone(
+    engine: amends.Engine, catalog: amends.Catalog, world: CoreWorld
+) -> None:
+    async with engine.saga("two deals") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=5000)
+    upgraded = amends.Engine(without(catalog, "pay.refund"), log=engine.log)
+    with pytest.raises(amends.ContractError, match="allow_missing_tools=True"):
+        await upgraded.undo(saga.id)
+    assert await engine.log.get_reversal(saga_id=saga.id) is None  # nothing written
+    preview = await upgraded.preview(saga.id)
+    assert preview.predicted("s2") is StepState.FAILED
+    report = await upgraded.undo(saga.id, allow_missing_tools=True)
+    assert report.step("s1").state is StepState.REVERTED
+    s2 = report.step("s2")
+    assert s2.state is StepState.FAILED
+    assert s2.detail.startswith(
+        "not attempted: its inverse tool 'pay.refund' is not in this engine's catalog"
+    )
+    assert s2.manual_action is not None and s2.attempts == 0
+    assert world.charges["ch_1"]["refunded"] == 0 and world.crm["r1"]["stage"] == "lead"
+    fixed = await engine.retry(saga.id, ["s2"])  # the tool is back: retry it
+    assert fixed.step("s2").state is StepState.COMPENSATED
+    assert world.charges["ch_1"]["refunded"] == 5000

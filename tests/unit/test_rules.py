@@ -417,7 +417,7 @@ async def test_report_of_a_clean_reversal(engine: amends.Engine, world: CoreWorl
     report = await engine.undo(saga.id)
     d = report.to_dict()
     assert d["status"] == "partially_reversed"
-    assert d["headline"] == "Undone 2 of 2 — 1 leaves a trace"
+    assert d["headline"] == "2 of 2 taken back (1 compensated, leaving a trace)"
     assert [(s["step_id"], s["verb"], s["state"]) for s in d["steps"]] == [
         ("s1", "Revert", "reverted"),
         ("s2", "Compensate", "compensated"),

@@ -183,13 +183,36 @@ class Resolution:
     """What they did or checked, in their words; ``None`` when they gave no note."""
     at: float
     """When it was recorded (epoch seconds)."""
+    withdrawn: bool = False
+    """``True``: this record withdrew the step's resolution (``engine.withdraw_resolution``):
+    the manual action is open again."""
+    earlier: tuple[Resolution, ...] = ()
+    """The step's earlier resolutions and withdrawals, oldest first: a later one never erases
+    them (issue 23)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step_id": self.step_id, "by": self.by, "note": self.note, "at": self.at}
+        out: dict[str, Any] = {
+            "step_id": self.step_id,
+            "by": self.by,
+            "note": self.note,
+            "at": self.at,
+        }
+        if self.withdrawn:
+            out["withdrawn"] = True
+        if self.earlier:
+            out["earlier"] = [r.to_dict() for r in self.earlier]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Resolution:
-        return cls(str(data["step_id"]), str(data["by"]), data.get("note"), float(data["at"]))
+        return cls(
+            str(data["step_id"]),
+            str(data["by"]),
+            data.get("note"),
+            float(data["at"]),
+            bool(data.get("withdrawn", False)),
+            tuple(Resolution.from_dict(r) for r in data.get("earlier") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -651,9 +674,17 @@ class SagaLog(ABC):
 
     @abstractmethod
     async def resolve_step(
-        self, saga_id: str, step_id: str, *, by: str, note: str | None, now: float
+        self,
+        saga_id: str,
+        step_id: str,
+        *,
+        by: str,
+        note: str | None,
+        now: float,
+        withdrawn: bool = False,
     ) -> Resolution:
-        """Record that a person handled ``step_id``'s manual action; event ``step.resolved``.
+        """Record that a person handled ``step_id``'s manual action (or, ``withdrawn``, that
+        they withdrew that); event ``step.resolved``. Earlier records stay (issue 23).
 
         Raises:
             SagaNotFoundError: No saga ``saga_id`` in this log.

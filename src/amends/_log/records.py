@@ -209,28 +209,48 @@ def fold_steps(
     """The saga's steps (in ``seq`` order) and resolutions, from its records in log order.
 
     Only the records that make the current state are decoded (once each): a step's intent, its
-    latest finish record and its latest resolution; the rest are skipped undecoded.
+    latest finish record and its resolutions; superseded finish records stay undecoded.
     """
     intents: dict[str, tuple[str, float, bool]] = {}
     finishes: dict[str, tuple[str, float]] = {}
-    resolved: dict[str, tuple[str, float]] = {}
+    resolved: dict[str, list[tuple[str, float]]] = {}
     for _rid, step_id, _rev, kind, phase, at, text in rows:
         if phase == INTENT:
             intents[step_id] = (text, at, kind == "step.cancelled")
         elif phase == FINISH:
             finishes[step_id] = (text, at)  # the latest wins; superseded ones stay undecoded
         elif phase == RESOLVED:
-            resolved[step_id] = (text, at)
-    resolutions: dict[str, Resolution] = {}
-    for step_id, (text, at) in resolved.items():
-        body = _DECODER.decode(text)
-        resolutions[step_id] = Resolution(step_id, body["by"], body.get("note"), at)
+            resolved.setdefault(step_id, []).append((text, at))
+    resolutions = _resolutions(resolved)
     steps = [
         _step(saga_id, step_id, intent, finishes.get(step_id, ("{}", None)))
         for step_id, intent in intents.items()
     ]
     steps.sort(key=lambda s: s.seq)
     return tuple(steps), resolutions
+
+
+def _resolutions(resolved: Mapping[str, list[tuple[str, float]]]) -> dict[str, Resolution]:
+    """Each step's current resolution, with the earlier ones (issue 23: a later resolution never
+    erases one); none for a step whose latest record withdrew it."""
+    out: dict[str, Resolution] = {}
+    for step_id, recs in resolved.items():
+        chain: list[Resolution] = []
+        for text, at in recs:
+            body = _DECODER.decode(text)
+            chain.append(
+                Resolution(
+                    step_id,
+                    body["by"],
+                    body.get("note"),
+                    at,
+                    bool(body.get("withdrawn")),
+                    tuple(chain),
+                )
+            )
+        if not chain[-1].withdrawn:
+            out[step_id] = chain[-1]
+    return out
 
 
 def _step(

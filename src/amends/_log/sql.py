@@ -590,15 +590,25 @@ class SqlSagaLog(AdminQueries, SagaLog):
         )
 
     async def resolve_step(
-        self, saga_id: str, step_id: str, *, by: str, note: str | None, now: float
+        self,
+        saga_id: str,
+        step_id: str,
+        *,
+        by: str,
+        note: str | None,
+        now: float,
+        withdrawn: bool = False,
     ) -> Resolution:
         if not isinstance(by, str) or not by.strip():
             raise ConfigError(
                 f"by={by!r} does not say who handled step {step_id!r}; pass a name or an id, "
                 f"e.g. by='alice@example.com'"
             )
-        resolution = Resolution(step_id, by, note, now)
-        text = dumps({"by": by, "note": note})
+        resolution = Resolution(step_id, by, note, now, withdrawn)
+        body: dict[str, Any] = {"by": by, "note": note}
+        if withdrawn:
+            body["withdrawn"] = True
+        text = dumps(body)
         key = self.signing_key
 
         def fn(tx: Tx) -> Resolution:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from .._calls import idempotency_key
-from .._contracts import NOTHING, FollowUp, Residue, same_value
+from .._contracts import NOTHING, Call, FollowUp, Residue, same_value
 from .._log.base import CompensationRecord
 from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
@@ -51,6 +51,8 @@ class Compensator:
             return await self._after_return(p, prior, key)
         resent = False
         paid_at: int | None = None
+        if p.inverse.tool not in self.caller.catalog:
+            return await self._no_tool(p, in_flight)
         try:
             if in_flight:
                 if await self._landed_before(p, counter):
@@ -84,8 +86,22 @@ class Compensator:
             return await self.recorder.stopped(
                 p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
             )
+        return await self._returned(p, call, counter[0], key)
+
+    async def _no_tool(self, p: PlannedStep, in_flight: bool) -> StepOutcome:
+        """The inverse's tool is not in this catalog (``allow_missing_tools``): not attempted."""
+        assert p.inverse is not None
+        if in_flight:  # rule 5: the earlier attempt may have landed; nothing can check it
+            detail = f"an earlier attempt was in flight at a crash; {_missing(p.inverse.tool)}"
+            return await self.recorder.stopped(p, StepState.IN_DOUBT, detail, in_flight=True)
+        return await self.recorder.stopped(p, StepState.FAILED, _missing(p.inverse.tool))
+
+    async def _returned(self, p: PlannedStep, call: Call, attempts: int, key: str) -> StepOutcome:
+        """The inverse returned: its follow-ups, then the step's outcome."""
+        assert p.inverse is not None
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or self.expected(p)
+        counter = [attempts]
         if call.recorded_follow_ups:
             # rule 5: the inverse has acted; log that (and what it asked for) before the
             # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
@@ -331,6 +347,14 @@ class Compensator:
             f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
             f"needs review",
         )
+
+
+def _missing(tool: str) -> str:
+    return (
+        f"not attempted: its inverse tool {tool!r} is not in this engine's catalog (renamed or "
+        f"removed since the saga ran?); undo it by hand, or bring the tool back and retry this "
+        f"step (engine.retry, amends undo SAGA --retry STEP)"
+    )
 
 
 def _unchecked(why: Unchecked) -> str:

@@ -242,7 +242,11 @@ def _warn(text: str) -> None:
 
 
 def catalog_for_saga(
-    allowed: dict[str, Loader], saga: SagaRecord, *, continuing: bool = False
+    allowed: dict[str, Loader],
+    saga: SagaRecord,
+    *,
+    continuing: bool = False,
+    allow_missing: bool = False,
 ) -> Catalog:
     """The catalog to undo ``saga`` with: one the operator allowed, selected by what the saga
     recorded (:func:`amends._catalog_ref.choose_catalog`); never the sandbox's for a saga it did
@@ -256,7 +260,7 @@ def catalog_for_saga(
     if not allowed and _finished(saga) and not continuing:
         return Catalog()  # undo only joins the finished reversal: no tool is called
     name, catalog = choose_catalog(saga.meta, allowed, saga_id=saga.saga_id, warn=_warn)
-    check_tools(catalog, saga, name, continuing=continuing)
+    check_tools(catalog, saga, name, continuing=continuing, allow_missing=allow_missing)
     return catalog
 
 
@@ -265,16 +269,28 @@ def _finished(saga: SagaRecord) -> bool:
 
 
 def check_tools(
-    catalog: Catalog, saga: SagaRecord, where: str, *, continuing: bool = False
+    catalog: Catalog,
+    saga: SagaRecord,
+    where: str,
+    *,
+    continuing: bool = False,
+    allow_missing: bool = False,
 ) -> None:
-    """Refuse a catalog that lacks a tool the saga's undo needs."""
+    """Refuse a catalog that lacks a tool the saga's undo needs (unless ``allow_missing``: the
+    missing tools' steps are then left to a person)."""
     if _finished(saga) and not continuing:
         return  # undo only joins the finished reversal: no tool is called
     missing = [t for t in needed_tools(saga.steps) if t not in catalog]
-    if missing:
+    if missing and allow_missing:
+        sys.stderr.write(
+            f"amends: warning: catalog {safe(where)} lacks {safe(', '.join(missing))}; the "
+            f"steps needing them are left to a person (--allow-missing-tools)\n"
+        )
+    elif missing:
         raise ConfigError(
             f"saga {saga.saga_id} needs tool(s) {', '.join(missing)}, missing from catalog "
-            f"{where}; nothing was done. Pass the catalog that ran the saga with --catalog",
+            f"{where}; nothing was done. Pass the catalog that ran the saga with --catalog, or "
+            f"undo the rest with --allow-missing-tools (their steps are left to a person)",
             saga_id=saga.saga_id,
         )
 
@@ -326,7 +342,14 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
         console,
         f"{markup(report.title or '')} · saga {markup(report.saga_id)} · reversal "
         f"{markup(report.reversal_id)} · {report.tool_calls} tool calls · {report.tokens} tokens"
-        f" · {report.seconds:.2f}s",
+        f" · {report.seconds:.2f}s"
+        + (
+            f" · over {len(report.runs)} runs ("
+            + " + ".join(str(int(r["tool_calls"])) for r in report.runs)
+            + " tool calls)"
+            if len(report.runs) > 1
+            else ""
+        ),
         indent=0,
     )
     console.print("[bold]Steps[/bold]")
@@ -360,24 +383,28 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
             if m.draft:
                 draft = escape(safe(m.draft, keep_newlines=True))  # paragraphs stay
                 print_item(console, f"draft: {draft}", indent=4)
-            res = report.handled(m.step_id)
-            if res is not None:
-                when = dt.datetime.fromtimestamp(float(res["at"]), dt.UTC).strftime(
-                    "%Y-%m-%d %H:%M"
-                )
-                note = f": {res['note']}" if res.get("note") else ""
-                print_item(
-                    console,
-                    f"[green]handled[/green] by {markup(res['by'])} at {when}Z{markup(note)}",
-                    indent=4,
-                )
-            else:
-                print_item(
-                    console,
-                    f"open — when done: amends resolve {markup(report.saga_id)} "
-                    f"{markup(m.step_id)} --by NAME",
-                    indent=4,
-                )
+            _print_handled(console, report, m.step_id)
+
+
+def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
+    """A manual action open or handled (who, when, note; the earlier resolutions too), and
+    what to run next (issue 23)."""
+    res = report.handled(step_id)
+    if res is None:
+        hint = (
+            f"open — when done: amends resolve {markup(report.saga_id)} {markup(step_id)} "
+            f"--note 'what you did'"
+        )
+        if report.step(step_id).state.value == "failed":
+            hint += f"; once its cause is fixed: amends undo {markup(report.saga_id)} --retry "
+            hint += markup(step_id)
+        print_item(console, hint, indent=4)
+        return
+    for r in [*res.get("earlier", ()), res]:
+        when = dt.datetime.fromtimestamp(float(r["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M")
+        note = f": {r['note']}" if r.get("note") else ""
+        verb = "[yellow]withdrawn[/yellow]" if r.get("withdrawn") else "[green]handled[/green]"
+        print_item(console, f"{verb} by {markup(r['by'])} at {when}Z{markup(note)}", indent=4)
 
 
 def print_item(console: Console, text: str, indent: int = 2) -> None:

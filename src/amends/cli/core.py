@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import getpass
 import math
+import os
 from typing import Any
 
 from rich.console import Console
@@ -19,7 +21,7 @@ from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
 from .._contracts import Catalog
 from .._describe import sentence
 from .._engine import Engine
-from .._errors import ConfigError, SagaNotFoundError
+from .._errors import ConfigError, SagaNotFoundError, SagaStateError
 from .._log.base import Event, SagaLog, SagaRecord
 from .._report import Outcome, UndoReport
 from .._reversal import current_report
@@ -93,7 +95,21 @@ def register(sub: Any) -> None:
         dest="continue_",
         action="store_true",
         help="continue a reversal that stopped short (budget spent, a step resolved) with the "
-        "new budget (rule 6)",
+        "new budget (rule 6); exits 2 when nothing is left to continue",
+    )
+    undo.add_argument(
+        "--retry",
+        metavar="STEP",
+        action="append",
+        default=[],
+        help="try a failed compensation again after its cause was fixed, through the drift "
+        "check (repeatable, or a comma list); the steps it gated follow, in the same reversal",
+    )
+    undo.add_argument(
+        "--allow-missing-tools",
+        action="store_true",
+        help="undo with a catalog that lacks some of the saga's tools (renamed in an "
+        "upgrade): the rest is undone, each missing tool's steps are left to a person",
     )
     undo.add_argument(
         "--dry-run",
@@ -106,13 +122,21 @@ def register(sub: Any) -> None:
 
     resolve = sub.add_parser(
         "resolve",
-        help="record that a person handled a step's manual action (then `undo --continue`)",
+        help="record that a person handled a step's manual action (its effect still stands; "
+        "then `undo --continue`), or withdraw that with --withdraw",
     )
     resolve.add_argument("saga_id")
     resolve.add_argument("step_id")
     add_db_argument(resolve)
-    resolve.add_argument("--by", required=True, help="who handled it")
-    resolve.add_argument("--note", help="what they did or checked")
+    resolve.add_argument(
+        "--by", help="who handled it (default: the operating-system user running amends)"
+    )
+    resolve.add_argument("--note", required=True, help="what they did or checked (required)")
+    resolve.add_argument(
+        "--withdraw",
+        action="store_true",
+        help="withdraw the step's resolution (it was not handled after all); --note says why",
+    )
     resolve.add_argument("--json", action="store_true", help="print JSON")
     resolve.set_defaults(handler=_resolve)
 
@@ -304,30 +328,13 @@ def _undo(args: argparse.Namespace) -> int:
     budget = Budget(
         tool_calls=args.budget_tool_calls, tokens=args.budget_tokens, seconds=args.budget_seconds
     )
-    if args.continue_ and args.dry_run:
-        raise ConfigError("--continue and --dry-run exclude each other; give one of them")
+    retry = [s.strip() for item in args.retry for s in item.split(",") if s.strip()]
+    modes = [m for m, on in (("--continue", args.continue_), ("--dry-run", args.dry_run),
+                             ("--retry", bool(retry))) if on]  # fmt: skip
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)} exclude each other; give one of them")
     configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
-
-    async def go() -> Any:
-        log = open_existing_log(args.db)
-        try:
-            saga = await _get(log, args.saga_id)
-            allowed = allowed_catalogs(args.catalog, args.db)
-            catalog = catalog_for_saga(allowed, saga, continuing=args.continue_)
-        except BaseException:
-            await log.close()
-            raise
-        engine = Engine(catalog, log=log)
-        try:
-            if args.dry_run:
-                return await engine.preview(args.saga_id)
-            if args.continue_:
-                return await engine.resume(args.saga_id, budget=budget)
-            return await engine.undo(args.saga_id, budget=budget)
-        finally:
-            await engine.close()
-
-    result = run_async(go())
+    result = run_async(_undo_async(args, budget, retry))
     if not isinstance(result, UndoReport):  # the preview
         data = result.to_dict()
         if args.json:
@@ -340,6 +347,46 @@ def _undo(args: argparse.Namespace) -> int:
     else:
         print_report(result)
     return 1 if result.status == Outcome.CANNOT_UNDO else 0
+
+
+async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]) -> Any:
+    log = open_existing_log(args.db)
+    try:
+        saga = await _get(log, args.saga_id)
+        if (args.continue_ or retry) and saga.reversal is None:
+            # as the HTTP API's 409 nothing_to_continue: say so, run nothing
+            raise SagaStateError(
+                f"nothing to {'continue' if args.continue_ else 'retry'}: saga "
+                f"{saga.saga_id} has no reversal yet; undo it first: amends undo {saga.saga_id}",
+                saga_id=saga.saga_id,
+            )
+        catalog = catalog_for_saga(
+            allowed_catalogs(args.catalog, args.db), saga,
+            continuing=args.continue_ or bool(retry), allow_missing=args.allow_missing_tools,
+        )  # fmt: skip
+    except BaseException:
+        await log.close()
+        raise
+    engine = Engine(catalog, log=log)
+    allow = args.allow_missing_tools
+    try:
+        if args.dry_run:
+            return await engine.preview(args.saga_id, budget=budget)
+        if retry:
+            return await engine.retry(args.saga_id, retry, budget=budget, by=_os_user())
+        if args.continue_:
+            return await engine.resume(args.saga_id, budget=budget, allow_missing_tools=allow)
+        return await engine.undo(args.saga_id, budget=budget, allow_missing_tools=allow)
+    finally:
+        await engine.close()
+
+
+def _os_user() -> str:
+    """Who runs this command: the CLI's identity is the operating-system user (rule 12)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name (a container without /etc/passwd entry)
+        return f"uid {os.getuid()}"
 
 
 _GROUPS = (
@@ -409,25 +456,29 @@ def _print_preview(data: dict[str, Any]) -> None:
 
 
 def _resolve(args: argparse.Namespace) -> int:
+    by = args.by if args.by is not None else _os_user()
+
     async def go() -> Any:
         log = open_existing_log(args.db)
         # resolve() calls no tool: an empty catalog suffices, whatever ran the saga.
         engine = Engine(Catalog(), log=log)
         try:
-            saga = await _get(log, args.saga_id)
-            if args.step_id not in {s.step_id for s in saga.steps}:
-                raise ConfigError(
-                    f"saga {saga.saga_id} has no step {args.step_id!r}; its steps: "
-                    f"{', '.join(s.step_id for s in saga.steps)}",
-                    saga_id=saga.saga_id,
+            if args.withdraw:
+                return await engine.withdraw_resolution(
+                    args.saga_id, args.step_id, by=by, note=args.note
                 )
-            return await engine.resolve(args.saga_id, args.step_id, by=args.by, note=args.note)
+            return await engine.resolve(args.saga_id, args.step_id, by=by, note=args.note)
         finally:
             await engine.close()
 
     res = run_async(go())
     if args.json:
         print_json(res.to_dict())
+    elif res.withdrawn:
+        Console().print(
+            f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: resolution withdrawn "
+            f"by {markup(res.by)}; its manual action is open again"
+        )
     else:
         Console().print(
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "

@@ -162,18 +162,22 @@ class WaitsForInFlightEngine(Engine):
     """Waits for every step still running forward before undoing, however long it takes: the
     seconds budget no longer bounds waiting for an in-flight step (rule 7)."""
 
-    async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
+    async def undo(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
         live = self.live_sagas.get(saga_id)
         if live is not None:
             await live.settle()
-        return await super().undo(saga_id, budget=budget)
+        return await super().undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools)
 
 
 class UncheckedReportEngine(Engine):
     """Reports "reverted" without checking: every step that still stands is claimed undone."""
 
-    async def undo(self, saga_id: str, *, budget: Budget | None = None) -> UndoReport:
-        report = await super().undo(saga_id, budget=budget)
+    async def undo(
+        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+    ) -> UndoReport:
+        report = await super().undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools)
         steps = tuple(
             s
             if s.state in NEUTRALISED or s.verb is None

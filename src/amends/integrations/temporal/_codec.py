@@ -83,7 +83,9 @@ def saga_from_dict(d: Mapping[str, Any]) -> SagaRecord:
         "reversal": None if rev is None else reversal_from_dict(rev),
     }
     if "resolutions" in fields:
-        out["resolutions"] = {k: Resolution(**v) for k, v in (d.get("resolutions") or {}).items()}
+        out["resolutions"] = {
+            k: Resolution.from_dict(v) for k, v in (d.get("resolutions") or {}).items()
+        }
     return SagaRecord(**out)
 
 

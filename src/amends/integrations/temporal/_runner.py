@@ -167,7 +167,7 @@ def reversal_settings(
     """The :class:`ReversalInput` fields every reversal workflow gets from its engine and timing,
     whoever starts it (:class:`TemporalRunner` or :class:`AmendsInterceptor`)."""
     return {
-        "retry": dataclasses.asdict(engine.retry),
+        "retry": dataclasses.asdict(engine.retry_policy),
         "heartbeat_timeout": float(heartbeat_timeout),
         "lease_seconds": float(lease_seconds),
         "poll_interval": max(engine.poll_interval, 0.05),

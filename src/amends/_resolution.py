@@ -1,0 +1,149 @@
+"""What a person records about a reversal's steps, and what they may ask of it (rules 6, 8, 12).
+
+A resolution says a person handled a manual action by hand; it applies only to a step whose
+effect still stands, needs a note, names who made it, never erases an earlier one, and can be
+withdrawn. A retry asks for a failed compensation to be tried again (after a person fixed its
+cause); a continuation attempts what a reversal has not attempted yet. This module decides whether
+such a request fits the saga's state now, in words a person can act on; it calls no tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._errors import ConfigError, ContractError, SagaStateError
+from ._log.base import CompensationRecord, ReversalRecord, SagaRecord
+from ._report import NEUTRALISED, STANDING, StepState, UndoReport
+
+__all__ = [
+    "RETRY",
+    "check_who_and_note",
+    "continuable",
+    "outcome_of",
+    "resolvable",
+    "retryable",
+]
+
+RETRY = "retry"
+"""A compensation record's state after a person asked to retry a failed step: the next
+continuation attempts it again, through the drift check (never a state a report shows)."""
+
+
+def check_who_and_note(by: object, note: object, what: str = "resolve") -> tuple[str, str]:
+    """``by`` and ``note`` stripped, or :class:`ConfigError` naming what is missing."""
+    if not isinstance(by, str) or not by.strip():
+        raise ConfigError(
+            f"{what}(by=...) must name who handled the manual action, got {by!r}; e.g. "
+            f"by='ann@example.com' (the identity your application authenticated)"
+        )
+    if not isinstance(note, str) or not note.strip():
+        raise ConfigError(
+            f"{what}(note=...) must say what the person did or checked, got {note!r}; e.g. "
+            f"note='refunded by bank transfer, ref 8812'"
+        )
+    return by.strip(), note.strip()
+
+
+def _known(saga: SagaRecord, step_id: str) -> None:
+    ids = [s.step_id for s in saga.steps]
+    if step_id not in ids:
+        raise ContractError(
+            f"saga {saga.saga_id!r} has no step {step_id!r}; its steps are "
+            f"{', '.join(ids) or '(none)'} (`amends show {saga.saga_id}` lists them)",
+            saga_id=saga.saga_id,
+            step_id=step_id,
+        )
+
+
+def outcome_of(
+    saga: SagaRecord, comps: dict[str, CompensationRecord], step_id: str
+) -> StepState | None:
+    """The outcome the saga's reversal gave ``step_id`` as things stand: its report's state
+    once the reversal finished (a continuation's record when newer), else a final record of
+    the running one; ``None`` while it has none."""
+    rec = comps.get(step_id)
+    if rec is not None and rec.state in _STATES:
+        return StepState(rec.state)
+    rev = saga.reversal
+    if rev is not None and rev.report is not None and rev.state == "done":
+        for s in rev.report.get("steps", ()):
+            if s.get("step_id") == step_id:
+                return StepState(s["state"])
+    return None
+
+
+_STATES = frozenset(s.value for s in StepState)
+
+
+def resolvable(saga: SagaRecord, comps: dict[str, CompensationRecord], step_id: str) -> None:
+    """Raise unless ``step_id``'s effect still stands (rule 8: only then is there a manual
+    action a person can have handled)."""
+    _known(saga, step_id)
+    state = outcome_of(saga, comps, step_id)
+    if state is None:
+        raise SagaStateError(
+            f"step {step_id!r} of saga {saga.saga_id!r} has no outcome to resolve yet: "
+            f"{'undo it first' if saga.reversal is None else 'its reversal is still running'}"
+            f" (`amends undo {saga.saga_id}`); a manual action exists only for an effect undo "
+            f"left standing",
+            saga_id=saga.saga_id,
+            step_id=step_id,
+        )
+    if state in NEUTRALISED:
+        raise SagaStateError(
+            f"step {step_id!r} of saga {saga.saga_id!r} is {state.value}: its effect no longer "
+            f"stands, so there is nothing a person must handle and nothing to resolve",
+            saga_id=saga.saga_id,
+            step_id=step_id,
+        )
+
+
+def retryable(
+    saga: SagaRecord, comps: dict[str, CompensationRecord], step_ids: Sequence[str]
+) -> list[str]:
+    """The steps to retry, checked: each known, ``failed`` (an inverse that verifiably did not
+    take effect: trying it again is no second effect), and not handled by a person since."""
+    if isinstance(step_ids, str) or not step_ids:
+        raise ConfigError(
+            f"retry needs a list of step ids, got {step_ids!r}; e.g. retry(saga_id, ['s2'])"
+        )
+    if saga.reversal is None or saga.reversal.state != "done":
+        raise SagaStateError(
+            f"saga {saga.saga_id!r} has no finished reversal, so no failed compensation to "
+            f"retry; {'undo it first' if saga.reversal is None else 'wait for it to finish'}",
+            saga_id=saga.saga_id,
+        )
+    out: list[str] = []
+    for step_id in dict.fromkeys(step_ids):
+        _known(saga, step_id)
+        state = outcome_of(saga, comps, step_id)
+        if state is not StepState.FAILED:
+            raise SagaStateError(
+                f"step {step_id!r} of saga {saga.saga_id!r} is "
+                f"{state.value if state else 'not undone yet'}, not failed: only a failed "
+                f"compensation is retried (a blocked or over-budget one: continue the reversal; "
+                f"an in-doubt one may have acted: check it by hand)",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
+        res = saga.resolutions.get(step_id)
+        if res is not None:
+            raise SagaStateError(
+                f"step {step_id!r} of saga {saga.saga_id!r} was handled by {res.by} "
+                f"({res.note}); retrying it could undo it twice. Withdraw the resolution first "
+                f"if it was not handled after all",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
+        out.append(step_id)
+    return out
+
+
+def continuable(rev: ReversalRecord | None) -> list[str]:
+    """The steps a continuation of the finished reversal ``rev`` would attempt: over budget,
+    blocked (now perhaps unblocked), asked to be retried (rule 6)."""
+    if rev is None or rev.report is None:
+        return []
+    steps = UndoReport.from_dict(rev.report).steps
+    again = {StepState.OVER_BUDGET, StepState.BLOCKED}
+    return [s.step_id for s in steps if s.state in again and s.state in STANDING]
