@@ -346,11 +346,15 @@ class Engine:
             self._check_catalog(saga)
         await self._check_history(saga_id)
         await self._check_continuable(saga)
+        rev = await self.log.get_reversal(saga_id=saga_id)
+        return await self._continue(saga_id, budget, rev.continuations if rev else None)
+
+    async def _continue(self, saga_id: str, budget: Budget, seen: int | None) -> UndoReport:
+        """Claim a continuation, or join the one someone started after ``seen`` continuations
+        (rule 6: concurrent requests, here or elsewhere, join one)."""
         if self.runner is not None:  # issue 16: continued where reversals run (rule 6)
             with remote_reversal(saga_id, await self.log.get_saga(saga_id)) as done:  # issue 28
                 return await self._current(done(await self.runner.resume(self, saga_id, budget)))
-        rev = await self.log.get_reversal(saga_id=saga_id)
-        seen = rev.continuations if rev is not None else None
 
         async def claim() -> Claim:
             return await self.log.continue_reversal(
@@ -379,12 +383,15 @@ class Engine:
         Raises:
             SagaNotFoundError: No such saga in the log.
         """
-        rev = (await self._saga_or_raise(saga_id)).reversal
+        saga = await self._saga_or_raise(saga_id)
+        rev = saga.reversal
         if rev is None or rev.state != "done":
             return []
         comps = await self.log.get_compensations(rev.reversal_id)
         asked = [k for k, c in comps.items() if c.state == RETRY]
-        return list(dict.fromkeys([*continuable(rev), *asked]))
+        waits = {p.step_id: p.waits_for for p in self.planner(saga, self.catalog).steps}
+        resolved = current_resolutions(saga.resolutions, comps)
+        return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked]))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something
@@ -394,8 +401,9 @@ class Engine:
             return
         raise SagaStateError(
             f"nothing to continue: saga {saga.saga_id!r}'s reversal {rev.reversal_id} finished "
-            f"with no step over budget, blocked or asked to be retried; a failed step can be "
-            f"retried once its cause is fixed (amends undo {saga.saga_id} --retry STEP)",
+            f"with no step over budget, none blocked by a step undone or resolved since, none "
+            f"asked to be retried; a failed step can be retried once its cause is fixed (amends "
+            f"undo {saga.saga_id} --retry STEP), or resolved by a person",
             saga_id=saga.saga_id,
         )
 
@@ -406,6 +414,7 @@ class Engine:
         *,
         budget: Budget | None = None,
         by: str | None = None,
+        allow_missing_tools: bool = False,
     ) -> UndoReport:
         """Try failed compensations again, after a person fixed their cause (a vendor API key
         renewed, a tool brought back): a continuation of the same reversal (rule 6) in which
@@ -419,6 +428,8 @@ class Engine:
             step_ids: The failed steps to try again.
             budget: Caps on the continuation (default ``Budget()``).
             by: Who asked (kept in the history).
+            allow_missing_tools: As for :meth:`undo` (a step whose tool is still missing fails
+                again, not attempted).
 
         Raises:
             SagaNotFoundError: No such saga in the log.
@@ -434,17 +445,22 @@ class Engine:
         comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
         steps = retryable(saga, comps, step_ids)
         assert rev is not None
-        for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
-            await self.log.record_compensation(
-                CompensationWrite(
-                    rev.reversal_id, rev.generation, step_id, state=RETRY,
-                    attempts=comps[step_id].attempts if step_id in comps else 0,
-                    detail=f"retry asked{f' by {by}' if by else ''}", data={"by": by},
-                    calls_spent=0, tokens_spent=0, event="compensation.retry_asked",
-                    now=time.time(),
-                )
-            )  # fmt: skip
-        return await self.resume(saga_id, budget=budget)
+        if not allow_missing_tools:
+            self._check_catalog(saga)  # before anything is written
+        try:
+            for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
+                await self.log.record_compensation(
+                    CompensationWrite(
+                        rev.reversal_id, rev.generation, step_id, state=RETRY,
+                        attempts=comps[step_id].attempts if step_id in comps else 0,
+                        detail=f"retry asked{f' by {by}' if by else ''}", data={"by": by},
+                        calls_spent=0, tokens_spent=0, event="compensation.retry_asked",
+                        now=time.time(),
+                    )
+                )  # fmt: skip
+        except LeaseLostError:
+            pass  # a continuation started meanwhile (another retry): join it, never run twice
+        return await self._continue(saga_id, budget, rev.continuations)
 
     def retry_sync(
         self,
@@ -453,9 +469,14 @@ class Engine:
         *,
         budget: Budget | None = None,
         by: str | None = None,
+        allow_missing_tools: bool = False,
     ) -> UndoReport:
         """:meth:`retry` for synchronous callers."""
-        return run(self.retry(saga_id, step_ids, budget=budget, by=by))
+        return run(
+            self.retry(
+                saga_id, step_ids, budget=budget, by=by, allow_missing_tools=allow_missing_tools
+            )
+        )
 
     async def resolve(
         self, saga_id: str, step_id: str, *, by: str, note: str | None = None

@@ -9,11 +9,11 @@ such a request fits the saga's state now, in words a person can act on; it calls
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ._errors import ConfigError, ContractError, SagaStateError
 from ._log.base import CompensationRecord, ReversalRecord, SagaRecord
-from ._report import NEUTRALISED, STANDING, StepState, UndoReport
+from ._report import NEUTRALISED, StepState, UndoReport
 
 __all__ = [
     "RETRY",
@@ -139,11 +139,26 @@ def retryable(
     return out
 
 
-def continuable(rev: ReversalRecord | None) -> list[str]:
-    """The steps a continuation of the finished reversal ``rev`` would attempt: over budget,
-    blocked (now perhaps unblocked), asked to be retried (rule 6)."""
+def continuable(
+    rev: ReversalRecord | None,
+    waits_for: Mapping[str, Sequence[str]],
+    resolved: Collection[str],
+) -> list[str]:
+    """The steps a continuation of the finished reversal ``rev`` would attempt (rule 6): over
+    budget, and blocked ones whose every step to wait for is now undone or resolved by a person
+    (``waits_for``: the plan's; ``resolved``: steps with a current resolution). A step blocked
+    behind a failure nobody handled would only be blocked again: not counted."""
     if rev is None or rev.report is None:
         return []
     steps = UndoReport.from_dict(rev.report).steps
-    again = {StepState.OVER_BUDGET, StepState.BLOCKED}
-    return [s.step_id for s in steps if s.state in again and s.state in STANDING]
+    state = {s.step_id: s.state for s in steps}
+
+    def clear(dep: str) -> bool:
+        return state.get(dep) in NEUTRALISED or dep in resolved
+
+    return [
+        s.step_id
+        for s in steps
+        if s.state is StepState.OVER_BUDGET
+        or (s.state is StepState.BLOCKED and all(clear(d) for d in waits_for.get(s.step_id, ())))
+    ]

@@ -141,7 +141,9 @@ async def test_eight_concurrent_undos_get_one_reversal(live: Live) -> None:
         report = done.json()["report"]
         assert report["reversal_id"] == rev_id
         assert report["status"] == "cannot_undo"
-        assert report["headline"] == "Undone 2 of 3 — 1 needs your attention"
+        assert report["headline"] == (
+            "2 of 3 taken back (1 compensated, leaving a trace) · 1 needs your attention"
+        )
         got = await client.get(f"/reversals/{rev_id}")
         assert got.json()["report"] == report
     refunds = [e for e in live.world.effects if e[0] == "pay.refund"]

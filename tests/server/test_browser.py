@@ -91,7 +91,9 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     page.locator("li.planned .state").first.wait_for()  # the preview turned into progress
     headline = page.locator("#headline")
     headline.wait_for()
-    assert headline.inner_text() == "Undone 2 of 3 — 1 needs your attention"
+    assert headline.inner_text() == (
+        "2 of 3 taken back (1 compensated, leaving a trace) · 1 needs your attention"
+    )
     assert page.evaluate("document.activeElement.id") == "headline"
     undo_posts = [u for u in posts if u.endswith("/undo")]
     assert len(undo_posts) == 2
@@ -127,7 +129,9 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     assert live.world.crm["r1"]["stage"] == "lead"
 
     page.reload()  # the finished outcome is rendered by the server, and no Undo button remains
-    assert page.locator("#headline").inner_text() == "Undone 2 of 3 — 1 needs your attention"
+    assert page.locator("#headline").inner_text() == (
+        "2 of 3 taken back (1 compensated, leaving a trace) · 1 needs your attention"
+    )
     assert page.get_by_role("button", name="Take it back").count() == 0
     history = page.locator(".history-list").inner_text()
     # issue 21.14: the second click joined the reversal the first started; it records nothing
@@ -269,8 +273,10 @@ def test_continue_and_mark_handled_on_the_page(browser: Any, live: Live) -> None
     assert live.world.crm["r2"]["stage"] == "lead"
     assert live.world.charges["ch_2"]["refunded"] == 5000
 
-    page.locator("button.resolve").first.click()
-    page.locator(".resolve-status").filter(has_text="Handled by token tok_").wait_for()
+    page.locator("button.resolve").first.click()  # issue 23: it asks for a note first
+    page.locator("textarea.note").first.fill("sent the draft")
+    page.get_by_role("button", name="Confirm: mark handled as token tok_").first.click()
+    page.locator(".handled").filter(has_text="Handled by token tok_").wait_for()
     page.reload()
     assert "Handled by token tok_" in page.locator(".handled").first.inner_text()
     body = httpx.get(f"{live.url}/sagas/{sid}", headers=live.auth()).json()

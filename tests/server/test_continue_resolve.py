@@ -172,3 +172,126 @@ def test_the_saga_page_probes_each_expectation_once_and_dispatches_nothing_else(
     assert sorted(tool for tool, _, _ in made) == ["crm.read_field", "pay.get_charge"]
     assert {phase for _, phase, _ in made} == {"probe"}
     assert "Checked: the world still shows the agent" in page.text
+
+
+# --- issue 23: every reversal can be finished over HTTP --------------------------------------
+
+
+def _states(body: dict[str, object]) -> dict[str, str]:
+    return {s["tool"]: s["state"] for s in body["report"]["steps"]}  # type: ignore[index]
+
+
+def _wait_continued(ctx: Ctx, rev_id: str, n: int) -> dict[str, object]:
+    deadline = time.monotonic() + 20
+    while True:
+        done = ctx.client.get(f"/reversals/{rev_id}", headers=ctx.auth).json()
+        if done["state"] == "done" and done["continuations"] == n:
+            return dict(done)
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+
+
+def test_retry_tries_a_failed_refund_again_after_the_cause_is_fixed(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme1"]
+    ctx.world.faults["pay.refund"] = [amends.PermanentError("vendor API key expired")]
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    first = ctx.wait_done(sid)
+    assert _states(first)["pay.charge"] == "failed"
+    assert _states(first)["crm.update_field"] == "blocked"
+    charge = next(s["step_id"] for s in first["report"]["steps"] if s["tool"] == "pay.charge")  # type: ignore[index]
+    crm = next(s["step_id"] for s in first["report"]["steps"] if s["tool"] == "crm.update_field")  # type: ignore[index]
+    before = log_snapshot(ctx.db)
+    for body, status, error in (
+        ({"steps": [crm]}, 409, "not_retryable"),
+        ({"steps": ["s9"]}, 404, "step_not_found"),
+        ({"steps": []}, 422, "invalid_retry"),
+        ({"steps": [charge], "by": "x"}, 422, "invalid_retry"),
+        ({"steps": [charge], "budget": {"tool_calls": -1}}, 422, "invalid_budget"),
+    ):
+        r = ctx.client.post(f"/sagas/{sid}/retry", json=body, headers=ctx.auth)
+        assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    r = ctx.client.post(f"/sagas/{sid}/undo?continue=true", headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "nothing_to_continue")  # failed != stuck
+    assert log_snapshot(ctx.db) == before
+    r = ctx.client.post(f"/sagas/{sid}/retry", json={"steps": [charge]}, headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    assert r.json()["reversal_id"] == first["reversal_id"]
+    done = _wait_continued(ctx, str(first["reversal_id"]), 1)
+    assert _states(done) == {
+        "crm.update_field": "reverted",
+        "pay.charge": "compensated",
+        "mail.send": "acknowledged",
+    }
+    assert ctx.world.charges["ch_1"]["refunded"] == 5000
+    report = done["report"]
+    assert report["tool_calls"] == sum(r["tool_calls"] for r in report["runs"])  # type: ignore[index]
+    history = ctx.client.get(f"/sagas/{sid}", headers=ctx.auth).json()["history"]
+    asked = [e for e in history if e["kind"] == "retry.asked"]
+    assert asked and asked[0]["data"]["steps"] == [charge]
+    assert asked[0]["data"]["by"].startswith("token tok_")
+
+
+def test_resolve_is_refused_for_an_undone_step_kept_when_repeated_and_withdrawn_on_request(
+    ctx: Ctx,
+) -> None:
+    sid = ctx.sagas["acme3"]
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    done = ctx.wait_done(sid)
+    steps = {s["tool"]: s["step_id"] for s in done["report"]["steps"]}  # type: ignore[index]
+    before = log_snapshot(ctx.db)
+    url = f"/sagas/{sid}/steps/{steps['pay.charge']}/resolve"
+    r = ctx.client.post(url, json={"note": "refunded by hand"}, headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "not_resolvable")
+    assert "is compensated: its effect no longer stands" in r.json()["detail"]
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/{steps['mail.send']}/withdraw", json={"note": "n"}, headers=ctx.auth
+    )
+    assert (r.status_code, r.json()["error"]) == (409, "no_resolution")
+    assert log_snapshot(ctx.db) == before
+    mail = f"/sagas/{sid}/steps/{steps['mail.send']}"
+    first = ctx.client.post(f"{mail}/resolve", json={"note": "sent the draft"}, headers=ctx.auth)
+    again = ctx.client.post(f"{mail}/resolve", json={"note": "sent the draft"}, headers=ctx.auth)
+    assert first.json() == again.json()  # the same request again writes nothing
+    second = ctx.client.post(f"{mail}/resolve", json={"note": "they replied"}, headers=ctx.auth)
+    assert [e["note"] for e in second.json()["earlier"]] == ["sent the draft"]
+    r = ctx.client.post(f"{mail}/withdraw", json={"note": "wrong saga"}, headers=ctx.auth)
+    assert r.status_code == 200 and r.json()["withdrawn"] is True
+    body = ctx.client.get(f"/sagas/{sid}", headers=ctx.auth).json()
+    assert body["resolutions"] == {}
+    kinds = [(e["kind"], e["data"].get("withdrawn", False)) for e in body["history"]]
+    assert kinds.count(("step.resolved", False)) == 2 and ("step.resolved", True) in kinds
+
+
+def test_allow_missing_tools_undoes_the_rest_over_http(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    upgraded = amends.Catalog()
+    for t in catalog:
+        if t.name != "pay.refund":  # renamed away by an upgrade
+            upgraded.register(
+                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
+                resources=t.resources, idempotent=t.idempotent,
+            )  # fmt: skip
+    tokens = TokenStore(":memory:")
+    auth = {"Authorization": f"Bearer {tokens.create('acme')}"}
+    app = create_app(lambda: amends.Engine(upgraded, log=db), ServerSettings(tokens=tokens))
+    with TestClient(app, base_url=BASE) as client:
+        sid = sagas["acme1"]
+        before = log_snapshot(db)
+        r = client.post(f"/sagas/{sid}/undo", headers=auth)
+        assert (r.status_code, r.json()["error"]) == (409, "catalog_mismatch")
+        assert "allow_missing_tools=true" in r.json()["detail"]
+        assert log_snapshot(db) == before
+        r = client.post(f"/sagas/{sid}/undo?allow_missing_tools=true", headers=auth)
+        assert r.status_code in (200, 202), r.text
+        ctx = Ctx(client, db, world, sagas)
+        ctx.auth = auth
+        states = _states(ctx.wait_done(sid))
+    tokens.close()
+    assert states == {
+        "crm.update_field": "blocked",  # it waits for the refund, which is left to a person
+        "pay.charge": "failed",
+        "mail.send": "acknowledged",
+    }
+    assert world.charges["ch_1"]["refunded"] == 0

@@ -300,18 +300,18 @@ async def test_a_failed_compensation_is_retried_after_the_cause_is_fixed_and_wha
     assert "once its cause is fixed" not in first.render("text")  # the CLI says it, not the report
     fixed.append(True)  # a person renews the key
     assert (await engine.undo(saga.id)).to_dict() == first.to_dict()  # undo joins: same report
-    again = await engine.resume(saga.id)  # a continuation never retries a failed step
-    assert again.step("s2").state is StepState.FAILED
+    with pytest.raises(amends.SagaStateError, match="nothing to continue"):
+        await engine.resume(saga.id)  # a continuation never retries a failed step
     report = await engine.retry(saga.id, ["s2"], by="ann")
     assert report.reversal_id == first.reversal_id
     assert (report.step("s2").state, report.step("s1").state) == (
         StepState.COMPENSATED,
         StepState.REVERTED,
     )
-    assert report.continuations == 2
-    # each run's own figures: the first (probe, refused refund), the continuation (nothing to
-    # try), the retry (probe, refund, then s1's probe and write-back); the total adds them up
-    assert [r["tool_calls"] for r in report.runs] == [2, 0, 4]
+    assert report.continuations == 1
+    # each run's own figures: the first (probe, refused refund), the retry (probe, refund, then
+    # s1's probe and write-back); the total adds them up
+    assert [r["tool_calls"] for r in report.runs] == [2, 4]
     assert report.tool_calls == 6  # cumulative, never reset to 0
     assert refunds(world) == 1 and world.charges["ch_1"]["refunded"] == 5000
     assert world.crm["r1"]["stage"] == "lead"
@@ -368,6 +368,22 @@ async def test_concurrent_retry_requests_join_one_continuation(
     fixed = expired_key(world)
     await one.undo(saga.id)
     fixed.append(True)
+    # concurrent: each request has checked the step before either retries it (else a fast
+    # first request could finish before the second looked, which then rightly finds it undone)
+    both_read = asyncio.Event()
+    readers: set[int] = set()
+    for engine in (one, two):
+        original = engine.log.get_compensations
+
+        async def gated(rid: str, _orig: Any = original, _who: int = id(engine)) -> Any:
+            got = await _orig(rid)
+            readers.add(_who)
+            if len(readers) == 2:
+                both_read.set()
+            await both_read.wait()
+            return got
+
+        engine.log.get_compensations = gated  # type: ignore[method-assign]
     a, b = await asyncio.gather(one.retry(saga.id, ["s2"]), two.retry(saga.id, ["s2"]))
     assert a.reversal_id == b.reversal_id and a.continuations == b.continuations == 1
     assert a.step("s2").state is StepState.COMPENSATED
