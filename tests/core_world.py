@@ -179,3 +179,15 @@ def fresh() -> tuple[CoreWorld, amends.Catalog]:
         }
     )
     return world, make_catalog(world)
+
+
+def without(catalog: amends.Catalog, name: str) -> amends.Catalog:
+    """``catalog`` as an upgrade left it: tool ``name`` renamed away (issue 23)."""
+    out = amends.Catalog()
+    for t in catalog:
+        if t.name != name:
+            out.register(
+                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
+                resources=t.resources, timeout=t.timeout, idempotent=t.idempotent,
+            )  # fmt: skip
+    return out

@@ -179,6 +179,12 @@ class Preview(Plan):
         """Steps a person should look at before undo (drifted, or no drift check)."""
         return [p.step_id for p in self.steps if p.needs_review]
 
+    @property
+    def retry_reserve(self) -> int:
+        """Tool calls the budget leaves beyond the predicted ones: what retries and follow-ups
+        may spend before the undo is cut short."""
+        return max(0, int(self.budget.get("tool_calls", 0)) - self.tool_calls)
+
     def __getitem__(self, step_id: str) -> PreviewStep:
         return cast(PreviewStep, super().__getitem__(step_id))
 
@@ -193,6 +199,7 @@ class Preview(Plan):
             "needs_review": self.needs_review,
             "tool_calls": self.tool_calls,
             "budget": dict(self.budget),
+            "retry_reserve": self.retry_reserve,
             "undo_windows": [
                 {"step_id": p.step_id, "closes_at": p.inverse.deadline}
                 for p in self.steps

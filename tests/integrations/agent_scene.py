@@ -327,6 +327,8 @@ def neutral_report(report: amends.UndoReport, engine_steps: dict[str, str]) -> d
     d = report.to_dict()
     for key in ("saga_id", "reversal_id", "seconds", "requested_at", "finished_at"):
         d.pop(key)
+    d["runs"] = [{k: v for k, v in r.items() if k not in ("seconds", "finished_at")}
+                 for r in d["runs"]]  # fmt: skip
     text = json.dumps(d, sort_keys=True)
     for sid, tool in engine_steps.items():
         text = re.sub(rf"\b{re.escape(sid)}\b", f"<{tool}>", text)

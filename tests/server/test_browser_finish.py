@@ -20,7 +20,7 @@ from test_browser import browser, serious_violations, sign_in  # noqa: F401 (fix
 
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
-from core_world import fresh
+from core_world import fresh, without
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -126,17 +126,6 @@ def test_retry_tries_a_failed_refund_again_once_its_cause_is_fixed(
     assert serious_violations(page) == []
 
 
-def _without(catalog: amends.Catalog, name: str) -> amends.Catalog:
-    out = amends.Catalog()
-    for t in catalog:
-        if t.name != name:
-            out.register(
-                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
-                resources=t.resources, idempotent=t.idempotent,
-            )  # fmt: skip
-    return out
-
-
 @pytest.fixture
 def upgraded(tmp_path: Path) -> Iterator[Live]:
     """A server whose catalog lost ``pay.refund`` since the sagas ran (an upgrade renamed it)."""
@@ -148,7 +137,7 @@ def upgraded(tmp_path: Path) -> Iterator[Live]:
     seeder.join(60)
     tokens = TokenStore(str(tmp_path / "server.db.tokens"))
     acme, globex = tokens.create("acme"), tokens.create("globex")
-    lean = _without(catalog, "pay.refund")
+    lean = without(catalog, "pay.refund")
     app = create_app(lambda: amends.Engine(lean, log=db), ServerSettings(tokens=tokens))
     sock = _free_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

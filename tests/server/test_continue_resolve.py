@@ -15,7 +15,7 @@ from server_harness import _seed, log_snapshot, sign_in
 
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
-from core_world import CoreWorld, fresh
+from core_world import CoreWorld, fresh, without
 
 BASE = "http://127.0.0.1:8000"
 
@@ -266,13 +266,7 @@ def test_allow_missing_tools_undoes_the_rest_over_http(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     world, catalog = fresh()
     sagas = asyncio.run(_seed(db, catalog, world))
-    upgraded = amends.Catalog()
-    for t in catalog:
-        if t.name != "pay.refund":  # renamed away by an upgrade
-            upgraded.register(
-                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
-                resources=t.resources, idempotent=t.idempotent,
-            )  # fmt: skip
+    upgraded = without(catalog, "pay.refund")  # renamed away by an upgrade
     tokens = TokenStore(":memory:")
     auth = {"Authorization": f"Bearer {tokens.create('acme')}"}
     app = create_app(lambda: amends.Engine(upgraded, log=db), ServerSettings(tokens=tokens))

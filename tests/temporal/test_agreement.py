@@ -191,6 +191,9 @@ def comparable(reports: list[amends.UndoReport | str], world: World, before: set
         d = r.to_dict()
         for k in ("reversal_id", "seconds", "requested_at", "finished_at", "saga_id"):
             d.pop(k, None)
+        # each run's clock too (issue 23: a continued reversal keeps each run's figures)
+        d["runs"] = [{k: v for k, v in r.items() if k not in ("seconds", "finished_at")}
+                     for r in d["runs"]]  # fmt: skip
         out.append(d)
     effects = sorted(
         json.dumps({k: v for k, v in e.items() if k != "call"}, sort_keys=True)

@@ -10,7 +10,7 @@ import pytest
 
 import amends
 from amends import StepState
-from core_world import CoreWorld
+from core_world import CoreWorld, without
 
 
 async def close_deal(engine: amends.Engine) -> amends.Saga:
@@ -471,18 +471,6 @@ async def test_continuing_adds_up_the_costs_and_keeps_each_runs_own(
 
 
 # --- a catalog that lost some of a saga's tools -------------------------------------------
-
-
-def without(catalog: amends.Catalog, name: str) -> amends.Catalog:
-    """``catalog`` as an upgrade left it: ``name`` renamed away."""
-    out = amends.Catalog()
-    for t in catalog:
-        if t.name != name:
-            out.register(
-                t.name, t.fn, reversibility=t.reversibility.value if t.explicit else None,
-                resources=t.resources, timeout=t.timeout, idempotent=t.idempotent,
-            )  # fmt: skip
-    return out
 
 
 async def test_a_catalog_missing_tools_is_refused_unless_asked_then_the_rest_is_undone(

@@ -94,6 +94,7 @@ async def test_a_budget_cut_is_predicted_for_exactly_the_steps_undo_cuts(
         "s3": StepState.OVER_BUDGET,
     }
     assert preview.tool_calls == 4 and preview.budget["tool_calls"] == 4
+    assert preview.retry_reserve == 0 and preview.to_dict()["retry_reserve"] == 0
     report = await engine.undo(saga.id, budget=budget)
     assert states(report) == states(preview)
     assert report.step("s3").detail == preview["s3"].detail

@@ -8,11 +8,20 @@ and reports), :mod:`.runner` (the plan in undo order: the per-step decision the 
 
 from .._report import current_report, current_resolutions
 from .dispatch import CallLost, Stop
-from .ports import LOCAL, CompensationLog, Dispatcher, InFlightWait, LocalDispatcher, ReversalPorts
+from .ports import (
+    LOCAL,
+    BaseDispatcher,
+    CompensationLog,
+    Dispatcher,
+    InFlightWait,
+    LocalDispatcher,
+    ReversalPorts,
+)
 from .runner import RunInput, described, run_plan
 
 __all__ = [
     "LOCAL",
+    "BaseDispatcher",
     "CallLost",
     "CompensationLog",
     "Dispatcher",

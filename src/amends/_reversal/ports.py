@@ -23,6 +23,7 @@ from .._secrets import Redaction, Vault, resolve_call_args
 
 __all__ = [
     "LOCAL",
+    "BaseDispatcher",
     "CompensationLog",
     "Dispatcher",
     "InFlightWait",
@@ -89,8 +90,10 @@ class WorldModel(Protocol):
         ...
 
 
-class LocalDispatcher:
-    """Calls tools in this process, each bounded by its timeout (and what the budget leaves)."""
+class BaseDispatcher:
+    """A dispatcher's arguments, as every runner resolves them: the catalog's resolvers give
+    redacted secrets back (:func:`~amends._secrets.resolve_call_args`; a catalog whose resolvers
+    answer with the marker keeps them redacted: the Temporal workflow, the preview)."""
 
     async def arguments(
         self,
@@ -104,6 +107,10 @@ class LocalDispatcher:
         at: Sequence[Redaction] = (),
     ) -> dict[str, Any]:
         return await resolve_call_args(catalog, saga, tool, step_id, args, vault, at=at)
+
+
+class LocalDispatcher(BaseDispatcher):
+    """Calls tools in this process, each bounded by its timeout (and what the budget leaves)."""
 
     async def call(
         self,

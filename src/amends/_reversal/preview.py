@@ -25,9 +25,9 @@ from .._contracts import Call, Expectation, ToolSpec
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, verb_for
-from .._secrets import Redaction, SecretRequest, Vault, marker, resolve_call_args
+from .._secrets import Redaction, SecretRequest, marker
 from .dispatch import Unchecked
-from .ports import ReversalPorts
+from .ports import BaseDispatcher, ReversalPorts
 from .runner import RunInput, run_plan
 
 __all__ = ["PROBE_SECONDS", "PreviewInput", "simulate"]
@@ -135,9 +135,10 @@ def _check_of(p: PlannedStep, o: StepOutcome) -> str:
     return "not needed" if p.action not in ("revert", "compensate") else o.detail
 
 
-class _Simulation:
+class _Simulation(BaseDispatcher):
     """The preview's dispatcher and world model: probes are real (read-only), everything else is
-    only recorded as sent."""
+    only recorded as sent. Its arguments are refused as undo would refuse them (no resolver) but
+    never resolved: the catalog it sees (:class:`_SecretFree`) answers with the markers."""
 
     def __init__(self, catalog: ToolDirectory, plan: Plan) -> None:
         self.catalog = catalog
@@ -145,20 +146,6 @@ class _Simulation:
         self.sent: set[str] = set()
         """Steps whose inverse the simulation sent (it succeeds there)."""
         self.checks: dict[str, str] = {}
-
-    async def arguments(
-        self,
-        catalog: ToolDirectory,
-        saga: SagaRecord,
-        tool: str,
-        step_id: str,
-        args: Mapping[str, Any],
-        vault: Vault,
-        *,
-        at: Sequence[Redaction] = (),
-    ) -> dict[str, Any]:
-        # refused as undo would refuse it (no resolver), but never resolved: markers stay
-        return await resolve_call_args(catalog, saga, tool, step_id, args, vault, at=at)
 
     async def call(
         self,

@@ -437,8 +437,8 @@ def _print_preview(data: dict[str, Any]) -> None:
     if budget:
         print_item(
             console,
-            f"predicted: {data.get('tool_calls', 0)} of {budget.get('tool_calls')} tool calls "
-            f"(retries and follow-ups come on top, from what is left)",
+            f"predicted: {data.get('tool_calls', 0)} of {budget.get('tool_calls')} tool calls; "
+            f"{data.get('retry_reserve', 0)} left for retries and follow-ups",
             indent=0,
         )
     for w in data.get("undo_windows", []):

@@ -34,17 +34,17 @@ with workflow.unsafe.imports_passed_through():
         TransientError,
     )
     from amends._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
-    from amends._planner import ToolDirectory, plan
+    from amends._planner import plan
     from amends._report import StepOutcome, build_report
-    from amends._reversal import CallLost, ReversalPorts, RunInput, described, run_plan
-    from amends._secrets import (
-        Redaction,
-        SecretRequest,
-        Vault,
-        marker,
-        redactions_from,
-        resolve_call_args,
+    from amends._reversal import (
+        BaseDispatcher,
+        CallLost,
+        ReversalPorts,
+        RunInput,
+        described,
+        run_plan,
     )
+    from amends._secrets import Redaction, SecretRequest, marker, redactions_from
 
     from ._activities import (
         CallBatch,
@@ -624,27 +624,15 @@ def _spec(data: Mapping[str, Any]) -> ToolSpec:
     return spec
 
 
-class _Dispatcher:
+class _Dispatcher(BaseDispatcher):
     """The run's calls, as the workflow makes them (a :class:`~amends._reversal.Dispatcher`):
-    secrets stay markers (``_keep_marker``; the activity resolves them on the worker, rule 11),
-    and each call joins the activation's batch activity, which bounds it on the worker by the
-    same formula the runner uses (a workflow-side bound would only add a timer per call)."""
+    secrets stay markers (the catalog's resolvers are ``_keep_marker``; the activity resolves
+    them on the worker, rule 11), and each call joins the activation's batch activity, which
+    bounds it on the worker by the same formula the runner uses (a workflow-side bound would
+    only add a timer per call)."""
 
     def __init__(self, wf: ReversalWorkflow) -> None:
         self.wf = wf
-
-    async def arguments(
-        self,
-        catalog: ToolDirectory,
-        saga: SagaRecord,
-        tool: str,
-        step_id: str,
-        args: Mapping[str, Any],
-        vault: Vault,
-        *,
-        at: Sequence[Redaction] = (),
-    ) -> dict[str, Any]:
-        return await resolve_call_args(catalog, saga, tool, step_id, args, vault, at=at)
 
     async def call(
         self,
