@@ -77,7 +77,9 @@ async def test_sensitive_argument_never_reaches_the_log_or_the_agent_reports(
 
 async def test_resolve_an_in_doubt_step_then_continue(kv: KvSetup) -> None:
     """amends_resolve records who handled the manual action -- the gateway's principal, never
-    a name the agent typed (issue 21 item 5) -- and the report lists it as handled."""
+    a name the agent typed (issue 21 item 5) -- and the report lists it as handled. A
+    continuation afterwards has nothing left to attempt (the only step was in doubt, now handled
+    by a person) and says so (issue 23), rather than running a continuation."""
     from mcp import Client
 
     kv.config.write_text(
@@ -95,8 +97,7 @@ async def test_resolve_an_in_doubt_step_then_continue(kv: KvSetup) -> None:
     assert undo.structured_content["steps"][0]["state"] == "in_doubt"
     assert not resolved.is_error, text_of(resolved)
     assert resolved.structured_content["by"] == "ann@example.com"
-    assert not again.is_error, text_of(again)
-    assert again.structured_content["reversal_id"] == undo.structured_content["reversal_id"]
+    assert again.is_error and "nothing to continue" in text_of(again)
     report = status.structured_content["report"]
     assert "ann@example.com" in str(report)
 
