@@ -137,7 +137,7 @@ def _print_tables(
             n = t.checked[name]  # preview: sagas whose world did not change before undo
             held = n - t.violations[name]
             colour = "green" if held == n else "red"
-            cells.append(f"[{colour}]{held}/{n} ({100 * t.rate(name):.1f}%)[/]")
+            cells.append(f"[{colour}]{held}/{n} ({100 * t.rate(name):.1f}%)[/]" if n else "—")
             if t.failing[name]:
                 repro.append(f"{t.engine}: --replay {t.failing[name][0]}")
         inv.add_row(name, *cells, escape("; ".join(repro)) or "—")
