@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from server_harness import Live, _free_socket, _seed
-from test_browser import browser, serious_violations, sign_in  # noqa: F401 (fixture)
+from server_harness import Live, _free_socket, _seed, browser_sign_in
+from test_browser import serious_violations
 
 import amends
 from amends.server import ServerSettings, TokenStore, create_app
@@ -40,17 +40,17 @@ def _undo_and_wait(live: Live, sid: str) -> dict[str, Any]:
         time.sleep(0.05)
 
 
-def _page(browser: Any, live: Live, width: int) -> Any:  # noqa: F811
+def _page(browser: Any, live: Live, width: int) -> Any:
     context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
-    sign_in(page, live.url, live.acme)
+    browser_sign_in(page, live.url, live.acme)
     return page
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_mark_handled_asks_for_a_note_confirms_as_the_signed_in_person_and_can_be_withdrawn(
-    browser: Any,  # noqa: F811
+    browser: Any,
     live: Live,
     width: int,
 ) -> None:
@@ -99,7 +99,7 @@ def test_mark_handled_asks_for_a_note_confirms_as_the_signed_in_person_and_can_b
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_retry_tries_a_failed_refund_again_once_its_cause_is_fixed(
-    browser: Any,  # noqa: F811
+    browser: Any,
     live: Live,
     width: int,
 ) -> None:
@@ -159,7 +159,7 @@ def upgraded(tmp_path: Path) -> Iterator[Live]:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_tool_the_server_lacks_is_named_in_the_confirmation_before_the_rest_is_undone(
-    browser: Any,  # noqa: F811
+    browser: Any,
     upgraded: Live,
     width: int,
 ) -> None:

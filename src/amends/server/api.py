@@ -22,13 +22,14 @@ from pydantic import BaseModel
 
 from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
 from .._catalog_ref import needed_tools
-from .._errors import ConfigError, ContractError, SagaNotFoundError
+from .._errors import ConfigError, ContractError, SagaNotFoundError, SagaStateError
 from .._log.base import ChainProblem, Event, ReversalRecord, SagaRecord
 from .._report import UndoReport
+from .._resolution import retryable
 from .security import Principal, authenticate, guard_write
 from .state import ApiError, _Asking, _State
 
-__all__ = ["router"]
+__all__ = ["missing_tools", "router"]
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 """Saga, step and reversal ids in a URL: 1-128 characters, letters, digits and ``_.:-``."""
@@ -392,22 +393,17 @@ async def undo(
         alias="continue",
         description="continue a reversal that stopped short, with this new budget (rule 6)",
     ),
+    allow_missing_tools: bool = Query(
+        False,
+        description="undo with a catalog lacking some of the saga's tools (renamed in an "
+        "upgrade): the rest is undone, those tools' steps are left to a person",
+    ),
 ) -> JSONResponse:
     saga, who = await load_saga(request, saga_id)
     guard_write(request, who)
     budget = await read_budget(request)
     st = _state(request)
-    missing = [t for t in needed_tools(saga.steps) if t not in st.engine.catalog]
-    if missing and (saga.reversal is None or saga.reversal.state != "done"):
-        # issue 11: never undo with tools other than the saga's own (rule 6 would keep that
-        # report forever); refuse before anything is written.
-        raise ApiError(
-            409,
-            "catalog_mismatch",
-            f"saga {saga.saga_id!r} needs tool(s) {', '.join(missing)}, missing from the "
-            f"catalog this server runs; restart amends serve with --catalog set to the "
-            f"catalog that ran the saga",
-        )
+    _check_tools(st, saga, allow_missing_tools)
     await check_idempotency_key(request, who, saga.saga_id, "continue" if cont else "undo")
     problems = await integrity(st, saga.saga_id)
     if problems:
@@ -419,7 +415,7 @@ async def undo(
         if not cont and rev is not None and rev.state == "done" and rev.report is not None:
             return JSONResponse(reversal_body(rev, None), status_code=200)
         if cont:
-            _check_continuable(saga.saga_id, rev)
+            await _check_continuable(st, saga.saga_id, rev)
         prior = rev.continuations if cont and rev is not None else None
         if cont or rev is None:
             # issue 17: the page's history says who asked for undo and when (rule 11)
@@ -428,9 +424,10 @@ async def undo(
             )
 
         def start() -> Awaitable[UndoReport]:
+            allow = allow_missing_tools
             if cont:
-                return st.engine.resume(saga.saga_id, budget=budget)
-            return st.engine.undo(saga.saga_id, budget=budget)
+                return st.engine.resume(saga.saga_id, budget=budget, allow_missing_tools=allow)
+            return st.engine.undo(saga.saga_id, budget=budget, allow_missing_tools=allow)
 
         task = _background(st, saga.saga_id, start)
         await _await_reversal(st, saga.saga_id, prior, task)
@@ -443,16 +440,33 @@ async def undo(
     return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
 
 
-def continuable(report: dict[str, Any] | None) -> bool:
-    """Rule 6: a finished reversal has something to continue: a step cut off by its budget, or
-    one blocked (a person may have resolved what blocked it since)."""
-    steps = (report or {}).get("steps", [])
-    return any(s.get("state") in ("over_budget", "blocked") for s in steps)
+def missing_tools(st: _State, saga: SagaRecord) -> list[str]:
+    """The tools the saga's undo needs that this server's catalog lacks (none once its reversal
+    finished: reading a report needs no tool)."""
+    if saga.reversal is not None and saga.reversal.state == "done":
+        return []
+    return [t for t in needed_tools(saga.steps) if t not in st.engine.catalog]
 
 
-def _check_continuable(saga_id: str, rev: ReversalRecord | None) -> None:
+def _check_tools(st: _State, saga: SagaRecord, allow_missing: bool) -> None:
+    """Issue 11: never undo with tools other than the saga's own (rule 6 would keep that report
+    forever) unless the caller chose to (issue 23); refuse before anything is written."""
+    missing = missing_tools(st, saga)
+    if missing and not allow_missing:
+        raise ApiError(
+            409,
+            "catalog_mismatch",
+            f"saga {saga.saga_id!r} needs tool(s) {', '.join(missing)}, missing from the "
+            f"catalog this server runs; restart amends serve with --catalog set to the "
+            f"catalog that ran the saga, or undo the rest with ?allow_missing_tools=true "
+            f"(those tools' steps are left to a person)",
+        )
+
+
+async def _check_continuable(st: _State, saga_id: str, rev: ReversalRecord | None) -> None:
     """Refuse ``?continue=true`` with nothing to continue, before anything is written (a
-    continuation with nothing to attempt would only grow the history; issue 21.14)."""
+    continuation with nothing to attempt would only grow the history; issues 21.14, 23): the
+    same question the engine answers (``engine.continuable``)."""
     if rev is None or rev.state != "done":
         raise ApiError(
             409,
@@ -460,12 +474,13 @@ def _check_continuable(saga_id: str, rev: ReversalRecord | None) -> None:
             f"saga {saga_id!r} has no finished reversal to continue; "
             f"POST /sagas/{saga_id}/undo without ?continue first",
         )
-    if not continuable(rev.report):
+    if not await st.engine.continuable(saga_id):
         raise ApiError(
             409,
             "nothing_to_continue",
-            f"the reversal of saga {saga_id!r} left nothing to continue: no step is over budget "
-            f"or blocked; GET /reversals/{rev.reversal_id} for its report",
+            f"the reversal of saga {saga_id!r} left nothing to continue: no step is over budget, "
+            f"none is blocked by a step undone or resolved since, none was asked to be retried; "
+            f"retry a failed step with POST /sagas/{saga_id}/retry",
         )
 
 
@@ -525,64 +540,164 @@ def _settled(st: _State, saga_id: str, task: asyncio.Future[UndoReport]) -> None
         st.live.pop(task.result().reversal_id, None)
 
 
-class ResolveBody(BaseModel):
-    """Who handled a step's manual action, and what they did."""
+class RetryBody(BaseModel):
+    """The failed steps to try again, and the continuation's budget."""
 
-    by: str | None = None
-    """Who handled it; default: the token's id."""
-    note: str | None = None
-    """What they did or checked."""
+    steps: list[str]
+    """Ids of failed steps whose cause a person fixed."""
+    budget: dict[str, Any] | None = None
+    """Caps on the continuation (``tool_calls``, ``tokens``, ``seconds``)."""
+
+
+@router.post(
+    "/sagas/{saga_id}/retry",
+    summary="Try failed compensations again after a person fixed their cause (engine.retry)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RetryBody.model_json_schema()}},
+        }
+    },
+    responses={202: {"description": "the continuation is running"}, **_WRITE},
+)
+async def retry(request: Request, saga_id: str = SagaId) -> JSONResponse:
+    saga, who = await load_saga(request, saga_id)
+    guard_write(request, who)
+    steps, budget = _retry_body(await read_json(request, "retry"))
+    st = _state(request)
+    _check_tools(st, saga, False)
+    await check_idempotency_key(request, who, saga.saga_id, "retry")
+    if await integrity(st, saga.saga_id):
+        raise ApiError(409, "history_does_not_verify", _UNVERIFIED)
+    async with _deciding(st, saga.saga_id):
+        rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
+        fresh = await st.engine.log.get_saga(saga.saga_id)
+        comps = await st.engine.log.get_compensations(rev.reversal_id) if rev else {}
+        try:
+            steps = retryable(fresh or saga, comps, steps)
+        except SagaStateError as exc:
+            raise ApiError(409, "not_retryable", str(exc)) from None
+        except ContractError as exc:
+            raise ApiError(404, "step_not_found", str(exc)) from None
+        await st.engine.log.append_event(
+            saga.saga_id, "retry.asked", data={"by": who.who, "steps": steps}, now=time.time()
+        )
+        prior = rev.continuations if rev is not None else None
+        task = _background(
+            st,
+            saga.saga_id,
+            lambda: st.engine.retry(saga.saga_id, steps, budget=budget, by=who.who),
+        )
+        await _await_reversal(st, saga.saga_id, prior, task)
+    done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
+    if task in done:
+        task.result()  # an engine error surfaces through the app's handlers
+    rev = await _await_reversal(st, saga.saga_id, prior, task)
+    body = reversal_body(rev, None)
+    body["events"] = f"/reversals/{rev.reversal_id}/events"
+    return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
+
+
+def _retry_body(data: Any) -> tuple[list[str], Budget]:
+    """``{"steps": [...], "budget": {...}}``, checked (422 otherwise)."""
+    ids = data.get("steps") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or set(data) - {"steps", "budget"}
+        or not isinstance(ids, list)
+        or not 0 < len(ids) <= 1000
+        or not all(isinstance(v, str) and re.match(ID_PATTERN, v) for v in ids)
+    ):
+        raise ApiError(
+            422,
+            "invalid_retry",
+            f'the body must be {{"steps": ["s2", ...], "budget": {{...}}}}, got {data!r:.200}',
+        )
+    try:
+        return list(ids), Budget.parse(data.get("budget"))
+    except (ConfigError, TypeError) as exc:
+        raise ApiError(422, "invalid_budget", str(exc)) from None
+
+
+_NOTE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "title": "Note",
+                    "additionalProperties": False,
+                    "required": ["note"],
+                    "properties": {"note": {"type": "string", "minLength": 1, "maxLength": 2000}},
+                }
+            }
+        },
+    }
+}
+
+
+async def _read_note(request: Request) -> str:
+    data = await read_json(request, "resolution")
+    if isinstance(data, dict) and "by" in data:
+        raise ApiError(
+            422,
+            "invalid_resolution",
+            "'by' is not taken from the body: a resolution records the identity of the token "
+            "that made it (rule 12); send only 'note'",
+        )
+    note = data.get("note") if isinstance(data, dict) and set(data) <= {"note"} else None
+    if not isinstance(note, str) or not note.strip() or len(note) > 2000:
+        raise ApiError(
+            422,
+            "invalid_resolution",
+            f'the body must be {{"note": "what the person did or checked"}} (1-2000 '
+            f"characters), got {data!r:.200}",
+        )
+    return note
 
 
 @router.post(
     "/sagas/{saga_id}/steps/{step_id}/resolve",
     summary="Record that a person handled a step's manual action (engine.resolve)",
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "title": "Resolution",
-                        "additionalProperties": False,
-                        "properties": {
-                            "by": {"type": ["string", "null"], "maxLength": 200},
-                            "note": {"type": ["string", "null"], "maxLength": 2000},
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=_NOTE_BODY,
     responses=_WRITE,
 )
 async def resolve(request: Request, saga_id: str = SagaId, step_id: str = StepId) -> dict[str, Any]:
+    return await _resolution(request, saga_id, step_id, withdraw=False)
+
+
+@router.post(
+    "/sagas/{saga_id}/steps/{step_id}/withdraw",
+    summary="Withdraw a step's resolution: its manual action is open again",
+    openapi_extra=_NOTE_BODY,
+    responses=_WRITE,
+)
+async def withdraw(
+    request: Request, saga_id: str = SagaId, step_id: str = StepId
+) -> dict[str, Any]:
+    return await _resolution(request, saga_id, step_id, withdraw=True)
+
+
+async def _resolution(
+    request: Request, saga_id: str, step_id: str, *, withdraw: bool
+) -> dict[str, Any]:
     saga, who = await load_saga(request, saga_id)
     guard_write(request, who)
-    data = await read_json(request, "resolution") or {}
-    if not isinstance(data, dict) or set(data) - {"by", "note"}:
-        raise ApiError(
-            422,
-            "invalid_resolution",
-            f"the body must be an object with 'by' and 'note' (strings), got {data!r:.200}",
-        )
-    by, note = data.get("by") or who.who, data.get("note")
-    for name, value, most in (("by", by, 200), ("note", note, 2000)):
-        if value is not None and (not isinstance(value, str) or len(value) > most):
-            raise ApiError(
-                422, "invalid_resolution", f"{name!r} must be a string of at most {most} characters"
-            )
+    note = await _read_note(request)
     if step_id not in {s.step_id for s in saga.steps}:
         raise ApiError(404, "step_not_found", f"saga {saga.saga_id!r} has no step {step_id!r}")
-    same = saga.resolutions.get(step_id)
-    if same is not None and (same.by, same.note) == (by.strip(), note):
-        return same.to_dict()  # issue 21.14: the same resolution again writes nothing
+    engine = _state(request).engine
     try:
-        res = await _state(request).engine.resolve(saga.saga_id, step_id, by=by, note=note)
+        if withdraw:
+            res = await engine.withdraw_resolution(saga.saga_id, step_id, by=who.who, note=note)
+        else:
+            res = await engine.resolve(saga.saga_id, step_id, by=who.who, note=note)
+    except SagaStateError as exc:
+        raise ApiError(409, "no_resolution" if withdraw else "not_resolvable", str(exc)) from None
     except (SagaNotFoundError, ContractError) as exc:
         raise ApiError(404, "step_not_found", str(exc)) from None
-    body: dict[str, Any] = res.to_dict() if hasattr(res, "to_dict") else {"step_id": step_id}
+    body: dict[str, Any] = res.to_dict()
     return body
 
 

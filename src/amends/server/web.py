@@ -22,10 +22,10 @@ from fastapi.templating import Jinja2Templates
 
 from .api import (
     ID_PATTERN,
-    continuable,
     integrity,
     load_reversal,
     load_saga,
+    missing_tools,
     saga_detail,
     saga_summary,
 )
@@ -62,6 +62,7 @@ def _page(
     # in the storage of the page that signed in, so a planted session's page cannot act
     ctx["csrf"] = csrf_token(st.no_auth_secret) if who is not None and who.via == "none" else ""
     ctx["who"] = who
+    ctx["me"] = who.who if who is not None else ""  # rule 12: who a resolution will name
     ctx["fmt"] = _when
     return _templates.TemplateResponse(request, name, ctx, status_code=status)
 
@@ -206,7 +207,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     preview = None if problems else await st.engine.preview(saga.saga_id)
     detail = await saga_detail(st, saga, problems, preview)
     the_plan = preview.to_dict() if preview is not None else {"saga_id": saga.saga_id, "steps": []}
-    report = None if problems or saga.reversal is None else saga.reversal.report
+    report = None if problems or saga.reversal is None else await _shown_report(st, saga.saga_id)
     return _page(
         request,
         "saga.html",
@@ -217,7 +218,8 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         history=history_of(detail["history"], saga.actor),
         report=report,
         resolutions=detail["resolutions"],
-        can_continue=continuable(report),
+        can_continue=await _can_continue(st, saga.saga_id, report),
+        missing_tools=missing_tools(st, saga),
     )
 
 
@@ -318,6 +320,7 @@ _HISTORY_KINDS = {
     "reversal.continued": "Reversal continued with a new budget",
     "reversal.taken_over": "Reversal taken over by another worker",
     "step.resolved": "Marked handled",
+    "retry.asked": "Retry asked",
     "reversal.done": "Reversal finished",
 }
 
@@ -334,7 +337,11 @@ def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str
         by = data.get("by") or (actor if e["kind"] == "saga.started" else None)
         extra = ""
         if e["kind"] == "step.resolved":
+            if data.get("withdrawn"):
+                what = "Resolution withdrawn"
             extra = f"step {e.get('step_id')}" + (f": {data['note']}" if data.get("note") else "")
+        elif e["kind"] == "retry.asked":
+            extra = "step(s) " + ", ".join(map(str, data.get("steps") or []))
         elif e["kind"] == "reversal.done":
             extra = str(data.get("status", ""))
         elif e["kind"] == "undo.asked" and data.get("continue"):
@@ -347,8 +354,9 @@ def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str
 async def outcome_fragment(request: Request, reversal_id: str) -> Response:
     rev, saga = await load_reversal(request, reversal_id)
     who = authenticate(request)
-    problems = await integrity(_state(request), saga.saga_id)
-    report = None if problems else rev.report
+    st = _state(request)
+    problems = await integrity(st, saga.saga_id)
+    report = None if problems or rev.report is None else await _shown_report(st, saga.saga_id)
     resolutions = {k: v.to_dict() for k, v in (getattr(saga, "resolutions", {}) or {}).items()}
     return _page(
         request,
@@ -357,5 +365,18 @@ async def outcome_fragment(request: Request, reversal_id: str) -> Response:
         report=report,
         resolutions=resolutions,
         saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
-        can_continue=continuable(report),
+        can_continue=await _can_continue(st, saga.saga_id, report),
     )
+
+
+async def _shown_report(st: _State, saga_id: str) -> dict[str, Any] | None:
+    """The saga's report as it stands now: its manual actions open or handled by the current
+    resolutions, its headline counted with them (issue 23)."""
+    report = await st.engine.report(saga_id)
+    return None if report is None else report.to_dict()
+
+
+async def _can_continue(st: _State, saga_id: str, report: dict[str, Any] | None) -> bool:
+    """Rule 6: a reversal that stopped short (over budget, blocked by a step undone or resolved
+    since, a step asked to be retried) may continue; the same question the engine answers."""
+    return bool(report) and bool(await st.engine.continuable(saga_id))

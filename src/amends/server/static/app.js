@@ -1,6 +1,7 @@
 // amends Undo screen: the honest preview -> a confirmation that spells out the verbs -> the same
 // list of steps turning into the report as each step settles (SSE) -> the server-rendered report
-// (headline first). "Copy draft", "Mark handled", "Continue undo". No inline script (CSP); every
+// (headline first). "Copy draft", "Mark handled…" / "Withdraw…" (a note, then a confirmation as
+// the signed-in person), "Retry…", "Continue undo". No inline script (CSP); every
 // POST carries the page key of this browser's own session (session.js). Two quick confirmations
 // post twice and join one reversal (rule 6, enforced by the server).
 "use strict";
@@ -42,20 +43,75 @@
         });
       });
     });
-    root.querySelectorAll("button.resolve").forEach(function (b) {
+    // "Mark handled…" and "Withdraw…" ask for a note, then confirm as the signed-in person:
+    // the server records the token's identity, never a name typed here (rule 12).
+    root.querySelectorAll("button.resolve, button.withdraw").forEach(function (b) {
       b.addEventListener("click", function () {
-        var status = b.nextElementSibling;
-        b.disabled = true;
+        var item = b.closest("li.manual-action");
+        var form = item.querySelector("form.note-form");
+        var yes = form.querySelector(".note-yes");
+        var withdraw = b.classList.contains("withdraw");
+        form.dataset.mode = withdraw ? "withdraw" : "resolve";
+        form.querySelector(".note-label").textContent = withdraw ?
+          "Why withdraw it (it was not handled after all)?" : "What did you do or check?";
+        yes.textContent = withdraw ? yes.dataset.withdraw : yes.dataset.mark;
+        form.hidden = false;
+        form.querySelector("textarea.note").focus();
+      });
+    });
+    root.querySelectorAll("form.note-form").forEach(function (form) {
+      var item = form.closest("li.manual-action");
+      var status = item.querySelector(".resolve-status");
+      form.querySelector(".note-no").addEventListener("click", function () {
+        form.hidden = true;
+      });
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        var note = form.querySelector("textarea.note").value.trim();
+        if (!note) { status.textContent = "Say what you did or checked first."; return; }
+        var yes = form.querySelector(".note-yes");
+        yes.disabled = true;
         post("/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/steps/" +
-             encodeURIComponent(b.dataset.stepId) + "/resolve", {})
+             encodeURIComponent(form.dataset.stepId) + "/" + form.dataset.mode, { note: note })
           .then(function (pair) {
+            yes.disabled = false;
             if (pair[0] !== 200) {
-              b.disabled = false;
               status.textContent = "Error: " + (pair[1].detail || pair[1].error);
               return;
             }
-            status.textContent = "Handled by " + pair[1].by;
-            b.remove();
+            status.textContent = (pair[1].withdrawn ? "Withdrawn by " : "Handled by ") + pair[1].by;
+            refreshOutcome();
+          });
+      });
+    });
+    // "Retry…" (a failed compensation whose cause a person fixed): confirm, then the same
+    // reversal continues; its steps settle as before (SSE) and the report is shown again.
+    root.querySelectorAll("button.retry").forEach(function (b) {
+      var panel = document.getElementById(b.getAttribute("aria-controls"));
+      b.addEventListener("click", function () {
+        panel.hidden = false;
+        panel.querySelector(".retry-yes").focus();
+      });
+      panel.querySelector(".retry-no").addEventListener("click", function () {
+        panel.hidden = true;
+        b.focus();
+      });
+      panel.querySelector(".retry-yes").addEventListener("click", function (ev) {
+        ev.target.disabled = true;
+        ev.target.textContent = "Retrying…";
+        post("/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/retry",
+             { steps: [b.dataset.stepId] })
+          .then(function (pair) {
+            var body = pair[1];
+            if (!body.reversal_id) {
+              ev.target.disabled = false;
+              ev.target.textContent = "Yes: retry";
+              item(b).querySelector(".resolve-status").textContent =
+                "Error: " + (body.detail || body.error);
+              return;
+            }
+            window.amendsReversalIds.push(body.reversal_id);
+            follow(body.reversal_id);
           });
       });
     });
@@ -96,6 +152,14 @@
     }
     var verb = li.querySelector(".verb");
     if (verb && s.verb) { verb.textContent = s.verb; }
+  }
+
+  function item(el) { return el.closest("li.manual-action"); }
+
+  // The outcome as the server has it now (after a resolution or its withdrawal).
+  function refreshOutcome() {
+    var section = document.querySelector("#outcome section.outcome");
+    if (section) { showOutcome(section.dataset.reversalId); }
   }
 
   function showOutcome(reversalId) {
@@ -165,7 +229,8 @@
     yes.addEventListener("click", function () {
       if (dialog.open) { dialog.close(); }
       toProgress();
-      start("");
+      // the person confirmed undoing without the tools this server lacks (issue 23)
+      start(yes.dataset.allowMissing === "true" ? "?allow_missing_tools=true" : "");
     });
   }
   bind(document);
