@@ -98,6 +98,16 @@ def live(tmp_path: Path) -> Iterator[Live]:
         lambda: amends.Engine(catalog, log=db),
         ServerSettings(tokens=tokens, undo_label="Take it back"),
     )
+    try:
+        with serving(app) as url:
+            yield Live(url, db, world, tokens, acme, globex, sagas)
+    finally:
+        tokens.close()
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port, in a thread; its base URL."""
     sock = _free_socket()
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -109,12 +119,11 @@ def live(tmp_path: Path) -> Iterator[Live]:
             pytest.fail("the amends server did not start on 127.0.0.1 within 20 s")
         time.sleep(0.02)
     try:
-        yield Live(f"http://127.0.0.1:{port}", db, world, tokens, acme, globex, sagas)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
         sock.close()
-        tokens.close()
 
 
 def log_snapshot(db: str) -> tuple[int, int, int]:

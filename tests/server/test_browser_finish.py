@@ -14,8 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from server_harness import Live, _free_socket, _seed, browser_sign_in
+from server_harness import Live, _seed, browser_sign_in, serving
 from test_browser import serious_violations
 
 import amends
@@ -139,21 +138,10 @@ def upgraded(tmp_path: Path) -> Iterator[Live]:
     acme, globex = tokens.create("acme"), tokens.create("globex")
     lean = without(catalog, "pay.refund")
     app = create_app(lambda: amends.Engine(lean, log=db), ServerSettings(tokens=tokens))
-    sock = _free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
     try:
-        port = sock.getsockname()[1]
-        yield Live(f"http://127.0.0.1:{port}", db, world, tokens, acme, globex, sagas)
+        with serving(app) as url:
+            yield Live(url, db, world, tokens, acme, globex, sagas)
     finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
         tokens.close()
 
 

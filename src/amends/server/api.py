@@ -431,10 +431,18 @@ async def undo(
 
         task = _background(st, saga.saga_id, start)
         await _await_reversal(st, saga.saga_id, prior, task)
+    return await _answer(st, saga.saga_id, prior, task)
+
+
+async def _answer(
+    st: _State, saga_id: str, prior: int | None, task: asyncio.Future[UndoReport]
+) -> JSONResponse:
+    """Wait up to ~1 s for the reversal (or continuation) ``task`` runs: 200 with its report
+    when it finished, else 202 with its event stream."""
     done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
     if task in done:
         task.result()  # an engine error surfaces through the app's handlers
-    rev = await _await_reversal(st, saga.saga_id, prior, task)
+    rev = await _await_reversal(st, saga_id, prior, task)
     body = reversal_body(rev, None)
     body["events"] = f"/reversals/{rev.reversal_id}/events"
     return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
@@ -589,13 +597,7 @@ async def retry(request: Request, saga_id: str = SagaId) -> JSONResponse:
             lambda: st.engine.retry(saga.saga_id, steps, budget=budget, by=who.who),
         )
         await _await_reversal(st, saga.saga_id, prior, task)
-    done, _ = await asyncio.wait({task}, timeout=_UNDO_WAIT)
-    if task in done:
-        task.result()  # an engine error surfaces through the app's handlers
-    rev = await _await_reversal(st, saga.saga_id, prior, task)
-    body = reversal_body(rev, None)
-    body["events"] = f"/reversals/{rev.reversal_id}/events"
-    return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
+    return await _answer(st, saga.saga_id, prior, task)
 
 
 def _retry_body(data: Any) -> tuple[list[str], Budget]:
