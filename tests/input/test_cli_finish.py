@@ -17,6 +17,12 @@ from amends.cli import main
 Rows = Callable[[str], list[str]]
 
 
+@pytest.fixture(autouse=True)
+def allowed_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 12: the CLI loads only a catalog the operator allows, never one a log names."""
+    monkeypatch.setenv("AMENDS_CATALOGS", "input_tools:CATALOG")
+
+
 def cli(*argv: str) -> int:
     return main(list(argv))
 

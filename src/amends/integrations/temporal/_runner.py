@@ -433,7 +433,7 @@ class TemporalRunner:
         comes, and ``engine.resume`` continues it. The caller's report names the queue."""
         import amends
 
-        here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry)
+        here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry_policy)
         spent = Budget(tool_calls=budget.tool_calls, tokens=budget.tokens, seconds=0)
         report = await (here.resume if resume else here.undo)(saga_id, budget=spent)
         note = await self._queue_note(client, saga_id)
