@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from fastapi.testclient import TestClient
 from server_harness import _seed, log_snapshot, sign_in
 
 import amends
-from amends.server import ServerSettings, TokenStore, create_app
+from amends.server import ServerSettings, TokenStore, auth, create_app
 from amends.server.auth import FailedAuthLimiter, permission_problems
 from core_world import CoreWorld, fresh
 
@@ -455,16 +456,24 @@ def test_token_store_file_is_created_owner_only_and_doctor_helper_flags_wider(
     assert "mode 0644" in problem and f"chmod 600 {path}" in problem
 
 
-def test_tokens_expire_are_revoked_at_once_and_record_last_use(app: App) -> None:
+def test_tokens_expire_are_revoked_at_once_and_record_last_use(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's clock is the test's: a 0.2 s token once expired before its first use on a
+    # machine at load 13 (the check read the wall clock).
+    clock = [time.time()]
+    monkeypatch.setattr(
+        auth, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic)
+    )
     short = app.tokens.create("acme", expires_in=0.2)
     assert app.client.get("/sagas", headers={"Authorization": f"Bearer {short}"}).status_code == 200
-    time.sleep(0.3)
+    clock[0] += 0.3
     r = app.client.get("/sagas", headers={"Authorization": f"Bearer {short}"})
     assert r.status_code == 401
     assert app.client.get("/sagas", headers=app.auth()).status_code == 200
     (acme,) = [t for t in app.tokens.list("acme") if t.expires_at is None]
-    assert acme.last_used_at is not None and acme.last_used_at <= time.time()
-    states = sorted(t.state(time.time()) for t in app.tokens.list("acme"))
+    assert acme.last_used_at is not None and acme.last_used_at <= clock[0]
+    states = sorted(t.state(clock[0]) for t in app.tokens.list("acme"))
     assert states == ["active", "expired"]
     app.tokens.revoke(acme.token_id)
     r = app.client.get("/sagas", headers=app.auth())
