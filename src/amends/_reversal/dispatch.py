@@ -16,7 +16,7 @@ from typing import Any
 
 from .._budget import BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
-from .._contracts import Call, Expectation
+from .._contracts import Call, Expectation, ToolSpec
 from .._errors import (
     AmendsError,
     ContractError,
@@ -34,6 +34,16 @@ __all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
 _EXPECTATION_AT = {"probe": ("expectation",), "landed": ("inverse", "landed")}
 """Where in a step's logged record the expectation a probe of each kind checks is (rule 12:
 its secrets are given back only where amends recorded a marker there)."""
+
+
+class _TimedOutAfter(TimeoutError):
+    """A call that ran out of time after the attempt before it could not reach its server: the
+    report names that cause too (rule 8), not only the budget (an upstream that died and starts
+    slowly is "could not reach", never a change someone made)."""
+
+    def __init__(self, earlier: Exception) -> None:
+        super().__init__(str(earlier))
+        self.earlier = earlier
 
 
 def _lost_answer(exc: Exception) -> bool:
@@ -147,15 +157,10 @@ class Caller:
         prepaid: bool,
         at: tuple[Redaction, ...] = (),
     ) -> tuple[Any, Call]:
-        if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
-            raise Stop(
-                StepState.FAILED,
-                f"{tool} was not called: no tool of that name is in the catalog; register it "
-                f"or fix the name the tool recorded",
-            )
-        spec = self.catalog.get(tool)
+        spec = self._spec(tool)
         attempt = 0
         lost: Exception | None = None  # the last attempt's answer was lost (rule 5)
+        lost_reach: Exception | None = None  # the last attempt failed transiently
         while True:
             attempt += 1
             if not (prepaid and attempt == 1):
@@ -189,12 +194,24 @@ class Caller:
                 )
             except Exception as exc:
                 self.meter.tokens += call.tokens
+                if isinstance(exc, TimeoutError) and isinstance(lost_reach, TransientError):
+                    exc = _TimedOutAfter(lost_reach)  # rule 8: say why it never got through
                 wait = self._retry_wait(tool, exc, attempt, timeout, spec.timeout, phase)
                 lost = exc if _lost_answer(exc) else None
+                lost_reach = exc if isinstance(exc, TransientError) else None
                 await asyncio.sleep(wait)
                 continue
             self.meter.tokens += call.tokens
             return result, call
+
+    def _spec(self, tool: str) -> ToolSpec:
+        if tool not in self.catalog:  # rule 7: an unknown tool fails this call only
+            raise Stop(
+                StepState.FAILED,
+                f"{tool} was not called: no tool of that name is in the catalog; register it "
+                f"or fix the name the tool recorded",
+            )
+        return self.catalog.get(tool)
 
     def take_call(self, tool: str, counter: list[int], step_id: str, kind: str = "") -> None:
         """Spend one call of the budget on ``tool``, or stop the step (rule 7).
@@ -239,6 +256,8 @@ class Caller:
                 else f"the time budget of {self.meter.budget.seconds:g} s ran out while {tool} "
                 f"was running (after {timeout:.2f} s)"
             )
+            if isinstance(exc, _TimedOutAfter):
+                cause += f", tried again after: {exc.earlier}"
             raise Stop(StepState.IN_DOUBT, f"{cause}; whether it took effect is unknown") from None
         if isinstance(exc, PreconditionFailed):
             raise Stop(
