@@ -70,6 +70,8 @@ def _serve(db: str, cwd: Path, *configs: Path) -> tuple[subprocess.Popen[bytes],
     return proc, port
 
 
+@pytest.mark.timeout(300)  # ten real processes (two gateways, their upstreams, two CLI undos, a
+# server): at load 13 on 2 cores each start took 5-10 s and the test passed 120 s once
 async def test_each_saga_is_undone_with_the_gateway_config_that_ran_it(tmp_path: Path) -> None:
     from mcp import Client
 
