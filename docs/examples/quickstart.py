@@ -50,7 +50,8 @@ async def refund(call: amends.Call, charge_id: str, cents: int) -> dict:
     return {"charge_id": charge_id, "refunded": cents}
 
 
-@catalog.tool("email.send", describe="Email '{subject}' to {to}")  # no class: irreversible
+@catalog.tool("email.send", reversibility="irreversible",  # declared: nothing unsends a mail
+              describe="Email '{subject}' to {to}")
 async def send(call: amends.Call, to: str, subject: str, body: str) -> dict:
     OUTBOX.append(f"{to}: {subject}")
     call.acknowledge(who="the sender", parties=[to],

@@ -782,6 +782,7 @@ class Engine:
                 state=StepState.CANCELLED,
                 detail="undo was asked before this step started, so it never ran",
                 reversibility=s.declared,
+                declared=s.explicit,
             )
             for s in saga.steps
             if s.step_id not in seen and s.state == "cancelled"

@@ -87,6 +87,8 @@ class Wording:
 
     def _acknowledged(self, step: StepRecord, shown: str) -> ManualAction:
         ack = Acknowledgement.from_dict(step.acknowledgement) if step.acknowledgement else None
+        if not step.explicit and ack is None:
+            return self._undeclared(step, shown)
         what = (ack.what if ack and ack.what else f"{shown} cannot be taken back") + (
             "" if not step.violation else f" (contract violation: {step.violation})"
         )
@@ -97,6 +99,24 @@ class Wording:
         )
         return ManualAction(
             step.step_id, what, ack.who if ack else self.asker(), parties(step), draft
+        )
+
+    def _undeclared(self, step: StepRecord, shown: str) -> ManualAction:
+        """Issue 26: a tool with no declared class is not one declared irreversible. What stands
+        is unknown, and the fix is the owner's declaration, so the action goes to them."""
+        what = (
+            f"{shown} is not declared — treated as irreversible: check whether it changed "
+            f"anything, and ask the owner of {step.tool} to declare it (read-only if it only "
+            f"reads)"
+        )
+        draft = (
+            f"Hello: an assistant acting for us used {step.tool} ({self.title!r}): {shown}. "
+            f"Its reversibility is not declared, so amends could not take it back and treated "
+            f"it as irreversible. Please declare it in the catalog: read-only if it only reads; "
+            f"otherwise reversible, compensable or irreversible, with how to undo it."
+        )
+        return ManualAction(
+            step.step_id, what, f"the owner of the tool {step.tool}", parties(step), draft
         )
 
     def follow_ups(self, step: StepRecord, missing: Sequence[tuple[FollowUp, str]]) -> ManualAction:

@@ -102,6 +102,7 @@ class PlannedStep:
             "needs_person": self.action in ("acknowledge", "in_doubt", "review"),
             "reason": self.reason,
             "violation": self.step.violation,
+            "declared": self.step.explicit,
             "deadline": self.inverse.deadline if self.inverse else None,
             "no_drift_check": self.inverse.no_drift_check if self.inverse else None,
         }
@@ -208,6 +209,14 @@ class Preview(Plan):
         }
 
 
+NOT_DECLARED = (
+    "not declared — treated as irreversible: its tool's owner never said whether a call can "
+    "take it back"
+)
+"""Why an undeclared tool's step is acknowledged (issue 26): the safe default (rule 2), never
+confused with a tool declared irreversible."""
+
+
 def _in_doubt_reason(step: StepRecord) -> str:
     # rule 8: name the real cause (timed out, contract violation, process stopped).
     cause = step.error or "its process stopped before it logged a result"
@@ -233,7 +242,9 @@ def _classify(
     if effective is Reversibility.READ_ONLY:
         return "skip", effective, "read-only: nothing to undo"
     if effective is Reversibility.IRREVERSIBLE or not step.inverse:
-        why = step.violation or "irreversible: no call can take it back"
+        why = step.violation or (
+            "irreversible: no call can take it back" if step.explicit else NOT_DECLARED
+        )
         return "acknowledge", Reversibility.IRREVERSIBLE, why
     inverse = Inverse.from_dict(step.inverse)
     # An inverse tool missing from this catalog (renamed in an upgrade; undo runs without it only

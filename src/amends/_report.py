@@ -111,6 +111,10 @@ class StepOutcome:
     inverse_description: str = ""
     """What undo did or would do for it, in plain language ("Refund 50.00 of charge ch_1"); empty
     when the step has no inverse."""
+    declared: bool = True
+    """Whether the tool's reversibility was declared; ``False``: not declared — treated as
+    irreversible (rule 2), and its manual action asks the tool's owner to declare it (issue 26).
+    Reports written before issue 26 read as declared."""
 
     @property
     def sentence(self) -> str:
@@ -131,6 +135,7 @@ class StepOutcome:
             "violation": self.violation,
             "description": self.description,
             "inverse_description": self.inverse_description,
+            "declared": self.declared,
         }
 
     @classmethod
@@ -153,6 +158,7 @@ class StepOutcome:
             d.get("violation"),
             d.get("description", ""),
             d.get("inverse_description", ""),
+            d.get("declared", True) is not False,
         )
 
 

@@ -805,6 +805,7 @@ def _intent(
         resources=step.resources,
         declared=step.spec.reversibility.value,
         now=time.time(),
+        explicit=step.spec.explicit,
         redacted=tuple(redacted),
     )
 

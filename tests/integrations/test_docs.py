@@ -36,8 +36,8 @@ def test_the_page_shows_the_example_the_suite_runs_and_its_real_output(
     page: str, example: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The example in the page is the file verbatim; running it gives cannot_undo with the CRM
-    step drifted, charge and post compensated, the contract-less tool acknowledged, and prints
-    exactly the report the page shows."""
+    step drifted, charge and post compensated, the weather lookup declared read-only first (issue
+    26: undeclared, it was a manual action), and prints exactly the report the page shows."""
     text = (DOCS / page).read_text()
     path = DOCS / example
     assert block_after(text, f"<!-- example: {example} -->") == path.read_text()
@@ -49,7 +49,7 @@ def test_the_page_shows_the_example_the_suite_runs_and_its_real_output(
         "crm.update_field": "drifted",
         "payments.charge": "compensated",
         "chat.post": "compensated",
-        "lookup_weather": "acknowledged",
+        "lookup_weather": "not_needed",
     }
     printed = capsys.readouterr().out
     assert neutral(printed) == neutral(block_after(text, "<!-- output -->"))

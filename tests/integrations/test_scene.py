@@ -105,8 +105,10 @@ async def test_scene_gives_the_exact_saga_report_and_world(name: str, sync: bool
     ]
     assert [(m["step_id"], m["who"]) for m in report["manual_actions"]] == [
         ("<crm.update_field>", "the person who asked the agent"),
-        ("<lookup_weather>", "the person who asked the agent"),
+        # issue 26: a framework tool with no contract is "not declared"; its owner declares it
+        ("<lookup_weather>", "the owner of the tool lookup_weather"),
     ]
+    assert [s["step_id"] for s in report["steps"] if not s["declared"]] == ["<lookup_weather>"]
 
     world = out["world"]
     # the owner's edit stands (rule 4), the charge is refunded once, the post is deleted

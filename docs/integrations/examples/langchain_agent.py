@@ -14,17 +14,24 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
 import amends
-from amends.integrations.langchain import AmendsMiddleware, catalog_tools
+from amends.integrations.langchain import AmendsMiddleware, catalog_tools, declare
 from amends.sandbox import World, sandbox_catalog
 
 world = World()  # simulated CRM, payments, chat...
 catalog = sandbox_catalog(world)  # their contracts: reversible, compensable, irreversible
 
 
+# Declare read-only tools first: a tool with no contract is "not declared — treated as
+# irreversible", and undo would ask its owner to declare it.
+declare(
+    catalog, "lookup_weather", reversibility="read_only", describe="Look up the weather in {city}"
+)
+
+
 @tool
 def lookup_weather(city: str) -> str:
     """Look up the weather in a city."""
-    return f"sunny in {city}"  # no contract in the catalog: recorded as irreversible
+    return f"sunny in {city}"
 
 
 class ScriptedModel(GenericFakeChatModel):

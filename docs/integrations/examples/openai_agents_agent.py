@@ -14,17 +14,24 @@ from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import amends
-from amends.integrations.openai_agents import catalog_function_tools, run_agent
+from amends.integrations.openai_agents import catalog_function_tools, declare, run_agent
 from amends.sandbox import World, sandbox_catalog
 
 world = World()  # simulated CRM, payments, chat...
 catalog = sandbox_catalog(world)  # their contracts: reversible, compensable, irreversible
 
 
+# Declare read-only tools first: a tool with no contract is "not declared — treated as
+# irreversible", and undo would ask its owner to declare it.
+declare(
+    catalog, "lookup_weather", reversibility="read_only", describe="Look up the weather in {city}"
+)
+
+
 @function_tool
 def lookup_weather(city: str) -> str:
     """Look up the weather in a city."""
-    return f"sunny in {city}"  # no contract in the catalog: recorded as irreversible
+    return f"sunny in {city}"
 
 
 model = ScriptedModel(  # a fake model that plays a fixed script (no API key needed)

@@ -11,16 +11,23 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import amends
-from amends.integrations.pydantic_ai import AmendsToolset, catalog_toolset
+from amends.integrations.pydantic_ai import AmendsToolset, catalog_toolset, declare
 from amends.sandbox import World, sandbox_catalog
 
 world = World()  # simulated CRM, payments, chat...
 catalog = sandbox_catalog(world)  # their contracts: reversible, compensable, irreversible
 
 
+# Declare read-only tools first: a tool with no contract is "not declared — treated as
+# irreversible", and undo would ask its owner to declare it.
+declare(
+    catalog, "lookup_weather", reversibility="read_only", describe="Look up the weather in {city}"
+)
+
+
 def lookup_weather(city: str) -> str:
     """Look up the weather in a city."""
-    return f"sunny in {city}"  # no contract in the catalog: recorded as irreversible
+    return f"sunny in {city}"
 
 
 script = [

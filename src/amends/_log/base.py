@@ -155,6 +155,9 @@ class StepRecord:
     """Every place where amends put a secret's marker when it logged this step (rule 12), its
     path starting with the field (``("inverse", "args", "card_number")``): undo gives a secret
     back only there; marker-looking text elsewhere is data."""
+    explicit: bool = True
+    """Whether the catalog declared the tool's reversibility when the step ran; ``False``: not
+    declared, so treated as irreversible (rule 2) and reported as such (issue 26)."""
 
     def to_dict(self) -> dict[str, Any]:
         """This step as JSON-ready data: every field by name, tuples as lists."""
@@ -502,6 +505,8 @@ class StepIntent:
     """When the intent is written (epoch seconds)."""
     redacted: tuple[Redaction, ...] = ()
     """Where amends put a secret's marker in ``args`` (rule 12), paths relative to them."""
+    explicit: bool = True
+    """Whether the catalog declared that class; ``False``: not declared, treated as irreversible."""
 
 
 @dataclass(frozen=True)

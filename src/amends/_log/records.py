@@ -275,6 +275,7 @@ def _step(
             deps=tuple(intent["deps"]),
             resources=tuple(intent["resources"]),
             declared=intent["declared"],
+            explicit=intent.get("explicit", True) is not False,
             effective=fin.get("effective"),
             state=state,
             result=fin.get("result"),

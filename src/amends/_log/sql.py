@@ -264,6 +264,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
             "resources": resources if type(resources) is list else list(resources),
             "declared": intent.declared,
         }
+        if not intent.explicit:  # issue 26: "not declared" is not "declared irreversible"
+            body["explicit"] = False
         if intent.redacted:  # rule 12: where amends itself put a marker, inside the chain
             body["redacted"] = redacted_body(intent.redacted, ("args",))
         text = dumps(body)  # rule 1: the whole intent, encoded once (lists and dicts as given)

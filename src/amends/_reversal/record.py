@@ -87,6 +87,7 @@ class Recorder:
             detail=detail,
             reversibility=p.reversibility.value,
             violation=p.step.violation,
+            declared=p.step.explicit,
             **more,
         )
 

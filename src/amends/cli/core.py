@@ -512,14 +512,17 @@ def _audit(args: argparse.Namespace) -> int:
         for col in ("reversibility", "declared", "description"):
             table.add_column(col, overflow="fold")
         for t in catalog:
-            declared = "yes" if t.explicit else "[red]no — irreversible by default[/red]"
-            table.add_row(markup(t.name), t.reversibility.value, declared, markup(t.description))
+            # issue 26: "not declared" is its own answer, never shown as a declared class
+            declared = "yes" if t.explicit else "[red]not declared[/red]"
+            cls = t.reversibility.value if t.explicit else "treated as irreversible"
+            table.add_row(markup(t.name), cls, declared, markup(t.description))
         console.print(table)
         if implicit:
             console.print(
-                f"[red]{len(implicit)} tool(s) declare no reversibility and are "
-                f"treated as irreversible:[/red] {markup(', '.join(implicit))}. Declare "
-                f"reversibility=... on each."
+                f"[red]{len(implicit)} tool(s) not declared — treated as irreversible:[/red] "
+                f"{markup(', '.join(implicit))}. Undo can only ask a person to look at what "
+                f"they did; declare reversibility=... on each (read_only for a tool that only "
+                f"reads)."
             )
     return 1 if args.strict and implicit else 0
 

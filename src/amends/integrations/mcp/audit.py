@@ -39,7 +39,7 @@ async def audit_rows(config_path: str) -> list[dict[str, Any]]:
             }
             note = ""
             if exp.contract is None:
-                note = "no contract: irreversible"
+                note = "not declared — treated as irreversible"  # issue 26
                 if hints["read_only_hint"]:
                     note += " (the server hints read-only; a hint is not a contract)"
             elif hints["read_only_hint"] and spec.reversibility.value != "read_only":
