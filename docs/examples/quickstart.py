@@ -32,7 +32,7 @@ async def charge_status(call: amends.Call, charge_id: str) -> str:
 
 
 @catalog.tool("payments.charge", reversibility="compensable", idempotent=True,
-              describe="Charge {cents} cents to {customer}")
+              describe="Charge {cents:cents} USD to {customer}")
 async def charge(call: amends.Call, customer: str, cents: int) -> dict:
     charge_id = f"ch_{len(CHARGES) + 1}"
     CHARGES[charge_id] = "captured"
@@ -44,7 +44,7 @@ async def charge(call: amends.Call, customer: str, cents: int) -> dict:
 
 
 @catalog.tool("payments.refund", reversibility="irreversible", idempotent=True,
-              describe="Refund {cents} cents of {charge_id}")
+              describe="Refund {cents:cents} USD of {charge_id}")
 async def refund(call: amends.Call, charge_id: str, cents: int) -> dict:
     CHARGES[charge_id] = "refunded"
     return {"charge_id": charge_id, "refunded": cents}

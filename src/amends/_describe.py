@@ -41,14 +41,23 @@ def check_template(tool: str, template: Any) -> str | None:
             tool=tool,
         )
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ContractError(
             f"describe= of tool {tool!r} is not a valid template ({exc}): {template!r}; "
             f"write literal braces as {{{{ and }}}}; {example}",
             tool=tool,
         ) from None
-    for name in fields:
+    for _, name, spec, conv in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if (spec or conv) and (spec not in _SPECS or conv):
+            raise ContractError(
+                f"describe= of tool {tool!r} has the field {{{name}{'!' + conv if conv else ''}"
+                f"{':' + spec if spec else ''}}}; the only format is :cents (an amount in "
+                f"cents shown as money, {{cents:cents}} -> 2,400.00); {example}",
+                tool=tool,
+            )
         if not name.isidentifier():
             raise ContractError(
                 f"describe= of tool {tool!r} has the field {{{name}}}; fields name arguments "
@@ -58,7 +67,47 @@ def check_template(tool: str, template: Any) -> str | None:
     return template.strip()
 
 
+def _cents(value: Any) -> str:
+    """``{cents:cents}``: an amount in cents as money, "2,400.00" (issue 26: people read money,
+    not "240000 cents")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value / 100:,.2f}"
+    return _show(value)
+
+
+_SPECS = {"cents": _cents}
+"""The format specs a ``describe=`` field may carry."""
+
+EMPTY = "an empty value"
+"""How an empty argument reads in a sentence (issue 26: never "to 'None'")."""
+
+
+class _Sentence(string.Formatter):
+    """Fills a template: each value shown for people (:func:`_show`), its spec applied."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec:
+            return _SPECS[format_spec](value)
+        return _show(value)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == ""
+
+
+def _unquoted(template: str, args: Mapping[str, Any]) -> str:
+    """``template`` with the quotes around each empty field dropped: "to '{value}'" with no
+    value reads "to an empty value", not "to 'None'" (issue 26)."""
+    for name, value in args.items():
+        if _empty(value):
+            for q in ("'", '"'):
+                template = template.replace(f"{q}{{{name}}}{q}", f"{{{name}}}")
+    return template
+
+
 def _show(value: Any) -> str:
+    if _empty(value):
+        return EMPTY
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         value = ", ".join(value)  # attendees, people: "ann@acme.test, bob@acme.test"
     text = value if isinstance(value, str) else repr(value)
@@ -91,11 +140,15 @@ def sentence(
     safe = _safe_args(args, sensitive)
     if template:
         try:
-            return template.format_map({k: _show(v) for k, v in safe.items()})
+            return _Sentence().vformat(_unquoted(template, safe), (), safe)
         except (KeyError, ValueError, IndexError, AttributeError):
             pass  # an argument the template names was not passed: the default says it all
     shown = ", ".join(
-        f"{k}={_show(v)!r}" if isinstance(v, str) else f"{k}={_show(v)}"
+        f"{k}=(empty)"
+        if v is None
+        else f"{k}={_show(v)!r}"
+        if isinstance(v, str)
+        else f"{k}={_show(v)}"
         for k, v in sorted(safe.items())
     )
     head = description.strip().rstrip(".") if description else ""

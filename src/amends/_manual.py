@@ -62,6 +62,10 @@ class Wording:
     ``{saga_id}`` is replaced); ``None``: the ``amends undo --continue`` command."""
 
     def asker(self) -> str:
+        """Who asked the agent. An actor ``agent:NAME`` is the agent itself, never labelled
+        a person (issue 26): "the person who asked the NAME agent"."""
+        if self.actor and self.actor.startswith("agent:"):
+            return f"the person who asked the {self.actor.removeprefix('agent:')} agent"
         if self.actor:
             return f"the person who asked the agent ({self.actor})"
         return "the person who asked the agent"
@@ -89,8 +93,10 @@ class Wording:
         ack = Acknowledgement.from_dict(step.acknowledgement) if step.acknowledgement else None
         if not step.explicit and ack is None:
             return self._undeclared(step, shown)
+        # issue 26: the contract violation is an engineer's text (the report's violations); a
+        # person reads what it means for them
         what = (ack.what if ack and ack.what else f"{shown} cannot be taken back") + (
-            "" if not step.violation else f" (contract violation: {step.violation})"
+            "" if not step.violation else f": {CANNOT_CHECK} (its tool broke its contract)"
         )
         draft = (ack.draft if ack else None) or (
             f"Hello {_to(step)}: an assistant acting for us did {shown} ({self.title!r}), which "
@@ -158,7 +164,24 @@ def _to(step: StepRecord) -> str:
 _Words = tuple[str, str, str]
 
 
+CANNOT_CHECK = "amends cannot check this step safely"
+"""What a contract violation means to a person (issue 26): not "drifted", nothing drifted."""
+
+
+def _cannot_check(w: Wording, step: StepRecord, shown: str) -> _Words:
+    return (
+        f"Check {shown} by hand and undo it if it should not stand: {CANNOT_CHECK}, so it was "
+        f"not undone automatically.",
+        f"Hello {_to(step)}: {shown}, done by an assistant acting for us, was not undone "
+        f"automatically because we cannot check it safely. Please tell us whether it still "
+        f"stands and whether it should be reverted.",
+        w.asker(),
+    )
+
+
 def _drifted(w: Wording, step: StepRecord, shown: str, detail: str, _: StepState) -> _Words:
+    if step.violation:  # rule 4: no drift check recorded, so none was made: nothing drifted
+        return _cannot_check(w, step, shown)
     return (
         f"Review {shown}: {detail}. Decide whether to undo it by hand.",
         f"Hello {_to(step)}: {shown}, done by an assistant acting for us, was not undone "

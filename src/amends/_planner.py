@@ -209,6 +209,12 @@ class Preview(Plan):
         }
 
 
+REVIEW = (
+    "amends cannot check this step safely: its tool does not say how to see whether someone "
+    "changed it since, so it is not undone blindly; a person must check it"
+)
+"""Why a step without a drift check is left for review (rule 4, issue 26)."""
+
 NOT_DECLARED = (
     "not declared — treated as irreversible: its tool's owner never said whether a call can "
     "take it back"
@@ -273,10 +279,8 @@ def _classify(
         )
     if step.expectation is None and inverse.no_drift_check is None:
         # rule 4: no drift check means no blind overwrite.
-        why = step.violation or (
-            f"tool {step.tool!r} recorded no expectation and gave no reason why none is needed"
-        )
-        return "review", effective, f"needs review, not undone blindly: {why}"
+        # issue 26: a person reads what it means; the violation itself stays for engineers
+        return "review", effective, REVIEW
     action: Action = "revert" if effective is Reversibility.REVERSIBLE else "compensate"
     return action, effective, f"{action} with {inverse.tool}"
 

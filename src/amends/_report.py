@@ -508,7 +508,8 @@ def _render_text(r: UndoReport) -> str:
     ]
     # issue 17: a sentence per step, then what happened wrapped under it (80 columns; ids whole)
     for s in r.steps:
-        row = f"  {s.step_id:<4} {_verb(s):<11} {s.state.value:<12} "
+        shown = "not checked" if state_label(s) == "not checked" else s.state.value
+        row = f"  {s.step_id:<4} {_verb(s):<11} {shown:<12} "
         out += _wrapped(s.sentence, min(len(row), 33), row)
         if s.inverse_description:
             out += _wrapped(f"undo: {s.inverse_description}")
@@ -553,23 +554,34 @@ td{border:none;padding:.15rem 0}tr{border-bottom:1px solid #ccc;padding:.4rem 0}
 """
 
 
+_STATUS_WORDS = {
+    Outcome.FULLY_REVERSED: "Fully reversed",
+    Outcome.PARTIALLY_REVERSED: "Partially reversed — residue remains",
+    Outcome.CANNOT_UNDO: "Cannot undo everything — a person must follow up",
+}
+
+
+def state_label(s: StepOutcome) -> str:
+    """A step's state in a person's words (issue 26): a step left for review because its tool
+    recorded no drift check is "not checked", not "drifted" (nothing drifted); the report's JSON
+    keeps the state itself."""
+    if s.state is StepState.DRIFTED and s.violation:
+        return "not checked"
+    return s.state.value.replace("_", " ")
+
+
+def _when_utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "—"
+
+
 def _render_html(r: UndoReport) -> str:
+    """The standalone report for people (issue 26 items 2 and 7): what a person must do first,
+    then what remains, then the steps in sentences; ids, tools, figures and contract violations
+    in a details fold for engineers."""
+
     def e(text: str) -> str:
         return html.escape(visible(text))
 
-    rows = "".join(
-        f"<tr><td>{e(s.step_id)}</td><td>{e(s.sentence)}<br><code>{e(s.tool)}</code></td>"
-        f"<td>{e(_verb(s))}</td><td class='state'>{e(s.state.value)}</td><td>{e(s.detail)}"
-        + (f"<br>Undo: {e(s.inverse_description)}" if s.inverse_description else "")
-        + (f"<br><strong>Contract violation:</strong> {e(s.violation)}" if s.violation else "")
-        + "</td></tr>"
-        for s in r.steps
-    )
-    residue = "".join(
-        f"<li>{e(x.what)} — affects {e(', '.join(x.parties) or 'no one else')}; "
-        f"{'settles ' + e(x.settles_at) if x.settles_at else 'does not settle'}</li>"
-        for x in r.residue
-    )
     manual = "".join(
         f"<li><p><strong>{e(m.what)}</strong></p><p>Who can act: {e(m.who)}"
         + (f"; affected: {e(', '.join(m.parties))}" if m.parties else "")
@@ -579,19 +591,49 @@ def _render_html(r: UndoReport) -> str:
         + "</li>"
         for m in r.manual_actions
     )
+    residue = "".join(
+        f"<li>{e(x.what)} — affects {e(', '.join(x.parties) or 'no one else')}; "
+        f"{'settles ' + e(x.settles_at) if x.settles_at else 'does not settle'}</li>"
+        for x in r.residue
+    )
+    rows = "".join(
+        f"<tr><td>{e(s.sentence)}</td><td>{e(_verb(s))}</td>"
+        f"<td class='state'>{e(state_label(s))}</td><td>{e(s.detail)}"
+        + (f"<br>Undo: {e(s.inverse_description)}" if s.inverse_description else "")
+        + "</td></tr>"
+        for s in r.steps
+    )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>Undo report — {e(r.title or r.saga_id)}</title><style>{_CSS}</style></head>"
         f"<body><main><h1>{e(r.headline)}</h1>"
-        f"<p><span class='status {e(r.status.value)}'>{e(r.status.value)}</span> "
-        f"Saga <code>{e(r.saga_id)}</code>{' — ' + e(r.title) if r.title else ''}. "
-        f"Reversal <code>{e(r.reversal_id)}</code>: {r.tool_calls} tool calls, {r.tokens} tokens, "
-        f"{r.seconds:.2f}s.</p>"
-        "<h2>Steps</h2><table><thead><tr><th scope='col'>Step</th><th scope='col'>What</th>"
-        "<th scope='col'>Verb</th><th scope='col'>State</th><th scope='col'>Detail</th></tr>"
-        f"</thead><tbody>{rows}</tbody></table>"
-        + (f"<h2>What remains</h2><ul>{residue}</ul>" if residue else "")
+        f"<p><span class='status {e(r.status.value)}'>{e(_STATUS_WORDS[r.status])}</span>"
+        + (f" {e(r.title)}" if r.title else "")
+        + "</p>"
         + (f"<h2>Needs a person</h2><ul>{manual}</ul>" if manual else "")
-        + "</main></body></html>\n"
+        + (f"<h2>What remains</h2><ul>{residue}</ul>" if residue else "")
+        + "<h2>Steps</h2><table><thead><tr><th scope='col'>What the agent did</th>"
+        "<th scope='col'>Verb</th><th scope='col'>State</th><th scope='col'>Detail</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table>" + _engineer_fold(r, e) + "</main></body></html>\n"
+    )
+
+
+def _engineer_fold(r: UndoReport, e: Any) -> str:
+    """Ids, tools, figures, times and contract violations: for engineers, folded (issue 26)."""
+    steps = "".join(
+        f"<li><code>{e(s.step_id)}</code> <code>{e(s.tool)}</code> {e(s.state.value)}"
+        + ("" if s.declared else " (not declared — treated as irreversible)")
+        + "</li>"
+        for s in r.steps
+    )
+    violations = "".join(f"<li>{e(v)}</li>" for v in r.violations)
+    return (
+        "<details><summary>Details for engineers</summary>"
+        f"<p>Saga <code>{e(r.saga_id)}</code> · reversal <code>{e(r.reversal_id)}</code>: "
+        f"{r.tool_calls} tool calls, {r.tokens} tokens, {r.seconds:.2f}s{e(_runs_text(r))}. "
+        f"Asked {_when_utc(r.requested_at)}, finished {_when_utc(r.finished_at)}.</p>"
+        f"<ul>{steps}</ul>"
+        + (f"<p>Contract violations:</p><ul>{violations}</ul>" if violations else "")
+        + "</details>"
     )

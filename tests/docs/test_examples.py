@@ -190,8 +190,9 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
     assert re.search(
         r"s1 +Acknowledge drifted +Set stage of r1 to 'won'\n +undo: Set stage", printed
     )
-    assert re.search(r"s2 +Compensate +compensated +Charge 5000 cents to c1\n", printed)
-    assert "undo: Refund 5000 cents of ch_1" in printed
+    # issue 26: money formatted ({cents:cents})
+    assert re.search(r"s2 +Compensate +compensated +Charge 50.00 USD to c1\n", printed)
+    assert "undo: Refund 50.00 USD of ch_1" in printed
 
 
 def test_the_toml_example_in_the_toml_catalog_docstring_loads(tmp_path: Path) -> None:

@@ -162,7 +162,7 @@ async def test_the_agent_can_undo_its_own_run_and_gets_the_honest_report(
     assert "Status: partially_reversed" in answer
     # issue 17: the steps are sentences (the sandbox's describe= templates)
     assert "Revert      reverted     Set stage of CRM record acme to" in answer
-    assert "Compensate  compensated  Charge 5000 cents to cus_acme" in answer
+    assert "Compensate  compensated  Charge 50.00 USD to cus_acme" in answer
     assert world.crm.read_field("acme", "stage") == "negotiation"
     assert world.snapshot()["payments"]["charges"]["ch_1"]["refunded"] == 5000
     saga = await engine.log.get_saga(saga_id)

@@ -159,8 +159,10 @@ async def test_reversible_step_without_expectation_or_reason_is_never_reverted_b
     s1 = report.step("s1")
     assert s1.state is StepState.DRIFTED
     assert s1.violation is not None and "no expectation" in s1.violation
-    assert "needs review" in s1.detail
+    # issue 26: a person reads what it means (nothing drifted); the violation is for engineers
+    assert s1.detail.startswith("amends cannot check this step safely: ")
     assert s1.manual_action is not None and s1.manual_action.draft
+    assert "call." not in s1.manual_action.draft + s1.manual_action.what
     assert world.crm["r1"]["stage"] == "lost"
     assert [c for c in world.calls if c[1] == "compensate"] == []  # never dispatched
     assert report.status == "cannot_undo"

@@ -138,7 +138,7 @@ def test_the_report_and_preview_tell_not_declared_from_declared_irreversible(
     ) in text
     assert "    who: the owner of the tool lookup_weather\n" in text
     page = report.render("html")
-    assert page.count("not declared — treated as irreversible") == 4  # 2 details, 2 actions
+    assert page.count("not declared — treated as irreversible") == 6  # details, actions, fold
     # the stored report reads back with the flag
     again = amends.UndoReport.from_dict(json.loads(report.to_json()))
     assert [s.declared for s in again.steps] == [False, True, False]
