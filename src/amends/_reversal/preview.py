@@ -96,7 +96,13 @@ def _settled(
     return PreviewStep(
         **base,
         needs_review=o.state not in NEUTRALISED,
-        check="not needed: undo already ran for this step and never dispatches it again",
+        # issue 26 item 6: said as what happened, never "not needed" under "needs a person"
+        check=(
+            f"already undone ({o.state.value.replace('_', ' ')}); nothing will be sent again"
+            if o.state in NEUTRALISED
+            else f"undo already ran and left it {o.state.value.replace('_', ' ')}; nothing "
+            f"will be sent again: a person must follow up as its manual action says"
+        ),
         predicted=o.state,
         detail=o.detail,
     )

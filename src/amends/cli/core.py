@@ -345,6 +345,11 @@ def _undo(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     else:
+        if args.already_at is not None:  # issue 26 item 6: never the old report unannounced
+            Console().print(
+                f"Already undone at {markup(_when(args.already_at))}; nothing was done now. "
+                f"The report of that undo:"
+            )
         print_report(result)
     return 1 if result.status == Outcome.CANNOT_UNDO else 0
 
@@ -360,6 +365,10 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
                 f"{saga.saga_id} has no reversal yet; undo it first: amends undo {saga.saga_id}",
                 saga_id=saga.saga_id,
             )
+        rev = saga.reversal
+        # a plain undo of a saga whose reversal finished joins it and does nothing (rule 6)
+        plain = not (args.dry_run or retry or args.continue_)
+        args.already_at = rev.finished_at if plain and rev and rev.state == "done" else None
         catalog = catalog_for_saga(
             allowed_catalogs(args.catalog, args.db), saga,
             continuing=args.continue_ or bool(retry), allow_missing=args.allow_missing_tools,
