@@ -176,6 +176,7 @@ def test_cli_audit_flags_tools_without_a_declared_class(
         "reversibility": "irreversible",
         "explicit": False,
         "description": "",
+        "catalog": SPEC,  # issue 26 item 4: which catalog was audited (several may be allowed)
     }
     assert rows["crm.update_field"]["explicit"] is True
     assert main(["audit", "--catalog", SPEC, "--strict"]) == 1

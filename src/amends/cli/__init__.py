@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from .._errors import AmendsError
 from ._common import Handler, safe
+from ._hints import complete, invoked
 
 __all__ = ["main"]
 
@@ -59,18 +60,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    catalogs = getattr(args, "catalog", None)
+    if isinstance(catalogs, str):
+        catalogs = [catalogs]
+    try:
+        # issue 26 item 3: every command printed while this runs repeats its program and --db
+        with invoked(getattr(args, "db", None), catalogs):
+            return _run(handler, args)
+    except BrokenPipeError:  # `amends show | head`: the reader left; not an error of ours
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(handler: Handler, args: argparse.Namespace) -> int:
     try:
         return handler(args)
     except AmendsError as exc:
-        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
+        # a command the message quotes runs as printed (issue 26 item 3)
+        sys.stderr.write(f"amends: error: {complete(safe(exc, keep_newlines=True))}\n")
         return 2
-    except BrokenPipeError:  # `amends show | head`: the reader left; not an error of ours
-        return 0
+    except BrokenPipeError:
+        raise  # main() says nothing about it
     except OSError as exc:  # a file or port the user named: one line, never a traceback
         sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
         return 2
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,13 +25,14 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from .._budget import check_budget_value
-from .._catalog_ref import SANDBOX_REF, Loader, choose_catalog, needed_tools, tag_catalog
+from .._catalog_ref import Loader, choose_catalog, needed_tools, tag_catalog
 from .._contracts import Catalog
 from .._errors import AmendsError, ConfigError, LogError
 from .._log import open_log
 from .._log.base import SagaLog, SagaRecord
 from .._report import UndoReport
 from .._toml_catalog import load_toml_catalog
+from ._hints import command
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -74,6 +75,15 @@ CATALOG_HELP = (
     "(comma-separated) or $AMENDS_CATALOG. A saga's recorded catalog only selects among these: "
     "amends never loads a catalog named in the log"
 )
+
+
+NO_CATALOG = (
+    "no catalog was named; pass yours with --catalog MODULE:ATTR (e.g. --catalog "
+    "myproj.tools:catalog, run from your project's directory) or --catalog tools.toml, or set "
+    "AMENDS_CATALOGS; the demo's tools are --catalog amends.sandbox:demo_catalog. Where a "
+    "catalog lives and how amends finds it: docs/your-project.md"
+)
+"""The refusal when a command needs a catalog and the operator named none (issue 26 item 4)."""
 
 
 def add_catalog_argument(parser: argparse.ArgumentParser) -> None:
@@ -138,12 +148,16 @@ def load_catalog(spec: str | None, db: str) -> Catalog:
     as the operator gave it (never a name read from a log, rule 12). ``MODULE`` is looked up on
     the import path, then in the current directory.
 
-    Default: ``$AMENDS_CATALOG``, else the sandbox's ``amends.sandbox:demo_catalog``.
+    Default: ``$AMENDS_CATALOG``; never the sandbox's unless named (issue 26 item 4: a command
+    run in a user's project must not silently act on, or audit, the demo's tools).
 
     Raises:
-        ConfigError: The spec is malformed, cannot be imported, or is not a catalog.
+        ConfigError: No catalog named, or the spec is malformed, cannot be imported, or is not
+            a catalog.
     """
-    spec = spec or os.environ.get("AMENDS_CATALOG") or SANDBOX_REF
+    spec = spec or os.environ.get("AMENDS_CATALOG")
+    if not spec:
+        raise ConfigError(NO_CATALOG)
     if spec.endswith(".toml"):
         from ..integrations.mcp.undo_catalog import gateway_catalog_at, is_gateway_config
 
@@ -391,13 +405,11 @@ def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
     what to run next (issue 23)."""
     res = report.handled(step_id)
     if res is None:
-        hint = (
-            f"open — when done: amends resolve {markup(report.saga_id)} {markup(step_id)} "
-            f"--note 'what you did'"
-        )
+        resolve = command("resolve", report.saga_id, step_id, "--note", "what you did")
+        hint = f"open — when done: {markup(resolve)}"
         if report.step(step_id).state.value == "failed":
-            hint += f"; once its cause is fixed: amends undo {markup(report.saga_id)} --retry "
-            hint += markup(step_id)
+            retry = command("undo", report.saga_id, "--retry", step_id)
+            hint += f"; once its cause is fixed: {markup(retry)}"
         print_item(console, hint, indent=4)
         return
     for r in [*res.get("earlier", ()), res]:

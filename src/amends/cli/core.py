@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from .._catalog_ref import SANDBOX_REF
 from .._contracts import Catalog
 from .._describe import sentence
 from .._engine import Engine
@@ -27,9 +28,11 @@ from .._report import Outcome, UndoReport
 from .._reversal import current_report
 from .._telemetry import add_log_format, configure_logging
 from ._common import (
+    NO_CATALOG,
     add_catalog_argument,
     add_db_argument,
     allowed_catalogs,
+    allowed_specs,
     budget_flag,
     catalog_for_saga,
     load_catalog,
@@ -42,6 +45,7 @@ from ._common import (
     run_async,
     step_row,
 )
+from ._hints import command
 
 __all__ = ["register"]
 
@@ -145,7 +149,7 @@ def register(sub: Any) -> None:
         help="list every catalog tool with its reversibility; flag "
         "tools that are irreversible only by default",
     )
-    audit.add_argument("--catalog", help="MODULE:ATTR or .toml file of the catalog")
+    add_catalog_argument(audit)
     add_db_argument(audit)
     audit.add_argument(
         "--strict",
@@ -182,7 +186,7 @@ async def _get(log: SagaLog, saga_id: str) -> SagaRecord:
     saga = await log.get_saga(saga_id)
     if saga is None:
         raise SagaNotFoundError(
-            f"no saga {saga_id!r} in {log.url}; run `amends show --db {log.url}` to list sagas",
+            f"no saga {saga_id!r} in {log.url}; run `{command('show')}` to list sagas",
             saga_id=saga_id,
         )
     return saga
@@ -244,7 +248,8 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
     if report is not None:
         console.print()
         print_report(report, console)
-        console.print(f"[dim]The event log: amends show {markup(saga.saga_id)} --history[/dim]")
+        hint = command("show", saga.saga_id, "--history")
+        console.print(f"[dim]The event log: {markup(hint)}[/dim]")
         return
     console.print("[bold]Steps[/bold]")
     for s in saga.steps:
@@ -259,10 +264,8 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
             details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
         step_row(console, s.step_id, cls, s.state, sentence(s.tool, s.args), details)
     if rev is None:
-        console.print(
-            f"Not undone. Preview: amends undo {markup(saga.saga_id)} --dry-run; undo: "
-            f"amends undo {markup(saga.saga_id)}"
-        )
+        preview, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
+        console.print(f"Not undone. Preview: {markup(preview)}; undo: {markup(undo)}")
     else:
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
@@ -362,7 +365,8 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
             # as the HTTP API's 409 nothing_to_continue: say so, run nothing
             raise SagaStateError(
                 f"nothing to {'continue' if args.continue_ else 'retry'}: saga "
-                f"{saga.saga_id} has no reversal yet; undo it first: amends undo {saga.saga_id}",
+                f"{saga.saga_id} has no reversal yet; undo it first: "
+                f"`{command('undo', saga.saga_id)}`",
                 saga_id=saga.saga_id,
             )
         rev = saga.reversal
@@ -376,7 +380,7 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
     except BaseException:
         await log.close()
         raise
-    engine = Engine(catalog, log=log)
+    engine = Engine(catalog, log=log, continue_hint=_continue_hint(args))
     allow = args.allow_missing_tools
     try:
         if args.dry_run:
@@ -388,6 +392,20 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
         return await engine.undo(args.saga_id, budget=budget, allow_missing_tools=allow)
     finally:
         await engine.close()
+
+
+def _continue_hint(args: argparse.Namespace) -> str:
+    """How to continue this reversal if it stops short, as a command that runs as printed
+    (issue 26 item 3: this --db and --catalog, the budget given again, no placeholders)."""
+    words = ["undo", args.saga_id, "--continue"]
+    for name, flag in (("tool_calls", "--budget-calls"), ("tokens", "--budget-tokens"),
+                       ("seconds", "--budget-seconds")):  # fmt: skip
+        value = getattr(args, f"budget_{name}")
+        if value > getattr(Budget(), name):  # a smaller one given: the default is larger
+            words += [flag, f"{value:g}"]
+    if args.allow_missing_tools:
+        words.append("--allow-missing-tools")
+    return command(*words)
 
 
 def _os_user() -> str:
@@ -491,8 +509,8 @@ def _resolve(args: argparse.Namespace) -> int:
     else:
         Console().print(
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
-            f"{markup(res.by)}. Continue the reversal with: amends undo "
-            f"{markup(args.saga_id)} --continue"
+            f"{markup(res.by)}. Continue the reversal with: "
+            f"{markup(command('undo', args.saga_id, '--continue'))}"
         )
     return 0
 
@@ -500,8 +518,13 @@ def _resolve(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if args.mcp_config is not None or args.suggest is not None:
         return _audit_mcp(args)
-    catalog = load_catalog(args.catalog, args.db)
-    implicit = [t.name for t in catalog if not t.explicit]
+    # issue 26 item 4: the catalogs the operator named or allowed, as undo loads them; never
+    # the sandbox's by default (it audited the demo's 34 tools in a user's project, exit 0)
+    specs = allowed_specs(args.catalog)
+    if not specs:
+        raise ConfigError(f"amends audit: {NO_CATALOG}")
+    catalogs = {name: load_catalog(spec, args.db) for name, spec in specs.items()}
+    implicit = [t.name for c in catalogs.values() for t in c if not t.explicit]
     if args.json:
         print_json(
             [
@@ -510,30 +533,41 @@ def _audit(args: argparse.Namespace) -> int:
                     "reversibility": t.reversibility.value,
                     "explicit": t.explicit,
                     "description": t.description,
+                    "catalog": name,
                 }
+                for name, catalog in catalogs.items()
                 for t in catalog
             ]
         )
     else:
         console = Console()
-        table = Table(title=f"Catalog: {len(catalog)} tools", header_style="bold")
-        table.add_column("tool", no_wrap=True)
-        for col in ("reversibility", "declared", "description"):
-            table.add_column(col, overflow="fold")
-        for t in catalog:
-            # issue 26: "not declared" is its own answer, never shown as a declared class
-            declared = "yes" if t.explicit else "[red]not declared[/red]"
-            cls = t.reversibility.value if t.explicit else "treated as irreversible"
-            table.add_row(markup(t.name), cls, declared, markup(t.description))
-        console.print(table)
-        if implicit:
-            console.print(
-                f"[red]{len(implicit)} tool(s) not declared — treated as irreversible:[/red] "
-                f"{markup(', '.join(implicit))}. Undo can only ask a person to look at what "
-                f"they did; declare reversibility=... on each (read_only for a tool that only "
-                f"reads)."
-            )
+        for name, catalog in catalogs.items():
+            _print_audit(console, name, catalog)
     return 1 if args.strict and implicit else 0
+
+
+def _print_audit(console: Console, name: str, catalog: Catalog) -> None:
+    """One catalog's tools, titled with the catalog's name (and saying so when it is the
+    sandbox's simulated vendors, not the user's)."""
+    whose = " — the sandbox's simulated vendors, not yours" if name == SANDBOX_REF else ""
+    table = Table(title=f"Catalog {markup(name)}{whose}: {len(catalog)} tools", header_style="bold")
+    table.add_column("tool", no_wrap=True)
+    for col in ("reversibility", "declared", "description"):
+        table.add_column(col, overflow="fold")
+    for t in catalog:
+        # issue 26: "not declared" is its own answer, never shown as a declared class
+        declared = "yes" if t.explicit else "[red]not declared[/red]"
+        cls = t.reversibility.value if t.explicit else "treated as irreversible"
+        table.add_row(markup(t.name), cls, declared, markup(t.description))
+    console.print(table)
+    implicit = [t.name for t in catalog if not t.explicit]
+    if implicit:
+        console.print(
+            f"[red]{len(implicit)} tool(s) not declared — treated as irreversible:[/red] "
+            f"{markup(', '.join(implicit))}. Undo can only ask a person to look at what "
+            f"they did; declare reversibility=... on each (read_only for a tool that only "
+            f"reads)."
+        )
 
 
 def _audit_mcp(args: argparse.Namespace) -> int:
@@ -545,9 +579,9 @@ def _audit_mcp(args: argparse.Namespace) -> int:
             f"tools; name the gateway config too: amends audit --mcp-config gateway.toml "
             f"--suggest {args.suggest}"
         )
-    if args.catalog is not None:
+    if args.catalog:
         raise ConfigError(
-            f"give either --catalog {args.catalog!r} or --mcp-config {args.mcp_config!r}, not "
+            f"give either --catalog {args.catalog[0]!r} or --mcp-config {args.mcp_config!r}, not "
             f"both; the gateway config names its own contracts"
         )
     from ..integrations.mcp.cli import run_audit

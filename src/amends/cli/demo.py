@@ -13,6 +13,7 @@ from rich.table import Table
 
 from .._errors import ConfigError
 from ..sandbox.demo import DEMO_TITLE, DemoResult, run_demo
+from ._hints import command
 
 __all__ = ["register"]
 
@@ -121,4 +122,5 @@ def print_demo(
         f"saga log: {escape(result.db)}  world: {escape(str(result.world_path))}"
         + (f"  HTML report: {escape(html)}" if html else "")
     )
-    console.print(f"Inspect it: amends show {result.saga_id} --db {escape(result.db)}")
+    # issue 26 item 3: runnable as printed, even when `amends` is not on PATH (after make demo)
+    console.print(f"Inspect it: {escape(command('show', result.saga_id, db=result.db))}")

@@ -20,6 +20,7 @@ from .._errors import AmendsError, LogCorruptedError
 from .._log import file_permission_problems
 from .._log.integrity import LOG
 from .._log.sql import SCHEMA_VERSION
+from ._hints import command, complete
 
 __all__ = ["Finding", "diagnose", "register"]
 
@@ -75,7 +76,7 @@ def _recover(args: argparse.Namespace) -> int:
     try:
         out = asyncio.run(recover(args.db, args.catalog))
     except AmendsError as exc:
-        sys.stderr.write(f"amends recover: {exc}\n")
+        sys.stderr.write(f"amends recover: {complete(str(exc))}\n")
         return 2
     if args.json:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -130,8 +131,8 @@ async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
         if damage:  # issue 21.12: never recover from a log with holes in it
             raise LogCorruptedError(
                 f"saga log {db!r} is damaged ({'; '.join(damage[:3])}); nothing was recovered. "
-                f"Stop every process using it and restore it from a backup (`amends doctor "
-                f"--db {db}` lists the damage)",
+                f"Stop every process using it and restore it from a backup "
+                f"(`{command('doctor', db=db)}` lists the damage)",
                 path=db,
             )
         now = time.time()
@@ -227,7 +228,7 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
                     "action",
                     f"saga {saga_id} is still 'running' but its worker ({owner}) stopped "
                     f"renewing its lease",
-                    "run `amends recover --db URL`: its unfinished steps become in_doubt",
+                    f"run `{command('recover', db=target)}`: its unfinished steps become in_doubt",
                 )
             )
         for saga_id, step_id, tool in health.in_doubt:
@@ -236,7 +237,8 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
                     "action",
                     f"step {step_id} ({tool}) of saga {saga_id} is in_doubt: its outcome is "
                     f"unknown",
-                    f"check the vendor for that call, then `amends undo {saga_id} --db URL`; "
+                    f"check the vendor for that call, then "
+                    f"`{command('undo', saga_id, db=target)}`; "
                     f"the report will list it as a manual action",
                 )
             )
@@ -246,8 +248,8 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
                     "action",
                     f"reversal {rev_id} of saga {saga_id} is stuck: its worker ({owner}, "
                     f"generation {generation}) stopped renewing its lease",
-                    "run `amends recover --db URL` to resume it (nothing logged done is sent "
-                    "again)",
+                    f"run `{command('recover', db=target)}` to resume it (nothing logged done "
+                    f"is sent again)",
                 )
             )
         for saga_id, owner, lease in health.live_sagas:
@@ -294,7 +296,7 @@ def _doctor(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
         else:
-            sys.stdout.write(f"ACTION  cannot open the saga log: {safe(exc)}\n")
+            sys.stdout.write(f"ACTION  cannot open the saga log: {complete(safe(exc))}\n")
         return 2
     needs = any(f.level == "action" for f in findings)
     if args.json:

@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
         "--catalog",
         metavar="REF",
         help="MODULE:ATTR of the catalog (a Catalog or callable(db) -> Catalog) or a .toml "
-        "catalog; default $AMENDS_CATALOG or amends.sandbox:demo_catalog",
+        "catalog; default $AMENDS_CATALOG (never the sandbox's unless named)",
     )
     p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help="default %(default)s")
     p.add_argument("--namespace", default="default", help="default %(default)s")
