@@ -182,7 +182,7 @@ def choose_catalog(
         raise ConfigError(
             f"saga {saga_id} does not record which catalog ran it (a catalog defined in "
             f"__main__ or inside a function, or a log from an older amends); pass the same "
-            f"tools with --catalog MODULE:ATTR or --catalog tools.toml",
+            f"tools with --catalog MODULE:ATTR or --catalog tools.toml{_GUIDE}",
             saga_id=saga_id,
         )
     if not allowed:
@@ -190,14 +190,14 @@ def choose_catalog(
             f"saga {saga_id} recorded {shown}, and this process is allowed no catalog; amends "
             f"never loads a catalog a log names (rule 12). Pass the catalog that ran the saga, "
             f"e.g. --catalog myproj.tools:catalog or --catalog tools.toml (or set "
-            f"AMENDS_CATALOGS){_CHECK if ref else ''}",
+            f"AMENDS_CATALOGS){_CHECK if ref else ''}{_GUIDE}",
             saga_id=saga_id,
         )
     name = _select(ref, fp, allowed, saga_id)
     if name == SANDBOX_REF and ref != SANDBOX_REF:
         raise ConfigError(
             f"saga {saga_id} was not made by the sandbox; the sandbox's tools would act on the "
-            f"sandbox, not on your vendors. Pass the catalog that ran it with --catalog",
+            f"sandbox, not on your vendors. Pass the catalog that ran it with --catalog{_GUIDE}",
             saga_id=saga_id,
         )
     catalog = allowed[name]()
@@ -227,9 +227,11 @@ def _select(ref: str | None, fp: str | None, allowed: Mapping[str, Loader], saga
         f"saga {saga_id} recorded catalog {ref!r} (fingerprint {fp}), which is not among the "
         f"catalogs this process is allowed to load ({names}); amends never loads a catalog a log "
         f"names (rule 12). Pass the catalog that ran the saga too, e.g. --catalog "
-        f"myproj.tools:catalog{_CHECK if ref else ''}",
+        f"myproj.tools:catalog{_CHECK if ref else ''}{_GUIDE}",
         saga_id=saga_id,
     )
 
 
+# issue 26 item 8: where a catalog must live (an importable module) and how amends finds it
+_GUIDE = ". Where a catalog lives and how amends finds it: docs/your-project.md"
 _CHECK = "; the log's reference is only a hint: check it is your catalog before you pass it"

@@ -116,4 +116,4 @@ def test_show_is_concise_by_default_and_history_is_asked_for(
     assert "undo: " in out
     assert "History" not in out and f"amends show {saga_id} --history" in out
     assert main(["show", saga_id, "--db", db, "--history"]) == 0
-    assert "History (append-only)" in capsys.readouterr().out
+    assert "History (append-only, " in capsys.readouterr().out  # issue 26: its day named

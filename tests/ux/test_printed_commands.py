@@ -113,7 +113,8 @@ def _each_runs(
 
 def test_the_demo_s_inspect_it_runs_without_amends_on_path(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    proc = _amends("demo", "--db", db, "--html", str(tmp_path / "r.html"))
+    # at 80 columns too: the hint is one line, so a copy of it pastes as one command
+    proc = _amends("demo", "--db", db, "--html", str(tmp_path / "r.html"), COLUMNS="80")
     assert proc.returncode == 0, proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("Inspect it: ")]
     command = line.removeprefix("Inspect it: ")

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
+from rich.table import Table
 
 from .._budget import check_budget_value
 from .._catalog_ref import Loader, choose_catalog, needed_tools, tag_catalog
@@ -324,23 +325,28 @@ STATE_STYLE = {
 """Colour of each step state; the state is always printed as a word too (issue 17)."""
 
 
-def step_row(
-    console: Console,
-    step_id: str,
-    verb: str,
-    state: str,
-    sentence: str,
-    details: list[str],
-    width: int = 0,
-) -> None:
-    """One step: id, verb, state and sentence on a row; each detail wrapped under it (issue 17:
-    80 columns, ids never broken)."""
-    colour = STATE_STYLE.get(state, "")
-    styled = f"[{colour}]{state:<12}[/] " if colour else (f"{markup(state):<12} " if state else "")
-    row = f"[bold]{markup(step_id):<{width}}[/bold] {markup(verb):<11} {styled}{markup(sentence)}"
-    print_item(console, row)
-    for line in details:
-        print_item(console, line, indent=6)
+class StepRows:
+    """Steps as one grid (issue 26 item 5): id, verb and state each in a column of its own,
+    never broken; the sentence and its details wrap, whole words, inside the last column, never
+    back under the id (issue 17: 80 columns)."""
+
+    def __init__(self) -> None:
+        self.grid = Table.grid(padding=(0, 1))
+        for _ in range(3):  # id, verb, state
+            self.grid.add_column(no_wrap=True)
+        self.grid.add_column(overflow="fold", ratio=1)  # fold only a word wider than the column
+
+    def add(self, step_id: str, verb: str, state: str, sentence: str, details: list[str]) -> None:
+        """One step; ``details`` are rich markup (already escaped), each a line under the
+        sentence."""
+        colour = STATE_STYLE.get(state, "")
+        styled = f"[{colour}]{state}[/]" if colour else markup(state)
+        self.grid.add_row(f"[bold]{markup(step_id)}[/bold]", markup(verb), styled, markup(sentence))
+        for line in details:
+            self.grid.add_row("", "", "", Padding(line, (0, 0, 0, 2)))
+
+    def print(self, console: Console) -> None:
+        console.print(Padding(self.grid, (0, 0, 0, 2)))
 
 
 def print_report(report: UndoReport, console: Console | None = None) -> None:
@@ -367,7 +373,7 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
         indent=0,
     )
     console.print("[bold]Steps[/bold]")
-    width = max((len(s.step_id) for s in report.steps), default=0)
+    rows = StepRows()
     for s in report.steps:
         details = []
         if s.inverse_description:
@@ -376,7 +382,8 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
             details.append(markup(s.detail))
         if s.violation:
             details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
-        step_row(console, s.step_id, s.verb or "—", s.state.value, s.sentence, details, width)
+        rows.add(s.step_id, s.verb or "—", s.state.value, s.sentence, details)
+    rows.print(console)
     if report.residue:
         console.print("[bold]Residue[/bold] (what remains after compensation)")
         for r in report.residue:

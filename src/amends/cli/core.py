@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import getpass
+import json
 import math
 import os
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
 from .._catalog_ref import SANDBOX_REF
@@ -29,6 +32,7 @@ from .._reversal import current_report
 from .._telemetry import add_log_format, configure_logging
 from ._common import (
     NO_CATALOG,
+    StepRows,
     add_catalog_argument,
     add_db_argument,
     allowed_catalogs,
@@ -43,7 +47,7 @@ from ._common import (
     print_report,
     recorded_catalog,
     run_async,
-    step_row,
+    safe,
 )
 from ._hints import command
 
@@ -65,7 +69,12 @@ def register(sub: Any) -> None:
     show.add_argument("saga_id", nargs="?", help="saga to show (omit to list recent sagas)")
     add_db_argument(show)
     show.add_argument("--json", action="store_true", help="print JSON")
-    show.add_argument("--history", action="store_true", help="also print the event history")
+    show.add_argument(
+        "--history", action="store_true", help="also print the event history, one line per event"
+    )
+    show.add_argument(
+        "--details", action="store_true", help="with --history: each event's data, in full"
+    )
     show.add_argument("--tenant", help="only this tenant's sagas (listing)")
     show.add_argument(
         "--limit", type=_limit, default=50, help="most sagas to list (1-10000, default 50)"
@@ -218,8 +227,8 @@ def _show(args: argparse.Namespace) -> int:
         print_json(_saga_json(saga, events))
         return 0
     _print_saga(console, saga, report)
-    if args.history:
-        _print_history(console, events)
+    if args.history or args.details:
+        _print_history(console, events, args.details)
     return 0
 
 
@@ -252,6 +261,7 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
         console.print(f"[dim]The event log: {markup(hint)}[/dim]")
         return
     console.print("[bold]Steps[/bold]")
+    rows = StepRows()
     for s in saga.steps:
         cls = s.effective or s.declared
         details = []
@@ -262,7 +272,8 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
             details.append(f"undo: {markup(inv)}")
         if s.violation:
             details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
-        step_row(console, s.step_id, cls, s.state, sentence(s.tool, s.args), details)
+        rows.add(s.step_id, cls, s.state, sentence(s.tool, s.args), details)
+    rows.print(console)
     if rev is None:
         preview, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
         console.print(f"Not undone. Preview: {markup(preview)}; undo: {markup(undo)}")
@@ -270,20 +281,41 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
 
-def _print_history(console: Console, events: list[Event]) -> None:
-    history = Table(title="History (append-only)", header_style="bold")
-    for col in ("#", "at", "event", "step"):
-        history.add_column(col, no_wrap=True)
-    history.add_column("data", overflow="fold")
+def _print_history(console: Console, events: list[Event], details: bool) -> None:
+    """The event log, one line per event cut to the width (issue 26 item 5: it was a table of
+    dict dumps, 354 lines at 80 columns); ``details`` adds each event's data, in full, under it."""
+    days = {_when(e.at)[:10] for e in events}
+    one_day = len(days) == 1
+    title = f"History (append-only{', ' + next(iter(days)) + ' UTC' if one_day else ''})"
+    console.print(f"[bold]{title}[/bold]")
     for e in events:
-        history.add_row(
-            str(e.event_id),
-            _when(e.at),
-            markup(e.kind),
-            markup(e.step_id or ""),
-            markup(e.data) if e.data else "",
-        )
-    console.print(history)
+        at = _when(e.at)[11:] if one_day else _when(e.at)
+        line = Text.assemble(
+            (f"{e.event_id:>4} ", "dim"), f"{at} ", (safe(e.kind), "bold"),
+            f" {safe(e.step_id)}" if e.step_id else "", f"  {safe(_summary(e.data))}",
+        )  # fmt: skip
+        console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+        if details and e.data:
+            data = escape(safe(json.dumps(e.data, indent=2, default=str), keep_newlines=True))
+            print_item(console, f"[dim]{data}[/dim]", indent=6)
+    if not details:
+        more = command("show", events[0].saga_id, "--history", "--details") if events else ""
+        console.print(f"[dim]Each event's data: {markup(more)}[/dim]")
+
+
+def _summary(data: Any) -> str:
+    """An event's data in a few words: its detail, the call it logs, or its plain fields."""
+    if not isinstance(data, dict) or not data:
+        return ""
+    if isinstance(data.get("detail"), str):
+        return str(data["detail"])
+    if isinstance(data.get("tool"), str) and isinstance(data.get("args"), dict):
+        return sentence(data["tool"], data["args"])
+    if isinstance(data.get("title"), str):
+        return str(data["title"])
+    plain = [f"{k}={v}" for k, v in data.items() if isinstance(v, str | int | float | bool)]
+    nested = [k for k, v in data.items() if isinstance(v, dict | list)]
+    return " ".join(plain + nested)
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
@@ -305,26 +337,52 @@ def _list(args: argparse.Namespace, console: Console) -> int:
             ]
         )
         return 0
-    table = Table(title=f"Sagas in {markup(args.db)}", header_style="bold")
-    table.add_column("saga", no_wrap=True)
-    for col in ("title", "tenant", "state", "undo", "created"):
-        table.add_column(col, overflow="fold")
-    for s in sagas:
-        undo = (
-            "—"
-            if s.reversal is None
-            else ((s.reversal.report or {}).get("status", s.reversal.state))
-        )
-        table.add_row(
-            markup(s.saga_id),
-            markup(s.title),
-            markup(s.tenant or "—"),
-            markup(s.state),
-            markup(undo),
-            _when(s.created_at),
-        )
-    console.print(table)
+    _print_list(console, sagas, args.db)
     return 0
+
+
+def _minute(ts: float | None) -> str:
+    return _when(ts)[:16] + "Z" if ts is not None and math.isfinite(ts) else "—"
+
+
+def _undo_word(saga: SagaRecord) -> str:
+    if saga.reversal is None:
+        return "—"
+    return str((saga.reversal.report or {}).get("status", saga.reversal.state))
+
+
+_WIDE = 110
+"""From this many columns the list is a table; below, two lines per saga (issue 26 item 5)."""
+
+
+def _print_list(console: Console, sagas: list[SagaRecord], db: str) -> None:
+    """Sagas laid out for the width: ids, states and times are never broken, the title wraps
+    by whole words (at 80 columns the table broke "comple/ted", "cannot/_undo", "create/d")."""
+    rows = [
+        (
+            s.saga_id,
+            s.title,
+            s.tenant or "—",
+            s.state,
+            _undo_word(s),
+            _when(s.created_at)[:16] + "Z",
+        )
+        for s in sagas
+    ]
+    title = f"Sagas in {markup(db)} ({len(rows)})"
+    if console.width >= _WIDE:
+        table = Table(title=title, header_style="bold")
+        for col in ("saga", "title", "tenant", "state", "undo", "created"):
+            table.add_column(col, no_wrap=col != "title", overflow="fold")
+        for row in rows:
+            table.add_row(*(markup(v) for v in row))
+        console.print(table)
+        return
+    console.print(f"[bold]{title}[/bold]")
+    for saga_id, saga_title, tenant, state, undo, created in rows:
+        print_item(console, f"[bold]{markup(saga_title)}[/bold]", indent=0)
+        facts = [saga_id, f"tenant {tenant}", state, f"undo: {undo}", created]
+        print_item(console, " · ".join(markup(f) for f in facts), indent=2)
 
 
 def _undo(args: argparse.Namespace) -> int:
@@ -446,6 +504,7 @@ def _print_preview(data: dict[str, Any]) -> None:
         if not group:
             continue
         console.print(f"[bold]{title}[/bold] ({len(group)})")
+        rows = StepRows()
         for s in group:
             details = []
             if s.get("inverse_description"):
@@ -459,7 +518,8 @@ def _print_preview(data: dict[str, Any]) -> None:
                 details.append(f"leaves: {markup(r.get('what', ''))}")
             verb = "Review" if s.get("needs_review") else (s.get("verb") or "—")
             sent = s.get("description") or s["tool"]
-            step_row(console, s["step_id"], verb, "", sent, details)
+            rows.add(s["step_id"], verb, "", sent, details)
+        rows.print(console)
     budget = data.get("budget") or {}
     if budget:
         print_item(

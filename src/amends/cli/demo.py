@@ -123,4 +123,6 @@ def print_demo(
         + (f"  HTML report: {escape(html)}" if html else "")
     )
     # issue 26 item 3: runnable as printed, even when `amends` is not on PATH (after make demo)
-    console.print(f"Inspect it: {escape(command('show', result.saga_id, db=result.db))}")
+    # one line whatever the width, so that a copy of it pastes as one command
+    inspect = escape(command("show", result.saga_id, db=result.db))
+    console.print(f"Inspect it: {inspect}", soft_wrap=True)

@@ -210,6 +210,10 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_port=None if metrics_at is None else metrics_at[1],
     )
     app = create_app(lambda: Engine(catalog, log=args.db), settings)
+    # issue 26 item 8: say where it is served, once the socket listens (a browser can open it)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    sys.stdout.write(f"amends: serving http://{host}:{sock.getsockname()[1]}/ (Ctrl-C stops)\n")
+    sys.stdout.flush()
     # issue 28: --log-format json: uvicorn's lines go through the root logger's JSON handler
     logs = {} if args.log_format == "text" else {"log_config": None}
     configure_logging(args.log_format)
@@ -377,7 +381,7 @@ def _serve_catalog(specs: list[str] | None, db: str) -> str | list[str]:
         raise ConfigError(
             f"amends serve loads only a catalog you name; none was given{hint}. Pass it, e.g. "
             f"--catalog myproj.tools:catalog or --catalog tools.toml (rule 12: amends never "
-            f"loads a catalog named in the log)"
+            f"loads a catalog named in the log; see docs/your-project.md)"
         )
     chosen = [name for name in by_name if name in found]
     if len(chosen) > 1 and all(is_gateway_config(by_name[n]) for n in chosen):
