@@ -73,4 +73,4 @@ def test_audit_of_two_allowed_catalogs_shows_each_under_its_name(
     by = {r["catalog"] for r in rows}
     assert by == {SPEC, "amends.sandbox:demo_catalog"}
     assert main([*argv[:-1], "--strict"]) == 1  # mail.send declares no class
-    assert "1 tool(s) declare no reversibility" in capsys.readouterr().out
+    assert "1 tool(s) not declared — treated as irreversible" in capsys.readouterr().out
