@@ -46,6 +46,7 @@ from ._log import SagaLog, SqliteLog, open_log
 from ._log.base import Resolution
 from ._planner import Plan, PlannedStep, Preview, PreviewStep
 from ._report import Outcome, StepOutcome, StepState, UndoReport
+from ._reversal.follow_ups import SentFollowUp
 from ._secrets import SecretRequest, from_env
 from ._toml_catalog import load_toml_catalog
 
@@ -107,6 +108,7 @@ __all__ = [
     "SagaStateError",
     "SchemaVersionError",
     "SecretRequest",
+    "SentFollowUp",
     "SqliteLog",
     "Step",
     "StepFailedError",

@@ -53,6 +53,7 @@ EXPORTED = [
     "SagaStateError",
     "SchemaVersionError",
     "SecretRequest",
+    "SentFollowUp",
     "SqliteLog",
     "Step",
     "StepFailedError",

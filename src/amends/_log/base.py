@@ -541,6 +541,10 @@ class CompensationWrite:
     """When it is written (epoch seconds)."""
     redacted: tuple[Redaction, ...] = ()
     """Where amends put a secret's marker in ``data`` (rule 12), paths relative to it."""
+    first: bool = False
+    """Write only if the reversal has no record under ``step_id`` yet, else raise
+    :class:`amends.SagaStateError` and write nothing: the claim of a follow-up a person sends
+    (issue 27), so two senders racing, in any processes, never both send it."""
 
 
 @dataclass(frozen=True)

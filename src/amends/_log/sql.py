@@ -17,7 +17,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._errors import ConfigError, ContractError, LeaseLostError, SagaNotFoundError
+from .._errors import (
+    ConfigError,
+    ContractError,
+    LeaseLostError,
+    SagaNotFoundError,
+    SagaStateError,
+)
 from . import leases
 from .admin import AdminQueries
 from .base import (
@@ -206,6 +212,23 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
     run = int(rows[0][2] or 0)
     tx.cache[_FENCE + reversal_id] = f"{generation}:{run}:{saga_id}"
     return saga_id, run, head
+
+
+def _first(tx: Tx, reversal_id: str, step_id: str) -> None:
+    """Refuse a ``first`` write when the reversal has a record under ``step_id`` (issue 27).
+
+    Safe across processes: SQLite holds the write lock; on PostgreSQL every append updates the
+    saga's row at ``COMMIT``, so of two transactions that both found none, one fails with a
+    serialization error, runs again on a fresh snapshot, and finds the other's record."""
+    if tx.execute(
+        "SELECT 1 FROM records WHERE reversal_id=? AND step_id=? AND phase='c' LIMIT 1",
+        (reversal_id, step_id),
+    ):
+        raise SagaStateError(
+            f"{step_id!r} of reversal {reversal_id} is already recorded: another request made "
+            f"it at the same time; `amends follow-up list` shows what was sent",
+            step_id=step_id,
+        )
 
 
 class SqlSagaLog(AdminQueries, SagaLog):
@@ -527,6 +550,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         def fn(tx: Tx) -> None:
             saga_id, run, head = _fenced(tx, reversal_id, generation)
+            if write.first:
+                _first(tx, reversal_id, step_id)
             stored = text if not run else f'{text[:-1]},"run":{run}}}'
             _append(
                 tx,

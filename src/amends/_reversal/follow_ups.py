@@ -1,0 +1,406 @@
+"""Follow-ups a person sends (issue 27 part 2): a manual action's draft, sent through a tool.
+
+A follow-up is part of the saga's reversal, never a new saga: it is logged write-ahead in the
+reversal's history under its own key (``s3+f1``: the first follow-up of step ``s3``'s manual
+action), spends the reversal's budget through the one call path of a run (:class:`Caller`:
+retries, secrets, what a failure means), is irreversible, and — sent — resolves the manual
+action with a reference to what was sent. A send that fails leaves the manual action open; one
+whose outcome is unknown (its answer lost, its process stopped) is ``in_doubt`` and is never sent
+again by the engine (rule 5): a person checks and resolves it by hand.
+
+It must never: send without a logged claim first, send a manual action twice, or report a send
+it cannot vouch for as ``sent``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._budget import Budget, BudgetMeter
+from .._calls import RetryPolicy, idempotency_key, run
+from .._contracts import Catalog, Residue
+from .._errors import ConfigError, ContractError, LeaseLostError, SagaStateError
+from .._log.base import (
+    CompensationRecord,
+    CompensationWrite,
+    ReversalRecord,
+    SagaLog,
+    SagaRecord,
+)
+from .._manual import did
+from .._report import UndoReport, current_resolutions
+from .._resolution import check_who_and_note, resolvable
+from .._secrets import Redaction, Vault, redact_args
+from .dispatch import Caller, Stop
+from .ports import ReversalPorts
+
+__all__ = ["FollowUpMethods", "FollowUpSender", "SentFollowUp", "follow_ups_of"]
+
+_KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
+_OPEN = ("dispatched", "in_doubt")
+"""States of a send that may have gone out: the manual action is never sent again (rule 5)."""
+
+
+@dataclass(frozen=True)
+class SentFollowUp:
+    """One follow-up a person sent (or tried to) for a manual action (``engine.send_follow_up``)."""
+
+    follow_up_id: str
+    """Its key in the reversal's history, e.g. ``s3+f1`` (the first one for step ``s3``)."""
+    saga_id: str
+    """The saga whose reversal it belongs to."""
+    reversal_id: str
+    """The reversal it belongs to (a follow-up is part of the reversal, not a new saga)."""
+    step_id: str
+    """The step whose manual action it handles."""
+    tool: str
+    """The catalog tool it was sent through."""
+    args: Mapping[str, Any]
+    """The arguments it was sent with, as logged (sensitive ones redacted, rule 11)."""
+    state: str
+    """``sent``; ``failed`` (not sent: the manual action stays open); ``in_doubt`` (it may
+    have gone out: check before doing anything, never send it again)."""
+    detail: str
+    """What happened, in words."""
+    by: str
+    """Who sent it (the authenticated identity)."""
+    parties: tuple[str, ...] = ()
+    """Who the manual action names as affected (shown to the sender before confirming)."""
+    reference: str | None = None
+    """What the tool returned to identify what was sent (a message id), if anything."""
+    residue: tuple[Residue, ...] = ()
+    """What stays after it (a sent message stays sent): its own residue."""
+    at: float = 0.0
+    """When it was last written (epoch seconds)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This follow-up as JSON-ready data."""
+        return {
+            "follow_up_id": self.follow_up_id,
+            "saga_id": self.saga_id,
+            "reversal_id": self.reversal_id,
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "args": dict(self.args),
+            "state": self.state,
+            "detail": self.detail,
+            "by": self.by,
+            "parties": list(self.parties),
+            "reference": self.reference,
+            "residue": [r.to_dict() for r in self.residue],
+            "at": self.at,
+        }
+
+
+def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list[SentFollowUp]:
+    """The follow-ups people sent in a reversal, from its records, oldest key first."""
+    out = []
+    for key, rec in comps.items():
+        m = _KEY.match(key)
+        if m is None or "tool" not in rec.data:
+            continue
+        d = rec.data
+        state = "in_doubt" if rec.state == "dispatched" else rec.state
+        detail = rec.detail or ""
+        if rec.state == "dispatched":  # rule 5: its process stopped while it was in flight
+            detail = (
+                f"{d['tool']} was being sent when its process stopped; it may have gone out: "
+                f"check with the recipients, then resolve the manual action by hand"
+            )
+        out.append(
+            _made(saga_id, rec.reversal_id, key, m["step"], d, state, detail, rec.updated_at)
+        )
+    return sorted(out, key=lambda f: (f.step_id, int(f.follow_up_id.rsplit("+f", 1)[1])))
+
+
+class FollowUpSender:
+    """Sends one manual action's follow-up as part of the saga's reversal."""
+
+    def __init__(self, log: SagaLog, catalog: Catalog, retry: RetryPolicy) -> None:
+        self.log = log
+        self.catalog = catalog
+        self.retry = retry
+
+    async def send(
+        self, saga: SagaRecord, step_id: str, tool: str, args: Mapping[str, Any], by: str
+    ) -> SentFollowUp:
+        """Check, claim (write-ahead), send, record, resolve. See ``Engine.send_follow_up``."""
+        self._check_tool(tool, args)
+        rev, comps = await self._finished(saga, step_id)
+        earlier = [f for f in follow_ups_of(saga.saga_id, comps) if f.step_id == step_id]
+        done = await self._settled(saga, step_id, earlier, comps)
+        if done is not None:
+            return done
+        assert rev.report is not None
+        report = UndoReport.from_dict(rev.report)
+        action = next((m for m in report.manual_actions if m.step_id == step_id), None)
+        caller = self._caller(saga, rev, step_id, tool)
+        key = f"{step_id}+f{len(earlier) + 1}"
+        logged, redacted = redact_args(self.catalog.get(tool).sensitive, dict(args), caller.vault)
+        parties = action.parties if action is not None else ()
+        data: dict[str, Any] = {"tool": tool, "args": logged, "by": by, "parties": list(parties)}
+        write = _Writer(self.log, rev, key, caller.meter)
+        await write("dispatched", data, f"sending {tool} for {step_id}'s manual action",
+                    first=True, redacted=tuple(redacted))  # fmt: skip
+        try:
+            result, call = await caller.call(
+                tool, dict(args), phase="follow_up", step_id=step_id, counter=[0],
+                key=f"{idempotency_key(saga.saga_id, step_id, 'undo')}:sent:{key}", prepaid=True,
+            )  # fmt: skip
+        except Stop as stop:
+            state, detail = _unsent(stop)
+            await write(state, data, detail)
+            return _made(
+                saga.saga_id, rev.reversal_id, key, step_id, data, state, detail, time.time()
+            )
+        ref = _reference(result)
+        residue = [
+            Residue(f"follow-up sent (it stays sent): {did(tool, logged)}", tuple(parties)),
+            *call.recorded_residue,
+        ]
+        data.update(reference=ref, residue=[r.to_dict() for r in residue])
+        detail = f"sent with {tool}" + (f" ({ref})" if ref else "")
+        await write("sent", data, detail)
+        await self._resolve(saga, step_id, key, rev.reversal_id, detail, by)
+        return _made(saga.saga_id, rev.reversal_id, key, step_id, data, "sent", detail, time.time())
+
+    async def _finished(
+        self, saga: SagaRecord, step_id: str
+    ) -> tuple[ReversalRecord, dict[str, CompensationRecord]]:
+        """The saga's finished reversal and its records; raises unless ``step_id``'s effect
+        still stands there (rule 8: only then is there a manual action to send for)."""
+        rev = saga.reversal
+        if rev is None or rev.state != "done" or rev.report is None:
+            raise SagaStateError(
+                f"saga {saga.saga_id!r} has no finished reversal, so no manual action to send "
+                f"a follow-up for; {'undo it first' if rev is None else 'wait for it to finish'}",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
+        comps = await self.log.get_compensations(rev.reversal_id)
+        resolvable(saga, comps, step_id)
+        return rev, comps
+
+    def _caller(self, saga: SagaRecord, rev: ReversalRecord, step_id: str, tool: str) -> Caller:
+        """The run's one call path, metered from what the reversal spent (rule 7), with the
+        send paid for before anything is written (nothing is, when the budget is spent)."""
+        meter = BudgetMeter(
+            Budget.from_dict(rev.budget), calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent
+        )
+        caller = Caller(
+            ReversalPorts(self.log, self.catalog), saga, meter, self.retry,
+            random.Random(f"{rev.reversal_id}:{step_id}"), Vault(),
+        )  # fmt: skip
+        try:
+            caller.take_call(tool, [0], step_id, "follow_up")
+        except Stop as stop:
+            raise SagaStateError(
+                f"the reversal's budget is spent ({stop.detail}): the follow-up was not sent; "
+                f"send it by hand and resolve the manual action (amends resolve "
+                f"{saga.saga_id} {step_id} --note ...)",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            ) from None
+        return caller
+
+    def _check_tool(self, tool: object, args: object) -> None:
+        if not isinstance(tool, str) or tool not in self.catalog:
+            raise ContractError(
+                f"no tool {tool!r} in the catalog to send the follow-up with; name a catalog "
+                f"tool that sends a message, e.g. 'mail.send'",
+                tool=tool if isinstance(tool, str) else None,
+            )
+        if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
+            raise ConfigError(
+                f"the follow-up's arguments must be a mapping of names to values, got "
+                f"{args!r:.120}; e.g. {{'to': 'bob@example.com', 'body': '...'}}"
+            )
+
+    async def _settled(
+        self,
+        saga: SagaRecord,
+        step_id: str,
+        earlier: list[SentFollowUp],
+        comps: Mapping[str, CompensationRecord],
+    ) -> SentFollowUp | None:
+        """Refuse a send the manual action's history rules out; a sent follow-up whose
+        resolution was lost (its process stopped in between) is resolved now and returned."""
+        current = current_resolutions(saga.resolutions, comps).get(step_id)
+        if current is not None and not current.withdrawn:
+            raise SagaStateError(
+                f"step {step_id!r}'s manual action was handled by {current.by} "
+                f"({current.note}); withdraw that resolution first if it was not handled",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
+        for f in earlier:
+            if f.state in _OPEN:  # rule 5: never a second message the engine cannot rule out
+                raise SagaStateError(
+                    f"follow-up {f.follow_up_id} of step {step_id!r} ({f.tool}) is in doubt: "
+                    f"{f.detail}. Not sent again",
+                    saga_id=saga.saga_id,
+                    step_id=step_id,
+                )
+        last = earlier[-1] if earlier else None
+        if last is not None and last.state == "sent" and (current is None or current.at < last.at):
+            await self._resolve(saga, step_id, last.follow_up_id, last.reversal_id, last.detail,
+                                last.by)  # fmt: skip
+            return last
+        return None
+
+    async def _resolve(
+        self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
+    ) -> None:
+        note = f"follow-up {key} of reversal {rev_id}: {detail}"
+        await self.log.resolve_step(saga.saga_id, step_id, by=by, note=note, now=time.time())
+
+
+class _Writer:
+    """Writes one follow-up's records (fenced by the reversal's generation, rule 6)."""
+
+    def __init__(self, log: SagaLog, rev: ReversalRecord, key: str, meter: BudgetMeter) -> None:
+        self.log, self.rev, self.key, self.meter = log, rev, key, meter
+
+    async def __call__(
+        self,
+        state: str,
+        data: Mapping[str, Any],
+        detail: str,
+        *,
+        first: bool = False,
+        redacted: tuple[Redaction, ...] = (),
+    ) -> None:
+        rev, meter = self.rev, self.meter
+        try:
+            await self.log.record_compensation(
+                CompensationWrite(
+                    rev.reversal_id, rev.generation, self.key, state=state, attempts=1,
+                    detail=detail, data=data, calls_spent=meter.calls, tokens_spent=meter.tokens,
+                    event=f"follow_up.{state}", now=time.time(), redacted=redacted, first=first,
+                )
+            )  # fmt: skip
+        except LeaseLostError:
+            raise SagaStateError(
+                f"a continuation of reversal {rev.reversal_id} started meanwhile; "
+                + ("nothing was sent: send the follow-up once it finished" if first else
+                   f"{self.key} was recorded as far as it got (`amends follow-up list`)"),
+                saga_id=rev.saga_id,
+            ) from None  # fmt: skip
+
+
+def _unsent(stop: Stop) -> tuple[str, str]:
+    """A send that did not complete: ``in_doubt`` when it may have gone out (rule 9: the
+    vendor may have acted), else ``failed`` (not sent: the manual action stays open)."""
+    if stop.state.value == "in_doubt":
+        return "in_doubt", (
+            f"{stop.detail}; it may have gone out: check with the recipients before doing "
+            f"anything, never send it again"
+        )
+    return "failed", f"not sent: {stop.detail}; the manual action stays open"
+
+
+def _made(
+    saga_id: str,
+    rev_id: str,
+    key: str,
+    step_id: str,
+    data: Mapping[str, Any],
+    state: str,
+    detail: str,
+    at: float,
+) -> SentFollowUp:
+    """The follow-up a record's ``data`` describes."""
+    return SentFollowUp(
+        follow_up_id=key,
+        saga_id=saga_id,
+        reversal_id=rev_id,
+        step_id=step_id,
+        tool=str(data["tool"]),
+        args=dict(data.get("args") or {}),
+        state=state,
+        detail=detail,
+        by=str(data.get("by", "")),
+        parties=tuple(data.get("parties") or ()),
+        reference=data.get("reference"),
+        residue=tuple(Residue.from_dict(r) for r in data.get("residue") or ()),
+        at=at,
+    )
+
+
+def _reference(result: Any) -> str | None:
+    """What identifies what was sent: the result's id (``message_id``, ``id``), if any."""
+    if isinstance(result, Mapping):
+        for k in ("message_id", "id", "ref", "reference"):
+            if isinstance(result.get(k), str | int):
+                return f"{k} {result[k]}"
+    return None
+
+
+class FollowUpMethods:
+    """The engine's follow-up methods (``amends.Engine`` inherits them; kept here, beside what
+    they run, so the engine module stays one screenful per responsibility)."""
+
+    log: SagaLog
+    catalog: Catalog
+    retry_policy: RetryPolicy
+
+    async def _saga_or_raise(self, saga_id: str) -> SagaRecord:
+        raise NotImplementedError  # the engine's
+
+    async def _check_history(self, saga_id: str) -> None:
+        raise NotImplementedError  # the engine's
+
+    async def send_follow_up(
+        self, saga_id: str, step_id: str, *, tool: str, args: Mapping[str, Any], by: str
+    ) -> SentFollowUp:
+        """Send a manual action's draft (as the person edited it) through a catalog tool, as a
+        follow-up of the saga's reversal (docs/follow-ups.md): logged write-ahead, paid from
+        the reversal's budget (the seconds budget bounds the send), irreversible with its own
+        residue. Sent, it resolves the manual action (``by``, with a note naming what was
+        sent). Not sent (``state == "failed"``), the manual action stays open; its outcome
+        unknown (``in_doubt``), it is never sent again: a person checks and resolves it.
+
+        Args:
+            saga_id: The saga.
+            step_id: The step whose manual action the follow-up handles.
+            tool: The catalog tool to send it with (``"mail.send"``).
+            args: Its arguments, the text as the person confirmed it.
+            by: Who sends it: the identity the application authenticated.
+
+        Raises:
+            ConfigError: ``by`` is empty or ``args`` is not a mapping.
+            ContractError: No such tool in the catalog, or no such step in the saga.
+            SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12); nothing was sent.
+            SagaStateError: Nothing to send for (no finished reversal, the effect no longer
+                stands, already handled, an earlier send in doubt, the budget spent, another
+                request sending it now); nothing was sent.
+        """
+        by, _ = check_who_and_note(by, "follow-up", "send_follow_up")
+        saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
+        return await FollowUpSender(self.log, self.catalog, self.retry_policy).send(
+            saga, step_id, tool, args, by
+        )
+
+    def send_follow_up_sync(
+        self, saga_id: str, step_id: str, *, tool: str, args: Mapping[str, Any], by: str
+    ) -> SentFollowUp:
+        """:meth:`send_follow_up` for synchronous callers."""
+        return run(self.send_follow_up(saga_id, step_id, tool=tool, args=args, by=by))
+
+    async def follow_ups(self, saga_id: str) -> list[SentFollowUp]:
+        """The follow-ups people sent (or tried to) in the saga's reversal, by step.
+
+        Raises:
+            SagaNotFoundError: No such saga in the log.
+        """
+        saga = await self._saga_or_raise(saga_id)
+        if saga.reversal is None:
+            return []
+        return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
