@@ -224,3 +224,31 @@ async def test_a_saga_not_undone_has_no_manual_action_to_send(sw: World) -> None
     with pytest.raises(amends.ConfigError, match="must name who"):
         await eng.send_follow_up(saga.id, "s1", tool="mail.send", args={}, by=" ")
     await eng.close()
+
+
+async def test_a_send_whose_process_stopped_before_its_resolution_is_resolved_never_resent(
+    sw: World, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mail went out and was logged sent; the process stopped before the resolution was
+    written. The next request writes it (by the sender) and is refused: nothing sent again."""
+    db = str(tmp_path / "log.db")
+    eng = engine_for(sw, log=db)
+    saga_id, _ = await mailed_and_undone(eng)
+
+    async def stopped(*args: Any, **kwargs: Any) -> None:
+        raise SimulatedCrash("process stopped")
+
+    monkeypatch.setattr(eng.log, "resolve_step", stopped)
+    args = {"to": "bob@example.com", "subject": "Correction", "body": EDITED}
+    with pytest.raises(SimulatedCrash):
+        await eng.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="ann")
+    later = engine_for(sw, log=db)
+    with pytest.raises(amends.SagaStateError, match=r"s1\+f1 of step 's1' was sent already by ann"):
+        await later.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="bea")
+    assert [m["body"] for m in mails(sw)] == ["Price: 100", EDITED]
+    report = await later.report(saga_id)
+    handled = report.handled("s1") if report is not None else None
+    assert handled is not None and handled["by"] == "ann"
+    assert handled["note"].startswith("follow-up s1+f1 of reversal ")
+    await eng.close()
+    await later.close()

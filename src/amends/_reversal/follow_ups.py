@@ -133,9 +133,7 @@ class FollowUpSender:
         self._check_tool(tool, args)
         rev, comps = await self._finished(saga, step_id)
         earlier = [f for f in follow_ups_of(saga.saga_id, comps) if f.step_id == step_id]
-        done = await self._settled(saga, step_id, earlier, comps)
-        if done is not None:
-            return done
+        await self._settled(saga, step_id, earlier, comps)
         assert rev.report is not None
         report = UndoReport.from_dict(rev.report)
         action = next((m for m in report.manual_actions if m.step_id == step_id), None)
@@ -227,9 +225,9 @@ class FollowUpSender:
         step_id: str,
         earlier: list[SentFollowUp],
         comps: Mapping[str, CompensationRecord],
-    ) -> SentFollowUp | None:
-        """Refuse a send the manual action's history rules out; a sent follow-up whose
-        resolution was lost (its process stopped in between) is resolved now and returned."""
+    ) -> None:
+        """Refuse a send the manual action's history rules out (a sent follow-up whose
+        resolution was lost, its process stopped in between, is resolved now)."""
         current = current_resolutions(saga.resolutions, comps).get(step_id)
         if current is not None and not current.withdrawn:
             raise SagaStateError(
@@ -248,15 +246,25 @@ class FollowUpSender:
                 )
         last = earlier[-1] if earlier else None
         if last is not None and last.state == "sent" and (current is None or current.at < last.at):
+            # sent, and its resolution not written yet (its process stopped in between, or it
+            # is being written now): written here if missing, and this request refused
             await self._resolve(saga, step_id, last.follow_up_id, last.reversal_id, last.detail,
                                 last.by)  # fmt: skip
-            return last
-        return None
+            raise SagaStateError(
+                f"follow-up {last.follow_up_id} of step {step_id!r} was sent already by "
+                f"{last.by} ({last.detail}); the manual action is handled",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
 
     async def _resolve(
         self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
     ) -> None:
         note = f"follow-up {key} of reversal {rev_id}: {detail}"
+        now = await self.log.get_saga(saga.saga_id)
+        res = now.resolutions.get(step_id) if now is not None else None
+        if res is not None and not res.withdrawn and (res.by, res.note) == (by, note):
+            return  # written already (a racing request found the send before its resolution)
         await self.log.resolve_step(saga.saga_id, step_id, by=by, note=note, now=time.time())
 
 
