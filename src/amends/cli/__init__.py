@@ -21,6 +21,7 @@ __all__ = ["main"]
 
 _COMMAND_MODULES = (
     "amends.cli.core",  # show, undo, audit
+    "amends.cli.follow_up",  # follow-up send, follow-up list (issue 27)
     "amends.cli.demo",  # demo
     "amends.cli.eval",  # eval
     "amends.cli.serve",  # serve, token
