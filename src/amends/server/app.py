@@ -83,9 +83,10 @@ def create_app(
     app.add_middleware(SecurityHeaders)  # outermost: a 413 gets the headers too
     app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
     _install_error_handlers(app)
-    from . import api, metrics, web
+    from . import api, follow_ups, metrics, web
 
     app.include_router(api.router)
+    app.include_router(follow_ups.router)  # issue 27: follow-ups a person sends
     app.include_router(web.router)
     app.include_router(metrics.router)
     return app

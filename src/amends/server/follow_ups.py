@@ -1,0 +1,104 @@
+"""Follow-ups over HTTP (issue 27 part 2): send a manual action's draft through a catalog tool,
+as a follow-up of the saga's reversal, and list what was sent (docs/follow-ups.md).
+
+The sender is the token's identity (rule 12), never a name in the body. Sent, the answer is 200
+with ``state: "sent"``; a send the vendor refused is 200 with ``state: "failed"`` (the manual
+action stays open), one whose outcome is unknown 200 with ``state: "in_doubt"``; a request that
+cannot be sent is 409 ``not_sendable`` and nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from .._errors import ConfigError, ContractError, HistoryAlteredError, SagaStateError
+from .api import _READ, _WRITE, SagaId, StepId, _state, load_saga, read_json
+from .security import guard_write
+from .state import ApiError
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "title": "FollowUp",
+                    "additionalProperties": False,
+                    "required": ["tool", "args"],
+                    "properties": {
+                        "tool": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "args": {"type": "object"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _body(data: Any) -> tuple[str, dict[str, Any]]:
+    """``{"tool": "mail.send", "args": {...}}``, checked (422 otherwise)."""
+    if isinstance(data, dict) and "by" in data:
+        raise ApiError(
+            422,
+            "invalid_follow_up",
+            "'by' is not taken from the body: a follow-up records the identity of the token "
+            "that sent it (rule 12); send only 'tool' and 'args'",
+        )
+    tool = data.get("tool") if isinstance(data, dict) else None
+    args = data.get("args") if isinstance(data, dict) else None
+    if (
+        set(data or ()) != {"tool", "args"}
+        or not isinstance(tool, str)
+        or not isinstance(args, dict)
+    ):
+        raise ApiError(
+            422,
+            "invalid_follow_up",
+            f'the body must be {{"tool": "mail.send", "args": {{"to": "...", "body": "..."}}}}, '
+            f"got {data!r:.200}",
+        )
+    return tool, args
+
+
+@router.post(
+    "/sagas/{saga_id}/steps/{step_id}/follow-up",
+    summary="Send a manual action's draft through a catalog tool (engine.send_follow_up)",
+    openapi_extra=_BODY,
+    responses=_WRITE,
+)
+async def send_follow_up(
+    request: Request, saga_id: str = SagaId, step_id: str = StepId
+) -> dict[str, Any]:
+    saga, who = await load_saga(request, saga_id)
+    guard_write(request, who)
+    tool, args = _body(await read_json(request, "follow-up"))
+    engine = _state(request).engine
+    try:
+        sent = await engine.send_follow_up(saga.saga_id, step_id, tool=tool, args=args, by=who.who)
+    except SagaStateError as exc:
+        raise ApiError(409, "not_sendable", str(exc)) from None
+    except HistoryAlteredError as exc:
+        raise ApiError(409, "history_does_not_verify", str(exc)) from None
+    except ContractError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_follow_up", str(exc)) from None
+    return sent.to_dict()
+
+
+@router.get(
+    "/sagas/{saga_id}/follow-ups",
+    summary="The follow-ups people sent in a saga's reversal",
+    responses=_READ,
+)
+async def list_follow_ups(request: Request, saga_id: str = SagaId) -> list[dict[str, Any]]:
+    saga, _who = await load_saga(request, saga_id)
+    return [f.to_dict() for f in await _state(request).engine.follow_ups(saga.saga_id)]

@@ -1,0 +1,92 @@
+"""Issue 27 part 2 over HTTP: ``POST /sagas/{id}/steps/{step}/follow-up`` sends a manual action's
+draft through a catalog tool as a follow-up of the reversal (the sender is the token's identity),
+``GET /sagas/{id}/follow-ups`` lists it. In-process app, fast tier."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from server_harness import _seed, log_snapshot
+from test_continue_resolve import BASE, Ctx
+
+import amends
+from amends.server import ServerSettings, TokenStore, create_app
+from core_world import fresh
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[Ctx]:
+    db = str(tmp_path / "f.db")
+    world, catalog = fresh()
+    sagas = asyncio.run(_seed(db, catalog, world))
+    tokens = TokenStore(":memory:")
+    token = tokens.create("acme")
+    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens))
+    with TestClient(app, base_url=BASE) as client:
+        c = Ctx(client, db, world, sagas)
+        c.auth = {"Authorization": f"Bearer {token}"}
+        yield c
+    tokens.close()
+
+
+def undone(ctx: Ctx) -> str:
+    sid = ctx.sagas["acme1"]
+    r = ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    report = ctx.wait_done(sid)["report"]
+    assert report["manual_actions"][0]["step_id"] == "s3"  # type: ignore[index]
+    return sid
+
+
+def test_a_follow_up_sent_over_http_is_recorded_with_the_tokens_identity(ctx: Ctx) -> None:
+    sid = undone(ctx)
+    outbox = len(ctx.world.outbox)
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/s3/follow-up",
+        json={"tool": "mail.send", "args": {"to": "acme1@example.com", "subject": "Sorry"}},
+        headers=ctx.auth,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["follow_up_id"], body["state"], body["parties"]) == (
+        "s3+f1", "sent", ["acme1@example.com"],
+    )  # fmt: skip
+    assert (
+        body["by"] != ""
+        and body["by"]
+        == ctx.client.get(f"/sagas/{sid}", headers=ctx.auth).json()["resolutions"]["s3"]["by"]
+    )
+    assert ctx.world.outbox[outbox:] == [{"to": "acme1@example.com", "subject": "Sorry"}]
+    listed = ctx.client.get(f"/sagas/{sid}/follow-ups", headers=ctx.auth).json()
+    assert [(f["follow_up_id"], f["state"]) for f in listed] == [("s3+f1", "sent")]
+    again = ctx.client.post(
+        f"/sagas/{sid}/steps/s3/follow-up",
+        json={"tool": "mail.send", "args": {"to": "acme1@example.com", "subject": "Sorry"}},
+        headers=ctx.auth,
+    )
+    assert again.status_code == 409 and again.json()["error"] == "not_sendable", again.text
+    assert len(ctx.world.outbox) == outbox + 1
+
+
+@pytest.mark.parametrize(
+    ("step", "body", "status", "error"),
+    [
+        ("s3", {"tool": "mail.send", "args": {}, "by": "mallory"}, 422, "invalid_follow_up"),
+        ("s3", {"tool": "mail.send"}, 422, "invalid_follow_up"),
+        ("s3", {"tool": "fax.send", "args": {}}, 404, "not_found"),
+        ("s1", {"tool": "mail.send", "args": {}}, 409, "not_sendable"),
+    ],
+)
+def test_a_bad_follow_up_request_gets_a_clear_error_and_writes_nothing(
+    ctx: Ctx, step: str, body: dict[str, object], status: int, error: str
+) -> None:
+    sid = undone(ctx)
+    before = log_snapshot(ctx.db)
+    outbox = len(ctx.world.outbox)
+    r = ctx.client.post(f"/sagas/{sid}/steps/{step}/follow-up", json=body, headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    assert log_snapshot(ctx.db) == before and len(ctx.world.outbox) == outbox
