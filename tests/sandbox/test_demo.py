@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import amends
 from amends.cli import main
 from amends.sandbox import World
 from amends.sandbox.demo import HUMAN_STAGE, DemoResult, run_demo
@@ -102,7 +103,32 @@ def test_demo_emails_and_sms_acknowledged_with_drafts(demo: DemoResult) -> None:
         "Your ACME renewal is confirmed": "delivered",
         "ACME renewal booked: 12,000.00 USD": "delivered",
         "Reminder: prepare the ACME kickoff": "cancelled",
+        "Correction: your ACME renewal": "delivered",  # the draft a person sent (issue 27)
     }
+
+
+def test_demo_a_person_sends_the_buyers_draft_as_a_follow_up_of_the_reversal(
+    demo: DemoResult,
+) -> None:
+    """Issue 27: the demo shows one draft sent by a person; it handles that manual action."""
+    sent = demo.sent
+    assert sent is not None
+    assert (sent.follow_up_id, sent.state, sent.by) == (
+        "email_buyer+f1", "sent", "dana@example.com",
+    )  # fmt: skip
+    assert sent.reversal_id == demo.report.reversal_id and sent.parties == ("buyer@acme.example",)
+    [mail] = [m for m in demo.world["mail"]["messages"].values()
+              if m["subject"] == "Correction: your ACME renewal"]  # fmt: skip
+    assert mail["to"] == "buyer@acme.example" and mail["body"].endswith("Dana")
+
+    async def read() -> amends.UndoReport | None:
+        async with amends.Engine(amends.Catalog(), log=demo.db) as engine:
+            return await engine.report(demo.saga_id)
+
+    report = in_thread(amends.run, read())
+    assert report is not None
+    assert [m.step_id for m in report.open_manual_actions] == ["crm_stage", "email_finance", "sms"]
+    assert report.handled("email_buyer")["by"] == "dana@example.com"  # type: ignore[index]
 
 
 def test_demo_true_world_after_undo(demo: DemoResult) -> None:

@@ -122,6 +122,12 @@ def print_demo(
         f"saga log: {escape(result.db)}  world: {escape(str(result.world_path))}"
         + (f"  HTML report: {escape(html)}" if html else "")
     )
+    if result.sent is not None:  # issue 27: one draft sent by a person, a follow-up
+        console.print(
+            f"A person sent the buyer's draft, edited: {escape(result.sent.follow_up_id)} "
+            f"({escape(result.sent.state)}, {escape(result.sent.detail)}); that manual action "
+            f"is handled"
+        )
     # issue 26 item 3: runnable as printed, even when `amends` is not on PATH (after make demo)
     # one line whatever the width, so that a copy of it pastes as one command
     inspect = escape(command("show", result.saga_id, db=result.db))

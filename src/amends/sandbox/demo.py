@@ -16,6 +16,7 @@ from typing import Any
 from .._contracts import Call, Catalog
 from .._engine import Engine
 from .._report import UndoReport
+from .._reversal.follow_ups import SentFollowUp
 from .catalog import sandbox_catalog, world_path_for
 from .world import World
 
@@ -46,6 +47,9 @@ class DemoResult:
     """Snapshot of the copy of the world after the naive undo stack ran."""
     db: str = ""
     world_path: str | None = None
+    sent: SentFollowUp | None = None
+    """The buyer's email draft, edited and sent by a person after the undo: a follow-up of the
+    reversal that marks that manual action handled (issue 27)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,7 @@ class DemoResult:
             "same_reversal": self.report.reversal_id == self.second_report.reversal_id,
             "naive": {"claims": self.naive_claims, "damage": self.naive_damage},
             "world": self.world,
+            "sent": self.sent.to_dict() if self.sent is not None else None,
         }
 
 
@@ -184,6 +189,19 @@ def _damage(naive: World) -> list[str]:
     return out
 
 
+async def _send_draft(engine: Engine, saga_id: str) -> SentFollowUp:
+    """A person (Dana) edits the draft the report gives for the buyer's email and sends it: a
+    follow-up of the reversal, in its budget, that marks that manual action handled."""
+    return await engine.send_follow_up(
+        saga_id, "email_buyer", tool="mail.send", by="dana@example.com",
+        args={
+            "to": "buyer@acme.example", "subject": "Correction: your ACME renewal",
+            "body": "Hello, please disregard our earlier email: the renewal is not confirmed "
+            "yet and the charge is being refunded. Dana",
+        },
+    )  # fmt: skip
+
+
 async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
     """The demo, for callers already inside an event loop (the web server). See :func:`run_demo`."""
     log_path = _log_path(db)
@@ -209,6 +227,7 @@ async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
 
         # The user clicks Undo twice: both requests join the one reversal (rule 6).
         first, second = await asyncio.gather(engine.undo(saga_id), engine.undo(saga_id))
+        sent = await _send_draft(engine, saga_id)
         return DemoResult(
             saga_id=saga_id,
             report=first,
@@ -219,6 +238,7 @@ async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
             naive_world=naive_world.snapshot(),
             db=db,
             world_path=world_path,
+            sent=sent,
         )
     finally:
         await engine.close()

@@ -9,16 +9,18 @@ cannot be sent is 409 ``not_sendable`` and nothing is written.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from .._errors import ConfigError, ContractError, HistoryAlteredError, SagaStateError
+from .._log.base import SagaRecord
 from .api import _READ, _WRITE, SagaId, StepId, _state, load_saga, read_json
 from .security import guard_write
 from .state import ApiError
 
-__all__ = ["router"]
+__all__ = ["router", "send_forms"]
 
 router = APIRouter()
 
@@ -66,6 +68,23 @@ def _body(data: Any) -> tuple[str, dict[str, Any]]:
             f"got {data!r:.200}",
         )
     return tool, args
+
+
+_TEXT_ARGS = ("body", "text", "message")
+"""Where a message usually goes: the page pre-fills the argument the draft goes into from the
+step's own arguments; the person sees it and can change it (the engine assumes nothing)."""
+
+
+def send_forms(saga: SagaRecord) -> dict[str, dict[str, Any]]:
+    """Per step, what the page's "Send…" form starts from: the step's own tool, the argument
+    its message goes in, and its other arguments (as logged: secrets stay redacted, rule 11)."""
+    out = {}
+    for step in saga.steps:
+        args = step.args if isinstance(step.args, dict) else {}
+        text_arg = next((a for a in _TEXT_ARGS if a in args), "")
+        rest = {k: v for k, v in args.items() if k != text_arg}
+        out[step.step_id] = {"tool": step.tool, "text_arg": text_arg, "args": json.dumps(rest)}
+    return out
 
 
 @router.post(

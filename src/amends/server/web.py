@@ -29,6 +29,7 @@ from .api import (
     saga_detail,
     saga_summary,
 )
+from .follow_ups import send_forms
 from .security import (
     Principal,
     authenticate,
@@ -220,6 +221,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         resolutions=detail["resolutions"],
         can_continue=await _can_continue(st, saga.saga_id, report),
         missing_tools=missing_tools(st, saga),
+        sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
     )
 
 
@@ -366,6 +368,7 @@ async def outcome_fragment(request: Request, reversal_id: str) -> Response:
         resolutions=resolutions,
         saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
         can_continue=await _can_continue(st, saga.saga_id, report),
+        sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
     )
 
 

@@ -84,6 +84,53 @@
           });
       });
     });
+    // "Send…" (issue 27): the draft, edited, sent through a catalog tool as a follow-up of the
+    // reversal; the person sees the recipients and confirms as the signed-in identity (rule 12).
+    root.querySelectorAll("button.send").forEach(function (b) {
+      var form = document.getElementById(b.getAttribute("aria-controls"));
+      b.addEventListener("click", function () {
+        form.hidden = false;
+        form.querySelector("textarea.send-text").focus();
+      });
+      form.querySelector(".send-no").addEventListener("click", function () {
+        form.hidden = true;
+        b.focus();
+      });
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        var status = item(b).querySelector(".resolve-status");
+        var args;
+        try {
+          args = JSON.parse(form.querySelector("textarea.send-args").value || "{}");
+        } catch (err) {
+          status.textContent = "The arguments are not JSON: " + err.message;
+          return;
+        }
+        if (typeof args !== "object" || args === null || Array.isArray(args)) {
+          status.textContent = "The arguments must be a JSON object, e.g. {\"to\": \"bob@example.com\"}";
+          return;
+        }
+        args[form.querySelector("input.send-text-arg").value.trim()] =
+          form.querySelector("textarea.send-text").value;
+        var yes = form.querySelector(".send-yes");
+        yes.disabled = true;
+        post("/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/steps/" +
+             encodeURIComponent(form.dataset.stepId) + "/follow-up",
+             { tool: form.querySelector("input.send-tool").value.trim(), args: args })
+          .then(function (pair) {
+            yes.disabled = false;
+            var body = pair[1];
+            if (pair[0] !== 200) {
+              status.textContent = "Not sent: " + (body.detail || body.error);
+              return;
+            }
+            status.textContent = body.state === "sent" ?
+              "Sent by " + body.by + " (" + body.follow_up_id + ")" :
+              (body.state === "in_doubt" ? "In doubt: " : "Not sent: ") + body.detail;
+            if (body.state === "sent") { refreshOutcome(); }
+          });
+      });
+    });
     // "Retry…" (a failed compensation whose cause a person fixed): confirm, then the same
     // reversal continues; its steps settle as before (SSE) and the report is shown again.
     root.querySelectorAll("button.retry").forEach(function (b) {
