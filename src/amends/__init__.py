@@ -46,6 +46,7 @@ from ._log import SagaLog, SqliteLog, open_log
 from ._log.base import Resolution
 from ._planner import Plan, PlannedStep, Preview, PreviewStep
 from ._report import Outcome, StepOutcome, StepState, UndoReport
+from ._reversal.agentic import FollowUpAgent, FollowUpOutcome, FollowUpProposal
 from ._reversal.follow_ups import SentFollowUp
 from ._secrets import SecretRequest, from_env
 from ._toml_catalog import load_toml_catalog
@@ -79,6 +80,9 @@ __all__ = [
     "Engine",
     "Expectation",
     "FollowUp",
+    "FollowUpAgent",
+    "FollowUpOutcome",
+    "FollowUpProposal",
     "HistoryAlteredError",
     "Inverse",
     "LeaseLostError",

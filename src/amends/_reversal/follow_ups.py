@@ -17,9 +17,9 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._budget import Budget, BudgetMeter
 from .._calls import RetryPolicy, idempotency_key, run
@@ -38,6 +38,9 @@ from .._resolution import check_who_and_note, resolvable
 from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
+
+if TYPE_CHECKING:  # the agent module builds on this one (no import cycle at run time)
+    from .agentic import Approve, FollowUpAgent
 
 __all__ = ["FollowUpMethods", "FollowUpSender", "SentFollowUp", "follow_ups_of"]
 
@@ -127,9 +130,17 @@ class FollowUpSender:
         self.retry = retry
 
     async def send(
-        self, saga: SagaRecord, step_id: str, tool: str, args: Mapping[str, Any], by: str
+        self,
+        saga: SagaRecord,
+        step_id: str,
+        tool: str,
+        args: Mapping[str, Any],
+        by: str,
+        *,
+        tokens: int = 0,
     ) -> SentFollowUp:
-        """Check, claim (write-ahead), send, record, resolve. See ``Engine.send_follow_up``."""
+        """Check, claim (write-ahead), send, record, resolve. See ``Engine.send_follow_up``.
+        ``tokens``: what an agent spent producing this follow-up (counted in the budget)."""
         self._check_tool(tool, args)
         rev, comps = await self._finished(saga, step_id)
         earlier = [f for f in follow_ups_of(saga.saga_id, comps) if f.step_id == step_id]
@@ -137,7 +148,7 @@ class FollowUpSender:
         assert rev.report is not None
         report = UndoReport.from_dict(rev.report)
         action = next((m for m in report.manual_actions if m.step_id == step_id), None)
-        caller = self._caller(saga, rev, step_id, tool)
+        caller = self._caller(saga, rev, step_id, tool, tokens)
         key = f"{step_id}+f{len(earlier) + 1}"
         logged, redacted = redact_args(self.catalog.get(tool).sensitive, dict(args), caller.vault)
         parties = action.parties if action is not None else ()
@@ -184,12 +195,24 @@ class FollowUpSender:
         resolvable(saga, comps, step_id)
         return rev, comps
 
-    def _caller(self, saga: SagaRecord, rev: ReversalRecord, step_id: str, tool: str) -> Caller:
+    def _caller(
+        self, saga: SagaRecord, rev: ReversalRecord, step_id: str, tool: str, tokens: int = 0
+    ) -> Caller:
         """The run's one call path, metered from what the reversal spent (rule 7), with the
         send paid for before anything is written (nothing is, when the budget is spent)."""
         meter = BudgetMeter(
-            Budget.from_dict(rev.budget), calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent
+            Budget.from_dict(rev.budget),
+            calls_spent=rev.calls_spent,
+            tokens_spent=rev.tokens_spent + tokens,
         )
+        if tokens and meter.tokens > meter.budget.tokens:  # rule 7: tokens <= the cap
+            raise SagaStateError(
+                f"the reversal's budget is spent (token budget of {meter.budget.tokens} would be "
+                f"passed: {rev.tokens_spent} spent, {tokens} more asked): the follow-up was not "
+                f"sent",
+                saga_id=saga.saga_id,
+                step_id=step_id,
+            )
         caller = Caller(
             ReversalPorts(self.log, self.catalog), saga, meter, self.retry,
             random.Random(f"{rev.reversal_id}:{step_id}"), Vault(),
@@ -412,3 +435,38 @@ class FollowUpMethods:
         if saga.reversal is None:
             return []
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
+
+    def follow_up_agent(
+        self,
+        saga_id: str,
+        *,
+        by: str,
+        allow: Collection[str] = (),
+        approve: Approve | None = None,
+        seconds: float | None = None,
+    ) -> FollowUpAgent:
+        """A capped follow-up tool set for an agent handling the saga's open manual actions
+        (issue 27, docs/follow-ups.md): each call it proposes passes the approval gate (a tool in
+        ``allow``, the operator's policy, or ``approve``, a person's answer), then is sent as a
+        follow-up of the reversal, inside its budget; when the budget (calls, tokens, seconds)
+        is spent, the engine stops the agent and ``FollowUpAgent.left`` lists what is left.
+
+        Args:
+            saga_id: The saga whose reversal the agent finishes.
+            by: The agent's identity (recorded on each follow-up).
+            allow: Tools the agent may call without asking a person.
+            approve: Shows a proposal to a person; returns (or resolves to) whether they
+                approved. ``None``: proposals outside ``allow`` are refused.
+            seconds: The session's time cap (default: the reversal budget's seconds).
+
+        Raises:
+            ConfigError: ``by`` is empty.
+        """
+        from .agentic import FollowUpAgent
+
+        by, _ = check_who_and_note(by, "agent", "follow_up_agent")
+        sender = FollowUpSender(self.log, self.catalog, self.retry_policy)
+        return FollowUpAgent(
+            sender, lambda: self._saga_or_raise(saga_id), saga_id, by,
+            allow=allow, approve=approve, seconds=seconds,
+        )  # fmt: skip
