@@ -53,7 +53,7 @@ from ._report import (
 )
 from ._resolution import RETRY, check_who_and_note, continuable, resolvable, retryable
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
-from ._reversal.follow_ups import FollowUpMethods
+from ._reversal.follow_up_methods import FollowUpMethods
 from ._reversal.preview import PreviewInput, simulate
 from ._saga import Ref, Saga, Step, new_id
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._budget import Budget, BudgetMeter
-from .._calls import RetryPolicy, idempotency_key, run
+from .._calls import RetryPolicy, idempotency_key
 from .._contracts import Catalog, Residue
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaStateError
 from .._log.base import (
@@ -34,15 +34,12 @@ from .._log.base import (
 )
 from .._manual import did
 from .._report import UndoReport, current_resolutions
-from .._resolution import check_who_and_note, resolvable
+from .._resolution import resolvable
 from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
 
-if TYPE_CHECKING:  # the agent module builds on this one (no import cycle at run time)
-    from .agentic import Approve, FollowUpAgent
-
-__all__ = ["FollowUpMethods", "FollowUpSender", "SentFollowUp", "follow_ups_of"]
+__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of"]
 
 _KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
 _OPEN = ("dispatched", "in_doubt")
@@ -370,103 +367,3 @@ def _reference(result: Any) -> str | None:
             if isinstance(result.get(k), str | int):
                 return f"{k} {result[k]}"
     return None
-
-
-class FollowUpMethods:
-    """The engine's follow-up methods (``amends.Engine`` inherits them; kept here, beside what
-    they run, so the engine module stays one screenful per responsibility)."""
-
-    log: SagaLog
-    catalog: Catalog
-    retry_policy: RetryPolicy
-
-    async def _saga_or_raise(self, saga_id: str) -> SagaRecord:
-        raise NotImplementedError  # the engine's
-
-    async def _check_history(self, saga_id: str) -> None:
-        raise NotImplementedError  # the engine's
-
-    async def send_follow_up(
-        self, saga_id: str, step_id: str, *, tool: str, args: Mapping[str, Any], by: str
-    ) -> SentFollowUp:
-        """Send a manual action's draft (as the person edited it) through a catalog tool, as a
-        follow-up of the saga's reversal (docs/follow-ups.md): logged write-ahead, paid from
-        the reversal's budget (the seconds budget bounds the send), irreversible with its own
-        residue. Sent, it resolves the manual action (``by``, with a note naming what was
-        sent). Not sent (``state == "failed"``), the manual action stays open; its outcome
-        unknown (``in_doubt``), it is never sent again: a person checks and resolves it.
-
-        Args:
-            saga_id: The saga.
-            step_id: The step whose manual action the follow-up handles.
-            tool: The catalog tool to send it with (``"mail.send"``).
-            args: Its arguments, the text as the person confirmed it.
-            by: Who sends it: the identity the application authenticated.
-
-        Raises:
-            ConfigError: ``by`` is empty or ``args`` is not a mapping.
-            ContractError: No such tool in the catalog, or no such step in the saga.
-            SagaNotFoundError: No such saga in the log.
-            HistoryAlteredError: The saga's history was altered (rule 12); nothing was sent.
-            SagaStateError: Nothing to send for (no finished reversal, the effect no longer
-                stands, already handled, an earlier send in doubt, the budget spent, another
-                request sending it now); nothing was sent.
-        """
-        by, _ = check_who_and_note(by, "follow-up", "send_follow_up")
-        saga = await self._saga_or_raise(saga_id)
-        await self._check_history(saga_id)
-        return await FollowUpSender(self.log, self.catalog, self.retry_policy).send(
-            saga, step_id, tool, args, by
-        )
-
-    def send_follow_up_sync(
-        self, saga_id: str, step_id: str, *, tool: str, args: Mapping[str, Any], by: str
-    ) -> SentFollowUp:
-        """:meth:`send_follow_up` for synchronous callers."""
-        return run(self.send_follow_up(saga_id, step_id, tool=tool, args=args, by=by))
-
-    async def follow_ups(self, saga_id: str) -> list[SentFollowUp]:
-        """The follow-ups people sent (or tried to) in the saga's reversal, by step.
-
-        Raises:
-            SagaNotFoundError: No such saga in the log.
-        """
-        saga = await self._saga_or_raise(saga_id)
-        if saga.reversal is None:
-            return []
-        return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
-
-    def follow_up_agent(
-        self,
-        saga_id: str,
-        *,
-        by: str,
-        allow: Collection[str] = (),
-        approve: Approve | None = None,
-        seconds: float | None = None,
-    ) -> FollowUpAgent:
-        """A capped follow-up tool set for an agent handling the saga's open manual actions
-        (issue 27, docs/follow-ups.md): each call it proposes passes the approval gate (a tool in
-        ``allow``, the operator's policy, or ``approve``, a person's answer), then is sent as a
-        follow-up of the reversal, inside its budget; when the budget (calls, tokens, seconds)
-        is spent, the engine stops the agent and ``FollowUpAgent.left`` lists what is left.
-
-        Args:
-            saga_id: The saga whose reversal the agent finishes.
-            by: The agent's identity (recorded on each follow-up).
-            allow: Tools the agent may call without asking a person.
-            approve: Shows a proposal to a person; returns (or resolves to) whether they
-                approved. ``None``: proposals outside ``allow`` are refused.
-            seconds: The session's time cap (default: the reversal budget's seconds).
-
-        Raises:
-            ConfigError: ``by`` is empty.
-        """
-        from .agentic import FollowUpAgent
-
-        by, _ = check_who_and_note(by, "agent", "follow_up_agent")
-        sender = FollowUpSender(self.log, self.catalog, self.retry_policy)
-        return FollowUpAgent(
-            sender, lambda: self._saga_or_raise(saga_id), saga_id, by,
-            allow=allow, approve=approve, seconds=seconds,
-        )  # fmt: skip
