@@ -4,33 +4,10 @@ draft through a catalog tool as a follow-up of the reversal (the sender is the t
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from fastapi.testclient import TestClient
-from server_harness import _seed, log_snapshot
-from test_continue_resolve import BASE, Ctx
-
-import amends
-from amends.server import ServerSettings, TokenStore, create_app
-from core_world import fresh
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Ctx]:
-    db = str(tmp_path / "f.db")
-    world, catalog = fresh()
-    sagas = asyncio.run(_seed(db, catalog, world))
-    tokens = TokenStore(":memory:")
-    token = tokens.create("acme")
-    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens))
-    with TestClient(app, base_url=BASE) as client:
-        c = Ctx(client, db, world, sagas)
-        c.auth = {"Authorization": f"Bearer {token}"}
-        yield c
-    tokens.close()
+from server_harness import log_snapshot
+from test_continue_resolve import Ctx
+from test_continue_resolve import ctx as ctx  # the same app, tokens and seeded sagas
 
 
 def undone(ctx: Ctx) -> str:
