@@ -58,6 +58,18 @@ class FollowUpOutcome:
     follow_up: SentFollowUp | None = None
     """The follow-up it made, when it made one."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """This outcome as JSON-ready data."""
+        p = self.proposal
+        return {
+            "step_id": p.step_id,
+            "tool": p.tool,
+            "state": self.state,
+            "detail": self.detail,
+            "tokens": p.tokens,
+            "follow_up": self.follow_up.to_dict() if self.follow_up is not None else None,
+        }
+
 
 Approve = Callable[[FollowUpProposal], bool | Awaitable[bool]]
 """The approval gate: shows a proposal to a person, returns whether they approved it."""

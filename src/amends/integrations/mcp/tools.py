@@ -1,5 +1,5 @@
 """The tools the gateway adds for the agent: ``amends_begin``, ``amends_status``,
-``amends_preview``, ``amends_undo`` and ``amends_resolve``.
+``amends_preview``, ``amends_undo``, ``amends_resolve`` and ``amends_follow_up``.
 
 Each answers with honest text and ``structured_content`` holding the same data (the undo report
 is :meth:`amends.UndoReport.to_dict`). None of them claims more than the engine verified.
@@ -85,6 +85,26 @@ AMENDS_TOOLS = [
             "required": ["step_id", "note"],
         },
         annotations=types.ToolAnnotations(idempotent_hint=True),
+    ),
+    types.Tool(
+        name="amends_follow_up",
+        description="After an undo: send one follow-up for a step's manual action (an apology, "
+        "a correction) through an upstream tool. It is part of the saga's reversal: it spends "
+        "the reversal's budget (tool_calls, tokens: what producing it cost you) and, sent, "
+        "marks the manual action handled. When the budget is spent amends stops you and says "
+        "what is left; a person must approve each call when the gateway asks for approval.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                **_SAGA,
+                "step_id": {"type": "string"},
+                "tool": {"type": "string"},
+                "args": {"type": "object"},
+                "tokens": {"type": "integer", "minimum": 0},
+            },
+            "required": ["step_id", "tool", "args"],
+        },
+        annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=False),
     ),
 ]
 
@@ -341,9 +361,56 @@ async def _resolve(r: _Request) -> Any:
     return _ok(f"Recorded: {by} handled step {step_id} of saga {r.saga_id}.", data)
 
 
+async def _follow_up(r: _Request) -> Any:
+    """Issue 27: one follow-up of the reversal, behind the gateway's approval gate, inside the
+    reversal's budget (the engine stops the agent at the cap: ``not_done``, nothing called)."""
+    from amends import FollowUpProposal
+
+    a = r.args
+    step_id, tool, call_args, tokens = (
+        a.get("step_id"),
+        a.get("tool"),
+        a.get("args"),
+        a.get("tokens", 0),
+    )
+    counted = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+    if not (isinstance(step_id, str) and isinstance(tool, str) and isinstance(call_args, dict)):
+        counted = False
+    if not counted:
+        raise ConfigError(
+            f"amends_follow_up needs step_id, tool, args (an object) and optionally tokens (a "
+            f"non-negative integer), got step_id={step_id!r}, tool={tool!r}, "
+            f"args={call_args!r:.80}, tokens={tokens!r}"
+        )
+    assert isinstance(step_id, str) and isinstance(tool, str) and isinstance(call_args, dict)
+    by = r.gw.sessions.principal(r.ctx)
+    if r.gw.config.approval != "off":
+        question = (
+            f"The agent asks to send a follow-up for step {step_id} of '{r.rec.title}' (saga "
+            f"{r.saga_id}): {tool} with {call_args!r:.300}. A sent message cannot be taken "
+            f"back. Allow?"
+        )
+        what = {"action": f"the follow-up {tool} for step {step_id}", "step_id": step_id}
+        stop = await r.approve(
+            f"follow_up:{r.saga_id}:{step_id}:{tool}:{call_args!r}", question, what
+        )
+        if stop is not None:
+            return stop
+    agent = r.gw.engine.follow_up_agent(r.saga_id, by=by, allow=[tool])  # approved above
+    outcome = await agent.propose(FollowUpProposal(step_id, tool, call_args, tokens))
+    data = outcome.to_dict()
+    data["open_manual_actions"] = [m.to_dict() for m in await agent.open_actions()]
+    text = f"Follow-up {outcome.state}: {outcome.detail}"
+    if outcome.state == "not_done" and agent.stopped is not None:
+        left = ", ".join(m["step_id"] for m in data["open_manual_actions"]) or "none"
+        text += f"\nStopped: make no more follow-up calls. Manual actions still open: {left}"
+    return _ok(text, data)
+
+
 _HANDLERS: dict[str, Callable[[_Request], Awaitable[Any]]] = {
     "amends_status": _status,
     "amends_preview": _preview,
     "amends_undo": _undo,
     "amends_resolve": _resolve,
+    "amends_follow_up": _follow_up,
 }
