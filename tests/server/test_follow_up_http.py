@@ -50,20 +50,27 @@ def test_a_follow_up_sent_over_http_is_recorded_with_the_tokens_identity(ctx: Ct
 
 
 @pytest.mark.parametrize(
-    ("step", "body", "status", "error"),
+    ("step", "body", "status", "error", "says"),
     [
-        ("s3", {"tool": "mail.send", "args": {}, "by": "mallory"}, 422, "invalid_follow_up"),
-        ("s3", {"tool": "mail.send"}, 422, "invalid_follow_up"),
-        ("s3", {"tool": "fax.send", "args": {}}, 404, "not_found"),
-        ("s1", {"tool": "mail.send", "args": {}}, 409, "not_sendable"),
+        (
+            "s3",
+            {"tool": "mail.send", "args": {}, "by": "mallory"},
+            422,
+            "invalid_follow_up",
+            "'by' is not taken from the body",
+        ),
+        ("s3", {"tool": "mail.send"}, 422, "invalid_follow_up", '{"tool": "mail.send", "args"'),
+        ("s3", {"tool": "fax.send", "args": {}}, 404, "not_found", "no tool 'fax.send'"),
+        ("s1", {"tool": "mail.send", "args": {}}, 409, "not_sendable", "no longer stands"),
     ],
 )
 def test_a_bad_follow_up_request_gets_a_clear_error_and_writes_nothing(
-    ctx: Ctx, step: str, body: dict[str, object], status: int, error: str
+    ctx: Ctx, step: str, body: dict[str, object], status: int, error: str, says: str
 ) -> None:
     sid = undone(ctx)
     before = log_snapshot(ctx.db)
     outbox = len(ctx.world.outbox)
     r = ctx.client.post(f"/sagas/{sid}/steps/{step}/follow-up", json=body, headers=ctx.auth)
     assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    assert says in r.json()["detail"]
     assert log_snapshot(ctx.db) == before and len(ctx.world.outbox) == outbox
