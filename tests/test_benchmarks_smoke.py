@@ -60,6 +60,23 @@ def test_durable_fanout_and_reversal_measure_real_steps(loop: asyncio.AbstractEv
     assert done == (6,)
 
 
+def test_minimal_write_ahead_reference_writes_one_row_per_step_per_phase(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Issue 29's reference for the fan-out ratio: each fan-out of k steps leaves k intent rows
+    and k result rows, the intents all written before any result (two batched commits)."""
+    ref = fanout.MinimalWal()
+    assert loop.run_until_complete(ref.fan_out(4)) > 0
+    assert loop.run_until_complete(ref.fan_out(3)) > 0
+    rows = ref.conn.execute("SELECT saga, step, phase, body FROM rows ORDER BY id").fetchall()
+    ref.conn.close()
+    assert [(s, p) for s, _i, p, _b in rows[:8]] == [("saga_1", "intent")] * 4 + [
+        ("saga_1", "result")
+    ] * 4
+    assert rows[4:8] == [("saga_1", i, "result", f'{{"result": {i}}}') for i in range(4)]
+    assert len(rows) == 8 + 6
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 def test_strace_counts_two_fdatasyncs_per_sequential_amends_step() -> None:
