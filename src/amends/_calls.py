@@ -15,7 +15,7 @@ import inspect
 import math
 import random
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from inspect import CO_COROUTINE
 from types import FunctionType
@@ -134,16 +134,56 @@ async def invoke(
     span = call_span(call.phase, call.tool, call.saga_id, call.step_id, call.attempt)
     try:
         with span:
-            if _is_async(fn):
-                coro: Awaitable[Any] = fn(call, **args)
-            else:
-                coro = _in_thread(fn, call, args)
+            if not _is_async(fn):
+                if timeout is None:
+                    return await _in_thread(fn, call, args)
+                async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
+                    return await _in_thread(fn, call, args)
+            coro = fn(call, **args)
             if timeout is None:
                 return await coro
-            async with asyncio.timeout(timeout):  # no extra task per call, unlike wait_for
-                return await coro
+            # issue 29: a tool that answers without suspending (a cache, a sandbox vendor)
+            # needs no timer: its first step runs before one is armed, and only a call that
+            # waits is awaited under the timeout (a timer per call cost ~3 % of the eval's CPU)
+            deadline = asyncio.get_running_loop().time() + timeout  # counted from the start
+            try:
+                waiting = coro.send(None)
+            except StopIteration as done:
+                return done.value
+            async with asyncio.timeout_at(deadline):
+                return await _Resumed(coro, waiting)
     finally:
         _CURRENT.reset(token)
+
+
+class _Resumed:
+    """A coroutine whose first step already ran (it yielded ``waiting``), awaited from there:
+    ``yield from`` by hand, so a cancellation (the timeout's) reaches it where it waits."""
+
+    __slots__ = ("_coro", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self._coro = coro
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, waiting = self._coro, self._waiting
+        while True:
+            try:
+                sent = yield waiting
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # CancelledError from the task: the coroutine decides
+                try:
+                    waiting = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
