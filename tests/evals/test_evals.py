@@ -62,6 +62,41 @@ async def test_every_family_amends_holds_every_invariant_and_naive_is_silently_w
     assert set(amends.by_family) == set(FAMILIES) - {"stall"}
 
 
+async def test_a_batch_runs_with_the_batch_collector_and_puts_the_callers_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: while the sagas run, the collector uses the batch thresholds and the objects
+    alive before the batch are frozen; afterwards (an error too) the caller's settings are back
+    and nothing stays frozen. The sagas are checked as before."""
+    import gc
+
+    from amends.evals import suite
+
+    gc.set_threshold(700, 10, 10)
+    seen: list[tuple[tuple[int, ...], int]] = []
+    real = suite.check
+
+    def spy(r: Any) -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return real(r)
+
+    monkeypatch.setattr(suite, "check", spy)
+    indexes = [i for i in range(8) if generate(5, i).family not in ("stall", "crash")]
+    tallies = await run_indexes(indexes, 5, ("amends",))
+    assert tallies["amends"].sagas == len(indexes) == len(seen)
+    assert tallies["amends"].violations == dict.fromkeys(tallies["amends"].violations, 0)
+    assert all(t == suite.BATCH_GC_THRESHOLD and frozen > 0 for t, frozen in seen), seen
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+
+    def broken(r: Any) -> Any:
+        raise RuntimeError("an invariant check crashed")
+
+    monkeypatch.setattr(suite, "check", broken)
+    with pytest.raises(RuntimeError, match="crashed"):
+        await run_indexes(indexes[:1], 5, ("amends",))
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+
+
 def test_generator_is_deterministic_and_covers_1_to_40_steps_plus_the_familys() -> None:
     assert generate(1, 17) == generate(1, 17)
     assert generate(1, 17) != generate(2, 17)
