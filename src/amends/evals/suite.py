@@ -44,7 +44,7 @@ def batch_gc() -> Iterator[None]:
     of the collector's scans, and young collections run every 50,000 allocations instead of 700:
     a saga's objects are almost all freed by reference counting, and full collections scanning
     the process's long-lived objects cost ~12 % of the eval's CPU (issue 29: 7 full collections
-    per 300 sagas -> 1, CPU per saga 46.6 -> 41.2 ms in alternating runs at load ~7). What is
+    per 300 sagas -> 1, 0.74-0.99x CPU per saga in four alternating pairs at load 7-15). What is
     checked does not change: the same sagas, engines, logs and invariants.
     """
     before = gc.get_threshold()
