@@ -1,8 +1,7 @@
 """The engine: the entry point for sagas (run forward by :mod:`amends._saga`), undo, and recovery.
 
-Undo: one reversal per saga, enforced by
-the log across threads and processes (rule 6), then handed to :mod:`amends._reversal`.
-"""
+Undo: one reversal per saga, enforced by the log across threads and processes (rule 6), then
+handed to :mod:`amends._reversal`."""
 
 from __future__ import annotations
 
@@ -347,8 +346,8 @@ class Engine(FollowUpMethods):
             self._check_catalog(saga)
         await self._check_history(saga_id)
         await self._check_continuable(saga)
-        rev = await self.log.get_reversal(saga_id=saga_id)
-        return await self._continue(saga_id, budget, rev.continuations if rev else None)
+        seen = saga.reversal.continuations if saga.reversal else None  # rule 6: as judged
+        return await self._continue(saga_id, budget, seen)
 
     async def _continue(self, saga_id: str, budget: Budget, seen: int | None) -> UndoReport:
         """Claim a continuation, or join the one someone started after ``seen`` continuations
@@ -384,7 +383,9 @@ class Engine(FollowUpMethods):
         Raises:
             SagaNotFoundError: No such saga in the log.
         """
-        saga = await self._saga_or_raise(saga_id)
+        return await self._continuable(await self._saga_or_raise(saga_id))
+
+    async def _continuable(self, saga: SagaRecord) -> list[str]:  # rule 6: of this snapshot
         rev = saga.reversal
         if rev is None or rev.state != "done":
             return []
@@ -396,9 +397,9 @@ class Engine(FollowUpMethods):
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something
-        (HTTP answers 409 ``nothing_to_continue``, the CLI exits non-zero)."""
+        (judged on the snapshot ``saga``: read again, a continuation begun meanwhile is none)."""
         rev = saga.reversal
-        if rev is None or rev.state != "done" or await self.continuable(saga.saga_id):
+        if rev is None or rev.state != "done" or await self._continuable(saga):
             return
         raise SagaStateError(
             f"nothing to continue: saga {saga.saga_id!r}'s reversal {rev.reversal_id} finished "

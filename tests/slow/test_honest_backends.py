@@ -24,7 +24,7 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 async def test_resolve_and_concurrent_resume_persist_on_every_backend(
-    log_url: str, catalog: amends.Catalog, world: CoreWorld
+    log_url: str, catalog: amends.Catalog, world: CoreWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = amends.Engine(catalog, log=log_url), amends.Engine(catalog, log=log_url)
     async with one.saga("Close the ACME deal", actor="ann") as saga:
@@ -40,6 +40,21 @@ async def test_resolve_and_concurrent_resume_persist_on_every_backend(
         StepState.BLOCKED,  # waits for s1's inverse (undo_after), which was blocked
     ]
     await two.resolve(saga.id, "s2", by="ann", note="refunded by hand")
+    # Concurrent for real: the continuation's inverse waits until both requests passed their
+    # checks (at load 13 one finished before the other read the saga, which is then a later
+    # request with nothing to continue, not a concurrent one).
+    arrived: list[str] = []
+    both_in = asyncio.Event()
+    for name, engine in (("one", one), ("two", two)):
+
+        async def arrive(*args: object, _real: object = engine._continue, _n: str = name) -> object:
+            arrived.append(_n)
+            if len(arrived) == 2:
+                both_in.set()
+            return await _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(engine, "_continue", arrive)
+    world.hooks["crm.update_field"] = both_in.wait
     x, y = await asyncio.gather(
         one.resume(saga.id, budget=amends.Budget()), two.resume(saga.id, budget=amends.Budget())
     )

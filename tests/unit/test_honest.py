@@ -852,17 +852,17 @@ async def test_concurrent_resume_requests_join_one_continuation(
     both_read = asyncio.Event()
     readers: set[int] = set()
     for engine in (one, two):
-        original = engine.log.get_reversal
+        original = engine.log.get_saga  # the snapshot (with its reversal) resume judges
 
-        async def gated(*, _orig: Any = original, _who: int = id(engine), **kw: Any) -> Any:
-            rev = await _orig(**kw)
+        async def gated(*a: Any, _orig: Any = original, _who: int = id(engine), **kw: Any) -> Any:
+            rev = await _orig(*a, **kw)
             readers.add(_who)
             if len(readers) == 2:
                 both_read.set()
             await both_read.wait()
             return rev
 
-        engine.log.get_reversal = gated  # type: ignore[method-assign]
+        engine.log.get_saga = gated  # type: ignore[method-assign]
     a, b = await asyncio.gather(
         one.resume(saga.id, budget=amends.Budget()),
         two.resume(saga.id, budget=amends.Budget()),
