@@ -20,7 +20,7 @@ from ._dates import deadline_iso as _deadline_iso
 from ._dates import settles_at as _settles_at
 from ._dates import timestamp as _timestamp
 from ._describe import check_template, sentence
-from ._errors import ContractError
+from ._errors import AmendsError, ContractError
 from ._secrets import Redaction, SecretResolver
 
 __all__ = [
@@ -480,6 +480,8 @@ class ToolSpec:
             return []
         try:
             found = self.resources(args)
+        except AmendsError:
+            raise  # it says what is wrong in the contract's own terms (a TOML template's message)
         except Exception as exc:
             raise ContractError(
                 f"resources function of tool {self.name!r} raised {exc!r} for arguments "

@@ -1,9 +1,11 @@
-"""Catalogs for tools that live outside Python (HTTP APIs), declared in a TOML file.
+"""The HTTP transport of the contract language: tools behind an HTTP API, from a TOML file.
 
-The contract is the same as for Python tools: the inverse and the expectation are *argument
-templates* filled in when the step runs, from the call's arguments (``args``), the tool's result
-(``result``) and, if declared, a read-only probe called just before the tool (``before``). They
-are stored as concrete data, never re-evaluated at undo time (rule 2).
+The contract is the one every tool outside Python has (:mod:`amends.contract_file`,
+docs/toml-catalog.md): the inverse and the expectation are *argument templates* filled in when
+the step runs, from the call's arguments (``args``), the tool's result (``result``) and what
+was read just before it (``capture``; ``[tool.before]`` is the capture read as ``before``), and
+stored as concrete data, never re-evaluated at undo time (rule 2). This module adds only what
+is HTTP: the ``[tool.http]`` table and how a request is sent and its answer judged.
 
 ```toml
 [[tool]]
@@ -36,244 +38,77 @@ args = { record_id = "{args.record_id}", field = "{args.field}" }
 equals = "{args.value}"
 ```
 
-A template string that is exactly ``"{path}"`` keeps the value's type; other strings are
-formatted. Paths are dotted (``{result.charge.id}``).
-
-The rest of the contract, as the Python decorator and :class:`~amends.Call` state it:
-
-- ``idempotent = true``: the vendor honours the ``Idempotency-Key`` header (rule 5; default
-  false, so a compensation in flight at a crash is re-observed, never blindly re-sent).
-- ``no_drift_check = "a draft only this saga can see"``: why no ``[tool.expect]`` is needed
-  (rule 4; without either, a reversible step is never reverted blindly).
-- ``[tool.landed]`` (``probe``, ``args``, ``equals``, ``path``): how to see that the inverse
-  landed after a crash.
-- ``[tool.inverse] deadline = "{result.recall_until}"``: when the undo window closes.
-- ``describe = "Set {field} of {record_id} to {value}"``: the step in a sentence, a template
-  over the call's arguments (Python ``str.format`` fields), shown on every screen (issue 17).
-- ``sensitive = ["api_key"]``: arguments redacted before anything is logged (rule 11);
-  ``secret_env = { api_key = "CRM_API_KEY" }`` says where an inverse gets the value again at
-  undo time (default ``$API_KEY``).
-
 HTTP tools send the arguments as a JSON object (``POST`` unless ``method`` says otherwise) with
 headers ``Idempotency-Key`` and, for compensations with an expectation, ``X-Amends-Precondition``
-(JSON). The response's JSON body is the result. Only a 2xx is success. Redirects are never
-followed: a 3xx is a failure (the vendor did not do the work at this address). 429 and 5xx are
-transient, 412 means the precondition failed (drift), other 4xx are permanent. An ambiguous
-outcome -- a timeout or a connection lost after the request was sent, a 504 -- raises
-:class:`OutcomeUnknownError`, which is deliberately *not* an amends error: the engine logs the
-forward step ``in_doubt`` (rule 9: the vendor may have acted) and an inverse ``failed``, never
-``reverted``.
+(JSON). The response's JSON body is the result (a body that is not JSON is its text). Only a
+2xx is success. Redirects are never followed: a 3xx is a refusal (the vendor did not do the work
+at this address). 429 and 5xx are transient, 412 means the precondition failed (drift), other
+4xx are refusals. An ambiguous outcome -- a timeout or a connection lost after the request was
+sent, a 504 -- is unknown: the forward step is ``in_doubt`` (rule 9), an inverse ``failed``,
+never ``reverted``. An answer over :data:`MAX_RESPONSE_BYTES` is not read (issue 21 item 13): it
+is judged by its status alone, and a 2xx's result is a summary saying so.
 
-The file is validated when it is loaded, and every message names the file, the tool and the key:
-methods (GET, POST, PUT, PATCH, DELETE), timeouts (a number, 0 < t <= 600), URLs (http or https,
-a host, no whitespace or control characters, no credentials, templates only in the path and
-query -- never in the host, so an agent's arguments cannot choose where a request goes), header
-names and values (no CR/LF). Vendor credentials are never written in the file: a header value or
-URL says ``${env:NAME}`` and the value is read from the environment at load time; a variable that
-is not set is an error at load, and a literal value in a credential header (``Authorization``,
-``Cookie``, names containing ``key``, ``token`` or ``secret``) is refused. ``${env:...}`` is
-refused in argument templates, which are logged.
+The URL is checked when the file is loaded (http or https, a host, no whitespace or control
+characters, no credentials, templates only in the path and query, never in the host, so an
+agent's arguments cannot choose where a request goes), and when a call is made: each argument
+fills exactly one path segment, percent-encoded, and an empty, ``.`` or ``..`` segment is refused
+before anything is sent (issue 21 item 10). Vendor credentials are never written in the file: a
+header value or URL says ``${env:NAME}``, read from the environment at load time (a variable
+that is not set is an error); a literal value in a credential header (``Authorization``,
+``Cookie``, names containing ``key``, ``token`` or ``secret``) is refused, and every value read
+from the environment is redacted from anything the vendor's answer or an error could echo (the
+log, the report, the web page; issue 21 item 9).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from ._calls import invoke
 from ._catalog_ref import tag_catalog
-from ._contracts import Call, Catalog
-from ._errors import (
-    AmendsError,
-    ConfigError,
-    PermanentError,
-    PreconditionFailed,
-    TransientError,
-)
+from ._contracts import Call, Catalog, Reversibility
+from ._errors import AmendsError, ConfigError
 from ._log.records import MAX_RESULT_BYTES
+from ._secrets import marker
+from .contract_file import templates
+from .contract_file.applier import Binding, registration, tool_function
+from .contract_file.schema import ToolContract, read_file
+from .contract_file.transport import (
+    OutcomeUnknownError,
+    Transport,
+    TransportRequest,
+    TransportResult,
+    failed_as,
+    result_of,
+)
 
-__all__ = [
-    "MAX_TIMEOUT",
-    "METHODS",
-    "OutcomeUnknownError",
-    "fill",
-    "load_toml_catalog",
-    "secret_contract",
-]
+__all__ = ["MAX_RESPONSE_BYTES", "METHODS", "OutcomeUnknownError", "load_toml_catalog"]
 
-MAX_TIMEOUT = 600.0
-"""Largest ``timeout`` a TOML tool may declare, in seconds."""
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 """HTTP methods a TOML tool may use."""
+DEFAULT_TIMEOUT = 30.0
+"""Seconds an HTTP call may take when its contract sets no ``timeout``."""
 
-_TOOL_KEYS = {
-    "name",
-    "reversibility",
-    "description",
-    "resources",
-    "http",
-    "before",
-    "inverse",
-    "expect",
-    "residue",
-    "acknowledge",
-    "timeout",
-    "idempotent",
-    "no_drift_check",
-    "landed",
-    "sensitive",
-    "secret_env",
-    "describe",
-}
-_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
-_ENV = re.compile(r"\$\{env:([^}]*)\}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|key|token|secret|password", re.IGNORECASE)
 
 
-class OutcomeUnknownError(RuntimeError):
-    """An HTTP tool's request may or may not have been acted on (timeout or connection lost
-    after sending, 504).
-
-    Deliberately not an :class:`~amends.AmendsError` subclass: for the engine, "any other
-    exception" from a forward call means ``in_doubt`` (rule 9), and from an inverse means it
-    did not verifiably land (never ``reverted``).
-    """
-
-
-def _lookup(path: str, scope: Mapping[str, Any], where: str) -> Any:
-    root, *rest = path.split(".")
-    if root not in scope:
-        raise ConfigError(
-            f"{where}: template '{{{path}}}' uses {root!r}, which is not available "
-            f"here (available: {', '.join(sorted(scope))})"
-        )
-    value = scope[root]
-    for key in rest:
-        if isinstance(value, Mapping) and key in value:
-            value = value[key]
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            raise ConfigError(f"{where}: template '{{{path}}}' found no {key!r} in {value!r}")
-    return value
-
-
-def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
-    """Fill a template (str, list or table) from ``scope``."""
-    if isinstance(template, str):
-        whole = _FIELD.fullmatch(template)
-        if whole:
-            return _lookup(whole.group(1), scope, where)
-        return _FIELD.sub(lambda m: str(_lookup(m.group(1), scope, where)), template)
-    if isinstance(template, list):
-        return [fill(t, scope, where) for t in template]
-    if isinstance(template, dict):
-        return {k: fill(v, scope, where) for k, v in template.items()}
-    return template
-
-
-def _walk_strings(template: Any) -> list[str]:
-    if isinstance(template, str):
-        return [template]
-    if isinstance(template, list):
-        return [s for t in template for s in _walk_strings(t)]
-    if isinstance(template, dict):
-        return [s for t in template.values() for s in _walk_strings(t)]
-    return []
-
-
-def _check_roots(template: Any, allowed: set[str], where: str) -> None:
-    for text in _walk_strings(template):
-        if _ENV.search(text):
-            raise ConfigError(
-                f"{where}: {text!r} reads the environment; ${{env:...}} is allowed only in "
-                f"http.url and http.headers (arguments are logged, credentials must not be)"
-            )
-        for m in _FIELD.finditer(text):
-            root = m.group(1).split(".")[0]
-            if root not in allowed:
-                raise ConfigError(
-                    f"{where}: template '{{{m.group(1)}}}' uses {root!r}; use one "
-                    f"of {', '.join(sorted(allowed))}"
-                )
-
-
-def _table(
-    entry: Mapping[str, Any],
-    key: str,
-    where: str,
-    required: set[str],
-    optional: frozenset[str] | set[str] = frozenset(),
-) -> dict[str, Any] | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: '{key}' must be a table, got {value!r}")
-    missing = required - set(value)
-    unknown = set(value) - required - set(optional)
-    if missing:
-        raise ConfigError(f"{where}: '{key}' needs {', '.join(sorted(missing))}")
-    if unknown:
-        raise ConfigError(
-            f"{where}: '{key}' has unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(required | set(optional)))}"
-        )
-    return value
-
-
 # --- load-time validation of the http table ---------------------------------------------------
-def _expand_env(text: str, where: str, environ: Mapping[str, str]) -> str:
-    def one(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if not _ENV_NAME.fullmatch(name):
-            raise ConfigError(
-                f"{where}: ${{env:{name}}} is not a valid variable name; use letters, digits "
-                f"and _ (e.g. ${{env:CRM_TOKEN}})"
-            )
-        if name not in environ:
-            raise ConfigError(
-                f"{where}: environment variable {name!r} is not set; export {name}=... before "
-                f"loading the catalog (credentials are read from the environment, never "
-                f"written in the file)"
-            )
-        return environ[name]
-
-    return _ENV.sub(one, text)
-
-
-def _check_timeout(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(
-            f"{where}: timeout must be a number of seconds, got {value!r}; e.g. timeout = 10"
-        )
-    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT:
-        raise ConfigError(
-            f"{where}: timeout must be more than 0 and at most {MAX_TIMEOUT:g} seconds, "
-            f"got {value!r}; e.g. timeout = 10"
-        )
-    return float(value)
-
-
 def _check_method(value: Any, where: str) -> str:
     if not isinstance(value, str) or value.upper() not in METHODS:
         raise ConfigError(f"{where}: http.method is {value!r}; use one of {', '.join(METHODS)}")
     return value.upper()
 
 
-def _check_url(value: Any, where: str, environ: Mapping[str, str]) -> str:
+def _check_url(value: Any, where: str, environ: Mapping[str, str]) -> templates.UrlTemplate:
     if not isinstance(value, str):
         raise ConfigError(
             f'{where}: http.url must be a string, got {value!r}; e.g. url = "https://..."'
@@ -283,7 +118,8 @@ def _check_url(value: Any, where: str, environ: Mapping[str, str]) -> str:
             f"{where}: http.url {value!r} contains whitespace or control characters (CR/LF "
             f"would let a value inject headers); percent-encode them"
         )
-    expanded = _expand_env(value, f"{where}: http.url", environ)
+    env = templates.expand_env(value, f"{where}: http.url", environ)
+    expanded = templates.substitute_env(value, env)
     if _CONTROL.search(expanded) or any(c.isspace() for c in expanded):
         raise ConfigError(
             f"{where}: http.url {value!r} contains whitespace or control characters once the "
@@ -304,22 +140,19 @@ def _check_url(value: Any, where: str, environ: Mapping[str, str]) -> str:
             f"{where}: http.url {value!r} carries credentials; send them in a header read from "
             f'the environment, e.g. headers = {{ Authorization = "Bearer ${{env:TOKEN}}" }}'
         )
-    _check_roots_in_url(parts.path + "?" + parts.query, where)
-    return expanded
+    return templates.UrlTemplate.parse(value, env, where)
 
 
-def _check_roots_in_url(text: str, where: str) -> None:
-    for m in _FIELD.finditer(text):
-        if m.group(1).split(".")[0] != "args":
-            raise ConfigError(f"{where}: http.url template '{{{m.group(1)}}}' must start with args")
-
-
-def _check_headers(value: Any, where: str, environ: Mapping[str, str]) -> dict[str, str]:
+def _check_headers(
+    value: Any, where: str, environ: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers with the environment read, and the environment values they used."""
     if value is None:
-        return {}
+        return {}, {}
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: http.headers must be a table of strings, got {value!r}")
     out: dict[str, str] = {}
+    env: dict[str, str] = {}
     for name, raw in value.items():
         if not _HEADER_NAME.fullmatch(name):
             raise ConfigError(
@@ -333,19 +166,21 @@ def _check_headers(value: Any, where: str, environ: Mapping[str, str]) -> dict[s
                 f"{where}: http.headers.{name} contains control characters (CR/LF would inject "
                 f"headers); remove them"
             )
-        if _CREDENTIAL_HEADER.search(name) and not _ENV.search(raw):
+        if _CREDENTIAL_HEADER.search(name) and not templates.env_names(raw):
             raise ConfigError(
                 f"{where}: http.headers.{name} holds a literal credential; read it from the "
                 f'environment instead, e.g. {name} = "Bearer ${{env:CRM_TOKEN}}"'
             )
-        expanded = _expand_env(raw, f"{where}: http.headers.{name}", environ)
+        used = templates.expand_env(raw, f"{where}: http.headers.{name}", environ)
+        expanded = templates.substitute_env(raw, used)
         if _CONTROL.search(expanded):
             raise ConfigError(
                 f"{where}: http.headers.{name}: the environment variable's value contains "
                 f"control characters (CR/LF); fix the variable"
             )
         out[name] = expanded
-    return out
+        env.update(used)
+    return out, env
 
 
 _SSL: list[Any] = []
@@ -360,98 +195,136 @@ def _ssl_context() -> Any:
     return _SSL[0]
 
 
-class _HttpTool:
-    """The transport of one TOML tool: one HTTP request per call, judged by its status."""
+class HttpTransport:
+    """The transport of one HTTP tool: one request per call, judged by its status code.
+
+    Everything it says back (result, error text, details) is redacted of the environment
+    values it used and of the call's sensitive arguments, in every encoding a vendor could echo
+    them in (issue 21 item 9).
+    """
 
     def __init__(
-        self, name: str, url: str, method: str, headers: Mapping[str, str], timeout: float
+        self,
+        name: str,
+        url: templates.UrlTemplate,
+        method: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        *,
+        env: Mapping[str, str],
+        sensitive: tuple[str, ...] = (),
     ) -> None:
         self.name, self.url, self.method = name, url, method
-        self.headers, self.timeout = dict(headers), timeout
+        self.headers, self.timeout, self.sensitive = dict(headers), timeout, sensitive
+        self.redactor = templates.Redactor.of_env({**url.env, **env})
 
-    def _url_for(self, args: Mapping[str, Any]) -> str:
-        if "{" not in self.url:
-            return self.url
-        return _FIELD.sub(
-            lambda m: quote(str(_lookup(m.group(1), {"args": args}, self.name)), safe=""),
-            self.url,
+    async def __call__(self, request: TransportRequest) -> TransportResult:
+        secret = {*self.sensitive, *request.sensitive}
+        redact = self.redactor.adding(
+            {request.args[n]: marker(n) for n in secret if n in request.args}
+        )
+        try:
+            url = self.url.fill(request.args, f"tool {self.name!r}")
+        except AmendsError as exc:  # a path that would change shape, a missing argument
+            return TransportResult("refused", detail=redact.text(f"{exc}; nothing was sent"))
+        shown = redact.text(f"{self.method} {url}")
+        result = await self._send(request, url, shown)
+        return TransportResult(
+            result.kind,
+            structured=redact.data(result.structured),
+            text=redact.text(result.text),
+            error_text=None if result.error_text is None else redact.text(result.error_text),
+            detail=redact.text(result.detail),
+            retry_after=result.retry_after,
         )
 
-    async def __call__(self, call: Call, args: Mapping[str, Any]) -> Any:
+    async def _send(self, request: TransportRequest, url: str, shown: str) -> TransportResult:
         try:
             import httpx
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise PermanentError(
-                f"tool {self.name!r} is an HTTP tool; install httpx (pip install 'amends[http]')"
-            ) from exc
-        headers = {**self.headers, "Idempotency-Key": call.idempotency_key}
-        if call.precondition is not None:
-            headers["X-Amends-Precondition"] = json.dumps(call.precondition.to_dict())
-        url = self._url_for(args)
-        what = f"{self.name}: {self.method} {url}"
+        except ImportError:  # pragma: no cover - depends on the install
+            return TransportResult(
+                "refused",
+                detail=f"tool {self.name!r} is an HTTP tool; install httpx (pip install "
+                f"'amends[http]'); nothing was sent",
+            )
+        headers = {**self.headers, "Idempotency-Key": request.idempotency_key}
+        if request.precondition is not None:
+            headers["X-Amends-Precondition"] = json.dumps(request.precondition.to_dict())
         try:
             async with (
                 httpx.AsyncClient(
                     timeout=self.timeout, follow_redirects=False, verify=_ssl_context()
                 ) as client,
-                client.stream(self.method, url, json=dict(args), headers=headers) as resp,
+                client.stream(self.method, url, json=dict(request.args), headers=headers) as resp,
             ):
                 body = await _read_limited(resp, MAX_RESPONSE_BYTES)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # nothing reached the vendor: safe to retry
-            raise TransientError(f"{what} could not connect: {exc!r}") from exc
+            return TransportResult("transient", detail=f"{shown} could not connect: {exc!r}")
         except httpx.TransportError as exc:
             # rule 9: the request may have been acted on (timeout or connection lost after
-            # sending): not an amends error, so the engine logs the outcome as unknown.
-            raise OutcomeUnknownError(
-                f"{what}: {type(exc).__name__} after the request was sent; whether the vendor "
-                f"acted is unknown ({exc})"
-            ) from exc
+            # sending): the outcome is unknown.
+            return TransportResult(
+                "unknown",
+                detail=f"{shown}: {type(exc).__name__} after the request was sent ({exc})",
+            )
         if body is None:  # issue 21.13: never read a 50 MB answer into memory, nor the log
-            return self._too_large(resp, what)
+            return self._too_large(resp, shown)
         read = httpx.Response(
             resp.status_code, headers=resp.headers, content=body, request=resp.request
-        )  # read within the limit: judged as before
-        return self._judge(read, what)
+        )  # read within the limit: judged as any other answer
+        return self._judge(read, shown)
 
-    def _too_large(self, resp: Any, what: str) -> Any:
-        """An answer over :data:`MAX_RESPONSE_BYTES`: judged by its status alone. A 2xx says
-        the vendor did the work (the step is done) but its answer was not read, so nothing
-        can be captured from it."""
+    def _too_large(self, resp: Any, shown: str) -> TransportResult:
+        """An answer over :data:`MAX_RESPONSE_BYTES`, judged by its status alone: a 2xx says
+        the vendor did the work (the step is done) but its answer was not read, so nothing can
+        be captured from it."""
+        import httpx
+
         code = resp.status_code
         limit = f"{MAX_RESPONSE_BYTES:,} bytes"
         if 200 <= code < 300:
-            return {"amends_summary": f"{what}: HTTP {code}, answer over {limit}; not read"}
-        raise PermanentError(f"{what}: HTTP {code}, an answer over {limit} (not read)")
+            summary = f"{self.name}: {shown}: HTTP {code}, answer over {limit}; not read"
+            return TransportResult("ok", structured={"amends_summary": summary})
+        judged = self._judge(httpx.Response(code, headers=resp.headers), shown)
+        return dataclasses.replace(
+            judged,
+            error_text=None,
+            detail=f"{shown}: HTTP {code}, an answer over {limit} (not read)",
+        )
 
-    def _judge(self, resp: Any, what: str) -> Any:
+    @staticmethod
+    def _judge(resp: Any, shown: str) -> TransportResult:
         code = resp.status_code
+        body = resp.text.strip()[:300]
         if code == 504:
-            raise OutcomeUnknownError(
-                f"{what}: HTTP 504 from a gateway; whether the vendor acted is unknown"
-            )
+            return TransportResult("unknown", detail=f"{shown}: HTTP 504 from a gateway")
         if code == 412:
-            raise PreconditionFailed(f"{self.name}: {resp.text.strip()[:300]}")
+            return TransportResult("drift", error_text=body, detail=f"{shown}: HTTP 412")
         if code == 429 or code >= 500:
             retry = resp.headers.get("Retry-After")
-            raise TransientError(
-                f"{what}: HTTP {code}",
+            return TransportResult(
+                "transient",
+                error_text=body or None,
+                detail=f"{shown}: HTTP {code}",
                 retry_after=float(retry) if retry and retry.isdigit() else None,
             )
         if 300 <= code < 400:
             where_to = resp.headers.get("Location", "no Location header")
-            raise PermanentError(
-                f"{what}: HTTP {code} redirect to {where_to}; redirects are not followed (the "
-                f"vendor did not do the work at this address): point http.url at the final URL"
+            return TransportResult(
+                "refused",
+                detail=f"{shown}: HTTP {code} redirect to {where_to}; redirects are not followed "
+                f"(the vendor did not do the work at this address): point http.url at the "
+                f"final URL",
             )
         if not 200 <= code < 300:
-            raise PermanentError(f"{what}: HTTP {code}: {resp.text.strip()[:300]}")
+            return TransportResult("refused", error_text=body, detail=f"{shown}: HTTP {code}")
         if not resp.content:
-            return None
+            return TransportResult("ok")
         try:
-            return resp.json()
-        except ValueError as exc:
-            raise PermanentError(f"{what}: response is not JSON: {resp.text[:200]!r}") from exc
+            return TransportResult("ok", structured=resp.json())
+        except ValueError:  # a 2xx that is not JSON: the vendor did act; its answer is text
+            return TransportResult("ok", text=resp.text)
 
 
 MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
@@ -468,149 +341,45 @@ async def _read_limited(resp: Any, limit: int) -> bytes | None:
     return bytes(body)
 
 
-def _transport(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -> _HttpTool:
-    name = entry["name"]
-    http = _table(entry, "http", where, {"url"}, {"method", "headers"})
-    if http is None:
-        raise ConfigError(f'{where}: tool {name!r} needs http = {{ url = "..." }}')
-    timeout = _check_timeout(entry.get("timeout"), where)
-    return _HttpTool(
-        name,
+def _http(contract: ToolContract, where: str, environ: Mapping[str, str]) -> HttpTransport:
+    http = contract.http or {}
+    headers, env = _check_headers(http.get("headers"), where, environ)
+    return HttpTransport(
+        contract.name,
         _check_url(http["url"], where, environ),
         _check_method(http.get("method", "POST"), where),
-        _check_headers(http.get("headers"), where, environ),
-        30.0 if timeout is None else timeout,
+        headers,
+        DEFAULT_TIMEOUT if contract.timeout is None else contract.timeout,
+        env=env,
+        sensitive=contract.sensitive,
     )
 
 
-def _make_tool(
-    entry: dict[str, Any], where: str, catalog: Catalog, environ: Mapping[str, str]
-) -> Any:
-    transport = _transport(entry, where, environ)
-    before = _table(entry, "before", where, {"tool"}, {"args"})
-    inverse = _table(entry, "inverse", where, {"tool"}, {"args", "deadline"})
-    expect = _table(entry, "expect", where, {"probe", "equals"}, {"args", "path"})
-    landed = _table(entry, "landed", where, {"probe", "equals"}, {"args", "path"})
-    no_drift = entry.get("no_drift_check")
-    if no_drift is not None and (not isinstance(no_drift, str) or not no_drift.strip()):
-        raise ConfigError(
-            f"{where}: no_drift_check must say why no expectation is needed, e.g. no_drift_check "
-            f'= "a draft only this saga can see"; got {no_drift!r}'
-        )
-    if no_drift is not None and expect is not None:
-        raise ConfigError(
-            f"{where}: has both [tool.expect] and no_drift_check; keep the expectation (rule 4: "
-            f"drift is checked) or say why none is needed, not both"
-        )
-    residue = _table(
-        entry,
-        "residue",
-        where,
-        {"what"},
-        {"parties", "settles_in_days", "settles_in_business_days"},
-    )
-    ack = _table(entry, "acknowledge", where, {"who"}, {"parties", "draft", "what"})
-    scope_roots = {"args", "result"} | ({"before"} if before else set())
-    for label, tpl in (
-        ("inverse", inverse),
-        ("expect", expect),
-        ("landed", landed),
-        ("residue", residue),
-        ("acknowledge", ack),
-    ):
-        if tpl is not None:
-            _check_roots(tpl, scope_roots, f"{where} {label}")
-    if before is not None:
-        _check_roots(before, {"args"}, f"{where} before")
+def _file_transport(tools: Mapping[str, HttpTransport], catalog: Catalog) -> Transport:
+    """Reaches a tool of the file over HTTP, or a tool of the same catalog (a Python probe a
+    ``[tool.before]`` names) in-process."""
 
-    async def tool(call: Call, **args: Any) -> Any:
-        scope: dict[str, Any] = {"args": args}
-        if before is not None and call.phase == "forward":
-            probe = catalog.get(before["tool"])
-            pcall = Call(
-                saga_id=call.saga_id,
-                step_id=call.step_id,
-                tool=probe.name,
-                phase="probe",
-                idempotency_key=call.idempotency_key + ":before",
-            )
-            scope["before"] = await invoke(
-                probe.fn, pcall, fill(before.get("args", {}), scope, where), probe.timeout
-            )
-        result = await transport(call, args)
-        if call.phase != "forward":
-            return result  # templates describe the forward call's contract only
-        scope["result"] = result
-        _record(call, scope, where, inverse, expect, residue, ack)
-        if landed is not None:
-            call.landed(
-                landed["probe"],
-                fill(landed.get("args", {}), scope, where),
-                equals=fill(landed["equals"], scope, where),
-                path=landed.get("path", ()),
-            )
-        if no_drift is not None:
-            call.no_drift_check(reason=no_drift)
-        return result
-
-    tool.__name__ = entry["name"].replace(".", "_")
-    return tool
-
-
-def _record(
-    call: Call,
-    scope: Mapping[str, Any],
-    where: str,
-    inverse: dict[str, Any] | None,
-    expect: dict[str, Any] | None,
-    residue: dict[str, Any] | None,
-    ack: dict[str, Any] | None,
-) -> None:
-    """Record the contract of a forward call that returned, from its templates (rule 2)."""
-    if inverse is not None:
-        deadline = fill(inverse.get("deadline"), scope, where)
-        call.inverse(
-            inverse["tool"], deadline=deadline, **fill(inverse.get("args", {}), scope, where)
+    async def send(request: TransportRequest) -> TransportResult:
+        http = tools.get(request.tool)
+        if http is not None:
+            return await http(request)
+        spec = catalog.get(request.tool)  # checked at load: a tool of this catalog
+        call = Call(
+            saga_id=request.saga_id,
+            step_id=request.step_id,
+            tool=spec.name,
+            phase="probe",
+            idempotency_key=request.idempotency_key,
         )
-    if expect is not None:
-        call.expect(
-            expect["probe"],
-            fill(expect.get("args", {}), scope, where),
-            equals=fill(expect["equals"], scope, where),
-            path=expect.get("path", ()),
-        )
-    if residue is not None:
-        filled = fill(residue, scope, where)
-        call.residue(
-            filled["what"],
-            parties=filled.get("parties", ()),
-            settles_in_days=filled.get("settles_in_days"),
-            settles_in_business_days=filled.get("settles_in_business_days"),
-        )
-    if ack is not None:
-        filled = fill(ack, scope, where)
-        call.acknowledge(
-            who=filled["who"],
-            parties=filled.get("parties", ()),
-            draft=filled.get("draft"),
-            what=filled.get("what"),
-        )
+        try:
+            return result_of(await invoke(spec.fn, call, request.args, spec.timeout))
+        except Exception as exc:
+            got = failed_as(exc)
+            if got is not None:
+                return got
+            return TransportResult("unknown", error_text=f"{type(exc).__name__}: {exc}")
 
-
-def _read(p: Path) -> dict[str, Any]:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"catalog file {str(p)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"catalog file {str(p)!r} cannot be read: {exc}") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(
-            f"catalog file {str(p)!r} is not valid TOML: {exc}; fix the syntax at that line"
-        ) from exc
-    return data
+    return send
 
 
 def load_toml_catalog(
@@ -622,7 +391,7 @@ def load_toml_catalog(
     """Register every ``[[tool]]`` of the TOML file at ``path`` (into ``catalog`` if given).
 
     Args:
-        path: The TOML catalog file.
+        path: The TOML catalog file (docs/toml-catalog.md).
         catalog: Register into this catalog instead of a new one.
         environ: Where ``${env:NAME}`` values are read; default ``os.environ``.
 
@@ -632,146 +401,46 @@ def load_toml_catalog(
             key).
     """
     p = Path(path)
-    data = _read(p)
+    cf = read_file(p, transport="http", kind="catalog")
     env = os.environ if environ is None else environ
-    tools = data.get("tool")
-    if not isinstance(tools, list) or not tools:
-        raise ConfigError(
-            f"catalog file {str(p)!r} declares no tools; add [[tool]] tables "
-            f"with name, reversibility and http"
-        )
-    unknown_top = set(data) - {"tool"}
-    if unknown_top:
-        raise ConfigError(
-            f"catalog file {str(p)!r} has unknown top-level key(s) "
-            f"{', '.join(sorted(unknown_top))}; only [[tool]] tables are read"
-        )
     catalog = catalog if catalog is not None else Catalog()
-    for i, entry in enumerate(tools, 1):
-        where = f"{p}: tool #{i}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ConfigError(f'{where} needs a name, e.g. name = "crm.update_field"')
-        _register(entry, f"{p}: tool {entry['name']!r}", catalog, env)
-    for entry in tools:  # now that every tool is known: the names the contracts refer to
-        _check_references(entry, f"{p}: tool {entry['name']!r}", catalog)
+    transports: dict[str, HttpTransport] = {}
+    for name, contract in cf.tools.items():
+        where = f"{p}: tool {name!r}"
+        if contract.undo_after:
+            raise ConfigError(
+                f"{where}: undo_after is applied by the MCP gateway when it opens a step; with "
+                f"amends.load_toml_catalog, say it where the saga calls the tool: "
+                f"saga.call({name!r}, ..., undo_after=[step])"
+            )
+        transports[name] = _http(contract, where, env)
+    binding = Binding(_file_transport(transports, catalog), cf.tools)
+    for name, contract in cf.tools.items():
+        try:
+            catalog.register(
+                name, tool_function(contract, binding, name), **registration(contract, binding)
+            )
+        except AmendsError as exc:
+            raise ConfigError(f"{p}: tool {name!r}: {exc}", tool=name) from exc
+    for name, contract in cf.tools.items():  # now that every tool is known
+        _check_references(contract, f"{p}: tool {name!r}", catalog)
     # issue 11: a saga run with these tools records this file, so undo uses the same tools.
     return tag_catalog(catalog, str(p.resolve()))
 
 
-def _register(
-    entry: dict[str, Any], where: str, catalog: Catalog, environ: Mapping[str, str]
-) -> None:
-    unknown = set(entry) - _TOOL_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(_TOOL_KEYS))}"
-        )
-    resources = entry.get("resources")
-    if resources is not None:
-        if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-            raise ConfigError(f"{where}: resources must be a list of template strings")
-        _check_roots(resources, {"args"}, where)
-    for key in ("description", "reversibility"):
-        if key in entry and not isinstance(entry[key], str):
-            raise ConfigError(f"{where}: {key} must be a string, got {entry[key]!r}")
-    fn = _make_tool(entry, where, catalog, environ)
-    res_fn = None
-    if resources is not None:
-        templates = list(resources)
-
-        def res_fn(
-            args: Mapping[str, Any], _t: list[str] = templates, _w: str = where
-        ) -> list[str]:
-            return [str(fill(t, {"args": args}, _w)) for t in _t]
-
-    sensitive, resolver = secret_contract(entry, where)
-    idempotent = entry.get("idempotent", False)
-    if not isinstance(idempotent, bool):
-        raise ConfigError(
-            f"{where}: idempotent must be true or false (does the vendor honour the "
-            f"Idempotency-Key header?), got {idempotent!r}"
-        )
-    try:
-        catalog.register(
-            entry["name"],
-            fn,
-            reversibility=entry.get("reversibility"),
-            resources=res_fn,
-            description=entry.get("description"),
-            timeout=_check_timeout(entry.get("timeout"), where),
-            sensitive=sensitive,
-            resolve_secret=resolver,
-            idempotent=idempotent,
-            describe=entry.get("describe"),
-        )
-    except AmendsError as exc:
-        raise ConfigError(f"{where}: {exc}", tool=entry["name"]) from exc
-
-
-def secret_contract(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], Any]:
-    """``sensitive = ["api_key"]`` (rule 11: redacted everywhere) and, for an inverse that needs
-    the value again, ``secret_env = { api_key = "CRM_API_KEY" }`` (default ``$API_KEY``).
-
-    Shared with the MCP gateway's contract files, so both read the same keys alike.
-
-    Returns:
-        The sensitive argument names and their resolver (``None`` when there are none).
-
-    Raises:
-        ConfigError: Either key is malformed, or ``secret_env`` names an argument that
-            ``sensitive`` does not list (``where`` names the file and tool).
-    """
-    sensitive = entry.get("sensitive", [])
-    if not isinstance(sensitive, list) or not all(isinstance(n, str) for n in sensitive):
-        raise ConfigError(
-            f'{where}: sensitive must be a list of argument names, e.g. sensitive = ["api_key"]; '
-            f"got {sensitive!r}"
-        )
-    table = entry.get("secret_env", {})
-    if not isinstance(table, dict) or not all(
-        isinstance(v, str) and _ENV_NAME.fullmatch(v) for v in table.values()
-    ):
-        raise ConfigError(
-            f"{where}: secret_env must map argument names to variable names, e.g. secret_env = "
-            f'{{ api_key = "CRM_API_KEY" }}; got {table!r}'
-        )
-    unknown = sorted(set(table) - set(sensitive))
-    if unknown:
-        raise ConfigError(
-            f"{where}: secret_env names {', '.join(unknown)}, which sensitive does not list; "
-            f"add them to sensitive"
-        )
-    if not sensitive:
-        return (), None
-    from ._secrets import from_env
-
-    return tuple(sensitive), from_env(table, names=sensitive)
-
-
-def _check_references(entry: Mapping[str, Any], where: str, catalog: Catalog) -> None:
-    """The tools a contract names exist; probes (``before``, ``expect``, ``landed``) are
-    read-only tools, so checking the world never changes it (rule 4)."""
-    from ._contracts import Reversibility
-
-    for key, field, probe in (
-        ("before", "tool", True),
-        ("expect", "probe", True),
-        ("landed", "probe", True),
-        ("inverse", "tool", False),
-    ):
-        table = entry.get(key)
-        if not isinstance(table, dict):
-            continue
-        name = table.get(field)
-        if not isinstance(name, str) or name not in catalog:
+def _check_references(contract: ToolContract, where: str, catalog: Catalog) -> None:
+    """The tools a contract names exist in the catalog; probes (``before``, ``capture``,
+    ``observe``, ``expect``, ``landed``) are read-only tools, so checking the world never
+    changes it (rule 4)."""
+    for key, name, probe in contract.references():
+        if name not in catalog:
             known = ", ".join(t.name for t in catalog)
             raise ConfigError(
-                f"{where}: {key}.{field} is {name!r}, which is not a tool of this catalog "
+                f"{where}: {key} is {name!r}, which is not a tool of this catalog "
                 f"(known: {known}); declare it as a [[tool]] too"
             )
         if probe and catalog.get(name).reversibility is not Reversibility.READ_ONLY:
             raise ConfigError(
-                f"{where}: {key}.{field} {name!r} must be a read_only tool (a probe never changes "
+                f"{where}: {key} {name!r} must be a read_only tool (a probe never changes "
                 f'the world); declare it with reversibility = "read_only"'
             )

@@ -8,7 +8,7 @@ import amends
 
 # Sub-packages a user imports by name (documented in docs/architecture.md); importing them sets an
 # attribute on the package, which is not a leak.
-SUBPACKAGES = {"cli", "evals", "integrations", "sandbox", "server", "testing"}
+SUBPACKAGES = {"cli", "contract_file", "evals", "integrations", "sandbox", "server", "testing"}
 
 
 def public_names(module: object) -> set[str]:

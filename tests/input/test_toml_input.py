@@ -90,7 +90,7 @@ http = {{ url = "{base}/read" }}
 
 [[tool]]
 name = "crm.set_inverse"
-reversibility = "reversible"
+reversibility = "irreversible"
 http = {{ url = "{base}{inverse}" }}
 
 [[tool]]
@@ -260,10 +260,10 @@ def test_bad_http_tables_are_refused_at_load_naming_file_tool_and_key(
 
 
 def test_url_templates_fill_the_path_percent_encoded(tmp_path: Path) -> None:
-    from amends._toml_catalog import _HttpTool
+    from amends.contract_file.templates import UrlTemplate
 
-    tool = _HttpTool("a.b", "http://x/records/{args.id}?f={args.f}", "GET", {}, 5.0)
-    assert tool._url_for({"id": "../admin", "f": "a b"}) == "http://x/records/..%2Fadmin?f=a%20b"
+    url = UrlTemplate.parse("http://x/records/{args.id}?f={args.f}", {}, "t")
+    assert url.fill({"id": "../admin", "f": "a b"}, "t") == "http://x/records/..%2Fadmin?f=a%20b"
 
 
 async def test_contract_keys_match_the_python_decorator(

@@ -52,7 +52,10 @@ def test_render_names_a_missing_value() -> None:
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('[[tool]]\nname = "w"\nreversibility = "maybe"\n', "reversibility 'maybe' is not one of"),
+        (
+            '[[tool]]\nname = "w"\nreversibility = "maybe"\n',
+            "has reversibility 'maybe'; use one of",
+        ),
         ('[[tool]]\nname = "w"\nreversibility = "reversible"\n', "declares no \\[tool.inverse\\]"),
         (
             '[[tool]]\nname = "w"\nreversibility = "reversible"\ninverse = { tool = "w" }\n',
@@ -212,9 +215,10 @@ def test_secret_env_gives_the_contract_a_resolver_reading_that_variable(
     monkeypatch.setenv("KV_TEST_KEY", "from-kv")
     monkeypatch.setenv("API_KEY", "from-default")
     req = SecretRequest("api_key", "a", "a", "s1", "st1", None, {})
+    req_b = SecretRequest("api_key", "b", "b", "s1", "st1", None, {})
     resolve_a, resolve_b = tools["a"].resolve_secret, tools["b"].resolve_secret
     assert resolve_a is not None and resolve_b is not None
-    assert (resolve_a(req), resolve_b(req)) == ("from-kv", "from-default")
+    assert (resolve_a(req), resolve_b(req_b)) == ("from-kv", "from-default")
     assert tools["a"].sensitive == ("api_key",) and tools["c"].resolve_secret is None
     monkeypatch.delenv("KV_TEST_KEY")
     with pytest.raises(ConfigError, match=r"\$KV_TEST_KEY, which is not set"):

@@ -9,7 +9,6 @@ The gateway never decides reversibility from a tool's name or from the upstream'
 from __future__ import annotations
 
 import asyncio
-import inspect
 import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -25,16 +24,25 @@ from amends import (
     PermanentError,
     Saga,
     StepFailedError,
-    TransientError,
 )
 from amends._calls import idempotency_key
+from amends.contract_file import (
+    Binding,
+    Captured,
+    Transport,
+    TransportRequest,
+    TransportResult,
+    read_captures,
+    registration,
+    tool_function,
+)
 
 from .approval import Answer, Approvals
 from .config import GatewayConfig, UpstreamConfig
-from .contracts import ContractFile, Effects, ErrorRules, ToolContract, load_contracts, render
+from .contracts import ContractFile, ToolContract, load_contracts, mcp_result
 from .sessions import META_SAGA, META_STEP, META_TITLE, Sessions
 from .tools import error_result
-from .upstream import Upstream, UpstreamError, UpstreamGone, UpstreamResult, raise_for_error
+from .upstream import Upstream, UpstreamError, UpstreamGone, UpstreamResult
 
 if TYPE_CHECKING:
     import mcp_types
@@ -70,17 +78,6 @@ class Exported:
     contract: ToolContract | None
 
 
-def _dig(value: Any, path: tuple[str, ...], where: str) -> Any:
-    for key in path:
-        if isinstance(value, dict) and key in value:
-            value = value[key]
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}")
-    return value
-
-
 def unlisted_contract(up: Upstream, name: str) -> str:
     """The start-up error for a contract naming a tool ``up`` does not list, with the closest
     name it does list (a typo such as ``crm_set_feild`` for ``crm_set_field``)."""
@@ -93,13 +90,6 @@ def unlisted_contract(up: Upstream, name: str) -> str:
         f"{hint}fix the name in the contract file (the server lists: "
         f"{', '.join(sorted(up.tools)) or 'none'})"
     )
-
-
-def _supports(fn: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class Gateway:
@@ -131,7 +121,8 @@ class Gateway:
         self.approvals = Approvals(self)
         self._raw: dict[tuple[str, str], UpstreamResult] = {}
         # capture reads started while the step's intent is being made durable (see call_tool)
-        self._early: dict[tuple[str, str], asyncio.Task[tuple[dict[str, Any], set[str]]]] = {}
+        self._early: dict[tuple[str, str], asyncio.Task[Captured]] = {}
+        self._bindings: dict[str, Binding] = {}  # upstream name -> how its contracts reach it
         self._stack = AsyncExitStack()
 
     @property
@@ -215,16 +206,7 @@ class Gateway:
             self.problems.append(problem)
             del contracts[name]
         for name, c in contracts.items():
-            refs = [cap.tool for cap in (*c.captures, *c.observes)]
-            for eff in (c.effects, c.if_absent[1] if c.if_absent else None):
-                if eff is not None and eff.inverse is not None:
-                    refs.append(eff.inverse["tool"])
-                if eff is not None and eff.expect is not None:
-                    refs.append(eff.expect["probe"])
-                if eff is not None and eff.landed is not None:
-                    refs.append(eff.landed["probe"])
-            refs += [fu["tool"] for fu in c.compensate_follow_ups]
-            missing = [r for r in refs if r not in up.tools]
+            missing = [ref for _key, ref, _probe in c.references() if ref not in up.tools]
             if missing and self._audit:
                 self.problems.append(
                     f"upstream {up.name!r}: the contract of {name!r} uses tool(s) "
@@ -236,6 +218,14 @@ class Gateway:
                     f"{', '.join(sorted(set(missing)))} that the server does not list; fix the "
                     f"contract or the upstream (it lists: {', '.join(sorted(up.tools)) or 'none'})"
                 )
+        # One binding per upstream: its contracts reach it through _transport, under the
+        # catalog names the prefix gives (secrets resolved across all its files, issue 24).
+        binding = Binding(
+            self._transport(up, contracts),
+            contracts,
+            prefix=f"{up.name}." if up.config.prefix else "",
+        )
+        self._bindings[up.name] = binding
         for tool_name in sorted(up.tools):
             if any(a in _RESERVED_ARGS for a in self._arg_names(up.tools[tool_name])):
                 print(
@@ -259,37 +249,15 @@ class Gateway:
                 )
             contract = contracts.get(tool_name)
             exp = Exported(agent_name, catalog_name, up, tool_name, contract)
-            kwargs: dict[str, Any] = {
-                "reversibility": contract.reversibility if contract else None,
-                "description": (contract.description if contract else "")
-                or (up.tools[tool_name].description or "").strip().split("\n")[0],
-                # a hung upstream must not hold a step forever: it times out as in_doubt
-                "timeout": (contract.timeout if contract else None) or self.config.call_timeout,
-            }
-            if contract is not None and contract.resources:
-                templates = list(contract.resources)
-                where = f"contract of {catalog_name!r} resources"
-
-                def res(args: Any, _t: list[str] = templates, _w: str = where) -> list[str]:
-                    return [str(render(t, {"args": args}, _w)) for t in _t]
-
-                kwargs["resources"] = res
-            describe = contract.describe if contract is not None else None
-            if describe is not None and _supports(self.catalog.register, "describe"):
-                kwargs["describe"] = describe
-            if contract is not None and _supports(self.catalog.register, "idempotent"):
-                kwargs["idempotent"] = contract.idempotent
-            if contract is not None and contract.sensitive:
-                if _supports(self.catalog.register, "sensitive"):
-                    kwargs["sensitive"] = list(contract.sensitive)
-                    # rule 11: an inverse needing the secret back asks this resolver at undo time
-                    kwargs["resolve_secret"] = contract.resolve_secret
-                else:
-                    raise ConfigError(
-                        f"the contract of {catalog_name!r} declares sensitive arguments, but "
-                        f"this amends cannot redact them yet; remove 'sensitive' or upgrade"
-                    )
-            self.catalog.register(catalog_name, self._forwarder(exp), **kwargs)
+            kwargs = registration(contract, binding) if contract is not None else {}
+            kwargs["description"] = (
+                kwargs.get("description")
+                or ((up.tools[tool_name].description or "").strip().split("\n")[0])
+            )
+            # a hung upstream must not hold a step forever: it times out as in_doubt
+            kwargs["timeout"] = kwargs.get("timeout") or self.config.call_timeout
+            fn = tool_function(contract, binding, tool_name, early=self._early_capture)
+            self.catalog.register(catalog_name, fn, **kwargs)
             self.exported[agent_name] = exp
             self._by_catalog[catalog_name] = exp
 
@@ -301,104 +269,40 @@ class Gateway:
     def _upstream_name(self, up: Upstream, tool: str) -> str:
         return self._names(up.config, tool)[1]
 
-    # --- the catalog function of each upstream tool --------------------------------------
-    def _forwarder(self, exp: Exported) -> Any:
-        up, contract = exp.upstream, exp.contract
-        rules = contract.errors if contract is not None else ErrorRules()
-        where = f"contract of {exp.catalog_name!r}"
+    # --- the transport of each upstream (the contract language's MCP transport) -----------
+    def _transport(self, up: Upstream, contracts: dict[str, ToolContract]) -> Transport:
+        """One ``tools/call`` of ``up`` for the contract applier, its answer as data.
 
-        meta = _meta
-        read_only = contract is not None and contract.reversibility == "read_only"
+        THE hand-off between the gateway and :mod:`amends.contract_file` (issue 24 item 1): the
+        upstream's ``structuredContent``, text and own error words (:class:`.UpstreamResult`)
+        go to the applier as a ``TransportResult``; the applier reads the contract's ``[errors]``
+        patterns and records the contract.
+        """
 
-        async def forward(call: Call, **args: Any) -> Any:
-            scope: dict[str, Any] = {"args": args}
-            absent: set[str] = set()
-            if call.phase == "forward" and contract is not None and contract.captures:
-                early = self._early.pop((call.saga_id, call.step_id), None)
-                if early is not None:  # started by call_tool while the intent was written
-                    scope["capture"], absent = await early
-                else:  # a retry, or a step not started by call_tool
-                    scope["capture"] = await self._capture(call, exp, contract, scope, meta, absent)
+        async def send(request: TransportRequest) -> TransportResult:
+            contract = contracts.get(request.tool)
             try:
-                res = await up.call(exp.tool, args, meta(call, call.phase))
+                res = await up.call(request.tool, dict(request.args), _request_meta(request))
             except UpstreamGone as exc:
-                if read_only:  # a read has no effect: trying it again is safe (the server restarts)
-                    raise TransientError(f"{exc}; it is a read, so it is tried again") from exc
-                raise
-            if call.phase == "forward":
-                self._raw[(call.saga_id, call.step_id)] = res
-            value = _handoff(res, rules, exp.catalog_name)
-            if call.phase in ("compensate", "follow_up") and contract is not None:
-                scope["result"] = value
-                if contract.compensate_residue is not None:
-                    self._residue(call, contract.compensate_residue, scope, where)
-                for fu in contract.compensate_follow_ups:
-                    filled = render(dict(fu), scope, f"{where} compensate_follow_up")
-                    if "when" not in filled or filled["when"]:
-                        call.follow_up(
-                            self._upstream_name(up, filled["tool"]), **filled.get("args", {})
-                        )
-            if call.phase == "forward" and contract is not None:
-                scope["result"] = value
-                try:
-                    if contract.observes:
-                        scope["observed"] = await self._observe(call, exp, contract, scope, meta)
-                except AmendsError as exc:
-                    # The write happened; without the observation no expectation can be
-                    # recorded, so no inverse is: irreversible, and the report says why.
-                    self._contract_failed(call, exp, exc)
-                    return value
-                effects = contract.effects
-                if contract.if_absent is not None and contract.if_absent[0] in absent:
-                    effects = contract.if_absent[1]
-                try:
-                    self._record(call, exp, effects, scope, where)
-                except ConfigError as exc:
-                    # The effect happened but its inverse cannot be filled in: nothing is
-                    # recorded, so the step is irreversible (rule 2), and the report says why.
-                    self._contract_failed(call, exp, exc)
-            return value
+                if contract is not None and contract.reversibility == "read_only":
+                    # a read has no effect: trying it again is safe (the server restarts)
+                    return TransportResult(
+                        "transient", detail=f"{exc}; it is a read, so it is tried again"
+                    )
+                return TransportResult("unknown", detail=str(exc))
+            except PermanentError as exc:  # rejected before the tool ran (unknown tool, params)
+                return TransportResult("refused", detail=str(exc))
+            except UpstreamError as exc:  # the transport failed after sending: unknown
+                return TransportResult("unknown", detail=str(exc))
+            if request.phase == "forward":
+                self._raw[(request.saga_id, request.step_id)] = res
+            return mcp_result(res)
 
-        forward.__name__ = exp.catalog_name.replace(".", "_").replace("-", "_")
-        return forward
+        return send
 
-    async def _capture(
-        self,
-        call: Call | _Before,
-        exp: Exported,
-        contract: ToolContract,
-        scope: dict[str, Any],
-        meta: Any,
-        absent: set[str],
-    ) -> dict[str, Any]:
-        captured: dict[str, Any] = {}
-        for cap in contract.captures:
-            where = f"contract of {exp.catalog_name!r} capture {cap.name!r}"
-            try:
-                res = await exp.upstream.call(
-                    cap.tool, render(dict(cap.args), scope, where), meta(call, "before")
-                )
-            except (UpstreamError, PermanentError) as exc:
-                # rule 1: the write has not been sent, so refusing it is the truth.
-                raise PermanentError(
-                    f"{exp.catalog_name}: reading the state before the write ({cap.tool}) "
-                    f"failed, so the write was not sent: {exc}"
-                ) from exc
-            if not res.ok:
-                text = res.error_text or ""
-                if cap.absent_when is not None and cap.absent_when.search(text):
-                    captured[cap.name] = None
-                    absent.add(cap.name)
-                    continue
-                raise PermanentError(
-                    f"{exp.catalog_name}: reading the state before the write ({cap.tool}) "
-                    f"returned an error, so the write was not sent: {text[:300]}"
-                )
-            try:
-                captured[cap.name] = _dig(res.value, cap.path, where)
-            except ConfigError as exc:
-                raise PermanentError(f"{exc}; the write was not sent") from exc
-        return captured
+    def _early_capture(self, call: Call) -> Any:
+        """The capture reads :meth:`call_tool` started for this step, if any."""
+        return self._early.pop((call.saga_id, call.step_id), None)
 
     def _start_capture(
         self,
@@ -416,14 +320,10 @@ class Gateway:
         function, after its intent is durable, and only once every capture has answered.
         """
         who = _Before(saga_id, step_id, idempotency_key(saga_id, step_id))
-        scope: dict[str, Any] = {"args": dict(arguments)}
-
-        async def read() -> tuple[dict[str, Any], set[str]]:
-            absent: set[str] = set()
-            got = await self._capture(who, exp, contract, scope, _meta, absent)
-            return got, absent
-
-        self._early[(saga_id, step_id)] = asyncio.ensure_future(read())
+        binding = self._bindings[exp.upstream.name]
+        self._early[(saga_id, step_id)] = asyncio.ensure_future(
+            read_captures(contract, binding, who, arguments)
+        )
 
     def _drop_capture(self, saga_id: str, step_id: str) -> None:
         """A capture the step never used (its intent could not be written): stop it quietly."""
@@ -431,88 +331,6 @@ class Gateway:
         if task is not None:
             task.cancel()
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    async def _observe(
-        self, call: Call, exp: Exported, contract: ToolContract, scope: dict[str, Any], meta: Any
-    ) -> dict[str, Any]:
-        observed: dict[str, Any] = {}
-        for ob in contract.observes:
-            where = f"contract of {exp.catalog_name!r} observe {ob.name!r}"
-            res = await exp.upstream.call(
-                ob.tool, render(dict(ob.args), scope, where), meta(call, "after")
-            )
-            if not res.ok:
-                raise ConfigError(f"{where}: the read after the write failed: {res.error_text}")
-            observed[ob.name] = _dig(res.value, ob.path, where)
-        return observed
-
-    def _record(
-        self, call: Call, exp: Exported, eff: Effects, scope: dict[str, Any], where: str
-    ) -> None:
-        """Fill every template first, then record: a template that cannot be filled leaves
-        nothing half-recorded (an inverse without its expectation)."""
-        up = exp.upstream
-        todo: list[Any] = []
-        if eff.inverse is not None:
-            inv_tool = self._upstream_name(up, eff.inverse["tool"])
-            inv_args = render(dict(eff.inverse.get("args", {})), scope, f"{where} inverse")
-            todo.append(lambda: call.inverse(inv_tool, **inv_args))
-        for key, record in (("expect", call.expect), ("landed", getattr(call, "landed", None))):
-            table = getattr(eff, key)
-            if table is None or record is None:
-                continue
-            path = render(table.get("path", []), scope, f"{where} {key} path")
-            probe_args = render(dict(table.get("args", {})), scope, f"{where} {key}")
-            equals = render(table["equals"], scope, f"{where} {key}")
-            probe = self._upstream_name(up, table["probe"])
-            keys = (path,) if isinstance(path, str) else tuple(path)
-            todo.append(
-                lambda r=record, p=probe, a=probe_args, e=equals, k=keys: r(p, a, equals=e, path=k)
-            )
-        if eff.expect is None and eff.no_drift_check is not None:
-            reason = eff.no_drift_check
-            if hasattr(call, "no_drift_check"):
-                todo.append(lambda: call.no_drift_check(reason=reason))
-        if eff.residue is not None:
-            r = render(dict(eff.residue), scope, f"{where} residue")
-            todo.append(lambda: self._residue_filled(call, r))
-        if eff.acknowledge is not None:
-            a = render(dict(eff.acknowledge), scope, f"{where} acknowledge")
-            todo.append(
-                lambda: call.acknowledge(
-                    who=a["who"],
-                    parties=a.get("parties", ()),
-                    draft=a.get("draft"),
-                    what=a.get("what"),
-                )
-            )
-        for step in todo:
-            step()
-
-    @staticmethod
-    def _contract_failed(call: Call, exp: Exported, exc: Exception) -> None:
-        # rule 8: the real cause reaches the report, not only the gateway's stderr.
-        print(f"amends mcp: {exp.catalog_name}: {exc}", file=sys.stderr)
-        call.acknowledge(
-            who="whoever maintains the gateway's contracts",
-            what=f"{exp.catalog_name} ran, but its contract could not be applied ({exc}); "
-            f"its effect stands and undo cannot take it back",
-        )
-
-    @classmethod
-    def _residue(cls, call: Call, table: Any, scope: dict[str, Any], where: str) -> None:
-        cls._residue_filled(call, render(dict(table), scope, f"{where} residue"))
-
-    @staticmethod
-    def _residue_filled(call: Call, r: dict[str, Any]) -> None:
-        if "when" not in r or r["when"]:
-            call.residue(
-                r["what"],
-                parties=r.get("parties", ()),
-                settles_in_days=r.get("settles_in_days"),
-                settles_in_business_days=r.get("settles_in_business_days"),
-                settles_at=r.get("settles_at"),
-            )
 
     # --- tools/list and tools/call ---------------------------------------------------------
     def list_tools(self) -> list[mcp_types.Tool]:
@@ -706,7 +524,7 @@ class Gateway:
 
 @dataclass(frozen=True)
 class _Before:
-    """What :func:`_meta` reads of a step whose forward call has not started yet."""
+    """What a capture reads of a step whose forward call has not started yet."""
 
     saga_id: str
     step_id: str
@@ -714,30 +532,14 @@ class _Before:
     precondition: None = None
 
 
-def _handoff(res: UpstreamResult, rules: ErrorRules, tool: str) -> Any:
-    """THE handoff of an upstream's answer to the contract applier (issue 24, item 1).
-
-    ``res`` carries what the applier reads: ``ok``, ``structured`` (``structuredContent``),
-    ``text``, ``error_text`` (the upstream's own words, recovered from its log when an mcp 2.x
-    server withheld them) and ``value`` (structured content, else JSON text parsed, else text).
-    An error is translated by the contract's ``[errors]`` rules; the value is returned.
-
-    Raises:
-        PreconditionFailed, TransientError, PermanentError, UpstreamError: see
-            :func:`.upstream.raise_for_error`.
-    """
-    raise_for_error(res, rules, tool)
-    return res.value
-
-
-def _meta(call: Call | _Before, phase: str) -> dict[str, Any]:
+def _request_meta(request: TransportRequest) -> dict[str, Any]:
     """The request ``_meta`` amends sends the upstream (docs/mcp.md lists the keys)."""
     m: dict[str, Any] = {
-        META_KEY: call.idempotency_key + (f":{phase}" if phase in ("before", "after") else ""),
-        META_PHASE: phase,
-        "amends/saga_id": call.saga_id,
-        "amends/step_id": call.step_id,
+        META_KEY: request.idempotency_key,
+        META_PHASE: request.phase,
+        "amends/saga_id": request.saga_id,
+        "amends/step_id": request.step_id,
     }
-    if call.precondition is not None:
-        m[META_PRECONDITION] = call.precondition.to_dict()
+    if request.precondition is not None:
+        m[META_PRECONDITION] = request.precondition.to_dict()
     return m

@@ -1,0 +1,420 @@
+"""The one template engine of the contract language: fills, encodes and redacts.
+
+Every ``{args.x}``-style template of a contract file -- an inverse's arguments, an expectation,
+a residue, a resource, an HTTP URL -- is filled here and nowhere else (a test in
+``tests/architecture`` fails when a second module formats such templates), so a fix to filling,
+path encoding or redaction is made once for every transport.
+
+A field is ``{root.path}`` with optional filters, ``{root.path|filter|filter:argument}``:
+
+- a string that is exactly one field keeps the value's type (a number stays a number); other
+  strings are formatted as text;
+- paths are dotted; a digit indexes a list (``{result.items.0}``);
+- filters: ``join`` (a list as ``a, b``), ``money`` (cents as ``12,000.00 USD``), ``json``, and
+  ``default:TEXT`` -- the value when the path is missing or null (``{args.folder|default:inbox}``),
+  so a template over an optional argument does not refuse the calls that omit it (issue 24).
+
+In a URL (:class:`UrlTemplate`) each field fills **exactly one path segment** (or one query
+value): it is percent-encoded, separators included, and a segment that would be empty, ``.`` or
+``..`` is refused before anything is sent, so an argument can never change the path's shape
+(issue 21 item 10). ``${env:NAME}`` (read from the environment when the file is loaded) is
+allowed only in a URL or a header, never in an argument template, which is logged; every value
+substituted from the environment, and every value of a sensitive argument, is redacted from what
+a transport says back (:class:`Redactor`, issue 21 item 9).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, quote_plus, unquote, urlsplit
+
+from .._errors import ConfigError, ContractError
+
+__all__ = [
+    "FILTERS",
+    "Redactor",
+    "SegmentError",
+    "UrlTemplate",
+    "check",
+    "dig",
+    "env_names",
+    "expand_env",
+    "fill",
+    "has_fields",
+]
+
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)((?:\|[a-z_]+(?::[^|{}]*)?)*)\}")
+_FILTER = re.compile(r"\|([a-z_]+)(?::([^|{}]*))?")
+_ENV = re.compile(r"\$\{env:([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(f"{_ENV.pattern}|{_FIELD.pattern}")
+_MISSING = object()
+
+
+def _money(value: Any) -> str:
+    return f"{int(value) / 100:,.2f} USD"
+
+
+def _join(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+FILTERS: dict[str, Callable[[Any], str]] = {"join": _join, "money": _money, "json": _json}
+"""Text filters, by name; ``default:TEXT`` is handled by the lookup itself."""
+_ALL_FILTERS = sorted([*FILTERS, "default"])
+
+
+class _Missing(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _filters(text: str) -> list[tuple[str, str | None]]:
+    return [(m.group(1), m.group(2)) for m in _FILTER.finditer(text)]
+
+
+def has_fields(text: str) -> bool:
+    """Whether ``text`` holds at least one template field."""
+    return _FIELD.search(text) is not None
+
+
+def _walk(value: Any, path: list[str], shown: str) -> Any:
+    for key in path:
+        if isinstance(value, Mapping) and key in value:
+            value = value[key]
+        elif isinstance(value, list | tuple) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            raise _Missing(f"template '{shown}' found no {key!r} in {str(value)[:200]!r}")
+    return value
+
+
+def _lookup(path: str, scope: Mapping[str, Any], shown: str) -> Any:
+    root, *rest = path.split(".")
+    if root not in scope:
+        raise _Missing(
+            f"template '{shown}' uses {root!r}, which is not available here (available: "
+            f"{', '.join(sorted(scope))})"
+        )
+    if root == "args" and rest and rest[0] not in scope["args"]:
+        name = rest[0]
+        raise _Missing(
+            f"template '{shown}' needs the argument {name!r}, which this call did not pass; "
+            f"pass it, or give the template a default, e.g. '{{args.{name}|default:...}}'"
+        )
+    return _walk(scope[root], rest, shown)
+
+
+def _value(m: re.Match[str], scope: Mapping[str, Any], where: str) -> Any:
+    """The value of one field, its filters applied (text once a text filter ran)."""
+    filters = _filters(m.group(2) or "")
+    default = next((arg for name, arg in filters if name == "default"), _MISSING)
+    try:
+        value = _lookup(m.group(1), scope, m.group(0))
+    except _Missing as miss:
+        if default is _MISSING:
+            raise ConfigError(f"{where}: {miss.message}") from None
+        value = default
+    if value is None and default is not _MISSING:
+        value = default
+    for name, _arg in filters:
+        if name == "default":
+            continue
+        try:
+            value = FILTERS[name](value)
+        except KeyError:
+            raise ConfigError(
+                f"{where}: unknown filter {name!r} in '{m.group(0)}'; use one of "
+                f"{', '.join(_ALL_FILTERS)}"
+            ) from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{where}: filter {name!r} in '{m.group(0)}' cannot format {value!r}: {exc}"
+            ) from None
+    return value
+
+
+def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
+    """Fill ``template`` (a string, list or table of them) from ``scope``.
+
+    Args:
+        template: The template; anything that is not a string, list or table is returned as is.
+        scope: The roots and their values (``{"args": {...}, "result": ...}``).
+        where: Names the file, tool and key in error messages.
+
+    Raises:
+        ConfigError: A field's value is missing and has no ``default``, or a filter cannot
+            format its value (the message names the template and the fix).
+    """
+    if isinstance(template, str):
+        whole = _FIELD.fullmatch(template)
+        if whole:
+            return _value(whole, scope, where)  # keeps the value's type
+        return _FIELD.sub(lambda m: str(_value(m, scope, where)), template)
+    if isinstance(template, list):
+        return [fill(t, scope, where) for t in template]
+    if isinstance(template, dict):
+        return {k: fill(v, scope, where) for k, v in template.items()}
+    return template
+
+
+def _strings(template: Any) -> Iterator[str]:
+    if isinstance(template, str):
+        yield template
+    elif isinstance(template, list):
+        for t in template:
+            yield from _strings(t)
+    elif isinstance(template, dict):
+        for t in template.values():
+            yield from _strings(t)
+
+
+def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
+    """Validate a template when its file is loaded: known roots and filters, no environment.
+
+    Raises:
+        ConfigError: A field uses a root not available here, an unknown filter, a filter
+            argument where none is taken, or the template reads ``${env:...}`` (arguments are
+            logged; credentials must not be).
+    """
+    for text in _strings(template):
+        if _ENV.search(text):
+            raise ConfigError(
+                f"{where}: {text!r} reads the environment; ${{env:...}} is allowed only in "
+                f"http.url and http.headers (arguments are logged, credentials must not be)"
+            )
+        for m in _FIELD.finditer(text):
+            root = m.group(1).split(".")[0]
+            if root not in roots:
+                raise ConfigError(
+                    f"{where}: template '{m.group(0)}' uses {root!r}; use one of "
+                    f"{', '.join(sorted(roots))}"
+                )
+            for name, arg in _filters(m.group(2) or ""):
+                if name != "default" and name not in FILTERS:
+                    raise ConfigError(
+                        f"{where}: unknown filter {name!r} in '{m.group(0)}'; use one of "
+                        f"{', '.join(_ALL_FILTERS)}"
+                    )
+                if (name == "default") != (arg is not None):
+                    raise ConfigError(
+                        f"{where}: in '{m.group(0)}', "
+                        + (
+                            "default needs its value after a colon, e.g. '|default:inbox'"
+                            if name == "default"
+                            else f"filter {name!r} takes no ':' argument"
+                        )
+                    )
+
+
+def dig(value: Any, path: tuple[str, ...], where: str) -> Any:
+    """Follow ``path`` (keys; digits index lists) into ``value``.
+
+    Raises:
+        ConfigError: A key is missing (the message shows what was there).
+    """
+    for key in path:
+        try:
+            value = _walk(value, [key], key)
+        except _Missing:
+            raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}") from None
+    return value
+
+
+# --- the environment (credentials) -------------------------------------------------------------
+def env_names(text: str) -> list[str]:
+    """The ``${env:NAME}`` names in ``text``, in order."""
+    return _ENV.findall(text)
+
+
+def expand_env(text: str, where: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The values of the ``${env:NAME}`` variables ``text`` names, read when a file is loaded.
+
+    Raises:
+        ConfigError: A name is not a valid variable name, or the variable is not set.
+    """
+    values: dict[str, str] = {}
+    for name in env_names(text):
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{where}: ${{env:{name}}} is not a valid variable name; use letters, digits "
+                f"and _ (e.g. ${{env:CRM_TOKEN}})"
+            )
+        if name not in environ:
+            raise ConfigError(
+                f"{where}: environment variable {name!r} is not set; export {name}=... before "
+                f"loading the catalog (credentials are read from the environment, never "
+                f"written in the file)"
+            )
+        values[name] = environ[name]
+    return values
+
+
+def substitute_env(text: str, env: Mapping[str, str]) -> str:
+    """``text`` with each ``${env:NAME}`` replaced by its value (read at load)."""
+    return _ENV.sub(lambda m: env[m.group(1)], text)
+
+
+class SegmentError(ContractError):
+    """An argument would change a URL's shape (an empty, ``.`` or ``..`` path segment)."""
+
+
+@dataclass(frozen=True)
+class UrlTemplate:
+    """An HTTP tool's URL: fixed scheme and host, then path segments and a query whose fields
+    are filled from the call's arguments, each into exactly one segment or query value."""
+
+    origin: str
+    """``scheme://host[:port]`` as written (it may read the environment, never an argument)."""
+    segments: tuple[str, ...]
+    """The path's segments after the first ``/``, as templates."""
+    query: str | None
+    """The query after ``?``, as a template (``None``: no ``?``)."""
+    fragment: str | None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Values of the ``${env:NAME}`` variables the URL names, read at load."""
+
+    @classmethod
+    def parse(cls, text: str, env: Mapping[str, str], where: str) -> UrlTemplate:
+        """Split a validated URL template (:func:`amends._toml_catalog` checks it first).
+
+        Raises:
+            ConfigError: A field outside the path and query, or one not over ``args``.
+        """
+        parts = urlsplit(text)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        for piece, name in ((origin, "host"), (parts.fragment, "fragment")):
+            if _FIELD.search(piece):
+                raise ConfigError(
+                    f"{where}: http.url {text!r} has a template in its {name}; templates may "
+                    f"fill the path and query only, so a tool's arguments can never choose the "
+                    f"server"
+                )
+        fields = _ENV.sub("", parts.path + "?" + parts.query)
+        for m in _FIELD.finditer(fields):
+            if m.group(1).split(".")[0] != "args":
+                raise ConfigError(f"{where}: http.url template '{m.group(0)}' must start with args")
+        check(fields, {"args"}, f"{where}: http.url")
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        return cls(
+            origin,
+            tuple(path.split("/")) if parts.path else (),
+            parts.query if "?" in text else None,
+            parts.fragment or None,
+            dict(env),
+        )
+
+    def fill(self, args: Mapping[str, Any], where: str) -> str:
+        """The URL for one call.
+
+        Raises:
+            SegmentError: An argument would make a path segment empty, ``.`` or ``..``.
+            ConfigError: A field's argument is missing and has no ``default``.
+        """
+        scope = {"args": args}
+        segments = [self._segment(s, scope, where) for s in self.segments]
+        url = substitute_env(self.origin, self.env)
+        if self.segments:
+            url += "/" + "/".join(segments)
+        if self.query is not None:
+            url += "?" + self._piece(self.query, scope, where)
+        if self.fragment is not None:
+            url += "#" + self.fragment
+        return url
+
+    def _piece(self, text: str, scope: Mapping[str, Any], where: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            if m.group(1) is not None:  # ${env:NAME}: the operator's own value, as written
+                return self.env[m.group(1)]
+            field_match = _FIELD.fullmatch(m.group(0))
+            assert field_match is not None
+            value = _value(field_match, scope, where)
+            return quote(value if isinstance(value, str) else str(value), safe="")
+
+        return _TOKEN.sub(one, text)
+
+    def _segment(self, text: str, scope: Mapping[str, Any], where: str) -> str:
+        filled = self._piece(text, scope, where)
+        if _FIELD.search(text) and unquote(filled) in ("", ".", ".."):
+            # issue 21 item 10: '..' would let an argument climb out of its place in the path
+            # (clients and servers normalise dot segments, even percent-encoded ones).
+            raise SegmentError(
+                f"{where}: the argument(s) of path segment {text!r} make it "
+                f"{unquote(filled)!r}, which would change the URL's path; an argument fills "
+                f"exactly one path segment, so '', '.' and '..' are refused (nothing was sent)"
+            )
+        return filled
+
+
+# --- redaction of what a transport says back ------------------------------------------------
+_MIN_SUBSTRING = 4
+"""Shorter secrets are replaced only where they are a whole value."""
+
+
+def _forms(value: str) -> set[str]:
+    """The ways a value may be echoed back: as is, percent-encoded, form-encoded, JSON-escaped."""
+    return {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1]}
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Replaces secret values (and their encoded forms) by a label in text and data.
+
+    Labels say where the value came from, never what it is: ``${env:VENDOR_KEY}`` for a value
+    read from the environment, ``[redacted:api_key]`` for a sensitive argument.
+    """
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Secret text -> the label shown instead."""
+
+    @classmethod
+    def of_env(cls, env: Mapping[str, str]) -> Redactor:
+        """Redacts each environment value by its ``${env:NAME}``."""
+        return cls({}).adding({v: f"${{env:{k}}}" for k, v in env.items()})
+
+    def adding(self, labels: Mapping[Any, str]) -> Redactor:
+        """A redactor that also replaces ``labels`` (value -> label; non-text values as text)."""
+        out = dict(self.labels)
+        for value, label in labels.items():
+            if value is None or isinstance(value, bool) or value == "":
+                continue
+            for form in _forms(value if isinstance(value, str) else str(value)):
+                out.setdefault(form, label)
+        return Redactor(out)
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret replaced by its label."""
+        if not self.labels or not text:
+            return text
+        whole = self.labels.get(text)
+        if whole is not None:
+            return whole
+        for secret in sorted(self.labels, key=len, reverse=True):  # longest first
+            if len(secret) >= _MIN_SUBSTRING and secret in text:
+                text = text.replace(secret, self.labels[secret])
+        return text
+
+    def data(self, value: Any) -> Any:
+        """``value`` (JSON data) with every secret replaced by its label."""
+        if not self.labels:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return self.labels.get(str(value), value)
+        if isinstance(value, Mapping):
+            return {k: self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        return value

@@ -1,0 +1,194 @@
+"""The seam between the contract language and the places its tools live (HTTP, MCP).
+
+A transport makes **one call** of a tool named in a contract file and says how it went, as data:
+a :class:`TransportResult` whose :attr:`~TransportResult.kind` is one of
+
+- ``ok``: the tool answered with a result;
+- ``refused``: the tool (or the transport, before sending anything) refused: no effect;
+- ``transient``: refused for now, worth retrying (rate limited, busy);
+- ``drift``: a compensation's compare-and-set refused the write (the world changed, rule 4);
+- ``unknown``: the call may or may not have taken effect (a timeout after sending, a lost
+  connection, an error the transport cannot read) -- rule 9.
+
+The transport never raises for an answer it can judge, and never decides what the answer means
+for a saga: the applier (:mod:`.applier`) reads the contract's ``[errors]`` patterns over the
+error text and raises what the engine understands (:func:`raise_for`). HTTP judges by status
+code (``amends._toml_catalog``), MCP by ``isError`` (``amends.integrations.mcp.contracts``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._errors import PermanentError, PreconditionFailed, TransientError
+
+if TYPE_CHECKING:
+    from .._contracts import Expectation
+
+__all__ = [
+    "ErrorRules",
+    "Kind",
+    "OutcomeUnknownError",
+    "Transport",
+    "TransportRequest",
+    "TransportResult",
+    "raise_for",
+]
+
+Kind = Literal["ok", "refused", "transient", "drift", "unknown"]
+Phase = Literal["forward", "before", "after", "compensate", "follow_up", "probe"]
+
+
+class OutcomeUnknownError(RuntimeError):
+    """A call of a contract-file tool may or may not have been acted on (a timeout or a lost
+    connection after sending, an HTTP 504, an MCP error the contract does not read).
+
+    Deliberately not an :class:`~amends.AmendsError` subclass: for the engine, "any other
+    exception" from a forward call means ``in_doubt`` (rule 9), and from an inverse means it
+    did not verifiably land (never ``reverted``).
+    """
+
+
+@dataclass(frozen=True)
+class TransportRequest:
+    """One call a transport is asked to make (one input record, so fields can be added)."""
+
+    tool: str
+    """The tool's name in its contract file (the upstream's own name for MCP)."""
+    args: Mapping[str, Any]
+    """The concrete arguments (secrets included: a transport never logs them)."""
+    phase: Phase
+    """Why the call is made: ``forward``, ``before`` (a capture), ``after`` (an observation),
+    ``compensate``, ``follow_up`` or ``probe``."""
+    saga_id: str
+    """The saga of the step."""
+    step_id: str
+    """The step the call belongs to (for compensations: the step being undone)."""
+    idempotency_key: str
+    """Stable per step and phase; a transport hands it to the vendor (rule 5)."""
+    precondition: Expectation | None = None
+    """For a compensation: the expectation, for a vendor's compare-and-set (rule 4)."""
+    sensitive: tuple[str, ...] = ()
+    """Arguments the contract declares secret: a transport never echoes their values (rule 11)."""
+
+
+@dataclass(frozen=True)
+class TransportResult:
+    """What one call did, as data."""
+
+    kind: Kind
+    """``ok``, ``refused``, ``transient``, ``drift`` or ``unknown`` (see the module doc)."""
+    structured: Any = None
+    """The structured result: MCP ``structuredContent``, an HTTP JSON body; ``None`` if none."""
+    text: str = ""
+    """The result's text (MCP text content, an HTTP body that is not JSON)."""
+    error_text: str | None = None
+    """The error the tool itself raised or answered, as its own words (what ``[errors]`` and
+    ``absent_when`` patterns read); ``None`` for a result that is not an error."""
+    detail: str = ""
+    """What happened, for a person (``HTTP 302 redirect to /x; redirects are not followed``)."""
+    retry_after: float | None = None
+    """For ``transient``: seconds the tool asked to wait before trying again."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the tool answered with a result."""
+        return self.kind == "ok"
+
+    def value(self) -> Any:
+        """The result templates and the log see: :attr:`structured` when present, else the text
+        parsed as a JSON object or array when it is one (issue 24: a server that returns a dict
+        as text only), else the text (``None`` for an empty answer)."""
+        if self.structured is not None:
+            return self.structured
+        text = self.text.strip()
+        if not text:
+            return None
+        if text[:1] in ("{", "["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                pass
+        return self.text
+
+    def said(self) -> str:
+        """The words error patterns are matched against: the tool's own error text and the
+        result's text (each once)."""
+        parts = [p for p in (self.error_text, self.text) if p]
+        return "\n".join(dict.fromkeys(parts))
+
+
+Transport = Callable[[TransportRequest], Awaitable[TransportResult]]
+"""Makes one call (:class:`TransportRequest`) and says how it went (:class:`TransportResult`)."""
+
+
+@dataclass(frozen=True)
+class ErrorRules:
+    """How a tool's errors read, by their text (``[errors]`` of a contract file). An error that
+    matches none keeps the transport's own judgement (for MCP: unknown, rule 9)."""
+
+    refused: re.Pattern[str] | None = None
+    """Text of an error that means the tool refused: the call had no effect."""
+    transient: re.Pattern[str] | None = None
+    """Text of an error worth retrying (within the retry policy and budget)."""
+    drift: re.Pattern[str] | None = None
+    """Text of an error that means a compensation's precondition failed (drift, rule 4)."""
+
+    def judge(self, result: TransportResult) -> Kind:
+        """The kind of ``result`` once these patterns have read its words."""
+        if result.ok:
+            return "ok"
+        said = result.said()
+        for kind, pattern in (
+            ("drift", self.drift),
+            ("transient", self.transient),
+            ("refused", self.refused),
+        ):
+            if pattern is not None and pattern.search(said):
+                return kind  # type: ignore[return-value]
+        return result.kind
+
+
+def raise_for(result: TransportResult, rules: ErrorRules, tool: str) -> None:
+    """Raise what the engine understands for a result that is not ``ok`` (rule 9).
+
+    Raises:
+        PreconditionFailed: ``drift``: a compare-and-set refused the write.
+        TransientError: ``transient``: try again.
+        PermanentError: ``refused``: nothing happened.
+        OutcomeUnknownError: ``unknown``: whether the call took effect is unknown.
+    """
+    kind = rules.judge(result)
+    if kind == "ok":
+        return
+    said = (result.error_text or result.text or "").strip()[:500]
+    detail = result.detail or said or "(no message)"
+    if said and said not in detail:
+        detail = f"{detail}: {said}"
+    if kind == "drift":
+        raise PreconditionFailed(f"{tool}: {detail}")
+    if kind == "transient":
+        raise TransientError(f"{tool}: {detail}", retry_after=result.retry_after)
+    if kind == "refused":
+        raise PermanentError(f"{tool} refused: {detail}")
+    raise OutcomeUnknownError(f"{tool}: {detail}")  # the engine says what unknown means
+
+
+def result_of(value: Any) -> TransportResult:
+    """An ``ok`` result holding ``value`` (a tool reached in-process, e.g. a Python probe)."""
+    return TransportResult("ok", structured=value)
+
+
+def failed_as(exc: BaseException) -> TransportResult | None:
+    """The result an amends tool error stands for (a Python tool used by a contract file)."""
+    if isinstance(exc, PreconditionFailed):
+        return TransportResult("drift", error_text=str(exc))
+    if isinstance(exc, TransientError):
+        return TransportResult("transient", error_text=str(exc), retry_after=exc.retry_after)
+    if isinstance(exc, PermanentError):
+        return TransportResult("refused", error_text=str(exc))
+    return None
