@@ -41,7 +41,8 @@ def test_core_audit_shows_hints_as_hints_and_suggest_writes_a_draft_refused_unti
     rows = {r["tool"]: r for r in json.loads(out.stdout)}
     peek = rows["peek"]
     assert peek["hints"]["read_only_hint"] is True and peek["hints"]["idempotent_hint"] is True
-    assert peek["class"] == "irreversible (no contract)" and not peek["contract"]
+    assert peek["class"] == "irreversible" and not peek["contract"]  # issue 24 item 11
+    assert peek["label"] == "irreversible (no contract)"
     assert "a hint is not a contract" in peek["note"]
     assert rows["kv_set"]["class"] == "reversible" and rows["kv_set"]["contract"]
     assert rows["kv_get"]["class"] == "read_only"

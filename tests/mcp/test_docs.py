@@ -35,7 +35,8 @@ def test_every_toml_example_in_the_docs_loads(tmp_path: Path) -> None:
     assert len(blocks) >= 3
     for i, block in enumerate(blocks):
         path = tmp_path / f"example{i}.toml"
-        path.write_text(block)
+        include = re.fullmatch(r'--8<--\s+"([^"]+)"\s*', block)  # a file the page includes
+        path.write_text((ROOT / include.group(1)).read_text() if include else block)
         if "[[upstream]]" in block:
             cfg = load_config(path)
             assert cfg.upstreams

@@ -170,7 +170,8 @@ def test_audit_shows_hints_as_hints_and_suggest_writes_an_unusable_draft(
     rows = {r["tool"]: r for r in json.loads(out.stdout)}
     read = rows["read_text_file"]
     assert read["hints"]["read_only_hint"] is True
-    assert read["class"] == "irreversible (no contract)"
+    assert read["class"] == "irreversible"  # the class value (issue 24 item 11)
+    assert read["label"] == "irreversible (no contract)"
     assert "a hint is not a contract" in read["note"]
     with pytest.raises(ConfigError, match="is a draft"):
         load_contracts(draft)

@@ -22,7 +22,9 @@ __all__ = ["audit_rows", "suggest"]
 
 
 async def audit_rows(config_path: str) -> list[dict[str, Any]]:
-    """One row per exported tool: names, class, whether a contract declares it, hints."""
+    """One row per exported tool: names, ``class`` (the class value, e.g. ``irreversible``),
+    ``label`` (how it reads, e.g. ``irreversible (no contract)``), whether a contract declares
+    it, the server's hints."""
     config = load_config(config_path)
     engine = Engine(Catalog(), log=":memory:")
     rows: list[dict[str, Any]] = []
@@ -50,7 +52,9 @@ async def audit_rows(config_path: str) -> list[dict[str, Any]]:
                     "tool": exp.tool,
                     "agent_name": exp.agent_name,
                     "catalog_name": exp.catalog_name,
-                    "class": spec.reversibility.value
+                    # issue 24 item 11: the class value itself; the words for people in "label"
+                    "class": spec.reversibility.value,
+                    "label": spec.reversibility.value
                     + ("" if exp.contract is not None else " (no contract)"),
                     "contract": exp.contract is not None,
                     "hints": hints,

@@ -222,7 +222,7 @@ def run_audit(
     for r in rows:
         hint = ", ".join(f"{k}={v}" for k, v in r["hints"].items() if v is not None)
         sys.stdout.write(
-            f"{r['agent_name']:32} {r['class']:28} {('hints: ' + hint) if hint else ''}\n"
+            f"{r['agent_name']:32} {r['label']:28} {('hints: ' + hint) if hint else ''}\n"
         )
         if r["note"]:
             sys.stdout.write(f"{'':32} {r['note']}\n")
