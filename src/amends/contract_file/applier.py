@@ -15,12 +15,13 @@ names the cause (rules 2 and 8), instead of a half-recorded contract.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 from .._contracts import Call, ToolFn
 from .._errors import ConfigError, ContractError, PermanentError, TransientError
+from .._secrets import SecretResolver
 from . import templates
 from .schema import Effects, ToolContract
 from .secret_env import file_resolver
@@ -54,19 +55,16 @@ class Binding:
     """Catalog name = ``prefix + contract name`` (an MCP upstream's ``<name>.``)."""
     label: str = "contract"
     """How messages name a tool's contract (``contract of 'kv.kv_set'``)."""
-    _resolver: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def catalog_name(self, name: str) -> str:
         """The catalog name of the contract-file tool ``name``."""
         return self.prefix + name
 
-    def resolver(self) -> Any:
+    @cached_property
+    def resolver(self) -> SecretResolver:
         """One secret resolver for every sensitive tool of the set (forward declarations first,
         :mod:`.secret_env`)."""
-        if not self._resolver:
-            names = {self.catalog_name(n): n for n in self.contracts}
-            self._resolver.append(file_resolver(self.contracts, names))
-        return self._resolver[0]
+        return file_resolver(self.contracts, {self.catalog_name(n): n for n in self.contracts})
 
 
 @dataclass(frozen=True)
@@ -345,7 +343,7 @@ def registration(contract: ToolContract, binding: Binding) -> dict[str, Any]:
         )
     if contract.sensitive:
         kwargs["sensitive"] = list(contract.sensitive)
-        kwargs["resolve_secret"] = binding.resolver()
+        kwargs["resolve_secret"] = binding.resolver
     return kwargs
 
 

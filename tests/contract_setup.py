@@ -1,6 +1,6 @@
-"""Helpers of the contract-language tests: a gateway over ``upstream_plain.py`` with a contract
-file the test writes, run as a real subprocess behind a real ``mcp.Client``; and loopback HTTP
-vendors that record every raw request."""
+"""Helpers of the contract-language tests (tests/contract_file): a gateway over
+``upstream_plain.py`` with a contract file the test writes, run as a real subprocess behind a
+real ``mcp.Client``; and loopback HTTP vendors that record every raw request."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-PLAIN_SERVER = HERE / "upstream_plain.py"
+PLAIN_SERVER = Path(__file__).parent / "contract_file" / "upstream_plain.py"
 
 
 @dataclass
