@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
@@ -89,7 +90,7 @@ def has_fields(text: str) -> bool:
     return _FIELD.search(text) is not None
 
 
-def _walk(value: Any, path: list[str], shown: str) -> Any:
+def _walk(value: Any, path: tuple[str, ...], shown: str) -> Any:
     for key in path:
         if isinstance(value, Mapping) and key in value:
             value = value[key]
@@ -100,47 +101,77 @@ def _walk(value: Any, path: list[str], shown: str) -> Any:
     return value
 
 
-def _lookup(path: str, scope: Mapping[str, Any], shown: str) -> Any:
-    root, *rest = path.split(".")
-    if root not in scope:
+@dataclass(frozen=True)
+class _Field:
+    """One parsed field: ``{root.key.key|filter|default:x}``."""
+
+    shown: str
+    root: str
+    keys: tuple[str, ...]
+    filters: tuple[tuple[str, str | None], ...]
+    default: Any  # _MISSING, or the default's text
+
+
+def _field(m: re.Match[str]) -> _Field:
+    root, *keys = m.group(1).split(".")
+    filters = tuple(_filters(m.group(2) or ""))
+    default = next((arg for name, arg in filters if name == "default"), _MISSING)
+    return _Field(m.group(0), root, tuple(keys), filters, default)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> _Field | tuple[str | _Field, ...] | None:
+    """``text`` parsed once (issue 12: templates are filled on every step): one field that is
+    the whole string, the literal and field parts of a string, or ``None`` without fields."""
+    whole = _FIELD.fullmatch(text)
+    if whole:
+        return _field(whole)
+    parts: list[str | _Field] = []
+    at = 0
+    for m in _FIELD.finditer(text):
+        parts += [text[at : m.start()], _field(m)]
+        at = m.end()
+    return (*parts, text[at:]) if parts else None
+
+
+def _lookup(f: _Field, scope: Mapping[str, Any]) -> Any:
+    if f.root not in scope:
         raise _Missing(
-            f"template '{shown}' uses {root!r}, which is not available here (available: "
+            f"template '{f.shown}' uses {f.root!r}, which is not available here (available: "
             f"{', '.join(sorted(scope))})"
         )
-    if root == "args" and rest and rest[0] not in scope["args"]:
-        name = rest[0]
+    if f.root == "args" and f.keys and f.keys[0] not in scope["args"]:
+        name = f.keys[0]
         raise _Missing(
-            f"template '{shown}' needs the argument {name!r}, which this call did not pass; "
+            f"template '{f.shown}' needs the argument {name!r}, which this call did not pass; "
             f"pass it, or give the template a default, e.g. '{{args.{name}|default:...}}'"
         )
-    return _walk(scope[root], rest, shown)
+    return _walk(scope[f.root], f.keys, f.shown)
 
 
-def _value(m: re.Match[str], scope: Mapping[str, Any], where: str) -> Any:
+def _value(f: _Field, scope: Mapping[str, Any], where: str) -> Any:
     """The value of one field, its filters applied (text once a text filter ran)."""
-    filters = _filters(m.group(2) or "")
-    default = next((arg for name, arg in filters if name == "default"), _MISSING)
     try:
-        value = _lookup(m.group(1), scope, m.group(0))
+        value = _lookup(f, scope)
     except _Missing as miss:
-        if default is _MISSING:
+        if f.default is _MISSING:
             raise ConfigError(f"{where}: {miss.message}") from None
-        value = default
-    if value is None and default is not _MISSING:
-        value = default
-    for name, _arg in filters:
+        value = f.default
+    if value is None and f.default is not _MISSING:
+        value = f.default
+    for name, _arg in f.filters:
         if name == "default":
             continue
         try:
             value = FILTERS[name](value)
         except KeyError:
             raise ConfigError(
-                f"{where}: unknown filter {name!r} in '{m.group(0)}'; use one of "
+                f"{where}: unknown filter {name!r} in '{f.shown}'; use one of "
                 f"{', '.join(_ALL_FILTERS)}"
             ) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(
-                f"{where}: filter {name!r} in '{m.group(0)}' cannot format {value!r}: {exc}"
+                f"{where}: filter {name!r} in '{f.shown}' cannot format {value!r}: {exc}"
             ) from None
     return value
 
@@ -158,10 +189,12 @@ def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
             format its value (the message names the template and the fix).
     """
     if isinstance(template, str):
-        whole = _FIELD.fullmatch(template)
-        if whole:
-            return _value(whole, scope, where)  # keeps the value's type
-        return _FIELD.sub(lambda m: str(_value(m, scope, where)), template)
+        parsed = _parse(template)
+        if parsed is None:
+            return template
+        if isinstance(parsed, _Field):
+            return _value(parsed, scope, where)  # keeps the value's type
+        return "".join(p if isinstance(p, str) else str(_value(p, scope, where)) for p in parsed)
     if isinstance(template, list):
         return [fill(t, scope, where) for t in template]
     if isinstance(template, dict):
@@ -226,7 +259,7 @@ def dig(value: Any, path: tuple[str, ...], where: str) -> Any:
     """
     for key in path:
         try:
-            value = _walk(value, [key], key)
+            value = _walk(value, (key,), key)
         except _Missing:
             raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}") from None
     return value
@@ -339,7 +372,7 @@ class UrlTemplate:
                 return self.env[m.group(1)]
             field_match = _FIELD.fullmatch(m.group(0))
             assert field_match is not None
-            value = _value(field_match, scope, where)
+            value = _value(_field(field_match), scope, where)
             return quote(value if isinstance(value, str) else str(value), safe="")
 
         return _TOKEN.sub(one, text)
