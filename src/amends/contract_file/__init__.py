@@ -18,7 +18,7 @@ reference). The package has four parts, each the only one of its kind:
 
 from __future__ import annotations
 
-from .applier import Binding, Captured, read_captures, registration, tool_function
+from .applier import Binding, Captured, read_captures, registration, tool_function, undo_after
 from .schema import MAX_TIMEOUT, Capture, ContractFile, Effects, ToolContract, read_file
 from .transport import (
     ErrorRules,
@@ -45,4 +45,5 @@ __all__ = [
     "read_file",
     "registration",
     "tool_function",
+    "undo_after",
 ]

@@ -14,10 +14,10 @@ names the cause (rules 2 and 8), instead of a half-recorded contract.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._contracts import Call, ToolFn
 from .._errors import ConfigError, ContractError, PermanentError, TransientError
@@ -27,7 +27,14 @@ from .schema import Effects, ToolContract
 from .secret_env import file_resolver
 from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for
 
-__all__ = ["Binding", "Captured", "read_captures", "registration", "tool_function"]
+__all__ = [
+    "Binding",
+    "Captured",
+    "read_captures",
+    "registration",
+    "tool_function",
+    "undo_after",
+]
 
 
 class Who(Protocol):
@@ -323,6 +330,28 @@ def tool_function(
 
     run.__name__ = tool.replace(".", "_").replace("-", "_")
     return run
+
+
+_S = TypeVar("_S", bound="HasTool")
+
+
+class HasTool(Protocol):
+    """A step of a saga, as :func:`undo_after` reads it."""
+
+    @property
+    def tool(self) -> str: ...
+
+
+def undo_after(contract: ToolContract, binding: Binding, steps: Iterable[_S]) -> list[_S]:
+    """The steps whose inverses a new step of ``contract`` must wait for (rule 3): for each tool
+    its ``undo_after`` names, the latest of ``steps`` (the saga's earlier steps) that called it.
+    A caller that opens steps itself passes them to ``saga.call(..., undo_after=...)``."""
+    wanted = {binding.catalog_name(t) for t in contract.undo_after}
+    latest: dict[str, _S] = {}
+    for step in steps:
+        if step.tool in wanted:
+            latest[step.tool] = step
+    return list(latest.values())
 
 
 def registration(contract: ToolContract, binding: Binding) -> dict[str, Any]:

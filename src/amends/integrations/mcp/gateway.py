@@ -35,6 +35,7 @@ from amends.contract_file import (
     read_captures,
     registration,
     tool_function,
+    undo_after,
 )
 
 from .approval import Answer, Approvals
@@ -266,9 +267,6 @@ class Gateway:
         props = (tool.input_schema or {}).get("properties") or {}
         return list(props) if isinstance(props, dict) else []
 
-    def _upstream_name(self, up: Upstream, tool: str) -> str:
-        return self._names(up.config, tool)[1]
-
     # --- the transport of each upstream (the contract language's MCP transport) -----------
     def _transport(self, up: Upstream, contracts: dict[str, ToolContract]) -> Transport:
         """One ``tools/call`` of ``up`` for the contract applier, its answer as data.
@@ -478,12 +476,9 @@ class Gateway:
         inverse of the latest earlier step of each of them in the saga."""
         if exp.contract is None or not exp.contract.undo_after:
             return {}
-        wanted = {self._upstream_name(exp.upstream, t) for t in exp.contract.undo_after}
-        latest: dict[str, Any] = {}
-        for s in saga.steps:
-            if s.tool in wanted:
-                latest[s.tool] = s
-        return {"undo_after": list(latest.values())} if latest else {}
+        binding = self._bindings[exp.upstream.name]
+        waits = undo_after(exp.contract, binding, saga.steps)
+        return {"undo_after": waits} if waits else {}
 
     def server(self) -> Server[Any]:
         """A low-level SDK server whose handlers are this gateway's."""
