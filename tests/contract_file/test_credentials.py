@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contract_setup import Vendor, http_vendor, reply
 
 import amends
+from contract_setup import Vendor, http_vendor, reply
 
 pytestmark = pytest.mark.slow
 

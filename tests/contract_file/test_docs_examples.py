@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contract_setup import Vendor, http_vendor, plain_gateway, reply, text_of
 
 import amends
+from contract_setup import Vendor, http_vendor, plain_gateway, reply, text_of
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 HOSTS = (

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from contract_setup import Plain, plain_gateway, text_of
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from contract_setup import Plain, Vendor, http_vendor, plain_gateway, reply, text_of
 
 import amends
 from amends import StepState
+from contract_setup import Plain, Vendor, http_vendor, plain_gateway, reply, text_of
 
 SECRET = "acme_live_5Wq8RtY2"
 OTHER = "default_key_that_is_wrong"

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from contract_setup import plain_gateway, text_of
 
 import amends
 from amends import StepState
+from contract_setup import plain_gateway, text_of
 
 if TYPE_CHECKING:
     from amends.contract_file import TransportRequest, TransportResult

@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from contract_setup import Vendor, http_vendor, reply
 
 import amends
 from amends import StepState
+from contract_setup import Vendor, http_vendor, reply
 
 
 def _answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
