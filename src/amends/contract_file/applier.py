@@ -131,11 +131,10 @@ async def read_captures(
             absent.add(cap.name)
             continue
         if not result.ok:
-            said = (result.detail or result.said() or result.kind)[:300]
             err = TransientError if result.kind == "transient" else PermanentError
             raise err(
                 f"{tool}: reading the state before the write ({cap.tool}) failed, so the write "
-                f"was not sent: {said}"
+                f"was not sent: {result.explained()}"
             )
         try:
             values[cap.name] = templates.dig(result.value(), path, where)
@@ -157,8 +156,7 @@ async def _observe(
         request = _request(ob.tool, oargs, call, "after", call.idempotency_key + ":after")
         result = await binding.transport(request)
         if not result.ok:
-            said = (result.detail or result.said() or result.kind)[:300]
-            raise ConfigError(f"{where}: the read after the write failed: {said}")
+            raise ConfigError(f"{where}: the read after the write failed: {result.explained()}")
         observed[ob.name] = templates.dig(result.value(), path, where)
     return observed
 
@@ -267,17 +265,39 @@ def _as_inverse(
     contract: ToolContract, binding: Binding, call: Call, scope: Mapping[str, Any]
 ) -> None:
     """What this tool records when it runs as an inverse or a follow-up: residue it leaves, and
-    follow-up calls (each spends budget, rule 7)."""
-    where = f"{binding.label} of {binding.catalog_name(contract.name)!r}"
+    follow-up calls (each spends budget, rule 7).
+
+    The call has already succeeded here: a template that cannot be filled must not turn it into
+    a failure (a person would then be asked to redo a refund that was made). What cannot be
+    described becomes residue saying so (rule 7: a missing follow-up is residue, never the
+    inverse's state).
+    """
+    tool = binding.catalog_name(contract.name)
+    where = f"{binding.label} of {tool!r}"
     if contract.compensate_residue is not None:
-        residue = templates.fill(
-            dict(contract.compensate_residue), scope, f"{where} compensate_residue"
-        )
-        _residue(call, residue)
+        try:
+            filled = templates.fill(
+                dict(contract.compensate_residue), scope, f"{where} compensate_residue"
+            )
+            _residue(_scratch(call), filled)
+        except (ConfigError, ContractError) as exc:
+            call.residue(f"{tool} ran, but what it leaves behind could not be described ({exc})")
+        else:
+            _residue(call, filled)
     for fu in contract.compensate_follow_ups:
-        filled = templates.fill(dict(fu), scope, f"{where} compensate_follow_up")
-        if "when" not in filled or filled["when"]:
-            call.follow_up(binding.catalog_name(filled["tool"]), **filled.get("args", {}))
+        try:
+            filled = templates.fill(dict(fu), scope, f"{where} compensate_follow_up")
+            if "when" in filled and not filled["when"]:
+                continue
+            follow = (binding.catalog_name(filled["tool"]), dict(filled.get("args", {})))
+            _scratch(call).follow_up(follow[0], **follow[1])
+        except (ConfigError, ContractError) as exc:
+            call.residue(
+                f"{tool} ran, but the follow-up {fu['tool']} it asks for could not be filled in "
+                f"({exc}), so it was not sent"
+            )
+        else:
+            call.follow_up(follow[0], **follow[1])
 
 
 EarlyCaptures = Callable[[Call], Awaitable[Captured] | None]

@@ -115,6 +115,12 @@ class TransportResult:
                 pass
         return self.text
 
+    def explained(self) -> str:
+        """What happened, for a message: the detail and the tool's own words (each once)."""
+        said = (self.error_text or self.text or "").strip()[:500]
+        detail = self.detail or said or f"({self.kind}, no message)"
+        return f"{detail}: {said}" if said and said not in detail else detail
+
     def said(self) -> str:
         """The words error patterns are matched against: the tool's own error text and the
         result's text (each once)."""
@@ -165,10 +171,7 @@ def raise_for(result: TransportResult, rules: ErrorRules, tool: str) -> None:
     kind = rules.judge(result)
     if kind == "ok":
         return
-    said = (result.error_text or result.text or "").strip()[:500]
-    detail = result.detail or said or "(no message)"
-    if said and said not in detail:
-        detail = f"{detail}: {said}"
+    detail = result.explained()
     if kind == "drift":
         raise PreconditionFailed(f"{tool}: {detail}")
     if kind == "transient":

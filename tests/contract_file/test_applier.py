@@ -1,0 +1,96 @@
+"""The applier through the real engine, with a transport answering in memory: what a
+contract-file tool records when it runs as an inverse. Its call has succeeded by then, so a
+``compensate_residue`` or ``compensate_follow_up`` template that cannot be filled must not make
+the inverse ``failed`` -- the report would ask a person to redo a refund that was made -- but
+becomes residue saying so (rule 7: a missing follow-up is residue, never the inverse's state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import amends
+from amends import StepState
+from amends.contract_file import (
+    Binding,
+    TransportRequest,
+    TransportResult,
+    read_file,
+    registration,
+    tool_function,
+)
+
+CONTRACTS = """
+[[tool]]
+name = "get_charge"
+reversibility = "read_only"
+
+[[tool]]
+name = "charge"
+reversibility = "compensable"
+inverse = { tool = "refund", args = { charge_id = "{result.id}" } }
+expect = { probe = "get_charge", args = { charge_id = "{result.id}" }, path = "refunded", equals = 0 }
+
+[[tool]]
+name = "refund"
+reversibility = "irreversible"
+compensate_residue = { what = "Refund settles on {result.settles_on}", settles_at = "{result.settles_on}" }
+compensate_follow_up = [{ tool = "notify", args = { text = "refunded {result.nope}" } }]
+
+[[tool]]
+name = "notify"
+reversibility = "irreversible"
+"""  # noqa: E501
+
+
+class Psp:
+    def __init__(self) -> None:
+        self.refunded = 0
+        self.calls: list[str] = []
+
+    async def __call__(self, request: TransportRequest) -> TransportResult:
+        self.calls.append(request.tool)
+        if request.tool == "charge":
+            return TransportResult("ok", structured={"id": "ch_1"})
+        if request.tool == "get_charge":
+            return TransportResult("ok", structured={"refunded": self.refunded})
+        if request.tool == "refund":
+            self.refunded += 1
+            return TransportResult("ok", structured={"id": "re_1"})  # no settles_on
+        return TransportResult("ok", structured={})
+
+
+def _catalog(tmp_path: Path, psp: Psp) -> amends.Catalog:
+    path = tmp_path / "c.toml"
+    path.write_text(CONTRACTS)
+    cf = read_file(path, transport="mcp")
+    binding = Binding(psp, cf.tools)
+    catalog = amends.Catalog()
+    for name, c in cf.tools.items():
+        catalog.register(name, tool_function(c, binding, name), **registration(c, binding))
+    return catalog
+
+
+async def test_an_inverse_whose_residue_cannot_be_described_is_still_compensated(
+    tmp_path: Path,
+) -> None:
+    psp = Psp()
+    engine = amends.Engine(_catalog(tmp_path, psp), log=amends.SqliteLog(":memory:"))
+    async with engine.saga("pay") as saga:
+        await saga.call("charge", customer="c1", cents=100)
+    report = await engine.undo(saga.id)
+    await engine.close()
+    step = report.step("s1")
+    assert step.state is StepState.COMPENSATED, step.detail
+    assert psp.refunded == 1 and psp.calls.count("refund") == 1
+    said: list[Any] = [r.what for r in report.residue]
+    assert any(
+        "refund ran, but what it leaves behind could not be described" in w and "settles_on" in w
+        for w in said
+    ), said
+    assert any(
+        "the follow-up notify it asks for could not be filled in" in w and "'nope'" in w
+        for w in said
+    ), said
+    assert "notify" not in psp.calls  # never sent with a hole in it
+    assert list(report.manual_actions) == []
