@@ -94,3 +94,17 @@ async def test_an_inverse_whose_residue_cannot_be_described_is_still_compensated
     ), said
     assert "notify" not in psp.calls  # never sent with a hole in it
     assert list(report.manual_actions) == []
+
+
+def test_an_inverse_argument_named_deadline_is_refused_when_the_file_loads(tmp_path: Path) -> None:
+    """``deadline`` is the undo window's key, never an inverse argument (it used to collide
+    with it when the step ran, after the effect)."""
+    import pytest
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[tool]]\nname = "a"\nreversibility = "reversible"\nno_drift_check = "mine"\n'
+        'inverse = { tool = "a", args = { deadline = "{args.when}" } }\n'
+    )
+    with pytest.raises(amends.ConfigError, match="inverse.args has an argument named 'deadline'"):
+        read_file(path, transport="mcp")
