@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import amends
 from amends import StepState
 from amends.contract_file import (
@@ -99,8 +101,6 @@ async def test_an_inverse_whose_residue_cannot_be_described_is_still_compensated
 def test_an_inverse_argument_named_deadline_is_refused_when_the_file_loads(tmp_path: Path) -> None:
     """``deadline`` is the undo window's key, never an inverse argument (it used to collide
     with it when the step ran, after the effect)."""
-    import pytest
-
     path = tmp_path / "c.toml"
     path.write_text(
         '[[tool]]\nname = "a"\nreversibility = "reversible"\nno_drift_check = "mine"\n'
