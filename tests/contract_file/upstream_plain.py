@@ -9,8 +9,11 @@ reads the final state and counts effects.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,18 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 STATE = Path(os.environ["PLAIN_STATE"])
 app = MCPServer("plain")
+_LOCK = threading.Lock()  # the SDK runs plain tools in threads: one read-modify-write at a time
+
+
+def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``app.tool()``, with the world's file read and written by one call at a time."""
+
+    @functools.wraps(fn)
+    def serial(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return fn(*args, **kwargs)
+
+    return app.tool()(serial)
 
 
 def _load() -> dict[str, Any]:
@@ -34,7 +49,7 @@ def _save(data: dict[str, Any]) -> None:
     tmp.replace(STATE)
 
 
-@app.tool()
+@tool
 def note_get(key: str) -> dict:  # type: ignore[type-arg]  # a bare dict: answered as text only
     """Read a note."""
     notes = _load()["notes"]
@@ -43,7 +58,7 @@ def note_get(key: str) -> dict:  # type: ignore[type-arg]  # a bare dict: answer
     return {"key": key, "text": notes[key]}
 
 
-@app.tool()
+@tool
 def note_set(key: str, text: str) -> dict:  # type: ignore[type-arg]
     """Write a note."""
     data = _load()
@@ -53,7 +68,7 @@ def note_set(key: str, text: str) -> dict:  # type: ignore[type-arg]
     return {"key": key, "text": text}
 
 
-@app.tool()
+@tool
 def note_delete(key: str) -> dict:  # type: ignore[type-arg]
     """Delete a note."""
     data = _load()
@@ -65,7 +80,7 @@ def note_delete(key: str) -> dict:  # type: ignore[type-arg]
     return {"key": key, "deleted": True}
 
 
-@app.tool()
+@tool
 def hooks_create(url: str, api_key: str) -> dict[str, Any]:
     """Register a webhook; only the same API key can delete it."""
     data = _load()
@@ -75,7 +90,7 @@ def hooks_create(url: str, api_key: str) -> dict[str, Any]:
     return {"url": url, "active": True}
 
 
-@app.tool()
+@tool
 def hooks_delete(url: str, api_key: str) -> dict[str, Any]:
     """Delete a webhook; refused unless ``api_key`` is the one it was created with."""
     data = _load()
@@ -90,7 +105,7 @@ def hooks_delete(url: str, api_key: str) -> dict[str, Any]:
     return {"url": url, "active": False}
 
 
-@app.tool()
+@tool
 def hooks_get(url: str) -> dict[str, Any]:
     """Read a webhook (never its key)."""
     hook = _load()["hooks"].get(url)
@@ -99,7 +114,7 @@ def hooks_get(url: str) -> dict[str, Any]:
     return {"url": url, "active": hook["active"]}
 
 
-@app.tool()
+@tool
 def mail_archive(message_id: str, folder: str = "inbox") -> dict[str, Any]:
     """Move a message from ``folder`` (default: the inbox) to the archive."""
     data = _load()
@@ -109,7 +124,7 @@ def mail_archive(message_id: str, folder: str = "inbox") -> dict[str, Any]:
     return {"message_id": message_id, "folder": "archive"}
 
 
-@app.tool()
+@tool
 def mail_move(message_id: str, folder: str) -> dict[str, Any]:
     """Move a message to ``folder``."""
     data = _load()
@@ -119,7 +134,7 @@ def mail_move(message_id: str, folder: str) -> dict[str, Any]:
     return {"message_id": message_id, "folder": folder}
 
 
-@app.tool()
+@tool
 def mail_get(message_id: str) -> dict[str, Any]:
     """Read where a message is."""
     msg = _load()["mail"].get(message_id)
@@ -128,7 +143,7 @@ def mail_get(message_id: str) -> dict[str, Any]:
     return {"message_id": message_id, "folder": msg["folder"]}
 
 
-@app.tool()
+@tool
 def deal_close(deal_id: str) -> dict[str, Any]:
     """Mark a deal won."""
     data = _load()
@@ -138,7 +153,7 @@ def deal_close(deal_id: str) -> dict[str, Any]:
     return {"deal_id": deal_id, "stage": "won"}
 
 
-@app.tool()
+@tool
 def deal_reopen(deal_id: str) -> dict[str, Any]:
     """Reopen a deal."""
     data = _load()
@@ -148,13 +163,13 @@ def deal_reopen(deal_id: str) -> dict[str, Any]:
     return {"deal_id": deal_id, "stage": "open"}
 
 
-@app.tool()
+@tool
 def deal_get(deal_id: str) -> dict[str, Any]:
     """Read a deal's stage."""
     return {"deal_id": deal_id, "stage": _load()["deals"].get(deal_id, "open")}
 
 
-@app.tool()
+@tool
 def charge(customer: str, cents: int) -> dict[str, Any]:
     """Charge a customer."""
     data = _load()
@@ -165,7 +180,7 @@ def charge(customer: str, cents: int) -> dict[str, Any]:
     return data["charges"][cid]  # type: ignore[no-any-return]
 
 
-@app.tool()
+@tool
 def refund(charge_id: str) -> dict[str, Any]:
     """Refund a charge in full; refused while its deal is still closed (see the contract's
     undo_after)."""
@@ -179,13 +194,13 @@ def refund(charge_id: str) -> dict[str, Any]:
     return ch  # type: ignore[no-any-return]
 
 
-@app.tool()
+@tool
 def get_charge(charge_id: str) -> dict[str, Any]:
     """Read a charge."""
     return _load()["charges"][charge_id]  # type: ignore[no-any-return]
 
 
-@app.tool()
+@tool
 def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
     """Send an email (there is no unsend)."""
     data = _load()
