@@ -266,7 +266,8 @@ class HttpTransport:
             # sending): the outcome is unknown.
             return TransportResult(
                 "unknown",
-                detail=f"{shown}: {type(exc).__name__} after the request was sent ({exc})",
+                detail=f"{shown}: {type(exc).__name__} after the request was sent ({exc}); "
+                f"whether the vendor acted is unknown",
             )
         if body is None:  # issue 21.13: never read a 50 MB answer into memory, nor the log
             return self._too_large(resp, shown)
@@ -298,7 +299,10 @@ class HttpTransport:
         code = resp.status_code
         body = resp.text.strip()[:300]
         if code == 504:
-            return TransportResult("unknown", detail=f"{shown}: HTTP 504 from a gateway")
+            return TransportResult(
+                "unknown",
+                detail=f"{shown}: HTTP 504 from a gateway; whether the vendor acted is unknown",
+            )
         if code == 412:
             return TransportResult("drift", error_text=body, detail=f"{shown}: HTTP 412")
         if code == 429 or code >= 500:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._errors import PermanentError, PreconditionFailed, TransientError
+from .._errors import PermanentError, PreconditionFailed, ToolError, TransientError
 
 if TYPE_CHECKING:
     from .._contracts import Expectation
@@ -43,13 +43,14 @@ Kind = Literal["ok", "refused", "transient", "drift", "unknown"]
 Phase = Literal["forward", "before", "after", "compensate", "follow_up", "probe"]
 
 
-class OutcomeUnknownError(RuntimeError):
+class OutcomeUnknownError(ToolError):
     """A call of a contract-file tool may or may not have been acted on (a timeout or a lost
     connection after sending, an HTTP 504, an MCP error the contract does not read).
 
-    Deliberately not an :class:`~amends.AmendsError` subclass: for the engine, "any other
-    exception" from a forward call means ``in_doubt`` (rule 9), and from an inverse means it
-    did not verifiably land (never ``reverted``).
+    A :class:`~amends.ToolError` that is neither transient nor permanent: the engine logs a
+    forward step ``in_doubt`` (rule 9: the vendor may have acted) with this message as it is
+    -- in the words of the contract's users, no advice for Python tool authors -- and an
+    inverse that raises it did not verifiably land (never ``reverted``).
     """
 
 
@@ -178,7 +179,7 @@ def raise_for(result: TransportResult, rules: ErrorRules, tool: str) -> None:
         raise TransientError(f"{tool}: {detail}", retry_after=result.retry_after)
     if kind == "refused":
         raise PermanentError(f"{tool} refused: {detail}")
-    raise OutcomeUnknownError(f"{tool}: {detail}")  # the engine says what unknown means
+    raise OutcomeUnknownError(f"{tool}: {detail}")
 
 
 def result_of(value: Any) -> TransportResult:

@@ -71,6 +71,7 @@ async def audit_rows(config_path: str) -> list[dict[str, Any]]:
                 "agent_name": "(contract error)",
                 "catalog_name": "",
                 "class": "",
+                "label": "",
                 "contract": True,
                 "hints": {},
                 "description": "",

@@ -109,6 +109,7 @@ def mcp_result(answer: Answer) -> TransportResult:
             structured=sc,
             text=answer.text,
             error_text=answer.error_text or answer.text or None,
-            detail="returned an error the contract does not read as a refusal",
+            detail="answered with an error its contract does not read as a refusal, so it may "
+            "have taken effect",
         )
     return TransportResult("ok", structured=sc, text=answer.text)
