@@ -39,14 +39,12 @@ from amends import (
     AmendsError,
     ConfigError,
     PermanentError,
-    PreconditionFailed,
     ToolError,
     TransientError,
 )
 from amends._telemetry import json_logs
 
 from .config import UpstreamConfig
-from .contracts import ErrorRules
 
 if TYPE_CHECKING:
     import mcp_types
@@ -57,8 +55,6 @@ __all__ = [
     "UpstreamGone",
     "UpstreamResult",
     "error_text",
-    "raise_for_error",
-    "result_value",
 ]
 
 _BACKOFF = 0.2
@@ -95,61 +91,11 @@ class UpstreamResult:
     """For an error: the upstream's own words. The result's text, or, when an mcp 2.x server
     withheld them (``Error executing tool X``), the exception it logged for this call."""
 
-    @property
-    def value(self) -> Any:
-        """What templates and the log see as the result (see :func:`result_value`)."""
-        return result_value(self.raw)
-
 
 def error_text(result: mcp_types.CallToolResult) -> str:
     """The text of a result's content blocks, joined (what an error says)."""
     parts = [getattr(c, "text", "") for c in result.content]
     return "\n".join(p for p in parts if p).strip()
-
-
-def result_value(result: mcp_types.CallToolResult) -> Any:
-    """What templates and the log see as a tool's result: ``structured_content`` (a lone
-    ``{"result": x}`` wrapper, the SDK's shape for non-object outputs, unwrapped); else the text,
-    parsed when it is one JSON object or array (an mcp 2.x tool returning a plain ``dict``
-    answers with its JSON text only); else the text."""
-    sc = result.structured_content
-    if sc is not None:
-        if isinstance(sc, dict) and set(sc) == {"result"}:
-            return sc["result"]
-        return sc
-    text = error_text(result)
-    if text[:1] in ("{", "[") and len(result.content) == 1:
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
-
-
-def raise_for_error(result: UpstreamResult, rules: ErrorRules, tool: str) -> None:
-    """Translate an ``isError`` result by the contract's error rules (rule 9), matching the
-    upstream's own words (:attr:`UpstreamResult.error_text`).
-
-    Raises:
-        PreconditionFailed: The text matches ``drift`` (a compare-and-set refused the write).
-        TransientError: It matches ``transient``.
-        PermanentError: It matches ``refused``: the server refused, nothing happened.
-        UpstreamError: It matches nothing: the outcome is unknown.
-    """
-    if result.ok:
-        return
-    text = result.error_text or "(no message)"
-    if rules.drift is not None and rules.drift.search(text):
-        raise PreconditionFailed(f"{tool}: {text[:500]}")
-    if rules.transient is not None and rules.transient.search(text):
-        raise TransientError(f"{tool}: {text[:500]}")
-    if rules.refused is not None and rules.refused.search(text):
-        raise PermanentError(f"{tool} refused: {text[:500]}")
-    raise UpstreamError(
-        f"{tool} answered with an error its contract does not read as a refusal, so it may "
-        f"have taken effect: {text[:500]}",
-        tool=tool,
-    )
 
 
 # --- the upstream's log (stderr), for the words an mcp 2.x server withholds -----------------
