@@ -150,3 +150,20 @@ def reply(req: BaseHTTPRequestHandler, code: int, body: Any, **headers: str) -> 
         req.wfile.write(data)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the client gave up waiting (a timeout test)
+
+
+def file_catalog(path: Path, text: str, transport: Any) -> Any:
+    """A catalog of the MCP-style contract file ``text`` (written to ``path``) whose tools go
+    through ``transport``: the applier driven by the real engine, with the world in memory."""
+    import amends
+    from amends.contract_file import Binding, read_file, registration, tool_function
+
+    path.write_text(text)
+    cf = read_file(path, transport="mcp")
+    binding = Binding(transport, cf.tools)
+    catalog = amends.Catalog()
+    for name, contract in cf.tools.items():
+        catalog.register(
+            name, tool_function(contract, binding, name), **registration(contract, binding)
+        )
+    return catalog

@@ -13,14 +13,8 @@ import pytest
 
 import amends
 from amends import StepState
-from amends.contract_file import (
-    Binding,
-    TransportRequest,
-    TransportResult,
-    read_file,
-    registration,
-    tool_function,
-)
+from amends.contract_file import TransportRequest, TransportResult, read_file
+from contract_setup import file_catalog
 
 CONTRACTS = """
 [[tool]]
@@ -63,13 +57,7 @@ class Psp:
 
 
 def _catalog(tmp_path: Path, psp: Psp) -> amends.Catalog:
-    path = tmp_path / "c.toml"
-    path.write_text(CONTRACTS)
-    cf = read_file(path, transport="mcp")
-    binding = Binding(psp, cf.tools)
-    catalog = amends.Catalog()
-    for name, c in cf.tools.items():
-        catalog.register(name, tool_function(c, binding, name), **registration(c, binding))
+    catalog: amends.Catalog = file_catalog(tmp_path / "c.toml", CONTRACTS, psp)
     return catalog
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import amends
 from amends import StepState
-from contract_setup import plain_gateway, text_of
+from contract_setup import file_catalog, plain_gateway, text_of
 
 if TYPE_CHECKING:
     from amends.contract_file import TransportRequest, TransportResult
@@ -114,17 +114,7 @@ class Upstream:
 
 
 def _catalog(tmp_path: Path, text: str, upstream: Upstream) -> amends.Catalog:
-    from amends.contract_file import Binding, read_file, registration, tool_function
-
-    path = tmp_path / "notes.toml"
-    path.write_text(text)
-    cf = read_file(path, transport="mcp")
-    binding = Binding(upstream, cf.tools)
-    catalog = amends.Catalog()
-    for name, contract in cf.tools.items():
-        catalog.register(
-            name, tool_function(contract, binding, name), **registration(contract, binding)
-        )
+    catalog: amends.Catalog = file_catalog(tmp_path / "notes.toml", text, upstream)
     return catalog
 
 
