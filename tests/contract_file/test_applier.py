@@ -96,3 +96,61 @@ def test_an_inverse_argument_named_deadline_is_refused_when_the_file_loads(tmp_p
     )
     with pytest.raises(amends.ConfigError, match="inverse.args has an argument named 'deadline'"):
         read_file(path, transport="mcp")
+
+
+PROSE = """
+[[tool]]
+name = "status"
+reversibility = "read_only"
+
+[[tool]]
+name = "switch"
+reversibility = "reversible"
+capture = [{ name = "branch", tool = "status", match = "(?m)^On branch (\\\\S+)" }]
+inverse = { tool = "switch", args = { to = "{capture.branch}" } }
+no_drift_check = "a test"
+"""
+
+
+class Repo:
+    """A tool that answers in prose, as the git server does."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        self.switched: list[str] = []
+
+    async def __call__(self, request: TransportRequest) -> TransportResult:
+        if request.tool == "status":
+            return TransportResult("ok", text=self.status)
+        self.switched.append(request.args["to"])
+        return TransportResult("ok", text=f"Switched to {request.args['to']}")
+
+
+async def test_a_capture_reads_a_prose_answer_with_match_and_undo_uses_the_group(
+    tmp_path: Path,
+) -> None:
+    repo = Repo("Repository status:\nOn branch main\nnothing to commit")
+    engine = amends.Engine(
+        file_catalog(tmp_path / "c.toml", PROSE, repo), log=amends.SqliteLog(":memory:")
+    )
+    async with engine.saga("s") as saga:
+        await saga.call("switch", to="feature")
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert report.step("s1").state is StepState.REVERTED
+    assert repo.switched == ["feature", "main"]
+
+
+async def test_a_match_that_finds_nothing_refuses_the_write(tmp_path: Path) -> None:
+    """A detached HEAD: undo could not name where to go back, so nothing is sent (rule 1)."""
+    repo = Repo("Repository status:\nHEAD detached at 1a2b3c4")
+    engine = amends.Engine(
+        file_catalog(tmp_path / "c.toml", PROSE, repo), log=amends.SqliteLog(":memory:")
+    )
+    with pytest.raises(amends.StepFailedError) as exc:
+        async with engine.saga("s") as saga:
+            await saga.call("switch", to="feature")
+    await engine.close()
+    assert "capture 'branch': match '(?m)^On branch (\\\\S+)' found nothing in" in str(exc.value)
+    assert "the write was not sent" in str(exc.value)
+    assert repo.switched == []

@@ -100,3 +100,55 @@ def test_a_missing_argument_is_named_in_the_contracts_words() -> None:
         "'folder', which this call did not pass; pass it, or give the template a default, "
         "e.g. '{args.folder|default:...}'"
     )
+
+
+def test_each_maps_a_list_to_a_list_with_the_element_as_item() -> None:
+    """Issue 24 item 8: an inverse that takes back a list names each element (plucked or
+    rebuilt as a table), nested maps see their own element, and types are kept."""
+    scope = {
+        "result": {
+            "results": [
+                {"entityName": "Ada", "addedObservations": ["poet"]},
+                {"entityName": "Bob", "addedObservations": []},
+            ]
+        }
+    }
+    names = fill({"each": "{result.results}", "as": "{item.entityName}"}, scope, "t")
+    assert names == ["Ada", "Bob"]
+    deletions = fill(
+        {
+            "deletions": {
+                "each": "{result.results}",
+                "as": {
+                    "entityName": "{item.entityName}",
+                    "observations": "{item.addedObservations}",
+                },
+            }
+        },
+        scope,
+        "t",
+    )
+    assert deletions == {
+        "deletions": [
+            {"entityName": "Ada", "observations": ["poet"]},
+            {"entityName": "Bob", "observations": []},
+        ]
+    }
+    nested = {
+        "each": "{result.results}",
+        "as": {"each": "{item.addedObservations}", "as": "{item}!"},
+    }
+    assert fill(nested, scope, "t") == [["poet!"], []]
+    assert fill({"each": "{args.none}", "as": "{item}"}, {"args": {"none": None}}, "t") == []
+    check({"each": "{result.results}", "as": {"n": "{item.entityName}"}}, {"result"}, "t")
+
+
+def test_each_mistakes_are_refused_in_the_contracts_words() -> None:
+    with pytest.raises(ConfigError, match=r"uses 'item'; use one of args \('item' is the element"):
+        check({"names": "{item.name}"}, {"args"}, "t")
+    with pytest.raises(ConfigError) as exc:
+        fill({"each": "{args.name}", "as": "{item}"}, {"args": {"name": "Ada"}}, "contract of 'x'")
+    assert str(exc.value) == (
+        "contract of 'x': each = '{args.name}' must give a list to map, but gave 'Ada'; point "
+        "it at a list, e.g. each = '{result.entities}'"
+    )

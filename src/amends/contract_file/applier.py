@@ -23,7 +23,7 @@ from .._contracts import Call, ToolFn
 from .._errors import ConfigError, ContractError, PermanentError, TransientError
 from .._secrets import SecretResolver
 from . import templates
-from .schema import Effects, ToolContract
+from .schema import Capture, Effects, ToolContract
 from .secret_env import file_resolver
 from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for
 
@@ -137,10 +137,28 @@ async def read_captures(
                 f"was not sent: {result.explained()}"
             )
         try:
-            values[cap.name] = templates.dig(result.value(), path, where)
+            values[cap.name] = _read(cap, result.value(), path, where)
         except ConfigError as exc:
             raise PermanentError(f"{exc}; the write was not sent") from None
     return Captured(values, frozenset(absent))
+
+
+def _read(cap: Capture, value: Any, path: tuple[str, ...], where: str) -> Any:
+    """What a capture or observation keeps of its tool's answer: the value at ``path``, and of
+    its text the ``match`` pattern's first group (or whole match), when it declares one.
+
+    Raises:
+        ConfigError: A key of ``path`` is missing, or ``match`` finds nothing.
+    """
+    value = templates.dig(value, path, where)
+    if cap.match is None:
+        return value
+    found = cap.match.search(value if isinstance(value, str) else str(value))
+    if found is None:
+        raise ConfigError(
+            f"{where}: match {cap.match.pattern!r} found nothing in {str(value)[:200]!r}"
+        )
+    return found.group(1) if found.re.groups else found.group(0)
 
 
 async def _observe(
@@ -157,7 +175,7 @@ async def _observe(
         result = await binding.transport(request)
         if not result.ok:
             raise ConfigError(f"{where}: the read after the write failed: {result.explained()}")
-        observed[ob.name] = templates.dig(result.value(), path, where)
+        observed[ob.name] = _read(ob, result.value(), path, where)
     return observed
 
 

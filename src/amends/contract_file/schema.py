@@ -101,6 +101,9 @@ class Capture:
     """Keys into the result (templates); digits index lists."""
     absent_when: re.Pattern[str] | None = None
     """An error whose text matches means "it did not exist before" (the capture is absent)."""
+    match: re.Pattern[str] | None = None
+    """For a tool that answers in prose: the value is this pattern's first group (or whole
+    match) in the text at ``path`` (``"^On branch (\\S+)"``); no match refuses the write."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ def _captures(raw: Any, where: str, key: str, roots: set[str]) -> tuple[Capture,
         raise ConfigError(f"{where}: '{key}' must be an array of tables ([[tool.{key}]])")
     out: list[Capture] = []
     for c in raw:
-        c = _table(c, where, key, {"name", "tool"}, {"args", "path", "absent_when"})
+        c = _table(c, where, key, {"name", "tool"}, {"args", "path", "absent_when", "match"})
         if not isinstance(c["name"], str) or not c["name"].isidentifier():
             raise ConfigError(
                 f"{where}: {key}.name must be a name of letters, digits and _, got "
@@ -373,12 +376,14 @@ def _capture(c: Mapping[str, Any], name: str, where: str, roots: set[str]) -> Ca
     path = _path(c.get("path"), where)
     templates.check(list(path), roots, where)
     absent = c.get("absent_when")
+    match = c.get("match")
     return Capture(
         name,
         c["tool"],
         dict(c.get("args", {})),
         path,
         None if absent is None else _regex(absent, f"{where} absent_when"),
+        None if match is None else _regex(match, f"{where} match"),
     )
 
 
@@ -387,7 +392,7 @@ def _reads(entry: Mapping[str, Any], where: str) -> tuple[tuple[Capture, ...], b
     captures = _captures(entry.get("capture", []), where, "capture", {"args"})
     if "before" not in entry:
         return captures, False
-    b = _table(entry["before"], where, "before", {"tool"}, {"args", "path", "absent_when"})
+    b = _table(entry["before"], where, "before", {"tool"}, {"args", "path", "absent_when", "match"})
     if any(c.name == "before" for c in captures):
         raise ConfigError(
             f"{where}: [tool.before] and a [[tool.capture]] named 'before' both declare "

@@ -10,6 +10,9 @@ A field is ``{root.path}`` with optional filters, ``{root.path|filter|filter:arg
 - a string that is exactly one field keeps the value's type (a number stays a number); other
   strings are formatted as text;
 - paths are dotted; a digit indexes a list (``{result.items.0}``);
+- a table of exactly the keys ``each`` and ``as`` maps a list to a list:
+  ``{ each = "{result.entities}", as = "{item.name}" }`` fills ``as`` (a string, list or table)
+  once per element of ``each``, the element under ``{item...}`` (issue 24 item 8);
 - filters: ``join`` (a list as ``a, b``), ``money`` (cents as ``12,000.00 USD``), ``json``, and
   ``default:TEXT`` -- the value when the path is missing or null (``{args.folder|default:inbox}``),
   so a template over an optional argument does not refuse the calls that omit it (issue 24).
@@ -198,19 +201,47 @@ def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
     if isinstance(template, list):
         return [fill(t, scope, where) for t in template]
     if isinstance(template, dict):
+        if _is_each(template):
+            return _each(template, scope, where)
         return {k: fill(v, scope, where) for k, v in template.items()}
     return template
 
 
-def _strings(template: Any) -> Iterator[str]:
+EACH_KEYS = frozenset({"each", "as"})
+"""A table of exactly these keys maps a list: ``{ each = "{result.entities}", as = "{item.name}" }``
+fills ``as`` once per element of ``each``, with the element as ``{item...}`` (issue 24 item 8:
+an inverse that takes back a list of things names each of them)."""
+
+
+def _is_each(template: Mapping[str, Any]) -> bool:
+    return template.keys() == EACH_KEYS
+
+
+def _each(template: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> list[Any]:
+    items = fill(template["each"], scope, where)
+    if items is None:
+        items = []
+    if not isinstance(items, list | tuple):
+        raise ConfigError(
+            f"{where}: each = {template['each']!r} must give a list to map, but gave "
+            f"{str(items)[:200]!r}; point it at a list, e.g. each = '{{result.entities}}'"
+        )
+    return [fill(template["as"], {**scope, "item": item}, where) for item in items]
+
+
+def _strings(template: Any, roots: frozenset[str]) -> Iterator[tuple[str, frozenset[str]]]:
+    """Each string of ``template``, with the roots available to it (``item`` inside ``as``)."""
     if isinstance(template, str):
-        yield template
+        yield template, roots
     elif isinstance(template, list):
         for t in template:
-            yield from _strings(t)
+            yield from _strings(t, roots)
+    elif isinstance(template, dict) and _is_each(template):
+        yield from _strings(template["each"], roots)
+        yield from _strings(template["as"], roots | {"item"})
     elif isinstance(template, dict):
         for t in template.values():
-            yield from _strings(t)
+            yield from _strings(t, roots)
 
 
 def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
@@ -221,7 +252,7 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
             argument where none is taken, or the template reads ``${env:...}`` (arguments are
             logged; credentials must not be).
     """
-    for text in _strings(template):
+    for text, available in _strings(template, frozenset(roots)):
         if _ENV.search(text):
             raise ConfigError(
                 f"{where}: {text!r} reads the environment; ${{env:...}} is allowed only in "
@@ -229,10 +260,11 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
             )
         for m in _FIELD.finditer(text):
             root = m.group(1).split(".")[0]
-            if root not in roots:
+            if root not in available:
                 raise ConfigError(
                     f"{where}: template '{m.group(0)}' uses {root!r}; use one of "
-                    f"{', '.join(sorted(roots))}"
+                    f"{', '.join(sorted(available))}"
+                    + ("" if root != "item" else " ('item' is the element inside an 'as')")
                 )
             for name, arg in _filters(m.group(2) or ""):
                 if name != "default" and name not in FILTERS:

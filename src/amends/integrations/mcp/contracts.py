@@ -39,12 +39,13 @@ __all__ = [
     "render",
 ]
 
-BUILTIN_CONTRACTS = ("filesystem", "sandbox")
+BUILTIN_CONTRACTS = ("filesystem", "git", "memory", "sandbox")
 """Contract files shipped in the package, usable as ``"builtin:<name>"``."""
 
 
 def builtin_contract_path(name: str) -> Path:
-    """The path of a contract file shipped in the package (``filesystem``, ``sandbox``).
+    """The path of a contract file shipped in the package (``filesystem``, ``git``, ``memory``,
+    ``sandbox``).
 
     Raises:
         ConfigError: No such built-in contract file.
