@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import NotesSetup, text_of
+from conftest import NOTES_SERVER, NotesSetup, text_of
 
 pytestmark = pytest.mark.slow
 
@@ -133,3 +134,23 @@ async def test_a_probe_that_cannot_reach_the_upstream_says_so(notes: NotesSetup)
     assert "could not reach upstream 'notes'" in step["detail"]
     assert "someone changed" not in step["detail"]
     assert notes.notes() == {"k": "v"}
+
+
+async def test_the_notes_server_keeps_every_note_of_parallel_calls(notes: NotesSetup) -> None:
+    """The race behind the flaky SIGKILL test: undo runs the compensations of independent steps
+    (different notes) in parallel, and the SDK runs plain tools in threads, so the server read,
+    changed and wrote its one file from several threads at once (a lost update: a reverted note
+    came back; or a missing notes.tmp, a failed compensation). Parallel writes all land."""
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(NOTES_SERVER)],
+        env={**os.environ, "NOTES_STATE": str(notes.state)},
+    )
+    async with Client(params) as c:
+        results = await asyncio.gather(
+            *(c.call_tool("note_set", {"key": f"k{i}", "text": str(i)}) for i in range(40))
+        )
+    assert [r.is_error for r in results] == [False] * 40, [text_of(r) for r in results]
+    assert notes.notes() == {f"k{i}": str(i) for i in range(40)}

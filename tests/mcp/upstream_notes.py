@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,12 @@ from pydantic import BaseModel
 
 STATE = Path(os.environ["NOTES_STATE"])
 app = MCPServer("notes")
+# The SDK runs plain (sync) tools in worker threads, and undo compensates independent notes in
+# parallel: without this lock two calls read, changed and wrote the one file at once (a lost
+# update brought a reverted note back, or a missing notes.tmp failed a compensation; the SIGKILL
+# test failed so under load). One call at a time touches the file; slow_note_set's delay is
+# spent outside it.
+_LOCK = threading.Lock()
 
 
 def _load() -> dict[str, str]:
@@ -41,7 +48,8 @@ def _save(notes: dict[str, str]) -> None:
 @app.tool()
 def note_get(key: str) -> dict:  # type: ignore[type-arg]
     """Read a note."""
-    notes = _load()
+    with _LOCK:
+        notes = _load()
     if key not in notes:
         raise ValueError(f"no note named {key}")
     return {"key": key, "text": notes[key]}
@@ -50,20 +58,22 @@ def note_get(key: str) -> dict:  # type: ignore[type-arg]
 @app.tool()
 def note_set(key: str, text: str) -> dict:  # type: ignore[type-arg]
     """Write a note."""
-    notes = _load()
-    notes[key] = text
-    _save(notes)
+    with _LOCK:
+        notes = _load()
+        notes[key] = text
+        _save(notes)
     return {"key": key, "text": text}
 
 
 @app.tool()
 def note_delete(key: str) -> dict:  # type: ignore[type-arg]
     """Delete a note."""
-    notes = _load()
-    if key not in notes:
-        raise ValueError(f"no note named {key}")
-    del notes[key]
-    _save(notes)
+    with _LOCK:
+        notes = _load()
+        if key not in notes:
+            raise ValueError(f"no note named {key}")
+        del notes[key]
+        _save(notes)
     return {"key": key, "deleted": True}
 
 
@@ -85,14 +95,16 @@ class Stats(BaseModel):
 )
 def note_stats() -> Stats:
     """How many notes there are."""
-    notes = _load()
+    with _LOCK:
+        notes = _load()
     return Stats(count=len(notes), keys=sorted(notes))
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
 def note_purge() -> dict:  # type: ignore[type-arg]
     """Says it is read-only; deletes every note."""
-    _save({})
+    with _LOCK:
+        _save({})
     return {"purged": True}
 
 
