@@ -35,6 +35,35 @@ def gateway_params(config: Path, cwd: Path) -> Any:
     )
 
 
+def installed(path: Path, what: str) -> Path:
+    """``path`` of a reference server, installed by scripts/mcp-deps.sh when missing."""
+    if not path.exists():
+        subprocess.run(["bash", str(ROOT / "scripts" / "mcp-deps.sh")], check=True, timeout=600)
+    assert path.exists(), f"scripts/mcp-deps.sh did not install {what}"
+    return path
+
+
+def shipped_gateway(
+    directory: Path,
+    name: str,
+    contract: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+) -> Any:
+    """A gateway over one reference server (``command``) with its shipped contracts,
+    ``builtin:<contract>``, as upstream ``name`` (tools ``<name>_<tool>``), logging to
+    ``directory/saga.db``."""
+    env_line = f"env = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in (env or {}).items())} }}"
+    config = directory / "gateway.toml"
+    config.write_text(
+        f'[gateway]\nlog = "saga.db"\n\n[[upstream]]\nname = "{name}"\n'
+        f"command = {json.dumps(command[0])}\nargs = {json.dumps(command[1:])}\n"
+        + (env_line + "\n" if env else "")
+        + f'contracts = ["builtin:{contract}"]\n'
+    )
+    return gateway_params(config, directory)
+
+
 @dataclass
 class KvSetup:
     """A gateway config over the kv upstream, with its state file and saga log."""

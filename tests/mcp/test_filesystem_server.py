@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, installed, shipped_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -28,36 +28,15 @@ FS_SERVER = (
 
 @pytest.fixture(scope="module")
 def fs_server() -> Path:
-    if not FS_SERVER.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "mcp-deps.sh")], check=True, timeout=600)
-    assert FS_SERVER.exists(), "scripts/mcp-deps.sh did not install the filesystem server"
-    return FS_SERVER
+    return installed(FS_SERVER, "the filesystem server")
 
 
 def fs_gateway(tmp_path: Path, fs_server: Path) -> tuple[object, Path]:
-    from mcp import StdioServerParameters
-
     files = tmp_path / "files"
     files.mkdir()
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        f"""
-[gateway]
-log = "saga.db"
-
-[[upstream]]
-name = "fs"
-command = "node"
-args = [{json.dumps(str(fs_server))}, {json.dumps(str(files))}]
-contracts = ["builtin:filesystem"]
-"""
-    )
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
-        cwd=str(tmp_path),
-    )
-    return params, files
+    return shipped_gateway(
+        tmp_path, "fs", "filesystem", ["node", str(fs_server), str(files)]
+    ), files
 
 
 async def test_write_edit_move_are_undone_with_the_captured_previous_content(

@@ -4,15 +4,13 @@ drift, undo and the report's words, checked in the repository itself with git.""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, installed, shipped_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +19,7 @@ GIT_SERVER = ROOT / ".amends-mcp" / "git" / "bin" / "mcp-server-git"
 
 @pytest.fixture(scope="module")
 def git_server() -> Path:
-    if not GIT_SERVER.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "mcp-deps.sh")], check=True, timeout=600)
-    assert GIT_SERVER.exists(), "scripts/mcp-deps.sh did not install mcp-server-git"
-    return GIT_SERVER
+    return installed(GIT_SERVER, "mcp-server-git")
 
 
 def git(repo: Path, *args: str) -> str:
@@ -47,26 +42,7 @@ def make_repo(tmp_path: Path) -> Path:
 
 
 def git_gateway(tmp_path: Path, server: Path, repo: Path) -> Any:
-    from mcp import StdioServerParameters
-
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        f"""
-[gateway]
-log = "saga.db"
-
-[[upstream]]
-name = "git"
-command = {json.dumps(str(server))}
-args = ["--repository", {json.dumps(str(repo))}]
-contracts = ["builtin:git"]
-"""
-    )
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
-        cwd=str(tmp_path),
-    )
+    return shipped_gateway(tmp_path, "git", "git", [str(server), "--repository", str(repo)])
 
 
 async def _undo(params: Any, calls: list[tuple[str, dict[str, Any]]], between: Any = None) -> Any:

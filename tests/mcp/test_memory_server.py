@@ -7,14 +7,12 @@ checks the graph file the server itself wrote, after undo."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, installed, shipped_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +30,7 @@ CAROL_MANAGES_BOB = {"from": "Carol", "to": "Bob", "relationType": "manages"}
 
 @pytest.fixture(scope="module")
 def memory_server() -> Path:
-    if not MEMORY_SERVER.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "mcp-deps.sh")], check=True, timeout=600)
-    assert MEMORY_SERVER.exists(), "scripts/mcp-deps.sh did not install the memory server"
-    return MEMORY_SERVER
+    return installed(MEMORY_SERVER, "the memory server")
 
 
 class Graph:
@@ -59,29 +54,9 @@ class Graph:
 
 
 def memory_gateway(tmp_path: Path, server: Path) -> tuple[Any, Graph]:
-    from mcp import StdioServerParameters
-
     graph = Graph(tmp_path / "memory.jsonl")
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        f"""
-[gateway]
-log = "saga.db"
-
-[[upstream]]
-name = "mem"
-command = "node"
-args = [{json.dumps(str(server))}]
-env = {{ MEMORY_FILE_PATH = {json.dumps(str(graph.path))} }}
-contracts = ["builtin:memory"]
-"""
-    )
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
-        cwd=str(tmp_path),
-    )
-    return params, graph
+    env = {"MEMORY_FILE_PATH": str(graph.path)}
+    return shipped_gateway(tmp_path, "mem", "memory", ["node", str(server)], env), graph
 
 
 async def _calls(c: Any, calls: list[tuple[str, dict[str, Any]]]) -> None:
