@@ -7,7 +7,8 @@ never claims more than it verified.
 """
 
 from ._budget import Budget
-from ._calls import RetryPolicy, current_call
+from ._calls import RetryPolicy, current_call, idempotency_key
+from ._catalog_ref import tag_catalog
 from ._contracts import (
     NOTHING,
     Acknowledgement,
@@ -43,12 +44,27 @@ from ._errors import (
     TransientError,
 )
 from ._log import SagaLog, SqliteLog, open_log
-from ._log.base import Resolution
-from ._planner import Plan, PlannedStep, Preview, PreviewStep
-from ._report import Outcome, StepOutcome, StepState, UndoReport
+from ._log.base import (
+    ChainProblem,
+    Claim,
+    CompensationRecord,
+    CompensationWrite,
+    Event,
+    IdemRecord,
+    LogHealth,
+    Resolution,
+    ReversalHead,
+    ReversalRecord,
+    SagaRecord,
+    StepFinish,
+    StepIntent,
+    StepRecord,
+)
+from ._planner import Plan, PlannedStep, Preview, PreviewStep, plan
+from ._report import Outcome, StepOutcome, StepState, UndoReport, current_report
 from ._reversal.agentic import FollowUpAgent, FollowUpOutcome, FollowUpProposal
 from ._reversal.follow_ups import SentFollowUp
-from ._secrets import SecretRequest, from_env
+from ._secrets import Redaction, SecretRequest, SecretResolver, from_env
 from ._toml_catalog import load_toml_catalog
 
 __version__ = "0.1.0"
@@ -75,19 +91,26 @@ __all__ = [
     "Budget",
     "Call",
     "Catalog",
+    "ChainProblem",
+    "Claim",
+    "CompensationRecord",
+    "CompensationWrite",
     "ConfigError",
     "ContractError",
     "Engine",
+    "Event",
     "Expectation",
     "FollowUp",
     "FollowUpAgent",
     "FollowUpOutcome",
     "FollowUpProposal",
     "HistoryAlteredError",
+    "IdemRecord",
     "Inverse",
     "LeaseLostError",
     "LogCorruptedError",
     "LogError",
+    "LogHealth",
     "LogLockedError",
     "LogReadOnlyError",
     "ManualAction",
@@ -100,31 +123,43 @@ __all__ = [
     "Preview",
     "PreviewStep",
     "RecoveryReport",
+    "Redaction",
     "Ref",
     "Residue",
     "Resolution",
     "RetryPolicy",
+    "ReversalHead",
+    "ReversalRecord",
     "Reversibility",
     "Saga",
     "SagaClosedError",
     "SagaLog",
     "SagaNotFoundError",
+    "SagaRecord",
     "SagaStateError",
     "SchemaVersionError",
     "SecretRequest",
+    "SecretResolver",
     "SentFollowUp",
     "SqliteLog",
     "Step",
     "StepFailedError",
+    "StepFinish",
+    "StepIntent",
     "StepOutcome",
+    "StepRecord",
     "StepState",
     "ToolError",
     "ToolSpec",
     "TransientError",
     "UndoReport",
     "current_call",
+    "current_report",
     "from_env",
+    "idempotency_key",
     "load_toml_catalog",
     "open_log",
+    "plan",
     "run",
+    "tag_catalog",
 ]

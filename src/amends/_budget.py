@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ._errors import ConfigError
 
@@ -82,6 +82,30 @@ class Budget:
     """Most tokens tools may report with ``call.spend(tokens=...)``. Default 100,000."""
     seconds: float = 60.0
     """Wall-clock seconds after which nothing more is dispatched. Default 60."""
+
+    # issue 22 item 3: the bounds and the one value check are public here, so the CLI flags and
+    # the HTTP schema state the same limits without importing amends' internals
+    MAX_TOOL_CALLS: ClassVar[int] = MAX_TOOL_CALLS
+    """Upper bound of ``tool_calls`` (100,000)."""
+    MAX_TOKENS: ClassVar[int] = MAX_TOKENS
+    """Upper bound of ``tokens`` (1,000,000,000)."""
+    MAX_SECONDS: ClassVar[float] = MAX_SECONDS
+    """Upper bound of ``seconds`` (86,400: one day)."""
+
+    @staticmethod
+    def check_value(name: str, value: Any, *, flag: str | None = None) -> None:
+        """Check one budget value from untrusted input before building a :class:`Budget`.
+
+        Args:
+            name: ``"tool_calls"``, ``"tokens"`` or ``"seconds"``.
+            value: what the user gave.
+            flag: the input it came from (``--budget-seconds``), named in the message.
+
+        Raises:
+            ConfigError: ``value`` is of the wrong type, negative, NaN, infinite or above its
+                bound (the message names the input, the value and the fix).
+        """
+        check_budget_value(name, value, flag=flag)
 
     def __post_init__(self) -> None:
         for name in _FIELDS:

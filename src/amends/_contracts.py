@@ -442,12 +442,21 @@ class ToolSpec:
     """One catalog entry: a tool and its reversibility contract."""
 
     name: str
+    """The tool's name ("crm.update_field"), as ``saga.call`` and inverses name it."""
     fn: ToolFn
+    """The function that does the work, called with the step's ``Call`` and its arguments."""
     reversibility: Reversibility
+    """What undo can do about a call of this tool (read_only, reversible, compensable,
+    irreversible). Default irreversible."""
     explicit: bool
     """Whether the class was declared; ``False``: irreversible by default (``amends audit``)."""
     resources: ResourcesFn | None = None
+    """The resources a call touches, from its arguments (``lambda args: [f"crm:{args['id']}"]``):
+    a later step on the same resource depends on this one (its inverse runs first). Default:
+    none."""
     description: str = ""
+    """What the tool does, in a few words (the function's docstring by default); shown in the
+    report, the audit and the MCP tool listing."""
     timeout: float | None = None
     """Seconds one call may take before the engine treats it as timed out."""
     sensitive: tuple[str, ...] = ()

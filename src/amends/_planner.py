@@ -70,17 +70,25 @@ class PlannedStep:
     """One step of the plan."""
 
     step: StepRecord
+    """The step as the log recorded it (tool, arguments, result, inverse, expectation)."""
     action: Action
+    """What undo does to the step: ``revert``, ``compensate``, ``cancel``, ``acknowledge``,
+    ``skip`` (nothing to undo), ``in_doubt``, ``wait`` or ``review`` (a person decides)."""
     verb: str | None
     """Revert / Compensate / Cancel / Acknowledge, or ``None`` when there is nothing to undo."""
     reversibility: Reversibility
     """The class undo acts on (irreversible after a contract violation)."""
     inverse: Inverse | None
+    """The call that takes the step back, as recorded when it ran; ``None``: none recorded."""
     expectation: Expectation | None
+    """What the world must still show for the inverse to be safe (rule 4); ``None``: no drift
+    check (the step then says why, or undo will not revert it blindly)."""
     waits_for: tuple[str, ...]
     """Steps whose inverses must succeed before this one runs (dependents, transitively, and
     undo-order declarations, rule 3)."""
     expected_residue: tuple[Residue, ...]
+    """What a compensation is known to leave behind (cancellation notices, a refund that
+    settles later), as the step declared it."""
     reason: str
     """Why this action, in plain language (shown in the preview)."""
 
@@ -110,8 +118,12 @@ class PlannedStep:
 
 @dataclass(frozen=True)
 class Plan:
+    """The compensation plan of one saga (:func:`amends.plan`): what undo does to each step."""
+
     saga_id: str
+    """The saga this plan undoes."""
     steps: tuple[PlannedStep, ...]
+    """Every step of the saga in forward order, each with its action and what it waits for."""
 
     def __getitem__(self, step_id: str) -> PlannedStep:
         return self._index[step_id]
@@ -167,6 +179,7 @@ class Preview(Plan):
     every expectation re-observed by its read-only probe, nothing else dispatched (rule 10)."""
 
     steps: tuple[PreviewStep, ...]
+    """Every step with what undo is predicted to do to it."""
     checked_at: float = 0.0
     """When the probes ran (epoch seconds)."""
     tool_calls: int = 0

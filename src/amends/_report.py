@@ -58,6 +58,12 @@ class StepState(StrEnum):
     OVER_BUDGET = "over_budget"
     IN_DOUBT = "in_doubt"
 
+    @property
+    def neutralised(self) -> bool:
+        """True when the step's effect no longer stands (reverted, compensated, cancelled or
+        not needed); every other state leaves something for a person (rule 8)."""
+        return self in NEUTRALISED
+
 
 NEUTRALISED = frozenset(
     {StepState.REVERTED, StepState.COMPENSATED, StepState.CANCELLED, StepState.NOT_NEEDED}

@@ -416,6 +416,7 @@ class Claim:
     """``claimed``: :meth:`SagaLog.continue_reversal` reopened a finished reversal for this
     worker."""
     reversal: ReversalRecord
+    """The saga's one reversal, as the claim left it."""
     saga: SagaRecord | None = None
     """The saga with its steps, read in the claim's own transaction when the claim was asked to
     check it (``claim_reversal(check=...)``), its ``reversal`` being this claim's: what the plan
@@ -427,13 +428,18 @@ class IdemRecord:
     """A stored response of the HTTP API for one idempotency key (issue 13.7)."""
 
     tenant: str
+    """The tenant the key belongs to (keys of different tenants never collide)."""
     key: str
+    """The client's ``Idempotency-Key`` header."""
     request_hash: str
     """Hash of the request first sent with this key; a different request with the same key is
     a client error, not a replay."""
     response: Mapping[str, Any]
+    """The response first given for this key, replayed to a retry of the same request."""
     expires_at: float
+    """When the key may be forgotten (epoch seconds)."""
     created_at: float
+    """When the response was stored (epoch seconds)."""
 
 
 @dataclass(frozen=True)
@@ -468,14 +474,23 @@ class StepFinish:
     """What a forward step records when its tool returns (rule 1: durable before moving on)."""
 
     state: str
+    """The forward state the step ends in: ``done``, ``failed`` or ``in_doubt``."""
     effective: str | None = None
+    """The class undo acts on (irreversible after a contract violation); ``None``: declared."""
     result: Any = None
+    """What the tool returned (secrets redacted, capped in size)."""
     inverse: dict[str, Any] | None = None
+    """The inverse the tool recorded (:class:`amends.Inverse` as data); ``None``: none."""
     expectation: dict[str, Any] | None = None
+    """The expectation the tool recorded (:class:`amends.Expectation` as data); ``None``: none."""
     residue: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """Residue a compensation is known to leave (:class:`amends.Residue` as data)."""
     acknowledgement: dict[str, Any] | None = None
+    """Who must follow up an irreversible step, and the draft (``call.acknowledge``)."""
     violation: str | None = None
+    """The contract violation the step committed, in words (rule 2, rule 4); ``None``: none."""
     error: str | None = None
+    """Why the tool failed or is in doubt, in words; ``None`` when it returned."""
     redacted: tuple[Redaction, ...] = ()
     """Where amends put a secret's marker in the fields above (rule 12; ``scrub_record``)."""
 
@@ -556,9 +571,11 @@ class LogHealth:
     stale_sagas: list[tuple[str, str | None, float | None]]
     """(saga_id, owner, lease_until) of running sagas whose worker stopped renewing."""
     live_sagas: list[tuple[str, str | None, float]]
+    """(saga_id, owner, lease_until) of running sagas whose worker still renews its lease."""
     stuck_reversals: list[tuple[str, str, str | None, int, float | None]]
     """(reversal_id, saga_id, owner, generation, lease_until) of reversals whose lease expired."""
     live_reversals: list[tuple[str, str, str | None, int, float]]
+    """(reversal_id, saga_id, owner, generation, lease_until) of reversals running now."""
 
 
 class SagaLog(ABC):
@@ -594,21 +611,23 @@ class SagaLog(ABC):
         """Write a step's intent, unless a reversal of the saga exists.
 
         Returns ``True`` when the intent is durable (the tool may now run); ``False`` when a
-        reversal already exists, in which case the step is logged ``cancelled`` instead.
-        """
+        reversal already exists, in which case the step is logged ``cancelled`` instead."""
 
     @abstractmethod
     async def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
-    ) -> None: ...
+    ) -> None:
+        """Record what a step's tool did, before the saga moves on (rule 1)."""
 
     @abstractmethod
-    async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None: ...
+    async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None:
+        """Close a saga (``state``: ``completed`` or ``failed``); no step can be added after."""
 
     @abstractmethod
     async def renew_saga_leases(
         self, saga_ids: Sequence[str], owner: str, lease_until: float
-    ) -> None: ...
+    ) -> None:
+        """Extend ``owner``'s running sagas' leases (one that runs out is a crashed worker's)."""
 
     # --- reversal -------------------------------------------------------------------------
     @abstractmethod
@@ -667,7 +686,11 @@ class SagaLog(ABC):
     @abstractmethod
     async def finish_reversal(
         self, reversal_id: str, generation: int, report: Mapping[str, Any], *, now: float
-    ) -> None: ...
+    ) -> None:
+        """Store the reversal's report (``UndoReport.to_dict()``) and mark it finished (rule 6).
+
+        Raises:
+            LeaseLostError: Another worker took the reversal over (``generation`` is stale)."""
 
     @abstractmethod
     async def append_event(
@@ -679,7 +702,8 @@ class SagaLog(ABC):
         reversal_id: str | None = None,
         data: Mapping[str, Any] | None = None,
         now: float,
-    ) -> None: ...
+    ) -> None:
+        """Append one event to the saga's tamper-evident history (rule 11)."""
 
     @abstractmethod
     async def resolve_step(
@@ -697,8 +721,7 @@ class SagaLog(ABC):
 
         Raises:
             SagaNotFoundError: No saga ``saga_id`` in this log.
-            ContractError: The saga has no step ``step_id``.
-        """
+            ContractError: The saga has no step ``step_id``."""
 
     # --- HTTP idempotency keys (issue 13.7) -----------------------------------------------
     @abstractmethod
@@ -723,31 +746,33 @@ class SagaLog(ABC):
         newest are too, so one tenant cannot grow the table without bound (issue 21.14).
 
         Returns the stored record: this one, or the one another process put first (the caller
-        compares ``request_hash``).
-        """
+        compares ``request_hash``)."""
 
     # --- integrity (rule 11) --------------------------------------------------------------
     @abstractmethod
     async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
         """Check the hash chain of one saga's history (or every saga's) and each stored report.
 
-        Returns every problem found (empty when the history is intact).
-        """
+        Returns every problem found (empty when the history is intact)."""
 
     # --- reads ----------------------------------------------------------------------------
     @abstractmethod
-    async def get_saga(self, saga_id: str) -> SagaRecord | None: ...
+    async def get_saga(self, saga_id: str) -> SagaRecord | None:
+        """The saga with its steps, resolutions and reversal; ``None``: no such saga."""
 
     @abstractmethod
     async def get_reversal(
         self, *, saga_id: str | None = None, reversal_id: str | None = None
-    ) -> ReversalRecord | None: ...
+    ) -> ReversalRecord | None:
+        """The reversal of a saga (by ``saga_id``) or by its own id; ``None``: none yet."""
 
     @abstractmethod
-    async def get_compensations(self, reversal_id: str) -> dict[str, CompensationRecord]: ...
+    async def get_compensations(self, reversal_id: str) -> dict[str, CompensationRecord]:
+        """Step id -> what the reversal has recorded for that step's compensation so far."""
 
     @abstractmethod
-    async def events(self, saga_id: str, *, after: int = 0) -> list[Event]: ...
+    async def events(self, saga_id: str, *, after: int = 0) -> list[Event]:
+        """The saga's history in order, from the event after ``after`` (an ``event_id``)."""
 
     @abstractmethod
     async def list_sagas(
@@ -789,7 +814,8 @@ class SagaLog(ABC):
         """In-doubt steps, stale sagas, stuck and live reversals at ``now`` (for ``doctor``)."""
 
     @abstractmethod
-    async def schema_version(self) -> int: ...
+    async def schema_version(self) -> int:
+        """The version of the log's schema (``amends doctor`` compares it with this amends')."""
 
     async def storage_problems(self) -> list[str]:
         """What the database itself finds damaged in the log's storage (issue 21 item 12):
@@ -798,4 +824,5 @@ class SagaLog(ABC):
         return []
 
     @abstractmethod
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the log's connections; the object is unusable afterwards."""

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .._errors import AmendsError
+from amends import AmendsError
+
 from ._common import Handler, safe
 from ._hints import complete, invoked
 

@@ -25,14 +25,21 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from .._budget import check_budget_value
-from .._catalog_ref import Loader, choose_catalog, needed_tools, tag_catalog
-from .._contracts import Catalog
-from .._errors import AmendsError, ConfigError, LogError
-from .._log import open_log
-from .._log.base import SagaLog, SagaRecord
-from .._report import UndoReport
-from .._toml_catalog import load_toml_catalog
+from amends import (
+    AmendsError,
+    Budget,
+    Catalog,
+    ConfigError,
+    LogError,
+    SagaLog,
+    SagaRecord,
+    UndoReport,
+    load_toml_catalog,
+    open_log,
+    tag_catalog,
+)
+
+from .._catalog_ref import Loader, choose_catalog, needed_tools
 from ._hints import command
 
 Handler = Callable[[argparse.Namespace], int]
@@ -101,7 +108,7 @@ def budget_flag(name: str, flag: str) -> Callable[[str], Any]:
             kind = "a whole number" if name != "seconds" else "a number of seconds"
             raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
         try:
-            check_budget_value(name, value, flag=flag)
+            Budget.check_value(name, value, flag=flag)
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value

@@ -20,15 +20,23 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from amends import (
+    Budget,
+    Catalog,
+    ConfigError,
+    Engine,
+    Event,
+    Outcome,
+    SagaLog,
+    SagaNotFoundError,
+    SagaRecord,
+    SagaStateError,
+    UndoReport,
+    current_report,
+)
+
 from .._catalog_ref import SANDBOX_REF
-from .._contracts import Catalog
 from .._describe import sentence
-from .._engine import Engine
-from .._errors import ConfigError, SagaNotFoundError, SagaStateError
-from .._log.base import Event, SagaLog, SagaRecord
-from .._report import Outcome, UndoReport
-from .._reversal import current_report
 from .._telemetry import add_log_format, configure_logging
 from ._common import (
     NO_CATALOG,
@@ -90,9 +98,9 @@ def register(sub: Any) -> None:
     add_db_argument(undo)
     add_catalog_argument(undo)
     for name, flag, meta, text, bound in (
-        ("tool_calls", "--budget-calls", "N", "most tool calls", MAX_TOOL_CALLS),
-        ("tokens", "--budget-tokens", "N", "most tokens", MAX_TOKENS),
-        ("seconds", "--budget-seconds", "S", "most seconds", MAX_SECONDS),
+        ("tool_calls", "--budget-calls", "N", "most tool calls", Budget.MAX_TOOL_CALLS),
+        ("tokens", "--budget-tokens", "N", "most tokens", Budget.MAX_TOKENS),
+        ("seconds", "--budget-seconds", "S", "most seconds", Budget.MAX_SECONDS),
     ):
         default = getattr(Budget(), name)
         undo.add_argument(

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .._errors import ConfigError
+from amends import ConfigError
+
 from ..sandbox.demo import DEMO_TITLE, DemoResult, run_demo
 from ._hints import command
 

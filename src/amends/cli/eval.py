@@ -20,10 +20,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._errors import ConfigError
+from amends import ConfigError
+
 from ..evals.generator import FAMILIES, generate
 from ..evals.invariants import INVARIANTS, check, true_outcome
-from ..evals.suite import CONCURRENCY, ENGINES, EngineTally, _factory, default_jobs, run_suite
+from ..evals.suite import CONCURRENCY, ENGINES, EngineTally, default_jobs, engine_factory, run_suite
 
 __all__ = ["register"]
 
@@ -172,7 +173,7 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
     sc = generate(seed, index)
     results = {}
     for e in engines:
-        kind, factory = _factory(e)
+        kind, factory = engine_factory(e)
         results[e] = asyncio.run(run_scenario(sc, kind, engine_factory=factory))
     if as_json:
         out = {"scenario": sc.to_dict(), "engines": {}}

@@ -16,7 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .._errors import AmendsError, LogCorruptedError
+from amends import AmendsError, LogCorruptedError
+
 from .._log import file_permission_problems
 from .._log.integrity import LOG
 from .._log.sql import SCHEMA_VERSION
@@ -119,8 +120,8 @@ async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
         LogError: The log does not exist or cannot be opened.
         LogCorruptedError: The log's storage is damaged (nothing is recovered).
     """
-    from .._budget import Budget
-    from .._engine import Engine
+    from amends import Budget, Engine
+
     from ._common import allowed_catalogs, catalog_for_saga, open_existing_log
 
     allowed = allowed_catalogs(catalog_specs, db)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import ConfigError
+from amends import ConfigError
 
 __all__ = ["register"]
 
@@ -168,7 +168,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"amends serve needs the web server ({exc}); pip install 'amends[server]'"
         ) from exc
-    from .._engine import Engine
+    from amends import Engine
+
     from .._telemetry import configure_logging
     from ..server.auth import TokenStore, default_tokens_path
     from ..server.connections import ConnectionLimits, uvicorn_config

@@ -15,8 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from amends._errors import AmendsError, ConfigError
-from amends._log import open_log
+from amends import AmendsError, ConfigError, open_log
 from amends._telemetry import add_log_format, configure_logging, say
 
 __all__ = ["register"]
@@ -64,7 +63,7 @@ def register(sub: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from ..integrations.temporal._runner import connect, make_worker
+    from ..integrations.temporal import connect, make_worker
     from ._common import load_catalog
 
     if args.heartbeat <= 0:

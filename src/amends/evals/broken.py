@@ -13,12 +13,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .._budget import Budget
-from .._contracts import Call, Catalog
-from .._engine import Engine
-from .._log.base import SagaRecord
-from .._planner import Plan, PlannedStep, plan
-from .._report import NEUTRALISED, StepOutcome, StepState, UndoReport
+from amends import (
+    Budget,
+    Call,
+    Catalog,
+    Engine,
+    Plan,
+    PlannedStep,
+    SagaRecord,
+    StepOutcome,
+    StepState,
+    UndoReport,
+    plan,
+)
 
 __all__ = [
     "BROKEN_ENGINES",
@@ -180,7 +187,7 @@ class UncheckedReportEngine(Engine):
         report = await super().undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools)
         steps = tuple(
             s
-            if s.state in NEUTRALISED or s.verb is None
+            if s.state.neutralised or s.verb is None
             else StepOutcome(s.step_id, s.tool, s.verb, StepState.REVERTED, "reverted")
             for s in report.steps
         )

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from .._report import StepState
+from amends import StepState
+
 from .generator import Scenario
 from .runner import SagaResult
 

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from amends import Call, Catalog, SagaRecord, StepOutcome, StepState, UndoReport
+
 from .._calls import invoke
-from .._contracts import Call, Catalog
-from .._log.base import SagaRecord
-from .._report import StepOutcome, StepState, UndoReport
 
 __all__ = ["NaiveUndoStack"]
 

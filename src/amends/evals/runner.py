@@ -17,14 +17,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._budget import Budget
-from .._calls import RetryPolicy
-from .._contracts import Call, Catalog
-from .._engine import Engine, Saga, Step
-from .._errors import AmendsError
-from .._log.base import SagaLog
-from .._log.sqlite import SqliteLog
-from .._report import UndoReport
+from amends import (
+    AmendsError,
+    Budget,
+    Call,
+    Catalog,
+    Engine,
+    RetryPolicy,
+    Saga,
+    SagaLog,
+    SqliteLog,
+    Step,
+    UndoReport,
+)
+
 from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
 from .generator import Mutation, Scenario

@@ -14,15 +14,22 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._engine import Engine
-from .._errors import ConfigError
-from .._log.sqlite import SqliteLog
+from amends import ConfigError, Engine, SqliteLog
+
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
 from .invariants import INVARIANTS, applicable, check
 from .runner import SagaResult, run_scenario, run_scenario_both
 
-__all__ = ["CONCURRENCY", "ENGINES", "EngineTally", "default_jobs", "run_indexes", "run_suite"]
+__all__ = [
+    "CONCURRENCY",
+    "ENGINES",
+    "EngineTally",
+    "default_jobs",
+    "engine_factory",
+    "run_indexes",
+    "run_suite",
+]
 
 ENGINES: tuple[str, ...] = ("amends", "naive", *BROKEN_ENGINES)
 CONCURRENCY = 4
@@ -140,7 +147,9 @@ class EngineTally:
         }
 
 
-def _factory(engine: str) -> tuple[str, Callable[..., Engine] | None]:
+def engine_factory(engine: str) -> tuple[str, Callable[..., Engine] | None]:
+    """The kind of run (``"amends"`` or ``"naive"``) and the engine class for an ``ENGINES`` name
+    (``None``: the real :class:`amends.Engine`; a deliberately broken engine otherwise)."""
     if engine == "amends":
         return "amends", None
     if engine == "naive":
@@ -271,7 +280,7 @@ async def _run_indexes(
     made: list[SqliteLog] = []
 
     async def one(engine: str, index: int) -> None:
-        kind, factory = _factory(engine)
+        kind, factory = engine_factory(engine)
         log = logs[index % len(logs)]
         sc = generate(seed, index)
         async with sleepy_gate if sc.stall or sc.crash is not None else gate:

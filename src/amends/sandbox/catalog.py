@@ -16,7 +16,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from .._contracts import Call, Catalog
+from amends import Call, Catalog
+
 from .crm import ANY
 from .payments import REFUND_SETTLE_BUSINESS_DAYS
 from .world import World, add_business_days, current_world

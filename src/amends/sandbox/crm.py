@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._errors import PermanentError, PreconditionFailed
+from amends import PermanentError, PreconditionFailed
+
 from ._base import atomic
 
 if TYPE_CHECKING:

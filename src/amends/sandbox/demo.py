@@ -13,10 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._contracts import Call, Catalog
-from .._engine import Engine
-from .._report import UndoReport
-from .._reversal.follow_ups import SentFollowUp
+from amends import Call, Catalog, Engine, SentFollowUp, UndoReport
+
 from .catalog import sandbox_catalog, world_path_for
 from .world import World
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._errors import PermanentError
+from amends import PermanentError
+
 from ._base import atomic
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import typing
 import uuid
 from typing import Any
 
-from .._contracts import Call, Expectation, ToolSpec
-from .._errors import PermanentError, PreconditionFailed, TransientError
+from amends import Call, Expectation, PermanentError, PreconditionFailed, ToolSpec, TransientError
+
 from .catalog import sandbox_catalog
 from .world import World
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._calls import current_call
-from .._errors import ConfigError, PermanentError, TransientError
+from amends import ConfigError, PermanentError, TransientError, current_call
+
 from ._base import add_business_days, atomic
 
 if TYPE_CHECKING:

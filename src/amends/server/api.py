@@ -20,11 +20,20 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from .._budget import MAX_SECONDS, MAX_TOKENS, MAX_TOOL_CALLS, Budget
+from amends import (
+    Budget,
+    ChainProblem,
+    ConfigError,
+    ContractError,
+    Event,
+    ReversalRecord,
+    SagaNotFoundError,
+    SagaRecord,
+    SagaStateError,
+    UndoReport,
+)
+
 from .._catalog_ref import needed_tools
-from .._errors import ConfigError, ContractError, SagaNotFoundError, SagaStateError
-from .._log.base import ChainProblem, Event, ReversalRecord, SagaRecord
-from .._report import UndoReport
 from .._resolution import retryable
 from .security import Principal, authenticate, guard_write
 from .state import ApiError, _Asking, _State
@@ -357,10 +366,10 @@ _BUDGET_BODY = {
                         "tool_calls": {
                             "type": "integer",
                             "minimum": 0,
-                            "maximum": MAX_TOOL_CALLS,
+                            "maximum": Budget.MAX_TOOL_CALLS,
                         },
-                        "tokens": {"type": "integer", "minimum": 0, "maximum": MAX_TOKENS},
-                        "seconds": {"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+                        "tokens": {"type": "integer", "minimum": 0, "maximum": Budget.MAX_TOKENS},
+                        "seconds": {"type": "number", "minimum": 0, "maximum": Budget.MAX_SECONDS},
                     },
                 }
             }

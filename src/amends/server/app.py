@@ -25,17 +25,18 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._engine import Engine
-from .._errors import (
+from amends import (
     AmendsError,
+    ChainProblem,
     ConfigError,
+    Engine,
     LeaseLostError,
     LogError,
     LogLockedError,
     SagaNotFoundError,
+    StepOutcome,
 )
-from .._log.base import ChainProblem
-from .._report import StepOutcome
+
 from .auth import FailedAuthLimiter, Network
 from .security import (
     BodyLimit,

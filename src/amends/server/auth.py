@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ConfigError
+from amends import ConfigError
 
 __all__ = [
     "FailedAuthLimiter",

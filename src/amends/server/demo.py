@@ -23,7 +23,8 @@ async def seed_ready_saga(db: str) -> str:
     meeting invitation (Compensate, with a refund and cancellation notices as residue), a draft
     (Revert, no drift check needed) and an email (Acknowledge: a person must follow up).
     """
-    from .._engine import Engine
+    from amends import Engine
+
     from ..sandbox import demo_catalog
 
     engine = Engine(demo_catalog(db), log=db)
@@ -66,7 +67,8 @@ def serve_demo(result: Any, *, db: str, host: str = "127.0.0.1", port: int = 876
     """
     import uvicorn
 
-    from .._engine import Engine
+    from amends import Engine
+
     from ..sandbox import demo_catalog
     from .app import ServerSettings, create_app
     from .connections import ConnectionLimits, uvicorn_config

@@ -24,9 +24,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from .._log.base import Event, ReversalHead, SagaLog
+from amends import Event, Outcome, ReversalHead, SagaLog, UndoReport, current_report
+
 from .._observe import Figures, LatencyPairs, figures
-from .._report import Outcome, UndoReport, current_report
 from .._telemetry import clean
 
 __all__ = ["BUCKETS", "CONTENT_TYPE", "LogMetrics", "MetricsListener", "render", "router"]

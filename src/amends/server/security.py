@@ -35,7 +35,8 @@ from urllib.parse import unquote_plus
 
 from fastapi import Request
 
-from .._errors import ConfigError
+from amends import ConfigError
+
 from .auth import Network
 
 if TYPE_CHECKING:

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._engine import Engine
-from .._log.base import ChainProblem
-from .._report import UndoReport
+from amends import ChainProblem, Engine, UndoReport
+
 from .auth import FailedAuthLimiter, Network, TokenStore
 
 __all__ = ["ApiError", "ServerSettings"]

@@ -24,8 +24,8 @@ from amends import (
     PermanentError,
     Saga,
     StepFailedError,
+    idempotency_key,
 )
-from amends._calls import idempotency_key
 from amends.contract_file import (
     Binding,
     Captured,
@@ -146,7 +146,7 @@ class Gateway:
         Raises:
             ConfigError: An upstream cannot be started, or a contract does not fit it.
         """
-        from amends._catalog_ref import tag_catalog
+        from amends import tag_catalog
 
         from .sidecar import config_ref
 

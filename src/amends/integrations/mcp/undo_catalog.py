@@ -56,8 +56,7 @@ def gateway_catalog_at(path: str | os.PathLike[str]) -> Catalog:
     Raises:
         ConfigError: The config is invalid or an upstream cannot be started.
     """
-    from amends import run
-    from amends._catalog_ref import tag_catalog
+    from amends import run, tag_catalog
 
     from .gateway import Gateway
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 try:
     import temporalio  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    from amends._errors import ConfigError
+    from amends import ConfigError
 
     raise ConfigError(
         f"amends.integrations.temporal needs the Temporal SDK: pip install 'amends[temporal]' "

@@ -22,20 +22,24 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from amends._calls import invoke
-from amends._contracts import Call, Catalog, Expectation
-from amends._errors import (
+from amends import (
+    Call,
+    Catalog,
+    CompensationRecord,
+    CompensationWrite,
+    Expectation,
     LeaseLostError,
     PermanentError,
     PreconditionFailed,
+    SagaLog,
     SagaNotFoundError,
+    SagaRecord,
     TransientError,
+    UndoReport,
+    current_report,
 )
-from amends._log import SagaLog
-from amends._log.base import CompensationRecord, CompensationWrite, SagaRecord
+from amends._calls import invoke
 from amends._observe import ObservedLog, reversal_finished, reversal_started
-from amends._report import UndoReport
-from amends._reversal import current_report
 from amends._secrets import Vault, redactions_from, resolve_call_args
 
 from ._codec import spec_to_dict, to_dict

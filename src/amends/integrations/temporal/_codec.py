@@ -10,13 +10,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from amends._contracts import Reversibility, ToolSpec
-from amends._log.base import (
+from amends import (
     CompensationRecord,
     Resolution,
     ReversalRecord,
+    Reversibility,
     SagaRecord,
     StepRecord,
+    ToolSpec,
 )
 from amends._secrets import Redaction, redactions_from
 

@@ -32,10 +32,7 @@ from temporalio.worker import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from amends._budget import Budget
-    from amends._engine import Engine
-    from amends._errors import ConfigError, StepFailedError
-    from amends._saga import Saga, Step
+    from amends import Budget, ConfigError, Engine, Saga, Step, StepFailedError
 
     from ._runner import check_timing, default_task_timeout, reversal_settings
     from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id

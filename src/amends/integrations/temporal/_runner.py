@@ -19,20 +19,25 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from amends._budget import Budget
-from amends._contracts import Catalog
-from amends._errors import AmendsError, ConfigError, SagaNotFoundError
-from amends._log import SagaLog, open_log
-from amends._log.base import ReversalRecord
-from amends._planner import plan
-from amends._report import UndoReport
+from amends import (
+    AmendsError,
+    Budget,
+    Catalog,
+    ConfigError,
+    ReversalRecord,
+    SagaLog,
+    SagaNotFoundError,
+    UndoReport,
+    open_log,
+    plan,
+)
 from amends._telemetry import tracer
 
 from ._activities import ReversalActivities
 from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_id
 
 if TYPE_CHECKING:
-    from amends._engine import Engine
+    from amends import Engine
 
 __all__ = [
     "DEFAULT_TASK_QUEUE",

@@ -23,19 +23,28 @@ from temporalio.common import RetryPolicy as TemporalRetry
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from amends._budget import Budget, BudgetMeter
-    from amends._calls import RetryPolicy
-    from amends._contracts import Call, FollowUp, Residue, ToolSpec
-    from amends._describe import sentence
-    from amends._errors import (
+    from amends import (
+        Budget,
+        Call,
+        CompensationRecord,
+        CompensationWrite,
+        FollowUp,
         LeaseLostError,
         PermanentError,
         PreconditionFailed,
+        Residue,
+        RetryPolicy,
+        ReversalRecord,
+        SagaRecord,
+        SecretRequest,
+        StepOutcome,
+        ToolSpec,
         TransientError,
+        plan,
     )
-    from amends._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
-    from amends._planner import plan
-    from amends._report import StepOutcome, build_report
+    from amends._budget import BudgetMeter
+    from amends._describe import sentence
+    from amends._report import build_report
     from amends._reversal import (
         BaseDispatcher,
         CallLost,
@@ -44,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
         described,
         run_plan,
     )
-    from amends._secrets import Redaction, SecretRequest, marker, redactions_from
+    from amends._secrets import Redaction, marker, redactions_from
 
     from ._activities import (
         CallBatch,
