@@ -33,12 +33,9 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._errors import ConfigError, ContractError
-
-if TYPE_CHECKING:
-    from ._log.base import SagaRecord
 
 __all__ = [
     "Redaction",
@@ -485,7 +482,38 @@ class _Tools(Protocol):
     def get(self, name: str, /) -> _Spec: ...
 
 
-def redactions_of(saga: SagaRecord, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
+class _LoggedStep(Protocol):
+    """What secret resolution reads of a logged step (``amends.StepRecord``)."""
+
+    @property
+    def step_id(self) -> str: ...
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def args(self) -> Mapping[str, Any]: ...
+
+    @property
+    def redacted(self) -> tuple[Redaction, ...]: ...
+
+
+class _LoggedSaga(Protocol):
+    """What secret resolution reads of a logged saga (``amends.SagaRecord``): the log sits
+    above this module and stores its redactions, so this module names the fields it needs
+    rather than importing the log (no import cycle, not even for annotations: issue 22)."""
+
+    @property
+    def saga_id(self) -> str: ...
+
+    @property
+    def tenant(self) -> str | None: ...
+
+    @property
+    def steps(self) -> Sequence[_LoggedStep]: ...
+
+
+def redactions_of(saga: _LoggedSaga, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
     """Where amends put a marker inside the value at ``prefix`` of step ``step_id``'s logged
     record (e.g. ``"inverse", "args"``), relative to that value."""
     step = next((s for s in saga.steps if s.step_id == step_id), None)
@@ -494,7 +522,7 @@ def redactions_of(saga: SagaRecord, step_id: str, *prefix: PathPart) -> tuple[Re
 
 async def resolve_call_args(
     catalog: _Tools,
-    saga: SagaRecord,
+    saga: _LoggedSaga,
     tool: str,
     step_id: str,
     args: Mapping[str, Any],

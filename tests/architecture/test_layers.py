@@ -1,8 +1,12 @@
 """The house is one-way: no module imports from a layer above it, and no import cycles.
 
 Layers, lowest first (docs/architecture.md draws them). A module may import from its own layer or
-below; ``if TYPE_CHECKING:`` imports are annotations only and are not counted; imports inside
-functions are (they run). Cycles are checked over the whole graph, whatever the layers.
+below; ``if TYPE_CHECKING:`` imports are annotations only and are not counted for layers; imports
+inside functions are (they run). Cycles are checked over the whole graph, whatever the layers,
+and ``if TYPE_CHECKING:`` imports count there (issue 22 item 3): two modules that name each
+other's types are one module split in two, and a reader cannot understand either alone. Break
+such a pair with a Protocol in the lower module (``sandbox/_base.VendorWorld``,
+``integrations/mcp/ports.GatewayView``) or by moving the shared type down.
 """
 
 from __future__ import annotations
@@ -62,23 +66,26 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+def _imports(tree: ast.AST, type_checking: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``tree``; those under ``if TYPE_CHECKING:`` only with
+    ``type_checking``."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for sub in node.orelse:
                 yield from _imports(ast.Module(body=[sub], type_ignores=[]))
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        yield from _imports(node)
+        yield from _imports(node, type_checking)
 
 
-def imports_of(path: Path) -> set[str]:
-    """The amends modules ``path`` imports (resolved, relative imports included)."""
+def imports_of(path: Path, type_checking: bool = False) -> set[str]:
+    """The amends modules ``path`` imports (resolved, relative imports included; with
+    ``type_checking``, those under ``if TYPE_CHECKING:`` too)."""
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(), str(path))):
+    for node in _imports(ast.parse(path.read_text(), str(path)), type_checking):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "amends")
             continue
@@ -101,8 +108,8 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    return {module_name(p): imports_of(p) for p in sorted(SRC.rglob("*.py"))}
+def graph(type_checking: bool = False) -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p, type_checking) for p in sorted(SRC.rglob("*.py"))}
 
 
 def test_no_module_imports_from_a_layer_above_it() -> None:
@@ -116,9 +123,8 @@ def test_no_module_imports_from_a_layer_above_it() -> None:
     assert upward == []
 
 
-def test_no_import_cycles() -> None:
-    """Modules that import each other in a loop (a -> b -> a) fail here, with the loop."""
-    g = graph()
+def cycles_in(g: dict[str, set[str]]) -> list[list[str]]:
+    """Every loop of imports found by a depth-first walk of ``g`` (a -> b -> a)."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -139,7 +145,26 @@ def test_no_import_cycles() -> None:
     for node in sorted(g):
         if node not in state:
             visit(node)
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    """Modules that import each other in a loop (a -> b -> a) fail here, with the loop; an
+    import under ``if TYPE_CHECKING:`` is part of a loop too."""
+    assert cycles_in(graph(type_checking=True)) == []
+
+
+def test_a_type_only_cycle_is_caught() -> None:
+    """The check itself can fail: the sandbox's world and vendors named each other's types
+    under ``if TYPE_CHECKING:`` (issue 22)."""
+    world = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .mail import Mail\n"
+    tree = ast.parse(world)
+    assert [n.module for n in _imports(tree)] == ["typing"]  # the layer check skips it
+    assert [n.module for n in _imports(tree, type_checking=True)] == ["typing", "mail"]
+    g = {"amends.sandbox.world": {"amends.sandbox.mail"}, "amends.sandbox.mail": set()}
+    assert cycles_in(g) == []
+    g["amends.sandbox.mail"].add("amends.sandbox.world")
+    assert cycles_in(g) == [["amends.sandbox.mail", "amends.sandbox.world", "amends.sandbox.mail"]]
 
 
 @pytest.mark.parametrize(

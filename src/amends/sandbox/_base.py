@@ -1,18 +1,66 @@
 """What every sandbox vendor module needs from the world, without importing it.
 
 The vendors (mail, calendar, CRM, ...) are created by :class:`amends.sandbox.World` and call it
-through ``self.world``; they import only this module, so the world and its vendors form no
-import cycle (issue 9: the sandbox's world/vendor pair included).
+through ``self.world``, typed as :class:`VendorWorld`; they import only this module, so the world
+and its vendors form no import cycle, not even one for type annotations (issue 9; issue 22
+item 3: ``tests/architecture/test_layers.py`` counts ``if TYPE_CHECKING:`` imports too).
 """
 
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import date, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
-__all__ = ["add_business_days", "atomic"]
+__all__ = ["RecordReader", "VendorWorld", "add_business_days", "atomic"]
+
+
+class RecordReader(Protocol):
+    """A vendor another vendor reads from (payments checks a deal's stage in the CRM)."""
+
+    def get(self, record_id: str) -> dict[str, Any]: ...
+
+
+class VendorWorld(Protocol):
+    """The part of :class:`amends.sandbox.World` a vendor uses (the world satisfies it; mypy
+    checks that where the world creates its vendors)."""
+
+    rng: random.Random
+
+    @property
+    def crm(self) -> RecordReader: ...
+
+    def atomic(self) -> AbstractContextManager[None]: ...
+
+    def after_commit(self) -> None: ...
+
+    def now(self) -> float: ...
+
+    def today(self) -> date: ...
+
+    def iso(self, ts: float | None = None) -> str: ...
+
+    def get(self, tbl: str, key: str, default: Any = None) -> Any: ...
+
+    def items(self, tbl: str) -> list[tuple[str, Any]]: ...
+
+    def next_id(self, prefix: str) -> str: ...
+
+    def replay(self, vendor: str, idempotency_key: str | None) -> Any: ...
+
+    def commit(
+        self,
+        puts: list[tuple[str, str, Any]],
+        effects: list[dict[str, Any]] | None = None,
+        *,
+        vendor: str | None = None,
+        idempotency_key: str | None = None,
+        response: Any = None,
+    ) -> Any: ...
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 

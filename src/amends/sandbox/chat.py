@@ -5,14 +5,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amends import PermanentError
 
-from ._base import atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, atomic
 
 __all__ = ["Chat"]
 
@@ -22,7 +19,7 @@ _CHANNELS, _MSGS = "chat.channels", "chat.messages"
 class Chat:
     """The chat vendor of a :class:`World`."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     def seed(self) -> None:

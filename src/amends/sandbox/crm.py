@@ -7,14 +7,11 @@ version (``if_version``) or on the field's current value (``if_value``); a misma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from amends import PermanentError, PreconditionFailed
 
-from ._base import atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, atomic
 
 __all__ = ["ANY", "Crm"]
 
@@ -37,7 +34,7 @@ def _etag(record_id: str, version: int) -> str:
 class Crm:
     """The CRM vendor of a :class:`World`."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     def seed(self) -> None:

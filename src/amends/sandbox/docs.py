@@ -6,14 +6,11 @@ edit documents too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amends import PermanentError
 
-from ._base import atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, atomic
 
 __all__ = ["Docs"]
 
@@ -23,7 +20,7 @@ _TBL = "docs.docs"
 class Docs:
     """The document vendor of a :class:`World`."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     @atomic

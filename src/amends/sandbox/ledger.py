@@ -9,14 +9,11 @@ shows whether a reversal landed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amends import PermanentError
 
-from ._base import atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, atomic
 
 __all__ = ["Ledger"]
 
@@ -26,7 +23,7 @@ _TBL = "ledger.entries"
 class Ledger:
     """The ledger vendor of a :class:`World` (no idempotency keys: every request applies)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     @atomic

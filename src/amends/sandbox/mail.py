@@ -7,14 +7,11 @@ is delivered and nothing stops it. Recipients read a delivered message after a r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amends import PermanentError
 
-from ._base import atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, atomic
 
 __all__ = ["SEND_DELAY", "Mail"]
 
@@ -27,7 +24,7 @@ _TBL = "mail.messages"
 class Mail:
     """The mail vendor of a :class:`World`."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     def _deliver(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -9,14 +9,11 @@ can be recalled only inside its recall window; after that it is final.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from amends import PermanentError
 
-from ._base import add_business_days, atomic
-
-if TYPE_CHECKING:
-    from .world import World
+from ._base import VendorWorld, add_business_days, atomic
 
 __all__ = ["REFUND_SETTLE_BUSINESS_DAYS", "WIRE_RECALL_WINDOW", "Payments"]
 
@@ -36,7 +33,7 @@ _CUS, _CH, _RE, _WI = (
 class Payments:
     """The payment processor of a :class:`World`."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: VendorWorld) -> None:
         self.world = world
 
     def seed(self) -> None:

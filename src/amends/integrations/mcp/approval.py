@@ -26,7 +26,7 @@ from amends import AmendsError
 from .contracts import render
 
 if TYPE_CHECKING:
-    from .gateway import Exported, Gateway
+    from .ports import ExportedTool, GatewayView
 
 __all__ = ["APPROVAL_KEY", "Answer", "Approvals", "approval_message", "call_subject"]
 
@@ -97,7 +97,7 @@ def _can_ask(ctx: Any) -> bool:
 class Approvals:
     """The questions this gateway has asked ``2026-07-28`` clients and not yet had answered."""
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: GatewayView) -> None:
         self.gw = gw
         self._pending: dict[str, _Question] = {}
 
@@ -171,7 +171,7 @@ def call_subject(agent_name: str, args: dict[str, Any]) -> str:
     return f"call:{agent_name}:{digest}"
 
 
-def _parties(exp: Exported, args: dict[str, Any]) -> list[str]:
+def _parties(exp: ExportedTool, args: dict[str, Any]) -> list[str]:
     c = exp.contract
     if c is None:
         return []
@@ -186,20 +186,20 @@ def _parties(exp: Exported, args: dict[str, Any]) -> list[str]:
     return []
 
 
-def shown_args(exp: Exported, args: dict[str, Any]) -> dict[str, Any]:
+def shown_args(exp: ExportedTool, args: dict[str, Any]) -> dict[str, Any]:
     """The arguments as amends shows and logs them: sensitive ones as ``[redacted:NAME]``."""
     secret = set(exp.contract.sensitive) if exp.contract is not None else set()
     return {k: f"[redacted:{k}]" if k in secret else v for k, v in args.items()}
 
 
-def needs_approval(gw: Gateway, exp: Exported) -> bool:
+def needs_approval(gw: GatewayView, exp: ExportedTool) -> bool:
     """Whether the gate asks before this tool's calls (its class and ``approval``)."""
     mode = gw.config.approval
     cls = gw.catalog.get(exp.catalog_name).reversibility.value
     return mode != "off" and (cls == "irreversible" or (mode == "residue" and cls == "compensable"))
 
 
-def approval_message(gw: Gateway, exp: Exported, args: dict[str, Any]) -> str:
+def approval_message(gw: GatewayView, exp: ExportedTool, args: dict[str, Any]) -> str:
     """The question put to the person: tool, class, parties, what undo can and cannot do."""
     spec = gw.catalog.get(exp.catalog_name)
     cls = spec.reversibility.value
@@ -217,7 +217,7 @@ def approval_message(gw: Gateway, exp: Exported, args: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def refusal_text(what: str, answer: Answer, gw: Gateway) -> str:
+def refusal_text(what: str, answer: Answer, gw: GatewayView) -> str:
     """What the agent is told when ``what`` was not approved (nothing was done)."""
     if answer.action == "not_asked":
         return (

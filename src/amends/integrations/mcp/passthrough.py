@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import mcp_types as types
 
-    from .gateway import Gateway
+    from .ports import GatewayView
     from .upstream import Upstream
 
 __all__ = ["handlers"]
@@ -26,11 +26,11 @@ def _caps(up: Upstream) -> Any:
     return up.capabilities
 
 
-async def _each(gw: Gateway, feature: str) -> list[Upstream]:
+async def _each(gw: GatewayView, feature: str) -> list[Upstream]:
     return [up for up in gw.upstreams if getattr(_caps(up), feature, None) is not None]
 
 
-def handlers(gw: Gateway) -> dict[str, Any]:
+def handlers(gw: GatewayView) -> dict[str, Any]:
     """The low-level server handlers for resources, prompts and logging, by keyword."""
     import mcp_types as types
     from mcp_types import INVALID_PARAMS

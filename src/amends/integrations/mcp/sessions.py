@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from amends import AmendsError, ConfigError, Saga
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .ports import GatewayView
 
 __all__ = ["META_SAGA", "META_STEP", "META_TITLE", "Sessions", "Slot"]
 
@@ -46,7 +46,7 @@ class Slot:
 class Sessions:
     """The slots and saga ownership of one gateway."""
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: GatewayView) -> None:
         self.gw = gw
         self.slots: dict[str, Slot] = {}
         self._owned: dict[str, set[str]] = {}

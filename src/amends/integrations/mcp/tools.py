@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 
@@ -19,9 +19,33 @@ from .approval import Answer, refusal_text
 from .sessions import META_STEP
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .approval import Approvals
+    from .ports import GatewayView
+    from .sessions import Sessions
 
 __all__ = ["AMENDS_TOOLS", "error_result", "run_amends_tool"]
+
+
+class ToolsGateway(GatewayView, Protocol):
+    """The gateway as the ``amends_*`` tools see it: its view, plus approvals, sessions and the
+    log of an approval's answer (a Protocol, so this module does not import the gateway)."""
+
+    @property
+    def approvals(self) -> Approvals:
+        """Asks the person for approval (elicitation)."""
+        ...
+
+    @property
+    def sessions(self) -> Sessions:
+        """Which saga an MCP session is working in, and who it is."""
+        ...
+
+    async def record_answer(
+        self, ctx: Any, saga_id: str, step_id: str | None, answer: Answer, what: dict[str, Any]
+    ) -> None:
+        """Log an approval or refusal as an event of the saga (rule 12)."""
+        ...
+
 
 _SAGA = {"saga_id": {"type": "string", "description": "default: this connection's saga"}}
 
@@ -138,7 +162,7 @@ def _budget(args: dict[str, Any]) -> Budget | None:
 
 
 async def run_amends_tool(
-    gw: Gateway,
+    gw: ToolsGateway,
     ctx: Any,
     name: str,
     args: dict[str, Any],
@@ -172,7 +196,7 @@ async def run_amends_tool(
 class _Request:
     """One call of an amends tool on one saga."""
 
-    gw: Gateway
+    gw: ToolsGateway
     ctx: Any
     saga_id: str
     rec: Any
@@ -200,7 +224,7 @@ class _Request:
         return error_result(refusal_text(what["action"], asked, gw))
 
 
-async def _begin(gw: Gateway, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+async def _begin(gw: ToolsGateway, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
     title = args.get("title")
     if not isinstance(title, str) or not title.strip():
         raise ConfigError(f"amends_begin needs a title saying what was asked, got {title!r}")
@@ -218,7 +242,7 @@ async def _begin(gw: Gateway, ctx: Any, args: dict[str, Any]) -> types.CallToolR
     return _ok(f"Started saga {saga.id}: {title}", {"saga_id": saga.id, "title": title})
 
 
-async def _approvals(gw: Gateway, saga_id: str) -> list[dict[str, Any]]:
+async def _approvals(gw: ToolsGateway, saga_id: str) -> list[dict[str, Any]]:
     """The approvals and refusals logged for a saga (who, what was shown, the answer, when)."""
     return [
         {"event": e.kind, "step_id": e.step_id, "at": e.at, **(e.data or {})}
