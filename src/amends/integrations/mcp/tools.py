@@ -16,11 +16,11 @@ import mcp_types as types
 from amends import AmendsError, Budget, ConfigError
 
 from .approval import Answer, refusal_text
+from .ports import GatewayView  # a base class: needed at run time
 from .sessions import META_STEP
 
 if TYPE_CHECKING:
     from .approval import Approvals
-    from .ports import GatewayView
     from .sessions import Sessions
 
 __all__ = ["AMENDS_TOOLS", "error_result", "run_amends_tool"]
