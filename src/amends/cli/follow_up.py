@@ -13,13 +13,17 @@ from typing import Any
 
 from rich.console import Console
 
+from amends import (
+    Catalog,
+    ConfigError,
+    Engine,
+    SagaRecord,
+    SagaStateError,
+    SentFollowUp,
+    UndoReport,
+)
+
 from .._catalog_ref import choose_catalog
-from .._contracts import Catalog
-from .._engine import Engine
-from .._errors import ConfigError, SagaStateError
-from .._log.base import SagaRecord
-from .._report import UndoReport
-from .._reversal.follow_ups import SentFollowUp
 from ._common import (
     add_catalog_argument,
     add_db_argument,

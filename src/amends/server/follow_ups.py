@@ -14,8 +14,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from .._errors import ConfigError, ContractError, HistoryAlteredError, SagaStateError
-from .._log.base import SagaRecord
+from amends import ConfigError, ContractError, HistoryAlteredError, SagaRecord, SagaStateError
+
 from .api import _READ, _WRITE, SagaId, StepId, _state, load_saga, read_json
 from .security import guard_write
 from .state import ApiError

@@ -12,6 +12,7 @@ from typing import Any
 
 from amends import (
     CompensationRecord,
+    Redaction,
     Resolution,
     ReversalRecord,
     Reversibility,
@@ -19,7 +20,7 @@ from amends import (
     StepRecord,
     ToolSpec,
 )
-from amends._secrets import Redaction, redactions_from
+from amends._secrets import redactions_from
 
 __all__ = [
     "compensation_from_dict",

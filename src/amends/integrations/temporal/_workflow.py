@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         LeaseLostError,
         PermanentError,
         PreconditionFailed,
+        Redaction,
         Residue,
         RetryPolicy,
         ReversalRecord,
@@ -53,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
         described,
         run_plan,
     )
-    from amends._secrets import Redaction, marker, redactions_from
+    from amends._secrets import marker, redactions_from
 
     from ._activities import (
         CallBatch,
