@@ -73,10 +73,6 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.cli.core", "amends._describe"): (
         "`amends show` prints the same plain-language sentence of a step the report uses"
     ),
-    ("amends.integrations.mcp.contracts", "amends._toml_catalog"): (
-        "the MCP contracts still borrow the HTTP catalog's template filling; issue 22 item 1 "
-        "(lane C) moves both onto the public amends.contract_file package"
-    ),
     ("amends.evals.naive", "amends._calls"): (
         "the naive baseline calls tools exactly as the engine does (current_call set, plain "
         "functions in a thread), so the eval compares undo strategies and nothing else"

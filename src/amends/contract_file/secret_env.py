@@ -20,13 +20,26 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 from .._errors import ConfigError
 from .._secrets import SecretRequest, SecretResolver
 
-if TYPE_CHECKING:
-    from .schema import ToolContract
+
+class _Declares(Protocol):
+    """What the resolver reads of a contract (a Protocol: schema imports this module, so this
+    module never imports schema, not even for types; issue 22: no import cycles)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sensitive(self) -> tuple[str, ...]: ...
+    @property
+    def secret_env(self) -> Mapping[str, str]: ...
+
+
+ToolContract = _Declares
+_C = TypeVar("_C", bound=Any)
 
 __all__ = ["file_resolver", "with_resolvers"]
 
@@ -82,7 +95,7 @@ def _variable(
     )
 
 
-def with_resolvers(tools: Mapping[str, ToolContract]) -> dict[str, ToolContract]:
+def with_resolvers(tools: Mapping[str, _C]) -> dict[str, _C]:
     """``tools`` with the file's resolver set on each that has a sensitive argument."""
     resolver = file_resolver(tools)
     return {
