@@ -8,22 +8,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from ._budget import Budget, BudgetMeter
 from ._calls import RetryPolicy, run
-from ._catalog_ref import needed_tools
 from ._contracts import Catalog
+from ._engine_api import (
+    RecoveryReport,
+    ReversalRunner,
+    beat,
+    check_budget,
+    check_catalog,
+    check_history,
+    owner_id,
+)
 from ._errors import (
     AmendsError,
     ConfigError,
-    ContractError,
-    HistoryAlteredError,
     LeaseLostError,
     SagaNotFoundError,
     SagaStateError,
@@ -43,62 +46,22 @@ from ._observe import ReversalObserver, remote_reversal
 from ._planner import Plan, Preview, PreviewStep, plan
 from ._report import (
     StepOutcome,
-    StepState,
     UndoReport,
     build_report,
     current_report,
     current_resolutions,
-    verb_for,
 )
 from ._resolution import RETRY, check_who_and_note, continuable, resolvable, retryable
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
 from ._reversal.follow_up_methods import FollowUpMethods
+from ._reversal.late import late_cancelled
 from ._reversal.preview import PreviewInput, simulate
 from ._saga import Ref, Saga, Step, new_id
+from ._selection import Want, restrict, select, selection_of, widen
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
-
-
-def _check_budget(budget: Budget | None) -> Budget:
-    budget = budget or Budget()
-    if not isinstance(budget, Budget):
-        raise ConfigError(
-            f"budget must be an amends.Budget, got {budget!r}; e.g. "
-            f"amends.Budget(tool_calls=50, tokens=10_000, seconds=30)"
-        )
-    return budget
-
-
-def _owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class RecoveryReport:
-    """What :meth:`Engine.recover` did."""
-
-    in_doubt: tuple[tuple[str, str], ...]
-    """(saga_id, step_id) of forward steps found with intent but no result, now ``in_doubt``."""
-    resumed: tuple[UndoReport, ...]
-    """Reversals whose worker had died, resumed and finished here."""
-    failed: tuple[tuple[str, str], ...] = ()
-    """(saga_id, why) of reversals that could not be resumed here (e.g. a catalog lacking their
-    tools); the others were resumed all the same."""
-
-
-class ReversalRunner(Protocol):
-    """Runs a saga's reversal outside this process, e.g.
-    :class:`amends.integrations.temporal.TemporalRunner` (issue 16). It must keep rule 6 (one
-    reversal per saga, every caller gets its report) and record the reversal in the engine's log.
-    """
-
-    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport: ...
-
-    async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
-        """:meth:`Engine.resume` there: continue the reversal, joining one in progress."""
-        ...
 
 
 class Engine(FollowUpMethods):
@@ -170,7 +133,7 @@ class Engine(FollowUpMethods):
         """Where :meth:`undo` runs a reversal (``None``: here)."""
         self.continue_hint = continue_hint
         """The planner undo and preview use (rule 10: the preview uses the same one)."""
-        self.owner = _owner_id()
+        self.owner = owner_id()
         self.live_sagas: dict[str, Saga] = {}
         """Sagas this engine is running forward now (undo waits for their steps to settle)."""
         self._joins = Joins()
@@ -190,7 +153,14 @@ class Engine(FollowUpMethods):
         return Saga(self, title, tenant=tenant, actor=actor, saga_id=saga_id)
 
     # --- undo -----------------------------------------------------------------------------
-    async def preview(self, saga_id: str, *, budget: Budget | None = None) -> Preview:
+    async def preview(
+        self,
+        saga_id: str,
+        *,
+        budget: Budget | None = None,
+        steps: Sequence[str] | None = None,
+        since: str | None = None,
+    ) -> Preview:
         """What undo would do now, honestly (rule 10): the reversal's own run, simulated — the
         same plan, the same per-step decision (drift check, gate, undo window, budget) in the
         same undo order — with every expectation re-observed by its read-only probe and nothing
@@ -202,27 +172,45 @@ class Engine(FollowUpMethods):
         Args:
             saga_id: The saga.
             budget: The budget to predict for (default ``Budget()``, undo's default).
+            steps, since: Preview a selective undo (:meth:`undo`'s ``steps=`` / ``since=``):
+                only the steps it covers, with what its closure adds and why
+                (``Preview.selection``).
 
         Raises:
             SagaNotFoundError: No such saga.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
-            ConfigError: ``budget`` is not an ``amends.Budget``.
+            ConfigError: ``budget`` is not an ``amends.Budget``, or the selection is malformed.
+            ContractError: The selection names a step the saga does not have.
         """
-        budget = _check_budget(budget)
+        budget = check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
+        asked = select(saga, steps, since)
         await self._check_history(saga_id)
-        comps = await self.log.get_compensations(saga.reversal.reversal_id) if saga.reversal else {}
-        the_plan = self.planner(saga, self.catalog)
+        rev = saga.reversal
+        comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
+        # issue 27: undo's run would cover what the reversal covered and this request
+        scope = widen(rev.selection, asked) if rev else asked
+        chosen = selection_of(saga, scope) if scope is not None else None
+        the_plan = restrict(self.planner(saga, self.catalog), chosen.steps if chosen else None)
         got = await simulate(
             PreviewInput(self.catalog, saga, the_plan, budget, self.retry_policy, comps)
         )
         index = {s.step_id: s for s in saga.steps}
-        steps = tuple(self._described(saga, p, index) for p in got.steps)
-        return dataclasses.replace(got, steps=steps)
+        described = tuple(self._described(saga, p, index) for p in got.steps)
+        return dataclasses.replace(
+            got, steps=described, selection=chosen.to_dict() if chosen else None
+        )
 
-    def preview_sync(self, saga_id: str, *, budget: Budget | None = None) -> Preview:
+    def preview_sync(
+        self,
+        saga_id: str,
+        *,
+        budget: Budget | None = None,
+        steps: Sequence[str] | None = None,
+        since: str | None = None,
+    ) -> Preview:
         """:meth:`preview` for synchronous callers."""
-        return run(self.preview(saga_id, budget=budget))
+        return run(self.preview(saga_id, budget=budget, steps=steps, since=since))
 
     def _described(
         self, saga: SagaRecord, item: _Described, index: dict[str, StepRecord] | None = None
@@ -245,22 +233,12 @@ class Engine(FollowUpMethods):
         return saga
 
     async def _check_history(self, saga_id: str) -> None:
-        """Rule 12: never act on, nor report, a saga whose tamper-evident history does not
-        verify (a truncated tail would make undo send a refund again).
+        """Rule 12 (:func:`check_history`).
 
         Raises:
             HistoryAlteredError: The saga's history was altered.
         """
-        problems = await self.log.verify(saga_id)
-        if problems:
-            raise HistoryAlteredError(
-                f"this saga's history was altered: saga {saga_id!r}: {problems[0].detail}"
-                + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else "")
-                + f"; amends will not act on it. Run `amends doctor --verify --db "
-                f"{self.log.url}` and restore the log from a backup",
-                problems=tuple(problems),
-                saga_id=saga_id,
-            )
+        await check_history(self.log, saga_id)
 
     def _not_found(self, saga_id: str) -> SagaNotFoundError:
         return SagaNotFoundError(
@@ -287,7 +265,13 @@ class Engine(FollowUpMethods):
         return await current_report(self.log, report)
 
     async def undo(
-        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+        self,
+        saga_id: str,
+        *,
+        budget: Budget | None = None,
+        allow_missing_tools: bool = False,
+        steps: Sequence[str] | None = None,
+        since: str | None = None,
     ) -> UndoReport:
         """Undo a saga: the one reversal of it, started here or joined if already asked for.
 
@@ -302,23 +286,50 @@ class Engine(FollowUpMethods):
                 upgrade renamed them): the other steps are undone, each step whose inverse tool
                 is missing is reported ``failed`` (not attempted) for a person, and can be
                 retried (:meth:`retry`) once the tool is back. Default: refuse.
+            steps: Undo only these steps and every step that depends on them (issue 27: used
+                their outputs, ran ``after=`` them, touched their resources later; what their
+                inverses wait for), nothing else (``UndoReport.selection``: what was added and
+                why, what was kept). A later undo of more extends the same reversal.
+            since: Undo every step after this one (a checkpoint), as ``steps=``.
 
         Raises:
             SagaNotFoundError: No such saga in the log.
             HistoryAlteredError: The saga's history was altered (rule 12); nothing was done.
             ContractError: The catalog lacks tools the saga's undo needs (and
-                ``allow_missing_tools`` is not set).
+                ``allow_missing_tools`` is not set), or ``steps``/``since`` names a step the
+                saga does not have.
+            ConfigError: ``steps`` is empty or malformed, both ``steps`` and ``since`` are
+                given, or ``since`` is the last step (nothing is written).
             LogError: The log cannot be read or written.
         """
-        budget = _check_budget(budget)
+        budget = check_budget(budget)
         allow = bool(allow_missing_tools)
-        return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget, allow))
+        if steps is None and since is None:
+            return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget, allow))
+        saga = await self._saga_or_raise(saga_id)
+        want = Want(saga, select(saga, steps, since), budget, allow)  # before any write
+        key = f"undo:{saga_id}:{','.join(want.asked or ())}"  # rule 6: one run per selection
+        return await self._joined(key, lambda: self._undo(saga_id, budget, allow, want))
 
     def undo_sync(
-        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
+        self,
+        saga_id: str,
+        *,
+        budget: Budget | None = None,
+        allow_missing_tools: bool = False,
+        steps: Sequence[str] | None = None,
+        since: str | None = None,
     ) -> UndoReport:
         """:meth:`undo` for synchronous callers."""
-        return run(self.undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools))
+        return run(
+            self.undo(
+                saga_id,
+                budget=budget,
+                allow_missing_tools=allow_missing_tools,
+                steps=steps,
+                since=since,
+            )
+        )
 
     async def resume(
         self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
@@ -340,7 +351,7 @@ class Engine(FollowUpMethods):
             ContractError: The catalog lacks tools the saga's undo needs.
             LogError: The log cannot be read or written.
         """
-        budget = _check_budget(budget)
+        budget = check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
         if not allow_missing_tools:
             self._check_catalog(saga)
@@ -440,7 +451,7 @@ class Engine(FollowUpMethods):
             SagaStateError: A step is not failed, or was resolved; or no reversal finished.
             LogError: The log cannot be read or written.
         """
-        budget = _check_budget(budget)
+        budget = check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
         await self._check_history(saga_id)
         rev = saga.reversal
@@ -558,9 +569,17 @@ class Engine(FollowUpMethods):
         stops waiting while the run goes on to its report for the others."""
         return await self._joins.shared(key, start)
 
-    async def _undo(self, saga_id: str, budget: Budget, allow: bool = False) -> UndoReport:
+    async def _undo(
+        self, saga_id: str, budget: Budget, allow: bool = False, want: Want | None = None
+    ) -> UndoReport:
         if isinstance(saga_id, str) and saga_id:
             await self._check_history(saga_id)
+        if self.runner is not None and want is not None:
+            raise ConfigError(
+                f"undo(steps=/since=) of saga {saga_id!r} runs in this process only; this "
+                f"engine's reversals run on {type(self.runner).__name__}: undo the whole saga "
+                f"there, or use an engine without a runner for a selection"
+            )
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
             saga = await self._saga_or_raise(saga_id)
             self._check_claimable(saga_id, saga, allow=allow)
@@ -579,9 +598,10 @@ class Engine(FollowUpMethods):
                 lease_until=time.time() + self.lease_seconds,
                 now=time.time(),
                 check=lambda saga: self._check_claimable(saga_id, saga, allow=allow),
+                selection=want.asked if want else None,
             )
 
-        return await self._claimed(saga_id, claim)
+        return await self._claimed(saga_id, claim, want or Want(None, None, budget, allow))
 
     def _check_claimable(
         self, saga_id: str, saga: SagaRecord | None, *, id_only: bool = False, allow: bool = False
@@ -604,52 +624,72 @@ class Engine(FollowUpMethods):
             self._check_catalog(saga)
 
     def _check_catalog(self, saga: SagaRecord) -> None:
-        """Refuse to run a reversal with a catalog that lacks tools the saga's undo needs: the
-        wrong catalog would fail those steps, and rule 6 would then return that report forever."""
-        missing = [t for t in needed_tools(saga.steps) if t not in self.catalog]
-        if missing:
-            raise ContractError(
-                f"saga {saga.saga_id!r} needs tools this engine's catalog does not have: "
-                f"{', '.join(missing)}; undo it with the catalog that ran it"
-                + (
-                    f" ({saga.meta['catalog'].get('ref')})"
-                    if isinstance(saga.meta.get("catalog"), dict)
-                    and saga.meta["catalog"].get("ref")
-                    else ""
-                )
-                + ", or undo the rest with allow_missing_tools=True (amends undo "
-                "--allow-missing-tools): the steps needing those tools are left to a person",
-                saga_id=saga.saga_id,
-            )
+        check_catalog(self.catalog, saga)
 
-    async def _claimed(self, saga_id: str, claim: Callable[[], Awaitable[Claim]]) -> UndoReport:
+    async def _claimed(
+        self, saga_id: str, claim: Callable[[], Awaitable[Claim]], want: Want | None = None
+    ) -> UndoReport:
         """Rule 6: run the claimed reversal, or join the one running or finished elsewhere.
 
         One request of this engine at a time claims a saga's reversal: the log lets an owner
         take over its own running reversal (it restarted), so an undo and a resume of the same
         engine racing would otherwise fence each other mid-run, and the fenced run's inverse
         would land while the report said ``over_budget``. A later request waits for the one
-        running here, then claims (an undo then gets its report; a resume continues it)."""
-        return await self._joins.alone(saga_id, lambda: self._claimed_once(saga_id, claim))
+        running here, then claims (an undo then gets its report; a resume continues it).
+
+        ``want``: what an undo asked for (issue 27); a reversal not covering it is extended by
+        a continuation once its run is over (rule 5: nothing logged done is sent again)."""
+        return await self._joins.alone(saga_id, lambda: self._claimed_once(saga_id, claim, want))
 
     async def _claimed_once(
-        self, saga_id: str, claim: Callable[[], Awaitable[Claim]]
+        self, saga_id: str, claim: Callable[[], Awaitable[Claim]], want: Want | None
     ) -> UndoReport:
         while True:
             got = await claim()
-            if got.outcome == "done":
-                assert got.reversal.report is not None
-                return await self._current(UndoReport.from_dict(got.reversal.report))
-            if got.outcome == "running_elsewhere":
-                report = await self._wait_elsewhere(got.reversal)
-                if report is not None:
-                    return await self._current(report)
-                continue  # its lease expired: take it over
-            try:
-                with ReversalObserver(saga_id, got.reversal).running() as obs:  # issue 28
-                    return obs.finished(await self._execute(saga_id, got, obs))
-            except LeaseLostError:
-                continue  # another worker took over; join it
+            report = await self._settled(saga_id, got)
+            if report is None:
+                continue  # its lease expired, or another worker took ours over: join it
+            if want is None or want.covered_by(got.reversal):
+                return report
+            claim = self._widening(saga_id, got.reversal, want)
+
+    async def _settled(self, saga_id: str, got: Claim) -> UndoReport | None:
+        """The report of the run ``got`` found or started: the finished one, the one running
+        elsewhere once done, or this worker's; ``None`` to claim again."""
+        if got.outcome == "done":
+            assert got.reversal.report is not None
+            return await self._current(UndoReport.from_dict(got.reversal.report))
+        if got.outcome == "running_elsewhere":
+            report = await self._wait_elsewhere(got.reversal)
+            return await self._current(report) if report is not None else None
+        try:
+            with ReversalObserver(saga_id, got.reversal).running() as obs:  # issue 28
+                return obs.finished(await self._execute(saga_id, got, obs))
+        except LeaseLostError:
+            return None
+
+    def _widening(
+        self, saga_id: str, rev: ReversalRecord, want: Want
+    ) -> Callable[[], Awaitable[Claim]]:
+        """Issue 27: the claim that extends ``rev`` to cover ``want`` too: a continuation of
+        the one reversal (rule 6); if another caller continued it first, that one is joined and
+        coverage checked again."""
+        if not want.allow and want.saga is not None:
+            self._check_catalog(want.saga)  # before anything is written
+
+        async def claim() -> Claim:
+            return await self.log.continue_reversal(
+                saga_id,
+                budget=want.budget.to_dict(),
+                owner=self.owner,
+                lease_until=time.time() + self.lease_seconds,
+                now=time.time(),
+                after_continuation=rev.continuations,
+                reversal_id=new_id("rev"),
+                selection=widen(rev.selection, want.asked),
+            )
+
+        return claim
 
     async def _wait_elsewhere(self, rev: ReversalRecord) -> UndoReport | None:
         while True:
@@ -668,7 +708,7 @@ class Engine(FollowUpMethods):
         meter = BudgetMeter(budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent)
         stop = asyncio.Event()
         lost: list[LeaseLostError] = []
-        heartbeat = asyncio.create_task(self._beat(rev, stop, lost))
+        heartbeat = asyncio.create_task(beat(self.log, rev, self.lease_seconds, stop, lost))
         try:
             saga, outcomes = await self._run(saga_id, rev, meter, claim, obs)
             if lost:
@@ -682,6 +722,11 @@ class Engine(FollowUpMethods):
                 finished_at=time.time(),
                 # issue 12: nobody resolved anything, nothing to read
                 resolutions=current_resolutions(saga.resolutions, comps),
+                selection=(
+                    selection_of(saga, rev.selection).to_dict()
+                    if rev.selection is not None
+                    else None
+                ),
             )
             await self.log.finish_reversal(
                 rev.reversal_id, rev.generation, report.to_dict(), now=time.time()
@@ -690,27 +735,6 @@ class Engine(FollowUpMethods):
         finally:
             stop.set()
             await heartbeat
-
-    async def _beat(
-        self, rev: ReversalRecord, stop: asyncio.Event, lost: list[LeaseLostError]
-    ) -> None:
-        """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``."""
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), self.lease_seconds / 3)
-            except TimeoutError:
-                pass
-            if stop.is_set():
-                return
-            try:
-                await self.log.renew_reversal_lease(
-                    rev.reversal_id, rev.generation, time.time() + self.lease_seconds
-                )
-            except LeaseLostError as exc:
-                lost.append(exc)
-                return
-            except Exception:  # a missed heartbeat only shortens the lease; the next retries
-                continue
 
     async def _run(
         self,
@@ -728,6 +752,7 @@ class Engine(FollowUpMethods):
         saga = claim.saga if claim.saga is not None else await self._saga_or_raise(saga_id)
 
         index = {s.step_id: s for s in saga.steps}
+        scope = selection_of(saga, rev.selection).steps if rev.selection is not None else None
 
         def progress(outcome: StepOutcome) -> None:
             if not self.progress_hooks:  # issue 12: nobody listens, nothing to describe
@@ -746,49 +771,21 @@ class Engine(FollowUpMethods):
                 ),
                 saga,
                 rev,
-                self.planner(saga, self.catalog),
+                restrict(self.planner(saga, self.catalog), scope),  # issue 27
                 meter,
                 self.retry_policy,
                 fresh=claim.outcome == "new",  # created by this claim: no compensation yet
                 waiting=InFlightWait(
                     lambda: self._saga_or_raise(saga_id),
-                    lambda fresh: self.planner(fresh, self.catalog),
+                    lambda fresh: restrict(self.planner(fresh, self.catalog), scope),
                     self.poll_interval,
                 ),
                 continue_hint=self.continue_hint,
             )
         )
-        outcomes += await self._late_steps(saga_id, called, outcomes, meter)
+        late = await late_cancelled(lambda: self._saga_or_raise(saga_id), called, outcomes, meter)
+        outcomes += [o for o in late if scope is None or o.step_id in scope]
         return saga, [self._described(saga, o, index) for o in outcomes]
-
-    async def _late_steps(
-        self, saga_id: str, called: list[Step], outcomes: list[StepOutcome], meter: BudgetMeter
-    ) -> list[StepOutcome]:
-        """Steps of a saga running here, asked for before undo but still waiting for another
-        step when the reversal was claimed: refused by the log (never ran); listed as Cancel."""
-        if not called:
-            return []
-        pending = [s.task for s in called if s.task is not None and not s.task.done()]
-        if pending and meter.remaining_seconds() > 0:
-            await asyncio.wait(pending, timeout=meter.remaining_seconds())
-        saga = await self._saga_or_raise(saga_id)
-        seen = {o.step_id for o in outcomes} | {
-            s.id for s in called if s.task is None or not s.task.done()
-        }
-        seen |= {s.step_id for s in saga.steps if s.step_id not in {c.id for c in called}}
-        return [
-            StepOutcome(
-                step_id=s.step_id,
-                tool=s.tool,
-                verb=verb_for(StepState.CANCELLED),
-                state=StepState.CANCELLED,
-                detail="undo was asked before this step started, so it never ran",
-                reversibility=s.declared,
-                declared=s.explicit,
-            )
-            for s in saga.steps
-            if s.step_id not in seen and s.state == "cancelled"
-        ]
 
     # --- recovery -------------------------------------------------------------------------
     async def recover(self) -> RecoveryReport:
@@ -802,7 +799,11 @@ class Engine(FollowUpMethods):
         failed = []
         for rev in await self.log.expired_reversals(now):
             try:  # one reversal that cannot be resumed must not stop the others
-                resumed.append(await self.undo(rev.saga_id, budget=Budget.from_dict(rev.budget)))
+                resumed.append(
+                    await self.undo(
+                        rev.saga_id, budget=Budget.from_dict(rev.budget), steps=rev.selection
+                    )
+                )
             except AmendsError as exc:
                 failed.append((rev.saga_id, str(exc)))
         return RecoveryReport(tuple(in_doubt), tuple(resumed), tuple(failed))

@@ -187,6 +187,11 @@ class Preview(Plan):
     inverse asks for at undo time comes on top, from what the budget leaves)."""
     budget: Mapping[str, Any] = field(default_factory=dict)
     """The budget the prediction assumed (``tool_calls``, ``tokens``, ``seconds``)."""
+    selection: Mapping[str, Any] | None = None
+    """For a selective undo (issue 27, ``preview(steps=...)``): the steps asked for
+    (``asked``), every step it covers (``steps``), each step its closure added with the reason
+    (``added``: ``step_id``, ``because_of``, ``why``, ``reason``), and the steps kept as they
+    are (``kept``); ``None``: the whole saga."""
 
     @property
     def needs_review(self) -> list[str]:
@@ -214,6 +219,7 @@ class Preview(Plan):
             "tool_calls": self.tool_calls,
             "budget": dict(self.budget),
             "retry_reserve": self.retry_reserve,
+            "selection": dict(self.selection) if self.selection is not None else None,
             "undo_windows": [
                 {"step_id": p.step_id, "closes_at": p.inverse.deadline}
                 for p in self.steps

@@ -188,7 +188,8 @@ class UndoReport:
     title: str
     """What the agent was asked to do (the saga's title)."""
     steps: tuple[StepOutcome, ...]
-    """Every step of the saga, in forward order, with what the reversal did to it."""
+    """Every step of the saga (of a selection: those it covers), in forward order, with what the
+    reversal did to it."""
     tool_calls: int = 0
     """Every call the reversal made: probes, inverses, retries and follow-ups (over all its
     runs: a continuation adds to it)."""
@@ -212,6 +213,11 @@ class UndoReport:
     """A continued reversal's runs, each with its own figures, first run first (``run`` 0, then
     each continuation): ``tool_calls``, ``tokens``, ``seconds``, ``finished_at``; the totals
     above add them up. Empty for a reversal that ran once (the totals are its figures)."""
+    selection: Mapping[str, Any] | None = None
+    """For a reversal asked for part of the saga (issue 27, ``undo(steps=...)``): the steps
+    asked for so far (``asked``), every step it covers (``steps``; :attr:`steps` lists only
+    these), each step the closure added with the reason (``added``), and the steps kept as they
+    are (``kept``: not undone, still undoable later); ``None``: the whole saga."""
 
     def with_resolutions(self, resolutions: Mapping[str, Any]) -> UndoReport:
         """This report with the given resolutions (``Resolution`` objects or their dicts)."""
@@ -279,6 +285,9 @@ class UndoReport:
         attention = len(self.open_manual_actions)
         if attention:
             parts.append(f"{attention} need{'s' if attention == 1 else ''} your attention")
+        kept = len(self.selection.get("kept", ())) if self.selection else 0
+        if kept:  # issue 27: a selection never reads as the whole saga undone
+            parts.append(f"{kept} other step{'s' if kept != 1 else ''} kept as they are")
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +313,7 @@ class UndoReport:
             "continuations": self.continuations,
             "resolutions": {k: dict(v) for k, v in self.resolutions.items()},
             "runs": [dict(r) for r in self.runs],
+            "selection": dict(self.selection) if self.selection is not None else None,
         }
 
     @classmethod
@@ -322,6 +332,7 @@ class UndoReport:
             int(d.get("continuations", 0)),
             {k: dict(v) for k, v in (d.get("resolutions") or {}).items()},
             tuple(dict(r) for r in d.get("runs") or ()),
+            dict(d["selection"]) if d.get("selection") is not None else None,
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -349,6 +360,7 @@ def build_report(
     *,
     finished_at: float,
     resolutions: Mapping[str, Resolution] | None = None,
+    selection: Mapping[str, Any] | None = None,
 ) -> UndoReport:
     """The one place a reversal's report is assembled (issue 22): the local engine and the
     Temporal workflow both call it with what their run did. A continuation's figures add to
@@ -375,6 +387,7 @@ def build_report(
         finished_at=finished_at,
         continuations=reversal.continuations,
         runs=runs if len(runs) > 1 else (),  # one run: the totals are its figures
+        selection=selection,
     )
     return report.with_resolutions(resolutions) if resolutions else report
 
@@ -499,6 +512,21 @@ def _wrapped(text: str, indent: int = 7, first: str | None = None, width: int = 
     return out
 
 
+def _selection_text(r: UndoReport) -> list[str]:
+    """Issue 27: what a selective undo was asked, what its closure added and why, what it kept."""
+    sel = r.selection
+    if not sel:
+        return []
+    out = _wrapped(
+        f"Selected: {', '.join(sel.get('asked', ()))} (only these and what depends on them)", 2, ""
+    )
+    for a in sel.get("added", ()):
+        out += _wrapped(f"added {a['step_id']}: {a['reason']}", 4, "  ")
+    kept = sel.get("kept", ())
+    out += _wrapped(f"Kept as they are: {', '.join(kept) if kept else 'none'}", 2, "")
+    return out
+
+
 def _render_text(r: UndoReport) -> str:
     out = [
         *_wrapped(f"Undo of saga {r.saga_id}" + (f" — {r.title}" if r.title else ""), 2, ""),
@@ -509,6 +537,7 @@ def _render_text(r: UndoReport) -> str:
             2,
             "",
         ),
+        *_selection_text(r),
         "",
         "Steps:",
     ]

@@ -1,6 +1,7 @@
 """A worker process for the fault tests (a real child: it can be SIGKILLed, SIGSTOPped).
 
 usage: worker.py LOG_URL VENDOR MODE SAGA_ID [--kill-at N] [--pause-file PATH] [--lease S]
+       [--steps s2,s3]
 MODE: forward | undo | recover (recover, then undo SAGA_ID) | record-many N | undo-many N
 --kill-at N: SIGKILL itself at the Nth vendor hook point (before/after each request).
 --pause-file PATH: at the first probe, touch PATH and sleep (the parent SIGSTOPs it there).
@@ -34,6 +35,7 @@ p.add_argument("--pause-file", default="")
 p.add_argument("--lease", type=float, default=0.5)
 p.add_argument("--count", type=int, default=1)
 p.add_argument("--offset", type=int, default=0)
+p.add_argument("--steps", default="")  # undo: only these steps (issue 27), comma-separated
 args = p.parse_args()
 
 points = [0]
@@ -67,7 +69,8 @@ async def main() -> None:
         if args.mode == "forward":
             await vendor.record_saga(engine, args.saga)
         elif args.mode == "undo":
-            out = (await engine.undo(args.saga)).to_dict()
+            steps = args.steps.split(",") if args.steps else None
+            out = (await engine.undo(args.saga, steps=steps)).to_dict()
         elif args.mode == "recover":
             rec = await engine.recover()
             report = await engine.undo(args.saga)

@@ -305,6 +305,10 @@ class ReversalRecord:
     ``None`` before."""
     continuations: int = 0
     """How many times the reversal was continued after it finished (rule 6)."""
+    selection: tuple[str, ...] | None = None
+    """The steps a person asked to undo when the reversal was asked for only part of the saga
+    (issue 27: ``engine.undo(saga_id, steps=[...])``, every selection so far): the reversal
+    covers them and the steps that depend on them; ``None``: the whole saga."""
 
     def to_dict(self) -> dict[str, Any]:
         """This reversal as JSON-ready data: every field by name."""
@@ -641,12 +645,15 @@ class SagaLog(ABC):
         lease_until: float,
         now: float,
         check: Callable[[SagaRecord | None], None] | None = None,
+        selection: Sequence[str] | None = None,
     ) -> Claim:
         """Create the saga's one reversal, join it, or take it over once its lease has expired.
 
         ``check``: called with the saga as this transaction reads it (``None``: no such saga)
         before anything is written; what it raises aborts the claim (nothing written) and
-        reaches the caller. The claim then carries that saga (:attr:`Claim.saga`)."""
+        reaches the caller. The claim then carries that saga (:attr:`Claim.saga`).
+        ``selection``: a new reversal covers only these steps and their dependents
+        (:attr:`ReversalRecord.selection`, issue 27); ``None``: the whole saga."""
 
     @abstractmethod
     async def continue_reversal(
@@ -659,8 +666,12 @@ class SagaLog(ABC):
         now: float,
         after_continuation: int | None = None,
         reversal_id: str | None = None,
+        selection: Sequence[str] | None | Literal["keep"] = "keep",
     ) -> Claim:
         """Reopen the saga's finished reversal for a continuation with a new budget (rule 6).
+
+        ``selection``: what the reopened reversal covers from now on (issue 27: a wider
+        selection, or ``None``: the whole saga); ``"keep"`` (default): what it covered.
 
         Outcomes: ``claimed`` (reopened: running, generation + 1, ``continuations`` + 1, calls and
         tokens spent reset to 0); ``running_elsewhere`` (the first run or a continuation still

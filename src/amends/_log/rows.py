@@ -9,9 +9,18 @@ from typing import Any
 from . import leases
 from .base import Resolution, ReversalRecord, SagaRecord
 from .database import Tx
-from .records import loads, spent
+from .records import dumps, loads, spent
 
-__all__ = ["N_SAGA", "REV_COLS", "SAGA_COLS", "rev_select", "reversal_of", "saga_of"]
+__all__ = [
+    "N_SAGA",
+    "REV_COLS",
+    "SAGA_COLS",
+    "SELECTION_KEY",
+    "budget_text",
+    "rev_select",
+    "reversal_of",
+    "saga_of",
+]
 
 SAGA_COLS = (
     "saga_id, title, tenant, actor, state, created_at, finished_at, owner, lease_until, meta"
@@ -35,11 +44,15 @@ def rev_select(tx: Tx) -> str:
 def reversal_of(row: Sequence[Any]) -> ReversalRecord:
     continuations = int(row[10] or 0)
     calls, tokens = spent(row[11], continuations)
+    # issue 27: the budget column also holds the selection (covered by the same history
+    # records as the budget: ``reversal.requested`` / ``reversal.continued``)
+    budget = loads(row[3])
+    selection = budget.pop(SELECTION_KEY, None) if isinstance(budget, dict) else None
     return ReversalRecord(
         row[0],
         row[1],
         row[2],
-        loads(row[3]),
+        budget,
         row[4],
         int(row[5]),
         leases.local(row[6], row[12]),
@@ -49,7 +62,19 @@ def reversal_of(row: Sequence[Any]) -> ReversalRecord:
         tokens,
         loads(row[9]),
         continuations,
+        tuple(selection) if selection is not None else None,
     )
+
+
+SELECTION_KEY = "selection"
+"""Where the reversals row's ``budget`` column keeps :attr:`ReversalRecord.selection`."""
+
+
+def budget_text(budget: Mapping[str, Any], selection: Sequence[str] | None) -> str:
+    """The ``budget`` column: the run's budget and, for a selective undo, its selection."""
+    if selection is None:
+        return dumps(dict(budget))
+    return dumps({**budget, SELECTION_KEY: list(selection)})
 
 
 def saga_of(

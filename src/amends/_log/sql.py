@@ -15,7 +15,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from .._errors import (
     ConfigError,
@@ -59,6 +59,7 @@ from .records import (
 from .rows import N_SAGA as _N_SAGA
 from .rows import REV_COLS as _REV_COLS
 from .rows import SAGA_COLS as _SAGA_COLS
+from .rows import budget_text as _budget_text
 from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
@@ -366,8 +367,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
         lease_until: float,
         now: float,
         check: Callable[[SagaRecord | None], None] | None = None,
+        selection: Sequence[str] | None = None,
     ) -> Claim:
-        budget_text = dumps(dict(budget))
+        budget_text = _budget_text(budget, selection)
 
         def fn(tx: Tx) -> Claim:
             if check is None:
@@ -458,21 +460,24 @@ class SqlSagaLog(AdminQueries, SagaLog):
         now: float,
         after_continuation: int | None = None,
         reversal_id: str | None = None,
+        selection: Sequence[str] | None | Literal["keep"] = "keep",
     ) -> Claim:
-        budget_text = dumps(dict(budget))
         first_id = reversal_id or f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
 
         def fn(tx: Tx) -> Claim:
             _require_saga(tx, saga_id)
             rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
-            if not rows:
-                return self._claim_tx(tx, saga_id, first_id, budget_text, owner, lease_until, now)
-            rev = _reversal(rows[0])
+            rev = _reversal(rows[0]) if rows else None
+            # issue 27: a continuation covers what the reversal covered unless told otherwise
+            chosen = (rev.selection if rev else None) if selection == "keep" else selection
+            text = _budget_text(budget, chosen)
+            if rev is None:
+                return self._claim_tx(tx, saga_id, first_id, text, owner, lease_until, now)
             if rev.state != "done":  # rule 6: a run or continuation in progress is joined
                 return self._join_or_take_over(tx, rev, owner, lease_until, now)
             if after_continuation is not None and rev.continuations > after_continuation:
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
-            return self._reopen(tx, rev, budget_text, owner, lease_until, now)
+            return self._reopen(tx, rev, text, owner, lease_until, now)
 
         return await self.db.write(fn)
 

@@ -169,22 +169,18 @@ class WaitsForInFlightEngine(Engine):
     """Waits for every step still running forward before undoing, however long it takes: the
     seconds budget no longer bounds waiting for an in-flight step (rule 7)."""
 
-    async def undo(
-        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
-    ) -> UndoReport:
+    async def undo(self, saga_id: str, *, budget: Budget | None = None, **more: Any) -> UndoReport:
         live = self.live_sagas.get(saga_id)
         if live is not None:
             await live.settle()
-        return await super().undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools)
+        return await super().undo(saga_id, budget=budget, **more)
 
 
 class UncheckedReportEngine(Engine):
     """Reports "reverted" without checking: every step that still stands is claimed undone."""
 
-    async def undo(
-        self, saga_id: str, *, budget: Budget | None = None, allow_missing_tools: bool = False
-    ) -> UndoReport:
-        report = await super().undo(saga_id, budget=budget, allow_missing_tools=allow_missing_tools)
+    async def undo(self, saga_id: str, *, budget: Budget | None = None, **more: Any) -> UndoReport:
+        report = await super().undo(saga_id, budget=budget, **more)
         steps = tuple(
             s
             if s.state.neutralised or s.verb is None

@@ -1,0 +1,137 @@
+"""Types and checks of the engine's API that need no engine: the budget check, the worker's
+owner id, what recovery did, and the protocol of a runner that runs reversals elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ._budget import Budget
+from ._catalog_ref import needed_tools
+from ._contracts import Catalog
+from ._errors import ConfigError, ContractError, HistoryAlteredError, LeaseLostError
+from ._log import SagaLog
+from ._log.base import ReversalRecord, SagaRecord
+from ._report import UndoReport
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = [
+    "RecoveryReport",
+    "ReversalRunner",
+    "beat",
+    "check_budget",
+    "check_catalog",
+    "check_history",
+    "owner_id",
+]
+
+
+def check_budget(budget: Budget | None) -> Budget:
+    budget = budget or Budget()
+    if not isinstance(budget, Budget):
+        raise ConfigError(
+            f"budget must be an amends.Budget, got {budget!r}; e.g. "
+            f"amends.Budget(tool_calls=50, tokens=10_000, seconds=30)"
+        )
+    return budget
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What :meth:`Engine.recover` did."""
+
+    in_doubt: tuple[tuple[str, str], ...]
+    """(saga_id, step_id) of forward steps found with intent but no result, now ``in_doubt``."""
+    resumed: tuple[UndoReport, ...]
+    """Reversals whose worker had died, resumed and finished here."""
+    failed: tuple[tuple[str, str], ...] = ()
+    """(saga_id, why) of reversals that could not be resumed here (e.g. a catalog lacking their
+    tools); the others were resumed all the same."""
+
+
+class ReversalRunner(Protocol):
+    """Runs a saga's reversal outside this process, e.g.
+    :class:`amends.integrations.temporal.TemporalRunner` (issue 16). It must keep rule 6 (one
+    reversal per saga, every caller gets its report) and record the reversal in the engine's log.
+    """
+
+    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport: ...
+
+    async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+        """:meth:`Engine.resume` there: continue the reversal, joining one in progress."""
+        ...
+
+
+async def check_history(log: SagaLog, saga_id: str) -> None:
+    """Rule 12: never act on, nor report, a saga whose tamper-evident history does not
+    verify (a truncated tail would make undo send a refund again).
+
+    Raises:
+        HistoryAlteredError: The saga's history was altered.
+    """
+    problems = await log.verify(saga_id)
+    if problems:
+        raise HistoryAlteredError(
+            f"this saga's history was altered: saga {saga_id!r}: {problems[0].detail}"
+            + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else "")
+            + f"; amends will not act on it. Run `amends doctor --verify --db "
+            f"{log.url}` and restore the log from a backup",
+            problems=tuple(problems),
+            saga_id=saga_id,
+        )
+
+
+def check_catalog(catalog: Catalog, saga: SagaRecord) -> None:
+    """Refuse to run a reversal with a catalog that lacks tools the saga's undo needs: the
+    wrong catalog would fail those steps, and rule 6 would then return that report forever."""
+    missing = [t for t in needed_tools(saga.steps) if t not in catalog]
+    if missing:
+        raise ContractError(
+            f"saga {saga.saga_id!r} needs tools this engine's catalog does not have: "
+            f"{', '.join(missing)}; undo it with the catalog that ran it"
+            + (
+                f" ({saga.meta['catalog'].get('ref')})"
+                if isinstance(saga.meta.get("catalog"), dict) and saga.meta["catalog"].get("ref")
+                else ""
+            )
+            + ", or undo the rest with allow_missing_tools=True (amends undo "
+            "--allow-missing-tools): the steps needing those tools are left to a person",
+            saga_id=saga.saga_id,
+        )
+
+
+async def beat(
+    log: SagaLog,
+    rev: ReversalRecord,
+    lease_seconds: float,
+    stop: asyncio.Event,
+    lost: list[LeaseLostError],
+) -> None:
+    """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), lease_seconds / 3)
+        except TimeoutError:
+            pass
+        if stop.is_set():
+            return
+        try:
+            await log.renew_reversal_lease(
+                rev.reversal_id, rev.generation, time.time() + lease_seconds
+            )
+        except LeaseLostError as exc:
+            lost.append(exc)
+            return
+        except Exception:  # a missed heartbeat only shortens the lease; the next retries
+            continue
