@@ -287,7 +287,10 @@ class UndoReport:
             parts.append(f"{attention} need{'s' if attention == 1 else ''} your attention")
         kept = len(self.selection.get("kept", ())) if self.selection else 0
         if kept:  # issue 27: a selection never reads as the whole saga undone
-            parts.append(f"{kept} other step{'s' if kept != 1 else ''} kept as they are")
+            parts.append(
+                f"{kept} other step{'s' if kept != 1 else ''} kept as "
+                f"{'they are' if kept != 1 else 'it is'}"
+            )
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

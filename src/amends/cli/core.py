@@ -133,9 +133,24 @@ def register(sub: Any) -> None:
         "upgrade): the rest is undone, each missing tool's steps are left to a person",
     )
     undo.add_argument(
+        "--steps",
+        metavar="STEP",
+        action="append",
+        default=[],
+        help="undo only these steps and every step that depends on them, keeping the rest "
+        "(repeatable, or a comma list, e.g. --steps s3,s5); the report names what was added "
+        "and why (issue 27)",
+    )
+    undo.add_argument(
+        "--since",
+        metavar="STEP",
+        help="undo every step after this one (a checkpoint), keeping it and the steps before",
+    )
+    undo.add_argument(
         "--dry-run",
         action="store_true",
-        help="preview what undo would do now (probes only, nothing else is dispatched)",
+        help="preview what undo would do now (probes only, nothing else is dispatched); "
+        "with --steps/--since, the preview of that selection",
     )
     undo.add_argument("--json", action="store_true", help="print the report's to_dict() as JSON")
     add_log_format(undo)
@@ -402,6 +417,7 @@ def _undo(args: argparse.Namespace) -> int:
                              ("--retry", bool(retry))) if on]  # fmt: skip
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} exclude each other; give one of them")
+    args.steps = _selected(args, modes)
     configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
     result = run_async(_undo_async(args, budget, retry))
     if not isinstance(result, UndoReport):  # the preview
@@ -410,6 +426,7 @@ def _undo(args: argparse.Namespace) -> int:
             print_json(data)
         else:
             _print_preview(data)
+            _print_selection(data.get("selection"))
         return 0
     if args.json:
         print_json(result.to_dict())
@@ -420,7 +437,39 @@ def _undo(args: argparse.Namespace) -> int:
                 f"The report of that undo:"
             )
         print_report(result)
+        _print_selection(result.selection)
     return 1 if result.status == Outcome.CANNOT_UNDO else 0
+
+
+def _selected(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
+    """``--steps`` as a list (``None`` when not given), refused with another mode."""
+    steps = [s.strip() for item in args.steps for s in item.split(",") if s.strip()]
+    if args.steps and not steps:
+        raise ConfigError(
+            f"--steps {' '.join(args.steps)!r} names no step; e.g. --steps s3,s5 (`amends show "
+            f"{args.saga_id}` lists the steps)"
+        )
+    chosen = [m for m, on in (("--steps", bool(steps)), ("--since", args.since)) if on]
+    clash = [m for m in modes if m != "--dry-run"]
+    if chosen and clash:
+        raise ConfigError(
+            f"{chosen[0]} and {clash[0]} exclude each other: a continuation or a retry keeps "
+            f"the reversal's selection; give one of them"
+        )
+    return steps or None
+
+
+def _print_selection(selection: Any) -> None:
+    """Issue 27: what a selective undo was asked, what its closure added and why, what stays."""
+    if not selection:
+        return
+    console = Console()
+    asked = ", ".join(selection.get("asked", ()))
+    console.print(f"[bold]Selected[/bold]: {markup(asked)} and what depends on it")
+    for a in selection.get("added", ()):
+        print_item(console, f"+ {markup(a['step_id'])}: {markup(a['reason'])}", indent=2)
+    kept = ", ".join(selection.get("kept", ())) or "none"
+    print_item(console, f"kept as they are: {markup(kept)}", indent=0)
 
 
 async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]) -> Any:
@@ -450,12 +499,17 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
     allow = args.allow_missing_tools
     try:
         if args.dry_run:
-            return await engine.preview(args.saga_id, budget=budget)
+            return await engine.preview(
+                args.saga_id, budget=budget, steps=args.steps, since=args.since
+            )
         if retry:
             return await engine.retry(args.saga_id, retry, budget=budget, by=_os_user())
         if args.continue_:
             return await engine.resume(args.saga_id, budget=budget, allow_missing_tools=allow)
-        return await engine.undo(args.saga_id, budget=budget, allow_missing_tools=allow)
+        return await engine.undo(
+            args.saga_id, budget=budget, allow_missing_tools=allow, steps=args.steps,
+            since=args.since,
+        )  # fmt: skip
     finally:
         await engine.close()
 

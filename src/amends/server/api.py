@@ -35,6 +35,7 @@ from amends import (
 
 from .._catalog_ref import needed_tools
 from .._resolution import retryable
+from .._selection import covers, select
 from .security import Principal, authenticate, guard_write
 from .state import ApiError, _Asking, _State
 
@@ -347,9 +348,16 @@ async def get_saga(request: Request, saga_id: str = SagaId) -> dict[str, Any]:
     summary="What undo will do (engine.preview: probes only, nothing else dispatched)",
     responses=_READ,
 )
-async def preview(request: Request, saga_id: str = SagaId) -> dict[str, Any]:
+async def preview(
+    request: Request,
+    saga_id: str = SagaId,
+    steps: str | None = Query(None, description="preview undoing only these (comma list)"),
+    since: str | None = Query(None, description="preview undoing every step after this one"),
+) -> dict[str, Any]:
     saga, _ = await load_saga(request, saga_id)
-    body: dict[str, Any] = (await _state(request).engine.preview(saga.saga_id)).to_dict()
+    asked = _asked(saga, steps, since, False)
+    got = await _state(request).engine.preview(saga.saga_id, steps=asked)
+    body: dict[str, Any] = got.to_dict()
     return body
 
 
@@ -407,10 +415,17 @@ async def undo(
         description="undo with a catalog lacking some of the saga's tools (renamed in an "
         "upgrade): the rest is undone, those tools' steps are left to a person",
     ),
+    steps: str | None = Query(
+        None,
+        description="undo only these steps (comma list, e.g. s3,s5) and every step that "
+        "depends on them; the rest is kept (issue 27)",
+    ),
+    since: str | None = Query(None, description="undo every step after this one (issue 27)"),
 ) -> JSONResponse:
     saga, who = await load_saga(request, saga_id)
     guard_write(request, who)
     budget = await read_budget(request)
+    asked = _asked(saga, steps, since, cont)  # refused before anything is written
     st = _state(request)
     _check_tools(st, saga, allow_missing_tools)
     await check_idempotency_key(request, who, saga.saga_id, "continue" if cont else "undo")
@@ -421,24 +436,30 @@ async def undo(
         # one request at a time decides whether it starts the reversal (and records who asked)
         # or joins the one that is running: joining records nothing (issue 21.14)
         rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
-        if not cont and rev is not None and rev.state == "done" and rev.report is not None:
+        finished = rev is not None and rev.state == "done" and rev.report is not None
+        if not cont and rev is not None and finished and _covers(saga, rev, asked):
             return JSONResponse(reversal_body(rev, None), status_code=200)
         if cont:
             await _check_continuable(st, saga.saga_id, rev)
-        prior = rev.continuations if cont and rev is not None else None
-        if cont or rev is None:
+        # issue 27: a finished reversal not covering this request is continued to cover it
+        prior = rev.continuations if (cont or finished) and rev is not None else None
+        if cont or rev is None or finished:
             # issue 17: the page's history says who asked for undo and when (rule 11)
-            await st.engine.log.append_event(
-                saga.saga_id, "undo.asked", data={"by": who.who, "continue": cont}, now=time.time()
-            )
+            data: dict[str, Any] = {"by": who.who, "continue": cont}
+            if asked is not None:
+                data["steps"] = list(asked)
+            await st.engine.log.append_event(saga.saga_id, "undo.asked", data=data, now=time.time())
 
         def start() -> Awaitable[UndoReport]:
             allow = allow_missing_tools
             if cont:
                 return st.engine.resume(saga.saga_id, budget=budget, allow_missing_tools=allow)
-            return st.engine.undo(saga.saga_id, budget=budget, allow_missing_tools=allow)
+            return st.engine.undo(
+                saga.saga_id, budget=budget, allow_missing_tools=allow, steps=asked
+            )
 
-        task = _background(st, saga.saga_id, start)
+        key = saga.saga_id if asked is None else f"{saga.saga_id}|{','.join(asked)}"
+        task = _background(st, saga.saga_id, start, key)
         await _await_reversal(st, saga.saga_id, prior, task)
     return await _answer(st, saga.saga_id, prior, task)
 
@@ -463,6 +484,29 @@ def missing_tools(st: _State, saga: SagaRecord) -> list[str]:
     if saga.reversal is not None and saga.reversal.state == "done":
         return []
     return [t for t in needed_tools(saga.steps) if t not in st.engine.catalog]
+
+
+def _asked(
+    saga: SagaRecord, steps: str | None, since: str | None, cont: bool
+) -> tuple[str, ...] | None:
+    """Issue 27: the steps ``?steps=``/``?since=`` ask for (``None``: the whole saga), or 422
+    naming what is wrong and the fix, before anything is written."""
+    if cont and (steps is not None or since is not None):
+        raise ApiError(
+            422,
+            "invalid_selection",
+            "?continue=true keeps the reversal's selection; leave out ?steps= and ?since=",
+        )
+    listed = [s.strip() for s in steps.split(",") if s.strip()] if steps is not None else None
+    try:
+        return select(saga, listed, since)
+    except (ConfigError, ContractError) as exc:
+        raise ApiError(422, "invalid_selection", str(exc)) from exc
+
+
+def _covers(saga: SagaRecord, rev: ReversalRecord, asked: tuple[str, ...] | None) -> bool:
+    """Whether the saga's reversal covers the steps asked for (``None``: the whole saga)."""
+    return covers(saga, rev.selection, asked)
 
 
 def _check_tools(st: _State, saga: SagaRecord, allow_missing: bool) -> None:
@@ -516,14 +560,16 @@ async def _deciding(st: _State, saga_id: str) -> AsyncIterator[None]:
 
 
 def _background(
-    st: _State, saga_id: str, start: Callable[[], Awaitable[UndoReport]]
+    st: _State, saga_id: str, start: Callable[[], Awaitable[UndoReport]], key: str | None = None
 ) -> asyncio.Future[UndoReport]:
-    """Start the saga's reversal task, or join the one this process runs."""
-    task = st.tasks.get(saga_id)
+    """Start the saga's reversal task, or join the one this process runs for the same request
+    (``key``: the saga, or the saga and a selection, issue 27)."""
+    key = key or saga_id
+    task = st.tasks.get(key)
     if task is None or task.done():
         task = asyncio.ensure_future(start())
-        st.tasks[saga_id] = task
-        task.add_done_callback(lambda t: _settled(st, saga_id, t))
+        st.tasks[key] = task
+        task.add_done_callback(lambda t: _settled(st, key, t))
     return task
 
 

@@ -7,6 +7,7 @@ is :meth:`amends.UndoReport.to_dict`). None of them claims more than the engine 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +49,16 @@ class ToolsGateway(GatewayView, Protocol):
 
 
 _SAGA = {"saga_id": {"type": "string", "description": "default: this connection's saga"}}
+_SELECTION = {  # issue 27: selective undo
+    "steps": {
+        "type": "array",
+        "items": {"type": "string"},
+        "minItems": 1,
+        "description": "undo only these steps and every step that depends on them; the rest "
+        "of the saga is kept",
+    },
+    "since": {"type": "string", "description": "undo every step after this one"},
+}
 
 AMENDS_TOOLS = [
     types.Tool(
@@ -72,8 +83,8 @@ AMENDS_TOOLS = [
         name="amends_preview",
         description="What undo would do now, step by step (Revert, Compensate, Acknowledge), "
         "with the residue it would leave and what a person would still have to do. Dispatches "
-        "nothing but read-only checks.",
-        input_schema={"type": "object", "properties": dict(_SAGA)},
+        "nothing but read-only checks. steps/since: preview undoing only a selection.",
+        input_schema={"type": "object", "properties": {**_SAGA, **_SELECTION}},
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
     types.Tool(
@@ -81,11 +92,14 @@ AMENDS_TOOLS = [
         description="Undo the saga: every step is reverted, compensated or acknowledged in "
         "dependency order, never overwriting a value someone changed since (drift). Asking "
         "twice gives the same report. Optional budget: tool_calls, tokens, seconds; "
-        "continue=true continues a reversal that stopped short with a new budget.",
+        "continue=true continues a reversal that stopped short with a new budget; "
+        'steps=["s3"] undoes only s3 and what depends on it (since="s7": every step after s7), '
+        "keeping the rest, which a later undo can still take back.",
         input_schema={
             "type": "object",
             "properties": {
                 **_SAGA,
+                **_SELECTION,
                 "tool_calls": {"type": "integer", "minimum": 0},
                 "tokens": {"type": "integer", "minimum": 0},
                 "seconds": {"type": "number", "exclusiveMinimum": 0},
@@ -298,8 +312,20 @@ async def _status(r: _Request) -> types.CallToolResult:
     return _ok("\n".join(lines), data)
 
 
+def _selection(r: _Request, continuing: bool = False) -> dict[str, Any]:
+    """Issue 27: ``steps``/``since`` as the engine takes them (it checks them against the
+    saga); refused with ``continue``, which keeps the reversal's selection."""
+    chosen = {k: r.args[k] for k in ("steps", "since") if r.args.get(k) is not None}
+    if chosen and continuing:
+        raise ConfigError(
+            "continue=true keeps the reversal's selection; call amends_undo with continue "
+            "alone, or with steps/since (and no continue) to undo more"
+        )
+    return chosen
+
+
 async def _preview(r: _Request) -> types.CallToolResult:
-    pdata = (await r.gw.engine.preview(r.saga_id)).to_dict()
+    pdata = (await r.gw.engine.preview(r.saga_id, **_selection(r))).to_dict()
     lines = [f"If undone now, saga {r.saga_id}:"]
     for p in pdata.get("steps", []):
         verb = p.get("verb") or p.get("action")
@@ -312,7 +338,7 @@ async def _preview(r: _Request) -> types.CallToolResult:
 async def _undo_question(r: _Request, continuing: bool) -> str | None:
     """The one question listing what the undo will do to the world, or ``None`` when it will
     call no inverse (nothing to ask: acknowledging and reporting act on nothing)."""
-    preview = (await r.gw.engine.preview(r.saga_id)).to_dict()
+    preview = (await r.gw.engine.preview(r.saga_id, **_selection(r, continuing))).to_dict()
     acting = [p for p in preview.get("steps", []) if p.get("action") in ("revert", "compensate")]
     if not acting:
         return None
@@ -332,11 +358,14 @@ async def _undo(r: _Request) -> Any:
     gw, engine = r.gw, r.gw.engine
     budget = _budget(r.args)
     continuing = bool(r.args.get("continue"))
+    chosen = _selection(r, continuing)
     if gw.config.approval != "off":
         question = await _undo_question(r, continuing)
         if question is not None:
             what = {"action": f"the undo of saga {r.saga_id}", "undo": r.saga_id}
             subject = f"undo:{r.saga_id}:{continuing}"
+            if chosen:  # a different selection is a different question
+                subject += f":{json.dumps(chosen, sort_keys=True)}"
             stop = await r.approve(subject, question, what)
             if stop is not None:
                 return stop
@@ -344,7 +373,7 @@ async def _undo(r: _Request) -> Any:
     if continuing:
         report = await engine.resume(r.saga_id, budget=budget or Budget())
     else:
-        report = await engine.undo(r.saga_id, budget=budget)
+        report = await engine.undo(r.saga_id, budget=budget, **chosen)
     data = report.to_dict()
     approvals = await _approvals(gw, r.saga_id)
     data["approvals"] = approvals
