@@ -16,7 +16,9 @@ CHARGE = {"customer": "cus_acme", "cents": 5000}
 FINAL = "Undone, as far as it goes."
 
 
-async def via_langchain(engine: amends.Engine, sync: bool) -> tuple[str, str]:
+async def via_langchain(
+    engine: amends.Engine, sync: bool, undo: dict[str, Any] | None = None
+) -> tuple[str, str]:
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, ToolMessage
@@ -27,17 +29,18 @@ async def via_langchain(engine: amends.Engine, sync: bool) -> tuple[str, str]:
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
+    calls = [
+        {"name": "crm_update_field", "args": CRM, "id": "c1"},
+        {"name": "payments_charge", "args": CHARGE, "id": "c2"},
+    ]
+    turns = [[calls[0]], [calls[1]]] if undo is not None else [calls]  # selective: one a turn
     model = Scripted(
         messages=iter(
             [
+                *(AIMessage(content="", tool_calls=t) for t in turns),  # type: ignore[misc]
                 AIMessage(
-                    content="",
-                    tool_calls=[
-                        {"name": "crm_update_field", "args": CRM, "id": "c1"},
-                        {"name": "payments_charge", "args": CHARGE, "id": "c2"},
-                    ],
+                    content="", tool_calls=[{"name": "amends_undo", "args": undo or {}, "id": "c3"}]
                 ),
-                AIMessage(content="", tool_calls=[{"name": "amends_undo", "args": {}, "id": "c3"}]),
                 AIMessage(content=FINAL),
             ]
         )
@@ -55,7 +58,9 @@ async def via_langchain(engine: amends.Engine, sync: bool) -> tuple[str, str]:
     return str(answer.content), mw.last_saga_id
 
 
-async def via_pydantic_ai(engine: amends.Engine, sync: bool) -> tuple[str, str]:
+async def via_pydantic_ai(
+    engine: amends.Engine, sync: bool, undo: dict[str, Any] | None = None
+) -> tuple[str, str]:
     from pydantic_ai import Agent
     from pydantic_ai.messages import (
         ModelMessage,
@@ -70,13 +75,12 @@ async def via_pydantic_ai(engine: amends.Engine, sync: bool) -> tuple[str, str]:
 
     from amends.integrations.pydantic_ai import AmendsToolset, catalog_toolset, undo_tool
 
-    script = [
-        [
-            ToolCallPart("crm_update_field", CRM, "c1"),
-            ToolCallPart("payments_charge", CHARGE, "c2"),
-        ],
-        [ToolCallPart("amends_undo", {}, "c3")],
+    first = [
+        ToolCallPart("crm_update_field", CRM, "c1"),
+        ToolCallPart("payments_charge", CHARGE, "c2"),
     ]
+    turns = [[first[0]], [first[1]]] if undo is not None else [first]  # selective: one a turn
+    script = [*turns, [ToolCallPart("amends_undo", undo or {}, "c3")]]
     answers: list[str] = []
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -99,7 +103,9 @@ async def via_pydantic_ai(engine: amends.Engine, sync: bool) -> tuple[str, str]:
     return answers[-1], toolset.last_saga_id
 
 
-async def via_openai_agents(engine: amends.Engine, sync: bool) -> tuple[str, str]:
+async def via_openai_agents(
+    engine: amends.Engine, sync: bool, undo: dict[str, Any] | None = None
+) -> tuple[str, str]:
     from agents import Agent
     from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -110,15 +116,15 @@ async def via_openai_agents(engine: amends.Engine, sync: bool) -> tuple[str, str
         undo_tool,
     )
 
+    first = [
+        function_call("crm_update_field", CRM, call_id="c1"),
+        function_call("payments_charge", CHARGE, call_id="c2"),
+    ]
+    turns = [[first[0]], [first[1]]] if undo is not None else [first]  # selective: one a turn
     model = ScriptedModel(
         [
-            ModelStep(
-                output=[
-                    function_call("crm_update_field", CRM, call_id="c1"),
-                    function_call("payments_charge", CHARGE, call_id="c2"),
-                ]
-            ),
-            ModelStep(output=[function_call("amends_undo", {}, call_id="c3")]),
+            *(ModelStep(output=t) for t in turns),
+            ModelStep(output=[function_call("amends_undo", undo or {}, call_id="c3")]),
             ModelStep(output=[assistant_message(FINAL)]),
         ]
     )
@@ -170,5 +176,27 @@ async def test_the_agent_can_undo_its_own_run_and_gets_the_honest_report(
     assert sorted(s.tool for s in saga.steps) == ["crm.update_field", "payments.charge"]
     report = await engine.undo(saga_id)
     assert report.reversal_id in answer
+    refunds = [e for e in world.effects() if e["op"] == "refund"]
+    assert len(refunds) == 1, json.dumps(refunds)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+@pytest.mark.parametrize("framework", DRIVERS)
+async def test_the_agent_can_undo_only_some_of_its_calls(framework: str, sync: bool) -> None:
+    """Issue 27: the model calls amends_undo {"steps": ["s2"]} after a CRM update (s1) and a
+    charge (s2, a later turn: it depends on s1): only the charge is refunded, the CRM keeps the
+    agent's value, and the report says what was kept; a later whole undo reverts the CRM and
+    never refunds twice."""
+    world, engine = new_engine()
+    answer, saga_id = await DRIVERS[framework](engine, sync, {"steps": ["s2"]})
+    assert "Status: partially_reversed" in answer, answer
+    assert "Selected: s2 (only these and what depends on them)" in answer
+    assert "Kept as they are: s1" in answer
+    assert "Compensate  compensated  Charge 5000 cents to cus_acme" in answer
+    assert world.crm.read_field("acme", "stage") == "closed_won"
+    assert world.snapshot()["payments"]["charges"]["ch_1"]["refunded"] == 5000
+    report = await engine.undo(saga_id)
+    assert report.reversal_id in answer and report.selection is None
+    assert world.crm.read_field("acme", "stage") == "negotiation"
     refunds = [e for e in world.effects() if e["op"] == "refund"]
     assert len(refunds) == 1, json.dumps(refunds)

@@ -154,7 +154,7 @@ def test_a_tool_the_server_lacks_is_named_in_the_confirmation_before_the_rest_is
     live = upgraded
     page = _page(browser, live, width)
     page.goto(f"{live.url}/ui/sagas/{live.sagas['acme1']}")
-    page.get_by_role("button", name="Undo").click()
+    page.get_by_role("button", name="Undo", exact=True).click()  # not "Undo only this"
     dialog = page.get_by_role("dialog")
     assert "This server's catalog lacks pay.refund" in dialog.inner_text()
     assert serious_violations(page) == []

@@ -30,7 +30,15 @@ import datetime
 import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 import amends
@@ -534,12 +542,19 @@ class AgentRun:
         )
         return future.result()
 
-    async def undo(self, budget: amends.Budget | None = None) -> amends.UndoReport:
+    async def undo(
+        self, budget: amends.Budget | None = None, steps: Sequence[str] | None = None
+    ) -> amends.UndoReport:
         """Undo everything this run recorded so far (the saga's one reversal, rule 6); the
-        run's later tool calls are refused with a message the model reads (issue 25)."""
-        if self._undone is None:
+        run's later tool calls are refused with a message the model reads (issue 25).
+        ``steps``: undo only those steps and what depends on them (issue 27); the run goes on.
+
+        Raises:
+            AmendsError: ``steps`` names no step of this run (the message lists them).
+        """
+        if self._undone is None and steps is None:
             self._undone = ("this agent (its amends_undo call)", time.time())
-        undo = self.engine.undo(self.saga_id, budget=budget)
+        undo = self.engine.undo(self.saga_id, budget=budget, steps=steps)
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:
@@ -549,9 +564,11 @@ class AgentRun:
         # the saga's live steps belong to its own loop: undo there
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(undo, self.loop))
 
-    def undo_sync(self, budget: amends.Budget | None = None) -> amends.UndoReport:
+    def undo_sync(
+        self, budget: amends.Budget | None = None, steps: Sequence[str] | None = None
+    ) -> amends.UndoReport:
         """:meth:`undo` from a thread that is not the saga's event loop."""
-        return asyncio.run_coroutine_threadsafe(self.undo(budget), self.loop).result()
+        return asyncio.run_coroutine_threadsafe(self.undo(budget, steps), self.loop).result()
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[AgentRun]:
@@ -711,13 +728,17 @@ UNDO_TOOL = "amends_undo"
 _UNDO_DOC = (
     "Undo everything you have done in this request so far. Reversible actions are reverted, "
     "compensable ones compensated (with what remains listed); irreversible ones are reported "
-    "for a person to follow up. Returns the honest undo report."
+    "for a person to follow up. Returns the honest undo report.\n\n"
+    "Args:\n"
+    "    steps: Undo only these of your tool calls (s1 is your first tool call in this "
+    "request, s2 the second, ...) and every call that depended on them, keeping the rest; "
+    "leave it out to undo everything."
 )
 
 
 def undo_tool_functions(
     budget: amends.Budget | None = None,
-) -> tuple[Callable[[], str], Callable[[], Awaitable[str]]]:
+) -> tuple[Callable[..., str], Callable[..., Awaitable[str]]]:
     """The sync and async bodies of the agent's undo tool (:data:`UNDO_TOOL`): undo the current
     run's saga and return the report as text. Adapters never record it as a step (a step that
     undoes its own saga would wait for itself)."""
@@ -725,13 +746,27 @@ def undo_tool_functions(
     def no_run() -> str:
         return "amends: there is no agent run to undo here (the undo tool runs inside a run)"
 
-    def undo_sync() -> str:
+    def undo_sync(steps: list[str] | None = None) -> str:
         run = current_run()
-        return no_run() if run is None else run.undo_sync(budget).render("text")
+        if run is None:
+            return no_run()
+        try:
+            return run.undo_sync(budget, steps).render("text")
+        except (amends.ConfigError, amends.ContractError) as exc:
+            if steps is None:
+                raise
+            return f"amends: {exc}"  # a bad selection: the model reads why (issue 27)
 
-    async def undo_async() -> str:
+    async def undo_async(steps: list[str] | None = None) -> str:
         run = current_run()
-        return no_run() if run is None else (await run.undo(budget)).render("text")
+        if run is None:
+            return no_run()
+        try:
+            return (await run.undo(budget, steps)).render("text")
+        except (amends.ConfigError, amends.ContractError) as exc:
+            if steps is None:
+                raise
+            return f"amends: {exc}"
 
     for fn in (undo_sync, undo_async):
         fn.__name__ = UNDO_TOOL

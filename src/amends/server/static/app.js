@@ -1,7 +1,8 @@
 // amends Undo screen: the honest preview -> a confirmation that spells out the verbs -> the same
 // list of steps turning into the report as each step settles (SSE) -> the server-rendered report
 // (headline first). "Copy draft", "Mark handled…" / "Withdraw…" (a note, then a confirmation as
-// the signed-in person), "Retry…", "Continue undo". No inline script (CSP); every
+// the signed-in person), "Retry…", "Continue undo", "Undo only this" (issue 27: a confirmation
+// that shows the selection's closure) and "Undo the rest…". No inline script (CSP); every
 // POST carries the page key of this browser's own session (session.js). Two quick confirmations
 // post twice and join one reversal (rule 6, enforced by the server).
 "use strict";
@@ -162,6 +163,25 @@
           });
       });
     });
+    // issue 27: "Undo the rest…" after a selective undo: confirm, then the same reversal is
+    // extended to the whole saga (what is already undone is never sent again).
+    var rest = root.querySelector("#undo-rest");
+    if (rest) {
+      var panel = root.querySelector("#undo-rest-confirm");
+      rest.addEventListener("click", function () {
+        panel.hidden = false;
+        panel.querySelector(".undo-rest-yes").focus();
+      });
+      panel.querySelector(".undo-rest-no").addEventListener("click", function () {
+        panel.hidden = true;
+        rest.focus();
+      });
+      panel.querySelector(".undo-rest-yes").addEventListener("click", function (ev) {
+        ev.target.disabled = true;
+        ev.target.textContent = "Undoing the rest…";
+        start("");
+      });
+    }
     var cont = root.querySelector("#continue");
     if (cont) {
       cont.addEventListener("click", function () {
@@ -172,13 +192,16 @@
     }
   }
 
-  // The preview's list becomes the progress view: each step gets a state label.
-  function toProgress() {
+  // The preview's list becomes the progress view: each step gets a state label (of a
+  // selection, issue 27: only the steps it covers).
+  function toProgress(only) {
     if (button) { button.remove(); button = null; }
+    document.querySelectorAll("button.undo-only").forEach(function (b) { b.remove(); });
     var heading = document.getElementById("preview-h");
     if (heading) { heading.textContent = "Undoing…"; }
     document.querySelectorAll("li.planned").forEach(function (li) {
       if (li.querySelector(".state")) { return; }
+      if (only && only.indexOf(li.dataset.stepId) < 0) { return; }
       var s = document.createElement("span");
       s.className = "state state-pending";
       s.textContent = "waiting";
@@ -262,6 +285,69 @@
         window.amendsReversalIds.push(body.reversal_id);
         follow(body.reversal_id);
       });
+  }
+
+  // issue 27: "Undo only this" on a step: the confirmation shows the selection's closure (what
+  // is added and why, what is kept) from the server's preview of it, then undoes exactly that.
+  var only = document.getElementById("confirm-only");
+  var chosen = null;
+  function sentence(id) {
+    var li = document.querySelector("li.planned[data-step-id='" + CSS.escape(id) + "']");
+    return (li ? li.dataset.sentence : id) + " (" + id + ")";
+  }
+  function fill(list, lines) {
+    list.textContent = "";
+    lines.forEach(function (line) {
+      var li = document.createElement("li");
+      li.textContent = line;
+      list.appendChild(li);
+    });
+  }
+  function askOnly(b) {
+    var stepId = b.dataset.stepId;
+    var url = "/sagas/" + encodeURIComponent(screen.dataset.sagaId) + "/preview?steps=" +
+      encodeURIComponent(stepId);
+    fetch(url, { credentials: "same-origin", headers: { "X-Amends-CSRF": csrf } })
+      .then(function (r) { return r.json().then(function (body) { return [r.status, body]; }); })
+      .then(function (pair) {
+        var plan = pair[1];
+        if (pair[0] !== 200 || !plan.selection) {
+          say("Error: " + (plan.detail || plan.error));
+          return;
+        }
+        var sel = plan.selection;
+        chosen = sel.steps;
+        only.querySelector(".only-intro").textContent = "Undo only " + sentence(stepId) +
+          " and what depends on it: " + sel.steps.length + " step" +
+          (sel.steps.length === 1 ? "" : "s") + ", nothing else.";
+        fill(only.querySelector(".only-steps"), plan.steps.map(function (p) {
+          var verb = p.needs_review ? "Review" : (p.verb || "Nothing to undo");
+          var will = p.predicted ? " — will be " + String(p.predicted).replace(/_/g, " ") : "";
+          return verb + ": " + sentence(p.step_id) + will;
+        }));
+        only.querySelector(".only-added-box").hidden = sel.added.length === 0;
+        fill(only.querySelector(".only-added"), sel.added.map(function (a) { return a.reason; }));
+        fill(only.querySelector(".only-kept"), sel.kept.length ? sel.kept.map(sentence) :
+          ["none"]);
+        document.getElementById("confirm-only-yes").textContent = "Yes: undo these " +
+          sel.steps.length + " step" + (sel.steps.length === 1 ? "" : "s");
+        only.dataset.stepId = stepId;
+        only.showModal();
+        document.getElementById("confirm-only-yes").focus();
+      });
+  }
+  if (only) {
+    document.querySelectorAll("button.undo-only").forEach(function (b) {
+      b.addEventListener("click", function () { askOnly(b); });
+    });
+    document.getElementById("confirm-only-no").addEventListener("click", function () {
+      only.close();
+    });
+    document.getElementById("confirm-only-yes").addEventListener("click", function () {
+      if (only.open) { only.close(); }
+      toProgress(chosen);
+      start("?steps=" + encodeURIComponent(only.dataset.stepId));
+    });
   }
 
   if (button && dialog) {
