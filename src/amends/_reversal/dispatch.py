@@ -196,8 +196,11 @@ class Caller:
                 self.meter.tokens += call.tokens
                 if isinstance(exc, TimeoutError) and isinstance(lost_reach, TransientError):
                     exc = _TimedOutAfter(lost_reach)  # rule 8: say why it never got through
-                wait = self._retry_wait(tool, exc, attempt, timeout, spec.timeout, phase)
-                lost = exc if _lost_answer(exc) else None
+                try:
+                    wait = self._retry_wait(tool, exc, attempt, timeout, spec.timeout, phase)
+                except Stop as stop:
+                    raise _after_lost(tool, lost, stop) from None
+                lost = exc if _lost_answer(exc) else lost  # it may have landed: it stays so
                 lost_reach = exc if isinstance(exc, TransientError) else None
                 await asyncio.sleep(wait)
                 continue
@@ -372,3 +375,16 @@ class Caller:
                 f"secret that could not be resolved ({exc}); not touched",
             ) from None
         return dataclasses.replace(exp, equals=got["equals"])
+
+
+def _after_lost(tool: str, lost: Exception | None, stop: Stop) -> Stop:
+    """Rules 5 and 8: once an attempt's answer was lost (it may have landed), a later attempt
+    refused (failed permanently, or by the vendor's compare-and-set) does not show that nothing
+    was undone: the outcome is unknown, and the compensation re-observes it."""
+    if lost is None or stop.state not in (StepState.FAILED, StepState.DRIFTED):
+        return stop
+    return Stop(
+        StepState.IN_DOUBT,
+        f"{tool} raised {type(lost).__name__}: {lost} (its answer was lost), and the attempt "
+        f"sent again was refused ({stop.detail}); whether the first took effect is unknown",
+    )

@@ -41,6 +41,7 @@ FAMILIES: tuple[str, ...] = (
     "no_expectation",
     "stall",
     "one_plan",
+    "selective",
 )
 """Scenario families, assigned round-robin by index (see docs/evals.md). Six are the classes of
 issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency keys with a
@@ -49,7 +50,10 @@ crash mid-compensation (rule 5), nested and failing follow-ups (rule 7), undo-or
 stalling while undo runs on a seconds budget (rule 7). ``one_plan`` is issue 23's (rule 10): the
 same CRM field written two or three times, another field of the record written after it (a gate
 on one resource), another actor's edit behind that gate, and tool-call budgets that cut the
-undo short; the preview must predict every step's state."""
+undo short; the preview must predict every step's state. ``selective`` is issue 27's: undo only
+one or two chosen steps (``engine.undo(steps=...)``), sometimes asked twice at once or cut by
+the budget; exactly the chosen steps and what depends on them are undone, the rest stands, and
+the preview of the selection predicts every state."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -176,6 +180,8 @@ class Scenario:
     budget_calls: int = 200
     budget_seconds: float = 20.0
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    select: tuple[str, ...] = ()
+    """The steps a selective undo asks for (issue 27, ``undo(steps=...)``); empty: the saga."""
     """CRM records created before the saga (record id -> fields)."""
 
     @property
@@ -461,4 +467,11 @@ def generate(seed: int, index: int) -> Scenario:
             kw["crash_op"] = rng.choice(inverses)
     if family == "budget":
         kw["budget_calls"] = rng.randint(1, max(1, n))
+    if family == "selective":  # issue 27: only the chosen steps and what depends on them
+        ids = [s.step_id for s in steps]
+        kw["select"] = tuple(sorted(rng.sample(ids, min(len(ids), rng.randint(1, 2)))))
+        if rng.random() < 0.3:
+            kw["requests"], kw["n_requests"] = "concurrent", 2
+        if rng.random() < 0.3:
+            kw["budget_calls"] = rng.randint(1, 2 * len(steps))
     return Scenario(seed, index, family, steps, records=records, **kw)

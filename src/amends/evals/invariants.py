@@ -18,7 +18,7 @@ from amends import StepState
 from .generator import Scenario
 from .runner import SagaResult
 
-__all__ = ["INVARIANTS", "applicable", "check", "dependents", "true_outcome"]
+__all__ = ["INVARIANTS", "applicable", "check", "dependents", "selection_scope", "true_outcome"]
 
 INVARIANTS: tuple[str, ...] = (
     "honesty",
@@ -117,6 +117,38 @@ def dependents(sc: Scenario) -> dict[str, set[str]]:
     return out
 
 
+def selection_scope(sc: Scenario) -> set[str]:
+    """Issue 27: the steps a selective undo must cover, computed here on its own: the chosen
+    steps and, transitively, every later step that depends on one (after=, a result ref, a
+    shared resource) and every step a chosen inverse declared it waits for (undo_after=)."""
+    ids = [s.step_id for s in sc.steps]
+    if not sc.select:
+        return set(ids)
+    need: dict[str, set[str]] = {sid: set() for sid in ids}
+    last: dict[str, str] = {}
+    for s in sc.steps:
+        deps = set(s.after)
+        deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
+        if s.tool in _RESOURCES:
+            arg = s.args[_RESOURCES[s.tool]]
+            key = arg["$ref"] if isinstance(arg, dict) else arg
+            res = f"{s.tool.split('.')[0].replace('careless', 'crm')}:{key}"
+            if res in last:
+                deps.add(last[res])
+            last[res] = s.step_id
+        for d in deps:
+            need[d].add(s.step_id)
+        need[s.step_id] |= set(s.undo_after)
+    scope: set[str] = set()
+    todo = list(sc.select)
+    while todo:
+        sid = todo.pop()
+        if sid not in scope:
+            scope.add(sid)
+            todo.extend(need.get(sid, ()))
+    return scope
+
+
 def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """tag -> its effects, each with ``seq`` (its position in the journal)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -148,7 +180,10 @@ def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
     """(status, step -> "none" | "stands" | "undone") from the world alone."""
     tags = _by_tag(r.effects)
     truth: dict[str, str] = {}
+    scope = selection_scope(r.scenario)  # issue 27: a selection's outcome is over its steps
     for s in r.scenario.steps:
+        if s.step_id not in scope:
+            continue
         fwd = f"{s.step_id}:forward" in tags
         undo = f"{s.step_id}:compensate" in tags
         truth[s.step_id] = "undone" if fwd and undo else ("stands" if fwd else "none")
@@ -202,6 +237,19 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             )
             if not ok:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")
+
+    # --- honesty: a selective undo undoes its closure and nothing else (issue 27) -------------
+    if sc.select:
+        scope = selection_scope(sc)
+        for s in sc.steps:
+            if s.step_id not in scope and f"{s.step_id}:compensate" in tags:
+                v["honesty"].append(f"{s.step_id}: undone although the selection did not need it")
+        for rep in checked:
+            listed = {o.step_id for o in rep.steps}
+            if listed != scope:
+                v["honesty"].append(
+                    f"the report covers {sorted(listed)}, the selection needs {sorted(scope)}"
+                )
 
     # --- honesty: a follow-up that was not made is reported (rule 7) ------------------------
     if r.reports:

@@ -275,7 +275,7 @@ async def run_scenario_both(
             predicted = await _predict(eng, saga.id, budget, world, sc)
 
             async def request() -> UndoReport:
-                return await current[0].undo(saga.id, budget=budget)
+                return await current[0].undo(saga.id, budget=budget, **_selected(sc))
 
             async def recover() -> list[UndoReport]:
                 await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
@@ -301,6 +301,12 @@ async def run_scenario_both(
             await log.close()
 
 
+def _selected(sc: Scenario) -> dict[str, Any]:
+    """``steps=`` for a selective scenario (issue 27); nothing otherwise, so an engine built
+    before selections (a user's subclass) is called as it was."""
+    return {"steps": list(sc.select)} if sc.select else {}
+
+
 def previewable(sc: Scenario) -> bool:
     """Whether the world stays as the preview saw it until undo runs (rule 10's condition): no
     fault injected into the reversal, no crash, no stalled step, nobody acting meanwhile."""
@@ -315,7 +321,7 @@ async def _predict(
     if not previewable(sc):
         return None
     with use_world(world):
-        preview = await eng.preview(saga_id, budget=budget)
+        preview = await eng.preview(saga_id, budget=budget, **_selected(sc))
     return {p.step_id: p.predicted.value for p in preview.steps if p.predicted is not None}
 
 

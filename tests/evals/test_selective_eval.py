@@ -1,0 +1,71 @@
+"""Issue 27 in ``amends eval``: the ``selective`` family. amends undoes exactly each chosen step
+and what depends on it (the oracle computes that closure on its own), the preview of the
+selection predicts every state, and an engine that undoes more than it was asked is caught."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import amends
+from amends.evals.generator import FAMILIES, Scenario, StepSpec, generate
+from amends.evals.invariants import check, selection_scope
+from amends.evals.runner import run_scenario
+from amends.evals.suite import run_indexes
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+class SelectionIgnoredEngine(amends.Engine):
+    """Broken on purpose: undoes the whole saga whatever steps were chosen."""
+
+    async def undo(self, saga_id: str, **kw: Any) -> amends.UndoReport:
+        kw.pop("steps", None)
+        return await super().undo(saga_id, **kw)
+
+
+async def test_the_selective_family_holds_every_invariant() -> None:
+    k = FAMILIES.index("selective")
+    indexes = [k + len(FAMILIES) * j for j in range(12)]
+    assert {generate(5, i).family for i in indexes} == {"selective"}
+    assert all(generate(5, i).select for i in indexes)
+    amends_tally = (await run_indexes(indexes, 5, ("amends",)))["amends"]
+    assert amends_tally.sagas == 12
+    assert amends_tally.violations == dict.fromkeys(amends_tally.violations, 0), (
+        amends_tally.examples
+    )
+
+
+def test_the_oracle_computes_the_closure_on_its_own() -> None:
+    steps = (
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "a"}),
+        StepSpec("s2", "payments.charge", {"customer": "c1", "cents": 100}),
+        StepSpec("s3", "crm.update_field", {"record_id": "r2", "field": "stage",
+                                            "value": {"$ref": "s2", "key": "id"}}),
+        StepSpec("s4", "crm.update_field", {"record_id": "r1", "field": "owner", "value": "b"}),
+        StepSpec("s5", "payments.charge", {"customer": "c2", "cents": 1}, after=("s4",)),
+    )  # fmt: skip
+    sc = Scenario(1, 0, "handmade", steps, select=("s2",))
+    assert selection_scope(sc) == {"s2", "s3"}
+    sc = Scenario(1, 0, "handmade", steps, select=("s1",))
+    assert selection_scope(sc) == {"s1", "s4", "s5"}  # r1 written later, then after= it
+
+
+async def test_an_engine_that_undoes_more_than_it_was_asked_is_caught() -> None:
+    k = FAMILIES.index("selective")
+    found = []
+    for j in range(20):
+        sc = generate(5, k + len(FAMILIES) * j)
+        if sc.reversal_faults or sc.crash or sc.budget_calls < 200:
+            continue
+        if len(selection_scope(sc)) == len(sc.steps):
+            continue  # the closure is the whole saga: nothing to tell apart
+        good = check(await run_scenario(sc))
+        bad = check(await run_scenario(sc, engine_factory=SelectionIgnoredEngine))
+        assert good["honesty"] == [], good
+        found.append(bad["honesty"])
+        if len(found) == 3:
+            break
+    assert len(found) == 3
+    assert all(any("undone although the selection did not need it" in m for m in h) for h in found)
