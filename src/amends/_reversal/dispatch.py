@@ -164,18 +164,7 @@ class Caller:
         while True:
             attempt += 1
             if not (prepaid and attempt == 1):
-                kind = "follow_up" if phase == "follow_up" else "planned" if attempt == 1 else ""
-                try:
-                    self.take_call(tool, counter, step_id, kind)
-                except Stop as stop:
-                    if lost is None:
-                        raise
-                    raise Stop(
-                        StepState.IN_DOUBT,
-                        f"{tool} raised {type(lost).__name__}: {lost} (its answer was lost) and "
-                        f"the budget leaves no call to ask again ({stop.detail}); whether it "
-                        f"took effect is unknown",
-                    ) from None
+                self._pay(tool, counter, step_id, phase, attempt, lost)
             counter[0] += 1
             call = Call(
                 saga_id=self.saga.saga_id,
@@ -238,6 +227,30 @@ class Caller:
             f"{why} before {tool} could be tried again (after {counter[0]} attempt(s) the vendor "
             f"refused for now)",
         )
+
+    def _pay(
+        self,
+        tool: str,
+        counter: list[int],
+        step_id: str,
+        phase: Any,
+        attempt: int,
+        lost: Exception | None,
+    ) -> None:
+        """Spend the budget for one attempt (:meth:`take_call`); after a lost answer, a budget
+        that leaves no call to ask again leaves the outcome unknown (rule 5)."""
+        kind = "follow_up" if phase == "follow_up" else "planned" if attempt == 1 else ""
+        try:
+            self.take_call(tool, counter, step_id, kind)
+        except Stop as stop:
+            if lost is None:
+                raise
+            raise Stop(
+                StepState.IN_DOUBT,
+                f"{tool} raised {type(lost).__name__}: {lost} (its answer was lost) and "
+                f"the budget leaves no call to ask again ({stop.detail}); whether it "
+                f"took effect is unknown",
+            ) from None
 
     def _retry_wait(
         self,
