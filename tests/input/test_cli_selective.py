@@ -64,6 +64,11 @@ async def test_undo_steps_takes_back_the_charge_and_keeps_the_rest(
     assert "2 other steps kept as they are" in out
     assert WORLD.charges[charge]["refunded"] == 5000
     assert WORLD.crm["r2"]["charge"] is None and WORLD.crm["r1"]["stage"] == "won"
+    code = await asyncio.to_thread(main, ["undo", sid, "--db", db, "--steps", "s2"])
+    assert code == 0  # the same selection again: its report, announced as such
+    assert "Already undone at " in capsys.readouterr().out
+    code = await asyncio.to_thread(main, ["undo", sid, "--db", db, "--since", "s3"])
+    assert "Already undone" not in capsys.readouterr().out  # it extends the reversal now
     code = await asyncio.to_thread(main, ["undo", sid, "--db", db, "--since", "s3", "--json"])
     later = json.loads(capsys.readouterr().out)
     assert code == 1  # the email stands: a person must follow up

@@ -37,6 +37,7 @@ from amends import (
 
 from .._catalog_ref import SANDBOX_REF
 from .._describe import sentence
+from .._selection import covers, select
 from .._telemetry import add_log_format, configure_logging
 from ._common import (
     NO_CATALOG,
@@ -487,7 +488,12 @@ async def _undo_async(args: argparse.Namespace, budget: Budget, retry: list[str]
         rev = saga.reversal
         # a plain undo of a saga whose reversal finished joins it and does nothing (rule 6)
         plain = not (args.dry_run or retry or args.continue_)
-        args.already_at = rev.finished_at if plain and rev and rev.state == "done" else None
+        # issue 27: a reversal that does not cover this selection (or the whole saga) is
+        # extended by this undo, so it is not "already undone"
+        done = rev is not None and rev.state == "done"
+        if done and rev is not None:
+            done = covers(saga, rev.selection, select(saga, args.steps, args.since))
+        args.already_at = rev.finished_at if plain and rev and done else None
         catalog = catalog_for_saga(
             allowed_catalogs(args.catalog, args.db), saga,
             continuing=args.continue_ or bool(retry), allow_missing=args.allow_missing_tools,
