@@ -192,7 +192,7 @@ async def test_the_agent_can_undo_only_some_of_its_calls(framework: str, sync: b
     assert "Status: partially_reversed" in answer, answer
     assert "Selected: s2 (only these and what depends on them)" in answer
     assert "Kept as they are: s1" in answer
-    assert "Compensate  compensated  Charge 5000 cents to cus_acme" in answer
+    assert "Compensate  compensated  Charge 50.00 USD to cus_acme" in answer
     assert world.crm.read_field("acme", "stage") == "closed_won"
     assert world.snapshot()["payments"]["charges"]["ch_1"]["refunded"] == 5000
     report = await engine.undo(saga_id)
