@@ -15,7 +15,8 @@ it cancels: two workers a minute apart compute the same database time. Values re
 turned into the caller's clock the same way. A caller that passes a ``now`` other than its
 clock (a test simulating time) gets exactly that shift, as before.
 
-This module only writes SQL fragments; the statements live in :mod:`amends._log.sql`.
+This module only writes SQL fragments (and the error a lost lease raises); the statements live
+in :mod:`amends._log.sql`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .._errors import LeaseLostError
 from .database import Tx
 
 __all__ = ["as_db", "db", "local"]
@@ -44,3 +46,11 @@ def local(value: Any, db_now: Any) -> float | None:
     if value is None:
         return None
     return float(value) - (float(db_now) - time.time())
+
+
+def lost(reversal_id: str, current: Any, generation: int) -> LeaseLostError:
+    """The error of a write fenced out: another worker took the reversal over."""
+    return LeaseLostError(
+        f"reversal {reversal_id!r} was taken over by another worker (generation {current}, "
+        f"this worker holds {generation}); this worker stops and sends nothing more",
+    )

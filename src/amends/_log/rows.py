@@ -4,7 +4,7 @@ row reads back (issue 21.11: leases on the caller's clock, :mod:`amends._log.lea
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from . import leases
 from .base import Resolution, ReversalRecord, SagaRecord
@@ -16,6 +16,7 @@ __all__ = [
     "REV_COLS",
     "SAGA_COLS",
     "SELECTION_KEY",
+    "Selection",
     "budget_text",
     "rev_select",
     "reversal_of",
@@ -70,8 +71,18 @@ SELECTION_KEY = "selection"
 """Where the reversals row's ``budget`` column keeps :attr:`ReversalRecord.selection`."""
 
 
-def budget_text(budget: Mapping[str, Any], selection: Sequence[str] | None) -> str:
-    """The ``budget`` column: the run's budget and, for a selective undo, its selection."""
+Selection = Sequence[str] | None | Literal["keep"]
+"""What a reversal covers from a claim on: steps asked for, ``None`` (the whole saga) or
+``"keep"`` (what it covered, issue 27)."""
+
+
+def budget_text(
+    budget: Mapping[str, Any], selection: Selection, rev: ReversalRecord | None = None
+) -> str:
+    """The ``budget`` column: the run's budget and, for a selective undo, its selection
+    (``"keep"``: ``rev``'s, a continuation covers what the reversal covered)."""
+    if selection == "keep":
+        selection = rev.selection if rev is not None else None
     if selection is None:
         return dumps(dict(budget))
     return dumps({**budget, SELECTION_KEY: list(selection)})

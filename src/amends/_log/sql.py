@@ -15,12 +15,11 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from .._errors import (
     ConfigError,
     ContractError,
-    LeaseLostError,
     SagaNotFoundError,
     SagaStateError,
 )
@@ -59,6 +58,7 @@ from .records import (
 from .rows import N_SAGA as _N_SAGA
 from .rows import REV_COLS as _REV_COLS
 from .rows import SAGA_COLS as _SAGA_COLS
+from .rows import Selection as _Selection
 from .rows import budget_text as _budget_text
 from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
@@ -168,13 +168,6 @@ def _require_saga(tx: Tx, saga_id: str) -> None:
         )
 
 
-def _lease_lost(reversal_id: str, current: Any, generation: int) -> LeaseLostError:
-    return LeaseLostError(
-        f"reversal {reversal_id!r} was taken over by another worker (generation {current}, "
-        f"this worker holds {generation}); this worker stops and sends nothing more",
-    )
-
-
 _FENCE = "\x00fence:"
 """Prefix of a ``tx.cache`` key: the generation this transaction checked for a reversal, with
 its run and saga (``generation:continuations:saga_id``)."""
@@ -207,7 +200,7 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
         (reversal_id,),
     )
     if not rows or int(rows[0][0]) != generation:
-        raise _lease_lost(reversal_id, rows[0][0] if rows else None, generation)
+        raise leases.lost(reversal_id, rows[0][0] if rows else None, generation)
     saga_id = str(rows[0][1])
     head = tx.cache.get(saga_id, str(rows[0][3] or ""))
     run = int(rows[0][2] or 0)
@@ -460,7 +453,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
         now: float,
         after_continuation: int | None = None,
         reversal_id: str | None = None,
-        selection: Sequence[str] | None | Literal["keep"] = "keep",
+        selection: _Selection = "keep",
     ) -> Claim:
         first_id = reversal_id or f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
 
@@ -468,9 +461,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             _require_saga(tx, saga_id)
             rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             rev = _reversal(rows[0]) if rows else None
-            # issue 27: a continuation covers what the reversal covered unless told otherwise
-            chosen = (rev.selection if rev else None) if selection == "keep" else selection
-            text = _budget_text(budget, chosen)
+            text = _budget_text(budget, selection, rev)
             if rev is None:
                 return self._claim_tx(tx, saga_id, first_id, text, owner, lease_until, now)
             if rev.state != "done":  # rule 6: a run or continuation in progress is joined
@@ -532,7 +523,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                     "SELECT generation FROM reversals WHERE reversal_id=?", (reversal_id,)
                 )
                 if not rows or int(rows[0][0]) != generation:
-                    raise _lease_lost(reversal_id, rows[0][0] if rows else None, generation)
+                    raise leases.lost(reversal_id, rows[0][0] if rows else None, generation)
 
         await self.db.write(fn)
 
