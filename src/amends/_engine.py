@@ -341,8 +341,7 @@ class Engine(FollowUpMethods):
         or a person resolved it with :meth:`resolve`), or was asked to be retried
         (:meth:`retry`); a compensation logged done is never sent again. Its cost figures add
         to the reversal's (``UndoReport.runs`` keeps each run's own). Concurrent requests, here
-        or in other processes, join one continuation. Without a reversal yet, this is
-        :meth:`undo`.
+        or in other processes, join one continuation. Without a reversal yet: :meth:`undo`.
 
         Raises:
             SagaNotFoundError: No such saga in the log.

@@ -9,7 +9,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from ._budget import Budget
 from ._catalog_ref import needed_tools
@@ -18,9 +18,6 @@ from ._errors import ConfigError, ContractError, HistoryAlteredError, LeaseLostE
 from ._log import SagaLog
 from ._log.base import ReversalRecord, SagaRecord
 from ._report import UndoReport
-
-if TYPE_CHECKING:
-    from ._engine import Engine
 
 __all__ = [
     "RecoveryReport",
@@ -66,9 +63,11 @@ class ReversalRunner(Protocol):
     reversal per saga, every caller gets its report) and record the reversal in the engine's log.
     """
 
-    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport: ...
+    # ``engine`` is the amends.Engine that asks (typed Any: this module sits below _engine,
+    # which imports it; issue 22: no import cycle, type-only ones included)
+    async def undo(self, engine: Any, saga_id: str, budget: Budget) -> UndoReport: ...
 
-    async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+    async def resume(self, engine: Any, saga_id: str, budget: Budget) -> UndoReport:
         """:meth:`Engine.resume` there: continue the reversal, joining one in progress."""
         ...
 

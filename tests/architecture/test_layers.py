@@ -27,8 +27,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._calls", "amends._catalog_ref", "amends._joins"),
     ("amends._log", "amends._report", "amends._manual"),
     ("amends._saga", "amends._planner", "amends._observe", "amends._resolution"),
-    ("amends._reversal", "amends._toml_catalog", "amends.contract_file", "amends._selection",
-     "amends._engine_api"),  # fmt: skip
+    (
+        "amends._reversal",
+        "amends._toml_catalog",
+        "amends.contract_file",
+        "amends._selection",
+        "amends._engine_api",
+    ),
     ("amends._engine",),
     ("amends",),  # the package face: re-exports the public API
     ("amends.sandbox",),

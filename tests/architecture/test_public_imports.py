@@ -70,6 +70,14 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.cli.ops", "amends._log"): (
         "`amends doctor` inspects the log's own files, schema version and tamper-evident chain"
     ),
+    ("amends.cli.core", "amends._selection"): (
+        "`amends undo` says 'already undone' only when the finished reversal covers the "
+        "selection asked for (issue 27): the closure the engine itself computes"
+    ),
+    ("amends.server.api", "amends._selection"): (
+        "the HTTP undo answers 'already done' only when the finished reversal covers the "
+        "selection asked for (issue 27), as the CLI does"
+    ),
     ("amends.cli.core", "amends._describe"): (
         "`amends show` prints the same plain-language sentence of a step the report uses"
     ),
