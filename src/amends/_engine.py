@@ -172,9 +172,9 @@ class Engine(FollowUpMethods):
         Args:
             saga_id: The saga.
             budget: The budget to predict for (default ``Budget()``, undo's default).
-            steps, since: Preview a selective undo (:meth:`undo`'s ``steps=`` / ``since=``):
-                only the steps it covers, with what its closure adds and why
-                (``Preview.selection``).
+            steps: Preview a selective undo (:meth:`undo`'s ``steps=``): only the steps it
+                covers, with what its closure adds and why (``Preview.selection``).
+            since: Likewise for :meth:`undo`'s ``since=``.
 
         Raises:
             SagaNotFoundError: No such saga.
