@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import queue
 import re
 import threading
@@ -50,6 +51,10 @@ from .sqlite import _settle_all, signing_key_from_env
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
+
+# A library does not print: the pool's reconnection warnings go to the application's logging
+# if it has any, never straight to a CLI user's terminal (issue 26 item 9).
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 __all__ = ["PostgresLog", "redact"]
 
@@ -350,6 +355,7 @@ class _PgDatabase(Database):
             open=False,
             name="amends",
         )
+        self._first_connection(timeout)
         try:
             pool.open(wait=True, timeout=timeout)
         except psycopg_pool.PoolTimeout as exc:
@@ -361,6 +367,23 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             ) from exc
         return pool
+
+    def _first_connection(self, timeout: float) -> None:
+        """One connection before the pool opens, so an unreachable server, a wrong password or
+        a missing database fails at once with the server's own words (issue 26 item 9: the
+        pool retried for 10 s, printing its raw error to stderr each time)."""
+        try:
+            self._psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(timeout))
+            ).close()
+        except self._psycopg.OperationalError as exc:
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise LogError(
+                f"saga log {self.safe_url!r}: could not connect to PostgreSQL ({why}); check "
+                f"that the server is running and the URL's host, port, user, password and "
+                f"database are right (psql '<url>' tests it)",
+                path=self.safe_url,
+            ) from None
 
     # --- errors ---------------------------------------------------------------------------
     def translate(self, exc: BaseException) -> LogError:
