@@ -29,6 +29,7 @@ from amends import (
 
 __all__ = [
     "BROKEN_ENGINES",
+    "IgnoresCapEngine",
     "LooseEqualityEngine",
     "NoDriftCheckEngine",
     "NoIdempotencyEngine",
@@ -190,7 +191,19 @@ class UncheckedReportEngine(Engine):
         return dataclasses.replace(report, steps=steps)
 
 
+class IgnoresCapEngine(Engine):
+    """Ignores the caller's budget: its reversal runs on the largest budget there is, so an
+    agent's cascade of follow-ups goes on past the calls and tokens it was given (rule 7)."""
+
+    async def undo(self, saga_id: str, *, budget: Budget | None = None, **more: Any) -> UndoReport:
+        given = budget or Budget()
+        unbounded = Budget(tool_calls=Budget.MAX_TOOL_CALLS, tokens=Budget.MAX_TOKENS,
+                           seconds=given.seconds)  # fmt: skip
+        return await super().undo(saga_id, budget=unbounded, **more)
+
+
 BROKEN_ENGINES: dict[str, type[Engine]] = {
+    "broken-ignores-cap": IgnoresCapEngine,
     "broken-loose-equality": LooseEqualityEngine,
     "broken-no-drift-check": NoDriftCheckEngine,
     "broken-no-idempotency": NoIdempotencyEngine,

@@ -42,6 +42,7 @@ FAMILIES: tuple[str, ...] = (
     "stall",
     "one_plan",
     "selective",
+    "cascading_apology",
 )
 """Scenario families, assigned round-robin by index (see docs/evals.md). Six are the classes of
 issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency keys with a
@@ -53,7 +54,10 @@ on one resource), another actor's edit behind that gate, and tool-call budgets t
 undo short; the preview must predict every step's state. ``selective`` is issue 27's: undo only
 one or two chosen steps (``engine.undo(steps=...)``), sometimes asked twice at once or cut by
 the budget; exactly the chosen steps and what depends on them are undone, the rest stands, and
-the preview of the selection predicts every state."""
+the preview of the selection predicts every state. ``cascading_apology`` is issue 27 part 3's:
+the undo leaves mails to apologise for, a scripted agent answers each apology sent with two
+more, the operator allows some tools and a person refuses some of the rest, and the reversal's
+budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`)."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -182,6 +186,16 @@ class Scenario:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     select: tuple[str, ...] = ()
     """The steps a selective undo asks for (issue 27, ``undo(steps=...)``); empty: the saga."""
+    budget_tokens: int = 100_000
+    """The reversal's token budget (an agent's follow-ups spend it)."""
+    cascade: bool = False
+    """A scripted agent handles the manual actions after the undo (``cascading_apology``)."""
+    allow_tools: tuple[str, ...] = ()
+    """Tools the operator's policy lets that agent call without asking a person."""
+    agent_tokens: int = 0
+    """Tokens the agent spends on each proposal."""
+    refuse_every: int = 1
+    """The person refuses every n-th proposal shown to them (1: every one)."""
     """CRM records created before the saga (record id -> fields)."""
 
     @property
@@ -474,4 +488,11 @@ def generate(seed: int, index: int) -> Scenario:
             kw["requests"], kw["n_requests"] = "concurrent", 2
         if rng.random() < 0.3:
             kw["budget_calls"] = rng.randint(1, 2 * len(steps))
+    if family == "cascading_apology":  # issue 27 part 3: only the budget stops the agent
+        steps = _with(rng, steps, ("mail",) * rng.randint(2, 6))
+        kw.update(cascade=True, agent_tokens=rng.choice([0, 50, 300]),
+                  refuse_every=rng.randint(1, 3),
+                  allow_tools=rng.choice([(), ("mail.send",), ("mail.send", "sms.send")]),
+                  budget_tokens=rng.choice([100_000, rng.randint(100, 2000)]),
+                  budget_calls=rng.randint(len(steps), 3 * len(steps) + 6))  # fmt: skip
     return Scenario(seed, index, family, steps, records=records, **kw)

@@ -15,6 +15,7 @@ from typing import Any
 
 from amends import StepState
 
+from .cascade import check_cascade
 from .generator import Scenario
 from .runner import SagaResult
 
@@ -330,6 +331,11 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             said = r.preview.get(sid)
             if said != state:
                 v["preview"].append(f"{sid}: preview predicted {said}, undo reported {state}")
+
+    # --- bounded and honesty: an agent's cascade of follow-ups (issue 27 part 3, rule 7) -----
+    if r.cascade is not None:
+        for name, msgs in check_cascade(sc, r.cascade, r.effects, r.world).items():
+            v[name] += msgs
 
     # --- bounded ----------------------------------------------------------------------------
     for rep in r.reports:

@@ -33,6 +33,7 @@ from amends import (
 
 from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
+from .cascade import CascadeRun, run_cascade
 from .generator import Mutation, Scenario
 from .naive import NaiveUndoStack
 
@@ -129,6 +130,8 @@ class SagaResult:
     """step_id -> the state ``engine.preview`` predicted just before undo, when the world does
     not change between the two (no reversal fault, crash, stall or mutation in between);
     ``None`` otherwise (rule 10)."""
+    cascade: CascadeRun | None = None
+    """What the scripted cascading agent did after the undo (``cascading_apology``)."""
 
 
 def _resolve(value: Any, handles: dict[str, Step]) -> Any:
@@ -270,7 +273,9 @@ async def run_scenario_both(
             out.append(await _reversal(sc, "naive", copy, naive_request, naive_recover,
                                        forward, results))  # fmt: skip
         if amends:
-            budget = Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
+            budget = Budget(
+                tool_calls=sc.budget_calls, seconds=sc.budget_seconds, tokens=sc.budget_tokens
+            )
             current = [eng]
             predicted = await _predict(eng, saga.id, budget, world, sc)
 
@@ -290,6 +295,10 @@ async def run_scenario_both(
                 # a vendor refusing an inverse (a finance lock nobody declared) is not
                 # something a preview can see without sending the inverse (rule 10)
                 out[0].preview = predicted
+            if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
+                with use_world(world):
+                    out[0].cascade = await run_cascade(current[0], saga.id, sc)
+                out[0].effects, out[0].world = world.effects(), world.snapshot()
             if sc.stall:  # the stalled call acts late: the oracle judges the final world
                 await fwd
                 out[0].effects, out[0].world = world.effects(), world.snapshot()
