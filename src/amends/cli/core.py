@@ -59,6 +59,7 @@ from ._common import (
     safe,
 )
 from ._hints import command
+from ._preview import print_planned, print_preview
 
 __all__ = ["register"]
 
@@ -77,6 +78,7 @@ def register(sub: Any) -> None:
     )
     show.add_argument("saga_id", nargs="?", help="saga to show (omit to list recent sagas)")
     add_db_argument(show)
+    add_catalog_argument(show)  # issue 26 item 6: before undo, the preview needs the catalog
     show.add_argument("--json", action="store_true", help="print JSON")
     show.add_argument(
         "--history", action="store_true", help="also print the event history, one line per event"
@@ -250,7 +252,10 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(_saga_json(saga, events))
         return 0
-    _print_saga(console, saga, report)
+    preview = None
+    if saga.reversal is None and allowed_specs(args.catalog):
+        preview = run_async(_preview(args.db, args.catalog, saga)).to_dict()
+    _print_saga(console, saga, report, preview)
     if args.history or args.details:
         _print_history(console, events, args.details)
     return 0
@@ -266,8 +271,35 @@ def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
     }
 
 
-def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -> None:
-    """Concise (issue 17): the saga, then its report if it was undone, else its steps."""
+async def _preview(db: str, specs: list[str] | None, saga: SagaRecord) -> Any:
+    """``engine.preview`` of a saga not undone yet, with the catalog the operator allows that
+    the saga ran with, chosen as ``undo`` chooses it (rule 12): the same evaluation undo runs
+    (rule 10), never a second opinion. Probes only; nothing is written.
+
+    Raises:
+        ConfigError: None of the allowed catalogs is the saga's, or it lacks the saga's tools.
+    """
+    log = open_existing_log(db, read_only=True)
+    try:
+        catalog = catalog_for_saga(allowed_catalogs(specs, db), saga)
+    except BaseException:
+        await log.close()
+        raise
+    engine = Engine(catalog, log=log)
+    try:
+        return await engine.preview(saga.saga_id)
+    finally:
+        await engine.close()
+
+
+def _print_saga(
+    console: Console,
+    saga: SagaRecord,
+    report: UndoReport | None,
+    preview: dict[str, Any] | None = None,
+) -> None:
+    """Concise (issue 17): the saga, then its report if it was undone, else its steps: with
+    what undo would do (``preview``, issue 26 item 6), or a hint how to see it."""
     ref = recorded_catalog(saga).get("ref")
     console.print(f"[bold]{markup(saga.title)}[/bold]")
     print_item(
@@ -284,6 +316,9 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
         hint = command("show", saga.saga_id, "--history")
         console.print(f"[dim]The event log: {markup(hint)}[/dim]")
         return
+    if preview is not None:
+        print_planned(console, saga, preview, _when(preview.get("checked_at")))
+        return
     console.print("[bold]Steps[/bold]")
     rows = StepRows()
     for s in saga.steps:
@@ -299,8 +334,15 @@ def _print_saga(console: Console, saga: SagaRecord, report: UndoReport | None) -
         rows.add(s.step_id, cls, s.state, sentence(s.tool, s.args), details)
     rows.print(console)
     if rev is None:
-        preview, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
-        console.print(f"Not undone. Preview: {markup(preview)}; undo: {markup(undo)}")
+        dry, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
+        # issue 26 item 6: the preview needs the catalog, and only the operator names one
+        # (rule 12: never the one the log records); the command runs once it is allowed
+        see = command("show", saga.saga_id)
+        console.print(
+            f"What undo would do: `{markup(see)}` once the catalog that ran it is allowed "
+            f"(--catalog MODULE:ATTR or AMENDS_CATALOGS)"
+        )
+        console.print(f"Not undone. Preview: {markup(dry)}; undo: {markup(undo)}")
     else:
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
@@ -426,7 +468,7 @@ def _undo(args: argparse.Namespace) -> int:
         if args.json:
             print_json(data)
         else:
-            _print_preview(data)
+            print_preview(data, _when(data.get("checked_at")))
             _print_selection(data.get("selection"))
         return 0
     if args.json:
@@ -540,74 +582,6 @@ def _os_user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name (a container without /etc/passwd entry)
         return f"uid {os.getuid()}"
-
-
-_GROUPS = (
-    ("Will be reverted", ("Revert", "Cancel")),
-    ("Will be compensated (leaves residue)", ("Compensate",)),
-    ("Needs a person", ("Acknowledge",)),
-    ("Nothing to undo", (None,)),
-)
-
-
-def _print_preview(data: dict[str, Any]) -> None:
-    """The honest preview (rule 10), grouped as the web page groups it (issue 17)."""
-    console = Console()
-    console.print(
-        "[bold]What undo would do now[/bold] (undo simulated in its own order: every "
-        "expectation re-checked by its probe; nothing else was dispatched, no secret read)"
-    )
-    print_item(
-        console,
-        f"saga {markup(data.get('saga_id', ''))} · checked {_when(data.get('checked_at'))}",
-        indent=0,
-    )
-    steps = data.get("steps", [])
-    for title, verbs in _GROUPS:
-        group = [
-            s
-            for s in steps
-            if (s.get("verb") if not s.get("needs_review") else "Acknowledge") in verbs
-        ]
-        if not group:
-            continue
-        console.print(f"[bold]{title}[/bold] ({len(group)})")
-        rows = StepRows()
-        for s in group:
-            details = []
-            if s.get("inverse_description"):
-                details.append(f"undo: {markup(s['inverse_description'])}")
-            why = f"needs review: {s.get('check')}" if s.get("needs_review") else s.get("reason")
-            if s.get("predicted") in ("blocked", "over_budget", "failed"):
-                why = f"will be {s['predicted'].replace('_', ' ')}: {s.get('detail')}"
-            if why:
-                details.append(markup(why))
-            for r in s.get("expected_residue") or []:
-                details.append(f"leaves: {markup(r.get('what', ''))}")
-            verb = "Review" if s.get("needs_review") else (s.get("verb") or "—")
-            sent = s.get("description") or s["tool"]
-            rows.add(s["step_id"], verb, "", sent, details)
-        rows.print(console)
-    budget = data.get("budget") or {}
-    if budget:
-        print_item(
-            console,
-            f"predicted: {data.get('tool_calls', 0)} of {budget.get('tool_calls')} tool calls; "
-            f"{data.get('retry_reserve', 0)} left for retries and follow-ups",
-            indent=0,
-        )
-    for w in data.get("undo_windows", []):
-        print_item(
-            console,
-            f"undo window of step {markup(w['step_id'])} closes at {markup(w['closes_at'])}",
-            indent=0,
-        )
-    review = data.get("needs_review") or []
-    if review:
-        console.print(
-            f"[yellow]{len(review)} step(s) need a person's review before undo:[/yellow] "
-            f"{markup(', '.join(review))}"
-        )
 
 
 def _resolve(args: argparse.Namespace) -> int:

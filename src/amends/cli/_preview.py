@@ -1,0 +1,138 @@
+"""What undo would do, as ``amends undo --dry-run`` and ``amends show`` before undo print it
+(issue 17, issue 26 item 6): always from ``engine.preview``, the undo's own evaluation (rule 10).
+
+Nothing outside :mod:`amends.cli` imports from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from amends import SagaRecord
+
+from ._common import StepRows, markup, print_item
+from ._hints import command
+
+__all__ = ["preview_details", "print_planned", "print_preview"]
+
+
+_WOULD = (
+    ("revert", ("reverted",)),
+    ("compensate", ("compensated",)),
+    ("cancel", ("cancelled",)),
+    ("ask a person about", ()),  # every state in which the effect still stands (rule 8)
+    ("nothing to undo for", ("not_needed",)),
+)
+"""How "Undo would: ..." counts the predicted states, in this order (issue 26 item 6)."""
+
+
+def _would(predicted: Any) -> str:
+    for words, states in _WOULD:
+        if predicted in states:
+            return words
+    return "ask a person about"  # standing, or not predicted: unsure goes to a person
+
+
+def print_planned(
+    console: Console, saga: SagaRecord, preview: dict[str, Any], checked: str
+) -> None:
+    """A saga not undone yet: each step's sentence with what undo would do to it (the
+    preview's verb and predicted state, rule 10) and the counts, in the saga's own order."""
+    console.print(
+        f"[bold]Steps[/bold] — what undo would do now (checked {markup(checked)}; "
+        f"probes only, nothing else dispatched)"
+    )
+    planned = {p["step_id"]: p for p in preview.get("steps", [])}
+    rows = StepRows()
+    counts = dict.fromkeys((words for words, _ in _WOULD), 0)
+    for s in saga.steps:
+        p = planned.get(s.step_id)
+        if p is None:  # not in the plan: undo leaves it as it is
+            rows.add(s.step_id, "—", s.state, s.tool, [])
+            continue
+        counts[_would(p.get("predicted"))] += 1
+        verb = "Review" if p.get("needs_review") else (p.get("verb") or "—")
+        text = p.get("description") or s.tool
+        rows.add(s.step_id, verb, p.get("predicted") or "", text, preview_details(p))
+    rows.print(console)
+    said = " · ".join(f"{words} {n}" for words, n in counts.items() if n)
+    console.print(f"[bold]Undo would:[/bold] {markup(said or 'do nothing')}")
+    dry, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
+    # one command a line: at 80 columns each stays whole, and pastes as printed (issue 26 item 3)
+    console.print(f"In detail: {markup(dry)}")
+    console.print(f"Undo it: {markup(undo)}")
+
+
+_GROUPS = (
+    ("Will be reverted", ("Revert", "Cancel")),
+    ("Will be compensated (leaves residue)", ("Compensate",)),
+    ("Needs a person", ("Acknowledge",)),
+    ("Nothing to undo", (None,)),
+)
+
+
+def print_preview(data: dict[str, Any], checked: str) -> None:
+    """The honest preview (rule 10), grouped as the web page groups it (issue 17)."""
+    console = Console()
+    console.print(
+        "[bold]What undo would do now[/bold] (undo simulated in its own order: every "
+        "expectation re-checked by its probe; nothing else was dispatched, no secret read)"
+    )
+    print_item(
+        console,
+        f"saga {markup(data.get('saga_id', ''))} · checked {markup(checked)}",
+        indent=0,
+    )
+    steps = data.get("steps", [])
+    for title, verbs in _GROUPS:
+        group = [
+            s
+            for s in steps
+            if (s.get("verb") if not s.get("needs_review") else "Acknowledge") in verbs
+        ]
+        if not group:
+            continue
+        console.print(f"[bold]{title}[/bold] ({len(group)})")
+        rows = StepRows()
+        for s in group:
+            verb = "Review" if s.get("needs_review") else (s.get("verb") or "—")
+            sent = s.get("description") or s["tool"]
+            rows.add(s["step_id"], verb, "", sent, preview_details(s))
+        rows.print(console)
+    budget = data.get("budget") or {}
+    if budget:
+        print_item(
+            console,
+            f"predicted: {data.get('tool_calls', 0)} of {budget.get('tool_calls')} tool calls; "
+            f"{data.get('retry_reserve', 0)} left for retries and follow-ups",
+            indent=0,
+        )
+    for w in data.get("undo_windows", []):
+        print_item(
+            console,
+            f"undo window of step {markup(w['step_id'])} closes at {markup(w['closes_at'])}",
+            indent=0,
+        )
+    review = data.get("needs_review") or []
+    if review:
+        console.print(
+            f"[yellow]{len(review)} step(s) need a person's review before undo:[/yellow] "
+            f"{markup(', '.join(review))}"
+        )
+
+
+def preview_details(s: dict[str, Any]) -> list[str]:
+    """A previewed step's lines under its sentence (rich markup): its undo, why, residue."""
+    details = []
+    if s.get("inverse_description"):
+        details.append(f"undo: {markup(s['inverse_description'])}")
+    why = f"needs review: {s.get('check')}" if s.get("needs_review") else s.get("reason")
+    if s.get("predicted") in ("blocked", "over_budget", "failed"):
+        why = f"will be {s['predicted'].replace('_', ' ')}: {s.get('detail')}"
+    if why:
+        details.append(markup(why))
+    for r in s.get("expected_residue") or []:
+        details.append(f"leaves: {markup(r.get('what', ''))}")
+    return details
