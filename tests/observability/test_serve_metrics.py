@@ -50,12 +50,23 @@ def scrape(
     return parse(r.text)
 
 
+async def current(db: str, report: amends.UndoReport) -> amends.UndoReport:
+    log = amends.SqliteLog(db)
+    try:
+        return await amends.current_report(log, report)
+    finally:
+        await log.close()
+
+
 def test_metrics_scraped_after_the_demo_equal_its_report(tmp_path: Path) -> None:
     db, tokens = str(tmp_path / "demo.db"), str(tmp_path / "demo.tokens")
     demo = amends_cli("demo", "--db", db, "--json", "--html", str(tmp_path / "r.html"))
     assert demo.returncode == 0, demo.stderr
     result: dict[str, Any] = json.loads(demo.stdout)
-    report = amends.UndoReport.from_dict(result["report"])
+    # the report as it stands now: the demo ends with a person sending one draft, which
+    # handles that manual action (issue 27), after the undo's own report was made
+    report = asyncio.run(current(db, amends.UndoReport.from_dict(result["report"])))
+    assert report.handled("email_buyer") is not None
     made = amends_cli("token", "create", "--tenant", "acme", "--db", db, "--tokens", tokens)
     acme = made.stdout.strip()
     other = amends_cli("token", "create", "--tenant", "globex", "--db", db, "--tokens", tokens)
@@ -101,10 +112,11 @@ def test_metrics_scraped_after_the_demo_equal_its_report(tmp_path: Path) -> None
         assert done.returncode == 0, done.stderr
         resolved = scrape(srv.url, acme)  # another process wrote it: the log says so
         tool = report.step(step).tool
-        assert by(resolved, "amends_manual_actions").get(("handled", tool)) == 1
+        before = by(got, "amends_manual_actions").get(("handled", tool), 0)
+        assert by(resolved, "amends_manual_actions").get(("handled", tool)) == before + 1
         assert sum(
             v for (s, _), v in by(resolved, "amends_manual_actions").items() if s == "open"
-        ) == (len(report.manual_actions) - 1)
+        ) == (len(report.open_manual_actions) - 1)
         stderr = srv.stop()
 
     lines = [json.loads(line) for line in stderr.splitlines()]  # every line is JSON

@@ -158,7 +158,12 @@ def test_demo_serve_shows_the_demo_saga_and_its_outcome(
     saga = sagas["Close the ACME renewal"]
     assert saga["reversal"]["state"] == "done"
     page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{saga['saga_id']}").text
-    assert saga["reversal"]["headline"] in page
+    # the page shows the report as it stands: the demo ends with a person sending one draft
+    # (issue 27), which handles that manual action after the undo's report was stored
+    assert (
+        "8 of 12 taken back (4 compensated, leaving a trace) · 1 handled by a person · "
+        "3 need your attention"
+    ) in page
     ready = sagas["Upgrade ACME to the premium plan"]
     assert ready["reversal"] is None
     page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{ready['saga_id']}").text

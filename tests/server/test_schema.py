@@ -65,8 +65,10 @@ def test_openapi_document_lists_the_api(live: Live) -> None:
         "GET /reversals/{reversal_id}/events",
         "GET /sagas",
         "GET /sagas/{saga_id}",
+        "GET /sagas/{saga_id}/follow-ups",
         "GET /sagas/{saga_id}/preview",
         "POST /sagas/{saga_id}/retry",
+        "POST /sagas/{saga_id}/steps/{step_id}/follow-up",
         "POST /sagas/{saga_id}/steps/{step_id}/resolve",
         "POST /sagas/{saga_id}/steps/{step_id}/withdraw",
         "POST /sagas/{saga_id}/undo",
@@ -105,7 +107,7 @@ def test_every_generated_request_gets_a_documented_answer_never_a_5xx(live: Live
 
         check()
     print(f"schemathesis ({who}): {len(calls)} requests, statuses {sorted(seen.items())}")
-    assert len(seen) == 9  # every operation (issue 23: retry, withdraw)
+    assert len(seen) == 11  # every operation (issue 23: retry, withdraw; issue 27: follow-ups)
     if who == "anonymous":
         assert {c for codes in seen.values() for c in codes} == {401}
     else:

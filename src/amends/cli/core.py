@@ -373,12 +373,14 @@ def _summary(data: Any) -> str:
     """An event's data in a few words: its detail, the call it logs, or its plain fields."""
     if not isinstance(data, dict) or not data:
         return ""
+    # who acted stays on the line (issue 21 item 4: an approval's "by" is what history is for)
+    who = f"by {data['by']}: " if isinstance(data.get("by"), str) else ""
     if isinstance(data.get("detail"), str):
-        return str(data["detail"])
+        return who + str(data["detail"])
     if isinstance(data.get("tool"), str) and isinstance(data.get("args"), dict):
-        return sentence(data["tool"], data["args"])
+        return who + sentence(data["tool"], data["args"])
     if isinstance(data.get("title"), str):
-        return str(data["title"])
+        return who + str(data["title"])
     plain = [f"{k}={v}" for k, v in data.items() if isinstance(v, str | int | float | bool)]
     nested = [k for k, v in data.items() if isinstance(v, dict | list)]
     return " ".join(plain + nested)
