@@ -348,14 +348,14 @@ class _PgDatabase(Database):
             self.url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            kwargs=self._connect_kwargs(),
             check=self._check_connection,
             timeout=timeout,
             reconnect_timeout=max(self.retry_seconds, timeout),
             open=False,
             name="amends",
         )
-        self._first_connection(timeout)
+        self._first_connection()
         try:
             pool.open(wait=True, timeout=timeout)
         except psycopg_pool.PoolTimeout as exc:
@@ -368,14 +368,16 @@ class _PgDatabase(Database):
             ) from exc
         return pool
 
-    def _first_connection(self, timeout: float) -> None:
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """The options of every connection this log opens (the pool's and a direct one)."""
+        return {"autocommit": True, "connect_timeout": max(1, int(self.connect_timeout))}
+
+    def _first_connection(self) -> None:
         """One connection before the pool opens, so an unreachable server, a wrong password or
         a missing database fails at once with the server's own words (issue 26 item 9: the
         pool retried for 10 s, printing its raw error to stderr each time)."""
         try:
-            self._psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(timeout))
-            ).close()
+            self._psycopg.connect(self.url, **self._connect_kwargs()).close()
         except self._psycopg.OperationalError as exc:
             why = " ".join(str(exc).split()) or type(exc).__name__
             raise LogError(
@@ -431,9 +433,7 @@ class _PgDatabase(Database):
             stats = self.pool.get_stats()
             if stats.get("pool_size", 0) >= stats.get("pool_max", 1):
                 raise  # every connection is busy, none broken: wait in the retry loop
-            direct = self._psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout))
-            )
+            direct = self._psycopg.connect(self.url, **self._connect_kwargs())
             try:
                 yield direct
             finally:
