@@ -17,6 +17,7 @@ import queue
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -263,7 +264,7 @@ class _SqliteDatabase(Database):
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if not self.memory and not self.read_only:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = self._switch_to_wal(conn)
                 if str(mode).lower() != "wal":
                     raise LogError(
                         f"saga log {self.path!r} could not switch to WAL (got "
@@ -279,6 +280,26 @@ class _SqliteDatabase(Database):
                 raise translate(exc, self.path) from exc
             raise
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> str:
+        """``PRAGMA journal_mode = WAL``, waiting out other openers up to the busy timeout.
+
+        Switching a fresh file to WAL needs an exclusive lock, and SQLite answers "database is
+        locked" at once (its busy handler is not consulted there) while another process opens
+        the same new log: two agents starting together must both get the log, not one a
+        LogLockedError (found by tests/conformance `test_concurrent_opens_migrate_once`).
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.002
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
