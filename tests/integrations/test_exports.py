@@ -6,7 +6,15 @@ import importlib
 
 import pytest
 
-SHARED = ["agent_run", "agent_run_sync", "approval_message", "declare", "spend", "undo_tool"]
+SHARED = [
+    "agent_run",
+    "agent_run_sync",
+    "approval_message",
+    "declare",
+    "follow_up_tools",  # issue 27 part 3
+    "spend",
+    "undo_tool",
+]
 EXPORTS = {
     "amends.integrations.langchain": [
         "AmendsMiddleware",

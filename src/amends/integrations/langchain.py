@@ -34,11 +34,12 @@ from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import OmitFromInput
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphBubbleUp
-from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt import InjectedState, ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from pydantic import BaseModel
 
 import amends
 from amends import Catalog, Engine
@@ -68,6 +69,18 @@ from ._agents import (
     start_run,
     undo_tool_functions,
 )
+from ._follow_up_tools import (
+    LEFT_DOC,
+    LEFT_TOOL,
+    NOT_STEPS,
+    OPEN_DOC,
+    OPEN_TOOL,
+    SEND_DOC,
+    SEND_TOOL,
+    Answer,
+    run_tokens_of,
+    session_of,
+)
 
 __all__ = [
     "AmendsMiddleware",
@@ -78,6 +91,7 @@ __all__ = [
     "approval_message",
     "catalog_tools",
     "declare",
+    "follow_up_tools",
     "spend",
     "undo_tool",
 ]
@@ -458,7 +472,7 @@ class AmendsMiddleware(AgentMiddleware):
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
         turn, place = _turn_of(request)
-        if request.tool_call["name"] == UNDO_TOOL:  # not a step: it undoes its own saga
+        if request.tool_call["name"] in NOT_STEPS:  # undo, follow-ups: not steps of this saga
             self._not_a_step(request, turn, place)
             with self._run(request).activate():
                 return handler(request)
@@ -478,7 +492,7 @@ class AmendsMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         turn, place = _turn_of(request)
-        if request.tool_call["name"] == UNDO_TOOL:  # not a step: it undoes its own saga
+        if request.tool_call["name"] in NOT_STEPS:  # undo, follow-ups: not steps of this saga
             self._not_a_step(request, turn, place)
             with self._run(request).activate():
                 return await handler(request)
@@ -589,3 +603,80 @@ def undo_tool(budget: amends.Budget | None = None) -> StructuredTool:
     return StructuredTool.from_function(
         func=sync_fn, coroutine=async_fn, name=UNDO_TOOL, description=async_fn.__doc__ or ""
     )
+
+
+def _run_tokens(state: Any) -> int | None:
+    """The tokens the run's model calls reported so far (``usage_metadata``), if any did."""
+    counts = [run_tokens_of(m) for m in _messages(state) if isinstance(m, AIMessage)]
+    known = [n for n in counts if n is not None]
+    return sum(known) if known else None
+
+
+class _FollowUpArgs(BaseModel):
+    """``amends_follow_up``'s arguments (a model of its own: LangChain's schema from a function
+    renames a parameter called ``args``)."""
+
+    step_id: str
+    tool: str
+    args: dict[str, Any]
+    state: Annotated[Any, InjectedState] = None
+
+
+def follow_up_tools(agent: amends.FollowUpAgent) -> list[StructuredTool]:
+    """LangChain tools with which an agent handles the open manual actions of a reversal
+    (issue 27, docs/follow-ups.md): ``amends_open_actions`` lists them (drafts, recipients),
+    ``amends_follow_up`` proposes one follow-up, ``amends_follow_up_status`` says what is left.
+
+    ``agent`` is ``engine.follow_up_agent(saga_id, by=..., allow=[...], approve=...)``: every
+    proposal passes its approval gate and the reversal's budget (the tokens the run's model
+    reported since the previous proposal count as that proposal's); read ``agent.outcomes``
+    and ``agent.left`` after the run. A follow-up not sent (refused, the budget spent, the
+    vendor refused) is an error ``ToolMessage`` the model reads; the run goes on. The tools are
+    never steps of a saga, with or without :class:`AmendsMiddleware`.
+
+    Raises:
+        ConfigError: ``agent`` is not an ``amends.FollowUpAgent``.
+    """
+    session = session_of(agent)
+
+    def answer(a: Answer) -> str:
+        if not a.ok:
+            raise ToolException(a.text)  # handle_tool_error: an error ToolMessage
+        return a.text
+
+    async def open_actions() -> str:
+        return answer(await session.open_actions())
+
+    async def send(
+        step_id: str,
+        tool: str,
+        args: dict[str, Any],
+        state: Annotated[Any, InjectedState] = None,
+    ) -> str:
+        return answer(await session.send(step_id, tool, args, _run_tokens(state)))
+
+    async def left() -> str:
+        return answer(await session.left())
+
+    out = []
+    made = (
+        (OPEN_TOOL, OPEN_DOC, open_actions, _schema(open_actions)),
+        (SEND_TOOL, SEND_DOC, send, _FollowUpArgs),
+        (LEFT_TOOL, LEFT_DOC, left, _schema(left)),
+    )
+    for name, doc, fn, schema in made:
+
+        def sync_fn(__fn: Callable[..., Awaitable[str]] = fn, **kwargs: Any) -> str:
+            return amends.run(__fn(**kwargs))  # invoke(): runs in ToolNode's worker thread
+
+        out.append(
+            StructuredTool.from_function(
+                func=sync_fn,
+                coroutine=fn,
+                name=name,
+                description=doc,
+                args_schema=schema,
+                handle_tool_error=True,
+            )
+        )
+    return out

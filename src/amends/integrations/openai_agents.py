@@ -57,6 +57,18 @@ from ._agents import (
     current_run,
     undo_tool_functions,
 )
+from ._follow_up_tools import (
+    LEFT_DOC,
+    LEFT_TOOL,
+    NOT_STEPS,
+    OPEN_DOC,
+    OPEN_TOOL,
+    SEND_DOC,
+    SEND_TOOL,
+    Answer,
+    run_tokens_of,
+    session_of,
+)
 
 __all__ = [
     "AgentRunOutcome",
@@ -67,6 +79,7 @@ __all__ = [
     "approval_requests",
     "catalog_function_tools",
     "declare",
+    "follow_up_tools",
     "run_agent",
     "run_agent_sync",
     "spend",
@@ -179,7 +192,7 @@ def wrap_tools(
     check_approval(approval)
     return [
         _wrap(t, engine.catalog, names, approval)
-        if isinstance(t, FunctionTool) and t.name != UNDO_TOOL  # undo is not a step
+        if isinstance(t, FunctionTool) and t.name not in NOT_STEPS  # undo, follow-ups: no steps
         else t
         for t in tools
     ]
@@ -388,3 +401,58 @@ def undo_tool(budget: amends.Budget | None = None) -> FunctionTool:
     (``amends_undo``); it answers with the honest report. Use it with :func:`run_agent` (or
     inside :func:`agent_run`); it is never recorded as a step itself."""
     return function_tool(undo_tool_functions(budget)[1], name_override=UNDO_TOOL)
+
+
+class _NotSent(Exception):
+    """A follow-up tool's error answer: the SDK's failure handler hands the model its text."""
+
+
+def _error_text(ctx: Any, error: Exception) -> str:
+    return str(error)
+
+
+def follow_up_tools(agent: amends.FollowUpAgent) -> list[FunctionTool]:
+    """Function tools with which an agent handles the open manual actions of a reversal
+    (issue 27, docs/follow-ups.md): ``amends_open_actions`` lists them (drafts, recipients),
+    ``amends_follow_up`` proposes one follow-up, ``amends_follow_up_status`` says what is left.
+
+    ``agent`` is ``engine.follow_up_agent(saga_id, by=..., allow=[...], approve=...)``: every
+    proposal passes its approval gate and the reversal's budget (the tokens of the run's usage
+    since the previous proposal count as that proposal's); read ``agent.outcomes`` and
+    ``agent.left`` after the run. A follow-up not sent (refused, the budget spent, the vendor
+    refused) is a tool error the model reads (the tool's failure handler); the run goes on.
+    Run them with ``Runner.run`` or :func:`run_agent`; they are never steps of a saga.
+
+    Raises:
+        ConfigError: ``agent`` is not an ``amends.FollowUpAgent``.
+    """
+    session = session_of(agent)
+
+    def answer(a: Answer) -> str:
+        if not a.ok:
+            raise _NotSent(a.text)
+        return a.text
+
+    async def open_actions() -> str:
+        return answer(await session.open_actions())
+
+    async def send(ctx: ToolContext[Any], step_id: str, tool: str, args: dict[str, Any]) -> str:
+        return answer(await session.send(step_id, tool, args, run_tokens_of(ctx.usage)))
+
+    async def left() -> str:
+        return answer(await session.left())
+
+    return [
+        function_tool(
+            fn,
+            name_override=name,
+            description_override=doc,
+            failure_error_function=_error_text,
+            strict_mode=False,  # args: any object
+        )
+        for name, doc, fn in (
+            (OPEN_TOOL, OPEN_DOC, open_actions),
+            (SEND_TOOL, SEND_DOC, send),
+            (LEFT_TOOL, LEFT_DOC, left),
+        )
+    ]

@@ -43,7 +43,6 @@ from ._agent_parts import (
     title_from,
 )
 from ._agents import (
-    UNDO_TOOL,
     AgentRun,
     Answers,
     agent_run,
@@ -54,6 +53,17 @@ from ._agents import (
     start_run,
     undo_tool_functions,
 )
+from ._follow_up_tools import (
+    LEFT_DOC,
+    LEFT_TOOL,
+    NOT_STEPS,
+    OPEN_DOC,
+    OPEN_TOOL,
+    SEND_DOC,
+    SEND_TOOL,
+    run_tokens_of,
+    session_of,
+)
 
 __all__ = [
     "AmendsToolset",
@@ -62,6 +72,7 @@ __all__ = [
     "approval_message",
     "catalog_toolset",
     "declare",
+    "follow_up_tools",
     "spend",
     "undo_tool",
 ]
@@ -237,7 +248,7 @@ class AmendsToolset(WrapperToolset[Any]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
         turn, place, part = _turn_of(ctx)
-        if name == UNDO_TOOL:  # not a step: it undoes the saga its steps belong to
+        if name in NOT_STEPS:  # undo (it undoes this saga), follow-ups (of the reversal)
             self._run().begun(place, turn)
             with self._run().activate():
                 return await call()
@@ -295,3 +306,37 @@ def undo_tool(budget: amends.Budget | None = None) -> Any:
     (``amends_undo``); it answers with the honest report. Put it in the toolset you wrap in
     :class:`AmendsToolset`; it is never recorded as a step itself."""
     return undo_tool_functions(budget)[1]
+
+
+def follow_up_tools(agent: amends.FollowUpAgent) -> FunctionToolset[Any]:
+    """A ``FunctionToolset`` with which an agent handles the open manual actions of a reversal
+    (issue 27, docs/follow-ups.md): ``amends_open_actions`` lists them (drafts, recipients),
+    ``amends_follow_up`` proposes one follow-up, ``amends_follow_up_status`` says what is left.
+
+    ``agent`` is ``engine.follow_up_agent(saga_id, by=..., allow=[...], approve=...)``: every
+    proposal passes its approval gate and the reversal's budget (the tokens of the run's usage
+    since the previous proposal count as that proposal's); read ``agent.outcomes`` and
+    ``agent.left`` after the run. A follow-up not sent (refused, the budget spent, the vendor
+    refused) is an answer starting ``amends:`` that the model reads, not ``ModelRetry`` (which
+    would end the run after a few). The tools are never steps of a saga, even wrapped in
+    :class:`AmendsToolset`.
+
+    Raises:
+        ConfigError: ``agent`` is not an ``amends.FollowUpAgent``.
+    """
+    session = session_of(agent)
+
+    async def open_actions() -> str:
+        return (await session.open_actions()).text
+
+    async def send(ctx: RunContext[Any], step_id: str, tool: str, args: dict[str, Any]) -> str:
+        return (await session.send(step_id, tool, args, run_tokens_of(ctx.usage))).text
+
+    async def left() -> str:
+        return (await session.left()).text
+
+    toolset: FunctionToolset[Any] = FunctionToolset()
+    toolset.add_function(open_actions, name=OPEN_TOOL, description=OPEN_DOC)
+    toolset.add_function(send, name=SEND_TOOL, description=SEND_DOC)
+    toolset.add_function(left, name=LEFT_TOOL, description=LEFT_DOC)
+    return toolset

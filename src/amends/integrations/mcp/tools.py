@@ -419,6 +419,8 @@ async def _follow_up(r: _Request) -> Any:
     reversal's budget (the engine stops the agent at the cap: ``not_done``, nothing called)."""
     from amends import FollowUpProposal
 
+    from .._follow_up_tools import outcome_answer
+
     a = r.args
     step_id, tool, call_args, tokens = (
         a.get("step_id"),
@@ -453,11 +455,8 @@ async def _follow_up(r: _Request) -> Any:
     outcome = await agent.propose(FollowUpProposal(step_id, tool, call_args, tokens))
     data = outcome.to_dict()
     data["open_manual_actions"] = [m.to_dict() for m in await agent.open_actions()]
-    text = f"Follow-up {outcome.state}: {outcome.detail}"
-    if outcome.state == "not_done" and agent.stopped is not None:
-        left = ", ".join(m["step_id"] for m in data["open_manual_actions"]) or "none"
-        text += f"\nStopped: make no more follow-up calls. Manual actions still open: {left}"
-    return _ok(text, data)
+    # the words the framework adapters' follow-up tools use too (one text, issue 27)
+    return _ok((await outcome_answer(agent, outcome)).text, data)
 
 
 _HANDLERS: dict[str, Callable[[_Request], Awaitable[Any]]] = {
