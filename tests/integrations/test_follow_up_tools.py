@@ -20,7 +20,9 @@ import pytest
 from agent_scene import new_engine
 
 import amends
-from amends.sandbox import World
+from amends.sandbox import World, sandbox_catalog
+
+FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
 
 FINAL = "The follow-ups are done."
 PEOPLE = ["ann@example.com", "bob@example.com", "cy@example.com"]
@@ -145,9 +147,13 @@ DRIVERS: dict[str, Driver] = {
 }
 
 
-async def undone(budget: amends.Budget) -> tuple[World, amends.Engine, str]:
-    """Three emails sent, then undone: three manual actions (s1, s2, s3), nothing called yet."""
+async def undone(budget: amends.Budget, log: str | None = None) -> tuple[World, amends.Engine, str]:
+    """Three emails sent, then undone: three manual actions (s1, s2, s3), nothing called yet.
+    ``log``: a log URL (PostgreSQL); default an in-memory SQLite log."""
     world, engine = new_engine()
+    if log is not None:
+        await engine.close()
+        engine = amends.Engine(sandbox_catalog(world), log=log, retry=FAST)
     async with engine.saga("Invite everyone") as saga:
         for who in PEOPLE:
             saga.call("mail.send", to=who, subject="Party", body="Come at 8")
@@ -226,7 +232,21 @@ async def test_a_cascading_agent_is_stopped_at_the_call_cap(framework: str) -> N
     """The agent answers each apology with more (a second apology, an SMS); the budget allows two
     calls: exactly two reach the vendor, every later proposal is an error answer saying it was
     stopped and not done, and the status lists them and the manual action still open."""
-    world, engine, saga_id = await undone(amends.Budget(tool_calls=2))
+    await cascade(framework, None)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("framework", DRIVERS)
+async def test_a_cascading_agent_is_stopped_at_the_call_cap_on_postgresql(
+    framework: str, pg_url: str
+) -> None:
+    """The same cascade with the reversal logged in PostgreSQL (the log's claims and budget)."""
+    await cascade(framework, pg_url)
+
+
+async def cascade(framework: str, log: str | None) -> None:
+    world, engine, saga_id = await undone(amends.Budget(tool_calls=2), log)
     agent = engine.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send", "sms.send"])
     sms = {"step_id": "s1", "tool": "sms.send", "args": {"to": "+1-555-0100", "text": "sorry"}}
     script: Script = [
@@ -294,6 +314,30 @@ async def test_a_refused_follow_up_leaves_the_manual_action_open(framework: str)
     assert [m.step_id for m in report.open_manual_actions] == ["s1", "s2", "s3"]
     rev = await engine.log.get_reversal(saga_id=saga_id)
     assert rev is not None and rev.calls_spent == 0
+    await engine.close()
+
+
+@pytest.mark.parametrize("framework", DRIVERS)
+async def test_bad_follow_ups_are_error_answers_and_nothing_is_sent(framework: str) -> None:
+    """A step that does not exist, a tool not in the catalog: each is an error answer naming what
+    is wrong; nothing reaches a vendor, the budget is untouched, and the run goes on."""
+    world, engine, saga_id = await undone(amends.Budget(tool_calls=5))
+    agent = engine.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send", "fax.send"])
+    _, good = apology(1)
+    script: Script = [
+        [("amends_follow_up", {**good, "step_id": "s9"})],
+        [("amends_follow_up", {**good, "tool": "fax.send"})],
+    ]
+    answers, _ = await DRIVERS[framework](engine, agent, script)
+    assert [error for _, error in answers] == [True, True]
+    assert answers[0][0].startswith("amends: follow-up not_done for step s9: not attempted: ")
+    assert f"saga {saga_id!r} has no step 's9'; its steps are s1, s2, s3" in answers[0][0]
+    assert answers[1][0].startswith("amends: follow-up not_done for step s1: not attempted: ")
+    assert "no tool 'fax.send' in the catalog to send the follow-up with" in answers[1][0]
+    assert mails(world, "Sorry") == []
+    rev = await engine.log.get_reversal(saga_id=saga_id)
+    assert rev is not None and rev.calls_spent == 0
+    assert len((await engine.report(saga_id)).open_manual_actions) == 3  # type: ignore[union-attr]
     await engine.close()
 
 
