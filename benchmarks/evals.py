@@ -98,6 +98,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     sec.notes.append(
         f"sagas/s: median {s.fmt(digits=0)} over seeds {', '.join(map(str, seeds))}. Each saga: "
         "generate an adversarial scenario, run it forward on an in-memory SQLite saga log "
+        "(a saga whose worker crashes: a SQLite file, reopened by the recovering engine) "
         "against the sandbox vendors, let other actors mutate the world, undo it with amends "
         "and (on a copy of the same world) with the naive undo stack, and check the five "
         "invariants on the world for both. CPU ms/saga counts both engines, every process."

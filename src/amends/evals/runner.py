@@ -12,8 +12,11 @@ how long each request took.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +189,7 @@ async def run_scenario(
 
     ``log`` may be shared by many scenarios (their saga ids differ), except by one with a crash
     point: its recovery scans the whole log, so it runs on ``crash_log`` (a log no other
-    scenario uses meanwhile) or a private ``:memory:`` log.
+    scenario uses meanwhile) or a private log file (see :func:`run_scenario_both`).
     """
     out = await run_scenario_both(
         sc, engine_factory=engine_factory, log=log, crash_log=crash_log,
@@ -208,16 +211,61 @@ async def run_scenario_both(
     the world, by the naive undo stack: both engines undo literally the same saga.
 
     A scenario with a crash point runs on ``crash_log``, a log no other scenario uses while
-    this one runs (its recovery scans the whole log), or else on a fresh ``:memory:`` log.
+    this one runs (its recovery scans the whole log), or else on a private log file. Its
+    recovery reopens that log from its file (:func:`reopen`): the recovering engine reads only
+    what the crashed one committed, as after a real restart (issue 29).
     """
+    async with contextlib.AsyncExitStack() as stack:
+        use: SagaLog
+        if sc.crash is not None and crash_log is not None:
+            use = crash_log
+        elif sc.crash is not None:
+            use = await stack.enter_async_context(crash_log_file())
+        elif log is None:
+            use = SqliteLog(":memory:", synchronous="OFF")
+            stack.push_async_callback(use.close)
+        else:
+            use = log
+        return await _run_both(sc, engine_factory, use, stack, amends=amends, naive=naive)
+
+
+@contextlib.asynccontextmanager
+async def crash_log_file(directory: str | None = None) -> AsyncIterator[SqliteLog]:
+    """A saga log in a file of its own (in ``directory``, or a temporary one removed after),
+    for a scenario whose worker crashes: its recovery reopens the file (:func:`reopen`)."""
+    with contextlib.ExitStack() as files:
+        if directory is None:
+            directory = files.enter_context(tempfile.TemporaryDirectory(prefix="amends-eval-"))
+        fd, path = tempfile.mkstemp(suffix=".db", dir=directory)
+        os.close(fd)
+        os.unlink(path)  # SqliteLog creates it, owner-only (0600)
+        log = SqliteLog(path, synchronous="OFF")
+        try:
+            yield log
+        finally:
+            await log.close()
+
+
+def reopen(log: SagaLog) -> SagaLog | None:
+    """A new connection to ``log``'s file, as a restarted worker opens it (``synchronous=OFF``:
+    a process crash loses nothing SQLite committed; only power loss would). ``None`` for a log
+    without a file of its own (``:memory:``, a server): recovery then uses the same object."""
+    if isinstance(log, SqliteLog) and log.path != ":memory:":
+        return SqliteLog(log.path, synchronous="OFF")
+    return None
+
+
+async def _run_both(
+    sc: Scenario,
+    engine_factory: EngineFactory | None,
+    log: SagaLog,
+    closing: contextlib.AsyncExitStack,
+    *,
+    amends: bool,
+    naive: bool,
+) -> list[SagaResult]:
     world = new_world(sc)
     catalog = eval_catalog()
-    if sc.crash is not None:
-        log = crash_log
-    private = log is None
-    if private:
-        log = SqliteLog(":memory:", synchronous="OFF")
-    assert log is not None
     factory = engine_factory or Engine
     lease = CRASH_LEASE if sc.crash else 15.0
     eng = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
@@ -240,74 +288,73 @@ async def run_scenario_both(
             except (AmendsError, ConnectionError, TimeoutError):
                 pass  # a forward step failed or is in doubt (injected): undo what did run
 
-    try:
-        for tool, kind, times in sc.forward_faults:
-            world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
-        if sc.stall:  # held until the undo answered or stall_seconds after it was asked
-            world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
-        fwd = asyncio.create_task(forward_pass())
-        if sc.stall:  # undo is asked while the stalled call is still in flight
-            while not fwd.done() and any(f["op"] == sc.stall for f in world.faults.pending()):
-                await asyncio.sleep(0.005)
-            await asyncio.sleep(0.02)
-        else:
-            await fwd
-        saga = sagas[0]
-        world.faults.clear()
-        forward = {sid: h.state for sid, h in handles.items()}
-        results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
-        _mutate(world, sc, results, sc.mutations)
-        out: list[SagaResult] = []
-        if naive:
-            record = await log.get_saga(saga.id)
-            assert record is not None
-            copy = world.copy()
-            stack = NaiveUndoStack.from_saga(catalog, record)
-
-            async def naive_request() -> UndoReport:
-                return await stack.undo()
-
-            async def naive_recover() -> list[UndoReport]:
-                return []  # the user clicks Undo again: the stack was never cleared
-
-            out.append(await _reversal(sc, "naive", copy, naive_request, naive_recover,
-                                       forward, results))  # fmt: skip
-        if amends:
-            budget = Budget(
-                tool_calls=sc.budget_calls, seconds=sc.budget_seconds, tokens=sc.budget_tokens
-            )
-            current = [eng]
-            predicted = await _predict(eng, saga.id, budget, world, sc)
-
-            async def request() -> UndoReport:
-                return await current[0].undo(saga.id, budget=budget, **_selected(sc))
-
-            async def recover() -> list[UndoReport]:
-                await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
-                fresh = factory(catalog, log=log, retry=FAST_RETRY, lease_seconds=lease)
-                current[0] = fresh
-                return list((await fresh.recover()).resumed)
-
-            out.insert(0, await _reversal(sc, "amends", world, request, recover, forward,
-                                          results))  # fmt: skip
-            first = out[0].reports[0].steps if out[0].reports else ()
-            if not any(o.state.value == "failed" for o in first):
-                # a vendor refusing an inverse (a finance lock nobody declared) is not
-                # something a preview can see without sending the inverse (rule 10)
-                out[0].preview = predicted
-            if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
-                with use_world(world):
-                    out[0].cascade = await run_cascade(current[0], saga.id, sc)
-                out[0].effects, out[0].world = world.effects(), world.snapshot()
-            if sc.stall:  # the stalled call acts late: the oracle judges the final world
-                await fwd
-                out[0].effects, out[0].world = world.effects(), world.snapshot()
-        world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
+    for tool, kind, times in sc.forward_faults:
+        world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+    if sc.stall:  # held until the undo answered or stall_seconds after it was asked
+        world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
+    fwd = asyncio.create_task(forward_pass())
+    if sc.stall:  # undo is asked while the stalled call is still in flight
+        while not fwd.done() and any(f["op"] == sc.stall for f in world.faults.pending()):
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)
+    else:
         await fwd
-        return out
-    finally:
-        if private:
-            await log.close()
+    saga = sagas[0]
+    world.faults.clear()
+    forward = {sid: h.state for sid, h in handles.items()}
+    results = {sid: h.result for sid, h in handles.items() if h.state == "done"}
+    _mutate(world, sc, results, sc.mutations)
+    out: list[SagaResult] = []
+    if naive:
+        record = await log.get_saga(saga.id)
+        assert record is not None
+        copy = world.copy()
+        stack = NaiveUndoStack.from_saga(catalog, record)
+
+        async def naive_request() -> UndoReport:
+            return await stack.undo()
+
+        async def naive_recover() -> list[UndoReport]:
+            return []  # the user clicks Undo again: the stack was never cleared
+
+        out.append(await _reversal(sc, "naive", copy, naive_request, naive_recover,
+                                   forward, results))  # fmt: skip
+    if amends:
+        budget = Budget(
+            tool_calls=sc.budget_calls, seconds=sc.budget_seconds, tokens=sc.budget_tokens
+        )
+        current = [eng]
+        predicted = await _predict(eng, saga.id, budget, world, sc)
+
+        async def request() -> UndoReport:
+            return await current[0].undo(saga.id, budget=budget, **_selected(sc))
+
+        async def recover() -> list[UndoReport]:
+            await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
+            restarted = reopen(log)  # a new worker opens the log from its file
+            if restarted is not None:
+                closing.push_async_callback(restarted.close)
+            fresh = factory(catalog, log=restarted or log, retry=FAST_RETRY, lease_seconds=lease)
+            current[0] = fresh
+            return list((await fresh.recover()).resumed)
+
+        out.insert(0, await _reversal(sc, "amends", world, request, recover, forward,
+                                      results))  # fmt: skip
+        first = out[0].reports[0].steps if out[0].reports else ()
+        if not any(o.state.value == "failed" for o in first):
+            # a vendor refusing an inverse (a finance lock nobody declared) is not
+            # something a preview can see without sending the inverse (rule 10)
+            out[0].preview = predicted
+        if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
+            with use_world(world):
+                out[0].cascade = await run_cascade(current[0], saga.id, sc)
+            out[0].effects, out[0].world = world.effects(), world.snapshot()
+        if sc.stall:  # the stalled call acts late: the oracle judges the final world
+            await fwd
+            out[0].effects, out[0].world = world.effects(), world.snapshot()
+    world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
+    await fwd
+    return out
 
 
 def _selected(sc: Scenario) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import gc
 import math
 import multiprocessing
 import os
+import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +21,7 @@ from amends import ConfigError, Engine, SqliteLog
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
 from .invariants import INVARIANTS, applicable, check
-from .runner import SagaResult, run_scenario, run_scenario_both
+from .runner import SagaResult, crash_log_file, run_scenario, run_scenario_both
 
 __all__ = [
     "CONCURRENCY",
@@ -210,7 +212,7 @@ async def run_suite(
     chunks = [range(k, sagas, n_chunks) for k in range(n_chunks)]
     tallies = {e: EngineTally(e) for e in engines}
     loop = asyncio.get_running_loop()
-    ctx = multiprocessing.get_context("spawn")  # no inherited threads or event loops
+    ctx = multiprocessing.get_context(_start_method())
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
         futures = [
             loop.run_in_executor(
@@ -230,6 +232,17 @@ async def run_suite(
                 f.cancel()
             await asyncio.gather(*futures, return_exceptions=True)
     return tallies
+
+
+def _start_method() -> str:
+    """How worker processes start: ``fork`` when this process runs a single thread on a system
+    that has it (a worker then starts with amends, the catalog's modules and the generator
+    already imported: issue 29, a spawned worker spends ~0.4 s of CPU importing them again);
+    ``spawn`` otherwise, since forking a process with other threads running can copy a lock
+    one of them holds (the terminal's progress bar runs a thread)."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
 
 
 def _run_chunk(
@@ -254,9 +267,11 @@ async def run_indexes(
 
     Scenarios without a crash point share ``shared_logs`` in-memory logs (creating and closing
     one SQLite log per saga would dominate the run). A crash scenario's recovery scans its whole
-    log, so it runs on a log of its own while it runs: one from a pool, reused by the next crash
-    scenario once no reversal on it is unfinished (issue 12: a new SQLite log per crash saga
-    cost ~1.7 ms of CPU).
+    log, so it runs on a log of its own while it runs: a SQLite file in this batch's temporary
+    directory, which its recovery reopens (a new connection reading what the crashed worker
+    committed, issue 29), from a pool reused by the next crash scenario once no reversal on it
+    is unfinished (issue 12: a new SQLite log per crash saga cost ~1.7 ms of CPU). The files
+    are closed and removed when the batch ends.
     """
     with batch_gc():
         return await _run_indexes(list(indexes), seed, engines, concurrency, shared_logs, on_done)
@@ -277,7 +292,8 @@ async def _run_indexes(
     sleepy_gate = asyncio.Semaphore(4 * concurrency)
     logs = [SqliteLog(":memory:", synchronous="OFF") for _ in range(shared_logs)]
     free: list[SqliteLog] = []  # crash logs no scenario is using
-    made: list[SqliteLog] = []
+    files = contextlib.AsyncExitStack()  # the batch's crash log files, closed and removed after
+    directory = files.enter_context(tempfile.TemporaryDirectory(prefix="amends-eval-"))
 
     async def one(engine: str, index: int) -> None:
         kind, factory = engine_factory(engine)
@@ -285,10 +301,10 @@ async def _run_indexes(
         sc = generate(seed, index)
         async with sleepy_gate if sc.stall or sc.crash is not None else gate:
             crash_log = None
-            if sc.crash is not None:
-                crash_log = free.pop() if free else SqliteLog(":memory:", synchronous="OFF")
-                if crash_log not in made:
-                    made.append(crash_log)
+            if sc.crash is not None:  # a file: its recovery reopens it, as a restart would
+                crash_log = free.pop() if free else None
+                if crash_log is None:
+                    crash_log = await files.enter_async_context(crash_log_file(directory))
             try:
                 if engine == "amends" and "naive" in engines:  # one forward pass for both
                     rs = await run_scenario_both(sc, log=log, crash_log=crash_log)
@@ -308,9 +324,10 @@ async def _run_indexes(
     jobs = [
         one(e, i) for e in engines if not (e == "naive" and "amends" in engines) for i in indexes
     ]
-    try:
-        await asyncio.gather(*jobs)
-    finally:
-        for log in logs + made:
-            await log.close()
+    async with files:
+        try:
+            await asyncio.gather(*jobs)
+        finally:
+            for log in logs:
+                await log.close()
     return tallies
