@@ -14,7 +14,7 @@ from amends import Engine, SqliteLog
 from amends.evals import suite
 from amends.evals.generator import FAMILIES, generate
 from amends.evals.invariants import check
-from amends.evals.runner import crash_log_file, run_scenario, run_scenario_both
+from amends.evals.runner import run_scenario, run_scenario_both
 from amends.evals.suite import run_indexes
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -99,13 +99,16 @@ async def test_recovery_after_a_crash_reopens_the_log_from_its_file(family: str)
     assert _holds(r), check(r)
 
 
-async def test_a_pooled_crash_log_is_reopened_and_stays_usable_for_the_next_crash() -> None:
-    """In a batch, two crash sagas in a row on one pooled log file: each recovery reopens the
-    file, and the second saga's recovery finds nothing of the first left to resume."""
+async def test_a_pooled_crash_log_is_reopened_and_stays_usable_for_the_next_crash(
+    tmp_path: Path,
+) -> None:
+    """In a batch, two crash sagas in a row on one pooled log file (signed with a key): each
+    recovery reopens the file with the same key, the second saga's recovery finds nothing of
+    the first left to resume, and the hash chain both connections wrote verifies (rule 11)."""
     found = [generate(SEED, i) for i in range(200) if generate(SEED, i).family == "crash"]
-    first, second = found[:2]
-    async with crash_log_file() as log:
-        for sc in (first, second):
+    log = SqliteLog(tmp_path / "crash.db", synchronous="OFF", signing_key=b"eval key")
+    try:
+        for sc in found[:2]:
             logs: list[Any] = []
 
             def factory(*args: Any, _seen: list[Any] = logs, **kw: Any) -> Engine:
@@ -114,10 +117,12 @@ async def test_a_pooled_crash_log_is_reopened_and_stays_usable_for_the_next_cras
 
             r = await run_scenario(sc, engine_factory=factory, crash_log=log)
             assert r.crashed and logs[0] is log and logs[1] is not log
-            assert logs[1].path == log.path
+            assert logs[1].path == log.path and logs[1].signing_key == b"eval key"
             assert _holds(r), check(r)
-            assert len(r.reports) >= 1
         assert not await log.expired_reversals(float("inf"))
+        assert await log.verify() == []
+    finally:
+        await log.close()
 
 
 def test_worker_processes_are_forked_only_while_no_other_thread_runs() -> None:

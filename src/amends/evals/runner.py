@@ -248,10 +248,11 @@ async def crash_log_file(directory: str | None = None) -> AsyncIterator[SqliteLo
 
 def reopen(log: SagaLog) -> SagaLog | None:
     """A new connection to ``log``'s file, as a restarted worker opens it (``synchronous=OFF``:
-    a process crash loses nothing SQLite committed; only power loss would). ``None`` for a log
-    without a file of its own (``:memory:``, a server): recovery then uses the same object."""
+    a process crash loses nothing SQLite committed; only power loss would), with the same
+    chain key (rule 11). ``None`` for a log without a file of its own (``:memory:``, a
+    server): recovery then uses the same object."""
     if isinstance(log, SqliteLog) and log.path != ":memory:":
-        return SqliteLog(log.path, synchronous="OFF")
+        return SqliteLog(log.path, synchronous="OFF", signing_key=log.signing_key)
     return None
 
 
