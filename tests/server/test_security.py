@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from server_harness import _seed, log_snapshot, sign_in
 
 import amends
+import amends.server.api
 from amends.server import ServerSettings, TokenStore, auth, create_app
 from amends.server.auth import FailedAuthLimiter, permission_problems
 from core_world import CoreWorld, fresh
@@ -342,15 +343,34 @@ def test_idempotency_keys_are_per_tenant_and_kept_in_the_log_across_servers(
     assert app.world.crm["r2"]["stage"] == "won"
 
 
-def test_an_expired_idempotency_key_may_be_used_again(tmp_path: Path) -> None:
-    for a in _make(tmp_path, idempotency_ttl=0.2):
+class _ShiftedClock:
+    """``time`` as the server's API module sees it, with wall time moved on by ``offset``."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_an_expired_idempotency_key_may_be_used_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the key's clock is moved past its lifetime rather than slept past it: with a 0.2 s
+    # lifetime a slow first undo on a loaded machine let the key expire before the 409 check
+    clock = _ShiftedClock()
+    monkeypatch.setattr(amends.server.api, "time", clock)
+    for a in _make(tmp_path, idempotency_ttl=60.0):
         key = {**a.auth(), "Idempotency-Key": "k"}
         assert a.client.post(f"/sagas/{a.sagas['acme1']}/undo", headers=key).status_code in (
             200,
             202,
         )
         assert a.client.post(f"/sagas/{a.sagas['acme2']}/undo", headers=key).status_code == 409
-        time.sleep(0.3)
+        clock.offset = 61.0
         assert a.client.post(f"/sagas/{a.sagas['acme2']}/undo", headers=key).status_code in (
             200,
             202,
