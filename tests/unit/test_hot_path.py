@@ -15,7 +15,7 @@ import amends
 from amends import Inverse, StepState
 from amends._contracts import json_copy
 from amends._log.base import CompensationWrite, StepIntent
-from amends._log.records import chain_hash, dumps
+from amends._log.records import chain_hash, chain_hash_v1, dumps
 from core_world import CoreWorld
 
 
@@ -164,18 +164,23 @@ async def test_the_logged_inverse_is_what_inverse_to_dict_gives(tmp_path: Any) -
     await engine.close()
 
 
-def test_chain_hash_is_unchanged_by_the_reused_encoder() -> None:
-    """The hash chain's message is the same canonical JSON as before (no format change)."""
-    msg = json.dumps(
-        ["p", "saga_1", "s1", None, "step.done#f", 1700000000.25, '{"state":"done"}'],
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    want = hashlib.sha256(msg.encode()).hexdigest()
-    got = chain_hash(
-        None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, '{"state":"done"}'
-    )
+def test_chain_hash_covers_the_stored_text_encoded_once() -> None:
+    """Issue 29 (this test pinned the old message for issue 12, and changes on purpose): the
+    chain hashes the record's fields as canonical JSON, a NUL, then the stored text's own bytes,
+    not the text escaped again inside the JSON list. The old message is still what
+    ``chain_hash_v1`` gives, so that logs written before verify
+    (tests/unit/test_log_written_before.py)."""
+    fields = ["p", "saga_1", "s1", None, "step.done#f", 1700000000.25]
+    text = '{"state":"done"}'
+    head = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    want = hashlib.sha256(f"{head}\x00{text}".encode()).hexdigest()
+    got = chain_hash(None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, text)
     assert got == want
+    old = json.dumps([*fields, text], sort_keys=True, separators=(",", ":"))
+    assert (
+        chain_hash_v1(None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, text)
+        == hashlib.sha256(old.encode()).hexdigest()
+    )
 
 
 async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_refunds(

@@ -28,9 +28,11 @@ __all__ = [
     "RESOLVED",
     "cap_result",
     "chain_hash",
+    "chain_hash_v1",
     "dumps",
     "event_data",
     "finish_body",
+    "finish_text",
     "fold_compensations",
     "fold_steps",
     "hkind",
@@ -109,10 +111,38 @@ def chain_hash(
     """The hash of one record, chained to the previous record of its saga (rule 11).
 
     SHA-256 over the canonical JSON of the record's fields and ``prev`` (the previous record's
-    hash, ``""`` for a saga's first record); an HMAC-SHA-256 when the log has a signing key, so
-    that someone who can write the file but lacks the key cannot re-forge the chain after an edit.
-    ``data_text`` is the stored text itself: what is hashed is byte for byte what is kept.
+    hash, ``""`` for a saga's first record), a NUL byte, then the stored text's own bytes; an
+    HMAC-SHA-256 when the log has a signing key, so that someone who can write the file but
+    lacks the key cannot re-forge the chain after an edit. ``data_text`` is the stored text
+    itself: what is hashed is byte for byte what is kept, encoded once (issue 29: it is not
+    escaped again inside a JSON list). The header is JSON, which never holds a raw NUL, so the
+    message splits one way only; records written before are checked by :func:`chain_hash_v1`.
     """
+    head = (dumps([prev, saga_id, step_id, reversal_id, kind, float(at)]) + "\x00").encode()
+    body = data_text.encode()
+    if key:
+        mac = hmac.new(key, head, hashlib.sha256)
+        mac.update(body)
+        return mac.hexdigest()
+    digest = hashlib.sha256(head)
+    digest.update(body)
+    return digest.hexdigest()
+
+
+def chain_hash_v1(
+    key: bytes | None,
+    prev: str,
+    saga_id: str,
+    step_id: str | None,
+    reversal_id: str | None,
+    kind: str,
+    at: float,
+    data_text: str,
+) -> str:
+    """The hash records written before issue 29 carry: the same fields with the stored text
+    inside one JSON list (the text escaped a second time). Only :func:`verify_saga` uses it, so
+    that those logs still verify; such a message is JSON and holds no raw NUL, so it can never
+    equal a :func:`chain_hash` message."""
     msg = dumps([prev, saga_id, step_id, reversal_id, kind, float(at), data_text])
     if key:
         return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
@@ -172,26 +202,48 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
     characters. Everything undo needs (inverse, expectation, residue) is kept whole, and the
     agent still got the full result. Redaction positions inside the result go with it (the
     summary's text was scrubbed before it was cut, rule 11).
+
+    Issue 29: the record's blob is encoded here, once, and kept with the finish for the log
+    (:func:`finish_text`): the blob holds the result's text whole and the encoder writes ASCII
+    only, so a blob within ``limit`` characters has a result within ``limit`` bytes, and only a
+    larger one is measured on its own.
     """
-    if limit is None or finish.result is None:
-        return finish
-    text = dumps(finish.result)
-    size = len(text.encode())
+    text = dumps(finish_body(finish))
+    if limit is None or finish.result is None or len(text) <= limit:
+        return _with_text(finish, text)
+    result_text = dumps(finish.result)
+    size = len(result_text.encode())
     if size <= limit:
-        return finish
+        return _with_text(finish, text)
     summary = {
         "amends_summary": (
             f"result too large ({size:,} bytes > the log's cap of {limit:,}); stored a summary"
         ),
         "bytes": size,
-        "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "start": text[:_SHOWN],
+        "sha256": hashlib.sha256(result_text.encode()).hexdigest(),
+        "start": result_text[:_SHOWN],
     }
     return dataclasses.replace(
         finish,
         result=summary,
         redacted=tuple(r for r in finish.redacted if r.at[:1] != ("result",)),
     )
+
+
+_TEXT = "_amends_text"
+"""The attribute holding a finish's encoded blob: not a dataclass field, so a copy made with
+``dataclasses.replace`` (which may change any field) never carries a stale text."""
+
+
+def _with_text(finish: StepFinish, text: str) -> StepFinish:
+    object.__setattr__(finish, _TEXT, text)  # frozen: the blob of exactly these fields
+    return finish
+
+
+def finish_text(finish: StepFinish) -> str:
+    """A finish record's blob: the text :func:`cap_result` encoded, or encoded now."""
+    text: str | None = getattr(finish, _TEXT, None)
+    return text if text is not None else dumps(finish_body(finish))
 
 
 def redacted_body(redacted: Sequence[Redaction], prefix: tuple[str, ...] = ()) -> list[Any]:
@@ -399,7 +451,8 @@ def verify_saga(
                 )
             )
             continue
-        if chain_hash(key, prev, saga_id, step, rev, hkind(kind, phase), at, data) != digest:
+        fields = (key, prev, saga_id, step, rev, hkind(kind, phase), at, data)
+        if chain_hash(*fields) != digest and chain_hash_v1(*fields) != digest:
             out.append(
                 ChainProblem(
                     saga_id,

@@ -47,7 +47,7 @@ from .records import (
     chain_hash,
     dumps,
     event_data,
-    finish_body,
+    finish_text,
     fold_compensations,
     fold_steps,
     hkind,
@@ -315,7 +315,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
     async def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
     ) -> None:
-        text = dumps(finish_body(finish))
+        text = finish_text(finish)  # issue 29: encoded once, when its size was checked
         kind = f"step.{finish.state}"
         key = self.signing_key
         await self.db.write(
