@@ -173,7 +173,7 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
     )
     sec.notes.append(
         f"Per step of one {max(sizes):,}-step fan-out, counted (these do not move with the "
-        f"load): {', '.join(f'{v:.3g} {name}' for name, v in per_step.items())}. The minimal "
+        f"load): {', '.join(f'{name} {v:.3g}' for name, v in per_step.items())}. The minimal "
         f"design has no Task per step, no future per write, no chain hash."
     )
     biggest = max(sizes)

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import struct
 from typing import Any
 
 import pytest
@@ -166,16 +167,19 @@ async def test_the_logged_inverse_is_what_inverse_to_dict_gives(tmp_path: Any) -
 
 def test_chain_hash_covers_the_stored_text_encoded_once() -> None:
     """Issue 29 (this test pinned the old message for issue 12, and changes on purpose): the
-    chain hashes the record's fields as canonical JSON, a NUL, then the stored text's own bytes,
-    not the text escaped again inside the JSON list. The old message is still what
-    ``chain_hash_v1`` gives, so that logs written before verify
+    chain hashes a header of length-prefixed fields and the 8 bytes of ``at``, then the stored
+    text's own bytes, not the text escaped again inside a JSON list. The old message is still
+    what ``chain_hash_v1`` gives, so that logs written before verify
     (tests/unit/test_log_written_before.py)."""
     fields = ["p", "saga_1", "s1", None, "step.done#f", 1700000000.25]
     text = '{"state":"done"}'
-    head = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    want = hashlib.sha256(f"{head}\x00{text}".encode()).hexdigest()
+    head = b"amends.chain.2|1:p|6:saga_1|2:s1|~|11:step.done#f|" + struct.pack("<d", 1700000000.25)
+    want = hashlib.sha256(head + text.encode()).hexdigest()
     got = chain_hash(None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, text)
     assert got == want
+    # fields that would run together without their lengths do not give the same hash
+    assert chain_hash(None, "p", "saga_1", "s1", "", "step.done#f", 1700000000.25, text) != got
+    assert chain_hash(None, "p", "saga_", "1s1", None, "step.done#f", 1700000000.25, text) != got
     old = json.dumps([*fields, text], sort_keys=True, separators=(",", ":"))
     assert (
         chain_hash_v1(None, "p", "saga_1", "s1", None, "step.done#f", 1700000000.25, text)

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -110,15 +111,20 @@ def chain_hash(
 ) -> str:
     """The hash of one record, chained to the previous record of its saga (rule 11).
 
-    SHA-256 over the canonical JSON of the record's fields and ``prev`` (the previous record's
-    hash, ``""`` for a saga's first record), a NUL byte, then the stored text's own bytes; an
-    HMAC-SHA-256 when the log has a signing key, so that someone who can write the file but
-    lacks the key cannot re-forge the chain after an edit. ``data_text`` is the stored text
-    itself: what is hashed is byte for byte what is kept, encoded once (issue 29: it is not
-    escaped again inside a JSON list). The header is JSON, which never holds a raw NUL, so the
-    message splits one way only; records written before are checked by :func:`chain_hash_v1`.
+    SHA-256 over a header naming the record's fields and ``prev`` (the previous record's hash,
+    ``""`` for a saga's first record), then the stored text's own bytes; an HMAC-SHA-256 when
+    the log has a signing key, so that someone who can write the file but lacks the key cannot
+    re-forge the chain after an edit. ``data_text`` is the stored text itself: what is hashed is
+    byte for byte what is kept, encoded once (issue 29: it is not escaped again inside a JSON
+    list, and the header is no JSON: encoding it cost more than the hash). The header reads one
+    way only: each text is length-prefixed (``~`` for none) and ``at`` is its 8 IEEE-754 bytes,
+    so no two records give the same message. It starts ``amends.chain.2|``; records written
+    before hash a JSON list (``[``...), checked by :func:`chain_hash_v1`.
     """
-    head = (dumps([prev, saga_id, step_id, reversal_id, kind, float(at)]) + "\x00").encode()
+    head = (
+        f"amends.chain.2|{len(prev)}:{prev}|{len(saga_id)}:{saga_id}|{_field(step_id)}|"
+        f"{_field(reversal_id)}|{len(kind)}:{kind}|"
+    ).encode() + _PACK_AT(float(at))
     body = data_text.encode()
     if key:
         mac = hmac.new(key, head, hashlib.sha256)
@@ -127,6 +133,13 @@ def chain_hash(
     digest = hashlib.sha256(head)
     digest.update(body)
     return digest.hexdigest()
+
+
+_PACK_AT = struct.Struct("<d").pack
+
+
+def _field(text: str | None) -> str:
+    return "~" if text is None else f"{len(text)}:{text}"
 
 
 def chain_hash_v1(
@@ -141,8 +154,8 @@ def chain_hash_v1(
 ) -> str:
     """The hash records written before issue 29 carry: the same fields with the stored text
     inside one JSON list (the text escaped a second time). Only :func:`verify_saga` uses it, so
-    that those logs still verify; such a message is JSON and holds no raw NUL, so it can never
-    equal a :func:`chain_hash` message."""
+    that those logs still verify; such a message starts ``[``, so it can never equal a
+    :func:`chain_hash` message."""
     msg = dumps([prev, saga_id, step_id, reversal_id, kind, float(at), data_text])
     if key:
         return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
