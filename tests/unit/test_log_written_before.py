@@ -20,6 +20,7 @@ import pytest
 
 import amends
 from amends._log.integrity import LOG
+from amends._log.sql import SCHEMA_VERSION
 
 GOLDEN = Path(__file__).with_name("golden")
 KEY = b"issue-29-old-log-key"
@@ -103,6 +104,9 @@ async def test_a_log_written_before_verifies_and_undoes(
         ("s3", "reverted"),
     ]
     assert world == {}
+    # the log now says it holds the new hash form: an amends that knows only the old form
+    # refuses it as newer ("upgrade amends") rather than reading the new records as edited
+    assert await engine.log.schema_version() == SCHEMA_VERSION == 5
     # what this code appended to the old chains (the reversal's records) verifies too
     assert await engine.log.verify() == []
     await engine.close()

@@ -31,7 +31,7 @@ from .records import (
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "upgrade"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -420,11 +420,21 @@ def _no_data(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
     del tx, key, dialect
 
 
+def schema_v5_statements(dialect: Dialect) -> list[str]:
+    """Version 5 changes no table: from it on, records are hashed over their stored text
+    (issue 29, ``chain_hash``); records written before keep their ``chain_hash_v1`` form and
+    still verify. The version exists so that an amends which knows only the old form refuses
+    the log as newer ("upgrade amends") instead of reading every new record as edited."""
+    del dialect
+    return []
+
+
 MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
     1: schema_statements,
     2: schema_v2_statements,
     3: schema_v3_statements,
     4: schema_v4_statements,
+    5: schema_v5_statements,
 }
 """Schema version -> DDL that brings the previous version to it (append only, never edit)."""
 
@@ -433,6 +443,7 @@ DATA_MIGRATIONS: dict[int, Callable[[_Tx, bytes | None, Dialect], None]] = {
     2: _chain_v2,
     3: _to_records_v3,
     4: _heads_v4,
+    5: _no_data,
 }
 """Schema version -> the data step run after its DDL, in the same transaction."""
 
