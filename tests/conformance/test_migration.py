@@ -217,9 +217,9 @@ async def test_a_v2_log_migrates_with_meta_resolutions_continuations_and_keys(
 async def test_a_v3_log_keeps_verifying_after_the_v4_migration_and_then_catches_tampering(
     v3_url: str,
 ) -> None:
-    """Issue 21 item 3: a log written before saga heads and log shards existed migrates to v4 (and on
-    to the current version) with its history untouched: it verifies clean, keeps working, and from then on a deleted
-    tail or a deleted saga is caught."""
+    """Issue 21 item 3: a log written before saga heads and log shards existed migrates to v4
+    (and on to the current version) with its history untouched: it verifies clean, keeps
+    working, and from then on a deleted tail or a deleted saga is caught."""
     log = open_log(v3_url)
     try:
         assert await log.schema_version() == SCHEMA_VERSION == 5
