@@ -573,17 +573,13 @@ class Engine(FollowUpMethods):
     ) -> UndoReport:
         if isinstance(saga_id, str) and saga_id:
             await self._check_history(saga_id)
-        if self.runner is not None and want is not None:
-            raise ConfigError(
-                f"undo(steps=/since=) of saga {saga_id!r} runs in this process only; this "
-                f"engine's reversals run on {type(self.runner).__name__}: undo the whole saga "
-                f"there, or use an engine without a runner for a selection"
-            )
         if self.runner is not None:  # issue 16: e.g. a Temporal workflow, one per saga (rule 6)
             saga = await self._saga_or_raise(saga_id)
             self._check_claimable(saga_id, saga, allow=allow)
+            asked = {} if want is None else {"steps": want.asked}  # issue 27: the selection
             with remote_reversal(saga_id, saga) as done:  # issue 28: the workers' spans' parent
-                return await self._current(done(await self.runner.undo(self, saga_id, budget)))
+                report = await self.runner.undo(self, saga_id, budget, **asked)
+                return await self._current(done(report))
         self._check_claimable(saga_id, None, id_only=True)
 
         async def claim() -> Claim:

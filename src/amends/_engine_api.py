@@ -8,6 +8,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,7 +66,14 @@ class ReversalRunner(Protocol):
 
     # ``engine`` is the amends.Engine that asks (typed Any: this module sits below _engine,
     # which imports it; issue 22: no import cycle, type-only ones included)
-    async def undo(self, engine: Any, saga_id: str, budget: Budget) -> UndoReport: ...
+    async def undo(
+        self, engine: Any, saga_id: str, budget: Budget, *, steps: Sequence[str] | None = None
+    ) -> UndoReport:
+        """:meth:`Engine.undo` there. ``steps`` (issue 27): undo only these steps and what
+        depends on them (the engine checked them against the saga; ``None``: the whole saga;
+        the engine passes it only for a selection). Every step is compensated at most once,
+        whatever selections are asked, in any order or at once."""
+        ...
 
     async def resume(self, engine: Any, saga_id: str, budget: Budget) -> UndoReport:
         """:meth:`Engine.resume` there: continue the reversal, joining one in progress."""

@@ -55,6 +55,7 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.integrations.temporal", "amends._budget"): _TEMPORAL,
     ("amends.integrations.temporal", "amends._describe"): _TEMPORAL,
     ("amends.integrations.temporal", "amends._telemetry"): _TEMPORAL,
+    ("amends.integrations.temporal", "amends._selection"): _TEMPORAL,
     ("amends.cli", "amends._telemetry"): _PROCESS_LOGGING,
     ("amends.integrations.mcp", "amends._telemetry"): _PROCESS_LOGGING,
     ("amends.server.metrics", "amends._telemetry"): _PROCESS_LOGGING,

@@ -241,7 +241,8 @@ async def test_local_and_temporal_agree_on_generated_sagas(
     """>= 200 generated sagas of every family but "crash" (a crash on Temporal is a dead worker,
     pinned by the fault tests), each undone by the local engine and by Temporal from the same
     logged saga and the same world: the same reports (states, details, residue, manual actions,
-    tool calls), the same final world and the same effects."""
+    tool calls), the same final world and the same effects. A "selective" saga is undone as its
+    selection (issue 27: ``steps=``) both ways."""
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
     pg = amends.open_log(pg_url)
     scenarios: list[Scenario] = []
@@ -266,16 +267,21 @@ async def test_local_and_temporal_agree_on_generated_sagas(
             before = vendor_ids(world)
             await copy_saga(local_log, pg, saga_id)
             budget = amends.Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
+            sel = {"steps": list(sc.select)} if sc.select else {}  # issue 27: selective family
             local = amends.Engine(eval_catalog(), log=local_log, retry=FAST_RETRY)
             answers, local_result = await undo(
-                sc, fwd, world, lambda: local.undo(saga_id, budget=budget), "amends"
+                sc, fwd, world, lambda: local.undo(saga_id, budget=budget, **sel), "amends"
             )
             a = comparable(answers, world, before)
             await local.close()
             _WORLDS[saga_id] = remote_world
             remote = amends.Engine(eval_catalog(), log=pg, retry=FAST_RETRY)
             answers, remote_result = await undo(
-                sc, fwd, remote_world, lambda: runner.undo(remote, saga_id, budget), "temporal"
+                sc,
+                fwd,
+                remote_world,
+                lambda: runner.undo(remote, saga_id, budget, **sel),
+                "temporal",
             )
             b = comparable(answers, remote_world, before)
         families[sc.family] = families.get(sc.family, 0) + 1

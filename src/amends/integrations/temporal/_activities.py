@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from amends import (
     Call,
     Catalog,
+    Claim,
     CompensationRecord,
     CompensationWrite,
     Expectation,
@@ -41,6 +42,7 @@ from amends import (
 from amends._calls import invoke
 from amends._observe import ObservedLog, reversal_finished, reversal_started
 from amends._secrets import Vault, redactions_from, resolve_call_args
+from amends._selection import covers, selection_of, widen
 
 from ._codec import spec_to_dict, to_dict
 from ._refs import expand, has_refs, shrink, values_of
@@ -117,6 +119,9 @@ class ClaimInput(_Payload):
     """Continue the saga's finished reversal with this budget (rule 6), not start it."""
     after_continuation: int | None = None
     """For ``resume``: the continuations the client saw; if someone continued since, join."""
+    steps: list[str] | None = None
+    """Issue 27: the steps an undo asked for (``None``: the whole saga); ``resume`` keeps the
+    reversal's selection."""
 
 
 @dataclass
@@ -129,6 +134,12 @@ class ClaimResult(_Payload):
     tools: list[dict[str, Any]] = field(default_factory=list)
     """The worker's catalog as data (no functions): the workflow's planner and runner read it."""
     now: float = 0.0
+    covered: bool = True
+    """Issue 27: the reversal covers what the request asked for (its closure is inside the
+    reversal's); if not, the workflow claims again once this run is over, to extend it."""
+    selection: dict[str, Any] | None = None
+    """The reversal's selection and its closure (``Selection.to_dict()``), for the plan and the
+    report; ``None``: the whole saga."""
 
 
 @dataclass
@@ -401,7 +412,7 @@ class ReversalActivities:
 
     async def _claim(self, inp: ClaimInput) -> ClaimResult:
         now = time.time()
-        new_id = f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+        new_id = _new_reversal_id()
         if inp.resume:
             if await self.log.get_saga(inp.saga_id) is None:
                 return ClaimResult("not_found", now=time.time())
@@ -428,15 +439,22 @@ class ReversalActivities:
                     lease_until=now + inp.lease_seconds,
                     now=now,
                     check=_found,
+                    selection=inp.steps,
                 )
             except SagaNotFoundError:
                 return ClaimResult("not_found", now=time.time())
+        read = claim.saga  # read in the claim's own transaction (issue 12)
+        saga = read if read is not None else await self.log.get_saga(inp.saga_id)
+        assert saga is not None
+        covered = True
+        if not inp.resume:  # a continuation keeps the reversal's selection
+            claim = await self._extended(inp, saga, claim)
+            covered = covers(saga, claim.reversal.selection, inp.steps)
         rev = claim.reversal
         if claim.outcome in ("done", "running_elsewhere"):
-            return ClaimResult(claim.outcome, to_dict(rev), now=time.time())
+            return ClaimResult(claim.outcome, to_dict(rev), now=time.time(), covered=covered)
         reversal_started(inp.saga_id, rev)  # issue 28
-        saga = claim.saga or await self.log.get_saga(inp.saga_id)
-        assert saga is not None
+        saga = claim.saga or saga
         # a reversal created by this claim has no compensation yet
         comps = {} if claim.outcome == "new" else await self.log.get_compensations(rev.reversal_id)
         return ClaimResult(
@@ -446,7 +464,32 @@ class ReversalActivities:
             {k: to_dict(v) for k, v in comps.items()},
             [spec_to_dict(s) for s in self.catalog],
             now=time.time(),
+            covered=covered,
+            # the engine's one closure (issue 27), from the full saga (long values included)
+            selection=None
+            if rev.selection is None
+            else selection_of(saga, rev.selection).to_dict(),
         )
+
+    async def _extended(self, inp: ClaimInput, saga: SagaRecord, claim: Claim) -> Claim:
+        """Issue 27, as ``Engine.undo`` does: a finished reversal that does not cover the steps
+        asked for is continued to cover them too (one reversal per saga, rule 6; what it
+        already neutralised is never dispatched again, rule 5). If another caller continued it
+        first, that continuation is looked at in turn."""
+        while claim.outcome == "done" and not covers(saga, claim.reversal.selection, inp.steps):
+            rev = claim.reversal
+            now = time.time()
+            claim = await self.log.continue_reversal(
+                inp.saga_id,
+                budget=inp.budget,
+                owner=inp.owner,
+                lease_until=now + inp.lease_seconds,
+                now=now,
+                after_continuation=rev.continuations,
+                reversal_id=_new_reversal_id(),
+                selection=widen(rev.selection, inp.steps),
+            )
+        return claim
 
     @activity.defn(name="amends.read")
     async def read(self, wire: Wire) -> Wire:
@@ -721,6 +764,10 @@ class ReversalActivities:
             raise _app_error("LeaseLostError", str(exc)) from exc
         reversal_finished(report)  # issue 28: counted once, by the worker that stored it
         return {"resolutions": final["resolutions"]}
+
+
+def _new_reversal_id() -> str:
+    return f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
 
 
 def _found(saga: SagaRecord | None) -> None:

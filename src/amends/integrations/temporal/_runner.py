@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +32,17 @@ from amends import (
     open_log,
     plan,
 )
+from amends._selection import select
 from amends._telemetry import tracer
 
 from ._activities import ReversalActivities
-from ._workflow import WORKFLOW_NAME, ReversalInput, ReversalWorkflow, workflow_id
+from ._workflow import (
+    WORKFLOW_NAME,
+    ReversalInput,
+    ReversalWorkflow,
+    reversal_owner,
+    workflow_id,
+)
 
 if TYPE_CHECKING:
     from amends import Engine
@@ -250,15 +258,26 @@ class TemporalRunner:
         self._checked = True
         return self._client
 
-    async def undo(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
+    async def undo(
+        self, engine: Engine, saga_id: str, budget: Budget, *, steps: Sequence[str] | None = None
+    ) -> UndoReport:
         """Start the saga's reversal workflow, or attach to it, and return its report.
 
+        ``steps`` (issue 27; ``Engine.undo(steps=/since=)`` checked them against the saga):
+        undo only those steps and what depends on them. The selection is part of the workflow
+        id (:func:`workflow_id`): the same selection asked again attaches to the same run;
+        another selection, or the whole saga, is a run of its own that extends the saga's one
+        reversal in the log once the running one is over, never compensating a step twice.
+
         Raises:
-            ConfigError: The engine has its own planner (``Engine(planner=...)``).
+            ConfigError: The engine has its own planner (``Engine(planner=...)``), or
+                ``steps`` is empty or not a list of step ids.
+            ContractError: ``steps`` names a step the saga does not have.
             SagaNotFoundError: No such saga in the engine's log.
             AmendsError: The workflow failed (its cause is named).
         """
-        return await self._run(engine, saga_id, budget, resume=False)
+        asked = None if steps is None else list(steps)
+        return await self._run(engine, saga_id, budget, resume=False, steps=asked)
 
     async def resume(self, engine: Engine, saga_id: str, budget: Budget) -> UndoReport:
         """Continue the saga's reversal with a new budget, on Temporal (``Engine.resume``).
@@ -277,7 +296,13 @@ class TemporalRunner:
         return await self._run(engine, saga_id, budget, resume=True)
 
     async def _run(
-        self, engine: Engine, saga_id: str, budget: Budget, *, resume: bool
+        self,
+        engine: Engine,
+        saga_id: str,
+        budget: Budget,
+        *,
+        resume: bool,
+        steps: list[str] | None = None,
     ) -> UndoReport:
         if engine.planner is not plan:
             # the workflow plans on the workers; a planner function cannot travel there
@@ -286,19 +311,23 @@ class TemporalRunner:
                 "workflow plans on the workers with amends' planner, so a custom planner "
                 "would be silently ignored; drop planner= or run this engine without runner=",
             )
-        if await engine.log.get_saga(saga_id) is None:
+        saga = await engine.log.get_saga(saga_id)
+        if saga is None:
             raise SagaNotFoundError(
                 f"no saga {saga_id!r} in {engine.log.url}; list sagas with "
                 f"`amends show --db {engine.log.url}`",
                 saga_id=saga_id,
             )
+        if steps is not None:  # checked, and in the saga's order, as Engine.undo has them
+            steps = list(select(saga, steps) or ())
         seen = None
         if resume:
             rev = await engine.log.get_reversal(saga_id=saga_id)
             seen = None if rev is None else rev.continuations
         client = await self._connected(saga_id)
+        wid = workflow_id(saga_id, steps)
         try:
-            handle = await self._start(client, engine, saga_id, budget, resume, seen)
+            handle = await self._start(client, engine, saga_id, budget, resume, seen, steps)
         except RPCError as exc:  # one table at the edge: amends' errors, never the SDK's
             raise translated(exc, client, saga_id) from exc
         # issue 23: Budget(seconds=) bounds the whole call, waiting for a worker included (the
@@ -309,17 +338,17 @@ class TemporalRunner:
             if result is None:
                 taken = await self._taken_up(engine, saga_id, resume, seen)
                 if taken is None:
-                    return await self._unserved(engine, client, saga_id, budget, resume)
+                    return await self._unserved(engine, client, saga_id, budget, resume, steps)
                 # a worker is on it: the reversal's own budget bounds it (rule 6: a caller who
                 # joined with a smaller budget waits for the one reversal all the same)
                 left = float(taken.budget.get("seconds", budget.seconds)) + 2 * self._grace
                 result = await self._result(handle, client, saga_id, time.monotonic() + left)
             if result is None:
                 raise AmendsError(
-                    f"the reversal workflow {workflow_id(saga_id)!r} took the reversal up but "
+                    f"the reversal workflow {wid!r} took the reversal up but "
                     f"has not finished within its budget and a grace of {3 * self._grace:g} s; "
                     f"see why with `temporal workflow show --workflow-id "
-                    f"{workflow_id(saga_id)}`; once it finishes, engine.report({saga_id!r}) has "
+                    f"{wid}`; once it finishes, engine.report({saga_id!r}) has "
                     f"its report",
                     saga_id=saga_id,
                 )
@@ -332,8 +361,8 @@ class TemporalRunner:
                     saga_id=saga_id,
                 ) from exc
             raise AmendsError(
-                f"the reversal workflow {workflow_id(saga_id)!r} failed: {cause or exc}; see "
-                f"it with `temporal workflow show --workflow-id {workflow_id(saga_id)}`",
+                f"the reversal workflow {wid!r} failed: {cause or exc}; see "
+                f"it with `temporal workflow show --workflow-id {wid}`",
                 saga_id=saga_id,
             ) from exc
 
@@ -387,6 +416,7 @@ class TemporalRunner:
         budget: Budget,
         resume: bool,
         seen: int | None,
+        steps: list[str] | None = None,
     ) -> WorkflowHandle[Any, dict[str, Any]]:
         """Start the saga's reversal workflow, or attach to the one running (rule 6)."""
         return await client.start_workflow(
@@ -396,6 +426,7 @@ class TemporalRunner:
                 budget.to_dict(),
                 resume=resume,
                 after_continuation=seen,
+                steps=steps,
                 **reversal_settings(
                     engine,
                     heartbeat_timeout=self.heartbeat_timeout,
@@ -403,7 +434,7 @@ class TemporalRunner:
                     lease_seconds=self.lease_seconds,
                 ),
             ),
-            id=workflow_id(saga_id),
+            id=workflow_id(saga_id, steps),  # issue 27: one run per selection asked
             task_queue=self.task_queue,
             # rule 6: a caller attaches to the running reversal; after it finished, a new run
             # finds the report in the log and returns it.
@@ -422,14 +453,21 @@ class TemporalRunner:
         """The reversal (or the continuation) the workflow has claimed in the log, or ``None``:
         if claimed, a worker runs it, and its own budget bounds it from here."""
         rev = await engine.log.get_reversal(saga_id=saga_id)
-        if rev is None or rev.owner != f"temporal:{workflow_id(saga_id)}":
+        # any of the saga's reversal workflows (issue 27: one per selection) holds it for us
+        if rev is None or not reversal_owner(rev.owner, saga_id):
             return None
         if rev.state == "running" or (resume and rev.continuations != seen):
             return rev
         return None
 
     async def _unserved(
-        self, engine: Engine, client: Client, saga_id: str, budget: Budget, resume: bool
+        self,
+        engine: Engine,
+        client: Client,
+        saga_id: str,
+        budget: Budget,
+        resume: bool,
+        steps: list[str] | None,
     ) -> UndoReport:
         """The budget ran out before any worker took the reversal up (issue 23: the call waited
         forever, with nothing in the log). The reversal is recorded as it stands: nothing was
@@ -440,15 +478,18 @@ class TemporalRunner:
 
         here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry_policy)
         spent = Budget(tool_calls=budget.tool_calls, tokens=budget.tokens, seconds=0)
-        report = await (here.resume if resume else here.undo)(saga_id, budget=spent)
+        if resume:
+            report = await here.resume(saga_id, budget=spent)
+        else:
+            report = await here.undo(saga_id, budget=spent, steps=steps)
         note = await self._queue_note(client, saga_id)
-        steps = tuple(
+        outcomes = tuple(
             dataclasses.replace(o, detail=f"{o.detail}; {note}")
             if o.state.value == "over_budget"
             else o
             for o in report.steps
         )
-        return dataclasses.replace(report, steps=steps)
+        return dataclasses.replace(report, steps=outcomes)
 
     async def _queue_note(self, client: Client, saga_id: str) -> str:
         """Why no worker took the reversal up: nobody polls its task queue, or nobody did in

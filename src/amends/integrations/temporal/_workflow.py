@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         run_plan,
     )
     from amends._secrets import marker, redactions_from
+    from amends._selection import restrict
 
     from ._activities import (
         CallBatch,
@@ -72,14 +74,37 @@ with workflow.unsafe.imports_passed_through():
     )
     from ._codec import compensation_from_dict, reversal_from_dict, saga_from_dict, spec_from_dict
 
-__all__ = ["ReversalInput", "ReversalWorkflow", "workflow_id"]
+__all__ = ["ReversalInput", "ReversalWorkflow", "reversal_owner", "workflow_id"]
 
 WORKFLOW_NAME = "amends.Reversal"
 
 
-def workflow_id(saga_id: str) -> str:
-    """The id of the reversal workflow of ``saga_id``: one per saga, whoever asks (rule 6)."""
-    return f"amends-reversal:{saga_id}"
+def workflow_id(saga_id: str, steps: Sequence[str] | None = None) -> str:
+    """The id of the reversal workflow of ``saga_id``: one per saga, whoever asks (rule 6).
+
+    ``steps``: the steps a selective undo asked for (issue 27), after ``since=`` is read as
+    the steps after the checkpoint: the same selection asked twice is one workflow (one run),
+    two different selections are two, each extending the saga's one reversal in the log in
+    turn, as the local engine joins requests by the steps asked (``Engine.undo``). Saga and
+    step ids never hold ``/`` or ``,`` (``check_id``), so the id is unambiguous; a selection
+    too long for Temporal's ids is named by its SHA-256."""
+    base = f"amends-reversal:{saga_id}"
+    if steps is None:
+        return base
+    joined = ",".join(steps)
+    if len(joined) <= _MAX_STEPS_IN_ID:
+        return f"{base}/steps={joined}"
+    return f"{base}/steps#{hashlib.sha256(joined.encode()).hexdigest()[:32]}"
+
+
+def reversal_owner(owner: str | None, saga_id: str) -> bool:
+    """Whether ``owner`` (of a reversal in the log) is one of this saga's reversal workflows."""
+    base = f"temporal:{workflow_id(saga_id)}"
+    return owner is not None and (owner == base or owner.startswith(f"{base}/steps"))
+
+
+_MAX_STEPS_IN_ID = 600
+"""Characters of step ids a workflow id shows (Temporal's ids are limited to 1,000 bytes)."""
 
 
 # Log reads and writes are idempotent, so Temporal may retry them freely (a database restart).
@@ -117,6 +142,9 @@ class ReversalInput:
     local_batch_seconds: float = 0.0
     """A batch of probes and first attempts of compensations that its tools' timeouts and the
     budget bound to at most this many seconds runs as a local activity (``0``: never)."""
+    steps: list[str] | None = None
+    """Issue 27: an undo of these steps and what depends on them (``None``: the whole saga).
+    A continuation (``resume``) keeps the reversal's own selection and ignores it."""
 
 
 _NAMED: dict[str, type[Exception]] = {}
@@ -334,6 +362,7 @@ class ReversalWorkflow:
                         inp.lease_seconds,
                         inp.resume,
                         inp.after_continuation,
+                        inp.steps,
                     ).to_wire(),
                     result_type=Wire,
                     start_to_close_timeout=timedelta(seconds=30),
@@ -347,18 +376,22 @@ class ReversalWorkflow:
                 )  # fmt: skip
             assert claim.reversal is not None
             rev = reversal_from_dict(claim.reversal)
-            if claim.outcome == "done":
+            if claim.outcome == "done":  # amends.claim extended it if it did not cover this
                 assert rev.report is not None
                 return rev.report
             if claim.outcome == "running_elsewhere":
                 report = await self._wait_elsewhere(rev)
-                if report is not None:
+                if report is not None and claim.covered:
                     return report
-                continue  # its lease expired: claim it again
+                continue  # its lease expired, or it did not cover this request: claim again
             try:
-                return await self._execute(claim, rev)
+                report = await self._execute(claim, rev)
             except LeaseLostError:
                 continue  # another worker took the reversal over: join it
+            if claim.covered:
+                return report
+            # issue 27: this run finished another selection's reversal (taken over from its
+            # workflow); the claim again extends it to this request's selection
 
     async def _read(self, reversal_id: str | None = None) -> ReadResult:
         assert self.inp is not None
@@ -563,7 +596,10 @@ class ReversalWorkflow:
         catalog = _Specs(self.specs)
         saga, compensations = await self._settled_saga(claim, rev)
         # undo windows (inverse deadlines) judged at workflow time: the same on replay
-        the_plan = plan(saga, catalog, now=workflow.time())
+        # issue 27: a selection's reversal runs only its closure (amends.claim computed it
+        # with the engine's one closure, from the saga the claim read)
+        scope = None if claim.selection is None else claim.selection["steps"]
+        the_plan = restrict(plan(saga, catalog, now=workflow.time()), scope)
         self.log.running = {p.step_id for p in the_plan.steps}
         self.log.carried = []
         self.log.read = self._read
@@ -590,7 +626,9 @@ class ReversalWorkflow:
         index = {s.step_id: s for s in saga.steps}
         # the steps in plain language, by the engine's own describer and the workers' catalog
         outcomes = [described(catalog, index.get(o.step_id), o) for o in got]
-        report = build_report(saga, rev, outcomes, meter, finished_at=workflow.time())
+        report = build_report(
+            saga, rev, outcomes, meter, finished_at=workflow.time(), selection=claim.selection
+        )
         try:
             stored: dict[str, Any] = await workflow.execute_local_activity(
                 "amends.finish",
