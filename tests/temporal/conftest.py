@@ -11,8 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import ledger
 from devserver import DevServer, DevServerUnavailable
 from temporalio.client import Client
+from worker_procs import Workers
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +44,21 @@ def task_queue() -> str:
 @pytest.fixture
 async def pg_log_url(pg_url: str) -> AsyncIterator[str]:
     yield pg_url
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.db"
+    ledger.connect(path).close()
+    return path
+
+
+@pytest.fixture
+def workers(
+    temporal_server: DevServer, pg_url: str, ledger_path: Path, task_queue: str
+) -> Iterator[Workers]:
+    w = Workers(temporal_server, pg_url, ledger_path, task_queue)
+    try:
+        yield w
+    finally:
+        w.stop()

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import ledger
 import pytest
 from devserver import DevServer
 from temporalio.client import Client
+from worker_procs import Workers
 
 import amends
 from amends.integrations.temporal import TemporalRunner, workflow_id
@@ -26,61 +25,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 HERE = Path(__file__).parent
 HEARTBEAT_TIMEOUT = 2.0
-
-
-class Workers:
-    """Worker processes started with ``amends worker``'s code; every one is reaped at the end."""
-
-    def __init__(self, server: DevServer, db: str, ledger_path: Path, queue: str) -> None:
-        self.server, self.db, self.ledger_path, self.queue = server, db, ledger_path, queue
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [
-                sys.executable, str(HERE / "worker_proc.py"), "--temporal", self.server.target,
-                "--db", self.db, "--catalog", "ledger:catalog", "--task-queue", self.queue,
-                "--heartbeat", "0.3",
-            ],
-            env={**os.environ, "AMENDS_TEST_LEDGER": str(self.ledger_path), **env},
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        self.procs.append(proc)
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()  # "amends worker: serving ..." once polling
-        assert "serving task queue" in line, line + proc.stderr.read().decode()
-        return proc
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-            if p.stderr is not None:
-                p.stderr.close()
-
-
-@pytest.fixture
-def ledger_path(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.db"
-    ledger.connect(path).close()
-    return path
-
-
-@pytest.fixture
-def workers(
-    temporal_server: DevServer, pg_url: str, ledger_path: Path, task_queue: str
-) -> Iterator[Workers]:
-    w = Workers(temporal_server, pg_url, ledger_path, task_queue)
-    try:
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,8 @@ import ledger
 import pytest
 from devserver import DevServer
 from temporalio.client import Client
-from test_faults import Workers
+from test_reversal import comparable
+from worker_procs import Workers
 
 import amends
 from amends.integrations.temporal import TemporalRunner, make_worker, workflow_id
@@ -26,16 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01, jitter=0.0)
 DONE = {"compensated", "reverted"}
-
-
-def comparable(report: amends.UndoReport) -> dict[str, Any]:
-    """A report without what differs between two runs of one reversal (ids, clocks)."""
-    d = report.to_dict()
-    for k in ("reversal_id", "seconds", "requested_at", "finished_at", "saga_id"):
-        d.pop(k, None)
-    d["runs"] = [{k: v for k, v in r.items() if k not in ("seconds", "finished_at")}
-                 for r in d["runs"]]  # fmt: skip
-    return d
+WHOLE = {
+    "s1": "reverted",
+    "s2": "compensated",
+    "s3": "reverted",
+    "s4": "acknowledged",
+    "s5": "reverted",
+}
+"""The deal's steps after a whole-saga undo: the mail (s4) is acknowledged, the rest undone."""
 
 
 async def deal(engine: amends.Engine, world: CoreWorld, saga_id: str) -> None:
@@ -48,6 +46,20 @@ async def deal(engine: amends.Engine, world: CoreWorld, saga_id: str) -> None:
         saga.call("crm.update_field", record_id="r2", field="charge", value=s2["id"])
         saga.call("mail.send", to="ann@x.test", subject="Welcome")
         saga.call("crm.note", record_id="r1", text="closed", after=[s1])
+
+
+async def dealt(
+    log: amends.SagaLog | str, saga_id: str, runner: TemporalRunner | None = None
+) -> tuple[CoreWorld, amends.Catalog, amends.Engine]:
+    """A fresh world and an engine on ``log`` (on Temporal with ``runner``) that ran the deal."""
+    world, catalog = fresh()
+    engine = amends.Engine(catalog, log=log, retry=FAST, runner=runner)
+    try:
+        await deal(engine, world, saga_id)
+    except BaseException:
+        await engine.close()
+        raise
+    return world, catalog, engine
 
 
 def world_state(world: CoreWorld) -> dict[str, Any]:
@@ -71,18 +83,14 @@ async def test_a_selection_on_temporal_undoes_the_closure_the_local_engine_does(
     the CRM field that recorded its id (s3), nothing else, with the local engine's report and
     world; asked again it is the same run's report; since= is the same selection; a later
     whole-saga undo through Temporal continues the one reversal and never refunds twice."""
-    local_world, local_catalog = fresh()
-    local = amends.Engine(local_catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
-    await deal(local, local_world, "saga-sel")
+    local_world, _, local = await dealt(amends.SqliteLog(":memory:"), "saga-sel")
     local_sel = await local.undo("saga-sel", steps=["s2"])
     local_whole = await local.undo("saga-sel")
     await local.close()
 
-    world, catalog = fresh()
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
-    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    world, catalog, engine = await dealt(pg_url, "saga-sel", runner)
     try:
-        await deal(engine, world, "saga-sel")
         async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
             report = await engine.undo("saga-sel", steps=["s2"])
             sel_world = world_state(world)
@@ -126,13 +134,7 @@ async def test_a_selection_on_temporal_undoes_the_closure_the_local_engine_does(
         # the whole saga: the same reversal continued; s2 and s3 taken from the log, not redone
         assert whole.reversal_id == report.reversal_id and whole.continuations == 1
         assert whole.selection is None
-        assert states(whole) == {
-            "s1": "reverted",
-            "s2": "compensated",
-            "s3": "reverted",
-            "s4": "acknowledged",
-            "s5": "reverted",
-        }
+        assert states(whole) == WHOLE
         assert comparable(whole) == comparable(local_whole)
         assert world_state(world) == world_state(local_world)
         assert compensations(world) == [
@@ -150,11 +152,9 @@ async def test_since_on_temporal_is_the_selection_of_every_later_step(
     temporal_client: Client, task_queue: str, pg_url: str
 ) -> None:
     """since="s3" through Temporal undoes s4 and s5 only, as the workflow of that selection."""
-    world, catalog = fresh()
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
-    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    world, catalog, engine = await dealt(pg_url, "saga-since", runner)
     try:
-        await deal(engine, world, "saga-since")
         async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
             report = await engine.undo("saga-since", since="s3")
         assert states(report) == {"s4": "acknowledged", "s5": "reverted"}
@@ -175,18 +175,14 @@ async def test_resume_of_a_selection_on_temporal_stays_inside_it(
     """A selection cut short by its budget, continued with engine.resume through Temporal:
     the continuation finishes the selection's closure and never goes beyond it (the deal, the
     note and the mail stand), as the local engine's does."""
-    local_world, local_catalog = fresh()
-    local = amends.Engine(local_catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
-    await deal(local, local_world, "saga-cut")
+    local_world, _, local = await dealt(amends.SqliteLog(":memory:"), "saga-cut")
     local_cut = await local.undo("saga-cut", steps=["s2"], budget=amends.Budget(tool_calls=2))
     local_done = await local.resume("saga-cut", budget=amends.Budget())
     await local.close()
 
-    world, catalog = fresh()
     runner = TemporalRunner(temporal_client, task_queue=task_queue)
-    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    world, catalog, engine = await dealt(pg_url, "saga-cut", runner)
     try:
-        await deal(engine, world, "saga-cut")
         async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
             cut = await engine.undo("saga-cut", steps=["s2"], budget=amends.Budget(tool_calls=2))
             done = await engine.resume("saga-cut", budget=amends.Budget())
@@ -253,13 +249,7 @@ async def test_overlapping_selections_racing_on_temporal_compensate_each_step_on
         assert race_world["crm"]["r1"]["notes"] == []
 
         assert whole.reversal_id == a.reversal_id and whole.selection is None
-        assert states(whole) == {
-            "s1": "reverted",
-            "s2": "compensated",
-            "s3": "reverted",
-            "s4": "acknowledged",
-            "s5": "reverted",
-        }
+        assert states(whole) == WHOLE
         assert compensations(world) == [
             "crm.delete_note", "crm.update_field", "crm.update_field", "pay.refund",
         ]  # fmt: skip
@@ -276,11 +266,9 @@ async def test_a_selection_no_worker_takes_up_is_recorded_over_budget_and_resume
     """Issue 23 for a selection: no worker serves the queue, the budget's seconds run out; the
     report covers the selection's closure only, nothing attempted, naming the queue;
     the workflow a worker then picks up finds the reversal done; resume finishes the closure."""
-    world, catalog = fresh()
     runner = TemporalRunner(temporal_client, task_queue=task_queue, heartbeat_timeout=1.0)
-    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    world, catalog, engine = await dealt(pg_url, "saga-idle", runner)
     try:
-        await deal(engine, world, "saga-idle")
         report = await asyncio.wait_for(
             engine.undo("saga-idle", steps=["s2"], budget=amends.Budget(seconds=1)), 60
         )
@@ -299,24 +287,6 @@ async def test_a_selection_no_worker_takes_up_is_recorded_over_budget_and_resume
         assert world.crm["r1"]["stage"] == "won"
     finally:
         await engine.close()
-
-
-@pytest.fixture
-def ledger_path(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.db"
-    ledger.connect(path).close()
-    return path
-
-
-@pytest.fixture
-def workers(
-    temporal_server: DevServer, pg_url: str, ledger_path: Path, task_queue: str
-) -> Iterator[Workers]:
-    w = Workers(temporal_server, pg_url, ledger_path, task_queue)
-    try:
-        yield w
-    finally:
-        w.stop()
 
 
 def undo_requests(path: Path) -> list[str]:
@@ -393,10 +363,8 @@ async def test_a_bad_selection_on_temporal_is_refused_before_anything_starts(
 ) -> None:
     """An unknown step or since= the last step: the engine's own error, nothing in the log,
     no workflow started (the runner's address is never reached)."""
-    world, catalog = fresh()
-    engine = amends.Engine(catalog, log=pg_url, runner=TemporalRunner("127.0.0.1:1"))
+    _, _, engine = await dealt(pg_url, "saga-bad", TemporalRunner("127.0.0.1:1"))
     try:
-        await deal(engine, world, "saga-bad")
         before = await engine.log.events("saga-bad")
         with pytest.raises(amends.ContractError, match=r"has no step 's9'; its steps are s1, s2"):
             await engine.undo("saga-bad", steps=["s9"])

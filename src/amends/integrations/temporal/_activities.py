@@ -411,29 +411,20 @@ class ReversalActivities:
         return (await self._claim(ClaimInput.from_wire(wire))).to_wire()
 
     async def _claim(self, inp: ClaimInput) -> ClaimResult:
-        now = time.time()
-        new_id = _new_reversal_id()
         if inp.resume:
             if await self.log.get_saga(inp.saga_id) is None:
                 return ClaimResult("not_found", now=time.time())
             # as Engine.resume claims: a continuation in progress is joined (or, being this
             # workflow's own, taken over by a retried task); one continued since is not repeated
-            claim = await self.log.continue_reversal(
-                inp.saga_id,
-                budget=inp.budget,
-                owner=inp.owner,
-                lease_until=now + inp.lease_seconds,
-                now=now,
-                after_continuation=inp.after_continuation,
-                reversal_id=new_id,
-            )
+            claim = await self._continue(inp, inp.after_continuation)
         else:
+            now = time.time()
             try:
                 # as Engine.undo claims: the saga is read in the claim's own transaction (a
                 # step written after it is refused), once
                 claim = await self.log.claim_reversal(
                     inp.saga_id,
-                    reversal_id=new_id,
+                    reversal_id=_new_reversal_id(),
                     budget=inp.budget,
                     owner=inp.owner,
                     lease_until=now + inp.lease_seconds,
@@ -443,8 +434,7 @@ class ReversalActivities:
                 )
             except SagaNotFoundError:
                 return ClaimResult("not_found", now=time.time())
-        read = claim.saga  # read in the claim's own transaction (issue 12)
-        saga = read if read is not None else await self.log.get_saga(inp.saga_id)
+        saga = claim.saga or await self.log.get_saga(inp.saga_id)  # issue 12: the claim's read
         assert saga is not None
         covered = True
         if not inp.resume:  # a continuation keeps the reversal's selection
@@ -478,18 +468,25 @@ class ReversalActivities:
         first, that continuation is looked at in turn."""
         while claim.outcome == "done" and not covers(saga, claim.reversal.selection, inp.steps):
             rev = claim.reversal
-            now = time.time()
-            claim = await self.log.continue_reversal(
-                inp.saga_id,
-                budget=inp.budget,
-                owner=inp.owner,
-                lease_until=now + inp.lease_seconds,
-                now=now,
-                after_continuation=rev.continuations,
-                reversal_id=_new_reversal_id(),
-                selection=widen(rev.selection, inp.steps),
+            claim = await self._continue(
+                inp, rev.continuations, selection=widen(rev.selection, inp.steps)
             )
         return claim
+
+    async def _continue(self, inp: ClaimInput, after: int | None, **selection: Any) -> Claim:
+        """Continue the saga's finished reversal with ``inp``'s budget, for ``inp``'s workflow
+        (``selection``: what it covers from now on; by default what it covered)."""
+        now = time.time()
+        return await self.log.continue_reversal(
+            inp.saga_id,
+            budget=inp.budget,
+            owner=inp.owner,
+            lease_until=now + inp.lease_seconds,
+            now=now,
+            after_continuation=after,
+            reversal_id=_new_reversal_id(),
+            **selection,
+        )
 
     @activity.defn(name="amends.read")
     async def read(self, wire: Wire) -> Wire:
