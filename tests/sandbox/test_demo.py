@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,13 @@ import pytest
 import amends
 from amends.cli import main
 from amends.sandbox import World
-from amends.sandbox.demo import HUMAN_STAGE, DemoResult, run_demo
+from amends.sandbox.demo import (
+    HUMAN_STAGE,
+    SELECTED_STEP,
+    SELECTIVE_TITLE,
+    DemoResult,
+    run_demo,
+)
 
 T = TypeVar("T")
 
@@ -131,6 +138,116 @@ def test_demo_a_person_sends_the_buyers_draft_as_a_follow_up_of_the_reversal(
     assert report.handled("email_buyer")["by"] == "dana@example.com"  # type: ignore[index]
 
 
+SELECTIVE_HEADLINE = (
+    "2 of 2 taken back (1 compensated, leaving a trace) · 1 other step kept as it is"
+)
+CLOSURE_REASON = (
+    "undoing training_fee (payments.charge) also undoes crm_training_fee (crm.update_field): "
+    "it used training_fee's result ('ch_2')"
+)
+
+
+def test_demo_takes_back_the_charge_and_keeps_the_meeting(demo: DemoResult) -> None:
+    """Issue 27, Done when: the demo shows one selective undo. The second request's charge is
+    refunded and the CRM field recording it reverted; the meeting stays on the calendar."""
+    w = demo.world
+    [meeting] = [e for e in w["calendar"]["events"].values()
+                 if e["title"] == "ACME admin training"]  # fmt: skip
+    assert meeting["status"] == "confirmed"
+    assert [n["kind"] for n in meeting["notices"]] == ["invitation", "invitation"]  # no cancel
+    fee = w["payments"]["charges"]["ch_2"]
+    assert (fee["description"], fee["cents"], fee["refunded"]) == (
+        "ACME admin training", 150_000, 150_000,
+    )  # fmt: skip
+    [re_id] = fee["refunds"]
+    assert w["payments"]["refunds"][re_id]["status"] == "pending"
+    assert w["crm"]["records"]["acme"]["fields"]["training_charge"] is None
+    assert demo.selective_outcome == [
+        "The meeting 'ACME admin training' on 2026-12-14 is still on the calendar; invited: "
+        "buyer@acme.example, dana@example.com",
+        "The card charge of 1,500.00 USD for 'ACME admin training' is refunded: the refund is "
+        "pending until 2026-12-10",
+        "The CRM field that recorded the charge is empty again",
+    ]
+
+
+def test_demo_selective_report_covers_the_closure_and_names_the_kept_step(
+    demo: DemoResult,
+) -> None:
+    report = demo.selective
+    assert report is not None and report.title == SELECTIVE_TITLE
+    assert (
+        demo.selective_saga_id not in ("", demo.saga_id)
+        and report.saga_id == demo.selective_saga_id
+    )
+    assert report.status == "partially_reversed"  # a refund leaves a trace: not "fully"
+    assert report.headline == SELECTIVE_HEADLINE
+    # the meeting is not in the reversal: a kept step is never reported as undone
+    assert {s.step_id: s.state.value for s in report.steps} == {
+        SELECTED_STEP: "compensated", "crm_training_fee": "reverted",
+    }  # fmt: skip
+    assert dict(report.selection or {}) == {
+        "asked": [SELECTED_STEP],
+        "steps": [SELECTED_STEP, "crm_training_fee"],
+        "added": [
+            {
+                "step_id": "crm_training_fee",
+                "because_of": SELECTED_STEP,
+                "why": "output",
+                "reason": CLOSURE_REASON,
+            },
+        ],
+        "kept": ["training"],
+    }
+    [res] = report.residue
+    assert res.parties == ("cus_acme",) and res.settles_at == "2026-12-10"
+    assert res.what.startswith("Refund of 1,500.00 USD for charge ch_2")
+    assert list(report.manual_actions) == []  # a refund needs no person
+
+
+def test_demo_selective_preview_named_the_closure_before_the_undo(demo: DemoResult) -> None:
+    preview, report = demo.selective_preview, demo.selective
+    assert preview is not None and preview.selection is not None and report is not None
+    assert [a["reason"] for a in preview.selection["added"]] == [CLOSURE_REASON]
+    assert list(preview.selection["kept"]) == ["training"]
+    # what the preview predicted is what the undo then did (rule 10)
+    assert {p.step_id: p.predicted for p in preview.steps} == {
+        s.step_id: s.state for s in report.steps
+    }
+    assert preview.steps[0].description == "Charge 1,500.00 USD to cus_acme"
+
+
+def test_demo_selective_undo_is_in_the_log_and_the_rest_can_be_undone_later(
+    demo: DemoResult, tmp_path: Path
+) -> None:
+    """The log another process reads holds the selective reversal; undoing the rest later (from
+    a copy of the demo's log and world) cancels the meeting and refunds the charge only once."""
+    import shutil
+
+    assert demo.selective is not None
+    db = str(tmp_path / "copy.db")
+    for src, dst in ((demo.db, db), (str(demo.world_path), db + ".world")):
+        for suffix in ("", "-wal"):  # the closed demo leaves no WAL; copy one if it did
+            if Path(src + suffix).exists():
+                shutil.copy(src + suffix, dst + suffix)
+
+    async def rest() -> tuple[amends.UndoReport | None, amends.UndoReport]:
+        async with amends.Engine(amends.sandbox.demo_catalog(db), log=db) as engine:
+            stored = await engine.report(demo.selective_saga_id)
+            return stored, await engine.undo(demo.selective_saga_id)
+
+    stored, whole = in_thread(amends.run, rest())
+    assert stored is not None and stored.to_dict() == demo.selective.to_dict()
+    assert whole.reversal_id == stored.reversal_id and whole.selection is None
+    assert {s.step_id: s.state.value for s in whole.steps} == {
+        "training": "compensated", SELECTED_STEP: "compensated", "crm_training_fee": "reverted",
+    }  # fmt: skip
+    world = World(db + ".world")
+    assert world.snapshot()["calendar"]["events"]["evt_2"]["status"] == "cancelled"
+    refunds = [e for e in world.effects() if e["op"] == "refund"]
+    assert len(refunds) == 2  # the renewal's and the training fee's, each once
+
+
 def test_demo_true_world_after_undo(demo: DemoResult) -> None:
     w = demo.world
     assert w["calendar"]["events"]["evt_1"]["status"] == "cancelled"
@@ -141,7 +258,10 @@ def test_demo_true_world_after_undo(demo: DemoResult) -> None:
     world = World(demo.world_path)  # persisted: another process sees the same
     assert world.snapshot() == demo.world
     refunds = [e for e in world.effects() if e["op"] == "refund"]
-    assert len(refunds) == 1  # no compensation applied twice
+    # no compensation applied twice: one refund per charge (the renewal's, then the training
+    # fee's, taken back by the selective undo of the second request)
+    assert len(refunds) == 2
+    assert sorted(r["charge_id"] for r in w["payments"]["refunds"].values()) == ["ch_1", "ch_2"]
 
 
 def test_demo_naive_stack_claims_success_and_did_damage(demo: DemoResult) -> None:
@@ -166,7 +286,8 @@ def test_demo_is_deterministic_and_recreates_the_db(tmp_path: Path) -> None:
     assert a.saga_id != b.saga_id
     assert a.world == b.world
     assert World(db + ".world").effects() == World(db + ".world").effects()
-    assert len([e for e in World(db + ".world").effects() if e["op"] == "charge"]) == 1
+    # one charge per request: the renewal, and the training fee of the second request
+    assert len([e for e in World(db + ".world").effects() if e["op"] == "charge"]) == 2
 
 
 def test_demo_cli_prints_report_and_writes_html(
@@ -182,6 +303,52 @@ def test_demo_cli_prints_report_and_writes_html(
     assert page.lstrip().lower().startswith("<!doctype html") and "cannot_undo" in page
 
 
+def test_demo_cli_prints_the_selective_undo_and_its_command_runs_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: the printed demo shows "take back the charge, keep the meeting" in words (the
+    preview's closure, the report, the world), and "undo the rest later" runs as printed."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per item: the test reads whole sentences
+    monkeypatch.chdir(tmp_path)
+    argv = ["demo", "--db", ".amends-demo.db", "--html", "r.html"]
+    assert in_thread(main, argv) == 0
+    out = capsys.readouterr().out
+    scene = out[out.index(f"A second request: '{SELECTIVE_TITLE}'") :]
+    lines = [line.strip() for line in scene.splitlines()]
+    assert "A person asks: take back the charge, keep the meeting." in scene
+    assert "• “Charge 1,500.00 USD to cus_acme” is undone: the person asked for it" in lines
+    assert (
+        "• “Set training_charge of CRM record acme to 'ch_2'” is undone too: it used the result "
+        "of “Charge 1,500.00 USD to cus_acme”"
+    ) in lines
+    assert "• 1 other step of the request stays as it is" in lines
+    assert f"{SELECTIVE_HEADLINE} — partially_reversed" in lines
+    assert (
+        "• The meeting 'ACME admin training' on 2026-12-14 is still on the calendar; invited: "
+        "buyer@acme.example, dana@example.com"
+    ) in lines
+    # the preview comes before the undo's report, the world after it
+    assert (
+        scene.index("The preview")
+        < scene.index(SELECTIVE_HEADLINE)
+        < scene.index("What the world shows now")
+    )
+    # the sentences are for people: no saga, reversal or step ids in them
+    said = scene[: scene.index("Undo only the charge")]
+    assert not re.search(r"saga_|rev_|training_fee|crm_training_fee", said)
+    [later] = [line for line in lines if line.startswith("Undo the rest later")]
+    words = shlex.split(later.split(": ", 1)[1])
+    assert words[:2] == ["amends", "undo"] and "--catalog" in words and "--db" in words
+    assert in_thread(main, words[1:]) == 0
+    rest = capsys.readouterr().out
+    assert "3 of 3 taken back (2 compensated, leaving a trace)" in rest
+    world = World(str(tmp_path / ".amends-demo.db.world"))
+    assert world.snapshot()["calendar"]["events"]["evt_2"]["status"] == "cancelled"
+    assert len([e for e in world.effects() if e["op"] == "refund"]) == 2  # not refunded twice
+
+
 def test_demo_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html = tmp_path / "r.html"
     assert (
@@ -193,6 +360,11 @@ def test_demo_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert data["same_reversal"] is True
     assert {s["step_id"]: s["state"] for s in data["report"]["steps"]} == EXPECTED_STATES
     assert data["html"] == str(html) and html.exists()
+    selective = data["selective"]  # issue 27: the second request, undone only in part
+    assert selective["report"]["headline"] == SELECTIVE_HEADLINE
+    assert selective["report"]["saga_id"] == selective["saga_id"] != data["saga_id"]
+    assert selective["preview"]["selection"]["added"][0]["reason"] == CLOSURE_REASON
+    assert selective["outcome"][-1] == "The CRM field that recorded the charge is empty again"
 
 
 def test_demo_cli_unwritable_html_is_a_clear_error(
@@ -215,6 +387,14 @@ def test_amends_demo_command_runs_in_seconds(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "amends-demo-report.html").exists()
     assert (tmp_path / ".amends-demo.db.world").exists()
+    # issue 27 (and 26 item 3): the selective scene's "undo the rest later" runs as printed in
+    # a new process, where `amends` is `python -m amends.cli` as printed, not a name on PATH
+    [later] = [x for x in proc.stdout.splitlines() if x.startswith("Undo the rest later")]
+    words = shlex.split(later.split(": ", 1)[1])
+    assert words[:3] == [sys.executable, "-m", "amends.cli"], later
+    rest = subprocess.run(words, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    assert "3 of 3 taken back (2 compensated, leaving a trace)" in rest.stdout
 
 
 def test_sandbox_exports_are_frozen() -> None:

@@ -154,7 +154,12 @@ def test_demo_serve_shows_the_demo_saga_and_its_outcome(
     assert r.status_code == 200
     # issue 17: the undone demo saga, and beside it one ready to undo (preview and button)
     sagas = {s["title"]: s for s in r.json()["sagas"]}
-    assert set(sagas) == {"Close the ACME renewal", "Upgrade ACME to the premium plan"}
+    # issue 27: the demo's second request, whose charge alone was taken back, is listed too
+    assert set(sagas) == {
+        "Close the ACME renewal", "Book the ACME admin training",
+        "Upgrade ACME to the premium plan",
+    }  # fmt: skip
+    assert sagas["Book the ACME admin training"]["reversal"]["state"] == "done"
     saga = sagas["Close the ACME renewal"]
     assert saga["reversal"]["state"] == "done"
     page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{saga['saga_id']}").text
@@ -168,3 +173,7 @@ def test_demo_serve_shows_the_demo_saga_and_its_outcome(
     assert ready["reversal"] is None
     page = httpx.get(f"http://127.0.0.1:{port}/ui/sagas/{ready['saga_id']}").text
     assert 'id="undo"' in page and "What undo will do" in page
+    partly = sagas["Book the ACME admin training"]["saga_id"]
+    os.kill(procs[0].pid, signal.SIGINT)  # the printed links: read once the server stopped
+    out, _ = procs[0].communicate(timeout=30)
+    assert f"amends: partly undone:  http://127.0.0.1:{port}/ui/sagas/{partly}" in out

@@ -11,14 +11,15 @@ from fastapi.testclient import TestClient
 
 import amends
 from amends.sandbox import demo_catalog
-from amends.sandbox.demo import run_demo
+from amends.sandbox.demo import SELECTIVE_TITLE, run_demo
 from amends.server import ServerSettings, create_app
 from amends.server.demo import READY_TITLE, seed_ready_saga
 
 
 def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    undone = run_demo(db).saga_id
+    result = run_demo(db)
+    undone, selective = result.saga_id, result.selective_saga_id
     ready = asyncio.run(seed_ready_saga(db))
     catalog = demo_catalog(db)
     app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(no_auth=True))
@@ -26,6 +27,12 @@ def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: P
         home = client.get("/").text
         assert f"/ui/sagas/{ready}" in home and f"/ui/sagas/{undone}" in home
         assert "8 of 12 taken back (4 compensated, leaving a trace) · 4 need your attention" in home
+        # issue 27: the second request, undone only in part, is listed as such
+        assert f"/ui/sagas/{selective}" in home and SELECTIVE_TITLE in home
+        assert (
+            "2 of 2 taken back (1 compensated, leaving a trace) · 1 other step kept as it is"
+            in (home)
+        )
 
         page = client.get(f"/ui/sagas/{ready}").text
         assert f"<h1>{READY_TITLE}</h1>" in page
@@ -46,3 +53,8 @@ def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: P
         assert 'id="undo"' not in done
         assert '<h2 id="headline" class="headline" tabindex="-1">8 of 12 taken back' in done
         assert '<h2 id="preview-h">' not in done  # the report replaces the preview
+
+        part = client.get(f"/ui/sagas/{selective}").text
+        assert f"<h1>{SELECTIVE_TITLE}</h1>" in part
+        assert "1 other step kept as it is" in part
+        assert "Kept as they are: training." in part and "Undo the rest" in part

@@ -27,7 +27,8 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     assert main(["demo", "--db", db, "--html", str(folder / "r.html"), "--json"]) == 0
     log = amends.SqliteLog(db, read_only=True)
     try:
-        (saga,) = asyncio.run(log.list_sagas())
+        # the demo also runs a second request, undone only in part (issue 27)
+        (saga,) = [s for s in asyncio.run(log.list_sagas()) if s.title == "Close the ACME renewal"]
     finally:
         asyncio.run(log.close())
     return db, saga.saga_id

@@ -1,4 +1,5 @@
-"""``amends demo``: the twelve-call scene, drift, two Undo clicks, and the naive stack beside it."""
+"""``amends demo``: the twelve-call scene, drift, two Undo clicks, and the naive stack beside it;
+then a second request undone only in part: "take back the charge, keep the meeting" (issue 27)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from rich.table import Table
 
 from amends import ConfigError
 
-from ..sandbox.demo import DEMO_TITLE, DemoResult, run_demo
+from ..sandbox.demo import DEMO_TITLE, SELECTIVE_TITLE, DemoResult, run_demo
+from ._common import print_item, print_report
 from ._hints import command
 
 __all__ = ["register"]
@@ -26,7 +28,8 @@ def register(sub: Any) -> None:
     demo = sub.add_parser(
         "demo",
         help=f"run the sandbox scene ('{DEMO_TITLE}': 12 tool calls, a human edit, two "
-        f"concurrent Undo clicks) and show the honest report beside a naive undo stack",
+        f"concurrent Undo clicks) and show the honest report beside a naive undo stack; then "
+        f"'{SELECTIVE_TITLE}' with only its charge undone, the meeting kept",
     )
     add_db_argument(demo, default=".amends-demo.db")
     demo.add_argument(
@@ -93,8 +96,8 @@ def _serve(result: DemoResult, args: argparse.Namespace) -> int:
 def print_demo(
     result: DemoResult, *, html: str | None = None, console: Console | None = None
 ) -> None:
-    """Print the demo with rich: the amends report, then the naive stack's claims and damage."""
-    from ._common import print_report
+    """Print the demo with rich: the amends report, then the naive stack's claims and damage,
+    then the selective undo of the second request."""
 
     console = console or Console()
     console.rule(f"[bold]amends[/bold]: the user clicked Undo on '{escape(DEMO_TITLE)}' (twice)")
@@ -133,3 +136,54 @@ def print_demo(
     # one line whatever the width, so that a copy of it pastes as one command
     inspect = escape(command("show", result.saga_id, db=result.db))
     console.print(f"Inspect it: {inspect}", soft_wrap=True)
+    print_selective(result, console)
+
+
+# Why the closure of a selection added a step (amends._selection.Added.why), in words for a
+# person who reads the steps' sentences rather than their ids; {0} is the step it depends on.
+_WHY = {
+    "output": "it used the result of “{0}”",
+    "resource": "it changed the same record after “{0}”",
+    "after": "it was declared to run after “{0}”",
+    "undo_after": "the undo of “{0}” must wait for its undo",
+}
+
+
+def print_selective(result: DemoResult, console: Console) -> None:
+    """Issue 27: the second request, undone only in part. The preview names what the closure
+    adds and why before anything is undone; then the report, and what the world shows."""
+    preview, report = result.selective_preview, result.selective
+    if preview is None or report is None or preview.selection is None:
+        return
+    console.rule(f"[bold]A second request[/bold]: '{escape(SELECTIVE_TITLE)}'")
+    console.print(
+        "The agent booked a meeting, charged the card for it and recorded the charge in the "
+        "CRM. A person asks: take back the charge, keep the meeting."
+    )
+    said = {p.step_id: p.description or p.step.tool for p in preview.steps}
+    console.print("[bold]The preview[/bold], before anything is undone, says what that covers:")
+    for step_id in preview.selection.get("asked", ()):
+        print_item(console, escape(f"• “{said[step_id]}” is undone: the person asked for it"))
+    for a in preview.selection.get("added", ()):
+        why = _WHY.get(a["why"], "it depends on “{0}”").format(said[a["because_of"]])
+        print_item(console, escape(f"• “{said[a['step_id']]}” is undone too: {why}"))
+    kept = len(preview.selection.get("kept", ()))
+    rest = (
+        "1 other step of the request stays as it is"
+        if kept == 1
+        else (f"{kept} other steps of the request stay as they are")
+    )
+    print_item(console, f"• {rest}")
+    console.print("[bold]Undo only the charge[/bold]")
+    print_report(report, console)
+    console.print("[bold]What the world shows now[/bold]")
+    for line in result.selective_outcome:
+        print_item(console, f"[green]•[/] {escape(line)}")
+    # issue 26 item 3: runs as printed; the sandbox catalog is named (rule 12: the operator's)
+    later = command(
+        "undo", result.selective_saga_id, "--catalog", "amends.sandbox:demo_catalog",
+        db=result.db,
+    )  # fmt: skip
+    console.print(
+        f"Undo the rest later (the charge is not refunded twice): {escape(later)}", soft_wrap=True
+    )

@@ -1,8 +1,10 @@
-"""The demo scene: one agent request fanned out to twelve tool calls, drift, and two Undo clicks.
+"""The demo scene: one agent request fanned out to twelve tool calls, drift, and two Undo clicks;
+then a second request undone only in part ("take back the charge, keep the meeting").
 
 ``run_demo(db)`` runs it against a fresh saga log ``db`` and sandbox world ``db + ".world"`` and
 returns a :class:`DemoResult`: the report amends gave, what a naive undo stack would have claimed
-for the same run (executed on a copy of the world taken before undo), and both worlds afterwards.
+for the same run (executed on a copy of the world taken before undo), the draft a person sent,
+the selective undo of the second request (its preview and report), and both worlds afterwards.
 """
 
 from __future__ import annotations
@@ -13,16 +15,28 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from amends import Call, Catalog, Engine, SentFollowUp, UndoReport
+from amends import Call, Catalog, Engine, Preview, SentFollowUp, UndoReport
 
 from .catalog import sandbox_catalog, world_path_for
 from .world import World
 
-__all__ = ["DEMO_TITLE", "HUMAN_STAGE", "DemoResult", "run_demo", "run_demo_async"]
+__all__ = [
+    "DEMO_TITLE",
+    "HUMAN_STAGE",
+    "SELECTED_STEP",
+    "SELECTIVE_TITLE",
+    "DemoResult",
+    "run_demo",
+    "run_demo_async",
+]
 
 DEMO_TITLE = "Close the ACME renewal"
 HUMAN_STAGE = "contract_sent"
 """What the account owner sets the CRM stage to after the agent wrote ``closed_won``."""
+SELECTIVE_TITLE = "Book the ACME admin training"
+"""The second request: a meeting booked, a card charged for it, the charge recorded in the CRM."""
+SELECTED_STEP = "training_fee"
+"""The step of the second request a person takes back (the charge); the meeting stays."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,15 @@ class DemoResult:
     sent: SentFollowUp | None = None
     """The buyer's email draft, edited and sent by a person after the undo: a follow-up of the
     reversal that marks that manual action handled (issue 27)."""
+    selective_saga_id: str = ""
+    """The saga of the second request (:data:`SELECTIVE_TITLE`)."""
+    selective_preview: Preview | None = None
+    """The preview of undoing only the charge: what its closure adds, and why (issue 27)."""
+    selective: UndoReport | None = None
+    """The report of that selective undo: the charge refunded, the CRM field that records it
+    reverted, the meeting kept as it is (issue 27)."""
+    selective_outcome: list[str] = field(default_factory=list)
+    """What the world shows after that selective undo, in plain language."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +82,16 @@ class DemoResult:
             "naive": {"claims": self.naive_claims, "damage": self.naive_damage},
             "world": self.world,
             "sent": self.sent.to_dict() if self.sent is not None else None,
+            "selective": (
+                {
+                    "saga_id": self.selective_saga_id,
+                    "preview": self.selective_preview.to_dict(),
+                    "report": self.selective.to_dict(),
+                    "outcome": self.selective_outcome,
+                }
+                if self.selective is not None and self.selective_preview is not None
+                else None
+            ),
         }
 
 
@@ -200,6 +233,62 @@ async def _send_draft(engine: Engine, saga_id: str) -> SentFollowUp:
     )  # fmt: skip
 
 
+async def _booking(engine: Engine) -> str:
+    """The second request: book the training, charge the card for it, record the charge."""
+    async with engine.saga(SELECTIVE_TITLE, tenant="acme", actor="agent:sales") as saga:
+        meeting = saga.call(
+            "calendar.create_event", step_id="training", title="ACME admin training",
+            start="2026-12-14T16:00:00Z", attendees=["buyer@acme.example", "dana@example.com"],
+        )  # fmt: skip
+        fee = saga.call(
+            "payments.charge", step_id=SELECTED_STEP, after=[meeting], customer="cus_acme",
+            cents=150_000, description="ACME admin training",
+        )  # fmt: skip
+        saga.call(
+            "crm.update_field", step_id="crm_training_fee", record_id="acme",
+            field="training_charge", value=fee["id"],
+        )  # fmt: skip
+    return saga.id
+
+
+async def _take_back_the_charge(engine: Engine) -> tuple[str, Preview, UndoReport]:
+    """Issue 27: a person undoes only the charge of the second request. The preview names what
+    the closure adds (the CRM field that used the charge's id) before anything is undone; the
+    meeting, which the charge does not depend back on, stays as it is."""
+    saga_id = await _booking(engine)
+    preview = await engine.preview(saga_id, steps=[SELECTED_STEP])
+    report = await engine.undo(saga_id, steps=[SELECTED_STEP])
+    return saga_id, preview, report
+
+
+def _outcome(world: World) -> list[str]:
+    """What a person finds in the world after "take back the charge, keep the meeting"."""
+    snap = world.snapshot()
+    out: list[str] = []
+    for ev in snap["calendar"]["events"].values():
+        if ev["title"] == "ACME admin training":
+            kept = "still on the calendar" if ev["status"] == "confirmed" else ev["status"]
+            out.append(
+                f"The meeting '{ev['title']}' on {ev['start'][:10]} is {kept}; invited: "
+                f"{', '.join(ev['attendees'])}"
+            )
+    for ch in snap["payments"]["charges"].values():
+        if ch["description"] == "ACME admin training":
+            for re_id in ch["refunds"]:
+                re = snap["payments"]["refunds"][re_id]
+                out.append(
+                    f"The card charge of {ch['cents'] / 100:,.2f} USD for '{ch['description']}' "
+                    f"is refunded: the refund is {re['status']} until {re['settles_on']}"
+                )
+    value = world.crm.read_field("acme", "training_charge")
+    out.append(
+        "The CRM field that recorded the charge is empty again"
+        if value is None
+        else f"The CRM field that recorded the charge still reads {value!r}"
+    )
+    return out
+
+
 async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
     """The demo, for callers already inside an event loop (the web server). See :func:`run_demo`."""
     log_path = _log_path(db)
@@ -226,6 +315,7 @@ async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
         # The user clicks Undo twice: both requests join the one reversal (rule 6).
         first, second = await asyncio.gather(engine.undo(saga_id), engine.undo(saga_id))
         sent = await _send_draft(engine, saga_id)
+        selective_saga_id, selective_preview, selective = await _take_back_the_charge(engine)
         return DemoResult(
             saga_id=saga_id,
             report=first,
@@ -237,6 +327,10 @@ async def run_demo_async(db: str, *, seed: int = 0) -> DemoResult:
             db=db,
             world_path=world_path,
             sent=sent,
+            selective_saga_id=selective_saga_id,
+            selective_preview=selective_preview,
+            selective=selective,
+            selective_outcome=_outcome(world),
         )
     finally:
         await engine.close()
@@ -251,7 +345,8 @@ def run_demo(db: str, *, seed: int = 0) -> DemoResult:
         seed: Seeds the sandbox world's randomness.
 
     Returns:
-        The reports, the naive stack's claims and damage, and both worlds afterwards.
+        The reports, the naive stack's claims and damage, the draft a person sent, the
+        selective undo of the second request, and both worlds afterwards.
     """
     try:
         asyncio.get_running_loop()

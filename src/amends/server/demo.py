@@ -79,6 +79,9 @@ def serve_demo(result: Any, *, db: str, host: str = "127.0.0.1", port: int = 876
     undone = getattr(result, "saga_id", "")
     print(f"amends: ready to undo:  http://{host}:{port}/ui/sagas/{ready}")
     print(f"amends: already undone: http://{host}:{port}/ui/sagas/{undone}")
+    partly = getattr(result, "selective_saga_id", "")
+    if partly:  # issue 27: the demo's second request, only its charge taken back
+        print(f"amends: partly undone:  http://{host}:{port}/ui/sagas/{partly}")
     print(f"amends: every saga:     http://{host}:{port}/   (Ctrl-C stops)")
     # the same connection bounds and proxy handling as `amends serve` (issue 21.8, 21.14)
     config = uvicorn_config(app, ConnectionLimits(), host=host, port=port, log_level="warning")
