@@ -168,12 +168,10 @@ def print_selective(result: DemoResult, console: Console) -> None:
         why = _WHY.get(a["why"], "it depends on “{0}”").format(said[a["because_of"]])
         print_item(console, escape(f"• “{said[a['step_id']]}” is undone too: {why}"))
     kept = len(preview.selection.get("kept", ()))
-    rest = (
-        "1 other step of the request stays as it is"
-        if kept == 1
-        else (f"{kept} other steps of the request stay as they are")
-    )
-    print_item(console, f"• {rest}")
+    if kept == 1:
+        print_item(console, "• 1 other step of the request stays as it is")
+    else:
+        print_item(console, f"• {kept} other steps of the request stay as they are")
     console.print("[bold]Undo only the charge[/bold]")
     print_report(report, console)
     console.print("[bold]What the world shows now[/bold]")
