@@ -2,7 +2,9 @@
 
 Runs the demo scene into a temporary log, leaves a second saga ready to undo (as
 ``amends demo --serve`` does), serves both on 127.0.0.1 and photographs, at 375 and 1280 px
-wide: the preview before the click, the confirmation, and the report after it.
+wide: the list of requests (what undo did or would do), the preview before the click, the
+confirmation, and the report after it. Times are shown in the viewer's zone: the photographs
+are taken in UTC, so they do not change with the machine's zone.
 """
 
 from __future__ import annotations
@@ -50,7 +52,13 @@ def main() -> int:
             try:
                 with sync_playwright() as p:
                     browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-                    page = browser.new_page(viewport={"width": width, "height": 900})
+                    page = browser.new_page(
+                        viewport={"width": width, "height": 900},
+                        timezone_id="UTC",
+                        locale="en-GB",
+                    )
+                    page.goto(f"http://127.0.0.1:{port}/")
+                    page.screenshot(path=str(OUT / f"undo-list-{width}.png"), full_page=True)
                     page.goto(f"http://127.0.0.1:{port}/ui/sagas/{ready}")
                     page.screenshot(path=str(OUT / f"undo-before-{width}.png"), full_page=True)
                     page.click("#undo")

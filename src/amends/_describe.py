@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ._errors import ContractError
@@ -54,8 +55,9 @@ def check_template(tool: str, template: Any) -> str | None:
         if (spec or conv) and (spec not in _SPECS or conv):
             raise ContractError(
                 f"describe= of tool {tool!r} has the field {{{name}{'!' + conv if conv else ''}"
-                f"{':' + spec if spec else ''}}}; the only format is :cents (an amount in "
-                f"cents shown as money, {{cents:cents}} -> 2,400.00); {example}",
+                f"{':' + spec if spec else ''}}}; the formats are :cents (an amount in "
+                f"cents shown as money, {{cents:cents}} -> 2,400.00) and :when (an ISO time "
+                f"for people, {{start:when}} -> 10 Dec 2026 16:00 UTC); {example}",
                 tool=tool,
             )
         if not name.isidentifier():
@@ -75,7 +77,21 @@ def _cents(value: Any) -> str:
     return _show(value)
 
 
-_SPECS = {"cents": _cents}
+def _when(value: Any) -> str:
+    """``{start:when}``: an ISO 8601 time for people, in UTC, saying so: "10 Dec 2026 16:00
+    UTC" (issue 26: people never read raw ISO timestamps). A value that is not one is shown
+    as it is."""
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return _show(value)
+    if when.tzinfo is None:  # no zone given: shown as written, without claiming one
+        return f"{when.day} {when:%b %Y %H:%M}"
+    when = when.astimezone(UTC)
+    return f"{when.day} {when:%b %Y %H:%M} UTC"
+
+
+_SPECS = {"cents": _cents, "when": _when}
 """The format specs a ``describe=`` field may carry."""
 
 EMPTY = "an empty value"

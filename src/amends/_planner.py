@@ -207,6 +207,14 @@ class Preview(Plan):
     def __getitem__(self, step_id: str) -> PreviewStep:
         return cast(PreviewStep, super().__getitem__(step_id))
 
+    @property
+    def would(self) -> str:
+        """What undo would do, counted by predicted state, for people: "revert 2 · compensate 2
+        · ask a person about 1" ("do nothing" when nothing is planned). ``amends show`` and the
+        web list say it (issue 26 items 6 and 7); an effect that would stand, or is not
+        predicted, counts for a person (rule 8: unsure goes to a person)."""
+        return undo_would(p.predicted for p in self.steps)
+
     def predicted(self, step_id: str) -> StepState | None:
         """The state undo is predicted to report for ``step_id``."""
         return self[step_id].predicted
@@ -219,6 +227,7 @@ class Preview(Plan):
             "tool_calls": self.tool_calls,
             "budget": dict(self.budget),
             "retry_reserve": self.retry_reserve,
+            "would": self.would,
             "selection": dict(self.selection) if self.selection is not None else None,
             "undo_windows": [
                 {"step_id": p.step_id, "closes_at": p.inverse.deadline}
@@ -226,6 +235,25 @@ class Preview(Plan):
                 if p.inverse is not None and p.inverse.deadline is not None
             ],
         }
+
+
+_WOULD: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("revert", ("reverted",)),
+    ("compensate", ("compensated",)),
+    ("cancel", ("cancelled",)),
+    ("ask a person about", ()),  # every state in which the effect still stands (rule 8)
+    ("nothing to undo for", ("not_needed",)),
+)
+"""How :attr:`Preview.would` counts the predicted states, in this order."""
+
+
+def undo_would(predicted: Iterable[StepState | str | None]) -> str:
+    """:attr:`Preview.would` of steps predicted to end in these states."""
+    counts = dict.fromkeys((words for words, _ in _WOULD), 0)
+    for state in predicted:
+        value = state.value if isinstance(state, StepState) else state
+        counts[next((w for w, states in _WOULD if value in states), "ask a person about")] += 1
+    return " · ".join(f"{words} {n}" for words, n in counts.items() if n) or "do nothing"
 
 
 REVIEW = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import re
 import textwrap
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -127,6 +128,14 @@ class StepOutcome:
         """The step as shown on screens: its description, or its tool name."""
         return self.description or self.tool
 
+    @property
+    def outcome_text(self) -> str:
+        """What happened to the step, as a person reads it (issue 26 item 2): an undone step
+        says what undo did, in its inverse's sentence ("Compensated: Refund 2,400.00 USD of
+        charge ch_2"), never the tool it called (:attr:`detail`, "compensated with
+        payments.refund", is for engineers); any other outcome's :attr:`detail`."""
+        return people_detail(self.state.value, self.detail, self.inverse_description)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "step_id": self.step_id,
@@ -218,6 +227,13 @@ class UndoReport:
     asked for so far (``asked``), every step it covers (``steps``; :attr:`steps` lists only
     these), each step the closure added with the reason (``added``), and the steps kept as they
     are (``kept``: not undone, still undoable later); ``None``: the whole saga."""
+
+    @staticmethod
+    def note_for_people(note: str) -> str:
+        """A resolution's note as a person reads it: a sent follow-up's note ("follow-up s1+f1
+        of reversal rev_…: sent with mail.send (id m_2)") reads "sent the follow-up message"
+        (issue 26 item 2; the note itself stays in the JSON); a person's own note as written."""
+        return note_for_people(note)
 
     def with_resolutions(self, resolutions: Mapping[str, Any]) -> UndoReport:
         """This report with the given resolutions (``Resolution`` objects or their dicts)."""
@@ -447,18 +463,31 @@ async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
     return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
 
-def _handled_text(res: Mapping[str, Any] | None) -> str:
+_FOLLOW_UP_NOTE = re.compile(r"follow-up \S+ of reversal \S+: sent\b.*", re.DOTALL)
+
+
+def note_for_people(note: str) -> str:
+    """A resolution's note as a person reads it (issue 26 item 2): the note a sent follow-up
+    writes ("follow-up s1+f1 of reversal rev_…: sent with mail.send (id m_2)", for engineers and
+    the JSON) reads "sent the follow-up message"; a person's own note as they wrote it."""
+    return "sent the follow-up message" if _FOLLOW_UP_NOTE.fullmatch(note) else note
+
+
+def _handled_text(res: Mapping[str, Any] | None, *, people: bool = False) -> str:
     """A manual action's resolution in words, with the earlier ones (never erased, issue 23)."""
     if res is None:
         return "open"
-    earlier = "; ".join(_one_resolution(e) for e in res.get("earlier") or ())
-    return _one_resolution(res) + (f" (earlier: {earlier})" if earlier else "")
+    earlier = "; ".join(_one_resolution(e, people) for e in res.get("earlier") or ())
+    return _one_resolution(res, people) + (f" (earlier: {earlier})" if earlier else "")
 
 
-def _one_resolution(res: Mapping[str, Any]) -> str:
+def _one_resolution(res: Mapping[str, Any], people: bool = False) -> str:
     when = datetime.fromtimestamp(float(res["at"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
     verb = "withdrawn" if res.get("withdrawn") else "handled"
-    return f"{verb} by {res['by']} at {when}" + (f": {res['note']}" if res.get("note") else "")
+    note = res.get("note")
+    if note and people:
+        note = note_for_people(note)
+    return f"{verb} by {res['by']} at {when}" + (f": {note}" if note else "")
 
 
 def _runs_text(r: UndoReport) -> str:
@@ -608,6 +637,21 @@ def state_label(s: StepOutcome) -> str:
     return s.state.value.replace("_", " ")
 
 
+_DONE_WORDS = {
+    StepState.REVERTED.value: "Taken back",
+    StepState.COMPENSATED.value: "Compensated",
+    StepState.CANCELLED.value: "Cancelled",
+}
+
+
+def people_detail(state: str, detail: str, inverse_description: str) -> str:
+    """:attr:`StepOutcome.outcome_text` of a step in this state (issue 26 item 2)."""
+    done = _DONE_WORDS.get(state)
+    if done is None:
+        return detail
+    return f"{done}: {inverse_description}" if inverse_description else done
+
+
 def _when_utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "—"
 
@@ -625,7 +669,7 @@ def _render_html(r: UndoReport) -> str:
         + (f"; affected: {e(', '.join(m.parties))}" if m.parties else "")
         + "</p>"
         + (f"<p>Draft message:</p><pre class='draft'>{e(m.draft)}</pre>" if m.draft else "")
-        + (f"<p>{e(_handled_text(r.handled(m.step_id)))}</p>" if r.resolutions else "")
+        + (f"<p>{e(_handled_text(r.handled(m.step_id), people=True))}</p>" if r.resolutions else "")
         + "</li>"
         for m in r.manual_actions
     )
@@ -636,8 +680,13 @@ def _render_html(r: UndoReport) -> str:
     )
     rows = "".join(
         f"<tr><td>{e(s.sentence)}</td><td>{e(_verb(s))}</td>"
-        f"<td class='state'>{e(state_label(s))}</td><td>{e(s.detail)}"
-        + (f"<br>Undo: {e(s.inverse_description)}" if s.inverse_description else "")
+        f"<td class='state'>{e(state_label(s))}</td>"
+        f"<td>{e(s.outcome_text)}"
+        + (
+            f"<br>Undo: {e(s.inverse_description)}"
+            if s.inverse_description and s.state.value not in _DONE_WORDS
+            else ""
+        )
         + "</td></tr>"
         for s in r.steps
     )
@@ -662,10 +711,15 @@ def _engineer_fold(r: UndoReport, e: Any) -> str:
     steps = "".join(
         f"<li><code>{e(s.step_id)}</code> <code>{e(s.tool)}</code> {e(s.state.value)}"
         + ("" if s.declared else " (not declared — treated as irreversible)")
+        + (f": {e(s.detail)}" if s.state.value in _DONE_WORDS else "")
         + "</li>"
         for s in r.steps
     )
     violations = "".join(f"<li>{e(v)}</li>" for v in r.violations)
+    notes = "".join(
+        f"<li><code>{e(k)}</code> {e(str(v.get('by')))}: {e(str(v.get('note') or ''))}</li>"
+        for k, v in r.resolutions.items()
+    )
     return (
         "<details><summary>Details for engineers</summary>"
         f"<p>Saga <code>{e(r.saga_id)}</code> · reversal <code>{e(r.reversal_id)}</code>: "
@@ -673,5 +727,6 @@ def _engineer_fold(r: UndoReport, e: Any) -> str:
         f"Asked {_when_utc(r.requested_at)}, finished {_when_utc(r.finished_at)}.</p>"
         f"<ul>{steps}</ul>"
         + (f"<p>Contract violations:</p><ul>{violations}</ul>" if violations else "")
+        + (f"<p>Resolutions:</p><ul>{notes}</ul>" if notes else "")
         + "</details>"
     )

@@ -95,7 +95,11 @@ def test_every_page_and_answer_carries_csp_nosniff_no_referrer_and_no_store(app:
     page = app.client.get(f"/ui/sagas/{sid}").text
     scripts = re.findall(r"<script[^>]*>", page)
     # no inline script: CSP can forbid it
-    assert scripts == ['<script src="/static/session.js">', '<script src="/static/app.js">']
+    assert scripts == [
+        '<script src="/static/session.js">',
+        '<script src="/static/time.js">',  # issue 26: times in the viewer's zone
+        '<script src="/static/app.js">',
+    ]
     assert " style=" not in page and "<style" not in page
     assert "onclick" not in page.lower()
 

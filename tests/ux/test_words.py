@@ -140,12 +140,31 @@ def test_the_standalone_html_report_puts_what_a_person_must_do_first() -> None:
         ("Charge {cents!r} to {customer}", "{cents!r}"),
     ],
 )
-def test_a_describe_format_other_than_cents_is_refused(template: str, why: str) -> None:
+def test_a_describe_format_other_than_cents_or_when_is_refused(template: str, why: str) -> None:
     catalog = amends.Catalog()
     with pytest.raises(amends.ContractError) as err:
         catalog.tool("pay.charge", describe=template)(lambda call, cents, customer: None)
     assert str(err.value) == (
-        f"describe= of tool 'pay.charge' has the field {why}; the only format is :cents (an "
-        f"amount in cents shown as money, {{cents:cents}} -> 2,400.00); e.g. "
+        f"describe= of tool 'pay.charge' has the field {why}; the formats are :cents (an "
+        f"amount in cents shown as money, {{cents:cents}} -> 2,400.00) and :when (an ISO time "
+        f"for people, {{start:when}} -> 10 Dec 2026 16:00 UTC); e.g. "
         f"describe=\"Email '{{subject}}' to {{to}}\""
     )
+
+
+@pytest.mark.parametrize(
+    ("start", "said"),
+    [
+        ("2026-12-10T16:00:00Z", "Invite ann at 10 Dec 2026 16:00 UTC"),
+        ("2026-12-10T17:00:00+01:00", "Invite ann at 10 Dec 2026 16:00 UTC"),
+        ("2026-12-10T16:00", "Invite ann at 10 Dec 2026 16:00"),  # no zone: none claimed
+        ("next tuesday", "Invite ann at next tuesday"),  # not a time: as it is
+    ],
+)
+def test_a_when_field_reads_as_a_time_for_people_never_raw_iso(start: str, said: str) -> None:
+    """Issue 26: people never read raw ISO timestamps ("at 2026-12-10T16:00:00Z")."""
+    catalog = amends.Catalog()
+    catalog.tool("cal.invite", describe="Invite {who} at {start:when}")(
+        lambda call, who, start: None
+    )
+    assert catalog.describe("cal.invite", {"who": "ann", "start": start}) == said

@@ -18,23 +18,6 @@ from ._hints import command
 __all__ = ["preview_details", "print_planned", "print_preview"]
 
 
-_WOULD = (
-    ("revert", ("reverted",)),
-    ("compensate", ("compensated",)),
-    ("cancel", ("cancelled",)),
-    ("ask a person about", ()),  # every state in which the effect still stands (rule 8)
-    ("nothing to undo for", ("not_needed",)),
-)
-"""How "Undo would: ..." counts the predicted states, in this order (issue 26 item 6)."""
-
-
-def _would(predicted: Any) -> str:
-    for words, states in _WOULD:
-        if predicted in states:
-            return words
-    return "ask a person about"  # standing, or not predicted: unsure goes to a person
-
-
 def print_planned(
     console: Console, saga: SagaRecord, preview: dict[str, Any], checked: str
 ) -> None:
@@ -46,19 +29,17 @@ def print_planned(
     )
     planned = {p["step_id"]: p for p in preview.get("steps", [])}
     rows = StepRows()
-    counts = dict.fromkeys((words for words, _ in _WOULD), 0)
     for s in saga.steps:
         p = planned.get(s.step_id)
         if p is None:  # not in the plan: undo leaves it as it is
             rows.add(s.step_id, "—", s.state, s.tool, [])
             continue
-        counts[_would(p.get("predicted"))] += 1
         verb = "Review" if p.get("needs_review") else (p.get("verb") or "—")
         text = p.get("description") or s.tool
         rows.add(s.step_id, verb, p.get("predicted") or "", text, preview_details(p))
     rows.print(console)
-    said = " · ".join(f"{words} {n}" for words, n in counts.items() if n)
-    console.print(f"[bold]Undo would:[/bold] {markup(said or 'do nothing')}")
+    # Preview.would: the one count of what undo would do (the web list says it too)
+    console.print(f"[bold]Undo would:[/bold] {markup(preview['would'])}")
     dry, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
     # one command a line: at 80 columns each stays whole, and pastes as printed (issue 26 item 3)
     console.print(f"In detail: {markup(dry)}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from amends import Call, Catalog
@@ -26,6 +27,15 @@ __all__ = ["demo_catalog", "sandbox_catalog"]
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a sandbox tool call may take before the engine treats it as timed out."""
+
+
+def _vendor_time(iso: str) -> str:
+    """A sandbox vendor's timestamp, said to be one (issue 26 item 2: one clock). The sandbox
+    runs on its own clock (:data:`~amends.sandbox.world.EPOCH`, days away from the engine's),
+    so a time it stamps is labelled as the vendor's, never mixed unlabelled with the times the
+    engine records: "7 Dec 2026 09:00 UTC by the sandbox vendor's clock"."""
+    when = datetime.fromisoformat(iso).astimezone(UTC)
+    return f"{when.day} {when:%b %Y %H:%M} UTC by the sandbox vendor's clock"
 
 
 def _money(cents: int) -> str:
@@ -47,7 +57,7 @@ DESCRIBE: dict[str, str] = {
     "mail.send_delayed": "Schedule the email '{subject}' to {to}",
     "mail.cancel_scheduled": "Cancel the scheduled email {message_id}",
     "mail.get_message": "Look up email {message_id}",
-    "calendar.create_event": "Invite {attendees} to '{title}' at {start}",
+    "calendar.create_event": "Invite {attendees} to '{title}' at {start:when}",
     "calendar.cancel_event": "Cancel event {event_id} (attendees get a cancellation notice)",
     "calendar.get_event": "Look up event {event_id}",
     "crm.update_field": "Set {field} of CRM record {record_id} to '{value}'",
@@ -123,8 +133,8 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.acknowledge(
             who="the sender",
             parties=[to],
-            what=f"Email '{subject}' to {to} was delivered at {msg['delivered_at']} and "
-            f"cannot be unsent",
+            what=f"Email '{subject}' to {to} was delivered "
+            f"({_vendor_time(msg['delivered_at'])}) and cannot be unsent",
             draft=f"Hello, please disregard my earlier email '{subject}': it was sent in error. "
             f"I will follow up with the correct details shortly.",
         )
@@ -175,7 +185,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
             "calendar.get_event", {"event_id": event["id"]}, equals="confirmed", path="status"
         )
         call.residue(
-            f"A cancellation notice for '{title}' ({start}) goes to every attendee; they already "
+            f"A cancellation notice for '{title}' goes to every attendee; they already "
             f"had the invitation",
             parties=attendees,
         )
@@ -525,7 +535,8 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call.acknowledge(
             who="the sender",
             parties=[to],
-            what=f"Text message to {to} was delivered at {msg['sent_at']} and cannot be unsent",
+            what=f"Text message to {to} was delivered ({_vendor_time(msg['sent_at'])}) and "
+            "cannot be unsent",
             draft="Please ignore my previous text message; it was sent in error.",
         )
         return msg

@@ -31,6 +31,7 @@ from amends import (
     SagaRecord,
     SagaStateError,
     UndoReport,
+    current_report,
 )
 
 from .._catalog_ref import needed_tools
@@ -147,13 +148,32 @@ _UNVERIFIED = (
 )
 
 
-def saga_summary(s: SagaRecord, problems: list[ChainProblem] | None) -> dict[str, Any]:
+async def current_summary(
+    st: _State, s: SagaRecord, problems: list[ChainProblem] | None
+) -> dict[str, Any]:
+    """:func:`saga_summary` with the headline as it stands now: a report with manual actions
+    is read with the current resolutions (``current_report``, what the saga page shows), so a
+    list never shows the headline stored before a person resolved or followed up (issue 26)."""
+    rev = s.reversal
+    if problems or rev is None or not rev.report:
+        return saga_summary(s, problems)
+    stored = UndoReport.from_dict(rev.report)
+    if not stored.manual_actions:  # only a person's resolution changes a finished headline
+        return saga_summary(s, problems)
+    now = await current_report(st.engine.log, stored)
+    return saga_summary(s, problems, {**rev.report, "headline": now.headline})
+
+
+def saga_summary(
+    s: SagaRecord, problems: list[ChainProblem] | None, report: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One saga as listed: ``SagaRecord.to_dict`` without steps and resolutions (a listing reads
     neither; :func:`saga_detail` adds them), its reversal without the report (``status`` and
     ``headline`` instead), and ``integrity``. A saga whose history does not verify never shows a
-    stored outcome (rule 11)."""
+    stored outcome (rule 11). ``report``: the report as it stands now (:func:`current_summary`),
+    else the stored one."""
     rev = s.reversal
-    report = None if problems or rev is None else rev.report
+    report = None if problems or rev is None else (report or rev.report)
     body = _shown(s, "steps", "resolutions")
     body["integrity"] = _integrity_body(problems)
     body["reversal"] = (
@@ -206,7 +226,7 @@ async def saga_detail(
         for s in saga.steps
     ]
     return {
-        **saga_summary(saga, problems),
+        **await current_summary(st, saga, problems),
         "steps": steps,
         "resolutions": {k: v.to_dict() for k, v in saga.resolutions.items()},
         "history": [e.to_dict() for e in await st.engine.log.events(saga.saga_id)],
@@ -333,7 +353,7 @@ async def list_sagas(
         until=until,
         limit=limit,
     )
-    return {"sagas": [saga_summary(s, st.tampered.get(s.saga_id)) for s in sagas]}
+    return {"sagas": [await current_summary(st, s, st.tampered.get(s.saga_id)) for s in sagas]}
 
 
 @router.get("/sagas/{saga_id}", summary="A saga: steps, verbs, states, history", responses=_READ)

@@ -19,15 +19,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from amends import AmendsError, StepOutcome, UndoReport
 
 from .api import (
     ID_PATTERN,
+    current_summary,
     integrity,
     load_reversal,
     load_saga,
     missing_tools,
     saga_detail,
-    saga_summary,
 )
 from .follow_ups import send_forms
 from .security import (
@@ -65,13 +68,62 @@ def _page(
     ctx["who"] = who
     ctx["me"] = who.who if who is not None else ""  # rule 12: who a resolution will name
     ctx["fmt"] = _when
+    ctx["outcome_text"] = _outcome_text
+    ctx["iso"] = _iso
+    ctx["name_steps"] = _name_steps
+    ctx["note_words"] = UndoReport.note_for_people
+    ctx["state_words"] = _state_words
+    ctx["asker"] = asker
     return _templates.TemplateResponse(request, name, ctx, status_code=status)
 
 
-def _when(ts: float | None) -> str:
+def _when(ts: float | None) -> Markup:
+    """A time for people (issue 26 item 2): a ``<time>`` that static/time.js shows in the
+    viewer's own time zone ("3 Dec 2026, 17:39 CET"); without script it reads in UTC, saying so.
+    The exact UTC instant stays in its ``datetime`` and ``title`` for engineers."""
     if not ts:
-        return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+        return Markup("—")
+    utc = time.gmtime(ts)
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", utc)
+    shown = time.strftime("%Y-%m-%d %H:%M UTC", utc)
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, shown)
+
+
+def _name_steps(ids: list[str], sentences: dict[str, str] | None) -> list[str]:
+    """Steps named for people: each id's sentence ("a step" when the catalog has none)."""
+    return [(sentences or {}).get(i) or "a step" for i in ids]
+
+
+def _iso(ts: float | None) -> str:
+    """The exact UTC instant, for the engineers' fold."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if ts else "—"
+
+
+_STATE_WORDS = {
+    "running": "Still running",
+    "completed": "Done by the agent",
+    "failed": "Stopped by an error",
+}
+
+
+def _state_words(state: str) -> str:
+    """A saga's forward state, as a person reads it."""
+    return _STATE_WORDS.get(state, state.replace("_", " "))
+
+
+def _outcome_text(step: dict[str, Any]) -> str:
+    """A report step's outcome in a person's words (the report's own wording, issue 26)."""
+    return StepOutcome.from_dict(step).outcome_text
+
+
+def asker(actor: str | None) -> str:
+    """Who asked, as a person reads it: an ``agent:NAME`` actor is "the NAME agent" (issue 26
+    item 2: an agent id is neither shown raw nor called a person)."""
+    if not actor:
+        return ""
+    if actor.startswith("agent:"):
+        return f"the {actor.removeprefix('agent:')} agent"
+    return actor
 
 
 def _signed_in(request: Request) -> Principal | None:
@@ -189,8 +241,31 @@ async def home(request: Request) -> Response:
         return RedirectResponse("/login", status_code=303)
     st = _state(request)
     sagas = await st.engine.log.list_sagas(tenant=who.tenant, limit=200)
-    rows = [saga_summary(s, st.tampered.get(s.saga_id)) for s in sagas]
+    rows = [await current_summary(st, s, st.tampered.get(s.saga_id)) for s in sagas]
+    previewed = 0
+    for row in rows:
+        if previewed < _LIST_PREVIEWS and _undoable(row):
+            row["would"] = await _would(st, row["saga_id"])
+            previewed += 1
     return _page(request, "list.html", who, sagas=rows)
+
+
+_LIST_PREVIEWS = 20
+"""Requests the list previews (issue 26 item 7): each preview probes the world (rule 10), so
+the newest ones only; an older one says what undo would do on its own page."""
+
+
+def _undoable(row: dict[str, Any]) -> bool:
+    return row["reversal"] is None and row["state"] != "running" and row["integrity"]["verified"]
+
+
+async def _would(st: _State, saga_id: str) -> str | None:
+    """What undo would do, in the preview's counts (``Preview.would``, as ``amends show``
+    says it); ``None`` when the preview cannot be made now (the request's page says why)."""
+    try:
+        return (await st.engine.preview(saga_id)).would
+    except AmendsError:
+        return None
 
 
 @router.get("/ui/sagas/{saga_id}")
@@ -209,6 +284,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
     detail = await saga_detail(st, saga, problems, preview)
     the_plan = preview.to_dict() if preview is not None else {"saga_id": saga.saga_id, "steps": []}
     report = None if problems or saga.reversal is None else await _shown_report(st, saga.saga_id)
+    sentences = _sentences(st, saga)
     return _page(
         request,
         "saga.html",
@@ -216,13 +292,20 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         saga=detail,
         plan=the_plan,
         screen=screen_of(the_plan),
-        history=history_of(detail["history"], saga.actor),
+        history=history_of(detail["history"], saga.actor, sentences),
         report=report,
         resolutions=detail["resolutions"],
         can_continue=await _can_continue(st, saga.saga_id, report),
         missing_tools=missing_tools(st, saga),
         sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
+        sentences=sentences,
     )
+
+
+def _sentences(st: _State, saga: Any) -> dict[str, str]:
+    """Each step of ``saga`` in a sentence (the catalog's ``describe=``), for the page to name
+    steps to people where the report holds only ids (what a selective undo kept, issue 26)."""
+    return {s.step_id: st.engine.catalog.describe(s.tool, s.args) for s in saga.steps}
 
 
 # issue 17: the preview grouped by what will happen, in the engine's verbs (rule 10); issue 23:
@@ -327,9 +410,12 @@ _HISTORY_KINDS = {
 }
 
 
-def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str, Any]]:
+def history_of(
+    events: list[dict[str, Any]], actor: str | None, sentences: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Who asked for what and when (issue 17): the saga, each undo request (who), the reversal,
-    continuations, and each manual action marked handled (who)."""
+    continuations, and each manual action marked handled (who). Steps are named by their
+    ``sentences`` (issue 26: no step ids in what people read)."""
     out = []
     for e in events:
         what = _HISTORY_KINDS.get(e["kind"])
@@ -341,9 +427,12 @@ def history_of(events: list[dict[str, Any]], actor: str | None) -> list[dict[str
         if e["kind"] == "step.resolved":
             if data.get("withdrawn"):
                 what = "Resolution withdrawn"
-            extra = f"step {e.get('step_id')}" + (f": {data['note']}" if data.get("note") else "")
+            note = UndoReport.note_for_people(data["note"]) if data.get("note") else ""
+            extra = _name_steps([str(e.get("step_id"))], sentences)[0] + (
+                f": {note}" if note else ""
+            )
         elif e["kind"] == "retry.asked":
-            extra = "step(s) " + ", ".join(map(str, data.get("steps") or []))
+            extra = "; ".join(_name_steps([str(x) for x in data.get("steps") or []], sentences))
         elif e["kind"] == "reversal.done":
             extra = str(data.get("status", ""))
         elif e["kind"] == "undo.asked" and data.get("continue"):
@@ -369,6 +458,7 @@ async def outcome_fragment(request: Request, reversal_id: str) -> Response:
         saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
         can_continue=await _can_continue(st, saga.saga_id, report),
         sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
+        sentences=_sentences(st, saga),
     )
 
 

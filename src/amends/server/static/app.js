@@ -205,7 +205,7 @@
       var s = document.createElement("span");
       s.className = "state state-pending";
       s.textContent = "waiting";
-      li.insertBefore(s, li.querySelector(".step-id"));
+      li.querySelector(".sentence").after(" ", s);
     });
     say("Undo requested — 0 steps settled so far.");
   }
@@ -290,10 +290,17 @@
   // issue 27: "Undo only this" on a step: the confirmation shows the selection's closure (what
   // is added and why, what is kept) from the server's preview of it, then undoes exactly that.
   var only = document.getElementById("confirm-only");
+  // why the closure added a step (amends._selection's "why"), in words for people
+  var DEPENDS = {
+    after: "it was set to run after",
+    output: "it used the result of",
+    resource: "it changed the same thing after",
+    undo_after: "it must be undone before"
+  };
   var chosen = null;
   function sentence(id) {
     var li = document.querySelector("li.planned[data-step-id='" + CSS.escape(id) + "']");
-    return (li ? li.dataset.sentence : id) + " (" + id + ")";
+    return li ? li.dataset.sentence : "a step not shown here";  // ids: engineers' fold only
   }
   function fill(list, lines) {
     list.textContent = "";
@@ -326,7 +333,11 @@
           return verb + ": " + sentence(p.step_id) + will;
         }));
         only.querySelector(".only-added-box").hidden = sel.added.length === 0;
-        fill(only.querySelector(".only-added"), sel.added.map(function (a) { return a.reason; }));
+        // issue 26 item 2: in sentences; the closure's reason with ids stays in the JSON
+        fill(only.querySelector(".only-added"), sel.added.map(function (a) {
+          return sentence(a.step_id) + " — " + (DEPENDS[a.why] || DEPENDS.after) + " " +
+            sentence(a.because_of);
+        }));
         fill(only.querySelector(".only-kept"), sel.kept.length ? sel.kept.map(sentence) :
           ["none"]);
         document.getElementById("confirm-only-yes").textContent = "Yes: undo these " +
