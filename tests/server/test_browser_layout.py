@@ -96,19 +96,16 @@ def test_every_screen_fits_the_screen_and_keeps_its_actions_in_view(
     not_clipped(page, "saga before undo")
     on_screen(page, "#summary", "saga before undo")  # what undo will do, without scrolling
 
-    page.locator("#undo").click()
-    page.locator("#confirm").wait_for(state="visible")
-    not_clipped(page, "confirm dialog")
-    for part in ("#confirm-h", "#confirm-yes", "#confirm-no"):
-        on_screen(page, part, "confirm dialog")
-    page.locator("#confirm-no").click()
-
-    page.locator("button.undo-only[data-step-id='s2']").click()
-    page.locator("#confirm-only").wait_for(state="visible")
-    not_clipped(page, "selective confirm")
-    for part in ("#confirm-only-h", "#confirm-only-yes", "#confirm-only-no"):
-        on_screen(page, part, "selective confirm")
-    page.locator("#confirm-only-no").click()
+    for opener, dialog, screen in (
+        ("#undo", "#confirm", "confirm dialog"),
+        ("button.undo-only[data-step-id='s2']", "#confirm-only", "selective confirm"),
+    ):
+        page.locator(opener).click()
+        page.locator(dialog).wait_for(state="visible")
+        not_clipped(page, screen)
+        for part in ("-h", "-yes", "-no"):  # its heading, primary button and Cancel
+            on_screen(page, dialog + part, screen)
+        page.locator(dialog + "-no").click()
 
     sid = live.sagas["acme3"]
     done = _undo_and_wait(live, sid)
