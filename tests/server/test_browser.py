@@ -136,7 +136,8 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     history = page.locator(".history-list").inner_text()
     # issue 21.14: the second click joined the reversal the first started; it records nothing
     assert history.count("Undo asked by token tok_") == 1
-    assert "Reversal finished (cannot_undo)" in history
+    # issue 26: the outcome in words, as the report's status label says it
+    assert "Reversal finished (cannot undo everything — a person must follow up)" in history
 
 
 def test_preview_shows_a_drifted_step_as_needing_review_before_the_click(

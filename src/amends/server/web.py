@@ -410,6 +410,14 @@ _HISTORY_KINDS = {
 }
 
 
+_OUTCOME_WORDS = {
+    "fully_reversed": "fully reversed",
+    "partially_reversed": "partially reversed — residue remains",
+    "cannot_undo": "cannot undo everything — a person must follow up",
+}
+"""A reversal's outcome in the history, in the words the report's status label uses."""
+
+
 def history_of(
     events: list[dict[str, Any]], actor: str | None, sentences: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
@@ -434,7 +442,8 @@ def history_of(
         elif e["kind"] == "retry.asked":
             extra = "; ".join(_name_steps([str(x) for x in data.get("steps") or []], sentences))
         elif e["kind"] == "reversal.done":
-            extra = str(data.get("status", ""))
+            status = str(data.get("status", ""))
+            extra = _OUTCOME_WORDS.get(status, status.replace("_", " "))
         elif e["kind"] == "undo.asked" and data.get("continue"):
             what = "Continue asked"
         out.append({"at": e["at"], "what": what, "by": by, "extra": extra})
