@@ -160,6 +160,33 @@ def test_only_function_tools_are_wrapped_and_bad_input_is_refused() -> None:
         wrap_tools([ping], engine, approval="always")
 
 
+def test_a_wrapped_tools_hints_are_objects_the_sdk_reads_without_compiling() -> None:
+    """Issue 25 item 6: the SDK reads on_invoke_tool's signature and type hints on every call
+    to choose the context it passes; written as strings they were compiled and evaluated anew
+    each time (half of the adapter's own Python calls). They are objects, and they still say
+    the tool takes the SDK's ToolContext (the context the SDK passes is unchanged)."""
+    import typing
+
+    from agents.tool_context import ToolContext
+
+    _, engine = new_engine()
+
+    @function_tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    (wrapped,) = wrap_tools([ping], engine)
+    invoke = wrapped.on_invoke_tool  # type: ignore[union-attr]
+    raw = invoke.__annotations__
+    assert [k for k, v in raw.items() if isinstance(v, str)] == []
+    assert typing.get_type_hints(invoke) == {
+        "ctx": ToolContext[Any],
+        "args_json": str,
+        "return": Any,
+    }
+
+
 async def test_a_wrapped_tool_outside_an_agent_run_is_a_clear_error() -> None:
     """A wrapped agent run without run_agent/agent_run: the tool call says how to fix it."""
     _, engine = new_engine()
