@@ -313,9 +313,12 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         sec.targets.append(
             Target(
                 f"adapter cost, {name}",
-                f"{m.over.median * 1e3:+.2f} ms (amends' own {m.own.median * 1e3:+.2f} ms)",
+                f"{_signed(m.over)} ms (amends' own {m.own.median * 1e3:+.2f} ms, "
+                f"{m.calls[2]:.0f} Python calls)",
                 "<= 0.5 ms",
-                m.over.median <= GOAL,
+                # decided only when the rounds agree: on a loaded machine the p10-p90 spread of
+                # the difference is several times the goal, and a median inside it says nothing
+                True if m.over.p90 <= GOAL else False if m.over.p10 > GOAL else None,
             )
         )
     sec.notes.append(
