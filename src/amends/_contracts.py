@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 from ._dates import deadline_iso as _deadline_iso
 from ._dates import settles_at as _settles_at
 from ._dates import timestamp as _timestamp
-from ._describe import check_template, sentence
+from ._describe import check_template, sentence, when_words
 from ._errors import AmendsError, ContractError
 from ._secrets import Redaction, SecretResolver
 
@@ -332,6 +332,12 @@ class Residue:
     time after the compensation (``settles_in_business_days=3``): undo and its preview compute
     :attr:`settles_at` from it with one clock when they run (rule 10), not from when the
     forward call recorded it."""
+
+    @property
+    def settles_text(self) -> str:
+        """When it settles, as a person reads it: "settles 10 Dec 2026" or "does not settle"
+        (issue 26: no raw ISO dates for people; :attr:`settles_at` keeps the ISO date)."""
+        return f"settles {when_words(self.settles_at)}" if self.settles_at else "does not settle"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

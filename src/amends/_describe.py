@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from ._errors import ContractError
@@ -77,12 +77,16 @@ def _cents(value: Any) -> str:
     return _show(value)
 
 
-def _when(value: Any) -> str:
+def when_words(value: Any) -> str:
     """``{start:when}``: an ISO 8601 time for people, in UTC, saying so: "10 Dec 2026 16:00
-    UTC" (issue 26: people never read raw ISO timestamps). A value that is not one is shown
-    as it is."""
+    UTC"; a date alone reads "10 Dec 2026" (issue 26: people never read raw ISO timestamps). A
+    value that is neither is shown as it is."""
+    text = str(value)
     try:
-        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        if len(text) == 10:  # a calendar date ("2026-12-10"): a day, not an instant
+            day = date.fromisoformat(text)
+            return f"{day.day} {day:%b %Y}"
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return _show(value)
     if when.tzinfo is None:  # no zone given: shown as written, without claiming one
@@ -91,7 +95,7 @@ def _when(value: Any) -> str:
     return f"{when.day} {when:%b %Y %H:%M} UTC"
 
 
-_SPECS = {"cents": _cents, "when": _when}
+_SPECS = {"cents": _cents, "when": when_words}
 """The format specs a ``describe=`` field may carry."""
 
 EMPTY = "an empty value"

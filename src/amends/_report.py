@@ -20,6 +20,7 @@ from typing import Any
 
 from ._budget import BudgetMeter
 from ._contracts import ManualAction, Residue
+from ._describe import when_words
 from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 
 __all__ = [
@@ -482,7 +483,9 @@ def _handled_text(res: Mapping[str, Any] | None, *, people: bool = False) -> str
 
 
 def _one_resolution(res: Mapping[str, Any], people: bool = False) -> str:
-    when = datetime.fromtimestamp(float(res["at"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    at = datetime.fromtimestamp(float(res["at"]), UTC)
+    # people read "3 Dec 2026 18:05 UTC" (issue 26: no raw ISO dates); engineers the ISO form
+    when = when_words(at.isoformat()) if people else at.strftime("%Y-%m-%d %H:%M UTC")
     verb = "withdrawn" if res.get("withdrawn") else "handled"
     note = res.get("note")
     if note and people:
@@ -588,9 +591,8 @@ def _render_text(r: UndoReport) -> str:
     if r.residue:
         out += ["", "Residue (what remains after compensation):"]
         for res in r.residue:
-            when = f"settles {res.settles_at}" if res.settles_at else "does not settle"
             who = ", ".join(res.parties) or "no one else"
-            out += _wrapped(f"{res.what} — affects {who}; {when}", 4, "  - ")
+            out += _wrapped(f"{res.what} — affects {who}; {res.settles_text}", 4, "  - ")
     if r.manual_actions:
         out += ["", "Needs a person:"]
         for m in r.manual_actions:
@@ -675,7 +677,7 @@ def _render_html(r: UndoReport) -> str:
     )
     residue = "".join(
         f"<li>{e(x.what)} — affects {e(', '.join(x.parties) or 'no one else')}; "
-        f"{'settles ' + e(x.settles_at) if x.settles_at else 'does not settle'}</li>"
+        f"{e(x.settles_text)}</li>"
         for x in r.residue
     )
     rows = "".join(

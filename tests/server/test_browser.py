@@ -62,7 +62,7 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     ]
     assert page.locator(".plan-revert li").get_attribute("data-step-id") == "s1"
     assert page.locator(".plan-compensate li .leaves").inner_text() == (
-        "Leaves: Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 2026-12-07"
+        "Leaves: Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 7 Dec 2026"
     )
     assert page.locator(".plan-person li .verb").inner_text() == "Acknowledge"
     assert serious_violations(page) == []
@@ -78,7 +78,7 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     heading = dialog.get_by_role("heading", level=2).inner_text()
     assert heading == "Revert 1, Compensate 1 with residue, Acknowledge 1 — a person must follow up"
     text = dialog.inner_text()
-    assert "Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 2026-12-07" in text
+    assert "Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 7 Dec 2026" in text
     assert "What cannot be taken back — a person must follow up" in text
     assert serious_violations(page) == []
     page.keyboard.press("Tab")
@@ -104,7 +104,7 @@ def test_preview_confirm_two_quick_clicks_one_reversal_report_and_copy(
     assert states == ["reverted", "compensated", "acknowledged"]
     assert page.locator("ul.steps-out .state-acknowledged").count() == 1
     residue = page.locator("ul.residue li").all_inner_texts()
-    assert residue == ["Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 2026-12-07"]
+    assert residue == ["Refund of 50.00 to cust-acme1 — affects cust-acme1; settles 7 Dec 2026"]
     draft = page.locator("textarea.draft")
     assert draft.input_value() == "Please disregard my earlier message 'Deal closed'."
     page.get_by_role("button", name="Copy draft").click()

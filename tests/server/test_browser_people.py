@@ -95,6 +95,7 @@ ENGINEER_TEXT = [
     re.compile(r"\bsaga_[0-9a-f]+"),
     re.compile(r"\brev_[0-9a-f]+"),
     re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d"),  # raw ISO timestamps
+    re.compile(r"\b\d{4}-\d\d-\d\d\b"),  # raw ISO dates ("settles 2026-12-10": 10 Dec 2026)
     # a time not in the viewer's zone (a sandbox vendor's, labelled as such, is the vendor's)
     # an event's own time in a sentence ("10 Dec 2026 16:00 UTC") names its zone
     re.compile(
@@ -228,7 +229,7 @@ def test_the_standalone_report_puts_the_person_first_and_ids_in_the_fold(
     # a file has no viewer's zone: its times say UTC (rule: the report states the zone)
     assert _engineer_text(text, [p for p in ENGINEER_TEXT if "UTC" not in p.pattern]) == []
     assert re.search(
-        r"handled by dana@example.com at \d{4}-\d\d-\d\d \d\d:\d\d UTC: "
+        r"handled by dana@example.com at \d{1,2} [A-Z][a-z]{2} \d{4} \d\d:\d\d UTC: "
         r"sent the follow-up message\n",
         text,
     )

@@ -52,7 +52,7 @@ def test_demo_serve_has_one_saga_ready_to_undo_beside_the_undone_one(tmp_path: P
         dialog = page[page.index('<dialog id="confirm"') :]
         assert "cancellation notice for &#39;Premium onboarding&#39;" in dialog
         assert "affects buyer@acme.example, sam@example.com" in dialog
-        assert re.search(r"Refund of 2,400.00 USD .* settles \d{4}-\d\d-\d\d", dialog)
+        assert re.search(r"Refund of 2,400.00 USD .* settles \d{1,2} [A-Z][a-z]{2} \d{4}", dialog)
         assert "Yes: Revert 2, Compensate 2, Acknowledge 1" in dialog
 
         done = client.get(f"/ui/sagas/{undone}").text

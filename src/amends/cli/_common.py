@@ -394,11 +394,10 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
     if report.residue:
         console.print("[bold]Residue[/bold] (what remains after compensation)")
         for r in report.residue:
-            when = f"settles {r.settles_at}" if r.settles_at else "does not settle"
             print_item(
                 console,
                 f"• {markup(r.what)} — affects {markup(', '.join(r.parties) or 'no one else')}; "
-                f"{markup(when)}",
+                f"{markup(r.settles_text)}",
             )
     if report.manual_actions:
         console.print("[bold]Needs a person[/bold]")

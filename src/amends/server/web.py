@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from amends import AmendsError, StepOutcome, UndoReport
+from amends import AmendsError, Residue, StepOutcome, UndoReport
 
 from .api import (
     ID_PATTERN,
@@ -68,6 +69,8 @@ def _page(
     ctx["who"] = who
     ctx["me"] = who.who if who is not None else ""  # rule 12: who a resolution will name
     ctx["fmt"] = _when
+    ctx["settles"] = _settles
+    ctx["vendor_when"] = _vendor_when
     ctx["outcome_text"] = _outcome_text
     ctx["iso"] = _iso
     ctx["name_steps"] = _name_steps
@@ -87,6 +90,29 @@ def _when(ts: float | None) -> Markup:
     iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", utc)
     shown = time.strftime("%Y-%m-%d %H:%M UTC", utc)
     return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, shown)
+
+
+def _settles(residue: Any) -> str:
+    """A residue's settle date for people ("settles 10 Dec 2026"; issue 26 item 2)."""
+    data = residue if isinstance(residue, dict) else residue.to_dict()
+    return Residue.from_dict(data).settles_text
+
+
+def _vendor_when(value: str | None) -> Markup:
+    """A time a tool gave as ISO text (an undo window's deadline): an instant becomes a
+    ``<time>`` shown in the viewer's zone like every other time on the page; a date alone reads
+    "10 Dec 2026"; anything else is shown as given (issue 26: no raw ISO for people)."""
+    if not value:
+        return Markup("—")
+    text = str(value)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return Markup("{0}").format(text)
+    if when.tzinfo is None:  # a day ("2026-12-10"), or a time with no zone to convert
+        shown = f"{when.day} {when:%b %Y}" + ("" if len(text) == 10 else f" {when:%H:%M}")
+        return Markup("{0}").format(shown)
+    return _when(when.timestamp())
 
 
 def _name_steps(ids: list[str], sentences: dict[str, str] | None) -> list[str]:
