@@ -38,9 +38,9 @@ class Ctx:
             time.sleep(0.05)
 
 
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Ctx]:
-    db = str(tmp_path / "c.db")
+def app_ctx(tmp_path: Path, name: str) -> Iterator[Ctx]:
+    """An in-process app over a seeded log ``tmp_path/name``, signed in as tenant acme."""
+    db = str(tmp_path / name)
     world, catalog = fresh()
     sagas = asyncio.run(_seed(db, catalog, world))
     tokens = TokenStore(":memory:")
@@ -51,6 +51,11 @@ def ctx(tmp_path: Path) -> Iterator[Ctx]:
         c.auth = {"Authorization": f"Bearer {token}"}
         yield c
     tokens.close()
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[Ctx]:
+    yield from app_ctx(tmp_path, "c.db")
 
 
 def test_preview_probes_expectations_and_shows_a_drifted_step_as_needing_review(ctx: Ctx) -> None:

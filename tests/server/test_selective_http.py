@@ -4,33 +4,17 @@ selection is a 422 that writes nothing. In-process app, fast tier."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-from server_harness import _seed, log_snapshot
-from test_continue_resolve import BASE, Ctx
-
-import amends
-from amends.server import ServerSettings, TokenStore, create_app
-from core_world import fresh
+from server_harness import log_snapshot
+from test_continue_resolve import Ctx, app_ctx
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Iterator[Ctx]:
-    db = str(tmp_path / "sel.db")
-    world, catalog = fresh()
-    sagas = asyncio.run(_seed(db, catalog, world))
-    tokens = TokenStore(":memory:")
-    token = tokens.create("acme")
-    app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(tokens=tokens))
-    with TestClient(app, base_url=BASE) as client:
-        c = Ctx(client, db, world, sagas)
-        c.auth = {"Authorization": f"Bearer {token}"}
-        yield c
-    tokens.close()
+    yield from app_ctx(tmp_path, "sel.db")
 
 
 def test_undo_steps_over_http_keeps_the_rest_and_a_later_undo_extends_it(ctx: Ctx) -> None:
