@@ -12,10 +12,22 @@ adapter, on an in-memory log. Per tool call:
 The first is issue 25 item 6's measure (goal <= 0.5 ms); the other two split it into what the
 framework charges for any hook of that kind (LangChain wraps every ``awrap_tool_call``
 middleware in a LangSmith span that hops to a thread pool twice per call, traced or not) and
-what amends' adapter code adds. The four runs of a framework follow one another in each round,
-and each figure is the median of the per-round differences, so a round's load cancels out.
-CPU on a shared machine wanders by more than the goal between rounds, so the same split is also
-given in Python function calls per tool call (``cProfile`` totals: deterministic, load-free).
+what amends' adapter code adds.
+
+The difference sought is a few per cent of a run's CPU (a framework spends 2-9 ms per tool call
+of its own at 100 calls: its message history grows with every turn), so the runs are set up to
+differ only in the hook (issue 25 item 6, the measurement's precision):
+
+- garbage collection settled before each timed run (``cpu``): a full collection landing in one
+  run and not its pair moved a figure by 0.3-0.8 ms per call;
+- each adapter and ``saga.call`` run on a fresh engine and in-memory log (``fresh_engine``);
+- each round runs the four kinds twice, ABBA (``round_order``), so a steady change of load
+  within the round cancels, and each figure is the median of the per-round differences, so a
+  round's load cancels out.
+
+CPU is the process's (every thread): LangChain runs a sync tool, and LangSmith's span around a
+middleware, on its thread pool, and that CPU is the call's too. The same split is also given in
+Python function calls per tool call (``cProfile`` totals: deterministic, load-free).
 """
 
 from __future__ import annotations
@@ -24,8 +36,10 @@ import asyncio
 import cProfile
 import dataclasses
 import functools
+import gc
 import os
 import pstats
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -205,10 +219,22 @@ FRAMEWORKS: dict[str, Callable[[Engineish, int], Awaitable[None]]] = {
 
 
 def cpu(loop: asyncio.AbstractEventLoop, coro: Awaitable[None]) -> float:
-    """CPU seconds of this process (every thread) while ``coro`` runs."""
-    t = time.process_time()
-    loop.run_until_complete(coro)
-    return time.process_time() - t
+    """CPU seconds of this process (every thread) while ``coro`` runs, garbage collection
+    settled first.
+
+    A full (generation-2) collection walks the whole heap, 120,000-290,000 objects once a
+    framework is imported, and costs tens of ms: landing in one run and not in its pair, it
+    moved that run's per-call figure by 0.3-0.8 ms, more than the goal. Collecting before the
+    run and freezing what survives (``gc.freeze``) leaves only the run's own objects to collect.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        t = time.process_time()
+        loop.run_until_complete(coro)
+        return time.process_time() - t
+    finally:
+        gc.unfreeze()
 
 
 def calls(loop: asyncio.AbstractEventLoop, coro: Awaitable[None]) -> int:
@@ -240,40 +266,81 @@ class Split:
     """Python calls: over saga.call, the framework's hook, amends' own"""
 
 
+KINDS = ("bare", "hooked", "adapted", "ref")
+"""The four runs of a round, in the order of its first half."""
+
+
+def fresh_engine(loop: asyncio.AbstractEventLoop) -> amends.Engine:
+    """A new engine and in-memory log for one run: no run pays for sagas an earlier one left.
+
+    A saga's first opening with a new catalog looks up the catalog's module (once per catalog):
+    paid here, outside every measurement.
+    """
+    engine = new_engine()
+    loop.run_until_complete(plain(engine, 1))
+    return engine
+
+
+def one_run(
+    loop: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[None]], kind: str, n: int
+) -> float:
+    """CPU seconds per tool call of one run of ``kind`` (one of ``KINDS``)."""
+    if kind == "bare":
+        return cpu(loop, fn(None, n)) / n
+    if kind == "hooked":
+        return cpu(loop, fn(PASS, n)) / n
+    engine = fresh_engine(loop)
+    try:
+        return cpu(loop, fn(engine, n) if kind == "adapted" else plain(engine, n)) / n
+    finally:
+        loop.run_until_complete(engine.close())
+
+
+def round_order(r: int) -> list[str]:
+    """Round ``r``'s runs: the four kinds rotated by ``r``, then the same in reverse (ABBA).
+
+    Each kind runs twice per round, mirrored about the round's middle, so a load that rises or
+    falls steadily through the round adds the same to every kind's mean; the rotation moves
+    which kind runs first (after a warm interpreter's idle) from round to round.
+    """
+    k = r % len(KINDS)
+    first = [*KINDS[k:], *KINDS[:k]]
+    return [*first, *reversed(first)]
+
+
 def measure(
     loop: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[None]], rounds: int, n: int
 ) -> Split:
-    """The four runs of one framework, ``rounds`` times, then once each under cProfile."""
-    runs: list[tuple[float, float, float, float]] = []
+    """The four runs of one framework, twice each per round (``round_order``), ``rounds``
+    times after a warm-up round, then once each under cProfile."""
+    runs: list[dict[str, float]] = []
     for r in range(rounds + 1):  # round 0 warms imports and caches up
-        engine = new_engine()
-        # a saga's first opening with a new catalog looks up the catalog's module (once per
-        # catalog): paid here, outside every measurement
-        loop.run_until_complete(plain(engine, 1))
-        a = cpu(loop, fn(None, n))
-        h = cpu(loop, fn(PASS, n))
-        b = cpu(loop, fn(engine, n))
-        p = cpu(loop, plain(engine, n))
-        loop.run_until_complete(engine.close())
+        got: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        for kind in round_order(r):
+            got[kind].append(one_run(loop, fn, kind, n))
         if r:
-            runs.append((a / n, h / n, b / n, p / n))
-    engine = new_engine()
-    loop.run_until_complete(plain(engine, 1))
+            runs.append({kind: statistics.fmean(xs) for kind, xs in got.items()})
+    engines = fresh_engine(loop), fresh_engine(loop)
     a, h, b, p = (
         calls(loop, fn(None, n)) / n,
         calls(loop, fn(PASS, n)) / n,
-        calls(loop, fn(engine, n)) / n,
-        calls(loop, plain(engine, n)) / n,
+        calls(loop, fn(engines[0], n)) / n,
+        calls(loop, plain(engines[1], n)) / n,
     )
-    loop.run_until_complete(engine.close())
+    for engine in engines:
+        loop.run_until_complete(engine.close())
+
+    def of(f: Callable[[dict[str, float]], float]) -> Spread:
+        return Spread.of([f(x) for x in runs])
+
     return Split(
-        bare=Spread.of([x[0] for x in runs]),
-        hooked=Spread.of([x[1] for x in runs]),
-        adapted=Spread.of([x[2] for x in runs]),
-        ref=Spread.of([x[3] for x in runs]),
-        over=Spread.of([x[2] - x[0] - x[3] for x in runs]),
-        hook=Spread.of([x[1] - x[0] for x in runs]),
-        own=Spread.of([x[2] - x[1] - x[3] for x in runs]),
+        bare=of(lambda x: x["bare"]),
+        hooked=of(lambda x: x["hooked"]),
+        adapted=of(lambda x: x["adapted"]),
+        ref=of(lambda x: x["ref"]),
+        over=of(lambda x: x["adapted"] - x["bare"] - x["ref"]),
+        hook=of(lambda x: x["hooked"] - x["bare"]),
+        own=of(lambda x: x["adapted"] - x["hooked"] - x["ref"]),
         calls=(b - a - p, h - a, b - h - p),
     )
 
@@ -326,9 +393,11 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         f"pass-through hook of the adapter's kind (LangChain: an awrap_tool_call middleware; "
         f"Pydantic AI: a WrapperToolset, given as a capability with on_run_error for the "
         f"capability row; OpenAI Agents: tools copied with their own on_invoke_tool and run "
-        f"hooks), with the adapter, and {n} plain saga.call steps, one after another (so they "
-        f"share the machine's load). CPU is this process's (every thread), from "
-        f"time.process_time. The last three CPU columns are medians [p10 to p90] of the "
+        f"hooks), with the adapter, and {n} plain saga.call steps, twice each in ABBA order "
+        f"(rotated from round to round; a round's figure per kind is the mean of its two runs), "
+        f"each adapter and saga.call run on a fresh engine and in-memory log, garbage collected "
+        f"and frozen (gc.freeze) before every timed run. CPU is this process's (every thread), "
+        f"from time.process_time. The last three CPU columns are medians [p10 to p90] of the "
         f"per-round differences: 'adapter over saga.call' = with - without - saga.call (issue 25 "
         f"item 6); 'the framework's hook' = pass-through - without; 'amends' own' = with - "
         f"pass-through - saga.call. Python calls: cProfile totals per tool call, one more run "
