@@ -27,7 +27,7 @@ import functools
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -417,8 +417,8 @@ class AmendsMiddleware(AgentMiddleware):
     # --- each tool call is a step ---------------------------------------------------------
     def _gate(self, request: ToolCallRequest, tool: str) -> ToolMessage | None:
         """The approval gate: ``None`` to go ahead, else the refusal answer for the model."""
-        if not needs_approval(self.engine.catalog, tool, self.approval):
-            return None
+        if self.approval == "off" or not needs_approval(self.engine.catalog, tool, self.approval):
+            return None  # "off" answered here: the common case costs no call (issue 25 item 6)
         from langgraph.types import interrupt
 
         tc = request.tool_call
@@ -479,7 +479,8 @@ class AmendsMiddleware(AgentMiddleware):
         tool = self._admit(request, turn, place)
         if not isinstance(tool, str):
             return handler(request) if tool is None else tool
-        with _watching(request) as (watched, seen):
+        watched, seen, token = _watch(request)
+        try:
             return self._run(request).call_tool_sync(
                 tool,
                 request.tool_call.get("args") or {},
@@ -489,6 +490,8 @@ class AmendsMiddleware(AgentMiddleware):
                 place=place,
                 ran=lambda: seen.began,
             )
+        finally:
+            _BEGAN.reset(token)
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
         turn, place = _turn_of(request)
@@ -499,11 +502,12 @@ class AmendsMiddleware(AgentMiddleware):
         tool = self._admit(request, turn, place)
         if not isinstance(tool, str):
             return await handler(request) if tool is None else tool
-        with _watching(request) as (watched, seen):
+        watched, seen, token = _watch(request)
 
-            async def call() -> Any:
-                return await handler(watched)
+        async def call() -> Any:
+            return await handler(watched)
 
+        try:
             return await self._run(request).call_tool(
                 tool,
                 request.tool_call.get("args") or {},
@@ -513,18 +517,20 @@ class AmendsMiddleware(AgentMiddleware):
                 place=place,
                 ran=lambda: seen.began,
             )
+        finally:
+            _BEGAN.reset(token)
 
 
-@contextlib.contextmanager
-def _watching(request: ToolCallRequest) -> Iterator[tuple[ToolCallRequest, _Began]]:
-    """The request with its tool watched (:func:`_watched`), and what the watch sees."""
+def _watch(
+    request: ToolCallRequest,
+) -> tuple[ToolCallRequest, _Began, contextvars.Token[_Began | None]]:
+    """The request with its tool watched (:func:`_watched`), what the watch sees, and the token
+    the caller resets :data:`_BEGAN` with in a ``finally`` (a plain call, not a context
+    manager: issue 25 item 6 counts the calls per tool call)."""
     assert request.tool is not None
     seen = _Began()
     token = _BEGAN.set(seen)
-    try:
-        yield request.override(tool=_watched(request.tool)), seen
-    finally:
-        _BEGAN.reset(token)
+    return request.override(tool=_watched(request.tool)), seen, token
 
 
 def _saga_of(state: Any) -> str | None:
