@@ -36,7 +36,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.tracers.context import register_configure_hook
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import InjectedState, ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel
@@ -224,18 +224,25 @@ class _Root:
     run_id: uuid.UUID
     owned: list[_Own] = dataclasses.field(default_factory=list)
     ended: bool = False
+    nested: bool = False
+    """Begun inside another run (a sub-agent's graph run inside a supervisor's node)."""
 
 
 _ROOT: contextvars.ContextVar[_Root | None] = contextvars.ContextVar("amends_lc_root", default=None)
 
 
 class _RunEnds(BaseCallbackHandler):
-    """Sees every root LangChain run begin and end (a configure hook adds it to each).
+    """Sees every root LangChain run, and every agent run with an :class:`AmendsMiddleware`,
+    begin and end (a configure hook adds it to each run).
 
     Issue 25 items 4 and 7: a run can end where no middleware hook runs (LangGraph's recursion
-    limit, a cancellation, an error in another middleware). The root run's ``on_chain_error``
-    is awaited before the exception reaches the caller: the sagas opened in that run are closed
-    there and the exception gets the saga id. Inline and cheap: two events per root run."""
+    limit, a cancellation, an error in another middleware). The run's ``on_chain_error`` is
+    awaited before the exception leaves it: the sagas opened in that run are closed there and
+    the exception gets the saga id. An agent run nested in another run (a supervisor graph's
+    node runs a sub-agent) is watched as its own run: when it fails and the outer run catches
+    the error and goes on, its saga is closed then, not left running (issue 25 item 6's nested
+    shapes, ``tests/integrations/test_langchain_nested.py``). Inline and cheap: two events per
+    watched run."""
 
     run_inline = True
     # Chain events only: LangChain skips this handler for every other kind of event (without
@@ -250,6 +257,7 @@ class _RunEnds(BaseCallbackHandler):
     def __init__(self) -> None:
         super().__init__()
         self.roots: dict[uuid.UUID, _Root] = {}
+        """The runs begun and not yet ended, by run id."""
 
     def on_chain_start(
         self,
@@ -260,9 +268,12 @@ class _RunEnds(BaseCallbackHandler):
         parent_run_id: uuid.UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        if parent_run_id is None:  # called inline, in the caller's context: its nodes see it
-            root = self.roots[run_id] = _Root(run_id)
-            _ROOT.set(root)
+        # Called inline, in the context the run's code runs in: its nodes see the run. LangChain
+        # gives this handler the chain runs it configures (a graph run, root or nested), not
+        # the runs of the nodes inside a graph: the innermost run around an agent's
+        # before_agent node is the agent's own graph run.
+        root = self.roots[run_id] = _Root(run_id, nested=parent_run_id is not None)
+        _ROOT.set(root)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         root = self.roots.pop(run_id, None)
@@ -276,6 +287,8 @@ class _RunEnds(BaseCallbackHandler):
         if root is None:
             return
         root.ended = True
+        if root.nested and isinstance(error, GraphInterrupt):
+            return  # paused, not ended: the outer run's resume goes on with the same saga
         for own in root.owned:
             if not isinstance(error, GraphBubbleUp):
                 note_failure(error, own.run.saga_id)
