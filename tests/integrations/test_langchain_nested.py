@@ -54,6 +54,15 @@ class Seen(BaseCallbackHandler):
         self.errors.append(error)
 
 
+def one_node_graph(delegate: Any, **compile_kwargs: Any) -> Any:
+    """An outer graph whose one node, ``delegate``, runs the sub-agent."""
+    graph = StateGraph(Outer)
+    graph.add_node("delegate", delegate)
+    graph.add_edge(START, "delegate")
+    graph.add_edge("delegate", END)
+    return graph.compile(**compile_kwargs)
+
+
 def supervisor(sub_agent: Any, *, catches: bool, fresh: bool, caught: list[BaseException]) -> Any:
     """A one-node graph whose node runs ``sub_agent``; it catches the sub-agent's error and goes
     on (``catches``), or lets it end the outer run too."""
@@ -69,11 +78,7 @@ def supervisor(sub_agent: Any, *, catches: bool, fresh: bool, caught: list[BaseE
             return {"outcome": "the sub-agent failed; asked the user"}
         return {"outcome": "done"}
 
-    graph = StateGraph(Outer)
-    graph.add_node("delegate", delegate)
-    graph.add_edge(START, "delegate")
-    graph.add_edge("delegate", END)
-    return graph.compile()
+    return one_node_graph(delegate)
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["inherited-callbacks", "fresh-callbacks"])
@@ -138,11 +143,7 @@ def sync_supervisor(sub_agent: Any, caught: list[BaseException]) -> Any:
             return {"outcome": "the sub-agent failed; asked the user"}
         return {"outcome": "done"}
 
-    graph = StateGraph(Outer)
-    graph.add_node("delegate", delegate)
-    graph.add_edge(START, "delegate")
-    graph.add_edge("delegate", END)
-    return graph.compile()
+    return one_node_graph(delegate)
 
 
 async def test_a_sync_sub_agent_that_fails_inside_another_run_that_goes_on_closes_its_saga() -> (
@@ -193,11 +194,7 @@ async def test_a_sub_agent_over_its_recursion_limit_inside_a_run_that_goes_on_cl
             return {"outcome": "stopped"}
         return {"outcome": "done"}
 
-    graph = StateGraph(Outer)
-    graph.add_node("delegate", delegate)
-    graph.add_edge(START, "delegate")
-    graph.add_edge("delegate", END)
-    out = await graph.compile().ainvoke({"request": "Win ACME"})
+    out = await one_node_graph(delegate).ainvoke({"request": "Win ACME"})
     assert out["outcome"] == "stopped"
     [failed] = caught
     saga = await engine.log.get_saga(mw.last_saga_id or "")
@@ -223,11 +220,7 @@ async def test_a_sub_agent_paused_by_the_approval_gate_keeps_its_saga_open_for_t
         await sub_agent.ainvoke({"messages": [("user", state["request"])]})
         return {"outcome": "done"}
 
-    graph = StateGraph(Outer)
-    graph.add_node("delegate", delegate)
-    graph.add_edge(START, "delegate")
-    graph.add_edge("delegate", END)
-    outer = graph.compile(checkpointer=InMemorySaver())
+    outer = one_node_graph(delegate, checkpointer=InMemorySaver())
     cfg: Any = {"configurable": {"thread_id": "t1"}}
     out = await outer.ainvoke({"request": "Win ACME"}, cfg)
     [pause] = out["__interrupt__"]
