@@ -14,7 +14,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -28,8 +28,6 @@ from ._contracts import (
     Reversibility,
     ToolFn,
     ToolSpec,
-    inverse_dict,
-    json_copy,
 )
 from ._errors import (
     ConfigError,
@@ -38,11 +36,11 @@ from ._errors import (
     PermanentError,
     SagaClosedError,
     StepFailedError,
-    ToolError,
     TransientError,
 )
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
+from ._outcome import OutcomeWrite, Refused, failure, finish_done, finish_failed, jsonable
 from ._planner import undo_cycle
 from ._secrets import Redaction, redact_args, scrub_record, vault_for
 from ._telemetry import NO_SAGA_TRACE, saga_trace
@@ -175,13 +173,6 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        return json_copy(value)  # issue 12: plain JSON data is copied, not encoded and decoded
-    except (TypeError, ValueError):
-        return {"repr": repr(value)}
-
-
 class Step:
     """Handle on one tool call inside a saga. Await it for the tool's result.
 
@@ -212,28 +203,51 @@ class Step:
         self.resources = resources
         self.undo_after: list[Step] = []
         """Steps whose inverses this step's inverse waits for (rule 3)."""
-        self.state = "pending"
-        """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
-        ``skipped``."""
+        self._state = "pending"
+        self._outcome = "pending"
+        """The state the step takes once its outcome record is durable."""
+        self._written: OutcomeWrite | None = None
+        """Issue 29: the outcome record on its way to the log (the step's task does not wait
+        for it; :func:`_outcomes_durable` does, where the outcome is used: rule 1)."""
         self._result: Any = NOTHING
         self._error: StepFailedError | None = None
         self._observed = False
         self.task: asyncio.Task[None] | None = None
         self._writing = False
-        """Rule 1: the step's intent or outcome is being written; a cancel waits for it."""
+        """Rule 1: the step's intent is being written; a cancel waits for it (its outcome is
+        handed to the log without an await, issue 29)."""
         self._cancel_asked = False
         self.has_refs = True
         """Whether the arguments hold a Step or Ref to resolve before the call (set by the saga
         when it starts the step; issue 12: arguments without one are passed as given)."""
 
     def _cancel(self) -> None:
-        """Cancel the step's task, except while it writes its intent or outcome (rule 1): then
+        """Cancel the step's task, except while it writes its intent (rule 1): then
         the write finishes first and the task ends cancelled right after it. A flag instead of
         a shielded task per write (issue 12: no extra task on the hot path)."""
         if self._writing:
             self._cancel_asked = True
         elif self.task is not None and not self.task.done():
             self.task.cancel()
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
+        ``skipped``; a finished step stays ``intent`` until its outcome record is durable."""
+        w = self._written
+        if w is not None and not w.pending and w.error is None:
+            self._written = None
+            self._state = self._outcome
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+
+    def _raise_write_error(self) -> None:
+        """The outcome write's failure, where the step's task raised it before issue 29."""
+        if self._written is not None and self._written.error is not None:
+            raise self._written.error
 
     @property
     def result(self) -> Any:
@@ -259,6 +273,9 @@ class Step:
     async def _wait(self) -> Any:
         assert self.task is not None
         await asyncio.shield(self.task)
+        if self._written is not None:  # rule 1: its outcome is durable before the agent sees it
+            await self._written.wait()
+            self._raise_write_error()
         self._observed = True
         if self._error is not None:
             raise self._error
@@ -382,6 +399,7 @@ class Saga:
         tasks = [s.task for s in self.steps if s.task is not None and not s.task.done()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await _outcomes_durable(self.steps)
 
     def call(
         self,
@@ -528,8 +546,14 @@ class Saga:
             self._last_by_resource[r] = step
         self.steps.append(step)
         self._by_id[sid] = step
-        step.task = asyncio.create_task(self.trace.step(_run_step(self.engine, self, step), step))
+        step.task = asyncio.create_task(self.trace.step(self._run(step), step))
         return step
+
+    def _run(self, step: Step) -> Coroutine[Any, Any, None]:
+        run = _run_step(self.engine, self, step)
+        if self.trace.span is not None:  # issue 28: the span shows the state the log holds
+            return _then_durable(run, step)
+        return run
 
     def _declared_order(self, spec: ToolSpec) -> list[Step]:
         """Rule 3 declared in the contract (``undo_after=["crm.update_field"]``): this step's
@@ -589,6 +613,10 @@ class Saga:
             pending = [(s, t) for s, t in zip(steps, tasks, strict=True) if not t.done()]
             if pending:
                 first = await _first_failure(pending)
+        # rule 1: what gather hands the agent is durable (issue 29: the steps did not wait)
+        await _outcomes_durable(steps if first is None else (first,))
+        if first is None:
+            first = next((s for s in steps if s._written is not None and s._written.error), None)
         for s, t in zip(steps, tasks, strict=True):  # each step is seen once it finishes
             if t.done():
                 _observe(s, t)
@@ -601,6 +629,7 @@ class Saga:
             exc = t.exception()
             if exc is not None:
                 raise exc
+            first._raise_write_error()
             assert first._error is not None
             raise first._error
         return [s._result for s in steps]
@@ -620,6 +649,21 @@ def _failed(step: Step, task: asyncio.Task[None]) -> bool:
 def _observe(step: Step, task: asyncio.Task[None]) -> None:
     if not task.cancelled():  # as Step._wait: a cancelled step was not seen by the agent
         step._observed = True
+
+
+async def _outcomes_durable(steps: Iterable[Step]) -> None:
+    """Rule 1 where an outcome is used (issue 29): wait until the outcome records of ``steps``
+    are durable or failed. One wake-up per batch the log commits, not one per step."""
+    for s in steps:
+        if s._written is not None:
+            await s._written.wait()
+
+
+async def _then_durable(run: Coroutine[Any, Any, None], step: Step) -> None:
+    try:
+        await run
+    finally:
+        await _outcomes_durable((step,))
 
 
 async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step | None:
@@ -655,14 +699,13 @@ async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step
 # record the result with its contract checks (rules 2 and 4).
 
 
-class _Refused(Exception):
-    """The vendor refused the forward call (PermanentError, or transient errors to the end)."""
-
-
 async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
     for dep in step.deps:
         assert dep.task is not None
         await asyncio.shield(dep.task)
+    await _outcomes_durable(step.deps)  # rule 1: what this step uses is durable first
+    for dep in step.deps:
+        dep._raise_write_error()
     bad = [d for d in step.deps if d.state != "done"]
     if bad:
         await _never_ran(host, saga, step, bad[0])
@@ -678,11 +721,11 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
     calls: list[Call] = []
     try:
         result = await _dispatch(host, saga, step, args, calls)
-        finish = _finish_done(host.catalog, step.spec.reversibility, step, calls[-1], result)
+        finish = finish_done(host.catalog, step.spec.reversibility, step, calls[-1], result)
         step._result = result
     except asyncio.CancelledError:
         # rule 9: cancelled after the call began -> the vendor may have acted.
-        finish = _finish_failed(
+        finish = finish_failed(
             host.catalog,
             step,
             calls,
@@ -690,25 +733,17 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
             "the agent's task was cancelled while the tool was running; whether it took "
             "effect is unknown",
         )
-        await asyncio.shield(_log_finish(host, saga, step, finish))
+        _log_finish(host, saga, step, finish)
         raise
     except BaseException as exc:
         if not isinstance(exc, Exception):
             raise
-        finish = _failure(host.catalog, step, calls, exc)
-    # rule 1: the outcome the engine holds (result, inverse, expectation) becomes durable even
-    # if the agent's task is cancelled while it is written; lost, undo could only say in doubt.
-    step._writing = True
-    try:
-        await _log_finish(host, saga, step, finish)
-    finally:
-        step._writing = False
-    if step._cancel_asked:  # asked while the outcome was written (Step._cancel)
-        raise asyncio.CancelledError
+        finish = failure(host.catalog, step, calls, exc)
+    _log_finish(host, saga, step, finish)
 
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
-    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable)
+    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, jsonable)
     started = await host.log.begin_step(_intent(saga, step, logged, redacted))
     reason = f"never ran: step {bad.id} ({bad.tool}) it waits for is {bad.state}"
     if started:
@@ -727,7 +762,7 @@ async def _unresolvable(host: SagaHost, saga: Saga, step: Step, exc: ContractErr
     """An argument refers to a key its step's result lacks: the tool is never called (no
     effect), and the step is logged ``failed`` with the reason, so the report shows it."""
     reason = f"never ran: {exc}"
-    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, _jsonable)
+    logged, redacted = redact_args(step.spec.sensitive, step.args, saga.vault, jsonable)
     started = await host.log.begin_step(_intent(saga, step, logged, redacted))
     if started:
         step.state = "failed"
@@ -772,7 +807,7 @@ async def _begin_or_cancelled(host: SagaHost, saga: Saga, step: Step, args: dict
                 "cancelled",
                 error="the agent's task was cancelled before the tool was called; it never ran",
             )
-            await _log_finish(host, saga, step, finish)
+            _log_finish(host, saga, step, finish)
         raise asyncio.CancelledError
     return started
 
@@ -785,9 +820,9 @@ def _begin(host: SagaHost, saga: Saga, step: Step, args: dict[str, Any]) -> Awai
     # everything this saga logs from now on (results, inverses, errors).
     vault = saga.vault
     if step.spec.sensitive or vault:
-        logged_args, redacted = redact_args(step.spec.sensitive, args, vault, _jsonable)
+        logged_args, redacted = redact_args(step.spec.sensitive, args, vault, jsonable)
     else:  # nothing to redact or scrub: the same as redact_args gives, one copy fewer
-        logged_args, redacted = _jsonable(args), []
+        logged_args, redacted = jsonable(args), []
     return host.log.begin_step(_intent(saga, step, logged_args, redacted))
 
 
@@ -834,80 +869,28 @@ async def _dispatch(
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                raise _Refused(host.retry_policy.gave_up(step.tool, attempt, exc)) from exc
+                raise Refused(host.retry_policy.gave_up(step.tool, attempt, exc)) from exc
             raise
         except PermanentError as exc:
-            raise _Refused(str(exc)) from exc
+            raise Refused(str(exc)) from exc
 
 
-def _failure(catalog: Catalog, step: Step, calls: list[Call], exc: Exception) -> StepFinish:
-    """Rule 9: only the vendor's refusal means no effect; anything else is in doubt."""
-    if isinstance(exc, _Refused):
-        return _finish_failed(catalog, step, calls, "failed", str(exc))
-    if isinstance(exc, TimeoutError) and step.spec.timeout is not None:
-        return _finish_failed(
-            catalog,
-            step,
-            calls,
-            "in_doubt",
-            f"{step.tool} timed out after {step.spec.timeout:g} s; whether it took effect is "
-            f"unknown",
-        )
-    if isinstance(exc, ContractError):  # the tool misused Call (e.g. a non-JSON inverse)
-        return _finish_failed(
-            catalog,
-            step,
-            calls,
-            "in_doubt",
-            f"contract violation inside {step.tool}: {exc}; whether it took effect is unknown",
-            violation=str(exc),
-        )
-    if isinstance(exc, ToolError) and not isinstance(exc, TransientError | PermanentError):
-        # A ToolError that is neither a refusal nor transient says, in the words of the tool's
-        # users, that the outcome is unknown (the MCP gateway's UpstreamError, issue 24 item
-        # 11): no advice meant for Python tool authors is added.
-        return _finish_failed(catalog, step, calls, "in_doubt", str(exc))
-    return _finish_failed(
-        catalog,
-        step,
-        calls,
-        "in_doubt",
-        f"{step.tool} raised {type(exc).__name__}: {exc}; only amends.PermanentError or "
-        f"amends.TransientError say the vendor refused, so whether it took effect is unknown",
-    )
-
-
-def _finish_failed(
-    catalog: Catalog,
-    step: Step,
-    calls: list[Call],
-    state: str,
-    error: str,
-    *,
-    violation: str | None = None,
-) -> StepFinish:
-    """A failed call; if it recorded an inverse first, the effect happened (rule 9)."""
-    call = calls[-1] if calls else None
-    if call is not None and isinstance(call.recorded_inverse, Inverse):
-        done = _finish_done(catalog, step.spec.reversibility, step, call, None)
-        why = (
-            f"{error} — but it recorded its inverse first, so the effect happened; undo "
-            f"compensates it"
-        )
-        return dataclasses.replace(done, error=why, violation=done.violation or violation)
-    return StepFinish(state, error=error, violation=violation)
-
-
-async def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> None:
+def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> None:
+    """Hand the step's outcome (result, inverse, expectation) to the log; the step does not
+    wait for it (issue 29). Rule 1 holds where the outcome is used (:func:`_outcomes_durable`),
+    and the write goes on if the agent's task is cancelled meanwhile (no await here to cancel):
+    lost, undo could only say in doubt."""
     finish = scrub_record(saga.vault, finish)  # rule 11
     finish = cap_result(finish, host.max_result_bytes)  # issue 21.13: a 50 MB answer is not logged
-    await host.log.finish_step(saga.id, step.id, finish, now=time.time())
+    written = OutcomeWrite(host.log.finish_step(saga.id, step.id, finish, now=time.time()))
+    step._written = written
     if finish.state == "done" and finish.error is None:
-        step.state = "done"
+        step._outcome = "done"
         return
     # a call that raised after recording its inverse is logged done (undo compensates it) but,
-    # for the agent, it failed: its dependents do not run.
-    step.state = "failed" if finish.state == "done" else finish.state
+    # for the agent, it failed: its dependents do not run. The error is known now (gather
+    # stops at it); the agent sees it once the outcome is durable.
+    step._outcome = "failed" if finish.state == "done" else finish.state
     step._error = StepFailedError(
         f"step {step.id} ({step.tool}) {finish.state if finish.state != 'done' else 'failed'}: "
         f"{finish.error}",
@@ -915,85 +898,4 @@ async def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish
         saga_id=saga.id,
         step_id=step.id,
         tool=step.tool,
-    )
-
-
-def _contract_violation(
-    catalog: Catalog, declared: Reversibility, step: Step, call: Call
-) -> tuple[str | None, bool]:
-    """Rules 2 and 4: (violation, whether the inverse may still be used after review)."""
-    inv = call.recorded_inverse
-    if declared not in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
-        return None, False
-    # rule 2: no inverse recorded -> logged and reported as irreversible.
-    if not isinstance(inv, Inverse):
-        return (
-            f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
-            f"call call.inverse(...) or register it as 'irreversible'"
-        ), False
-    if inv.tool not in catalog:
-        return (
-            f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
-            f"catalog; register it or record an inverse the catalog has"
-        ), False
-    if catalog.get(inv.tool).reversibility is Reversibility.READ_ONLY:
-        # rule 2: a probe has no effect, so it can never take the step back; undo calling it
-        # would report "reverted" while the effect stands.
-        return (
-            f"tool {step.tool!r} recorded inverse {inv.tool!r}, which is a read_only tool and "
-            f"changes nothing; record an inverse that undoes the effect, or register "
-            f"{step.tool!r} as 'irreversible'"
-        ), False
-    for what, exp in (("expectation", call.recorded_expectation), ("landed", call.recorded_landed)):
-        if exp is not None and (
-            exp.probe not in catalog
-            or catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
-        ):
-            return (
-                f"tool {step.tool!r} recorded {what} probe {exp.probe!r}, which is not a "
-                f"read_only tool of the catalog; drift could not be checked"
-            ), False
-    if call.recorded_expectation is None and call.recorded_no_drift_check is None:
-        # rule 4: no drift check means no blind overwrite; the inverse is kept for a person
-        # to review, never dispatched.
-        return (
-            f"tool {step.tool!r} is {declared.value!r} but recorded no expectation and gave no "
-            f"reason why none is needed; call call.expect(...) or "
-            f"call.no_drift_check(reason=...) so undo never overwrites a change made since"
-        ), True
-    return None, True
-
-
-def _finish_done(
-    catalog: Catalog, declared: Reversibility, step: Step, call: Call, result: Any
-) -> StepFinish:
-    violation, keep = _contract_violation(catalog, declared, step, call)
-    effective = declared if violation is None or keep else Reversibility.IRREVERSIBLE
-    inv = call.recorded_inverse
-    inverse = None
-    if isinstance(inv, Inverse):
-        # the inverse as recorded, with what the call and the step add to it, as
-        # Inverse.to_dict() gives it (issue 12: built directly, not through dataclasses.replace
-        # and a second Inverse; test_a_step_logs_every_field_of_its_inverse pins the fields)
-        inverse = inverse_dict(
-            inv.tool,
-            inv.args,
-            inv.deadline,
-            call.recorded_landed,
-            call.recorded_no_drift_check,
-            [s.id for s in step.undo_after],
-        )
-    return StepFinish(
-        "done",
-        effective=effective.value,
-        result=_jsonable(result),
-        inverse=inverse,
-        expectation=None
-        if call.recorded_expectation is None
-        else call.recorded_expectation.to_dict(),
-        residue=[r.to_dict() for r in call.recorded_residue],
-        acknowledgement=None
-        if call.recorded_acknowledgement is None
-        else call.recorded_acknowledgement.to_dict(),
-        violation=violation,
     )

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._contracts", "amends._budget"),
     ("amends._calls", "amends._catalog_ref", "amends._joins"),
     ("amends._log", "amends._report", "amends._manual"),
-    ("amends._saga", "amends._planner", "amends._observe", "amends._resolution"),
+    ("amends._saga", "amends._outcome", "amends._planner", "amends._observe", "amends._resolution"),
     (
         "amends._reversal",
         "amends._toml_catalog",

@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import sys
+import time
 from typing import Any
 
 import amends
@@ -35,6 +36,24 @@ def vendor() -> sqlite3.Connection:
 def maybe_die(call: amends.Call, when: str) -> None:
     if f"{call.phase}:{call.tool}:{when}" == KILL:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+ENGINE: list[amends.Engine] = []
+
+
+def die_before_the_next_commit(call: amends.Call) -> None:
+    """Issue 29: the tool has returned (this runs as it returns) and its outcome is on its way
+    to the log; the process dies before the log's writer commits anything more. The event
+    loop runs on meanwhile, so an agent that did not wait for the outcome would go on."""
+    if f"{call.phase}:{call.tool}:before_outcome_commit" != KILL:
+        return
+    db: Any = ENGINE[0].log.db  # type: ignore[attr-defined]
+
+    def commit(batch: Any) -> Any:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    db._commit = commit
 
 
 def apply(call: amends.Call, op: str, k: str, v: str | None) -> bool:
@@ -100,6 +119,7 @@ async def charge(call: amends.Call, who: str, cents: int) -> Any:
     call.inverse("pay.refund", who=who, cents=cents)
     call.expect("kv.get", {"key": f"refund:{who}"}, equals=None)  # not refunded since
     call.residue(f"Refund of {cents} cents to {who}", parties=[who], settles_in_business_days=3)
+    die_before_the_next_commit(call)
     return {"charged": cents}
 
 
@@ -152,6 +172,9 @@ async def main() -> None:
     engine = amends.Engine(
         catalog, log=DB, lease_seconds=0.5, retry=amends.RetryPolicy(initial_backoff=0.001)
     )
+    ENGINE.append(engine)
+    if KILL.endswith(":before_outcome_commit"):  # every commit on the writer thread
+        engine.log.db.inline_when_idle = False  # type: ignore[attr-defined]
     try:
         if MODE == "forward":
             async with engine.saga("crash test", saga_id="saga-crash") as saga:
@@ -159,6 +182,8 @@ async def main() -> None:
                 b = saga.call("pay.charge", who="c1", cents=500, after=[a])
                 c = saga.call("kv.put", key="owner", value="agent", after=[b])
                 saga.call("kv.put", key="note", value="hello")
+                await b
+                print("the agent saw the charge", flush=True)
                 await saga.gather(a, b, c)
         elif MODE == "ledger":
             async with engine.saga("ledger crash test", saga_id="saga-ledger") as saga:

@@ -118,6 +118,28 @@ def test_sigkill_during_forward_then_recover(tmp_path: Path, kill: str) -> None:
     check_honest(tmp_path, out)
 
 
+def test_sigkill_after_a_step_returned_before_its_outcome_committed(tmp_path: Path) -> None:
+    """Issue 29: a step no longer waits for its outcome record. Killed after the charge
+    returned and before its outcome committed: the agent never saw the charge, the step that
+    depends on it never started, and recovery reports the charge in doubt, as before."""
+    died = child(tmp_path, "forward", "forward:pay.charge:before_outcome_commit")
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert "the agent saw the charge" not in died.stdout  # rule 1: it was not durable
+    assert logged_states(tmp_path) == {"s1": "done", "s2": "intent", "s4": "done"}
+    time.sleep(0.6)  # the dead worker's saga lease expires
+    rec = child(tmp_path, "recover")
+    assert rec.returncode == 0, rec.stderr
+    out = json.loads(rec.stdout)
+    assert out["in_doubt"] == [["saga-crash", "s2"]]
+    check_honest(tmp_path, out)
+    by_step = {s["step_id"]: s["state"] for s in out["report"]["steps"]}
+    assert by_step == {"s1": "blocked", "s2": "in_doubt", "s4": "reverted"}
+    assert out["report"]["status"] == "cannot_undo"
+    kv, effects = world(tmp_path)
+    assert [e[0] for e in effects] == ["put", "put", "charge", "put"]  # s1, s4, s2, s4's undo
+    assert kv == {"stage": "won", "charge:c1": "500"}  # s3 never ran; s1 waits for s2
+
+
 @pytest.mark.parametrize("kill", UNDO_KILLS)
 def test_sigkill_during_reversal_then_recover(tmp_path: Path, kill: str) -> None:
     fwd = child(tmp_path, "forward")

@@ -191,8 +191,11 @@ async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_r
     engine: amends.Engine, world: CoreWorld
 ) -> None:
     """Rule 1 without a shielded task per step: the agent's task cancelled while a finished
-    step's outcome is written still logs it done with its inverse; the step's task ends
-    cancelled (the agent sees CancelledError) and undo refunds the charge."""
+    step's outcome is written still logs it done with its inverse; the agent sees
+    CancelledError and undo refunds the charge. Issue 29: the step's task no longer waits for
+    its outcome (it handed it to the log), the agent's wait for it is what the cancel
+    interrupts, and the saga's exit waits for the write (the step's task ends cancelled only
+    when tracing made it wait for its outcome too, so its state is what is checked)."""
     real = engine.log.finish_step
     writing = asyncio.Event()
 
@@ -216,7 +219,8 @@ async def test_cancelled_while_the_outcome_is_written_the_write_lands_and_undo_r
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert steps[0].task is not None and steps[0].task.cancelled()
+    assert steps[0].task is not None and steps[0].task.done()
+    assert steps[0].state == "done"
     logged = await engine.log.get_saga(ids[0])
     assert logged is not None
     assert (logged.steps[0].state, logged.steps[0].inverse is not None) == ("done", True)

@@ -1,0 +1,270 @@
+"""A step's outcome: the finish record its call makes (rules 2, 4 and 9), and that record's write
+handed to the log without the step waiting for it (issue 29).
+
+The forward side (:mod:`amends._saga`) decides when an outcome must be durable (rule 1: before
+anything uses it); this module never waits for a write itself and never touches a saga.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Coroutine, Sequence
+from typing import Any, Protocol
+
+from ._calls import Resumed
+from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
+from ._errors import ContractError, PermanentError, ToolError, TransientError
+from ._log.base import StepFinish
+
+__all__ = ["OutcomeWrite", "Refused", "StepView", "failure", "finish_done", "finish_failed"]
+
+
+class Refused(Exception):
+    """The vendor refused the forward call (PermanentError, or transient errors to the end)."""
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class StepView(Protocol):
+    """What the finish record needs of a step (:class:`amends.Step` has it)."""
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    @property
+    def undo_after(self) -> Sequence[_HasId]: ...
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data, or ``{"repr": ...}`` when it is not JSON."""
+    try:
+        return json_copy(value)  # issue 12: plain JSON data is copied, not encoded and decoded
+    except (TypeError, ValueError):
+        return {"repr": repr(value)}
+
+
+class OutcomeWrite:
+    """A step's outcome record on its way to the log, which the step does not wait for.
+
+    Issue 29: waiting in every step cost a second wake-up of its task per step. The log's write
+    coroutine runs here to its first suspension, which is the hand-off to the log's writer (a
+    future the writer thread settles once the batch committed); whoever needs the outcome
+    durable (a dependent step, ``await step``, ``gather``, the saga's exit) waits with
+    :meth:`wait`, and the write's failure is delivered there (:attr:`error`), as the step's
+    own task delivered it before. A write that suspends on anything else (a log that awaits
+    twice) is driven to its end by a task of its own.
+    """
+
+    __slots__ = ("_coro", "_fut", "error")
+
+    def __init__(self, write: Awaitable[None]) -> None:
+        self.error: BaseException | None = None
+        """The write's failure, once it is known (raised where the outcome is awaited)."""
+        self._coro: Coroutine[Any, Any, None] | None = None
+        self._fut: asyncio.Future[Any] | None = None
+        if not asyncio.iscoroutine(write):
+            self._fut = asyncio.ensure_future(write)
+            return
+        self._step(write, None)
+
+    def _step(self, coro: Coroutine[Any, Any, None], fut: asyncio.Future[Any] | None) -> None:
+        """Run ``coro`` on until it suspends (parked on its future) or ends."""
+        self._coro = self._fut = None
+        if fut is not None:
+            fut._asyncio_future_blocking = False  # as a Task does when the future wakes it
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+        except BaseException as exc:  # the write failed: delivered where it is awaited
+            self.error = exc
+            return
+        if asyncio.isfuture(waiting) and getattr(waiting, "_asyncio_future_blocking", False):
+            self._coro, self._fut = coro, waiting
+        else:  # suspended on something else (e.g. sleep(0)): a task drives the rest
+            self._fut = asyncio.get_running_loop().create_task(_rest(coro, waiting))
+
+    @property
+    def pending(self) -> bool:
+        """Whether the write is still on its way (neither durable nor failed)."""
+        fut = self._fut
+        if fut is None:
+            return False
+        if not fut.done():
+            return True
+        if self._coro is not None:
+            self._step(self._coro, fut)
+        else:
+            self._fut = None
+            self.error = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        return self._fut is not None
+
+    async def wait(self) -> None:
+        """Until the write is durable or failed. Cancelling this wait leaves the write alone."""
+        while self.pending:
+            assert self._fut is not None
+            await _until_done(self._fut)
+
+
+async def _rest(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    await Resumed(coro, waiting)
+
+
+def _until_done(fut: asyncio.Future[Any]) -> Awaitable[None]:
+    """A future done when ``fut`` is; cancelling it does not cancel ``fut`` (unlike awaiting
+    ``fut`` itself), and ``fut``'s exception is not raised here."""
+    waiter: asyncio.Future[None] = fut.get_loop().create_future()
+
+    def wake(_: asyncio.Future[Any]) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fut.add_done_callback(wake)
+    waiter.add_done_callback(lambda _: fut.remove_done_callback(wake))
+    return waiter
+
+
+def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception) -> StepFinish:
+    """Rule 9: only the vendor's refusal means no effect; anything else is in doubt."""
+    if isinstance(exc, Refused):
+        return finish_failed(catalog, step, calls, "failed", str(exc))
+    if isinstance(exc, TimeoutError) and step.spec.timeout is not None:
+        return finish_failed(
+            catalog,
+            step,
+            calls,
+            "in_doubt",
+            f"{step.tool} timed out after {step.spec.timeout:g} s; whether it took effect is "
+            f"unknown",
+        )
+    if isinstance(exc, ContractError):  # the tool misused Call (e.g. a non-JSON inverse)
+        return finish_failed(
+            catalog,
+            step,
+            calls,
+            "in_doubt",
+            f"contract violation inside {step.tool}: {exc}; whether it took effect is unknown",
+            violation=str(exc),
+        )
+    if isinstance(exc, ToolError) and not isinstance(exc, TransientError | PermanentError):
+        # A ToolError that is neither a refusal nor transient says, in the words of the tool's
+        # users, that the outcome is unknown (the MCP gateway's UpstreamError, issue 24 item
+        # 11): no advice meant for Python tool authors is added.
+        return finish_failed(catalog, step, calls, "in_doubt", str(exc))
+    return finish_failed(
+        catalog,
+        step,
+        calls,
+        "in_doubt",
+        f"{step.tool} raised {type(exc).__name__}: {exc}; only amends.PermanentError or "
+        f"amends.TransientError say the vendor refused, so whether it took effect is unknown",
+    )
+
+
+def finish_failed(
+    catalog: Catalog,
+    step: StepView,
+    calls: list[Call],
+    state: str,
+    error: str,
+    *,
+    violation: str | None = None,
+) -> StepFinish:
+    """A failed call; if it recorded an inverse first, the effect happened (rule 9)."""
+    call = calls[-1] if calls else None
+    if call is not None and isinstance(call.recorded_inverse, Inverse):
+        done = finish_done(catalog, step.spec.reversibility, step, call, None)
+        why = (
+            f"{error} — but it recorded its inverse first, so the effect happened; undo "
+            f"compensates it"
+        )
+        return dataclasses.replace(done, error=why, violation=done.violation or violation)
+    return StepFinish(state, error=error, violation=violation)
+
+
+def _contract_violation(
+    catalog: Catalog, declared: Reversibility, step: StepView, call: Call
+) -> tuple[str | None, bool]:
+    """Rules 2 and 4: (violation, whether the inverse may still be used after review)."""
+    inv = call.recorded_inverse
+    if declared not in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
+        return None, False
+    # rule 2: no inverse recorded -> logged and reported as irreversible.
+    if not isinstance(inv, Inverse):
+        return (
+            f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
+            f"call call.inverse(...) or register it as 'irreversible'"
+        ), False
+    if inv.tool not in catalog:
+        return (
+            f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
+            f"catalog; register it or record an inverse the catalog has"
+        ), False
+    if catalog.get(inv.tool).reversibility is Reversibility.READ_ONLY:
+        # rule 2: a probe has no effect, so it can never take the step back; undo calling it
+        # would report "reverted" while the effect stands.
+        return (
+            f"tool {step.tool!r} recorded inverse {inv.tool!r}, which is a read_only tool and "
+            f"changes nothing; record an inverse that undoes the effect, or register "
+            f"{step.tool!r} as 'irreversible'"
+        ), False
+    for what, exp in (("expectation", call.recorded_expectation), ("landed", call.recorded_landed)):
+        if exp is not None and (
+            exp.probe not in catalog
+            or catalog.get(exp.probe).reversibility is not Reversibility.READ_ONLY
+        ):
+            return (
+                f"tool {step.tool!r} recorded {what} probe {exp.probe!r}, which is not a "
+                f"read_only tool of the catalog; drift could not be checked"
+            ), False
+    if call.recorded_expectation is None and call.recorded_no_drift_check is None:
+        # rule 4: no drift check means no blind overwrite; the inverse is kept for a person
+        # to review, never dispatched.
+        return (
+            f"tool {step.tool!r} is {declared.value!r} but recorded no expectation and gave no "
+            f"reason why none is needed; call call.expect(...) or "
+            f"call.no_drift_check(reason=...) so undo never overwrites a change made since"
+        ), True
+    return None, True
+
+
+def finish_done(
+    catalog: Catalog, declared: Reversibility, step: StepView, call: Call, result: Any
+) -> StepFinish:
+    violation, keep = _contract_violation(catalog, declared, step, call)
+    effective = declared if violation is None or keep else Reversibility.IRREVERSIBLE
+    inv = call.recorded_inverse
+    inverse = None
+    if isinstance(inv, Inverse):
+        # the inverse as recorded, with what the call and the step add to it, as
+        # Inverse.to_dict() gives it (issue 12: built directly, not through dataclasses.replace
+        # and a second Inverse; test_a_step_logs_every_field_of_its_inverse pins the fields)
+        inverse = inverse_dict(
+            inv.tool,
+            inv.args,
+            inv.deadline,
+            call.recorded_landed,
+            call.recorded_no_drift_check,
+            [s.id for s in step.undo_after],
+        )
+    return StepFinish(
+        "done",
+        effective=effective.value,
+        result=jsonable(result),
+        inverse=inverse,
+        expectation=None
+        if call.recorded_expectation is None
+        else call.recorded_expectation.to_dict(),
+        residue=[r.to_dict() for r in call.recorded_residue],
+        acknowledgement=None
+        if call.recorded_acknowledgement is None
+        else call.recorded_acknowledgement.to_dict(),
+        violation=violation,
+    )
