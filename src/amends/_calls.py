@@ -25,15 +25,7 @@ from ._contracts import Call
 from ._errors import ContractError
 from ._telemetry import call_span
 
-__all__ = [
-    "Resumed",
-    "RetryPolicy",
-    "call_arguments",
-    "current_call",
-    "idempotency_key",
-    "invoke",
-    "run",
-]
+__all__ = ["RetryPolicy", "call_arguments", "current_call", "idempotency_key", "invoke", "run"]
 
 T = TypeVar("T")
 
@@ -159,15 +151,14 @@ async def invoke(
             except StopIteration as done:
                 return done.value
             async with asyncio.timeout_at(deadline):
-                return await Resumed(coro, waiting)
+                return await _Resumed(coro, waiting)
     finally:
         _CURRENT.reset(token)
 
 
-class Resumed:
+class _Resumed:
     """A coroutine whose first step already ran (it yielded ``waiting``), awaited from there:
-    ``yield from`` by hand, so a cancellation (the timeout's) reaches it where it waits (a
-    tool's first step, here; a log write's in :mod:`amends._outcome`)."""
+    ``yield from`` by hand, so a cancellation (the timeout's) reaches it where it waits."""
 
     __slots__ = ("_coro", "_waiting")
 

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
-from ._calls import Resumed
 from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
 from ._errors import ContractError, PermanentError, ToolError, TransientError
 from ._log.base import StepFinish
 
-__all__ = ["OutcomeWrite", "Refused", "StepView", "failure", "finish_done", "finish_failed"]
+__all__ = [
+    "Refused",
+    "StepView",
+    "failure",
+    "finish_done",
+    "finish_failed",
+    "jsonable",
+    "until_done",
+    "write_error",
+]
 
 
 class Refused(Exception):
@@ -50,76 +58,11 @@ def jsonable(value: Any) -> Any:
         return {"repr": repr(value)}
 
 
-class OutcomeWrite:
-    """A step's outcome record on its way to the log, which the step does not wait for.
-
-    Issue 29: waiting in every step cost a second wake-up of its task per step. The log's write
-    coroutine runs here to its first suspension, which is the hand-off to the log's writer (a
-    future the writer thread settles once the batch committed); whoever needs the outcome
-    durable (a dependent step, ``await step``, ``gather``, the saga's exit) waits with
-    :meth:`wait`, and the write's failure is delivered there (:attr:`error`), as the step's
-    own task delivered it before. A write that suspends on anything else (a log that awaits
-    twice) is driven to its end by a task of its own.
-    """
-
-    __slots__ = ("_coro", "_fut", "error")
-
-    def __init__(self, write: Awaitable[None]) -> None:
-        self.error: BaseException | None = None
-        """The write's failure, once it is known (raised where the outcome is awaited)."""
-        self._coro: Coroutine[Any, Any, None] | None = None
-        self._fut: asyncio.Future[Any] | None = None
-        if not asyncio.iscoroutine(write):
-            self._fut = asyncio.ensure_future(write)
-            return
-        self._step(write, None)
-
-    def _step(self, coro: Coroutine[Any, Any, None], fut: asyncio.Future[Any] | None) -> None:
-        """Run ``coro`` on until it suspends (parked on its future) or ends."""
-        self._coro = self._fut = None
-        if fut is not None:
-            fut._asyncio_future_blocking = False  # as a Task does when the future wakes it
-        try:
-            waiting = coro.send(None)
-        except StopIteration:
-            return
-        except BaseException as exc:  # the write failed: delivered where it is awaited
-            self.error = exc
-            return
-        if asyncio.isfuture(waiting) and getattr(waiting, "_asyncio_future_blocking", False):
-            self._coro, self._fut = coro, waiting
-        else:  # suspended on something else (e.g. sleep(0)): a task drives the rest
-            self._fut = asyncio.get_running_loop().create_task(_rest(coro, waiting))
-
-    @property
-    def pending(self) -> bool:
-        """Whether the write is still on its way (neither durable nor failed)."""
-        fut = self._fut
-        if fut is None:
-            return False
-        if not fut.done():
-            return True
-        if self._coro is not None:
-            self._step(self._coro, fut)
-        else:
-            self._fut = None
-            self.error = asyncio.CancelledError() if fut.cancelled() else fut.exception()
-        return self._fut is not None
-
-    async def wait(self) -> None:
-        """Until the write is durable or failed. Cancelling this wait leaves the write alone."""
-        while self.pending:
-            assert self._fut is not None
-            await _until_done(self._fut)
-
-
-async def _rest(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
-    await Resumed(coro, waiting)
-
-
-def _until_done(fut: asyncio.Future[Any]) -> Awaitable[None]:
-    """A future done when ``fut`` is; cancelling it does not cancel ``fut`` (unlike awaiting
-    ``fut`` itself), and ``fut``'s exception is not raised here."""
+def until_done(fut: asyncio.Future[Any]) -> Awaitable[None]:
+    """A future done when ``fut`` is. Issue 29: a step hands its outcome record to the log and
+    does not wait for it; whatever uses the outcome waits with this (rule 1). Cancelling the
+    wait does not cancel ``fut`` (unlike awaiting ``fut`` itself), and ``fut``'s exception is
+    not raised here."""
     waiter: asyncio.Future[None] = fut.get_loop().create_future()
 
     def wake(_: asyncio.Future[Any]) -> None:
@@ -129,6 +72,11 @@ def _until_done(fut: asyncio.Future[Any]) -> Awaitable[None]:
     fut.add_done_callback(wake)
     waiter.add_done_callback(lambda _: fut.remove_done_callback(wake))
     return waiter
+
+
+def write_error(fut: asyncio.Future[Any]) -> BaseException | None:
+    """Why the done write ``fut`` failed, or ``None`` when it is durable."""
+    return asyncio.CancelledError() if fut.cancelled() else fut.exception()
 
 
 def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception) -> StepFinish:

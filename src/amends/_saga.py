@@ -14,6 +14,7 @@ import random
 import re
 import time
 import uuid
+from asyncio import ensure_future
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -40,7 +41,15 @@ from ._errors import (
 )
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
-from ._outcome import OutcomeWrite, Refused, failure, finish_done, finish_failed, jsonable
+from ._outcome import (
+    Refused,
+    failure,
+    finish_done,
+    finish_failed,
+    jsonable,
+    until_done,
+    write_error,
+)
 from ._planner import undo_cycle
 from ._secrets import Redaction, redact_args, scrub_record, vault_for
 from ._telemetry import NO_SAGA_TRACE, saga_trace
@@ -206,7 +215,7 @@ class Step:
         self._state = "pending"
         self._outcome = "pending"
         """The state the step takes once its outcome record is durable."""
-        self._written: OutcomeWrite | None = None
+        self._written: asyncio.Future[None] | None = None
         """Issue 29: the outcome record on its way to the log (the step's task does not wait
         for it; :func:`_outcomes_durable` does, where the outcome is used: rule 1)."""
         self._result: Any = NOTHING
@@ -235,7 +244,7 @@ class Step:
         """``pending``, ``intent``, ``done``, ``failed``, ``in_doubt``, ``cancelled``,
         ``skipped``; a finished step stays ``intent`` until its outcome record is durable."""
         w = self._written
-        if w is not None and not w.pending and w.error is None:
+        if w is not None and w.done() and write_error(w) is None:
             self._written = None
             self._state = self._outcome
         return self._state
@@ -246,8 +255,11 @@ class Step:
 
     def _raise_write_error(self) -> None:
         """The outcome write's failure, where the step's task raised it before issue 29."""
-        if self._written is not None and self._written.error is not None:
-            raise self._written.error
+        w = self._written
+        if w is not None and w.done():
+            exc = write_error(w)
+            if exc is not None:
+                raise exc
 
     @property
     def result(self) -> Any:
@@ -273,9 +285,8 @@ class Step:
     async def _wait(self) -> Any:
         assert self.task is not None
         await asyncio.shield(self.task)
-        if self._written is not None:  # rule 1: its outcome is durable before the agent sees it
-            await self._written.wait()
-            self._raise_write_error()
+        await _outcomes_durable((self,))  # rule 1: durable before the agent sees it
+        self._raise_write_error()
         self._observed = True
         if self._error is not None:
             raise self._error
@@ -546,14 +557,10 @@ class Saga:
             self._last_by_resource[r] = step
         self.steps.append(step)
         self._by_id[sid] = step
-        step.task = asyncio.create_task(self.trace.step(self._run(step), step))
+        run = _run_step(self.engine, self, step)  # issue 28: a span shows what the log holds
+        run = run if self.trace.span is None else _then_durable(run, step)
+        step.task = asyncio.create_task(self.trace.step(run, step))
         return step
-
-    def _run(self, step: Step) -> Coroutine[Any, Any, None]:
-        run = _run_step(self.engine, self, step)
-        if self.trace.span is not None:  # issue 28: the span shows the state the log holds
-            return _then_durable(run, step)
-        return run
 
     def _declared_order(self, spec: ToolSpec) -> list[Step]:
         """Rule 3 declared in the contract (``undo_after=["crm.update_field"]``): this step's
@@ -614,9 +621,8 @@ class Saga:
             if pending:
                 first = await _first_failure(pending)
         # rule 1: what gather hands the agent is durable (issue 29: the steps did not wait)
-        await _outcomes_durable(steps if first is None else (first,))
-        if first is None:
-            first = next((s for s in steps if s._written is not None and s._written.error), None)
+        refused = await _outcomes_durable(steps if first is None else (first,))
+        first = first or refused
         for s, t in zip(steps, tasks, strict=True):  # each step is seen once it finishes
             if t.done():
                 _observe(s, t)
@@ -651,12 +657,22 @@ def _observe(step: Step, task: asyncio.Task[None]) -> None:
         step._observed = True
 
 
-async def _outcomes_durable(steps: Iterable[Step]) -> None:
+async def _outcomes_durable(steps: Iterable[Step]) -> Step | None:
     """Rule 1 where an outcome is used (issue 29): wait until the outcome records of ``steps``
     are durable or failed. One wake-up per batch the log commits, not one per step."""
+    refused = None
     for s in steps:
-        if s._written is not None:
-            await s._written.wait()
+        w = s._written
+        if w is None:
+            continue
+        if not w.done():
+            await until_done(w)
+        if write_error(w) is None:
+            s._written = None  # what Step.state would do when read
+            s._state = s._outcome
+        elif refused is None:
+            refused = s
+    return refused
 
 
 async def _then_durable(run: Coroutine[Any, Any, None], step: Step) -> None:
@@ -882,8 +898,9 @@ def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> N
     lost, undo could only say in doubt."""
     finish = scrub_record(saga.vault, finish)  # rule 11
     finish = cap_result(finish, host.max_result_bytes)  # issue 21.13: a 50 MB answer is not logged
-    written = OutcomeWrite(host.log.finish_step(saga.id, step.id, finish, now=time.time()))
-    step._written = written
+    written = host.log.finish_step(saga.id, step.id, finish, now=time.time())
+    # a SQL log's write is the writer's future already; an async def log's runs on a task
+    step._written = written if isinstance(written, asyncio.Future) else ensure_future(written)
     if finish.state == "done" and finish.error is None:
         step._outcome = "done"
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
@@ -618,10 +618,11 @@ class SagaLog(ABC):
         reversal already exists, in which case the step is logged ``cancelled`` instead."""
 
     @abstractmethod
-    async def finish_step(
+    def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
-    ) -> None:
-        """Record what a step's tool did, before the saga moves on (rule 1)."""
+    ) -> Awaitable[None]:
+        """Record what a step's tool did, before the saga moves on (rule 1): handed to the log
+        when called, durable once the returned awaitable is done (issue 29)."""
 
     @abstractmethod
     async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None:

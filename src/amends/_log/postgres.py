@@ -30,7 +30,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -635,14 +635,19 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             )
 
-    async def write(self, fn: Callable[[Tx], T], size: int = 0) -> T:
-        self._check_writable()
-        if self._stopping or self._closed:
-            raise LogError(f"saga log {self.safe_url!r} is closed", path=self.safe_url)
+    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
+        # issue 29: a future, as SqliteLog's (queued when called); a refusal comes with it
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        try:
+            self._check_writable()
+            if self._stopping or self._closed:
+                raise LogError(f"saga log {self.safe_url!r} is closed", path=self.safe_url)
+        except LogError as exc:
+            fut.set_exception(exc)
+            return fut
         self._jobs.put((fn, loop, fut, size))
-        return await fut
+        return fut
 
     # --- group commit (issue 12) ----------------------------------------------------------
     def _run(self) -> None:

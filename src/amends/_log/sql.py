@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._errors import (
@@ -312,16 +312,18 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
         return await self.db.write(fn, len(text))
 
-    async def finish_step(
+    def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
-    ) -> None:
+    ) -> Awaitable[None]:
         text = finish_text(finish)  # issue 29: encoded once, when its size was checked
         kind = f"step.{finish.state}"
         key = self.signing_key
-        await self.db.write(
-            lambda tx: _append(tx, key, saga_id, kind, now, text, phase=FINISH, step_id=step_id),
-            len(text),
-        )
+
+        def fn(tx: Tx) -> None:
+            _append(tx, key, saga_id, kind, now, text, phase=FINISH, step_id=step_id)
+
+        # issue 29: the writer's own future, handed over when called (the step does not wait)
+        return self.db.write(fn, len(text))
 
     async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None:
         key = self.signing_key
