@@ -36,9 +36,12 @@ UNDO_KILLS = [
 ]
 
 
-def child(tmp: Path, mode: str, kill: str = "") -> subprocess.CompletedProcess[str]:
+def child(
+    tmp: Path, mode: str, kill: str = "", db: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    log = db or str(tmp / "log.db")
     return subprocess.run(
-        [sys.executable, str(CHILD), str(tmp / "log.db"), str(tmp / "vendor.db"), mode, kill],
+        [sys.executable, str(CHILD), log, str(tmp / "vendor.db"), mode, kill],
         capture_output=True,
         text=True,
         timeout=60,
@@ -53,19 +56,25 @@ def world(tmp: Path) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     return kv, effects
 
 
-def logged_states(tmp: Path) -> dict[str, str]:
+def logged_states(tmp: Path, db: str | None = None) -> dict[str, str]:
+    query = "SELECT step_id, state FROM steps WHERE saga_id='saga-crash'"
+    if db is not None:  # a PostgreSQL log
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            return {str(k): str(v) for k, v in pg.execute(query).fetchall()}
     conn = sqlite3.connect(tmp / "log.db")
-    rows = dict(conn.execute("SELECT step_id, state FROM steps WHERE saga_id='saga-crash'"))
+    rows = dict(conn.execute(query))
     conn.close()
     return rows
 
 
-def check_honest(tmp: Path, out: dict[str, Any]) -> None:
+def check_honest(tmp: Path, out: dict[str, Any], db: str | None = None) -> None:
     kv, effects = world(tmp)
     idems = [e[2] for e in effects]
     assert len(idems) == len(set(idems)), f"an effect was applied twice: {effects}"
     assert sum(1 for e in effects if e[0] == "refund") <= 1
-    states = logged_states(tmp)
+    states = logged_states(tmp, db)
     assert set(states.values()) <= {"done", "in_doubt", "skipped", "cancelled", "failed"}, states
     report = out["report"]
     by_step = {s["step_id"]: s for s in report["steps"]}
@@ -118,20 +127,26 @@ def test_sigkill_during_forward_then_recover(tmp_path: Path, kill: str) -> None:
     check_honest(tmp_path, out)
 
 
-def test_sigkill_after_a_step_returned_before_its_outcome_committed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_sigkill_after_a_step_returned_before_its_outcome_committed(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     """Issue 29: a step no longer waits for its outcome record. Killed after the charge
     returned and before its outcome committed: the agent never saw the charge, the step that
     depends on it never started, and recovery reports the charge in doubt, as before."""
-    died = child(tmp_path, "forward", "forward:pay.charge:before_outcome_commit")
+    db = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    died = child(tmp_path, "forward", "forward:pay.charge:before_outcome_commit", db)
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert "the agent saw the charge" not in died.stdout  # rule 1: it was not durable
-    assert logged_states(tmp_path) == {"s1": "done", "s2": "intent", "s4": "done"}
+    assert logged_states(tmp_path, db) == {"s1": "done", "s2": "intent", "s4": "done"}
     time.sleep(0.6)  # the dead worker's saga lease expires
-    rec = child(tmp_path, "recover")
+    rec = child(tmp_path, "recover", db=db)
     assert rec.returncode == 0, rec.stderr
     out = json.loads(rec.stdout)
     assert out["in_doubt"] == [["saga-crash", "s2"]]
-    check_honest(tmp_path, out)
+    check_honest(tmp_path, out, db)
     by_step = {s["step_id"]: s["state"] for s in out["report"]["steps"]}
     assert by_step == {"s1": "blocked", "s2": "in_doubt", "s4": "reverted"}
     assert out["report"]["status"] == "cannot_undo"
