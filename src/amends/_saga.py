@@ -546,13 +546,11 @@ class Saga:
             prev = self._last_by_resource.get(r)
             if prev is not None:
                 deps.append(prev)
-        unique: list[Step] = []
-        for d in deps:
-            if d not in unique:
-                unique.append(d)
+        unique = list(dict.fromkeys(deps))  # in order, each once (a Step hashes by identity)
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
         step.has_refs = has_refs
-        step.undo_after = self._undo_after(step, [*undo_after, *self._declared_order(spec)])
+        if undo_after or spec.undo_after:  # issue 29: most steps declare no undo order
+            step.undo_after = self._undo_after(step, [*undo_after, *self._declared_order(spec)])
         for r in resources:
             self._last_by_resource[r] = step
         self.steps.append(step)
@@ -716,15 +714,7 @@ async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step
 
 
 async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
-    for dep in step.deps:
-        assert dep.task is not None
-        await asyncio.shield(dep.task)
-    await _outcomes_durable(step.deps)  # rule 1: what this step uses is durable first
-    for dep in step.deps:
-        dep._raise_write_error()
-    bad = [d for d in step.deps if d.state != "done"]
-    if bad:
-        await _never_ran(host, saga, step, bad[0])
+    if step.deps and not await _deps_done(host, saga, step):  # issue 29: none in a fan-out
         return
     try:
         args = _resolve(step.args) if step.has_refs else step.args
@@ -756,6 +746,22 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
             raise
         finish = failure(host.catalog, step, calls, exc)
     _log_finish(host, saga, step, finish)
+
+
+async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:
+    """Wait for the steps ``step`` depends on, their outcomes durable (rule 1); if one did not
+    end done, ``step`` never runs (logged so) and this gives ``False``."""
+    for dep in step.deps:
+        assert dep.task is not None
+        await asyncio.shield(dep.task)
+    await _outcomes_durable(step.deps)
+    for dep in step.deps:
+        dep._raise_write_error()
+    bad = [d for d in step.deps if d.state != "done"]
+    if bad:
+        await _never_ran(host, saga, step, bad[0])
+        return False
+    return True
 
 
 async def _never_ran(host: SagaHost, saga: Saga, step: Step, bad: Step) -> None:
