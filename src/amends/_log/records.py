@@ -433,12 +433,16 @@ def verify_saga(
     saga_id: str,
     records: Sequence[Row],
     reversal: tuple[Any, ...] | None,
+    *,
+    verified: int = 0,
 ) -> list[ChainProblem]:
     """Walk one saga's chain.
 
     ``records``: (rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash) in log
     order;
-    ``reversal``: (reversal_id, report text, report_hash) or ``None``.
+    ``reversal``: (reversal_id, report text, report_hash) or ``None``;
+    ``verified``: how many leading records are, column for column, ones an earlier walk found
+    intact (:class:`~amends._log.cache.SagaCache`): their hashes are not computed again.
     """
     out: list[ChainProblem] = []
     if not records:
@@ -464,8 +468,9 @@ def verify_saga(
                 )
             )
             continue
-        fields = (key, prev, saga_id, step, rev, hkind(kind, phase), at, data)
-        if chain_hash(*fields) != digest and chain_hash_v1(*fields) != digest:
+        if pos < verified:
+            pass  # identical to a record found intact, linked to its intact predecessor
+        elif not _hashes_to(digest, (key, prev, saga_id, step, rev, hkind(kind, phase), at, data)):
             out.append(
                 ChainProblem(
                     saga_id,
@@ -482,6 +487,11 @@ def verify_saga(
     if reversal is not None and reversal[1] is not None:
         out.extend(_verify_report(key, saga_id, records, reversal))
     return out
+
+
+def _hashes_to(digest: str, fields: tuple[Any, ...]) -> bool:
+    """The record's fields hash to ``digest`` (this format's chain or the one before it)."""
+    return chain_hash(*fields) == digest or chain_hash_v1(*fields) == digest
 
 
 def _broken_link(

@@ -37,6 +37,7 @@ from .base import (
     StepFinish,
     StepIntent,
 )
+from .cache import SagaCache
 from .database import Database, Tx
 from .integrity import head_of, shard_of, shard_step
 from .records import (
@@ -49,7 +50,6 @@ from .records import (
     event_data,
     finish_text,
     fold_compensations,
-    fold_steps,
     hkind,
     loads,
     redacted_body,
@@ -143,8 +143,9 @@ def write_heads(tx: Tx, key: bytes | None, saga_ids: Sequence[str]) -> None:
         tx.execute("UPDATE sagas SET head=? WHERE saga_id=?", (head_of(key, sid, last[sid]), sid))
 
 
-def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
-    """The saga with its steps, resolutions and reversal, or ``None``."""
+def _read_saga(tx: Tx, saga_id: str, cache: SagaCache) -> SagaRecord | None:
+    """The saga with its steps, resolutions and reversal, or ``None`` (steps decoded by
+    ``cache``: only when their records changed, issue 29)."""
     rows = tx.execute(f"SELECT {_SAGA_COLS}, {tx.now_sql} FROM sagas WHERE saga_id=?", (saga_id,))
     if not rows:
         return None
@@ -153,7 +154,7 @@ def _read_saga(tx: Tx, saga_id: str) -> SagaRecord | None:
         "ORDER BY rec_id",
         (saga_id,),
     )
-    steps, resolutions = fold_steps(saga_id, records)
+    steps, resolutions = cache.fold(saga_id, records)
     rev = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
     return _saga(
         rows[0], steps, _reversal(rev[0]) if rev else None, resolutions, db_now=rows[0][_N_SAGA]
@@ -373,7 +374,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 )
             # issue 12: the saga is read once per undo, here, consistent with the claim (a step
             # written after it is refused); the check raising rolls the claim back
-            saga = _read_saga(tx, saga_id)
+            saga = _read_saga(tx, saga_id, self.reads)
             check(saga)
             assert saga is not None  # check refuses a missing saga
             claim = self._claim_tx(tx, saga_id, reversal_id, budget_text, owner, lease_until, now)
@@ -659,7 +660,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:
-        return await self.db.read(lambda tx: _read_saga(tx, saga_id))
+        return await self.db.read(lambda tx: _read_saga(tx, saga_id, self.reads))
 
     async def get_reversal(
         self, *, saga_id: str | None = None, reversal_id: str | None = None

@@ -137,6 +137,10 @@ def _settle_all(settled: list[tuple[_Job, bool, Any]]) -> None:
             pass  # that loop is closed: nobody is waiting any more
 
 
+_CARRY_LIMIT = 4096
+"""Entries of a committed transaction's cache carried to the next (a few per saga written)."""
+
+
 class _SqliteDatabase(Database):
     def __init__(
         self,
@@ -164,6 +168,14 @@ class _SqliteDatabase(Database):
         self._closed = False
         self._immutable = False
         self._writing = threading.Lock()  # one transaction at a time on the writer connection
+        self._carry: dict[str, str] | None = None
+        """Issue 29: what the last committed write transaction knew (chain heads, sagas seen
+        without a reversal, fences checked), handed to the next one. Only for ``:memory:``: its
+        connection is private, so this log object is the saga's only writer and what it wrote
+        last is what is stored; a file or PostgreSQL may have another writer, so each write
+        transaction reads the heads again. Dropped when a transaction fails, and when the
+        connection changed rows outside a write transaction (``_carry_changes``)."""
+        self._carry_changes = 0
         self.inline_when_idle = True
         if not self.memory:
             self._prepare_file(must_exist=must_exist or read_only)
@@ -383,6 +395,10 @@ class _SqliteDatabase(Database):
     def _transaction(self, batch: list[_Job], *, savepoints: bool) -> list[tuple[_Job, bool, Any]]:
         conn = self._conn
         cur = _Cursor(conn)
+        if self._carry is not None:  # issue 29: see _carry
+            if conn.total_changes == self._carry_changes:
+                cur.cache = self._carry
+            self._carry = None
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -410,6 +426,8 @@ class _SqliteDatabase(Database):
                 if conn.in_transaction:
                     write_heads(cur, self._key, sorted(cur.appended))  # rule 12
                     conn.execute("COMMIT")
+                    if self.memory and len(cur.cache) <= _CARRY_LIMIT:
+                        self._carry, self._carry_changes = cur.cache, conn.total_changes
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
