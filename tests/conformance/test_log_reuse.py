@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,39 @@ async def test_two_log_objects_writing_one_file_each_read_the_others_head(tmp_pa
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_step_previewed_then_undone_is_described_once_with_the_same_sentences(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The preview and the undo read the saga through one log: the same step objects, so the
+    step's sentences are made once (issue 29) and both show them."""
+    kv: dict[str, str] = {}
+    catalog = amends.Catalog()
+
+    @catalog.tool("kv.set", reversibility="compensable", describe="Set {key} to '{value}'")
+    async def kv_set(call: amends.Call, key: str, value: str) -> None:
+        call.inverse("kv.set", key=key, value=kv.get(key, ""))
+        kv[key] = value
+
+    made: list[str] = []
+    real = amends.Catalog.describe
+
+    def describe(self: amends.Catalog, tool: str, args: Any) -> str:
+        made.append(sys._getframe(1).f_code.co_name)  # the steps' describer, or another caller
+        return real(self, tool, args)
+
+    monkeypatch.setattr(amends.Catalog, "describe", describe)
+    async with amends.Engine(catalog, log=":memory:") as engine:
+        async with engine.saga("Set two keys", saga_id="s") as saga:
+            saga.call("kv.set", key="a", value="1")
+            saga.call("kv.set", key="b", value="2")
+        preview = await engine.preview("s")
+        report = await engine.undo("s")
+    shown = sorted((s.description, s.inverse_description) for s in report.steps)
+    assert sorted((s.description, s.inverse_description) for s in preview.steps) == shown
+    assert shown == [
+        ("Set a to '1'", "Set a to an empty value"),
+        ("Set b to '2'", "Set b to an empty value"),
+    ]
+    assert made.count("described") == 4  # two steps, each with its inverse, once

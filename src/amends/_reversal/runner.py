@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,12 +40,26 @@ def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described)
     arguments. The one describer of the engine, the preview and a Temporal worker."""
     if step is None:
         return item
-    inv = step.inverse
-    return dataclasses.replace(
-        item,
-        description=catalog.describe(step.tool, step.args),
-        inverse_description=(catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""),
-    )
+    key = (id(catalog), id(step))
+    seen = _SENTENCES.get(key)
+    if seen is not None and seen[0] is catalog and seen[1] is step:
+        text, inverse_text = seen[2], seen[3]
+    else:
+        inv = step.inverse
+        text = catalog.describe(step.tool, step.args)
+        inverse_text = catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
+        with _SENTENCES_LOCK:
+            _SENTENCES[key] = (catalog, step, text, inverse_text)
+            if len(_SENTENCES) > 1024:
+                del _SENTENCES[next(iter(_SENTENCES))]
+    return dataclasses.replace(item, description=text, inverse_description=inverse_text)
+
+
+_SENTENCES: dict[tuple[int, int], tuple[ToolDirectory, StepRecord, str, str]] = {}
+"""Issue 29: the sentences of a step as one catalog describes it, by the identity of both (the
+step a preview and then its undo describe is one object: the log's read cache shares it; both
+are immutable). Held objects keep their ids from being reused while they are here."""
+_SENTENCES_LOCK = threading.Lock()  # engines may run on several threads' event loops
 
 
 _FINAL = frozenset(s.value for s in StepState)
