@@ -220,8 +220,10 @@ def _class_of(catalog: Catalog, tool: str) -> tuple[str, bool]:
 
 
 def needs_approval(catalog: Catalog, tool: str, mode: str) -> bool:
-    """Whether the gate asks a person before catalog tool ``tool`` runs, under ``mode``."""
-    if check_approval(mode) == "off":
+    """Whether the gate asks a person before catalog tool ``tool`` runs, under ``mode`` (a mode
+    :func:`check_approval` accepted when the adapter was made: it is not checked again on every
+    tool call, and ``"off"``, the common case, is answered first, issue 25 item 6)."""
+    if mode == "off":
         return False
     cls, _ = _class_of(catalog, tool)
     return cls == "irreversible" or (mode == "residue" and cls == "compensable")

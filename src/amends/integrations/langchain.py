@@ -430,8 +430,8 @@ class AmendsMiddleware(AgentMiddleware):
     # --- each tool call is a step ---------------------------------------------------------
     def _gate(self, request: ToolCallRequest, tool: str) -> ToolMessage | None:
         """The approval gate: ``None`` to go ahead, else the refusal answer for the model."""
-        if self.approval == "off" or not needs_approval(self.engine.catalog, tool, self.approval):
-            return None  # "off" answered here: the common case costs no call (issue 25 item 6)
+        if not needs_approval(self.engine.catalog, tool, self.approval):
+            return None
         from langgraph.types import interrupt
 
         tc = request.tool_call

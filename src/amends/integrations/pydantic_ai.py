@@ -254,11 +254,7 @@ class AmendsToolset(WrapperToolset[Any]):
                 return await call()
         catalog_name = resolve_tool_name(self._engine.catalog, name, self.names)
         catalog = self._engine.catalog
-        if (
-            self.approval != "off"  # the common case costs no call (issue 25 item 6)
-            and needs_approval(catalog, catalog_name, self.approval)
-            and not ctx.tool_call_approved
-        ):
+        if needs_approval(catalog, catalog_name, self.approval) and not ctx.tool_call_approved:
             # the framework's human-in-the-loop: the call is deferred, nothing has run
             self._run().begun(place, turn)
             raise ApprovalRequired(
