@@ -24,10 +24,13 @@ import io
 import re
 import runpy
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from amends._dates import settles_at
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -164,6 +167,7 @@ def neutral(text: str) -> str:
     """Text with what changes between runs replaced: ids, dates, timings."""
     text = re.sub(r"\b(saga|rev)_[0-9a-f]+…?", r"\1_<id>", text)
     text = re.sub(r"\d{4}-\d\d-\d\d", "<date>", text)
+    text = re.sub(r"\b\d{1,2} [A-Z][a-z]{2} \d{4}\b", "<date>", text)  # "settles 8 Dec 2026"
     return re.sub(r"\d+\.\d\ds\b", "<s>s", text).strip()
 
 
@@ -185,6 +189,16 @@ def test_the_readme_example_is_complete_and_prints_the_report_the_readme_shows(
     shown = re.search(r"```text\n(Undo of saga .*?)```", readme, re.S)
     assert shown is not None, "the README shows the report the example prints"
     assert neutral(printed) == neutral(shown.group(1))
+    # the refund settles 3 business days from the day the example runs (not the day the README
+    # was written): the date is checked against the calendar, not against the README's copy
+    expected = set()
+    for minutes in (-5, 0):  # the example ran a moment ago: either side of midnight
+        iso = settles_at(datetime.now(UTC) + timedelta(minutes=minutes), None, 3)
+        assert iso is not None
+        day = datetime.fromisoformat(iso)
+        expected.add(f"{day.day} {day:%b %Y}")
+    found = re.search(r"settles (\d{1,2} [A-Z][a-z]{2} \d{4})", printed)
+    assert found is not None and found[1] in expected, (printed, expected)
     assert "Status: cannot_undo (1 of 3 taken back (1 compensated, leaving a trace)" in printed
     # the steps are sentences from describe= (issue 17), the inverse too
     assert re.search(
