@@ -484,3 +484,54 @@ async def test_a_call_that_never_reaches_amends_delays_the_rest_of_its_turn_neve
         ("s2", "chat.post", "done"),
     ]
     assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+async def test_the_async_hook_adds_no_thread_pool_hop_to_a_tool_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 25 item 6: create_agent wraps each middleware's awrap_tool_call in a LangSmith
+    span that, for a coroutine function, hops to a thread pool twice per tool call (traced or
+    not). amends' hook is a plain function returning the call's coroutine, so an agent with
+    AmendsMiddleware and async tools hands nothing to a thread pool, and the step is still
+    recorded with its inverse (the model's own hops are counted in a run without amends)."""
+    world, engine = new_engine()
+    declare(engine.catalog, "set_stage", reversibility="reversible")
+
+    @tool
+    async def set_stage(stage: str) -> str:
+        """Set the ACME deal stage."""
+        call = amends.current_call()
+        if call is None:  # the run without amends
+            return "no step"
+        before = world.crm.read_field("acme", "stage")
+        world.crm.update_field("acme", "stage", stage, idempotency_key=call.idempotency_key)
+        call.inverse("crm.update_field", record_id="acme", field="stage", value=before)
+        call.expect("crm.read_field", {"record_id": "acme", "field": "stage"}, equals=stage)
+        return f"stage is {stage}"
+
+    hops: list[object] = []
+    loop = asyncio.get_running_loop()
+    run_in_executor = loop.run_in_executor
+
+    def counted(executor: Any, func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return run_in_executor(executor, func, *args)
+
+    monkeypatch.setattr(loop, "run_in_executor", counted)
+    turns = [[("set_stage", {"stage": "closed_won"})], [("set_stage", {"stage": "lost"})]]
+    state = {"messages": [("user", "Close it")]}
+    await create_agent(scripted(*turns), [set_stage]).ainvoke(state)  # the model's own hops
+    without = len(hops)
+    hops.clear()
+    mw = AmendsMiddleware(engine, title="Win ACME")
+    await create_agent(scripted(*turns), [set_stage], middleware=[mw]).ainvoke(state)
+    assert len(hops) == without
+    saga = await engine.log.get_saga(mw.last_saga_id or "")
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.state) for s in saga.steps] == [
+        ("s1", "set_stage", "done"),
+        ("s2", "set_stage", "done"),
+    ]
+    report = await engine.undo(saga.saga_id)
+    assert report.status == "fully_reversed"
+    assert world.crm.read_field("acme", "stage") == "negotiation"
