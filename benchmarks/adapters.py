@@ -25,9 +25,12 @@ differ only in the hook (issue 25 item 6, the measurement's precision):
   within the round cancels, and each figure is the median of the per-round differences, so a
   round's load cancels out.
 
-CPU is the process's (every thread): LangChain runs a sync tool, and LangSmith's span around a
-middleware, on its thread pool, and that CPU is the call's too. The same split is also given in
-Python function calls per tool call (``cProfile`` totals: deterministic, load-free).
+CPU is the process's (every thread): LangChain runs a sync tool, and LangSmith's span around an
+``async def`` middleware hook, on its thread pool, and that CPU is the call's too. The same split
+is also given in Python function calls per tool call (``cProfile`` totals of the event-loop
+thread: deterministic, load-free). ``benchmarks/adapter_instructions.py`` counts the same runs in
+callgrind instructions, every thread included, for a verdict when the load makes the CPU
+spread wider than the goal.
 """
 
 from __future__ import annotations
@@ -106,8 +109,10 @@ async def langchain(engine: Engineish, n: int) -> None:
     model = Scripted(messages=iter([*turns, AIMessage(content="done")]))
 
     class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
-        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
+        # the adapter's kind: a plain method returning the coroutine (LangSmith's span around
+        # an `async def` hook would add two thread-pool hops that amends' hook does not make)
+        def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
 
     middleware: list[Any] = []
     if isinstance(engine, amends.Engine):
@@ -390,7 +395,8 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         )
     sec.notes.append(
         f"{rounds} rounds after one warm-up; in each, the framework's run without amends, with a "
-        f"pass-through hook of the adapter's kind (LangChain: an awrap_tool_call middleware; "
+        f"pass-through hook of the adapter's kind (LangChain: an awrap_tool_call middleware, "
+        f"a plain method returning the handler's coroutine as amends' is; "
         f"Pydantic AI: a WrapperToolset, given as a capability with on_run_error for the "
         f"capability row; OpenAI Agents: tools copied with their own on_invoke_tool and run "
         f"hooks), with the adapter, and {n} plain saga.call steps, twice each in ABBA order "
