@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
+from ._contracts import _JSON_SCALARS as _SCALARS
 from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
 from ._errors import ContractError, PermanentError, ToolError, TransientError
 from ._log.base import StepFinish
@@ -52,6 +53,8 @@ class StepView(Protocol):
 
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data, or ``{"repr": ...}`` when it is not JSON."""
+    if type(value) in _SCALARS:  # issue 29: a plain result is its own copy, no call
+        return value
     try:
         return json_copy(value)  # issue 12: plain JSON data is copied, not encoded and decoded
     except (TypeError, ValueError):
@@ -189,6 +192,8 @@ def finish_done(
     violation, keep = _contract_violation(catalog, declared, step, call)
     effective = declared if violation is None or keep else Reversibility.IRREVERSIBLE
     inv = call.recorded_inverse
+    undo_after = step.undo_after
+    residue = call.recorded_residue
     inverse = None
     if isinstance(inv, Inverse):
         # the inverse as recorded, with what the call and the step add to it, as
@@ -200,17 +205,17 @@ def finish_done(
             inv.deadline,
             call.recorded_landed,
             call.recorded_no_drift_check,
-            [s.id for s in step.undo_after],
+            [s.id for s in undo_after] if undo_after else [],
         )
     return StepFinish(
         "done",
-        effective=effective.value,
+        effective=effective._value_,  # issue 29: no enum property call
         result=jsonable(result),
         inverse=inverse,
         expectation=None
         if call.recorded_expectation is None
         else call.recorded_expectation.to_dict(),
-        residue=[r.to_dict() for r in call.recorded_residue],
+        residue=[r.to_dict() for r in residue] if residue else [],
         acknowledgement=None
         if call.recorded_acknowledgement is None
         else call.recorded_acknowledgement.to_dict(),

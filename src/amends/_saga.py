@@ -393,7 +393,11 @@ class Saga:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
             self._closed = True
-            failed = any(s.state in ("failed", "in_doubt") for s in self.steps)
+            failed = False
+            for s in self.steps:  # Step.state, its property called only when it may change
+                if (s._state if s._written is None else s.state) in ("failed", "in_doubt"):
+                    failed = True
+                    break
             self.trace.end("failed" if failed else "completed")
             await self.engine.log.finish_saga(
                 self.id, "failed" if failed else "completed", now=time.time()
@@ -489,6 +493,7 @@ class Saga:
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False
             )
+        self._check_open()
         return self._start(
             spec, tool, after, step_id, call_arguments(tool, arguments, args), undo_after
         )
@@ -510,7 +515,7 @@ class Saga:
         args: dict[str, Any],
         undo_after: Iterable[Step] = (),
     ) -> Step:
-        self._check_open()
+        """Start a step; the caller checked that the saga is open (:meth:`_check_open`)."""
         seq = len(self.steps) + 1
         if step_id is not None:
             check_id(step_id, "step id", saga_id=self.id)
@@ -532,7 +537,9 @@ class Saga:
                 )
             deps.append(d)
         explicit = len(deps)
-        _refs(args, deps)
+        for v in args.values():  # _refs(args, deps), without a call for the dict itself
+            if type(v) not in _SCALARS:
+                _refs(v, deps)
         has_refs = len(deps) > explicit
         for d in deps:
             if d.saga is not self:
@@ -613,17 +620,23 @@ class Saga:
         # (what asyncio.gather over Step._wait cost); cancelling this wait leaves the steps
         # running, as the shield did.
         tasks = [_task_of(s) for s in steps]
-        first = next((s for s, t in zip(steps, tasks, strict=True) if _failed(s, t)), None)
-        if first is None:
-            pending = [(s, t) for s, t in zip(steps, tasks, strict=True) if not t.done()]
-            if pending:
-                first = await _first_failure(pending)
+        first = None
+        pending = []
+        for s, t in zip(steps, tasks, strict=True):  # issue 29: no call per step still running
+            if not t.done():
+                pending.append((s, t))
+            elif _failed(s, t):
+                first = s
+                break
+        if first is None and pending:
+            first = await _first_failure(pending)
         # rule 1: what gather hands the agent is durable (issue 29: the steps did not wait)
         refused = await _outcomes_durable(steps if first is None else (first,))
         first = first or refused
         for s, t in zip(steps, tasks, strict=True):  # each step is seen once it finishes
             if t.done():
-                _observe(s, t)
+                if not t.cancelled():  # _observe(s, t), without the call
+                    s._observed = True
             else:
                 t.add_done_callback(functools.partial(_observe, s))
         if first is not None:
@@ -665,7 +678,7 @@ async def _outcomes_durable(steps: Iterable[Step]) -> Step | None:
             continue
         if not w.done():
             await until_done(w)
-        if write_error(w) is None:
+        if not w.cancelled() and w.exception() is None:  # write_error(w) is None, no call
             s._written = None  # what Step.state would do when read
             s._state = s._outcome
         elif refused is None:
@@ -690,7 +703,8 @@ async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step
         left -= 1
         if woke.done():
             return
-        if _failed(step, task):
+        # _failed(step, task), the task being done
+        if task.cancelled() or task.exception() is not None or step._error is not None:
             woke.set_result(step)
         elif left == 0:
             woke.set_result(None)
@@ -723,7 +737,7 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         return
     if not await _begin_or_cancelled(host, saga, step, args):
         return
-    step.state = "intent"
+    step._state = "intent"  # the setter's work, without its call (issue 29)
     calls: list[Call] = []
     try:
         result = await _dispatch(host, saga, step, args, calls)
@@ -860,7 +874,7 @@ def _intent(
         args=logged_args,
         deps=[d.id for d in step.deps],
         resources=step.resources,
-        declared=step.spec.reversibility.value,
+        declared=step.spec.reversibility._value_,  # no enum property call (issue 29)
         now=time.time(),
         explicit=step.spec.explicit,
         redacted=tuple(redacted),
@@ -902,7 +916,9 @@ def _log_finish(host: SagaHost, saga: Saga, step: Step, finish: StepFinish) -> N
     wait for it (issue 29). Rule 1 holds where the outcome is used (:func:`_outcomes_durable`),
     and the write goes on if the agent's task is cancelled meanwhile (no await here to cancel):
     lost, undo could only say in doubt."""
-    finish = scrub_record(saga.vault, finish)  # rule 11
+    vault = saga.vault
+    if vault:  # rule 11 (an empty vault scrubs nothing: no call)
+        finish = scrub_record(vault, finish)
     finish = cap_result(finish, host.max_result_bytes)  # issue 21.13: a 50 MB answer is not logged
     written = host.log.finish_step(saga.id, step.id, finish, now=time.time())
     # a SQL log's write is the writer's future already; an async def log's runs on a task

@@ -50,7 +50,6 @@ from .records import (
     event_data,
     finish_text,
     fold_compensations,
-    hkind,
     loads,
     redacted_body,
     report_hash,
@@ -111,7 +110,8 @@ def _append(
     """Append one record, chained to the saga's previous one (rule 11); returns its hash."""
     if prev is None:
         prev = _head(tx, saga_id)
-    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, hkind(kind, phase), now, text)
+    hashed = f"{kind}#{phase}" if phase else kind  # hkind(kind, phase), without the call
+    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, hashed, now, text)
     tx.execute(
         "INSERT INTO records (saga_id, step_id, reversal_id, kind, phase, at, body, prev_hash, "
         "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

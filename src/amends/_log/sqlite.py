@@ -475,7 +475,16 @@ class _SqliteDatabase(Database):
             if self._closed or self.read_only:  # one test on the hot path; the helpers raise
                 self._check_open()
                 self._check_writable()
-            if self._quiet(loop) and self._writing.acquire(blocking=False):
+            # quiet: no other callback is ready on the loop (asyncio's ready queue; absent on
+            # other loops) and no write is queued, so a write committed inline delays nobody
+            # and loses no group commit (tested here, not in a helper: issue 29, a call per write)
+            ready = getattr(loop, "_ready", None) if self.inline_when_idle else None
+            if (
+                ready is not None
+                and not ready
+                and self._jobs.empty()
+                and self._writing.acquire(blocking=False)
+            ):
                 # issue 12: nothing else is waiting to write and the event loop has nothing
                 # else ready to run, so no batch can form: commit here, without the two thread
                 # hops of the writer thread (the same transaction and fsync, synchronous=FULL)
@@ -493,14 +502,6 @@ class _SqliteDatabase(Database):
             return fut
         self._jobs.put((fn, loop, fut, size))
         return fut
-
-    def _quiet(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """True when no other callback is ready on ``loop`` and no write is queued: a write
-        committed inline then delays nobody and loses no group commit."""
-        if not self.inline_when_idle:
-            return False
-        ready = getattr(loop, "_ready", None)  # asyncio's ready queue (absent: other loops)
-        return ready is not None and not ready and self._jobs.empty()
 
     def _read_sync(self, fn: Callable[[Tx], T]) -> T:
         # sqlite3 lets one thread close a connection another thread is executing on, and the C
