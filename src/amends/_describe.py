@@ -12,6 +12,7 @@ redaction marker (rule 11), whatever the template says.
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
@@ -125,6 +126,42 @@ def _unquoted(template: str, args: Mapping[str, Any]) -> str:
     return template
 
 
+_Pieces = tuple[tuple[str, str | None, str], ...]
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(template: str, empty: tuple[str, ...]) -> _Pieces | None:
+    """``template``, its quotes around the ``empty`` arguments dropped (:func:`_unquoted`),
+    parsed once into (literal text, argument name, spec) pieces: issue 29, a template was parsed
+    again by ``string.Formatter`` for every sentence. ``None`` when a field is not a plain
+    argument name with a known spec (the formatter handles it, and says why it does not fit)."""
+    text = _unquoted(template, dict.fromkeys(empty))
+    pieces: list[tuple[str, str | None, str]] = []
+    for literal, name, spec, conv in _PARSER.parse(text):
+        if name is not None and (conv or not name.isidentifier() or (spec and spec not in _SPECS)):
+            return None
+        pieces.append((literal, name, spec or ""))
+    return tuple(pieces)
+
+
+def _fill(pieces: _Pieces, args: Mapping[str, Any]) -> str:
+    """Compiled ``pieces`` filled from ``args``: the text ``_Sentence().vformat`` gives.
+
+    Raises:
+        KeyError: The template names an argument ``args`` does not have.
+    """
+    out: list[str] = []
+    for literal, name, spec in pieces:
+        out.append(literal)
+        if name is not None:
+            value = args[name]
+            out.append(_SPECS[spec](value) if spec else _show(value))
+    return "".join(out)
+
+
+_PARSER = string.Formatter()
+
+
 def _show(value: Any) -> str:
     if _empty(value):
         return EMPTY
@@ -160,7 +197,11 @@ def sentence(
     safe = _safe_args(args, sensitive)
     if template:
         try:
-            return _Sentence().vformat(_unquoted(template, safe), (), safe)
+            empty = tuple(k for k, v in safe.items() if _empty(v))
+            pieces = _compiled(template, empty)
+            if pieces is None:
+                return _Sentence().vformat(_unquoted(template, safe), (), safe)
+            return _fill(pieces, safe)
         except (KeyError, ValueError, IndexError, AttributeError):
             pass  # an argument the template names was not passed: the default says it all
     shown = ", ".join(

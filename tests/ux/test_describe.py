@@ -192,3 +192,42 @@ def test_a_multi_line_draft_keeps_its_line_breaks_in_the_text_report() -> None:
     )
     text = amends.UndoReport("saga_1", "rev_1", "", (step,)).render("text")
     assert "    draft: Hello Bob,\n\n    Ignore it.\n" in text
+
+
+@pytest.mark.parametrize(
+    ("template", "args"),
+    [
+        ("Email '{subject}' to {to}", {"subject": "Won", "to": "bob@acme.test"}),
+        ("Email '{subject}' to {to}", {"subject": "", "to": None}),
+        ("Set \"{field}\" to '{value}'", {"field": "stage", "value": None}),
+        ("'{a}''{b}' and '{a}'", {"b": "", "a": None}),
+        ("'{a}'{b}'", {"a": "", "b": ""}),
+        ("'{a}'{b}'", {"b": "", "a": ""}),
+        ("Charge {cents:cents} USD at {start:when}", {"cents": 240000, "start": "2026-12-10"}),
+        ("Charge '{cents:cents}' of {{literal}} braces", {"cents": None}),
+        ("Invite {people} to {title}", {"people": ["ann@acme.test", "bob@acme.test"], "title": 7}),
+        ("Long {text}", {"text": "x" * 200}),
+        ("Missing {nothere}", {"to": "x"}),
+    ],
+)
+def test_a_compiled_template_fills_exactly_as_the_formatter_does(
+    template: str, args: dict[str, object]
+) -> None:
+    """Issue 29: templates are parsed once; the sentence must be the one the formatter gives."""
+    from amends import _describe
+
+    got = _describe.sentence("t.x", args, template=template)
+    try:
+        want = _describe._Sentence().vformat(_describe._unquoted(template, args), (), args)
+    except KeyError:
+        want = _describe.sentence("t.x", args)  # the default, without a template
+    assert got == want
+    assert _describe._compiled(template, tuple(k for k, v in args.items() if v in (None, "")))
+
+
+def test_a_template_the_compiler_cannot_take_is_still_filled_by_the_formatter() -> None:
+    """A field with a conversion is left to ``string.Formatter`` (never a wrong sentence)."""
+    from amends import _describe
+
+    assert _describe._compiled("Set {value!r}", ()) is None
+    assert _describe.sentence("t.x", {"value": "v"}, template="Set {value!r}") == "Set 'v'"

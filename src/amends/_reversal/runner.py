@@ -52,7 +52,11 @@ def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described)
             _SENTENCES[key] = (catalog, step, text, inverse_text)
             if len(_SENTENCES) > 1024:
                 del _SENTENCES[next(iter(_SENTENCES))]
-    return dataclasses.replace(item, description=text, inverse_description=inverse_text)
+    # issue 29: the same value dataclasses.replace builds (neither class has an init=False field
+    # or __post_init__), without its per-field checks; one undo describes every step
+    fields = dict(item.__dict__)
+    fields["description"], fields["inverse_description"] = text, inverse_text
+    return type(item)(**fields)
 
 
 _SENTENCES: dict[tuple[int, int], tuple[ToolDirectory, StepRecord, str, str]] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from amends import Call, Catalog
 
@@ -40,13 +40,6 @@ def _vendor_time(iso: str) -> str:
 
 def _money(cents: int) -> str:
     return f"{cents / 100:,.2f} USD"
-
-
-class _BoundWorld:
-    """Stands for the world :func:`amends.sandbox.use_world` bound in the calling task."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(current_world(), name)
 
 
 ToolFn = Callable[..., Awaitable[Any]]
@@ -104,9 +97,16 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         A :class:`amends.Catalog` with the mail, calendar, CRM, payments, chat, docs and SMS tools.
     """
     catalog = Catalog()
-    if world is None:
-        world = cast(World, _BoundWorld())
-    w = world
+    # Each tool reads its world once per call: the fixed one, or the one bound in the calling
+    # task (issue 29: a stand-in forwarding every attribute read cost ~250 calls per saga).
+    world_of: Callable[[], World] = current_world
+    if world is not None:
+        fixed = world
+
+        def fixed_world() -> World:
+            return fixed
+
+        world_of = fixed_world
     key_of = _key
 
     def tool(name: str, **kw: Any) -> Callable[[ToolFn], ToolFn]:
@@ -116,7 +116,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
             @functools.wraps(fn)
             async def acted(call: Call, /, **args: Any) -> Any:
                 out = await fn(call, **args)
-                w.after_call(call)  # injected faults due once the tool has acted
+                world_of().after_call(call)  # injected faults due once the tool has acted
                 return out
 
             catalog.register(name, acted, **kw)
@@ -128,6 +128,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("mail.send", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def mail_send(call: Call, to: str, subject: str, body: str = "") -> dict[str, Any]:
         """Send an email now; delivered mail cannot be unsent."""
+        world = world_of()
         await world.gate("mail.send")
         msg = world.mail.send(to, subject, body, idempotency_key=key_of(call))
         call.acknowledge(
@@ -145,6 +146,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call: Call, to: str, subject: str, body: str = "", delay: float = 30.0
     ) -> dict[str, Any]:
         """Schedule an email; cancellable until its send-delay window elapses."""
+        world = world_of()
         await world.gate("mail.send_delayed")
         msg = world.mail.send_delayed(to, subject, body, delay=delay, idempotency_key=key_of(call))
         call.inverse("mail.cancel_scheduled", message_id=msg["id"])
@@ -156,12 +158,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("mail.cancel_scheduled", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def mail_cancel_scheduled(call: Call, message_id: str) -> dict[str, Any]:
         """Stop a scheduled email before it is delivered (the inverse of mail.send_delayed)."""
+        world = world_of()
         await world.gate("mail.cancel_scheduled")
         return world.mail.cancel_scheduled(message_id, idempotency_key=key_of(call))
 
     @tool("mail.get_message", reversibility="read_only", timeout=timeout)
     async def mail_get_message(call: Call, message_id: str) -> dict[str, Any]:
         """Read a message's status: scheduled, delivered or cancelled."""
+        world = world_of()
         await world.gate("mail.get_message")
         return world.mail.get(message_id)
 
@@ -177,6 +181,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     ) -> dict[str, Any]:
         """Create an event and invite its attendees; cancelling notifies each of them (and, with
         ``announce``, posts to that channel, which logs it on CRM record ``log_to``)."""
+        world = world_of()
         await world.gate("calendar.create_event")
         event = world.calendar.create_event(title, start, attendees, idempotency_key=key_of(call))
         extra = {k: v for k, v in (("announce", announce), ("log_to", log_to)) if v}
@@ -197,6 +202,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     ) -> dict[str, Any]:
         """Cancel an event; a cancellation notice goes to every attendee. With ``announce``, a
         follow-up posts the cancellation to that channel (rule 7: it spends budget)."""
+        world = world_of()
         await world.gate("calendar.cancel_event")
         event = world.calendar.cancel_event(event_id, idempotency_key=key_of(call))
         if announce and call.phase == "compensate":
@@ -208,6 +214,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("calendar.get_event", reversibility="read_only", timeout=timeout)
     async def calendar_get_event(call: Call, event_id: str) -> dict[str, Any]:
         """Read an event and its attendees' responses."""
+        world = world_of()
         await world.gate("calendar.get_event")
         return world.calendar.get(event_id)
 
@@ -223,6 +230,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         call: Call, record_id: str, field: str, value: Any
     ) -> dict[str, Any]:
         """Set one field of a record, compare-and-set; its inverse writes the old value back."""
+        world = world_of()
         await world.gate("crm.update_field")
         before = world.crm.get(record_id)
         pre = call.precondition
@@ -247,12 +255,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("crm.read_field", reversibility="read_only", timeout=timeout)
     async def crm_read_field(call: Call, record_id: str, field: str) -> Any:
         """Read one field of a record."""
+        world = world_of()
         await world.gate("crm.read_field")
         return world.crm.read_field(record_id, field)
 
     @tool("crm.get_record", reversibility="read_only", timeout=timeout)
     async def crm_get_record(call: Call, record_id: str) -> dict[str, Any]:
         """Read a whole record: fields, version, etag and notes."""
+        world = world_of()
         await world.gate("crm.get_record")
         return world.crm.get(record_id)
 
@@ -265,6 +275,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     )
     async def crm_add_note(call: Call, record_id: str, text: str) -> dict[str, Any]:
         """Attach a note to a record; its inverse deletes that note."""
+        world = world_of()
         await world.gate("crm.add_note")
         note = world.crm.add_note(record_id, text, idempotency_key=key_of(call))
         call.inverse("crm.delete_note", record_id=record_id, note_id=note["id"])
@@ -276,6 +287,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("crm.log_activity", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def crm_log_activity(call: Call, record_id: str, text: str) -> dict[str, Any]:
         """Append a line to a record's activity log; people read it, it is never rewritten."""
+        world = world_of()
         await world.gate("crm.log_activity")
         out = world.crm.log_activity(record_id, text, idempotency_key=key_of(call))
         if call.phase == "forward":
@@ -290,6 +302,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("crm.delete_note", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def crm_delete_note(call: Call, record_id: str, note_id: str) -> dict[str, Any]:
         """Delete a note (the inverse of crm.add_note)."""
+        world = world_of()
         await world.gate("crm.delete_note")
         return world.crm.delete_note(record_id, note_id, idempotency_key=key_of(call))
 
@@ -301,6 +314,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Charge a card (vendor idempotency key = the step's); compensated by a refund. With
         ``deal``, the charge is under the finance lock: refundable only while the deal is open
         (declare ``saga.call(..., undo_after=[the step that closed it])``)."""
+        world = world_of()
         await world.gate("payments.charge")
         ch = world.payments.charge(
             customer,
@@ -326,6 +340,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("payments.refund", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def payments_refund(call: Call, charge_id: str, cents: int) -> dict[str, Any]:
         """Refund a charge (at most once, never more than charged); settles in 3 business days."""
+        world = world_of()
         await world.gate("payments.refund")
         re = world.payments.refund(charge_id, cents, idempotency_key=key_of(call))
         # The settle date comes from the processor's answer, not from when the charge ran.
@@ -340,12 +355,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("payments.get_charge", reversibility="read_only", timeout=timeout)
     async def payments_get_charge(call: Call, charge_id: str) -> dict[str, Any]:
         """Read a charge: amount, refunded cents, dispute status."""
+        world = world_of()
         await world.gate("payments.get_charge")
         return world.payments.get_charge(charge_id)
 
     @tool("payments.wire", reversibility="reversible", timeout=timeout, idempotent=True)
     async def payments_wire(call: Call, to_account: str, cents: int) -> dict[str, Any]:
         """Send a wire; recallable inside its recall window, irreversible after it."""
+        world = world_of()
         await world.gate("payments.wire")
         wire = world.payments.wire(to_account, cents, idempotency_key=key_of(call))
         call.inverse("payments.recall_wire", wire_id=wire["id"])
@@ -357,12 +374,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("payments.recall_wire", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def payments_recall_wire(call: Call, wire_id: str) -> dict[str, Any]:
         """Recall a wire inside its recall window (the inverse of payments.wire)."""
+        world = world_of()
         await world.gate("payments.recall_wire")
         return world.payments.recall_wire(wire_id, idempotency_key=key_of(call))
 
     @tool("payments.get_wire", reversibility="read_only", timeout=timeout)
     async def payments_get_wire(call: Call, wire_id: str) -> dict[str, Any]:
         """Read a wire: in_flight (recallable), completed or recalled."""
+        world = world_of()
         await world.gate("payments.get_wire")
         return world.payments.get_wire(wire_id)
 
@@ -370,6 +389,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("chat.post", reversibility="compensable", timeout=timeout, idempotent=True)
     async def chat_post(call: Call, channel: str, text: str) -> dict[str, Any]:
         """Post to a channel (members are notified); compensated by deleting the post."""
+        world = world_of()
         await world.gate("chat.post")
         msg = world.chat.post(channel, text, idempotency_key=key_of(call))
         call.inverse("chat.delete", message_id=msg["id"])
@@ -392,6 +412,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     )
     async def chat_edit(call: Call, message_id: str, text: str) -> dict[str, Any]:
         """Edit a message; its inverse edits the old text back."""
+        world = world_of()
         await world.gate("chat.edit")
         out = world.chat.edit(message_id, text, idempotency_key=key_of(call))
         call.inverse("chat.edit", message_id=message_id, text=out["old"])
@@ -404,6 +425,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     ) -> dict[str, Any]:
         """Post an announcement (members are notified); as a follow-up, it asks for one more:
         logging the announcement on CRM record ``log_to`` (a nested follow-up, rule 7)."""
+        world = world_of()
         await world.gate("chat.announce")
         msg = world.chat.post(channel, text, idempotency_key=key_of(call))
         if call.phase == "follow_up" and log_to:
@@ -420,12 +442,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("chat.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def chat_delete(call: Call, message_id: str) -> dict[str, Any]:
         """Delete a message (the inverse of chat.post); its notifications stay seen."""
+        world = world_of()
         await world.gate("chat.delete")
         return world.chat.delete(message_id, idempotency_key=key_of(call))
 
     @tool("chat.get_message", reversibility="read_only", timeout=timeout)
     async def chat_get_message(call: Call, message_id: str) -> dict[str, Any]:
         """Read a message: text, status and who has seen it."""
+        world = world_of()
         await world.gate("chat.get_message")
         return world.chat.get(message_id)
 
@@ -433,6 +457,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("docs.create_draft", reversibility="reversible", timeout=timeout, idempotent=True)
     async def docs_create_draft(call: Call, title: str, text: str) -> dict[str, Any]:
         """Create a private draft; its inverse deletes it without trace."""
+        world = world_of()
         await world.gate("docs.create_draft")
         doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
         call.inverse("docs.delete", doc_id=doc["id"])
@@ -445,6 +470,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("docs.create_private_note", reversibility="reversible", timeout=timeout, idempotent=True)
     async def docs_create_private_note(call: Call, text: str) -> dict[str, Any]:
         """Create a private note (no one else can see, share or edit it); deleted on undo."""
+        world = world_of()
         await world.gate("docs.create_private_note")
         doc = world.docs.create_draft("Private note", text, private=True,
                                       idempotency_key=key_of(call))  # fmt: skip
@@ -462,6 +488,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     )
     async def docs_share(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Share a document (each person is notified); compensated by unsharing."""
+        world = world_of()
         await world.gate("docs.share")
         out = world.docs.share(doc_id, people, idempotency_key=key_of(call))
         added = out["added"]
@@ -481,18 +508,21 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("docs.unshare", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def docs_unshare(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Remove people's access to a document (the inverse of docs.share)."""
+        world = world_of()
         await world.gate("docs.unshare")
         return world.docs.unshare(doc_id, people, idempotency_key=key_of(call))
 
     @tool("docs.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def docs_delete(call: Call, doc_id: str) -> dict[str, Any]:
         """Delete a document (the inverse of docs.create_draft)."""
+        world = world_of()
         await world.gate("docs.delete")
         return world.docs.delete(doc_id, idempotency_key=key_of(call))
 
     @tool("docs.get", reversibility="read_only", timeout=timeout)
     async def docs_get(call: Call, doc_id: str) -> dict[str, Any]:
         """Read a document: text, status, who it is shared with."""
+        world = world_of()
         await world.gate("docs.get")
         return world.docs.get(doc_id)
 
@@ -500,6 +530,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("ledger.post", reversibility="compensable", timeout=timeout)  # idempotent=False
     async def ledger_post(call: Call, account: str, cents: int, memo: str = "") -> dict[str, Any]:
         """Book an entry on an account; compensated by a reversing entry."""
+        world = world_of()
         await world.gate("ledger.post")
         entry = world.ledger.post(account, cents, memo)
         call.inverse("ledger.reverse", entry_id=entry["id"])
@@ -517,12 +548,14 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("ledger.reverse", reversibility="irreversible", timeout=timeout)  # idempotent=False
     async def ledger_reverse(call: Call, entry_id: str) -> dict[str, Any]:
         """Book a reversing entry (the inverse of ledger.post); every request books one."""
+        world = world_of()
         await world.gate("ledger.reverse")
         return world.ledger.reverse(entry_id)
 
     @tool("ledger.get_entry", reversibility="read_only", timeout=timeout)
     async def ledger_get_entry(call: Call, entry_id: str) -> dict[str, Any]:
         """Read a ledger entry: posted or reversed."""
+        world = world_of()
         await world.gate("ledger.get_entry")
         return world.ledger.get_entry(entry_id)
 
@@ -530,6 +563,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     @tool("sms.send", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def sms_send(call: Call, to: str, text: str) -> dict[str, Any]:
         """Send a text message; it cannot be taken back."""
+        world = world_of()
         await world.gate("sms.send")
         msg = world.sms.send(to, text, idempotency_key=key_of(call))
         call.acknowledge(

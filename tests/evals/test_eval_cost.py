@@ -1,0 +1,102 @@
+"""Issue 29, the eval's CPU per saga: each shortcut gives exactly what the slower path gave."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import amends
+from amends._planner import PreviewStep
+from amends._report import StepOutcome
+from amends._reversal.runner import described
+from amends.evals.naive import NaiveUndoStack
+from amends.sandbox import World, sandbox_catalog, use_world
+from amends.sandbox import catalog as catalog_module
+
+
+async def _saga(world: World, catalog: amends.Catalog) -> tuple[amends.Engine, str]:
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    with use_world(world):
+        async with engine.saga("stage and charge") as saga:
+            saga.call("crm.update_field", record_id="acme", field="stage", value="won")
+            saga.call("crm.add_note", record_id="acme", text="")
+    return engine, saga.id
+
+
+@pytest.mark.parametrize("kind", [StepOutcome, PreviewStep])
+async def test_described_builds_the_value_dataclasses_replace_builds(kind: type) -> None:
+    """``described`` copies the item without ``dataclasses.replace``: same fields, same type,
+    and neither class may grow a field the copy would skip (init=False, __post_init__)."""
+    world = World(seed=3)
+    catalog = sandbox_catalog()
+    engine, saga_id = await _saga(world, catalog)
+    record = await engine.log.get_saga(saga_id)
+    assert record is not None
+    with use_world(world):
+        preview = await engine.preview(saga_id)
+    await engine.close()
+    fields = dataclasses.fields(kind)
+    assert all(f.init for f in fields) and not hasattr(kind, "__post_init__")
+    for step in record.steps:
+        if kind is StepOutcome:
+            item: Any = StepOutcome(
+                step.step_id, step.tool, "Revert", amends.StepState.REVERTED, ""
+            )
+        else:
+            item = next(p for p in preview.steps if p.step_id == step.step_id)
+            item = dataclasses.replace(item, description="", inverse_description="")
+        got = described(catalog, step, item)
+        inv = step.inverse
+        want = dataclasses.replace(
+            item,
+            description=catalog.describe(step.tool, step.args),
+            inverse_description=catalog.describe(inv["tool"], inv["args"]) if inv else "",
+        )
+        assert type(got) is kind
+        assert got == want
+        assert got.description.startswith(("Set stage", "Add a note"))
+
+
+async def test_the_naive_stack_sends_every_call_a_key_no_vendor_has_seen() -> None:
+    """Its keys come from a counter, not uuid4: still one fresh key per call, so undoing the
+    same stack twice applies the inverse twice (the naive stack has no idempotency)."""
+    world = World(seed=3)
+    catalog = sandbox_catalog()
+    engine, saga_id = await _saga(world, catalog)
+    record = await engine.log.get_saga(saga_id)
+    await engine.close()
+    assert record is not None
+    before = len(world.effects())
+    with use_world(world):
+        stack = NaiveUndoStack.from_saga(catalog, record)
+        first = await stack.undo()
+        again = NaiveUndoStack.from_saga(catalog, record)
+        second = await again.undo()
+    undone = world.effects()[before:]
+    keys = [e["idempotency_key"] for e in undone]
+    # the stage is written back by both stacks; the note is deleted once (the second delete
+    # finds no note: the vendor refuses it)
+    assert [e["op"] for e in undone] == ["delete_note", "update_field", "update_field"]
+    assert len(set(keys)) == 3 and all(k.startswith("naive:") for k in keys)
+    assert first.reversal_id != second.reversal_id
+
+
+async def test_a_shared_catalog_tool_reads_the_bound_world_once_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool of ``sandbox_catalog()`` looks up the task's world once for its body and once for
+    the faults due after it (no stand-in forwarding every attribute read), and acts on it."""
+    reads: list[World] = []
+    real = catalog_module.current_world
+
+    def counted() -> World:
+        reads.append(real())
+        return reads[-1]
+
+    monkeypatch.setattr(catalog_module, "current_world", counted)
+    world = World(seed=3)
+    _, _ = await _saga(world, sandbox_catalog())
+    assert len(reads) == 4 and all(w is world for w in reads)
+    assert world.crm.read_field("acme", "stage") == "won"
