@@ -171,7 +171,9 @@ def _show(value: Any) -> str:
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
 
 
-def _safe_args(args: Mapping[str, Any], sensitive: Sequence[str]) -> dict[str, Any]:
+def _safe_args(args: Mapping[str, Any], sensitive: Sequence[str]) -> Mapping[str, Any]:
+    if not sensitive:  # only read from here on: the arguments as they are
+        return args
     from ._secrets import marker
 
     return {k: marker(k) if k in sensitive else v for k, v in args.items()}

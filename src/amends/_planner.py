@@ -92,8 +92,10 @@ class PlannedStep:
     reason: str
     """Why this action, in plain language (shown in the preview)."""
 
-    @property
+    @functools.cached_property
     def step_id(self) -> str:
+        # issue 29: read ~850 times per eval saga (undo order, gates, futures, records); cached
+        # in the instance, outside the dataclass fields (equality and replace() ignore it)
         return self.step.step_id
 
     def to_dict(self) -> dict[str, Any]:

@@ -46,6 +46,7 @@ async def test_described_builds_the_value_dataclasses_replace_builds(kind: type)
             )
         else:
             item = next(p for p in preview.steps if p.step_id == step.step_id)
+            assert item.__dict__["step_id"] == step.step_id  # cached: not a field to copy
             item = dataclasses.replace(item, description="", inverse_description="")
         got = described(catalog, step, item)
         inv = step.inverse
@@ -100,3 +101,21 @@ async def test_a_shared_catalog_tool_reads_the_bound_world_once_per_call(
     _, _ = await _saga(world, sandbox_catalog())
     assert len(reads) == 4 and all(w is world for w in reads)
     assert world.crm.read_field("acme", "stage") == "won"
+
+
+async def test_a_planned_steps_cached_id_is_its_records_and_not_a_field() -> None:
+    """``PlannedStep.step_id`` is read from the step record once; equality, ``replace`` and
+    ``to_dict`` see the dataclass fields only."""
+    world = World(seed=3)
+    catalog = sandbox_catalog()
+    engine, saga_id = await _saga(world, catalog)
+    with use_world(world):
+        first = await engine.preview(saga_id)
+        again = await engine.preview(saga_id)
+    await engine.close()
+    for p, q in zip(first.steps, again.steps, strict=True):
+        assert p.step_id == p.step.step_id and "step_id" in p.__dict__
+        assert "step_id" not in q.__dict__ and p == q
+        copy = dataclasses.replace(p, reason="changed")
+        assert "step_id" not in copy.__dict__ and copy.step_id == p.step_id
+        assert p.to_dict()["step_id"] == p.step.step_id

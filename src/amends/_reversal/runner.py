@@ -54,9 +54,18 @@ def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described)
                 del _SENTENCES[next(iter(_SENTENCES))]
     # issue 29: the same value dataclasses.replace builds (neither class has an init=False field
     # or __post_init__), without its per-field checks; one undo describes every step
-    fields = dict(item.__dict__)
+    kind = type(item)
+    names = _INIT_FIELDS.get(kind)
+    if names is None:
+        names = _INIT_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    held = item.__dict__  # fields, and what a cached property put there (not a field)
+    fields = {n: held[n] for n in names}
     fields["description"], fields["inverse_description"] = text, inverse_text
-    return type(item)(**fields)
+    return kind(**fields)
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+"""The fields of :class:`StepOutcome` and :class:`PreviewStep`, each an ``__init__`` argument."""
 
 
 _SENTENCES: dict[tuple[int, int], tuple[ToolDirectory, StepRecord, str, str]] = {}
