@@ -119,3 +119,22 @@ async def test_a_planned_steps_cached_id_is_its_records_and_not_a_field() -> Non
         copy = dataclasses.replace(p, reason="changed")
         assert "step_id" not in copy.__dict__ and copy.step_id == p.step_id
         assert p.to_dict()["step_id"] == p.step.step_id
+
+
+def test_an_in_memory_worlds_clock_follows_every_advance_and_its_copies(tmp_path: Any) -> None:
+    """The in-memory world keeps its clock offset decoded (reset by ``advance``); a copy starts
+    from the stored offset; a file world reads the offset another world on the file wrote."""
+    world = World(seed=3)
+    start = world.now()
+    world.advance(60)
+    assert world.now() == start + 60
+    copy = world.copy()
+    world.advance(30)
+    assert (world.now(), copy.now()) == (start + 90, start + 60)
+    copy.advance(1)
+    assert (world.now(), copy.now()) == (start + 90, start + 61)
+    path = str(tmp_path / "w.db")
+    with World(path, seed=3) as one, World(path, seed=3) as two:
+        assert one.now() == start
+        two.advance(5)
+        assert one.now() == start + 5 and one.iso() == two.iso()
