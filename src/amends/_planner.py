@@ -278,11 +278,20 @@ def _in_doubt_reason(step: StepRecord) -> str:
     return f"the call's outcome is unknown ({cause}); check whether it happened"
 
 
+_REVERSIBILITY: dict[str, Reversibility] = {r.value: r for r in Reversibility}
+"""Each class by its logged name: a lookup, not the enum's constructor (issue 29: twice per
+step per plan); a name not in it goes to the constructor, which says what is wrong."""
+
+
 def _classify(
     step: StepRecord, catalog: ToolDirectory | None, now: float
 ) -> tuple[Action, Reversibility, str]:
-    declared = Reversibility(step.declared)
-    effective = Reversibility(step.effective) if step.effective else declared
+    declared = _REVERSIBILITY.get(step.declared) or Reversibility(step.declared)
+    effective = (
+        (_REVERSIBILITY.get(step.effective) or Reversibility(step.effective))
+        if step.effective
+        else declared
+    )
     if step.state == "cancelled":
         why = step.error or "undo was asked before this step started, so it never ran"
         return "cancel", effective, why

@@ -138,3 +138,24 @@ def test_an_in_memory_worlds_clock_follows_every_advance_and_its_copies(tmp_path
         assert one.now() == start
         two.advance(5)
         assert one.now() == start + 5 and one.iso() == two.iso()
+
+
+async def test_the_planner_reads_a_logged_class_as_the_enum_does_and_refuses_unknown_ones() -> None:
+    """The planner looks a step's logged class up instead of calling the enum; the plan is the
+    same, and a class the enum does not know still raises the enum's ``ValueError``."""
+    from amends._planner import plan
+
+    world = World(seed=3)
+    catalog = sandbox_catalog()
+    engine, saga_id = await _saga(world, catalog)
+    record = await engine.log.get_saga(saga_id)
+    await engine.close()
+    assert record is not None
+    planned = plan(record, catalog, now=0.0)
+    assert [(p.action, p.reversibility) for p in planned.steps] == [
+        ("revert", amends.Reversibility.REVERSIBLE),
+        ("revert", amends.Reversibility.REVERSIBLE),
+    ]
+    bad = dataclasses.replace(record.steps[0], declared="undoable", effective=None)
+    with pytest.raises(ValueError, match="'undoable' is not a valid Reversibility"):
+        plan(dataclasses.replace(record, steps=(bad,)), catalog, now=0.0)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._budget import BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
-from .._contracts import Call, Expectation, ToolSpec
+from .._contracts import Call, Expectation, Reversibility, ToolSpec
 from .._errors import (
     AmendsError,
     ContractError,
@@ -329,7 +329,7 @@ class Caller:
     def is_probe(self, exp: Expectation) -> bool:
         return (
             exp.probe in self.catalog
-            and self.catalog.get(exp.probe).reversibility.value == "read_only"
+            and self.catalog.get(exp.probe).reversibility is Reversibility.READ_ONLY
         )
 
     def idempotent(self, tool: str) -> bool:

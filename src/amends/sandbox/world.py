@@ -545,6 +545,9 @@ class World:
         """
         if self.latency > 0:
             await asyncio.sleep(self.latency)
+        faults = self.faults
+        if faults._crash_at is None and not faults._faults:  # issue 29: the common case
+            return
         call = current_call()
         if self.faults.count_call(op):
             self._after[id(call)] = "crash"
@@ -572,7 +575,7 @@ class World:
         Raises:
             ConnectionResetError: An ``act_then_raise`` fault was due for this call.
         """
-        if self._store.depth or not self._after:
+        if not self._after or self._store._depth:
             return
         key = id(current_call())
         if self._after.get(key) == "act_then_raise":
@@ -591,6 +594,8 @@ class World:
                 fault was due.
             SimulatedCrash: An armed crash was due after this call's effect.
         """
+        if not self._after:  # no fault nor crash due after any call
+            return
         kind = self._after.pop(id(call), None)
         if kind == "crash":
             raise SimulatedCrash("simulated crash after the vendor acted, before the engine "
