@@ -159,3 +159,24 @@ async def test_the_planner_reads_a_logged_class_as_the_enum_does_and_refuses_unk
     bad = dataclasses.replace(record.steps[0], declared="undoable", effective=None)
     with pytest.raises(ValueError, match="'undoable' is not a valid Reversibility"):
         plan(dataclasses.replace(record, steps=(bad,)), catalog, now=0.0)
+
+
+def test_a_crm_write_reads_its_record_in_its_own_transaction_not_a_nested_one() -> None:
+    """One transaction per CRM operation; the record it reads is the one it writes back."""
+    world = World(seed=3)
+    opened: list[int] = []
+    real = world.atomic
+
+    def counted() -> Any:
+        opened.append(1)
+        return real()
+
+    world.atomic = counted  # type: ignore[method-assign]
+    out = world.crm.update_field("acme", "stage", "won", if_value="negotiation")
+    assert len(opened) == 1 and out["old"] == "negotiation"
+    assert world.crm.read_field("acme", "stage") == "won" and len(opened) == 2
+    note = world.crm.add_note("acme", "hi")
+    world.crm.delete_note("acme", note["id"])
+    assert len(opened) == 4 and world.crm.get("acme")["notes"] == {}
+    with pytest.raises(amends.PermanentError, match="no record 'nope'"):
+        world.crm.update_field("nope", "stage", "won")

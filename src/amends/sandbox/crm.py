@@ -74,6 +74,11 @@ class Crm:
         Raises:
             PermanentError: No such record.
         """
+        return self._record(record_id)
+
+    def _record(self, record_id: str) -> dict[str, Any]:
+        """:meth:`get` for a method already inside the world's transaction (issue 29: not a
+        nested transaction per read)."""
         rec = self.world.get(_TBL, record_id)
         if rec is None:
             raise PermanentError(f"CRM has no record {record_id!r}; check the id")
@@ -82,7 +87,7 @@ class Crm:
     @atomic
     def read_field(self, record_id: str, field: str) -> Any:
         """The current value of one field (``None`` when unset)."""
-        return self.get(record_id)["fields"].get(field)
+        return self._record(record_id)["fields"].get(field)
 
     def _bump(self, rec: dict[str, Any]) -> None:
         rec["version"] += 1
@@ -111,7 +116,7 @@ class Crm:
         w = self.world
         if (prior := w.replay("crm", idempotency_key)) is not None:
             return dict(prior)
-        rec = self.get(record_id)
+        rec = self._record(record_id)
         if if_version is not None and rec["version"] != if_version:
             raise PreconditionFailed(
                 f"CRM record {record_id!r} is at version {rec['version']}, not {if_version}; "
@@ -163,7 +168,7 @@ class Crm:
         w = self.world
         if (prior := w.replay("crm", idempotency_key)) is not None:
             return dict(prior)
-        rec = self.get(record_id)
+        rec = self._record(record_id)
         activity = [*rec.get("activity", []), {"text": text, "at": w.iso()}]
         # kept sorted: entries logged at the same moment by parallel branches read the same
         # whichever landed first (the effect journal keeps the real order)
@@ -186,7 +191,7 @@ class Crm:
         w = self.world
         if (prior := w.replay("crm", idempotency_key)) is not None:
             return dict(prior)
-        rec = self.get(record_id)
+        rec = self._record(record_id)
         nid = w.next_id("note")
         note = {"id": nid, "record_id": record_id, "text": text}
         rec["notes"][nid] = text
@@ -213,7 +218,7 @@ class Crm:
         w = self.world
         if (prior := w.replay("crm", idempotency_key)) is not None:
             return dict(prior)
-        rec = self.get(record_id)
+        rec = self._record(record_id)
         if note_id not in rec["notes"]:
             raise PermanentError(f"CRM record {record_id!r} has no note {note_id!r}")
         del rec["notes"][note_id]
