@@ -180,3 +180,23 @@ def test_a_crm_write_reads_its_record_in_its_own_transaction_not_a_nested_one() 
     assert len(opened) == 4 and world.crm.get("acme")["notes"] == {}
     with pytest.raises(amends.PermanentError, match="no record 'nope'"):
         world.crm.update_field("nope", "stage", "won")
+
+
+async def test_a_preview_line_carries_every_field_of_its_planned_step() -> None:
+    """The preview copies the plan's fields from the step's own values (no getattr each)."""
+    from amends._planner import PlannedStep, plan
+
+    world = World(seed=3)
+    catalog = sandbox_catalog()
+    engine, saga_id = await _saga(world, catalog)
+    record = await engine.log.get_saga(saga_id)
+    assert record is not None
+    with use_world(world):
+        preview = await engine.preview(saga_id)
+    await engine.close()
+    planned = plan(record, catalog)
+    assert len(preview.steps) == 2
+    for line, p in zip(preview.steps, planned.steps, strict=True):
+        for f in dataclasses.fields(PlannedStep):
+            assert getattr(line, f.name) == getattr(p, f.name), f.name
+        assert line.predicted is amends.StepState.REVERTED
