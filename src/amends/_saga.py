@@ -8,7 +8,6 @@ recovery and the one-reversal rule live in :mod:`amends._engine`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import random
 import re
@@ -19,7 +18,7 @@ from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, cast
 
-from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke
+from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke, with_fn
 from ._catalog_ref import catalog_meta
 from ._contracts import (
     NOTHING,
@@ -488,7 +487,7 @@ class Saga:
             )
         catalog = self.engine.catalog
         if tool in catalog:
-            spec = dataclasses.replace(catalog.get(tool), fn=fn)
+            spec = with_fn(catalog.get(tool), fn)
         else:  # no contract: the default, irreversible (DESIGN.md)
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False

@@ -535,3 +535,37 @@ async def test_the_async_hook_adds_no_thread_pool_hop_to_a_tool_call(
     report = await engine.undo(saga.saga_id)
     assert report.status == "fully_reversed"
     assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+def test_the_watched_request_is_the_request_the_framework_override_makes() -> None:
+    """Issue 25 item 6: the tool watch swaps the request's tool without dataclasses.replace;
+    the copy equals LangGraph's own ``override(tool=...)`` field for field, leaves the original
+    untouched, and a request of another shape (a subclass) goes through ``override``."""
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from amends.integrations.langchain import _with_tool
+
+    @tool
+    def first(x: int) -> int:
+        """One."""
+        return x
+
+    @tool
+    def second(x: int) -> int:
+        """Two."""
+        return x
+
+    call = {"name": "first", "args": {"x": 1}, "id": "c1", "type": "tool_call"}
+    request = ToolCallRequest(tool_call=call, tool=first, state={"messages": []}, runtime=None)  # type: ignore[arg-type]
+    mine, theirs = _with_tool(request, second), request.override(tool=second)
+    assert type(mine) is ToolCallRequest
+    assert vars(mine) == vars(theirs)
+    assert mine.tool is second and request.tool is first
+    assert mine.tool_call is call and mine.state is request.state
+
+    class Special(ToolCallRequest):
+        pass
+
+    special = Special(tool_call=call, tool=first, state={}, runtime=None)  # type: ignore[arg-type]
+    swapped = _with_tool(special, second)
+    assert type(swapped) is Special and swapped.tool is second and special.tool is first

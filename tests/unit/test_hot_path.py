@@ -561,3 +561,31 @@ def test_a_fan_out_step_makes_at_most_52_calls_into_amends_on_the_event_loop(
     calls, states = int(out[0]), out[1:]
     assert states == ["done"] * 200
     assert calls / 200 <= 52, f"{calls / 200:.1f} amends calls per step"
+
+
+def test_a_spec_with_another_function_is_the_spec_dataclasses_replace_makes() -> None:
+    """Issue 25 item 6: ``call_with`` runs a framework's function under the catalog's contract
+    with a copy of the spec made without ``dataclasses.replace``; field for field it is the
+    spec ``replace`` makes, and the catalog's own spec keeps its function."""
+    import dataclasses
+
+    from amends._calls import with_fn
+    from amends._contracts import ToolSpec
+
+    catalog = amends.Catalog()
+
+    @catalog.tool("crm.set", reversibility="reversible", resources=lambda a: [a["r"]])
+    async def original(call: amends.Call, r: str) -> str:
+        return r
+
+    async def framework_fn(call: amends.Call, r: str) -> str:
+        return r
+
+    spec = catalog.get("crm.set")
+    mine, theirs = with_fn(spec, framework_fn), dataclasses.replace(spec, fn=framework_fn)
+    assert type(mine) is ToolSpec
+    assert {f.name: getattr(mine, f.name) for f in dataclasses.fields(ToolSpec)} == {
+        f.name: getattr(theirs, f.name) for f in dataclasses.fields(ToolSpec)
+    }
+    assert mine.fn is framework_fn and spec.fn is original
+    assert catalog.get("crm.set").fn is original

@@ -557,7 +557,24 @@ def _watch(
     assert request.tool is not None
     seen = _Began()
     token = _BEGAN.set(seen)
-    return request.override(tool=_watched(request.tool)), seen, token
+    return _with_tool(request, _watched(request.tool)), seen, token
+
+
+_REQUEST_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolCallRequest))
+
+
+def _with_tool(request: ToolCallRequest, tool: BaseTool) -> ToolCallRequest:
+    """``request.override(tool=tool)`` without ``dataclasses.replace`` (issue 25 item 6: ~40
+    Python calls per tool call, its field loop and ToolCallRequest's ``__setattr__`` guard). A
+    request of any other shape (a subclass, slots, fields this does not know) is overridden
+    the framework's way."""
+    fields = getattr(request, "__dict__", None)
+    if type(request) is not ToolCallRequest or fields is None or fields.keys() != _REQUEST_FIELDS:
+        return request.override(tool=tool)
+    copy: ToolCallRequest = object.__new__(ToolCallRequest)
+    copy.__dict__.update(fields)
+    copy.__dict__["tool"] = tool
+    return copy
 
 
 def _saga_of(state: Any) -> str | None:
