@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .common import REPO, Section, machine, versions
+from .common import REPO, Section, Target, machine, versions
 
 
 def print_sections(sections: Sequence[Section]) -> None:
@@ -29,7 +29,7 @@ def print_sections(sections: Sequence[Section]) -> None:
         for col in ("target", "measured", "goal", "met"):
             table.add_column(col)
         for t in targets:
-            met = "not measured" if t.met is None else ("yes" if t.met else "[red]NO[/red]")
+            met = _undecided(t) if t.met is None else ("yes" if t.met else "[red]NO[/red]")
             table.add_row(t.name, t.measured, t.goal, met)
         console.print(table)
 
@@ -74,7 +74,7 @@ def write_markdown(
         lines += ["## Targets", ""]
         rows = [
             [t.name, t.measured, t.goal,
-             "not measured" if t.met is None else ("yes" if t.met else "**no**")]
+             _undecided(t) if t.met is None else ("yes" if t.met else "**no**")]
             for t in targets
         ]  # fmt: skip
         lines += [*_md_table(["target", "measured", "goal", "met"], rows), ""]
@@ -90,3 +90,13 @@ def write_markdown(
         out = REPO / out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def _undecided(t: Target) -> str:
+    """A target with no verdict: not measured at all, or measured with a spread (p10-p90) that
+    straddles the goal, so neither yes nor no can be said."""
+    return (
+        "not measured"
+        if t.measured.startswith("not measured")
+        else "undecided (spread straddles the goal)"
+    )
