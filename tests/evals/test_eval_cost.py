@@ -25,18 +25,26 @@ async def _saga(world: World, catalog: amends.Catalog) -> tuple[amends.Engine, s
     return engine, saga.id
 
 
+async def _logged(world: World, catalog: Any, *, preview: bool = False) -> tuple[Any, Any]:
+    """The logged record of :func:`_saga`'s saga, and its undo preview if asked for."""
+    engine, saga_id = await _saga(world, catalog)
+    record = await engine.log.get_saga(saga_id)
+    assert record is not None
+    shown = None
+    if preview:
+        with use_world(world):
+            shown = await engine.preview(saga_id)
+    await engine.close()
+    return record, shown
+
+
 @pytest.mark.parametrize("kind", [StepOutcome, PreviewStep])
 async def test_described_builds_the_value_dataclasses_replace_builds(kind: type) -> None:
     """``described`` copies the item without ``dataclasses.replace``: same fields, same type,
     and neither class may grow a field the copy would skip (init=False, __post_init__)."""
     world = World(seed=3)
     catalog = sandbox_catalog()
-    engine, saga_id = await _saga(world, catalog)
-    record = await engine.log.get_saga(saga_id)
-    assert record is not None
-    with use_world(world):
-        preview = await engine.preview(saga_id)
-    await engine.close()
+    record, preview = await _logged(world, catalog, preview=True)
     fields = dataclasses.fields(kind)
     assert all(f.init for f in fields) and not hasattr(kind, "__post_init__")
     for step in record.steps:
@@ -65,10 +73,7 @@ async def test_the_naive_stack_sends_every_call_a_key_no_vendor_has_seen() -> No
     same stack twice applies the inverse twice (the naive stack has no idempotency)."""
     world = World(seed=3)
     catalog = sandbox_catalog()
-    engine, saga_id = await _saga(world, catalog)
-    record = await engine.log.get_saga(saga_id)
-    await engine.close()
-    assert record is not None
+    record, _ = await _logged(world, catalog)
     before = len(world.effects())
     with use_world(world):
         stack = NaiveUndoStack.from_saga(catalog, record)
@@ -147,10 +152,7 @@ async def test_the_planner_reads_a_logged_class_as_the_enum_does_and_refuses_unk
 
     world = World(seed=3)
     catalog = sandbox_catalog()
-    engine, saga_id = await _saga(world, catalog)
-    record = await engine.log.get_saga(saga_id)
-    await engine.close()
-    assert record is not None
+    record, _ = await _logged(world, catalog)
     planned = plan(record, catalog, now=0.0)
     assert [(p.action, p.reversibility) for p in planned.steps] == [
         ("revert", amends.Reversibility.REVERSIBLE),
@@ -188,12 +190,7 @@ async def test_a_preview_line_carries_every_field_of_its_planned_step() -> None:
 
     world = World(seed=3)
     catalog = sandbox_catalog()
-    engine, saga_id = await _saga(world, catalog)
-    record = await engine.log.get_saga(saga_id)
-    assert record is not None
-    with use_world(world):
-        preview = await engine.preview(saga_id)
-    await engine.close()
+    record, preview = await _logged(world, catalog, preview=True)
     planned = plan(record, catalog)
     assert len(preview.steps) == 2
     for line, p in zip(preview.steps, planned.steps, strict=True):
