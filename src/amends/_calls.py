@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import dataclasses
 import inspect
 import math
 import random
@@ -22,19 +21,11 @@ from inspect import CO_COROUTINE
 from types import FunctionType
 from typing import Any, Literal, TypeVar
 
-from ._contracts import Call, ToolFn, ToolSpec
+from ._contracts import Call
 from ._errors import ContractError
 from ._telemetry import call_span
 
-__all__ = [
-    "RetryPolicy",
-    "call_arguments",
-    "current_call",
-    "idempotency_key",
-    "invoke",
-    "run",
-    "with_fn",
-]
+__all__ = ["RetryPolicy", "call_arguments", "current_call", "idempotency_key", "invoke", "run"]
 
 T = TypeVar("T")
 
@@ -279,16 +270,3 @@ def call_arguments(
             tool=tool if isinstance(tool, str) else None,
         )
     return {**arguments, **args}
-
-
-def with_fn(spec: ToolSpec, fn: ToolFn) -> ToolSpec:
-    """``dataclasses.replace(spec, fn=fn)`` in three calls, not seventeen (issue 25 item 6: an
-    adapter's every tool call runs the framework's function under the catalog's contract). A
-    spec is frozen and validated when registered; only ``fn`` differs, so nothing is checked
-    again. A subclass is replaced the dataclass way."""
-    if type(spec) is not ToolSpec:
-        return dataclasses.replace(spec, fn=fn)
-    copy: ToolSpec = object.__new__(ToolSpec)
-    copy.__dict__.update(spec.__dict__)
-    copy.__dict__["fn"] = fn
-    return copy

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, cast
 
-from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke, with_fn
+from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke
 from ._catalog_ref import catalog_meta
 from ._contracts import (
     NOTHING,
@@ -38,6 +38,7 @@ from ._errors import (
     StepFailedError,
     TransientError,
 )
+from ._fields import replaced
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
 from ._outcome import (
@@ -487,7 +488,7 @@ class Saga:
             )
         catalog = self.engine.catalog
         if tool in catalog:
-            spec = with_fn(catalog.get(tool), fn)
+            spec = replaced(catalog.get(tool), fn=fn)  # issue 25 item 6: every adapter call
         else:  # no contract: the default, irreversible (DESIGN.md)
             spec = ToolSpec(
                 name=str(tool), fn=fn, reversibility=Reversibility.IRREVERSIBLE, explicit=False

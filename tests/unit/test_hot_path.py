@@ -569,8 +569,8 @@ def test_a_spec_with_another_function_is_the_spec_dataclasses_replace_makes() ->
     spec ``replace`` makes, and the catalog's own spec keeps its function."""
     import dataclasses
 
-    from amends._calls import with_fn
     from amends._contracts import ToolSpec
+    from amends._fields import replaced
 
     catalog = amends.Catalog()
 
@@ -582,7 +582,7 @@ def test_a_spec_with_another_function_is_the_spec_dataclasses_replace_makes() ->
         return r
 
     spec = catalog.get("crm.set")
-    mine, theirs = with_fn(spec, framework_fn), dataclasses.replace(spec, fn=framework_fn)
+    mine, theirs = replaced(spec, fn=framework_fn), dataclasses.replace(spec, fn=framework_fn)
     assert type(mine) is ToolSpec
     assert {f.name: getattr(mine, f.name) for f in dataclasses.fields(ToolSpec)} == {
         f.name: getattr(theirs, f.name) for f in dataclasses.fields(ToolSpec)

@@ -22,6 +22,7 @@ from typing import Any
 from .._budget import Budget, BudgetMeter
 from .._calls import RetryPolicy, invoke
 from .._contracts import Call, Expectation, ToolSpec
+from .._fields import field_values
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, verb_for
@@ -90,8 +91,7 @@ def _settled(
     """Rules 5, 6, 10: a step the saga's reversal already settled is never dispatched again, so
     the preview shows what happened, not a fresh plan (whose probe would see the inverse's own
     write and call it someone else's change)."""
-    held = p.__dict__  # issue 29: the fields' values, without a getattr per field
-    base = {name: held[name] for name in _PLANNED_FIELDS}
+    base = field_values(p)  # issue 29: without a getattr per field
     why = f"already {o.state.value} by reversal {rev.reversal_id}: {rec.detail or o.state.value}"
     base.update(action="skip", verb=VERBS["skip"], reason=why)
     return PreviewStep(
@@ -109,15 +109,10 @@ def _settled(
     )
 
 
-_PLANNED_FIELDS = tuple(f.name for f in dataclasses.fields(PlannedStep))
-"""The fields a preview line takes over from the plan's step."""
-
-
 def _entry(p: PlannedStep, o: StepOutcome, check: str | None, now: datetime) -> PreviewStep:
     """The preview's line for one step: the plan's, with the predicted outcome; residue settle
     dates counted as undo counts them (the same clock and computation)."""
-    held = p.__dict__  # issue 29: the fields' values, without a getattr per field
-    base = {name: held[name] for name in _PLANNED_FIELDS}
+    base = field_values(p)  # issue 29: without a getattr per field
     base["expected_residue"] = tuple(r.settling_from(now) for r in p.expected_residue)
     state = o.state
     if state is StepState.DRIFTED and p.action in ("revert", "compensate"):

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from .._budget import BudgetMeter
 from .._calls import RetryPolicy
+from .._fields import replaced
 from .._log.base import CompensationRecord, ReversalRecord, SagaRecord, StepRecord
 from .._planner import Plan, PlannedStep, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
@@ -52,20 +53,8 @@ def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described)
             _SENTENCES[key] = (catalog, step, text, inverse_text)
             if len(_SENTENCES) > 1024:
                 del _SENTENCES[next(iter(_SENTENCES))]
-    # issue 29: the same value dataclasses.replace builds (neither class has an init=False field
-    # or __post_init__), without its per-field checks; one undo describes every step
-    kind = type(item)
-    names = _INIT_FIELDS.get(kind)
-    if names is None:
-        names = _INIT_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
-    held = item.__dict__  # fields, and what a cached property put there (not a field)
-    fields = {n: held[n] for n in names}
-    fields["description"], fields["inverse_description"] = text, inverse_text
-    return kind(**fields)
-
-
-_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
-"""The fields of :class:`StepOutcome` and :class:`PreviewStep`, each an ``__init__`` argument."""
+    # issue 29: one undo describes every step; the copy without replace()'s per-field checks
+    return replaced(item, description=text, inverse_description=inverse_text)
 
 
 _SENTENCES: dict[tuple[int, int], tuple[ToolDirectory, StepRecord, str, str]] = {}

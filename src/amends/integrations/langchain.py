@@ -567,7 +567,8 @@ def _with_tool(request: ToolCallRequest, tool: BaseTool) -> ToolCallRequest:
     """``request.override(tool=tool)`` without ``dataclasses.replace`` (issue 25 item 6: ~40
     Python calls per tool call, its field loop and ToolCallRequest's ``__setattr__`` guard). A
     request of any other shape (a subclass, slots, fields this does not know) is overridden
-    the framework's way."""
+    the framework's way. (amends' own classes use ``amends._fields.replaced``; an integration
+    imports no private name.)"""
     fields = getattr(request, "__dict__", None)
     if type(request) is not ToolCallRequest or fields is None or fields.keys() != _REQUEST_FIELDS:
         return request.override(tool=tool)
