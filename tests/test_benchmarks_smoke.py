@@ -144,3 +144,42 @@ def test_adapter_cost_runs_each_framework_with_and_without_amends(
     loop.run_until_complete(engine.close())
     assert full is not None
     assert [(s.tool, s.state) for s in full.steps] == [("bench_noop", "done")] * 3
+
+
+def test_ab_cpu_reads_every_threads_instruction_count_from_callgrinds_summary() -> None:
+    """``ab_cpu.py --instructions`` takes callgrind's "Collected" total (all threads, commas
+    dropped), and refuses a run that failed or printed no total instead of reading 0."""
+    from benchmarks import ab_cpu
+
+    class Done:
+        def __init__(self, err: str, returncode: int = 0) -> None:
+            self.err, self.returncode = err, returncode
+
+        def communicate(self) -> tuple[str, str]:
+            return "", self.err
+
+    summary = "==1== Events    : Ir\n==1== Collected : 1,234,567,890\n==1==\n==1== I   refs: 1"
+    assert ab_cpu._total(Done(summary)) == 1_234_567_890  # type: ignore[arg-type]
+    with pytest.raises(SystemExit, match="no instruction count"):
+        ab_cpu._total(Done("==1== I   refs: 1"))  # type: ignore[arg-type]
+    with pytest.raises(SystemExit, match="boom"):
+        ab_cpu._total(Done("boom", returncode=1))  # type: ignore[arg-type]
+
+
+def test_ab_cpu_fanouts_writes_a_warm_up_and_k_fan_outs(tmp_path: Path) -> None:
+    """What ``--instructions`` counts: the child runs 1 + k fan-outs of 1,000 durable steps."""
+    import subprocess
+
+    shutil.copytree(REPO / "src", tmp_path / "src")
+    shutil.copytree(REPO / "benchmarks", tmp_path / "benchmarks")
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ab_cpu.py"), "--fanouts", str(tmp_path), "1"],
+        check=True,
+    )
+    (db,) = (tmp_path / ".bench").glob("*/fanout.db")
+    conn = sqlite3.connect(db)
+    try:
+        steps = conn.execute("SELECT count(*) FROM records WHERE kind='step.done'").fetchone()
+    finally:
+        conn.close()
+    assert steps == (2000,)
