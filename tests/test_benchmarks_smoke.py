@@ -183,3 +183,14 @@ def test_ab_cpu_fanouts_writes_a_warm_up_and_k_fan_outs(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert steps == (2000,)
+
+def test_adapter_cost_verdict_reads_an_order_statistic_interval_of_the_median() -> None:
+    """benchmarks/adapters.py decides on a distribution-free 90% interval of the median: with 15
+    rounds, the 4th lowest to the 4th highest (coverage 1 - 2 P(Binomial(15, 1/2) <= 3) =
+    96.5%; the 5th would give 88%); with too few rounds for any such pair, the whole range."""
+    from benchmarks import adapters
+
+    assert adapters.median_interval([float(x) for x in range(15)]) == (3.0, 11.0)
+    assert adapters.median_interval([float(x) for x in reversed(range(15))]) == (3.0, 11.0)
+    assert adapters.median_interval([2.0, 1.0]) == (1.0, 2.0)
+    assert adapters.median_interval([float(x) for x in range(9)]) == (1.0, 7.0)
