@@ -138,3 +138,49 @@ def test_worker_processes_are_forked_only_while_no_other_thread_runs() -> None:
         other.join()
     if threading.active_count() == 1:  # pytest may run helper threads of its own
         assert suite._start_method() == "fork"
+
+
+async def test_each_pooled_crash_log_keeps_one_reopened_connection_that_recovery_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: the connection a restarted worker reopens a pooled crash log file with is kept
+    with the file (not opened again per crash saga). Each crash saga still recovers on that
+    other connection to the same file, never on the crashed engine's log object; the files
+    are fewer than the crash sagas (so connections were reused), and every invariant holds."""
+    from amends.evals import runner
+
+    crashes = [i for i in range(120) if generate(SEED, i).crash is not None][:6]
+    assert len(crashes) == 6
+    logs_by_saga: dict[str, list[Any]] = {}
+    opened: list[Any] = []
+
+    class Spy(Engine):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self._eval_log = kw["log"]
+
+        async def recover(self, *args: Any, **kw: Any) -> Any:
+            logs_by_saga.setdefault("recover", []).append(self._eval_log)
+            return await super().recover(*args, **kw)
+
+    def counting_reopen(log: Any) -> Any:
+        out = runner.reopen(log)
+        opened.append((log, out))
+        return out
+
+    monkeypatch.setattr(runner, "Engine", Spy)
+    monkeypatch.setattr(suite, "reopen", counting_reopen)
+    tallies = await run_indexes(crashes, SEED, ("amends",), concurrency=1)
+    t = tallies["amends"]
+    assert t.sagas == 6 and not any(t.violations.values()), t.examples
+    recovered_on = logs_by_saga["recover"]
+    assert len(recovered_on) == 6  # every crash saga recovered
+    crashed_logs = {id(c) for c, _ in opened}
+    restarted_logs = {id(r) for _, r in opened}
+    # sagas one after another (the sleepy gate lets at most 16 at once; here they overlap
+    # little), yet fewer files and connections were opened than there were crash sagas
+    assert 1 <= len(opened) < 6
+    assert {id(x) for x in recovered_on} <= restarted_logs
+    assert not crashed_logs & restarted_logs
+    for crashed, restarted in opened:
+        assert restarted is not crashed and restarted.path == crashed.path != ":memory:"

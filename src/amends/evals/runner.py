@@ -184,6 +184,7 @@ async def run_scenario(
     engine_factory: EngineFactory | None = None,
     log: SagaLog | None = None,
     crash_log: SagaLog | None = None,
+    restarted: SagaLog | None = None,
 ) -> SagaResult:
     """Run ``sc`` end to end with ``engine`` ("amends" or "naive", or a custom factory).
 
@@ -192,7 +193,7 @@ async def run_scenario(
     scenario uses meanwhile) or a private log file (see :func:`run_scenario_both`).
     """
     out = await run_scenario_both(
-        sc, engine_factory=engine_factory, log=log, crash_log=crash_log,
+        sc, engine_factory=engine_factory, log=log, crash_log=crash_log, restarted=restarted,
         amends=engine != "naive", naive=engine == "naive",
     )  # fmt: skip
     return out[0]
@@ -204,6 +205,7 @@ async def run_scenario_both(
     engine_factory: EngineFactory | None = None,
     log: SagaLog | None = None,
     crash_log: SagaLog | None = None,
+    restarted: SagaLog | None = None,
     amends: bool = True,
     naive: bool = True,
 ) -> list[SagaResult]:
@@ -213,7 +215,10 @@ async def run_scenario_both(
     A scenario with a crash point runs on ``crash_log``, a log no other scenario uses while
     this one runs (its recovery scans the whole log), or else on a private log file. Its
     recovery reopens that log from its file (:func:`reopen`): the recovering engine reads only
-    what the crashed one committed, as after a real restart (issue 29).
+    what the crashed one committed, as after a real restart (issue 29). ``restarted``, when
+    given, is that new connection opened beforehand (:func:`reopen` of ``crash_log``): a batch
+    keeps one per pooled crash log file instead of opening one per crash saga. It never served
+    the crashed engine, so what recovery reads through it is still only what was committed.
     """
     async with contextlib.AsyncExitStack() as stack:
         use: SagaLog
@@ -226,7 +231,8 @@ async def run_scenario_both(
             stack.push_async_callback(use.close)
         else:
             use = log
-        return await _run_both(sc, engine_factory, use, stack, amends=amends, naive=naive)
+        reopened = restarted if use is crash_log else None
+        return await _run_both(sc, engine_factory, use, stack, reopened, amends=amends, naive=naive)
 
 
 @contextlib.asynccontextmanager
@@ -261,6 +267,7 @@ async def _run_both(
     engine_factory: EngineFactory | None,
     log: SagaLog,
     closing: contextlib.AsyncExitStack,
+    reopened: SagaLog | None,
     *,
     amends: bool,
     naive: bool,
@@ -332,9 +339,11 @@ async def _run_both(
 
         async def recover() -> list[UndoReport]:
             await asyncio.sleep(CRASH_LEASE * 1.2)  # the dead worker's lease runs out
-            restarted = reopen(log)  # a new worker opens the log from its file
-            if restarted is not None:
-                closing.push_async_callback(restarted.close)
+            restarted = reopened  # a new worker's connection to the log's file
+            if restarted is None:
+                restarted = reopen(log)  # opened now, closed with this saga
+                if restarted is not None:
+                    closing.push_async_callback(restarted.close)
             fresh = factory(catalog, log=restarted or log, retry=FAST_RETRY, lease_seconds=lease)
             current[0] = fresh
             return list((await fresh.recover()).resumed)

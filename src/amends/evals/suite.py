@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amends import ConfigError, Engine, SqliteLog
+from amends import ConfigError, Engine, SagaLog, SqliteLog
 
 from .broken import BROKEN_ENGINES
 from .generator import FAMILIES, generate
 from .invariants import INVARIANTS, applicable, check
-from .runner import SagaResult, crash_log_file, run_scenario, run_scenario_both
+from .runner import SagaResult, crash_log_file, reopen, run_scenario, run_scenario_both
 
 __all__ = [
     "CONCURRENCY",
@@ -291,7 +291,10 @@ async def _run_indexes(
     # to run out): a gate of their own, so they do not hold the others' slots while they sleep
     sleepy_gate = asyncio.Semaphore(4 * concurrency)
     logs = [SqliteLog(":memory:", synchronous="OFF") for _ in range(shared_logs)]
-    free: list[SqliteLog] = []  # crash logs no scenario is using
+    # crash logs no scenario is using, each with the connection a restarted worker reopens it
+    # with (kept with its file: opening one per crash saga cost a connection, its schema check
+    # and a writer thread each time)
+    free: list[tuple[SqliteLog, SagaLog | None]] = []
     files = contextlib.AsyncExitStack()  # the batch's crash log files, closed and removed after
     directory = files.enter_context(tempfile.TemporaryDirectory(prefix="amends-eval-"))
 
@@ -300,22 +303,27 @@ async def _run_indexes(
         log = logs[index % len(logs)]
         sc = generate(seed, index)
         async with sleepy_gate if sc.stall or sc.crash is not None else gate:
-            crash_log = None
+            crash_log = restarted = None
             if sc.crash is not None:  # a file: its recovery reopens it, as a restart would
-                crash_log = free.pop() if free else None
-                if crash_log is None:
+                if free:
+                    crash_log, restarted = free.pop()
+                else:
                     crash_log = await files.enter_async_context(crash_log_file(directory))
+                    restarted = reopen(crash_log)
+                    if restarted is not None:
+                        files.push_async_callback(restarted.close)
             try:
                 if engine == "amends" and "naive" in engines:  # one forward pass for both
-                    rs = await run_scenario_both(sc, log=log, crash_log=crash_log)
+                    rs = await run_scenario_both(sc, log=log, crash_log=crash_log,
+                                                 restarted=restarted)  # fmt: skip
                 else:
                     rs = [await run_scenario(sc, kind, engine_factory=factory, log=log,
-                                             crash_log=crash_log)]  # fmt: skip
+                                             crash_log=crash_log, restarted=restarted)]  # fmt: skip
             finally:
                 # reused only when no reversal on it is left unfinished: the next scenario's
                 # recovery would resume it against the wrong world
                 if crash_log is not None and not await crash_log.expired_reversals(math.inf):
-                    free.append(crash_log)
+                    free.append((crash_log, restarted))
         for r in rs:
             tallies[r.engine if factory is None else engine].add(r, check(r))
             if on_done is not None:
