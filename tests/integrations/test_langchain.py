@@ -537,6 +537,43 @@ async def test_the_async_hook_adds_no_thread_pool_hop_to_a_tool_call(
     assert world.crm.read_field("acme", "stage") == "negotiation"
 
 
+class Watching(Scripted):
+    """Notes the handlers LangChain gives each of its model calls."""
+
+    seen: list[list[str]] = []
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        self.seen.append([type(h).__name__ for h in (run_manager.handlers if run_manager else [])])
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_the_run_end_handler_rides_on_graph_runs_not_on_the_chat_models_calls(
+    sync: bool,
+) -> None:
+    """Issue 25 item 6: amends' run-end handler is given to root and graph runs only. On every
+    run it cost ~95 Python calls per tool call (the chat model checks each of its handlers
+    against a runtime Protocol); a model call inside a watched run has none of amends'
+    handlers, and the run's saga is still recorded and closed by the graph run's end."""
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    mw = AmendsMiddleware(engine, title="Win ACME")
+    call = {"name": "set_stage", "args": {"stage": "closed_won"}, "id": "c1"}
+    model = Watching(messages=iter([AIMessage(content="", tool_calls=[call]), AIMessage("ok")]))
+    model.seen = []
+    agent = create_agent(model, [stage_tool(world)], middleware=[mw])
+    state = {"messages": [("user", "Close it")]}
+    if sync:
+        await asyncio.to_thread(agent.invoke, state)
+    else:
+        await agent.ainvoke(state)
+    assert model.seen == [[], []]  # two model calls, no amends handler on either
+    saga = await engine.log.get_saga(mw.last_saga_id or "")
+    assert saga is not None and saga.state == "completed"
+    assert [(s.tool, s.state) for s in saga.steps] == [("set_stage", "done")]
+    await engine.close()
+
+
 def test_the_watched_request_is_the_request_the_framework_override_makes() -> None:
     """Issue 25 item 6: the tool watch swaps the request's tool without dataclasses.replace;
     the copy equals LangGraph's own ``override(tool=...)`` field for field, leaves the original

@@ -24,11 +24,13 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import sys
 import threading
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping, Sequence
-from typing import Annotated, Any, NotRequired
+from types import CodeType
+from typing import Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import OmitFromInput
@@ -39,6 +41,7 @@ from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import InjectedState, ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
 import amends
@@ -299,6 +302,36 @@ _RUN_ENDS = _RunEnds()
 _HOOK: contextvars.ContextVar[_RunEnds | None] = contextvars.ContextVar(
     "amends_lc_run_ends", default=_RUN_ENDS
 )
+"""The run-end handler, or ``None`` where no run is to be watched (a context's own switch)."""
+
+_GRAPH_RUNS: frozenset[CodeType] = frozenset({Pregel.stream.__code__, Pregel.astream.__code__})
+"""Where LangGraph configures a graph run's callbacks (through
+``get_(async_)callback_manager_for_config``, four frames above the hook's ``get``)."""
+
+
+class _RunsToWatch:
+    """What LangChain's configure hook reads (``.get()``, for every run it configures): the
+    run-end handler for a root run and for every LangGraph graph run (an agent's own, root or
+    nested in another run's node); ``None`` for the runs inside a watched run (its chat model
+    calls, tools, retrievers, plain runnables). Issue 25 item 6: on every run the handler cost
+    ~95 Python calls per tool call, half of them the chat model's ``isinstance`` of each
+    handler against a runtime ``Protocol``; only graph runs' ends close sagas."""
+
+    def get(self) -> _RunEnds | None:
+        handler = _HOOK.get()
+        if handler is None:
+            return None
+        root = _ROOT.get()
+        if root is None or root.ended:  # no watched run around this one: a root run
+            return handler
+        try:
+            caller = sys._getframe(4).f_code  # _configure, configure, get_..._for_config, run
+        except ValueError:
+            return handler
+        return handler if caller in _GRAPH_RUNS else None
+
+
+_RUNS_TO_WATCH = _RunsToWatch()
 _HOOKED = threading.Lock()
 _hooked = False
 
@@ -308,7 +341,8 @@ def _hook_run_ends() -> None:
     global _hooked
     with _HOOKED:
         if not _hooked:
-            register_configure_hook(_HOOK, inheritable=False)
+            hook = cast("contextvars.ContextVar[_RunEnds | None]", _RUNS_TO_WATCH)
+            register_configure_hook(hook, inheritable=False)  # LangChain calls only its get()
             _hooked = True
 
 
