@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import sys
 import threading
+import types
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping, Sequence
@@ -35,7 +36,9 @@ from typing import Annotated, Any, NotRequired, cast
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import OmitFromInput
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import manager as _lc_callbacks_manager
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import config as _lc_runnables_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
@@ -306,7 +309,13 @@ _HOOK: contextvars.ContextVar[_RunEnds | None] = contextvars.ContextVar(
 
 _GRAPH_RUNS: frozenset[CodeType] = frozenset({Pregel.stream.__code__, Pregel.astream.__code__})
 """Where LangGraph configures a graph run's callbacks (through
-``get_(async_)callback_manager_for_config``, four frames above the hook's ``get``)."""
+``get_(async_)callback_manager_for_config``)."""
+
+_CONFIGURING: frozenset[str] = frozenset(
+    {_lc_callbacks_manager.__name__, _lc_runnables_config.__name__}
+)
+"""LangChain's modules that configure a run's callbacks and call the configure hook's ``get``:
+the frames :class:`_RunsToWatch` looks past to find the run being configured."""
 
 
 class _RunsToWatch:
@@ -324,11 +333,14 @@ class _RunsToWatch:
         root = _ROOT.get()
         if root is None or root.ended:  # no watched run around this one: a root run
             return handler
-        try:
-            caller = sys._getframe(4).f_code  # _configure, configure, get_..._for_config, run
-        except ValueError:
-            return handler
-        return handler if caller in _GRAPH_RUNS else None
+        # The run being configured is the first frame outside LangChain's configuring code
+        # (_configure, configure, get_(async_)callback_manager_for_config): found by module name,
+        # not by a fixed depth, so a LangChain release that adds or drops a frame there still
+        # tells a graph run from the calls inside it.
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__") in _CONFIGURING:
+            frame = frame.f_back
+        return handler if frame is not None and frame.f_code in _GRAPH_RUNS else None
 
 
 _RUNS_TO_WATCH = _RunsToWatch()
