@@ -184,6 +184,7 @@ def test_ab_cpu_fanouts_writes_a_warm_up_and_k_fan_outs(tmp_path: Path) -> None:
         conn.close()
     assert steps == (2000,)
 
+
 def test_adapter_cost_verdict_reads_an_order_statistic_interval_of_the_median() -> None:
     """benchmarks/adapters.py decides on a distribution-free 90% interval of the median: with 15
     rounds, the 4th lowest to the 4th highest (coverage 1 - 2 P(Binomial(15, 1/2) <= 3) =
