@@ -93,10 +93,11 @@ def write_markdown(
 
 
 def _undecided(t: Target) -> str:
-    """A target with no verdict: not measured at all, or measured with a spread (p10-p90) that
-    straddles the goal, so neither yes nor no can be said."""
+    """A target with no verdict: not measured at all, or measured with a spread (p10-p90, or the
+    interval of the median where the section says so) that straddles the goal, so neither yes
+    nor no can be said."""
     return (
         "not measured"
         if t.measured.startswith("not measured")
-        else "undecided (spread straddles the goal)"
+        else "undecided (straddles the goal)"
     )
