@@ -97,7 +97,7 @@ async def test_a_tool_exception_leaves_the_step_in_doubt_and_closes_the_runs_sag
     sync: bool,
 ) -> None:
     """Rule 9 through LangChain: the tool's exception ends the agent run unchanged, the step is
-    in_doubt, and the saga the middleware opened is closed (after_agent never runs)."""
+    in_doubt, and the saga the middleware opened is closed by the run's on_chain_error."""
     _, engine = new_engine()
 
     @tool
@@ -606,3 +606,65 @@ def test_the_watched_request_is_the_request_the_framework_override_makes() -> No
     special = Special(tool_call=call, tool=first, state={}, runtime=None)  # type: ignore[arg-type]
     swapped = _with_tool(special, second)
     assert type(swapped) is Special and swapped.tool is second and special.tool is first
+
+
+class AskAfterModel(AgentMiddleware):  # type: ignore[type-arg]
+    """Another middleware's interrupt: after the model's first answer the graph pauses for the
+    user (like LangChain's human-in-the-loop middleware), outside any amends tool call."""
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        from langgraph.types import interrupt
+
+        if not any(isinstance(m, ToolMessage) for m in state["messages"]):
+            interrupt("go on?")
+        return None
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_the_run_s_own_end_closes_its_saga_and_a_pause_keeps_it_open(sync: bool) -> None:
+    """Issue 25 item 6: no after-agent node (LangGraph walked its channels on every superstep);
+    the graph run's end closes the saga, complete before ainvoke/invoke returns, unless the run
+    paused on an interrupt: then the saga stays open, and the resumed run's end closes it,
+    even when the resume makes no tool call of its own (the other middleware's pause here)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    mw = AmendsMiddleware(engine, title="Win ACME")
+    agent = create_agent(
+        scripted([("set_stage", {"stage": "closed_won"})]), [stage_tool(world)], middleware=[mw]
+    )
+    assert sorted(n for n in agent.get_graph().nodes if "Amends" in n) == [
+        "AmendsMiddleware.before_agent"
+    ]
+
+    async def invoke(graph: Any, arg: Any, cfg: Any = None) -> Any:
+        if sync:
+            return await asyncio.to_thread(graph.invoke, arg, cfg)
+        return await graph.ainvoke(arg, cfg)
+
+    out = await invoke(agent, {"messages": [("user", "Close it")]})
+    saga = await engine.log.get_saga(out["amends_saga_id"])
+    assert saga is not None and (saga.title, saga.state) == ("Win ACME", "completed")
+    assert [(s.tool, s.state) for s in saga.steps] == [("set_stage", "done")]
+
+    paused_agent = create_agent(
+        Scripted(messages=iter([AIMessage(content="nothing to do")])),
+        [stage_tool(world)],
+        middleware=[mw, AskAfterModel()],
+        checkpointer=InMemorySaver(),
+    )
+    cfg: Any = {"configurable": {"thread_id": "t1"}}
+    out = await invoke(paused_agent, {"messages": [("user", "Anything?")]}, cfg)
+    [pause] = out["__interrupt__"]
+    assert pause.value == "go on?"
+    paused = await engine.log.get_saga(out["amends_saga_id"])
+    assert paused is not None and paused.state == "running" and list(paused.steps) == []
+    out = await invoke(paused_agent, Command(resume=True), cfg)
+    assert out["messages"][-1].content == "nothing to do"
+    assert out["amends_saga_id"] == paused.saga_id == mw.last_saga_id
+    saga = await engine.log.get_saga(paused.saga_id)
+    assert saga is not None and (saga.title, saga.state) == ("Win ACME", "completed")
+    assert list(saga.steps) == []
+    await engine.close()

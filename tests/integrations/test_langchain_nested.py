@@ -114,7 +114,7 @@ async def test_a_sub_agent_run_that_fails_inside_another_run_closes_its_saga(
 
 async def test_a_sub_agent_that_succeeds_inside_another_run_closes_its_saga_once() -> None:
     """The control: the sub-agent's run ends normally inside the outer run; its saga is closed
-    by the middleware's own after-agent hook and the outer run's end touches nothing."""
+    by the end of its own graph run and the outer run's end touches nothing."""
     world, engine = new_engine()
     declare_set_stage(engine)
     mw = AmendsMiddleware(engine)

@@ -232,6 +232,48 @@ class _Root:
     ended: bool = False
     nested: bool = False
     """Begun inside another run (a sub-agent's graph run inside a supervisor's node)."""
+    graph: types.FrameType | None = None
+    """The frame of LangGraph's ``Pregel.stream``/``astream`` running this run (a graph run):
+    where its end reads whether the graph finished or paused on an interrupt."""
+
+
+_OPEN: dict[str, _Own] = {}
+"""The sagas the middlewares opened and have not closed, by saga id (a resumed run's end finds
+the saga its state names here)."""
+
+
+def _graph_frame(frame: types.FrameType | None) -> types.FrameType | None:
+    """The graph run's own frame above a callback (past LangChain's callback manager), if the
+    run being started is a LangGraph graph run."""
+    while frame is not None and frame.f_globals.get("__name__") in _CONFIGURING:
+        frame = frame.f_back
+    return frame if frame is not None and frame.f_code in _GRAPH_RUNS else None
+
+
+def _paused(root: _Root) -> bool:
+    """Whether a graph run that ended without an exception paused (an interrupt: a node's
+    ``interrupt()``, ``interrupt_before``/``interrupt_after``) rather than finished. A root
+    graph pausing ends its ``ainvoke``/``invoke`` normally; its saga stays open for the resume
+    (``Command(resume=...)``). LangGraph's run loop says which (``status == "done"``: no task
+    left); read from the graph run's frame, as no callback carries it."""
+    frame = root.graph
+    if frame is None:
+        return False
+    loop = frame.f_locals.get("loop")
+    return getattr(loop, "status", "done") != "done"
+
+
+def _ending(root: _Root, outputs: Any) -> list[_Own]:
+    """The sagas to close at the normal end of ``root``: those opened or used in it, and the
+    one its final state names (a run resumed after an interrupt that made no tool call since);
+    none if the graph paused."""
+    owned = root.owned
+    named = _OPEN.get(_saga_of(outputs) or "") if isinstance(outputs, Mapping) else None
+    if named is not None and named not in owned:
+        owned = [*owned, named]
+    if not owned or _paused(root):
+        return []
+    return owned
 
 
 _ROOT: contextvars.ContextVar[_Root | None] = contextvars.ContextVar("amends_lc_root", default=None)
@@ -278,13 +320,20 @@ class _RunEnds(BaseCallbackHandler):
         # gives this handler the chain runs it configures (a graph run, root or nested), not
         # the runs of the nodes inside a graph: the innermost run around an agent's
         # before_agent node is the agent's own graph run.
-        root = self.roots[run_id] = _Root(run_id, nested=parent_run_id is not None)
+        root = self.roots[run_id] = _Root(
+            run_id, nested=parent_run_id is not None, graph=_graph_frame(sys._getframe(1))
+        )
         _ROOT.set(root)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+        """A sync run (``invoke``) ended: close the sagas it owns unless it paused (issue 25
+        item 6: the run's end, not an after-agent node LangGraph walks on every superstep)."""
         root = self.roots.pop(run_id, None)
-        if root is not None:  # its sagas closed in after_agent, or wait for an interrupt's resume
-            root.ended = True
+        if root is None:
+            return
+        root.ended = True
+        for own in _ending(root, outputs):
+            own.middleware._close_sync(own)
 
     async def on_chain_error(
         self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any
@@ -301,13 +350,34 @@ class _RunEnds(BaseCallbackHandler):
             await own.middleware._close(own, error)
 
 
+class _AsyncRunEnds(_RunEnds):
+    """:class:`_RunEnds` for a graph run of ``astream``/``ainvoke``: its end is awaited (inline,
+    before ``ainvoke`` returns), so the saga is closed when the caller reads the result."""
+
+    def __init__(self, roots: dict[uuid.UUID, _Root]) -> None:
+        super().__init__()
+        self.roots = roots
+
+    async def on_chain_end(  # type: ignore[override]
+        self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any
+    ) -> None:
+        root = self.roots.pop(run_id, None)
+        if root is None:
+            return
+        root.ended = True
+        for own in _ending(root, outputs):
+            await own.middleware._close(own)
+
+
 _RUN_ENDS = _RunEnds()
+_ASYNC_RUN_ENDS = _AsyncRunEnds(_RUN_ENDS.roots)
 _HOOK: contextvars.ContextVar[_RunEnds | None] = contextvars.ContextVar(
     "amends_lc_run_ends", default=_RUN_ENDS
 )
 """The run-end handler, or ``None`` where no run is to be watched (a context's own switch)."""
 
-_GRAPH_RUNS: frozenset[CodeType] = frozenset({Pregel.stream.__code__, Pregel.astream.__code__})
+_ASTREAM: CodeType = Pregel.astream.__code__
+_GRAPH_RUNS: frozenset[CodeType] = frozenset({Pregel.stream.__code__, _ASTREAM})
 """Where LangGraph configures a graph run's callbacks (through
 ``get_(async_)callback_manager_for_config``)."""
 
@@ -330,17 +400,17 @@ class _RunsToWatch:
         handler = _HOOK.get()
         if handler is None:
             return None
-        root = _ROOT.get()
-        if root is None or root.ended:  # no watched run around this one: a root run
-            return handler
         # The run being configured is the first frame outside LangChain's configuring code
         # (_configure, configure, get_(async_)callback_manager_for_config): found by module name,
         # not by a fixed depth, so a LangChain release that adds or drops a frame there still
         # tells a graph run from the calls inside it.
-        frame: types.FrameType | None = sys._getframe(1)
-        while frame is not None and frame.f_globals.get("__name__") in _CONFIGURING:
-            frame = frame.f_back
-        return handler if frame is not None and frame.f_code in _GRAPH_RUNS else None
+        graph = _graph_frame(sys._getframe(1))
+        if graph is not None and graph.f_code is _ASTREAM and handler is _RUN_ENDS:
+            handler = _ASYNC_RUN_ENDS  # its end awaits the saga's close
+        root = _ROOT.get()
+        if root is None or root.ended:  # no watched run around this one: a root run
+            return handler
+        return handler if graph is not None else None
 
 
 _RUNS_TO_WATCH = _RunsToWatch()
@@ -412,6 +482,7 @@ class AmendsMiddleware(AgentMiddleware):
     # --- one saga per agent run, unless an agent_run() encloses it ------------------------
     def _began(self, own: _Own) -> dict[str, Any]:
         self._open[own.run.saga_id] = own
+        _OPEN[own.run.saga_id] = own
         self.last_saga_id = own.run.saga_id
         root = _ROOT.get()
         if root is not None and not root.ended:
@@ -434,20 +505,14 @@ class AmendsMiddleware(AgentMiddleware):
         run = await start_run(self.engine, self.title or _title(state))
         return self._began(_Own(self, run, None))
 
-    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        own = self._open.get(_saga_of(state) or "")
-        if own is not None and own.sync is not None:
-            self._close_sync(own)
-        return None
-
-    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        own = self._open.get(_saga_of(state) or "")
-        if own is not None:
-            await self._close(own)
-        return None
+    # No after-agent node (issue 25 item 6: each node adds channels LangGraph walks on every
+    # superstep): the run's own end closes its saga (_RunEnds.on_chain_end), unless it paused.
 
     def _close_sync(self, own: _Own, exc: BaseException | None = None) -> None:
-        if self._open.pop(own.run.saga_id, None) is not None and own.sync is not None:
+        """Close the saga of a sync run's ``own`` (once); an async run's saga is left to
+        :meth:`_close`."""
+        if own.sync is not None and self._open.pop(own.run.saga_id, None) is not None:
+            _OPEN.pop(own.run.saga_id, None)
             own.sync.close(exc)
 
     async def _close(self, own: _Own, exc: BaseException | None = None) -> None:
@@ -455,6 +520,7 @@ class AmendsMiddleware(AgentMiddleware):
         if own.sync is not None:
             self._close_sync(own, exc)
         elif self._open.pop(own.run.saga_id, None) is not None:
+            _OPEN.pop(own.run.saga_id, None)
             await end_run(own.run, exc)
 
     def _run(self, request: ToolCallRequest) -> AgentRun:
