@@ -398,3 +398,72 @@ def test_tokens_of_reads_each_frameworks_usage_record() -> None:
     assert tokens_of(OpenAIResult()) == 8
     with pytest.raises(amends.ConfigError, match="no token count in 'lots'"):
         tokens_of("lots")
+
+
+def test_the_async_check_of_a_run_agrees_with_inspect_for_every_kind_of_callable() -> None:
+    """call_tool answers "is ``run`` async?" for a plain ``async def`` from its code flags
+    (issue 25 item 6); for every other callable it asks inspect, so the answer is the same."""
+    import functools
+    import inspect
+
+    from amends.integrations._agents import _is_async
+
+    async def coro(x: int = 0) -> int:
+        return x
+
+    def plain(x: int = 0) -> int:
+        return x
+
+    async def agen() -> Any:
+        yield 1
+
+    class Obj:
+        async def method(self) -> None:
+            return None
+
+        def sync_method(self) -> None:
+            return None
+
+        async def __call__(self) -> None:
+            return None
+
+    runs: list[Any] = [
+        coro,
+        plain,
+        functools.partial(coro, 1),
+        functools.partial(plain, 1),
+        Obj().method,
+        Obj().sync_method,
+        Obj(),
+        agen,
+        lambda: coro(),
+    ]
+    assert [_is_async(r) for r in runs] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+    assert [_is_async(r) for r in runs] == [inspect.iscoroutinefunction(r) for r in runs]
+
+
+def test_each_tool_calls_box_starts_empty_and_keeps_its_own_outcome() -> None:
+    """The box's defaults are its class's: setting one call's outcome leaves another's empty."""
+    from amends.integrations._agents import _Box
+
+    first, second = _Box(), _Box()
+    first.value, first.answered, first.exc = 7, True, ValueError("x")
+    first.running, first.cancelled = True, True
+    assert (second.value, second.answered, second.exc, second.running, second.cancelled) == (
+        None,
+        False,
+        None,
+        False,
+        False,
+    )
+    assert (first.value, first.answered, first.running, first.cancelled) == (7, True, True, True)

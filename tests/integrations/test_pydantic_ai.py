@@ -352,3 +352,28 @@ async def test_steps_of_one_turn_follow_the_models_order_not_the_order_calls_arr
         ("s3", "chat.post", "done"),
     ]
     assert world.crm.read_field("acme", "stage") == "closed_won"
+
+
+def test_the_logged_arguments_are_those_the_model_sent_in_every_form_of_its_call() -> None:
+    """The step's arguments are the validated ones the model sent, in their validated order,
+    whether the call carries them as a dict or as JSON (issue 25 items 6 and 9); a fresh dict
+    each time."""
+    from amends.integrations.pydantic_ai import _sent
+
+    validated = {"a": 1, "b": 2}
+    cases = [
+        (None, {"a": 1, "b": 2}),
+        (ToolCallPart("t", {"b": 2, "a": 1}), {"a": 1, "b": 2}),
+        (ToolCallPart("t", {"b": 2}), {"b": 2}),
+        (ToolCallPart("t", {}), {}),
+        (ToolCallPart("t", '{"b": 2, "a": 1}'), {"a": 1, "b": 2}),
+        (ToolCallPart("t", '{"a": 1}'), {"a": 1}),
+        (ToolCallPart("t", ""), {}),
+        (ToolCallPart("t", "{not json"), {}),
+    ]
+    for part, expected in cases:
+        out = _sent(validated, part)
+        assert out == expected
+        assert list(out) == list(expected)
+        assert out is not validated
+    assert validated == {"a": 1, "b": 2}

@@ -30,6 +30,7 @@ import datetime
 import inspect
 import threading
 import time
+import types
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -39,7 +40,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import amends
 from amends import Engine, Saga, Step
@@ -49,6 +50,7 @@ __all__ = [
     "AgentRun",
     "Answers",
     "ToolReportedError",
+    "active_run",
     "agent_run",
     "agent_run_sync",
     "current_run",
@@ -99,16 +101,16 @@ _PLAIN = Answers(refusal=str)
 
 
 class _Box:
-    """One tool call's outcome as the framework saw it, and whether its tool is running."""
+    """One tool call's outcome as the framework saw it, and whether its tool is running.
 
-    __slots__ = ("answered", "cancelled", "exc", "running", "value")
+    The defaults are the class's (no ``__init__``: one Python call fewer per tool call, issue 25
+    item 6); each call's box sets its own."""
 
-    def __init__(self) -> None:
-        self.value: Any = None
-        self.answered = False
-        self.exc: Exception | None = None
-        self.running = False
-        self.cancelled = False
+    value: Any = None
+    answered = False
+    exc: Exception | None = None
+    running = False
+    cancelled = False
 
     def check_not_cancelled(self, tool: str) -> None:
         if self.cancelled:  # the agent's run was cancelled before the tool began: it never will
@@ -148,6 +150,11 @@ def current_run() -> AgentRun | None:
     """The :class:`AgentRun` opened by :func:`agent_run` / :func:`agent_run_sync` around this
     code, or ``None``."""
     return _ACTIVE.get()
+
+
+active_run = _ACTIVE.get
+""":func:`current_run` without a Python call of its own, for the adapters' per-tool-call and
+per-model-call paths (issue 25 item 6)."""
 
 
 class AgentRun:
@@ -208,7 +215,8 @@ class AgentRun:
             self._seen = self._done_frontier()
             self._begun = set()
             self._arrived = set()
-        self._wake_place_waiters()
+        if self._place_waiters:  # _wake_place_waiters' own first check, without its call
+            self._wake_place_waiters()
 
     def _done_frontier(self) -> list[Step]:
         """The done steps no other done step depends on, brought up to date incrementally.
@@ -230,6 +238,8 @@ class AgentRun:
             elif s.state in ("pending", "intent"):
                 still.append(s)  # not finished yet: the model has not seen it
         self._undecided = still
+        if len(frontier) < 2:  # the common case, a sequential run: nothing to order
+            return list(frontier)
         return sorted(frontier, key=lambda s: s.seq)
 
     def _wake_place_waiters(self) -> None:
@@ -251,7 +261,8 @@ class AgentRun:
             if turn is not None and turn != self._turn:
                 return  # a call of a turn that is over: nobody waits for it any more
             self._begun.add(place)
-        self._wake_place_waiters()
+        if self._place_waiters:  # _wake_place_waiters' own first check, without its call
+            self._wake_place_waiters()
 
     async def _wait_for_place(self, place: int) -> None:
         """Wait until every call listed before ``place`` in this turn has begun.
@@ -377,6 +388,10 @@ class AgentRun:
     ) -> Step:
         """Begin the step of one tool call; its outcome goes into ``box``."""
 
+        # answers that neither report errors nor change what is logged (every adapter's): the
+        # value goes back as it is, without a call to finish (issue 25 item 6)
+        as_is = answers.reported_error is None and answers.loggable is None
+
         def finish(value: Any) -> Any:
             box.value, box.answered = value, True
             error = answers.reported_error(value) if answers.reported_error is not None else None
@@ -393,11 +408,12 @@ class AgentRun:
                 # no effect, like amends.PermanentError; not in doubt (rule 9).
                 raise amends.PermanentError(f"{tool} refused: {exc}") from exc
 
-        if inspect.iscoroutinefunction(run):
+        if _is_async(run):
             coro_fn = run
 
             async def forward(call: amends.Call, **_: Any) -> Any:
-                box.check_not_cancelled(tool)
+                if box.cancelled:
+                    box.check_not_cancelled(tool)
                 box.running = True
                 try:
                     value = await coro_fn()
@@ -406,13 +422,17 @@ class AgentRun:
                     raise
                 finally:
                     box.running = False
+                if as_is:
+                    box.value, box.answered = value, True
+                    return value
                 return finish(value)
 
         else:
             sync_fn = run
 
             def forward(call: amends.Call, **_: Any) -> Any:  # type: ignore[misc]
-                box.check_not_cancelled(tool)
+                if box.cancelled:
+                    box.check_not_cancelled(tool)
                 box.running = True
                 try:
                     value = sync_fn()
@@ -421,10 +441,14 @@ class AgentRun:
                     raise
                 finally:
                     box.running = False
+                if as_is:
+                    box.value, box.answered = value, True
+                    return value
                 return finish(value)
 
         # the tool's arguments as one mapping: none of them is taken for amends' own options
-        return self.saga.call_with(forward, tool, args, after=self.dependencies())
+        # after: what dependencies() returns (self._seen), read without its call
+        return self.saga.call_with(forward, tool, args, after=self._seen)
 
     async def _undone_meanwhile(self, exc: amends.StepFailedError) -> bool:
         """Whether ``exc`` is a step the saga refused because its reversal had begun (an undo
@@ -578,6 +602,15 @@ class AgentRun:
             yield self
         finally:
             _ACTIVE.reset(token)
+
+
+def _is_async(run: Callable[..., Any]) -> TypeGuard[Callable[..., Awaitable[Any]]]:
+    """``inspect.iscoroutinefunction(run)``, answered from the code flags for the plain
+    ``async def`` closure every adapter passes (issue 25 item 6: the full check is five Python
+    calls per tool call); anything else takes the full check."""
+    if type(run) is types.FunctionType and run.__code__.co_flags & inspect.CO_COROUTINE:
+        return True
+    return inspect.iscoroutinefunction(run)
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:

@@ -45,6 +45,7 @@ from ._agent_parts import (
 from ._agents import (
     AgentRun,
     Answers,
+    active_run,
     agent_run,
     agent_run_sync,
     current_run,
@@ -105,9 +106,13 @@ def _sent(tool_args: dict[str, Any], part: ToolCallPart | None) -> dict[str, Any
     item 9: the step reads as in every other framework)."""
     if part is None:
         return dict(tool_args)
-    try:
-        sent = part.args_as_dict()
-    except Exception:  # arguments Pydantic AI could read are in tool_args anyway
+    sent = part.args
+    if type(sent) is not dict:  # a dict is what args_as_dict() returns as it is
+        try:
+            sent = part.args_as_dict()
+        except Exception:  # arguments Pydantic AI could read are in tool_args anyway
+            return dict(tool_args)
+    if sent.keys() >= tool_args.keys():  # the model sent them all: no default to drop
         return dict(tool_args)
     return {k: v for k, v in tool_args.items() if k in sent}
 
@@ -248,19 +253,27 @@ class AmendsToolset(WrapperToolset[Any]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
         turn, place, part = _turn_of(ctx)
+        per_run = self._per_run  # self._run() without its two calls (issue 25 item 6)
+        run = active_run() or (per_run.own if per_run else None) or self._run()
         if name in NOT_STEPS:  # undo (it undoes this saga), follow-ups (of the reversal)
-            self._run().begun(place, turn)
-            with self._run().activate():
+            run.begun(place, turn)
+            with run.activate():
                 return await call()
-        catalog_name = resolve_tool_name(self._engine.catalog, name, self.names)
-        catalog = self._engine.catalog
-        if needs_approval(catalog, catalog_name, self.approval) and not ctx.tool_call_approved:
+        engine = self.engine  # not the _engine property: a call fewer per tool call
+        assert engine is not None  # checked in __post_init__
+        catalog = engine.catalog
+        catalog_name = resolve_tool_name(catalog, name, self.names)
+        if (
+            self.approval != "off"  # the common case, answered without a call (issue 25 item 6)
+            and needs_approval(catalog, catalog_name, self.approval)
+            and not ctx.tool_call_approved
+        ):
             # the framework's human-in-the-loop: the call is deferred, nothing has run
-            self._run().begun(place, turn)
+            run.begun(place, turn)
             raise ApprovalRequired(
                 metadata={"amends_approval": approval_message(catalog, catalog_name, tool_args)}
             )
-        return await self._run().call_tool(
+        return await run.call_tool(
             catalog_name,
             _sent(tool_args, part),
             call,
