@@ -107,3 +107,43 @@ async def test_a_tool_waiting_past_its_timeout_is_in_doubt_and_says_so() -> None
     assert report.step("s2").state is StepState.IN_DOUBT
     assert "t.slow timed out after 0.05 s" in report.step("s2").detail
     assert report.step("s1").state is StepState.ACKNOWLEDGED  # irreversible: it stands
+
+
+async def test_a_failed_write_on_an_in_memory_log_leaves_no_trace_and_no_stale_head() -> None:
+    """Issue 29: a write on a ``:memory:`` log runs alone in its transaction (no batch). A write
+    that appends a record and then fails is rolled back whole: its SQLite error arrives as a
+    LogError naming the log, any other error as it was raised, nothing of it stays, and the head
+    it cached is not carried to the next write (the chain and the saga head still verify)."""
+    import sqlite3
+
+    from amends._log.sql import _append
+
+    async def noop(call: amends.Call) -> None:
+        return None
+
+    catalog = amends.Catalog()
+    catalog.tool("t.x", reversibility="irreversible")(noop)
+    log = amends.SqliteLog(":memory:")
+    engine = amends.Engine(catalog, log=log)
+    async with engine.saga("fails midway") as saga:
+        await saga.call("t.x")
+        count = await log.db.read(lambda tx: tx.execute("SELECT count(*) FROM records"))
+
+        def appends_then(exc: Exception) -> Any:
+            def fn(tx: Any) -> None:
+                _append(tx, log.signing_key, saga.id, "event", 1.0, '{"lost":true}')
+                raise exc
+
+            return fn
+
+        with pytest.raises(amends.LogError, match="':memory:'"):
+            await log.db.write(appends_then(sqlite3.IntegrityError("UNIQUE constraint failed")))
+        with pytest.raises(KeyError, match="not sqlite"):
+            await log.db.write(appends_then(KeyError("not sqlite")))
+        assert await log.db.read(lambda tx: tx.execute("SELECT count(*) FROM records")) == count
+        await saga.call("t.x")
+    assert await log.verify() == []
+    assert await log.verify(saga.id) == []
+    record = await log.get_saga(saga.id)
+    assert record is not None and [s.state for s in record.steps] == ["done", "done"]
+    await engine.close()

@@ -127,11 +127,10 @@ def write_heads(tx: Tx, key: bytes | None, saga_ids: Sequence[str]) -> None:
     to its last record's hash), in saga order. Backends call it just before ``COMMIT``; the
     last hash comes from the transaction's cache, or is read again after a savepoint rollback
     emptied it."""
-    if not saga_ids:
-        return
-    last = {s: tx.cache[s] for s in saga_ids if s in tx.cache}
-    missing = [s for s in saga_ids if s not in last]
-    if missing:
+    if len(saga_ids) == 1 and saga_ids[0] in tx.cache:  # issue 29: one saga, its head known
+        last = {saga_ids[0]: tx.cache[saga_ids[0]]}
+    elif missing := [s for s in saga_ids if s not in tx.cache]:
+        last = {s: tx.cache[s] for s in saga_ids if s in tx.cache}
         marks = ",".join("?" * len(missing))
         for sid, digest in tx.execute(
             "SELECT saga_id, hash FROM records WHERE rec_id IN (SELECT max(rec_id) FROM records "
@@ -139,7 +138,9 @@ def write_heads(tx: Tx, key: bytes | None, saga_ids: Sequence[str]) -> None:
             missing,
         ):
             last[sid] = str(digest or "")
-    for sid in sorted(last):
+    else:
+        last = {s: tx.cache[s] for s in saga_ids}
+    for sid in sorted(last) if len(last) > 1 else last:
         tx.execute("UPDATE sagas SET head=? WHERE saga_id=?", (head_of(key, sid, last[sid]), sid))
 
 

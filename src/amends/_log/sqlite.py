@@ -458,10 +458,38 @@ class _SqliteDatabase(Database):
         with self._lock:
             if not write:
                 return fn(_Cursor(self._conn))
-            ((_job, ok, value),) = self._commit([(fn, None, None, 0)])
-        if ok:
-            return cast(T, value)
-        raise value
+            return cast(T, self._one(fn))
+
+    def _one(self, fn: Callable[[Tx], Any]) -> Any:
+        """One write in its own transaction, for ``:memory:`` logs (issue 29): what
+        ``_commit([job])`` does for a batch of one (no savepoints, the head written before
+        ``COMMIT``, the head cache carried over), without the batch's lists; raises the write's
+        error after rolling it back."""
+        conn = self._conn
+        cur = _Cursor(conn)
+        if self._carry is not None:  # issue 29: see _carry
+            if conn.total_changes == self._carry_changes:
+                cur.cache = self._carry
+            self._carry = None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                value = fn(cur)
+                if conn.in_transaction:
+                    appended = cur.appended
+                    write_heads(
+                        cur, self._key, sorted(appended) if len(appended) > 1 else [*appended]
+                    )
+                    conn.execute("COMMIT")
+                    if len(cur.cache) <= _CARRY_LIMIT:
+                        self._carry, self._carry_changes = cur.cache, conn.total_changes
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from None
+        return value
 
     def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
         # issue 12: a future, not a coroutine (one object and one frame fewer per write); every

@@ -1,0 +1,146 @@
+"""Instructions per sequential ``saga.call`` step and per compensation on ``SqliteLog(":memory:")``,
+counted by callgrind (issue 29): the path the eval and every adapter run, whatever the load.
+
+``python benchmarks/step_instructions.py ROOT [ROOT ...]`` runs, under
+``valgrind --tool=callgrind --instr-atstart=no``, for each source tree ``ROOT`` (a checkout or a
+``git archive`` snapshot, so two trees compare side by side): one saga of ``N`` sequential
+``await saga.call("bench.noop", i=i)`` steps that commits, and one of the same ``N`` steps that
+is then undone (``engine.undo``: a compensation per step). Each runs once uninstrumented to warm up,
+then once between two callgrind dumps (client requests from a tiny library built with ``gcc``
+against ``valgrind/callgrind.h``; every thread counted). Printed per step:
+
+    step = committed run / N;  compensation = (run with the undo - committed run) / N
+
+With ``--annotate`` the measured dumps are kept and ``callgrind_annotate`` prints their C-level
+self cost (SQLite, hashing, JSON, malloc, the interpreter).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+N = 200
+
+_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
+
+_CLIENT = """
+#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
+void cg_dump(void) { CALLGRIND_DUMP_STATS; }
+"""
+
+
+def child(root: str, client: str) -> None:
+    import asyncio
+    import ctypes
+    import gc
+
+    sys.path[:0] = [os.path.join(root, "src"), root]
+    import amends
+    from benchmarks.common import noop_catalog
+
+    cg = ctypes.CDLL(client)
+    loop = asyncio.new_event_loop()
+
+    async def saga_of(engine: amends.Engine, n: int, undo: bool) -> None:
+        async with engine.saga("bench: steps") as saga:
+            for i in range(n):
+                await saga.call("bench.noop", i=i)
+        if undo:
+            budget = amends.Budget(tool_calls=10_000, seconds=600)
+            report = await engine.undo(saga.id, budget=budget)
+            if report.status != "fully_reversed":
+                raise AssertionError(report.status)
+
+    def run(undo: bool, measure: bool) -> None:
+        engine = amends.Engine(noop_catalog(), log=amends.SqliteLog(":memory:"))
+        loop.run_until_complete(saga_of(engine, 1, undo))  # catalog look-up, schema: not counted
+        gc.collect()
+        gc.freeze()
+        if measure:
+            cg.cg_start()
+            cg.cg_dump()
+        loop.run_until_complete(saga_of(engine, N, undo))
+        if measure:
+            cg.cg_dump()
+            cg.cg_stop()
+        gc.unfreeze()
+        loop.run_until_complete(engine.close())
+
+    for undo in (False, True):
+        run(undo, False)
+    for undo in (False, True):
+        run(undo, True)
+
+
+def measure(root: str, client: str, tmp: str, annotate: bool) -> tuple[float, float]:
+    out = os.path.join(tmp, f"cg.{abs(hash(root))}.out")
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--child",
+            root,
+            client,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    totals = []
+    for dump in (2, 4):
+        with open(f"{out}.{dump}") as f:
+            totals.append(int(next(line for line in f if line.startswith("totals:")).split()[1]))
+        if annotate:
+            text = subprocess.run(
+                ["callgrind_annotate", "--threshold=100", f"{out}.{dump}"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            print(f"--- {root} {'undone' if dump == 4 else 'committed'} run, self cost by library")
+            by_lib: dict[str, int] = {}
+            for line in text.splitlines():
+                m = _LINE.match(line)
+                if m is None or m[2] == "PROGRAM":
+                    continue
+                if m[3] is not None:
+                    lib = os.path.basename(m[3])
+                else:  # an inlined function: named by its source file only
+                    lib = "libpython (inlined)" if "Python-3" in m[2] else m[2].split(":")[0]
+                by_lib[lib] = by_lib.get(lib, 0) + int(m[1].replace(",", ""))
+            total = sum(by_lib.values())
+            for lib, n in sorted(by_lib.items(), key=lambda kv: -kv[1])[:8]:
+                print(f"  {n / total:6.1%}  {lib}")
+    return totals[0] / N, (totals[1] - totals[0]) / N
+
+
+def main(roots: list[str], annotate: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        client = os.path.join(tmp, "cgclient.so")
+        src = os.path.join(tmp, "cgclient.c")
+        with open(src, "w") as f:
+            f.write(_CLIENT)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", client, src], check=True)
+        for root in roots:
+            step, comp = measure(root, client, tmp, annotate)
+            print(f"{root}: step {step / 1e3:8.1f} k  compensation {comp / 1e3:8.1f} k instr.")
+
+
+if __name__ == "__main__":
+    # run as a script, this file's folder would shadow the standard library's ``profile``
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+    else:
+        args = [a for a in sys.argv[1:] if a != "--annotate"]
+        main(args, "--annotate" in sys.argv)
