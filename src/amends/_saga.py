@@ -15,6 +15,7 @@ import time
 import uuid
 from asyncio import ensure_future
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
+from inspect import CORO_CREATED, getcoroutinestate
 from types import TracebackType
 from typing import Any, Protocol, cast
 
@@ -222,6 +223,10 @@ class Step:
         self._error: StepFailedError | None = None
         self._observed = False
         self.task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        """Issue 29: what the first ``await step`` waits on while the step runs: the step's own
+        task wakes it as its last act (:func:`_wake`), a loop pass sooner than a done callback of
+        the task (what ``asyncio.shield`` waited for), and without the shield's two futures."""
         self._writing = False
         """Rule 1: the step's intent is being written; a cancel waits for it (its outcome is
         handed to the log without an await, issue 29)."""
@@ -238,6 +243,9 @@ class Step:
             self._cancel_asked = True
         elif self.task is not None and not self.task.done():
             self.task.cancel()
+            run = cast("Coroutine[Any, Any, None]", self.task.get_coro())
+            if self._waiter is not None and getcoroutinestate(run) == CORO_CREATED:
+                self._waiter.cancel()  # the task ends without running _run_step, which wakes it
 
     @property
     def state(self) -> str:
@@ -283,8 +291,23 @@ class Step:
         return self._wait().__await__()
 
     async def _wait(self) -> Any:
-        assert self.task is not None
-        await asyncio.shield(self.task)
+        task = self.task
+        assert task is not None
+        if task.done():
+            if task.cancelled() or task.exception() is not None:
+                await task  # raises, as awaiting the shield of a finished task did
+        elif self._waiter is None and self.saga.trace.span is None:
+            # cancelling this wait cancels the waiter, never the step (as the shield did)
+            waiter = self._waiter = task.get_loop().create_future()
+            try:
+                await waiter
+            except BaseException:  # the task's error, or this wait cancelled: as the shield,
+                _retrieve(task)  # take the task's error, so it is not reported unretrieved
+                raise
+            finally:
+                self._waiter = None
+        else:  # another await of the step already waits, or a span wraps the step's task
+            await asyncio.shield(task)
         await _outcomes_durable((self,))  # rule 1: durable before the agent sees it
         self._raise_write_error()
         self._observed = True
@@ -728,39 +751,67 @@ async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step
 # record the result with its contract checks (rules 2 and 4).
 
 
+def _wake(waiter: asyncio.Future[None], exc: BaseException | None) -> None:
+    """Wake an ``await step`` (:attr:`Step._waiter`) as the shield woke it from the step's task:
+    cancelled with the task, with its error, or with ``None``."""
+    if waiter.done():
+        return
+    if exc is None:
+        waiter.set_result(None)
+    elif isinstance(exc, asyncio.CancelledError):
+        waiter.cancel()
+    else:
+        waiter.set_exception(exc)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.done():
+        task.add_done_callback(_retrieve)
+    elif not task.cancelled():
+        task.exception()
+
+
 async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
-    if step.deps and not await _deps_done(host, saga, step):  # issue 29: none in a fan-out
-        return
+    failed: BaseException | None = None
     try:
-        args = _resolve(step.args) if step.has_refs else step.args
-    except ContractError as exc:  # issue 11: a reference to a key the result lacks
-        await _unresolvable(host, saga, step, exc)
-        return
-    if not await _begin_or_cancelled(host, saga, step, args):
-        return
-    step._state = "intent"  # the setter's work, without its call (issue 29)
-    calls: list[Call] = []
-    try:
-        result = await _dispatch(host, saga, step, args, calls)
-        finish = finish_done(host.catalog, step.spec.reversibility, step, calls[-1], result)
-        step._result = result
-    except asyncio.CancelledError:
-        # rule 9: cancelled after the call began -> the vendor may have acted.
-        finish = finish_failed(
-            host.catalog,
-            step,
-            calls,
-            "in_doubt",
-            "the agent's task was cancelled while the tool was running; whether it took "
-            "effect is unknown",
-        )
-        _log_finish(host, saga, step, finish)
-        raise
-    except BaseException as exc:
-        if not isinstance(exc, Exception):
+        if step.deps and not await _deps_done(host, saga, step):  # issue 29: none in a fan-out
+            return
+        try:
+            args = _resolve(step.args) if step.has_refs else step.args
+        except ContractError as exc:  # issue 11: a reference to a key the result lacks
+            await _unresolvable(host, saga, step, exc)
+            return
+        if not await _begin_or_cancelled(host, saga, step, args):
+            return
+        step._state = "intent"  # the setter's work, without its call (issue 29)
+        calls: list[Call] = []
+        try:
+            result = await _dispatch(host, saga, step, args, calls)
+            finish = finish_done(host.catalog, step.spec.reversibility, step, calls[-1], result)
+            step._result = result
+        except asyncio.CancelledError:
+            # rule 9: cancelled after the call began -> the vendor may have acted.
+            finish = finish_failed(
+                host.catalog,
+                step,
+                calls,
+                "in_doubt",
+                "the agent's task was cancelled while the tool was running; whether it took "
+                "effect is unknown",
+            )
+            _log_finish(host, saga, step, finish)
             raise
-        finish = failure(host.catalog, step, calls, exc)
-    _log_finish(host, saga, step, finish)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            finish = failure(host.catalog, step, calls, exc)
+        _log_finish(host, saga, step, finish)
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        if step._waiter is not None:  # issue 29: the agent awaiting the step resumes next pass
+            _wake(step._waiter, failed)
 
 
 async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:

@@ -147,3 +147,122 @@ async def test_a_failed_write_on_an_in_memory_log_leaves_no_trace_and_no_stale_h
     record = await log.get_saga(saga.id)
     assert record is not None and [s.state for s in record.steps] == ["done", "done"]
     await engine.close()
+
+
+@pytest.fixture
+def untraced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No saga span, whatever tracer provider an earlier test set: ``await step`` then waits on
+    the future the step's task wakes (with a span it waits on a shield of the task)."""
+    from amends import _saga
+    from amends._telemetry import NO_SAGA_TRACE
+
+    monkeypatch.setattr(_saga, "saga_trace", lambda saga_id, tenant: NO_SAGA_TRACE)
+
+
+def _one_tool_engine(effects: list[str], *, wait: float = 0.0) -> amends.Engine:
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.x", reversibility="irreversible")
+    async def x(call: amends.Call, n: int) -> int:
+        effects.append(f"started {n}")
+        if wait:
+            await asyncio.sleep(wait)
+        effects.append(f"finished {n}")
+        return n
+
+    return amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+
+
+async def test_cancelling_an_await_of_a_step_leaves_the_step_running_to_done(
+    untraced: None,
+) -> None:
+    """Issue 29: ``await step`` waits on a future the step's task wakes, not on a shield; as
+    with the shield, cancelling the wait cancels only the wait, and the step ends done."""
+    effects: list[str] = []
+    engine = _one_tool_engine(effects, wait=0.05)
+    async with engine.saga("cancelled wait") as saga:
+        step = saga.call("t.x", n=1)
+        waiting = asyncio.ensure_future(step._wait())
+        await asyncio.sleep(0.01)
+        assert step._waiter is not None  # the wait is on the future the task wakes
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not step.task.done()  # type: ignore[union-attr]
+        assert await step == 1  # a second await waits again, and sees the result
+    assert effects == ["started 1", "finished 1"]
+    assert step.state == "done"
+    await engine.close()
+
+
+async def test_a_step_cancelled_before_it_started_ends_the_await_of_it_cancelled(
+    untraced: None,
+) -> None:
+    """Issue 29: the step's task wakes the ``await step`` when its body ends; a task cancelled
+    before its body started never runs it, so the cancel wakes the await itself (as the shield
+    raised CancelledError then): the await ends, the tool is never called."""
+    effects: list[str] = []
+    engine = _one_tool_engine(effects)
+    loop = asyncio.get_running_loop()
+    steps: list[amends.Step] = []
+
+    async def run() -> None:
+        async with engine.saga("cancelled before start") as saga:
+            loop.call_soon(lambda: steps[0]._cancel())  # runs before the step's task starts
+            steps.append(saga.call("t.x", n=1))
+            await steps[0]
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(run(), 5)  # a TimeoutError here: the await was never woken
+    assert effects == []
+    assert steps[0].task is not None and steps[0].task.cancelled()
+    await engine.close()
+
+
+async def test_an_awaited_step_whose_task_fails_raises_the_tasks_error(untraced: None) -> None:
+    """Issue 29: the step's task ending with an error (its intent could not be written) hands
+    that error to ``await step``, as the shield did."""
+    effects: list[str] = []
+    engine = _one_tool_engine(effects)
+    async with engine.saga("log refuses") as saga:
+        real = engine.log.begin_step
+
+        async def refuse(intent: Any) -> bool:
+            raise amends.LogError("the log refused the intent")
+
+        engine.log.begin_step = refuse  # type: ignore[method-assign]
+        try:
+            with pytest.raises(amends.LogError, match="refused the intent"):
+                await saga.call("t.x", n=1)
+        finally:
+            engine.log.begin_step = real  # type: ignore[method-assign]
+        assert await saga.call("t.x", n=2) == 2
+    assert effects == ["started 2", "finished 2"]
+    await engine.close()
+
+
+async def test_awaiting_a_step_whose_task_already_failed_raises_its_error_again(
+    untraced: None,
+) -> None:
+    """A step awaited after its task ended with an error raises that error on every await,
+    as awaiting the shield of the finished task did."""
+    effects: list[str] = []
+    engine = _one_tool_engine(effects)
+    async with engine.saga("log refuses") as saga:
+        real = engine.log.begin_step
+
+        async def refuse(intent: Any) -> bool:
+            raise amends.LogError("the log refused the intent")
+
+        engine.log.begin_step = refuse  # type: ignore[method-assign]
+        try:
+            step = saga.call("t.x", n=1)
+            await asyncio.sleep(0)
+            assert step.task is not None and step.task.done()
+            for _ in range(2):
+                with pytest.raises(amends.LogError, match="refused the intent"):
+                    await step
+        finally:
+            engine.log.begin_step = real  # type: ignore[method-assign]
+    assert effects == []
+    await engine.close()
