@@ -195,3 +195,26 @@ def test_adapter_cost_verdict_reads_an_order_statistic_interval_of_the_median() 
     assert adapters.median_interval([float(x) for x in reversed(range(15))]) == (3.0, 11.0)
     assert adapters.median_interval([2.0, 1.0]) == (1.0, 2.0)
     assert adapters.median_interval([float(x) for x in range(9)]) == (1.0, 7.0)
+
+
+def test_step_instructions_measures_a_committed_and_an_undone_saga_between_two_dumps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``benchmarks/step_instructions.py``'s child: after uninstrumented warm-ups, the committed
+    saga and the undone one each run between a dump at the start and one at the end (the
+    figures are the second dump of each pair), and the undo reverses every step."""
+    import ctypes
+
+    from benchmarks import step_instructions
+
+    seen: list[str] = []
+
+    class Client:
+        def __getattr__(self, name: str) -> object:
+            return lambda: seen.append(name)
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the child puts the tree's src first
+    monkeypatch.setattr(ctypes, "CDLL", lambda path: Client())
+    monkeypatch.setattr(step_instructions, "N", 3)
+    step_instructions.child(str(REPO), "client.so")
+    assert seen == ["cg_start", "cg_dump", "cg_dump", "cg_stop"] * 2
