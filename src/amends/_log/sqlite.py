@@ -471,8 +471,9 @@ class _SqliteDatabase(Database):
             if conn.total_changes == self._carry_changes:
                 cur.cache = self._carry
             self._carry = None
+        tc = cur._cur  # BEGIN and COMMIT on the write's cursor: no cursor made for each
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            tc.execute("BEGIN IMMEDIATE")
             try:
                 value = fn(cur)
                 if conn.in_transaction:
@@ -480,7 +481,7 @@ class _SqliteDatabase(Database):
                     write_heads(
                         cur, self._key, sorted(appended) if len(appended) > 1 else [*appended]
                     )
-                    conn.execute("COMMIT")
+                    tc.execute("COMMIT")
                     if len(cur.cache) <= _CARRY_LIMIT:
                         self._carry, self._carry_changes = cur.cache, conn.total_changes
             except BaseException:
