@@ -22,19 +22,11 @@ an instruction count does not depend on the load.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 
 KINDS = ("bare", "hooked", "adapted", "ref")
 N = 100
-
-_CLIENT = """
-#include <valgrind/callgrind.h>
-void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
-void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
-void cg_dump(void) { CALLGRIND_DUMP_STATS; }
-"""
 
 
 def child(root: str, framework: str, kinds: list[str], client: str) -> None:
@@ -79,35 +71,16 @@ def child(root: str, framework: str, kinds: list[str], client: str) -> None:
 
 
 def main(root: str, framework: str, kinds: list[str]) -> None:
+    from benchmarks._callgrind import build_client, dump_total, run_child
+
     with tempfile.TemporaryDirectory() as tmp:
-        client = os.path.join(tmp, "cgclient.so")
-        src = os.path.join(tmp, "cgclient.c")
-        with open(src, "w") as f:
-            f.write(_CLIENT)
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", client, src], check=True)
+        client = build_client(tmp)
         out = os.path.join(tmp, "cg.out")
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--child",
-                root,
-                framework,
-                ",".join(kinds),
-                client,
-            ],
-            check=True,
-            capture_output=True,
-        )
+        run_child(__file__, [root, framework, ",".join(kinds), client], out)
         per_call: dict[str, float] = {}
         for i, kind in enumerate(kinds):
-            with open(f"{out}.{2 * i + 2}") as f:  # odd dumps: what came before each run
-                summary = next(line for line in f if line.startswith("totals:"))
-            per_call[kind] = int(summary.split()[1]) / N
+            # odd dumps: what came before each run
+            per_call[kind] = dump_total(f"{out}.{2 * i + 2}") / N
     for kind in kinds:
         print(f"{kind:8} {per_call[kind] / 1e6:9.3f} M instructions per tool call")
     differences = {
@@ -128,6 +101,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5])
     else:
+        sys.path.insert(0, os.path.dirname(here))  # benchmarks._callgrind
         main(
             sys.argv[1],
             sys.argv[2],

@@ -27,13 +27,6 @@ N = 200
 
 _LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
 
-_CLIENT = """
-#include <valgrind/callgrind.h>
-void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
-void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
-void cg_dump(void) { CALLGRIND_DUMP_STATS; }
-"""
-
 
 def child(root: str, client: str) -> None:
     import asyncio
@@ -79,26 +72,13 @@ def child(root: str, client: str) -> None:
 
 
 def measure(root: str, client: str, tmp: str, annotate: bool) -> tuple[float, float]:
+    from benchmarks._callgrind import dump_total, run_child
+
     out = os.path.join(tmp, f"cg.{abs(hash(root))}.out")
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--child",
-            root,
-            client,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    run_child(__file__, [root, client], out)
     totals = []
     for dump in (2, 4):
-        with open(f"{out}.{dump}") as f:
-            totals.append(int(next(line for line in f if line.startswith("totals:")).split()[1]))
+        totals.append(dump_total(f"{out}.{dump}"))
         if annotate:
             text = subprocess.run(
                 ["callgrind_annotate", "--threshold=100", f"{out}.{dump}"],
@@ -124,12 +104,10 @@ def measure(root: str, client: str, tmp: str, annotate: bool) -> tuple[float, fl
 
 
 def main(roots: list[str], annotate: bool) -> None:
+    from benchmarks._callgrind import build_client
+
     with tempfile.TemporaryDirectory() as tmp:
-        client = os.path.join(tmp, "cgclient.so")
-        src = os.path.join(tmp, "cgclient.c")
-        with open(src, "w") as f:
-            f.write(_CLIENT)
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", client, src], check=True)
+        client = build_client(tmp)
         for root in roots:
             step, comp = measure(root, client, tmp, annotate)
             print(f"{root}: step {step / 1e3:8.1f} k  compensation {comp / 1e3:8.1f} k instr.")
@@ -142,5 +120,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
     else:
+        sys.path.insert(0, os.path.dirname(here))  # benchmarks._callgrind
         args = [a for a in sys.argv[1:] if a != "--annotate"]
         main(args, "--annotate" in sys.argv)

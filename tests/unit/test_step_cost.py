@@ -5,7 +5,9 @@ tool where it waits)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -219,23 +221,29 @@ async def test_a_step_cancelled_before_it_started_ends_the_await_of_it_cancelled
     await engine.close()
 
 
+@contextlib.contextmanager
+def _intents_refused(engine: amends.Engine) -> Iterator[None]:
+    """The log refuses every step intent while this is open (a write that fails)."""
+    real = engine.log.begin_step
+
+    async def refuse(intent: Any) -> bool:
+        raise amends.LogError("the log refused the intent")
+
+    engine.log.begin_step = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        engine.log.begin_step = real  # type: ignore[method-assign]
+
+
 async def test_an_awaited_step_whose_task_fails_raises_the_tasks_error(untraced: None) -> None:
     """Issue 29: the step's task ending with an error (its intent could not be written) hands
     that error to ``await step``, as the shield did."""
     effects: list[str] = []
     engine = _one_tool_engine(effects)
     async with engine.saga("log refuses") as saga:
-        real = engine.log.begin_step
-
-        async def refuse(intent: Any) -> bool:
-            raise amends.LogError("the log refused the intent")
-
-        engine.log.begin_step = refuse  # type: ignore[method-assign]
-        try:
-            with pytest.raises(amends.LogError, match="refused the intent"):
-                await saga.call("t.x", n=1)
-        finally:
-            engine.log.begin_step = real  # type: ignore[method-assign]
+        with _intents_refused(engine), pytest.raises(amends.LogError, match="refused the intent"):
+            await saga.call("t.x", n=1)
         assert await saga.call("t.x", n=2) == 2
     assert effects == ["started 2", "finished 2"]
     await engine.close()
@@ -249,20 +257,12 @@ async def test_awaiting_a_step_whose_task_already_failed_raises_its_error_again(
     effects: list[str] = []
     engine = _one_tool_engine(effects)
     async with engine.saga("log refuses") as saga:
-        real = engine.log.begin_step
-
-        async def refuse(intent: Any) -> bool:
-            raise amends.LogError("the log refused the intent")
-
-        engine.log.begin_step = refuse  # type: ignore[method-assign]
-        try:
+        with _intents_refused(engine):
             step = saga.call("t.x", n=1)
             await asyncio.sleep(0)
             assert step.task is not None and step.task.done()
             for _ in range(2):
                 with pytest.raises(amends.LogError, match="refused the intent"):
                     await step
-        finally:
-            engine.log.begin_step = real  # type: ignore[method-assign]
     assert effects == []
     await engine.close()

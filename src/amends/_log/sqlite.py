@@ -392,13 +392,28 @@ class _SqliteDatabase(Database):
                 return fast
         return self._transaction(batch, savepoints=len(batch) > 1)
 
-    def _transaction(self, batch: list[_Job], *, savepoints: bool) -> list[tuple[_Job, bool, Any]]:
-        conn = self._conn
-        cur = _Cursor(conn)
-        if self._carry is not None:  # issue 29: see _carry
-            if conn.total_changes == self._carry_changes:
+    def _write_cursor(self) -> _Cursor:
+        """A cursor for the next write transaction, with the head cache the last commit left
+        (issue 29: see ``_carry``) if nothing has changed the database since."""
+        cur = _Cursor(self._conn)
+        if self._carry is not None:
+            if self._conn.total_changes == self._carry_changes:
                 cur.cache = self._carry
             self._carry = None
+        return cur
+
+    def _commit_heads(self, cur: _Cursor, execute: Callable[[str], Any]) -> None:
+        """Rule 12: the heads of the sagas the transaction appended to, then ``COMMIT``; an
+        in-memory log carries the head cache to its next write (issue 29: see ``_carry``)."""
+        appended = cur.appended
+        write_heads(cur, self._key, sorted(appended) if len(appended) > 1 else [*appended])
+        execute("COMMIT")
+        if self.memory and len(cur.cache) <= _CARRY_LIMIT:
+            self._carry, self._carry_changes = cur.cache, self._conn.total_changes
+
+    def _transaction(self, batch: list[_Job], *, savepoints: bool) -> list[tuple[_Job, bool, Any]]:
+        conn = self._conn
+        cur = self._write_cursor()
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -424,10 +439,7 @@ class _SqliteDatabase(Database):
                         conn.execute(f"RELEASE w{i}")
                     outcomes.append((True, value))
                 if conn.in_transaction:
-                    write_heads(cur, self._key, sorted(cur.appended))  # rule 12
-                    conn.execute("COMMIT")
-                    if self.memory and len(cur.cache) <= _CARRY_LIMIT:
-                        self._carry, self._carry_changes = cur.cache, conn.total_changes
+                    self._commit_heads(cur, conn.execute)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -466,24 +478,14 @@ class _SqliteDatabase(Database):
         ``COMMIT``, the head cache carried over), without the batch's lists; raises the write's
         error after rolling it back."""
         conn = self._conn
-        cur = _Cursor(conn)
-        if self._carry is not None:  # issue 29: see _carry
-            if conn.total_changes == self._carry_changes:
-                cur.cache = self._carry
-            self._carry = None
+        cur = self._write_cursor()
         tc = cur._cur  # BEGIN and COMMIT on the write's cursor: no cursor made for each
         try:
             tc.execute("BEGIN IMMEDIATE")
             try:
                 value = fn(cur)
                 if conn.in_transaction:
-                    appended = cur.appended
-                    write_heads(
-                        cur, self._key, sorted(appended) if len(appended) > 1 else [*appended]
-                    )
-                    tc.execute("COMMIT")
-                    if len(cur.cache) <= _CARRY_LIMIT:
-                        self._carry, self._carry_changes = cur.cache, conn.total_changes
+                    self._commit_heads(cur, tc.execute)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -328,12 +328,16 @@ class _RunEnds(BaseCallbackHandler):
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         """A sync run (``invoke``) ended: close the sagas it owns unless it paused (issue 25
         item 6: the run's end, not an after-agent node LangGraph walks on every superstep)."""
+        for own in self._ended(run_id, outputs):
+            own.middleware._close_sync(own)
+
+    def _ended(self, run_id: uuid.UUID, outputs: Any) -> list[_Own]:
+        """Mark the watched run ``run_id`` ended; the sagas its normal end closes."""
         root = self.roots.pop(run_id, None)
         if root is None:
-            return
+            return []
         root.ended = True
-        for own in _ending(root, outputs):
-            own.middleware._close_sync(own)
+        return _ending(root, outputs)
 
     async def on_chain_error(
         self, error: BaseException, *, run_id: uuid.UUID, **kwargs: Any
@@ -361,11 +365,7 @@ class _AsyncRunEnds(_RunEnds):
     async def on_chain_end(  # type: ignore[override]
         self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any
     ) -> None:
-        root = self.roots.pop(run_id, None)
-        if root is None:
-            return
-        root.ended = True
-        for own in _ending(root, outputs):
+        for own in self._ended(run_id, outputs):
             await own.middleware._close(own)
 
 
