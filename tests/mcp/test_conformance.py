@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,16 +29,36 @@ EVERYTHING = NODE / "@modelcontextprotocol" / "server-everything" / "dist" / "in
 _ROW = re.compile(r"^[✓✗] ([\w-]+): (\d+) passed, (\d+) failed$", re.M)
 
 
-def _listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 60.0) -> None:
+def _listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 60.0) -> bool:
+    """Whether ``proc`` listens on ``port`` (``False``: it exited first); fails the test if it
+    runs without listening for ``seconds``."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"exited with {proc.returncode}"
+        if proc.poll() is not None:
+            return False
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
+            return True
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"nothing listened on {port} within {seconds} s")
+
+
+def _serving(
+    start: Callable[[int], subprocess.Popen[bytes]], tries: int = 3
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """A server started by ``start(port)`` on a free port, listening. ``free_port`` closes its
+    socket before the server binds, so another process on the machine can take the port in
+    between: a server that exits before it listens is started again on another port (at most
+    ``tries`` times); one that runs but never listens fails the test."""
+    codes = []
+    for _ in range(tries):
+        port = free_port()
+        proc = start(port)
+        if _listening(port, proc):
+            return port, proc
+        codes.append(proc.returncode)
+    raise AssertionError(f"the server exited before listening, {tries} times: {codes}")
 
 
 def _start(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -76,10 +97,12 @@ def _suite(url: str, cwd: Path) -> dict[str, bool]:
 
 
 def _conformance(tmp_path: Path) -> tuple[dict[str, bool], dict[str, bool]]:
-    port = free_port()
-    direct = _start(["node", str(EVERYTHING), "streamableHttp"], tmp_path, {"PORT": str(port)})
+    port, direct = _serving(
+        lambda port: _start(
+            ["node", str(EVERYTHING), "streamableHttp"], tmp_path, {"PORT": str(port)}
+        )
+    )
     try:
-        _listening(port, direct)
         straight = _suite(f"http://127.0.0.1:{port}/mcp", tmp_path)
     finally:
         _stop(direct)
@@ -88,14 +111,9 @@ def _conformance(tmp_path: Path) -> tuple[dict[str, bool], dict[str, bool]]:
         '[gateway]\nlog = "saga.db"\n\n[[upstream]]\nname = "everything"\ncommand = "node"\n'
         f'args = [{json.dumps(str(EVERYTHING))}, "stdio"]\nprefix = false\n'
     )
-    port = free_port()
-    gateway = _start(
-        [sys.executable, "-m", "amends.integrations.mcp", "serve", "--config", str(config),
-         "--http", f"127.0.0.1:{port}"],
-        tmp_path,
-    )  # fmt: skip
+    serve = [sys.executable, "-m", "amends.integrations.mcp", "serve", "--config", str(config)]
+    port, gateway = _serving(lambda port: _start([*serve, "--http", f"127.0.0.1:{port}"], tmp_path))
     try:
-        _listening(port, gateway)
         through = _suite(f"http://127.0.0.1:{port}/mcp", tmp_path)
     finally:
         _stop(gateway)
