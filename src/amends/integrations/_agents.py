@@ -50,7 +50,6 @@ __all__ = [
     "AgentRun",
     "Answers",
     "ToolReportedError",
-    "active_run",
     "agent_run",
     "agent_run_sync",
     "current_run",
@@ -146,15 +145,10 @@ def note_failure(exc: BaseException, saga_id: str) -> None:
         )
 
 
-def current_run() -> AgentRun | None:
-    """The :class:`AgentRun` opened by :func:`agent_run` / :func:`agent_run_sync` around this
-    code, or ``None``."""
-    return _ACTIVE.get()
-
-
-active_run = _ACTIVE.get
-""":func:`current_run` without a Python call of its own, for the adapters' per-tool-call and
-per-model-call paths (issue 25 item 6)."""
+current_run: Callable[[], AgentRun | None] = _ACTIVE.get
+"""The :class:`AgentRun` opened by :func:`agent_run` / :func:`agent_run_sync` around this
+code, or ``None``: the context variable's own ``get``, without a Python call of its own on the
+adapters' per-tool-call and per-model-call paths (issue 25 item 6)."""
 
 
 class AgentRun:

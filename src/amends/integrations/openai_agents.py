@@ -52,7 +52,6 @@ from ._agents import (
     UNDO_TOOL,
     AgentRun,
     Answers,
-    active_run,
     agent_run,
     agent_run_sync,
     current_run,
@@ -137,7 +136,7 @@ def _wrap(
             args = {"arguments": args_json}
         if not isinstance(args, dict):
             args = {"arguments": args}
-        run = active_run() or _the_run()  # _the_run raises: no run
+        run = _the_run()
         place = _LISTED.get(run, {}).get(ctx.tool_call_id) if run.turns_from_hooks else None
 
         async def call() -> Any:
@@ -272,7 +271,7 @@ class AmendsRunHooks(RunHooks[Any]):
     async def on_llm_start(
         self, context: Any, agent: Any, system_prompt: Any, input_items: Any
     ) -> None:
-        run = active_run()
+        run = current_run()
         if run is not None:
             run.turns_from_hooks = True
             run.begin_turn(("openai_agents", next(_TURNS)))
@@ -282,7 +281,7 @@ class AmendsRunHooks(RunHooks[Any]):
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         # The SDK runs the response's function calls concurrently; their steps are numbered in
         # the order the model listed them (AgentRun.call_tool's place).
-        run = active_run()
+        run = current_run()
         if run is not None:
             ordered = {
                 t.name

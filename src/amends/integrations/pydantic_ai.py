@@ -45,7 +45,6 @@ from ._agent_parts import (
 from ._agents import (
     AgentRun,
     Answers,
-    active_run,
     agent_run,
     agent_run_sync,
     current_run,
@@ -253,8 +252,7 @@ class AmendsToolset(WrapperToolset[Any]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
 
         turn, place, part = _turn_of(ctx)
-        per_run = self._per_run  # self._run() without its two calls (issue 25 item 6)
-        run = active_run() or (per_run.own if per_run else None) or self._run()
+        run = self._run()
         if name in NOT_STEPS:  # undo (it undoes this saga), follow-ups (of the reversal)
             run.begun(place, turn)
             with run.activate():
