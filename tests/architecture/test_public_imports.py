@@ -82,6 +82,10 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.cli.core", "amends._describe"): (
         "`amends show` prints the same plain-language sentence of a step the report uses"
     ),
+    ("amends.sandbox.world", "amends._log"): (
+        "a world file is shared between processes like the saga log, and switches to WAL the "
+        "log's one way (switch_to_wal: SQLite skips its busy handler there), not a copy of it"
+    ),
     ("amends.evals.naive", "amends._calls"): (
         "the naive baseline calls tools exactly as the engine does (current_call set, plain "
         "functions in a thread), so the eval compares undo strategies and nothing else"

@@ -131,19 +131,22 @@ def test_sigkill_at_a_random_time(log_url: str, tmp_path: Path, seed: int) -> No
     phase = "forward" if seed % 2 == 0 else "undo"
     if phase == "undo":
         output(run_worker(log_url, vpath, "forward", SAGA))
-    proc = subprocess.Popen(
+    # ``with``: the worker is killed and its pipes closed even when polling the vendor fails
+    with subprocess.Popen(
         worker_cmd(log_url, vpath, phase, SAGA), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    # wait until the worker has reached the vendor, then kill it a random moment later
-    deadline = time.monotonic() + 30
-    start = len(vendor.world(vpath)[2]) if vpath.exists() else 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if vpath.exists() and len(vendor.world(vpath)[2]) > start:
-            break
-        time.sleep(0.005)
-    time.sleep(rng.uniform(0.0, 0.05))
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    ) as proc:
+        try:
+            # wait until the worker has reached the vendor, then kill it a random moment later
+            deadline = time.monotonic() + 30
+            start = len(vendor.world(vpath)[2]) if vpath.exists() else 0
+            while time.monotonic() < deadline and proc.poll() is None:
+                if vpath.exists() and len(vendor.world(vpath)[2]) > start:
+                    break
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.05))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
     out = recover_and_check(log_url, vpath)
     if phase == "forward" and proc.returncode == -signal.SIGKILL:
         assert out["report"]["steps"], out

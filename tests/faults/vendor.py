@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import amends
+from amends._log.sqlite import switch_to_wal
 
 Hook = Callable[[str], None]
 
@@ -26,7 +27,7 @@ Hook = Callable[[str], None]
 def connect(path: str | Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=60)
     conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA journal_mode = WAL")  # durable across process kills; fast enough for load
+    switch_to_wal(conn, 60)  # durable across process kills; waits out a process creating it
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
     conn.execute(

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import amends
+from amends._log.sqlite import switch_to_wal
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=60)
     conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA journal_mode = WAL")
+    switch_to_wal(conn, 60)  # durable across process kills; waits out a process creating it
     conn.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
     conn.execute(
         "CREATE TABLE IF NOT EXISTS charges (id TEXT PRIMARY KEY, cents INTEGER NOT NULL, "

@@ -33,7 +33,7 @@ from .._errors import (
 from .database import take_batch
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 
-__all__ = ["SqliteLog", "file_permission_problems"]
+__all__ = ["SqliteLog", "file_permission_problems", "switch_to_wal"]
 
 T = TypeVar("T")
 
@@ -70,6 +70,30 @@ def translate(exc: sqlite3.Error, path: str) -> LogError:
             path=path,
         )
     return LogError(f"saga log {path!r}: {exc}", path=path)
+
+
+def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL`` on ``conn``, waiting out other openers up to ``timeout`` s.
+
+    Switching a fresh file to WAL needs an exclusive lock, and SQLite answers "database is
+    locked" at once (its busy handler is not consulted there) while another connection holds a
+    write lock on it, as it does while it creates the same new file: two agents starting
+    together must both get the log, not one a LogLockedError (found by tests/conformance
+    `test_concurrent_opens_migrate_once`), and a reader polling a file a worker is creating must
+    wait, not fail (CI, 2026-12-05). Every SQLite file amends or its tests share between
+    processes switches through here.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 class _Cursor:
@@ -276,7 +300,7 @@ class _SqliteDatabase(Database):
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if not self.memory and not self.read_only:
-                mode = self._switch_to_wal(conn)
+                mode = switch_to_wal(conn, self.busy_timeout)
                 if str(mode).lower() != "wal":
                     raise LogError(
                         f"saga log {self.path!r} could not switch to WAL (got "
@@ -292,26 +316,6 @@ class _SqliteDatabase(Database):
                 raise translate(exc, self.path) from exc
             raise
         return conn
-
-    def _switch_to_wal(self, conn: sqlite3.Connection) -> str:
-        """``PRAGMA journal_mode = WAL``, waiting out other openers up to the busy timeout.
-
-        Switching a fresh file to WAL needs an exclusive lock, and SQLite answers "database is
-        locked" at once (its busy handler is not consulted there) while another process opens
-        the same new log: two agents starting together must both get the log, not one a
-        LogLockedError (found by tests/conformance `test_concurrent_opens_migrate_once`).
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        pause = 0.002
-        while True:
-            try:
-                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            except sqlite3.OperationalError as exc:
-                text = str(exc).lower()
-                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
 
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

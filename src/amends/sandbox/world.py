@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from amends import ConfigError, PermanentError, TransientError, current_call
 
+from .._log.sqlite import switch_to_wal
 from ._base import add_business_days, atomic
 
 if TYPE_CHECKING:
@@ -238,9 +239,9 @@ class _Store:
                     with contextlib.suppress(FileExistsError):
                         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("PRAGMA busy_timeout=5000")
+                switch_to_wal(self._db, 5.0)  # another process may be creating the same file
+                self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(
                     "CREATE TABLE IF NOT EXISTS kv (tbl TEXT NOT NULL, key TEXT NOT NULL, "
                     "value TEXT NOT NULL, PRIMARY KEY (tbl, key))"
