@@ -44,10 +44,9 @@ def test_the_raw_pragma_fails_at_once_while_another_connection_creates_the_file(
     thread = _hold_write_lock(path, 0.3)
     conn = sqlite3.connect(path, isolation_level=None, timeout=60)
     conn.execute("PRAGMA busy_timeout = 60000")
-    started = time.monotonic()
+    # had SQLite waited (busy_timeout is 60 s), the switch would succeed once the lock goes
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         conn.execute("PRAGMA journal_mode = WAL")
-    assert time.monotonic() - started < 0.25, "SQLite waited after all: the helper is not needed"
     thread.join()
     conn.close()
 
@@ -64,12 +63,12 @@ def test_switch_to_wal_waits_out_the_other_opener(tmp_path: Path) -> None:
 
 def test_switch_to_wal_gives_up_at_its_timeout_with_sqlite_s_own_error(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
-    thread = _hold_write_lock(path, 1.0)
+    thread = _hold_write_lock(path, 2.0)
     conn = sqlite3.connect(path, isolation_level=None)
     started = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="locked"):
-        switch_to_wal(conn, 0.2)
-    assert 0.2 <= time.monotonic() - started < 0.9
+        switch_to_wal(conn, 0.2)  # had it waited for the lock (2 s), it would have succeeded
+    assert time.monotonic() - started >= 0.2
     thread.join()
     conn.close()
 
