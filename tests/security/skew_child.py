@@ -24,13 +24,14 @@ import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 import amends  # noqa: E402
+from amends._log.sqlite import switch_to_wal  # noqa: E402
 
 LOG, VENDOR, MODE, SAGA, DIR = sys.argv[1:6]
 
 
 def vendor() -> sqlite3.Connection:
     conn = sqlite3.connect(VENDOR, isolation_level=None, timeout=60)
-    conn.execute("PRAGMA journal_mode = WAL")
+    switch_to_wal(conn, 60)  # two children open the vendor file together
     conn.execute("CREATE TABLE IF NOT EXISTS charges (id TEXT PRIMARY KEY, status TEXT)")
     conn.execute("CREATE TABLE IF NOT EXISTS refunds (n INTEGER PRIMARY KEY, id TEXT, pid INT)")
     return conn
