@@ -11,6 +11,8 @@ against ``valgrind/callgrind.h``; every thread counted). Printed per step:
 
     step = committed run / N;  compensation = (run with the undo - committed run) / N
 
+With ``--file`` the log is a ``SqliteLog`` file (synchronous=FULL) instead: the durable step of
+section 1, its writer thread and fsyncs included (instructions, not the wait for the disk).
 With ``--annotate`` the measured dumps are kept and ``callgrind_annotate`` prints their C-level
 self cost (SQLite, hashing, JSON, malloc, the interpreter).
 """
@@ -28,7 +30,7 @@ N = 200
 _LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
 
 
-def child(root: str, client: str) -> None:
+def child(root: str, client: str, file: bool = False) -> None:
     import asyncio
     import ctypes
     import gc
@@ -51,7 +53,12 @@ def child(root: str, client: str) -> None:
                 raise AssertionError(report.status)
 
     def run(undo: bool, measure: bool) -> None:
-        engine = amends.Engine(noop_catalog(), log=amends.SqliteLog(":memory:"))
+        if file:
+            path = os.path.join(os.path.dirname(client), f"steps-{undo}-{measure}.db")
+            log = amends.SqliteLog(path, synchronous="FULL")
+        else:
+            log = amends.SqliteLog(":memory:")
+        engine = amends.Engine(noop_catalog(), log=log)
         loop.run_until_complete(saga_of(engine, 1, undo))  # catalog look-up, schema: not counted
         gc.collect()
         gc.freeze()
@@ -71,11 +78,13 @@ def child(root: str, client: str) -> None:
         run(undo, True)
 
 
-def measure(root: str, client: str, tmp: str, annotate: bool) -> tuple[float, float]:
+def measure(
+    root: str, client: str, tmp: str, annotate: bool, file: bool = False
+) -> tuple[float, float]:
     from benchmarks._callgrind import dump_total, run_child
 
     out = os.path.join(tmp, f"cg.{abs(hash(root))}.out")
-    run_child(__file__, [root, client], out)
+    run_child(__file__, [root, client, *(["--file"] if file else [])], out)
     totals = []
     for dump in (2, 4):
         totals.append(dump_total(f"{out}.{dump}"))
@@ -103,13 +112,13 @@ def measure(root: str, client: str, tmp: str, annotate: bool) -> tuple[float, fl
     return totals[0] / N, (totals[1] - totals[0]) / N
 
 
-def main(roots: list[str], annotate: bool) -> None:
+def main(roots: list[str], annotate: bool, file: bool = False) -> None:
     from benchmarks._callgrind import build_client
 
     with tempfile.TemporaryDirectory() as tmp:
         client = build_client(tmp)
         for root in roots:
-            step, comp = measure(root, client, tmp, annotate)
+            step, comp = measure(root, client, tmp, annotate, file)
             print(f"{root}: step {step / 1e3:8.1f} k  compensation {comp / 1e3:8.1f} k instr.")
 
 
@@ -118,8 +127,8 @@ if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     if sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3])
+        child(sys.argv[2], sys.argv[3], "--file" in sys.argv[4:])
     else:
         sys.path.insert(0, os.path.dirname(here))  # benchmarks._callgrind
-        args = [a for a in sys.argv[1:] if a != "--annotate"]
-        main(args, "--annotate" in sys.argv)
+        args = [a for a in sys.argv[1:] if a not in ("--annotate", "--file")]
+        main(args, "--annotate" in sys.argv, "--file" in sys.argv)
