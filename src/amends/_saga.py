@@ -15,7 +15,6 @@ import time
 import uuid
 from asyncio import ensure_future
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
-from inspect import CORO_CREATED, getcoroutinestate
 from types import TracebackType
 from typing import Any, Protocol, cast
 
@@ -242,10 +241,7 @@ class Step:
         if self._writing:
             self._cancel_asked = True
         elif self.task is not None and not self.task.done():
-            self.task.cancel()
-            run = cast("Coroutine[Any, Any, None]", self.task.get_coro())
-            if self._waiter is not None and getcoroutinestate(run) == CORO_CREATED:
-                self._waiter.cancel()  # the task ends without running _run_step, which wakes it
+            self.task.cancel()  # a task that never started wakes its waiter too (see _wait)
 
     @property
     def state(self) -> str:
@@ -299,6 +295,11 @@ class Step:
         elif self._waiter is None and self.saga.trace.span is None:
             # cancelling this wait cancels the waiter, never the step (as the shield did)
             waiter = self._waiter = task.get_loop().create_future()
+            # The step's task wakes the waiter as its last act (_run_step's finally, which then
+            # takes this callback off again); a task cancelled before it started
+            # (``step.task.cancel()``, a shutdown) never runs that code, so its end cancels the
+            # waiter. An ``await step`` ends whenever the step's task ends, however it ends.
+            task.add_done_callback(waiter.cancel)
             try:
                 await waiter
             except BaseException:  # the task's error, or this wait cancelled: as the shield,
@@ -810,8 +811,14 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         failed = exc
         raise
     finally:
-        if step._waiter is not None:  # issue 29: the agent awaiting the step resumes next pass
-            _wake(step._waiter, failed)
+        waiter = step._waiter
+        if waiter is not None:  # issue 29: the agent awaiting the step resumes next pass
+            _wake(waiter, failed)
+            # the task ran, so the end of the task need not cancel the waiter (Step._wait): no
+            # loop callback for it
+            task = step.task
+            if task is not None:
+                task.remove_done_callback(waiter.cancel)
 
 
 async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:

@@ -197,27 +197,80 @@ async def test_cancelling_an_await_of_a_step_leaves_the_step_running_to_done(
     await engine.close()
 
 
+@pytest.mark.parametrize(
+    "how",
+    [
+        "the saga's _cancel, after the await began",
+        "step.task.cancel(), after the await began",
+        "step.task.cancel(), before the await",
+    ],
+)
 async def test_a_step_cancelled_before_it_started_ends_the_await_of_it_cancelled(
-    untraced: None,
+    untraced: None, how: str
 ) -> None:
     """Issue 29: the step's task wakes the ``await step`` when its body ends; a task cancelled
-    before its body started never runs it, so the cancel wakes the await itself (as the shield
-    raised CancelledError then): the await ends, the tool is never called."""
+    before its body started never runs it, so the task's end wakes the await (as the shield
+    raised CancelledError then): the await ends, the tool is never called. However the cancel
+    arrives: through the saga, or ``step.task.cancel()`` by anyone (which hung the await
+    forever until 2026-12-05)."""
     effects: list[str] = []
     engine = _one_tool_engine(effects)
     loop = asyncio.get_running_loop()
     steps: list[amends.Step] = []
 
+    def cancel() -> None:
+        if how.startswith("the saga's"):
+            steps[0]._cancel()
+        else:
+            assert steps[0].task is not None
+            steps[0].task.cancel()
+
     async def run() -> None:
         async with engine.saga("cancelled before start") as saga:
-            loop.call_soon(lambda: steps[0]._cancel())  # runs before the step's task starts
+            if how.endswith("after the await began"):
+                loop.call_soon(cancel)  # runs before the step's task starts
             steps.append(saga.call("t.x", n=1))
+            if how.endswith("before the await"):
+                cancel()
             await steps[0]
 
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(run(), 5)  # a TimeoutError here: the await was never woken
     assert effects == []
     assert steps[0].task is not None and steps[0].task.cancelled()
+    await engine.close()
+
+
+async def test_a_step_that_ran_schedules_no_callback_for_that_guard(
+    untraced: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel-before-start guard of ``await step`` (the waiter's ``cancel`` as a done
+    callback of the step's task) is taken off once the step's body ran: its end schedules no
+    loop callback for it (issue 29's cost per step)."""
+    effects: list[str] = []
+    engine = _one_tool_engine(effects)
+    loop = asyncio.get_running_loop()
+    scheduled: list[Any] = []
+    real = loop.call_soon
+
+    def call_soon(callback: Any, *args: Any, **kw: Any) -> asyncio.Handle:
+        scheduled.append(callback)
+        return real(callback, *args, **kw)
+
+    async with engine.saga("plain") as saga:
+        monkeypatch.setattr(loop, "call_soon", call_soon)
+        step = saga.call("t.x", n=1)
+        assert await step == 1
+        await asyncio.sleep(0)  # the task's done callbacks, had there been any, ran by now
+        monkeypatch.undo()
+    guards = [
+        cb
+        for cb in scheduled
+        if getattr(cb, "__name__", "") == "cancel" and hasattr(cb, "__self__")
+    ]
+    assert guards == []
+    assert scheduled, "the loop's call_soon was not seen: the test measures nothing"
+    assert effects == ["started 1", "finished 1"]
     await engine.close()
 
 
