@@ -2,14 +2,14 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt constraints-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
 
 .PHONY: demo test check fast lint typecheck bench bench-quick eval docs screenshots clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-test.txt constraints-test.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,server,postgres,testing,langchain,pydantic-ai,openai-agents,temporal,mcp,otel]' -r requirements-test.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev,server,postgres,testing,langchain,pydantic-ai,openai-agents,temporal,mcp,otel]' -r requirements-test.txt -c constraints-test.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
