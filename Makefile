@@ -58,7 +58,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks --quick
 
 docs: $(STAMP)
-	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
+	$(BIN)/python -m pip install --quiet -r requirements-docs.txt -c constraints-test.txt
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The Undo screen at 375 and 1280 px, before / confirm / after, into docs/img (needs chromium).
