@@ -190,7 +190,7 @@ async def pydantic_ai(engine: Engineish, n: int, *, capability: bool = False) ->
         agent = Agent(FunctionModel(respond), toolsets=[WrapperToolset(tools)])
     elif not isinstance(engine, amends.Engine):
         raise TypeError(engine)
-    elif capability:  # the recommended form: every failed run gets its saga id
+    elif capability:  # the capability form (a failed run's handle either way since 2026-12-05)
         toolset = AmendsToolset(tools, engine=engine)
         agent = Agent(FunctionModel(respond), capabilities=[toolset.capability])
     else:

@@ -383,9 +383,12 @@ async def test_openai_agents_output_guardrail_carries_the_saga() -> None:
     await undo_the_failed_run(engine, caught.value, world)
 
 
-async def test_pydantic_ai_usage_limit_and_model_error_carry_the_saga() -> None:
+@pytest.mark.parametrize("form", ["capabilities", "toolsets"])
+async def test_pydantic_ai_usage_limit_and_model_error_carry_the_saga(form: str) -> None:
     """Item 4: a run that raises (usage limits; the model's own error) carries its saga, given
-    as ``Agent(capabilities=[toolset.capability])``."""
+    as ``Agent(capabilities=[toolset.capability])`` or as ``Agent(toolsets=[toolset])`` (which
+    Pydantic AI leaves from the handler of the run's error without telling it: until
+    2026-12-05 that form's exception carried nothing)."""
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.messages import ModelResponse, ToolCallPart
@@ -395,28 +398,85 @@ async def test_pydantic_ai_usage_limit_and_model_error_carry_the_saga() -> None:
 
     from amends.integrations.pydantic_ai import AmendsToolset
 
-    world, engine = new_engine()
-    declare_set_stage(engine)
+    def agent_for(engine: amends.Engine, world: World, respond: Any) -> Any:
+        toolset = AmendsToolset(FunctionToolset(world_tools(world)), engine=engine)
+        if form == "capabilities":
+            return Agent(FunctionModel(respond), capabilities=[toolset.capability])
+        return Agent(FunctionModel(respond), toolsets=[toolset])
 
     def respond(messages: Any, info: Any) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart("set_stage", {"deal": "acme", "stage": "won"})])
 
-    toolset = AmendsToolset(FunctionToolset(world_tools(world)), engine=engine)
-    agent = Agent(FunctionModel(respond), capabilities=[toolset.capability])
+    world, engine = new_engine()
+    declare_set_stage(engine)
     with pytest.raises(UsageLimitExceeded) as caught:
-        await agent.run("Win", usage_limits=UsageLimits(request_limit=2))
+        await agent_for(engine, world, respond).run(
+            "Win", usage_limits=UsageLimits(request_limit=2)
+        )
     await undo_the_failed_run(engine, caught.value, world)
 
     world, engine = new_engine()
     declare_set_stage(engine)
 
-    async def model_fails(n: int) -> None:
-        if n == 1:
+    def fails_second(messages: Any, info: Any) -> ModelResponse:
+        if len(messages) > 1:
             raise ConnectionError("model endpoint hung up")
+        return respond(messages, info)
 
     with pytest.raises(ConnectionError) as failed:
-        await play("pydantic_ai", engine, looping_turns(2), world_tools(world), between=model_fails)
+        await agent_for(engine, world, fails_second).run("Win")
     await undo_the_failed_run(engine, failed.value, world)
+
+
+@pytest.mark.parametrize("form", ["capabilities", "toolsets"])
+async def test_pydantic_ai_a_run_inside_an_except_block_is_judged_by_its_own_end(
+    form: str,
+) -> None:
+    """A run started while the caller handles an exception: that exception is not the run's
+    failure (a clean run's result carries no note, the caller's exception no saga id), and a
+    run that fails there still gets its own saga id on its own exception."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from amends.integrations.pydantic_ai import AmendsToolset
+
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    toolset = AmendsToolset(FunctionToolset(world_tools(world)), engine=engine)
+
+    def once(messages: Any, info: Any) -> ModelResponse:
+        if len(messages) > 1:
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("set_stage", {"deal": "acme", "stage": "won"})])
+
+    def fails_second(messages: Any, info: Any) -> ModelResponse:
+        if len(messages) > 1:
+            raise ConnectionError("model endpoint hung up")
+        return once(messages, info)
+
+    def agent_for(respond: Any) -> Any:
+        if form == "capabilities":
+            return Agent(FunctionModel(respond), capabilities=[toolset.capability])
+        return Agent(FunctionModel(respond), toolsets=[toolset])
+
+    outer = KeyError("the caller's own trouble")
+    try:
+        raise outer
+    except KeyError:
+        result = await agent_for(once).run("Win")
+        with pytest.raises(ConnectionError) as failed:
+            await agent_for(fails_second).run("Win again")
+    assert result.output == "done"
+    assert getattr(outer, "amends_saga_id", None) is None
+    assert not getattr(outer, "__notes__", [])
+    clean = toolset.saga_id_of(result)
+    assert clean is not None and failed.value.amends_saga_id not in (None, clean)  # type: ignore[attr-defined]
+    saga = await engine.log.get_saga(clean)
+    assert saga is not None and saga.state == "completed"
+    assert [(s.tool, s.state) for s in saga.steps] == [("set_stage", "done")]
+    await engine.close()
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

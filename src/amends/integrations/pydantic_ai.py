@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -120,6 +121,9 @@ def _sent(tool_args: dict[str, Any], part: ToolCallPart | None) -> dict[str, Any
 class _PerRun:
     title: str
     own: AgentRun | None = None
+    handled: BaseException | None = None
+    """The exception being handled where the run began (``agent.run`` called inside an
+    ``except`` block): not the run's own failure when the toolset is left."""
 
 
 @dataclasses.dataclass
@@ -128,9 +132,8 @@ class AmendsToolset(WrapperToolset[Any]):
 
     The saga of a run: :meth:`saga_id_of` (``toolset.saga_id_of(result)``; concurrent runs each
     have their own) or :attr:`last_saga_id`. A run that raises closes its saga, and the
-    exception carries its id (``exc.amends_saga_id`` and a note) when the toolset is given as
-    ``Agent(capabilities=[toolset.capability])``: Pydantic AI shows a capability how every run
-    ends (a usage limit too), a toolset only some of them.
+    exception carries its id (``exc.amends_saga_id`` and a note), given as
+    ``Agent(toolsets=[toolset])`` or as ``Agent(capabilities=[toolset.capability])``.
 
     Args:
         wrapped: The toolset whose tools the agent calls (e.g. a ``FunctionToolset``).
@@ -204,6 +207,7 @@ class AmendsToolset(WrapperToolset[Any]):
         per_run = self._per_run
         if per_run is not None and current_run() is None and per_run.own is None:
             per_run.own = await start_run(self._engine, per_run.title)
+            per_run.handled = sys.exc_info()[1]
         run = current_run() or (per_run.own if per_run else None)
         if run is not None:
             self._remember(run.saga_id)
@@ -212,6 +216,16 @@ class AmendsToolset(WrapperToolset[Any]):
     async def __aexit__(self, *args: Any) -> bool | None:
         per_run = self._per_run
         exc = args[1] if len(args) > 1 else None
+        failure = exc
+        if failure is None and per_run is not None and per_run.own is not None:
+            # Pydantic AI leaves a failed run's toolsets from the handler of the run's error,
+            # telling them nothing (a model error, a usage limit): that error is the one being
+            # handled here, unless it was already being handled where the run began. Without
+            # this, toolsets= gave a failed run's exception no saga id (issue 25 item 4; only
+            # capabilities= did, through on_run_error).
+            handled = sys.exc_info()[1]
+            if handled is not None and handled is not per_run.handled:
+                failure = handled
         task = asyncio.current_task()
         if exc is None and task is not None and task.cancelling():
             # Pydantic AI leaves a cancelled run's toolsets before it cancels the tools still
@@ -221,9 +235,11 @@ class AmendsToolset(WrapperToolset[Any]):
         try:
             if per_run is not None and per_run.own is not None:
                 own, per_run.own = per_run.own, None
-                if len(args) > 1 and args[1] is not None:  # issue 25 item 4: the run's handle
-                    note_failure(args[1], own.saga_id)
-                await end_run(own, exc)  # a cancellation cancels the tools still running
+                if failure is not None:  # issue 25 item 4: the run's handle
+                    note_failure(failure, own.saga_id)
+                # a cancellation cancels the tools still running; a failure raises no step error
+                # over the run's own
+                await end_run(own, exc or failure)
         finally:
             result = await super().__aexit__(*args)
         return result
