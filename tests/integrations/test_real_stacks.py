@@ -427,6 +427,30 @@ async def test_pydantic_ai_usage_limit_and_model_error_carry_the_saga(form: str)
         await agent_for(engine, world, fails_second).run("Win")
     await undo_the_failed_run(engine, failed.value, world)
 
+    # streamed (agent.run_stream): the model fails after the tool call, mid-run
+    from pydantic_ai.models.function import DeltaToolCall
+
+    world, engine = new_engine()
+    declare_set_stage(engine)
+
+    async def streams(messages: Any, info: Any) -> Any:
+        if len(messages) > 1:
+            raise ConnectionError("model endpoint hung up mid-stream")
+        args = '{"deal": "acme", "stage": "won"}'
+        yield {0: DeltaToolCall(name="set_stage", json_args=args, tool_call_id="c1")}
+
+    toolset = AmendsToolset(FunctionToolset(world_tools(world)), engine=engine)
+    streamed = (
+        Agent(FunctionModel(stream_function=streams), capabilities=[toolset.capability])
+        if form == "capabilities"
+        else Agent(FunctionModel(stream_function=streams), toolsets=[toolset])
+    )
+    with pytest.raises(ConnectionError) as broke:
+        async with streamed.run_stream("Win") as result:
+            async for _ in result.stream_text():
+                pass
+    await undo_the_failed_run(engine, broke.value, world)
+
 
 @pytest.mark.parametrize("form", ["capabilities", "toolsets"])
 async def test_pydantic_ai_a_run_inside_an_except_block_is_judged_by_its_own_end(
