@@ -43,6 +43,7 @@ from ._errors import (
     ToolError,
     TransientError,
 )
+from ._fields import fast_init as _fast_init
 from ._log import SagaLog, SqliteLog, open_log
 from ._log.base import (
     ChainProblem,
@@ -68,6 +69,30 @@ from ._secrets import Redaction, SecretRequest, SecretResolver, from_env
 from ._toml_catalog import load_toml_catalog
 
 __version__ = "0.1.0"
+
+# issue 29: the frozen records made many times per saga (~4,700 fields per eval saga) fill their
+# ``__dict__`` at once instead of one ``object.__setattr__`` call per field (``amends._fields``).
+# Done here: the package's own module finishes before any importer of amends or of one of its
+# submodules gets the classes.
+for _cls in (
+    Acknowledgement,
+    Expectation,
+    Inverse,
+    ManualAction,
+    Residue,
+    CompensationRecord,
+    CompensationWrite,
+    ReversalRecord,
+    SagaRecord,
+    StepFinish,
+    StepIntent,
+    StepRecord,
+    PlannedStep,
+    PreviewStep,
+    StepOutcome,
+):
+    _fast_init(_cls)
+del _cls
 
 
 def __getattr__(name: str) -> object:
