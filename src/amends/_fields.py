@@ -64,23 +64,24 @@ _HAS_FACTORY: Any = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
 def fast_init(cls: type[T]) -> type[T]:
-    """Give the frozen dataclass ``cls`` an ``__init__`` that fills ``__dict__`` directly.
+    """Give the frozen dataclass ``cls`` an ``__init__`` that sets its ``__dict__`` at once.
 
     ``@dataclass(frozen=True)`` generates an ``__init__`` that sets each field with
-    ``object.__setattr__(self, name, value)``: a call through a wrapper descriptor per field, ~600
-    machine instructions each by callgrind. An eval saga builds ~770 such objects (~4,700 fields:
-    report outcomes, compensation writes, step records, inverses, expectations, planned steps), so
-    those calls alone were ~3.5 % of its instructions. This replaces that ``__init__``
-    with one that stores the same values in the same order straight into the instance's
-    ``__dict__`` (what ``object.__setattr__`` does for a plain attribute of a class without slots).
-    Everything else stays the dataclass's own: the signature (names, defaults, kind, annotations),
-    default factories, ``init=False`` fields, ``__post_init__``, and the frozen ``__setattr__`` /
-    ``__delattr__`` that refuse later assignments.
+    ``object.__setattr__(self, name, value)``: a call through a wrapper descriptor per field,
+    ~600 machine instructions each by callgrind. An eval saga builds ~770 such objects (~4,700
+    fields: report outcomes, compensation writes, step records, inverses, expectations, planned
+    steps), so those calls alone were ~3.6 % of its instructions (issue 29). This ``__init__``
+    builds the same values in the same order into one dict and sets it as the instance's
+    ``__dict__`` with a single ``object.__setattr__`` call. Everything else stays the
+    dataclass's own: the signature (names, defaults, kinds, annotations), default factories,
+    ``init=False`` fields (left unset unless they have a factory, as the dataclass does),
+    ``__post_init__``, and the frozen ``__setattr__`` / ``__delattr__`` that refuse later
+    assignments.
 
     For a class ``@dataclass(frozen=True)`` made (``amends/__init__.py`` applies it to the
-    engine's hot records). A class it cannot handle exactly (not frozen,
-    with ``__slots__``, ``InitVar`` or ``ClassVar`` pseudo-fields, a field named like one of
-    the generated code's own names) is returned unchanged, with the dataclass's ``__init__``.
+    engine's hot records). A class it cannot copy exactly (not frozen, with ``__slots__``,
+    ``InitVar`` or ``ClassVar`` pseudo-fields, a field named like one of the generated code's
+    own names) is returned unchanged, with the dataclass's ``__init__``.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or not params.init or "__slots__" in cls.__dict__:
@@ -89,15 +90,15 @@ def fast_init(cls: type[T]) -> type[T]:
     if len(flds) != len(cls.__dataclass_fields__):  # type: ignore[attr-defined]
         return cls  # InitVar / ClassVar entries: leave them to dataclasses
     names = {f.name for f in flds}
-    if names & {"self", "__d", "__MISSING", "__HAS"} or any(
+    if names & {"self", "__set", "__HAS"} or any(
         n.startswith("__dflt_") or n.startswith("__fact_") for n in names
     ):
         return cls
     original = cls.__init__
-    env: dict[str, Any] = {"__HAS": _HAS_FACTORY}
+    env: dict[str, Any] = {"__HAS": _HAS_FACTORY, "__set": object.__setattr__}
     positional: list[str] = []
     keyword: list[str] = []
-    body: list[str] = ["    __d = self.__dict__"]
+    items: list[str] = []
     for f in flds:
         has_default = f.default is not dataclasses.MISSING
         has_factory = f.default_factory is not dataclasses.MISSING
@@ -121,7 +122,10 @@ def fast_init(cls: type[T]) -> type[T]:
         else:
             continue  # init=False without a factory: unset, as the dataclass leaves it (a
             # default is then read from the class attribute)
-        body.append(f"    __d[{f.name!r}] = {value}")
+        items.append(f"{f.name!r}: {value}")
+    # one dict, set whole: a combined dict keeps attribute reads specialised (filling the
+    # instance's own __dict__ would turn it into a split dict whose reads cost ~2.5x)
+    body = [f"    __set(self, '__dict__', {{{', '.join(items)}}})"]
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     args = ["self", *positional] + (["*", *keyword] if keyword else [])
