@@ -1,5 +1,6 @@
 """Counting a measured region's instructions under callgrind, for the scripts that compare two
-source trees by instructions (``adapter_instructions.py``, ``step_instructions.py``).
+source trees by instructions (``adapter_instructions.py``, ``step_instructions.py``,
+``eval_instructions.py``).
 
 The child process runs under ``valgrind --tool=callgrind --instr-atstart=no`` and brackets each
 measured run with client requests from a tiny library built here with ``gcc`` against
@@ -12,6 +13,7 @@ tree from before this module existed).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -55,3 +57,37 @@ def dump_total(path: str) -> int:
     """The instructions a callgrind dump file counted (every thread)."""
     with open(path) as f:
         return int(next(line for line in f if line.startswith("totals:")).split()[1])
+
+
+ANNOTATED = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
+"""A function's line in ``callgrind_annotate``'s output: its count, its name, its object file."""
+
+
+def annotate(dump: str, *, inclusive: bool = False) -> list[tuple[int, str, str | None]]:
+    """``callgrind_annotate``'s functions of ``dump``, most costly first: (instructions, name,
+    object file or ``None`` for an inlined function), self cost unless ``inclusive``."""
+    args = ["callgrind_annotate", "--threshold=100", dump]
+    if inclusive:
+        args.insert(1, "--inclusive=yes")
+    text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    rows = []
+    for line in text.splitlines():
+        m = ANNOTATED.match(line)
+        if m is not None and m[2] != "PROGRAM":
+            rows.append((int(m[1].replace(",", "")), m[2], m[3]))
+    return rows
+
+
+def print_by_library(dump: str, title: str, top: int) -> None:
+    """Print ``dump``'s self cost summed by library (the interpreter, SQLite, libc, ...)."""
+    by_lib: dict[str, int] = {}
+    for n, name, obj in annotate(dump):
+        if obj is not None:
+            lib = os.path.basename(obj)
+        else:  # an inlined function: named by its source file only
+            lib = "libpython (inlined)" if "Python-3" in name else name.split(":")[0]
+        by_lib[lib] = by_lib.get(lib, 0) + n
+    whole = sum(by_lib.values())
+    print(title)
+    for lib, n in sorted(by_lib.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {n / whole:6.1%}  {lib}")

@@ -23,7 +23,6 @@ callgrind dumps in ``DIR`` (for ``callgrind_annotate --tree=caller``).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,6 @@ N = int(os.environ.get("EVAL_SAGAS", "100"))
 WARM = 10
 SEED = 1
 
-_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
 # the C functions whose Python callers ``--counts`` lists (cProfile names of builtins)
 _C_CALLEES = (
     "execute",
@@ -144,49 +142,18 @@ def counts_child(root: str) -> None:
 
 
 def measure(root: str, client: str, tmp: str, annotate: bool) -> float:
-    from benchmarks._callgrind import dump_total, run_child
+    from benchmarks._callgrind import annotate as annotate_dump
+    from benchmarks._callgrind import dump_total, print_by_library, run_child
 
     out = os.path.join(os.environ.get("EVAL_CG_KEEP", tmp), f"cg.{abs(hash(root))}.out")
     run_child(__file__, [root, client], out)
     dump = f"{out}.2"
     total = dump_total(dump)
     if annotate:
-        text = subprocess.run(
-            ["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
         print(f"--- {root}: top C functions by inclusive cost (share of the measured run)")
-        shown = 0
-        for line in text.splitlines():
-            m = _LINE.match(line)
-            if m is None or m[2] == "PROGRAM":
-                continue
-            print(f"  {int(m[1].replace(',', '')) / total:6.1%}  {m[2][:90]}")
-            shown += 1
-            if shown == 60:
-                break
-        text = subprocess.run(
-            ["callgrind_annotate", "--threshold=100", dump],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        by_lib: dict[str, int] = {}
-        for line in text.splitlines():
-            m = _LINE.match(line)
-            if m is None or m[2] == "PROGRAM":
-                continue
-            if m[3] is not None:
-                lib = os.path.basename(m[3])
-            else:  # an inlined function: named by its source file only
-                lib = "libpython (inlined)" if "Python-3" in m[2] else m[2].split(":")[0]
-            by_lib[lib] = by_lib.get(lib, 0) + int(m[1].replace(",", ""))
-        whole = sum(by_lib.values())
-        print(f"--- {root}: self cost by library")
-        for lib, n in sorted(by_lib.items(), key=lambda kv: -kv[1])[:10]:
-            print(f"  {n / whole:6.1%}  {lib}")
+        for n, name, _obj in annotate_dump(dump, inclusive=True)[:60]:
+            print(f"  {n / total:6.1%}  {name[:90]}")
+        print_by_library(dump, f"--- {root}: self cost by library", 10)
     return total / N
 
 

@@ -20,14 +20,10 @@ self cost (SQLite, hashing, JSON, malloc, the interpreter).
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 N = 200
-
-_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)(?:\s+\[(.*)\])?$")
 
 
 def child(root: str, client: str, file: bool = False) -> None:
@@ -81,7 +77,7 @@ def child(root: str, client: str, file: bool = False) -> None:
 def measure(
     root: str, client: str, tmp: str, annotate: bool, file: bool = False
 ) -> tuple[float, float]:
-    from benchmarks._callgrind import dump_total, run_child
+    from benchmarks._callgrind import dump_total, print_by_library, run_child
 
     out = os.path.join(tmp, f"cg.{abs(hash(root))}.out")
     run_child(__file__, [root, client, *(["--file"] if file else [])], out)
@@ -89,26 +85,8 @@ def measure(
     for dump in (2, 4):
         totals.append(dump_total(f"{out}.{dump}"))
         if annotate:
-            text = subprocess.run(
-                ["callgrind_annotate", "--threshold=100", f"{out}.{dump}"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            print(f"--- {root} {'undone' if dump == 4 else 'committed'} run, self cost by library")
-            by_lib: dict[str, int] = {}
-            for line in text.splitlines():
-                m = _LINE.match(line)
-                if m is None or m[2] == "PROGRAM":
-                    continue
-                if m[3] is not None:
-                    lib = os.path.basename(m[3])
-                else:  # an inlined function: named by its source file only
-                    lib = "libpython (inlined)" if "Python-3" in m[2] else m[2].split(":")[0]
-                by_lib[lib] = by_lib.get(lib, 0) + int(m[1].replace(",", ""))
-            total = sum(by_lib.values())
-            for lib, n in sorted(by_lib.items(), key=lambda kv: -kv[1])[:8]:
-                print(f"  {n / total:6.1%}  {lib}")
+            run = "undone" if dump == 4 else "committed"
+            print_by_library(f"{out}.{dump}", f"--- {root} {run} run, self cost by library", 8)
     return totals[0] / N, (totals[1] - totals[0]) / N
 
 

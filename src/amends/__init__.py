@@ -73,8 +73,8 @@ __version__ = "0.1.0"
 # issue 29: the frozen records made many times per saga (~4,700 fields per eval saga) fill their
 # ``__dict__`` at once instead of one ``object.__setattr__`` call per field (``amends._fields``).
 # Done here: the package's own module finishes before any importer of amends or of one of its
-# submodules gets the classes.
-for _cls in (
+# submodules gets the classes. tests/unit/test_fast_init.py checks every one of them.
+_FAST_RECORDS: tuple[type, ...] = (
     Acknowledgement,
     Expectation,
     Inverse,
@@ -90,7 +90,8 @@ for _cls in (
     PlannedStep,
     PreviewStep,
     StepOutcome,
-):
+)
+for _cls in _FAST_RECORDS:
     _fast_init(_cls)
 del _cls
 

@@ -28,18 +28,24 @@ def _call(tool: str = "t.x") -> amends.Call:
     )
 
 
+def _spy_loop(monkeypatch: pytest.MonkeyPatch, method: str) -> list[Any]:
+    """The first argument of every call of the running loop's ``method`` from now on (the time
+    of each ``call_at``, the callback of each ``call_soon``)."""
+    loop = asyncio.get_running_loop()
+    seen: list[Any] = []
+    real = getattr(loop, method)
+
+    def spy(first: Any, *args: Any, **kw: Any) -> Any:
+        seen.append(first)
+        return real(first, *args, **kw)
+
+    monkeypatch.setattr(loop, method, spy)
+    return seen
+
+
 def _count_timers(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Every timer armed on the running loop from now on (``loop.call_at``)."""
-    loop = asyncio.get_running_loop()
-    armed: list[float] = []
-    real = loop.call_at
-
-    def call_at(when: float, *args: Any, **kw: Any) -> asyncio.TimerHandle:
-        armed.append(when)
-        return real(when, *args, **kw)
-
-    monkeypatch.setattr(loop, "call_at", call_at)
-    return armed
+    return _spy_loop(monkeypatch, "call_at")
 
 
 async def test_a_tool_that_answers_at_once_arms_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,16 +255,8 @@ async def test_a_step_that_ran_schedules_no_callback_for_that_guard(
     loop callback for it (issue 29's cost per step)."""
     effects: list[str] = []
     engine = _one_tool_engine(effects)
-    loop = asyncio.get_running_loop()
-    scheduled: list[Any] = []
-    real = loop.call_soon
-
-    def call_soon(callback: Any, *args: Any, **kw: Any) -> asyncio.Handle:
-        scheduled.append(callback)
-        return real(callback, *args, **kw)
-
     async with engine.saga("plain") as saga:
-        monkeypatch.setattr(loop, "call_soon", call_soon)
+        scheduled = _spy_loop(monkeypatch, "call_soon")
         step = saga.call("t.x", n=1)
         assert await step == 1
         await asyncio.sleep(0)  # the task's done callbacks, had there been any, ran by now
