@@ -55,7 +55,7 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
-	$(BIN)/python -m benchmarks --quick
+	$(BIN)/python -m benchmarks --quick --out .bench/benchmarks-quick.md
 
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-docs.txt -c constraints-test.txt

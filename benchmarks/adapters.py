@@ -57,9 +57,11 @@ from .common import Section, Spread, Target, noop_catalog
 N = 100
 GOAL = 0.5e-3
 """Seconds of CPU an adapter may add per tool call over ``saga.call`` (issue 25 item 6)."""
-ROUNDS = 15
-"""Timed rounds per framework (after one warm-up): enough for a 90% interval of the median
-that leaves out the three lowest and three highest rounds (``median_interval``)."""
+ROUNDS = 31
+"""Timed rounds per framework (after one warm-up): a 90% interval of the median from the 11th
+lowest to the 11th highest round (``median_interval``). 15 rounds (4th to 4th) left rows whose
+medians sat 0.1-0.3 ms under the goal straddling it on a quiet machine (three runs on
+2026-12-05, docs/benchmarks.md); twice the rounds narrow the interval about 1.4x."""
 CONFIDENCE = 0.90
 
 

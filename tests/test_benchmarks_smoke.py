@@ -124,6 +124,20 @@ def test_report_writes_markdown_with_targets(tmp_path: Path) -> None:
     assert "| 1 | 2 |" in text and "- a note" in text and "CPU:" in text
 
 
+def test_the_committed_report_ends_with_the_analysis_a_new_run_appends() -> None:
+    """`make bench` rewrites docs/benchmarks.md and appends benchmarks/ANALYSIS.md to its
+    tables: the notes written into the docs must be in ANALYSIS.md too, or the next run of the
+    benchmarks throws them away (it did: ANALYSIS.md had fallen ~600 lines behind the docs)."""
+    analysis = (REPO / "benchmarks" / "ANALYSIS.md").read_text()
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    assert analysis.startswith("## "), "ANALYSIS.md starts at a heading of its own"
+    assert docs.endswith(analysis.rstrip() + "\n"), (
+        "docs/benchmarks.md's notes differ from benchmarks/ANALYSIS.md: edit the notes in "
+        "benchmarks/ANALYSIS.md and copy them to the end of docs/benchmarks.md (or rerun the "
+        "benchmarks), so a new run keeps them"
+    )
+
+
 @pytest.mark.slow
 def test_adapter_cost_runs_each_framework_with_and_without_amends(
     loop: asyncio.AbstractEventLoop,
