@@ -54,6 +54,8 @@ def run(server: Any, quick: bool, sagas: int | None = None) -> list[Section]:
         "undo_effects": sagas * 11,
     }
     wrong = {k: getattr(world, k) for k, v in expected.items() if getattr(world, k) != v}
+    if world.log_problems:
+        wrong["log_problems"] = world.log_problems[:5]
     if wrong or world.most_sends != 1 or dict(world.statuses) != {"cannot_undo": sagas}:
         raise AssertionError(
             f"PostgreSQL load left a wrong world: {wrong}, statuses {dict(world.statuses)}, "

@@ -10,6 +10,7 @@ server's data directory is given, for the PostgreSQL server (its processes' ``/p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import resource
@@ -24,6 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import vendor
+
+import amends
 
 WORKER = Path(__file__).with_name("worker.py")
 STEPS, WORKERS = 12, 4
@@ -148,6 +151,9 @@ class World:
     """Distinct compensation idempotency keys the vendor received."""
     most_sends: int
     """Most requests the vendor received for one compensation key (1: none resent)."""
+    log_problems: list[str]
+    """What the log's tamper-evidence check (``verify()``) finds after both phases (must be
+    none: concurrent writers keep every saga's chain and the shards of the log's heads)."""
 
 
 def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WORKERS) -> World:
@@ -172,6 +178,14 @@ def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WOR
         effects += eff
         requests += req
     idems = Counter(e[2] for e in effects)
+
+    async def verify() -> list[str]:
+        log = amends.PostgresLog(log_url)
+        try:
+            return [f"{p.saga_id}: {p.what}: {p.detail}" for p in await log.verify()]
+        finally:
+            await log.close()
+
     sent = Counter(r[2] for r in requests if r[1] == "compensate")
     return World(
         statuses=statuses,
@@ -184,4 +198,5 @@ def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WOR
         duplicates=sum(n - 1 for n in idems.values() if n > 1),
         compensations_sent=len(sent),
         most_sends=max(sent.values(), default=0),
+        log_problems=asyncio.run(verify()),
     )

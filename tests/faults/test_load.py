@@ -37,6 +37,7 @@ def test_load_1000_sagas_by_4_workers_then_undone_every_step_once(
     comps = world.compensation_states
     assert comps.get("reverted") == SAGAS * 10 and comps.get("compensated") == SAGAS, comps
     assert world.duplicates == 0
+    assert world.log_problems == []
     assert world.compensations_sent == SAGAS * 11 and world.most_sends == 1
     assert world.undo_effects == SAGAS * 11
     # forward: 12 effects per saga (one per step) plus the 11 inverses

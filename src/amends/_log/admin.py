@@ -206,9 +206,9 @@ def _verify_tx(
             reads.keep_verified(sid, records)
     if saga_id is None:
         started = tx.execute(
-            "SELECT saga_id, hash FROM records WHERE kind='saga.started' ORDER BY rec_id"
+            "SELECT saga_id, hash, body FROM records WHERE kind='saga.started' ORDER BY rec_id"
         )
         heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
             "SELECT shard, n, head FROM log_heads")}  # fmt: skip
-        problems.extend(verify_shards(key, [(r[0], r[1]) for r in started], heads))
+        problems.extend(verify_shards(key, [(r[0], r[1], r[2]) for r in started], heads))
     return problems

@@ -6,8 +6,9 @@ import queue
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MAX_BATCH", "MAX_BATCH_BYTES", "Database", "Tx", "take_batch"]
+__all__ = ["MAX_BATCH", "MAX_BATCH_BYTES", "Database", "Tx", "redact", "take_batch"]
 
 T = TypeVar("T")
 
@@ -22,6 +23,12 @@ class Tx(Protocol):
     now_sql: str
     """An SQL expression for the database's current time in epoch seconds: the clock leases
     are judged by (issue 21 item 11, :mod:`amends._log.leases`)."""
+    shard: int | None
+    """The ``log_heads`` shard a saga started in this transaction joins, or ``None`` for the
+    shard its id hashes to. PostgreSQL gives each writer a shard of its own, so writers in
+    different processes starting sagas at once do not update one row and serialize on it
+    (each such pair used to fail with 40001 and run again); the shard is then named in the
+    ``saga.started`` record, inside the chain. SQLite has one writer: ``None``."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; returns its rows (empty for statements without a result)."""
@@ -76,3 +83,18 @@ def take_batch(jobs: queue.Queue[Any] | queue.SimpleQueue[Any], first: Any) -> l
         batch.append(more)
         size += more[3]
     return batch
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (safe for error messages and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://***"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))

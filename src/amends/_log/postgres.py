@@ -32,10 +32,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
-from .database import take_batch
+from .database import redact, take_batch
+from .integrity import next_shard, writer_shard
 from .sql import (
     _FENCE,
     _NO_REVERSAL,
@@ -64,21 +64,6 @@ _MIGRATION_LOCK = 0x616D656E6473  # "amends": pg_advisory_xact_lock key for migr
 # SQLSTATEs whose transaction never committed and may be re-run as a whole.
 _RERUN = {"40001", "40P01", "23505"}
 _MAX_RERUNS = 50
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (safe for error messages and logs)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://***"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
 
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -141,6 +126,7 @@ class _Cursor:
         *,
         want_xid: bool = False,
         key: bytes | None = None,
+        shard: int | None = None,
     ) -> None:
         import psycopg
 
@@ -152,6 +138,7 @@ class _Cursor:
             self._pending.append((begin, ()))
         self._want_xid = want_xid
         self._key = key
+        self.shard = shard
         self.xid: int | None = None
         self.cache: dict[str, str] = {}
         self._appended: set[str] = set()
@@ -326,6 +313,7 @@ class _PgDatabase(Database):
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._recent_sagas: dict[str, None] = {}
         self._recent_reversals: dict[str, None] = {}
+        self._shard = writer_shard()  # where this writer's sagas join log_heads (Tx.shard)
         self._writer = threading.Thread(target=self._run, name="amends-pg-writer", daemon=True)
         try:
             if self.read_only or self.must_exist:
@@ -473,7 +461,7 @@ class _PgDatabase(Database):
                         # ends the read-only transaction as ROLLBACK would; psycopg forgets its
                         # prepared statements after a ROLLBACK, not after a COMMIT
                         cur.execute("COMMIT")
-            tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True, key=self._key)
+            tx = _Cursor(conn, cur, _BEGIN_WRITE, want_xid=True, key=self._key, shard=self._shard)
             try:
                 if fallback and (self._recent_sagas or self._recent_reversals):
                     tx.prefetch(list(self._recent_sagas), list(self._recent_reversals))
@@ -553,6 +541,8 @@ class _PgDatabase(Database):
                 limit = 3 if state == "23505" else _MAX_RERUNS  # a real duplicate fails fast
                 if state in _RERUN and reruns < limit:
                     reruns += 1
+                    if write and state == "40001":  # maybe another writer's shard too
+                        self._shard = next_shard(self._shard)
                     time.sleep(min(0.001 * reruns, 0.05))
                     continue
                 if not isinstance(exc, psycopg.OperationalError) or state[:2] in ("53", "25"):

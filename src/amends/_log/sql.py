@@ -39,7 +39,7 @@ from .base import (
 )
 from .cache import SagaCache
 from .database import Database, Tx
-from .integrity import head_of, shard_of, shard_step
+from .integrity import head_of, shard_and_text, shard_step
 from .records import (
     COMPENSATION,
     FINISH,
@@ -260,9 +260,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 f"lease_until, meta) VALUES (?, ?, ?, ?, 'running', ?, ?, {leases.as_db(tx)}, ?)",
                 (saga_id, title, tenant, actor, now, owner, *leases.db(lease_until), meta_text),
             )
-            digest = _append(tx, key, saga_id, "saga.started", now, text, prev="")
-            # rule 12: the saga joins its shard of the log's heads, so deleting it is visible
-            shard = shard_of(saga_id)
+            # rule 12: the saga joins a shard of the log's heads, so deleting it is visible
+            shard, started = shard_and_text(tx.shard, saga_id, data, text)
+            digest = _append(tx, key, saga_id, "saga.started", now, started, prev="")
             row = tx.execute("SELECT n, head FROM log_heads WHERE shard=?", (shard,))
             n, prev = (int(row[0][0]), str(row[0][1])) if row else (0, "")
             tx.execute(

@@ -99,6 +99,8 @@ def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
 class _Cursor:
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
     """The host's clock as SQLite reads it (no Python process can shift it; issue 21.11)."""
+    shard: int | None = None
+    """One writer at a time: a saga joins the shard its id hashes to (see ``Tx.shard``)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._cur = conn.cursor()  # one cursor per transaction, not one per statement
