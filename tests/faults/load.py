@@ -156,6 +156,15 @@ class World:
     none: concurrent writers keep every saga's chain and the shards of the log's heads)."""
 
 
+async def _log_problems(log_url: str) -> list[str]:
+    """What ``verify()`` finds in the whole log, a line per problem."""
+    log = amends.PostgresLog(log_url)
+    try:
+        return [f"{p.saga_id}: {p.what}: {p.detail}" for p in await log.verify()]
+    finally:
+        await log.close()
+
+
 def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WORKERS) -> World:
     """Count what the log and every vendor file hold after a forward and an undo phase."""
     import psycopg
@@ -178,14 +187,6 @@ def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WOR
         effects += eff
         requests += req
     idems = Counter(e[2] for e in effects)
-
-    async def verify() -> list[str]:
-        log = amends.PostgresLog(log_url)
-        try:
-            return [f"{p.saga_id}: {p.what}: {p.detail}" for p in await log.verify()]
-        finally:
-            await log.close()
-
     sent = Counter(r[2] for r in requests if r[1] == "compensate")
     return World(
         statuses=statuses,
@@ -198,5 +199,5 @@ def audit(log_url: str, vpath: Path, sagas: int, undo: Phase, workers: int = WOR
         duplicates=sum(n - 1 for n in idems.values() if n > 1),
         compensations_sent=len(sent),
         most_sends=max(sent.values(), default=0),
-        log_problems=asyncio.run(verify()),
+        log_problems=asyncio.run(_log_problems(log_url)),
     )
