@@ -227,3 +227,24 @@ def test_program_is_amends_only_when_path_finds_this_environment_s(
     assert program("/usr/bin/pytest", python) == "amends"  # main() called in-process
     monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
     assert program(str(script), python) == "amends"
+
+
+@pytest.mark.parametrize(
+    ("db", "printed"),
+    [
+        ("postgresql://ann:s3cret@db.example:5432/amends", "postgresql://ann:***@db.example:5432/amends"),
+        # urlsplit raises on the unclosed "[": the password is hidden all the same
+        ("postgresql://ann:s3cret@[::1/amends", "postgresql://ann:***@[::1/amends"),
+        ("postgresql://ann:s3c@ret@[::1:5432/amends?sslmode=require", "postgresql://ann:***@[::1:5432/amends?sslmode=require"),
+        ("postgresql://ann@[::1/amends", "postgresql://ann@[::1/amends"),
+        ("postgresql://[::1/amends", "postgresql://[::1/amends"),
+    ],
+)  # fmt: skip
+def test_a_printed_db_never_repeats_its_password(db: str, printed: str) -> None:
+    # rule 11: a hint is pasted into tickets; the password comes from PGPASSWORD or ~/.pgpass
+    import shlex
+
+    from amends.cli._hints import command
+
+    assert shlex.split(command("show", "SAGA", db=db))[-2:] == ["--db", printed]
+    assert "s3c" not in command("doctor", db=db)

@@ -35,3 +35,29 @@ def test_an_unreachable_server_is_one_line_naming_the_cause_and_exit_2() -> None
     assert "could not connect to PostgreSQL (" in line and "Connection refused" in line, line
     assert "s3cret" not in done.stderr + done.stdout
     assert "error connecting in 'amends'" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://ann:s3cret@[::1/amends",  # urlsplit and libpq both reject the host
+        "postgresql://ann:s3c@ret@[::1:5432/amends",  # libpq ends the password at its first @
+        "postgresql://ann:s3cret@127.0.0.1:notaport/amends",
+    ],
+)
+@pytest.mark.parametrize("command", [["show", "saga_x"], ["doctor"]])
+def test_a_url_libpq_cannot_use_is_one_line_without_its_password(
+    url: str, command: list[str]
+) -> None:
+    # before: psycopg's ProgrammingError as a traceback, quoting the URL with its password
+    done = subprocess.run(
+        [sys.executable, "-m", "amends.cli", *command, "--db", url],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert "s3c" not in out and "ret@" not in out, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1, out
+    assert "saga log 'postgresql://" in lines[0] and "could not connect to PostgreSQL (" in lines[0]

@@ -7,9 +7,10 @@ from typing import Any
 
 from .._errors import ConfigError
 from .base import SagaLog
+from .database import hide_passwords
 from .sqlite import SqliteLog, file_permission_problems
 
-__all__ = ["SagaLog", "SqliteLog", "file_permission_problems", "open_log"]
+__all__ = ["SagaLog", "SqliteLog", "file_permission_problems", "hide_passwords", "open_log"]
 
 
 def open_log(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -85,6 +86,31 @@ def take_batch(jobs: queue.Queue[Any] | queue.SimpleQueue[Any], first: Any) -> l
     return batch
 
 
+_PASSWORD_IN_URL = re.compile(r"(?P<user>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s\[\]]*):[^\s/?#]*@")
+"""``scheme://user:password@``: up to the last ``@`` before the path, as a password may hold
+an unescaped ``@``."""
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` in it replaced by
+    ``***``, the rest as written: for a URL :func:`urlsplit` rejects (an unclosed ``[`` in the
+    host) and for a driver's message that quotes one (rule 11)."""
+    return _PASSWORD_IN_URL.sub(r"\g<user>:***@", text)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """A driver's message about ``url`` without ``url``'s password, even where the driver split
+    the URL elsewhere than :func:`hide_passwords` does (libpq ends a password at its first
+    ``@``, so the rest of it can come back as a host name)."""
+    text = hide_passwords(text)
+    m = _PASSWORD_IN_URL.match(url)
+    if m is not None:
+        for piece in url[m.end("user") + 1 : m.end() - 1].split("@"):
+            if piece:
+                text = text.replace(piece, "***")
+    return text
+
+
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (safe for error messages and logs)."""
     try:
@@ -93,8 +119,6 @@ def redact(url: str) -> str:
         return "postgresql://***"
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # as written: ``parts.port`` raises on "host:x"
     user = parts.username or ""
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
-from .database import redact, take_batch
+from .database import redact, scrubbed, take_batch
 from .integrity import next_shard, writer_shard
 from .sql import (
     _FENCE,
@@ -366,8 +366,9 @@ class _PgDatabase(Database):
         pool retried for 10 s, printing its raw error to stderr each time)."""
         try:
             self._psycopg.connect(self.url, **self._connect_kwargs()).close()
-        except self._psycopg.OperationalError as exc:
-            why = " ".join(str(exc).split()) or type(exc).__name__
+        except self._psycopg.Error as exc:  # a URL libpq cannot parse too: no traceback
+            # rule 11: libpq's words may quote the URL, password and all
+            why = scrubbed(" ".join(str(exc).split()), self.url) or type(exc).__name__
             raise LogError(
                 f"saga log {self.safe_url!r}: could not connect to PostgreSQL ({why}); check "
                 f"that the server is running and the URL's host, port, user, password and "

@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from .._log import hide_passwords
 
 __all__ = ["DEFAULT_DB", "Invocation", "command", "complete", "current", "invoked", "program"]
 
@@ -112,15 +113,9 @@ def _complete(words: list[str], inv: Invocation, db: str | None) -> list[str]:
 
 def _without_password(db: str) -> str:
     # rule 11: a printed hint never repeats a password (a doctor's output gets pasted into
-    # tickets); such a hint runs with the password from PGPASSWORD or ~/.pgpass instead
-    try:
-        parts = urlsplit(db)
-        password = parts.password
-    except ValueError:
-        return db
-    if password is None:
-        return db
-    return db.replace(f":{password}@", ":***@", 1)
+    # tickets); such a hint runs with the password from PGPASSWORD or ~/.pgpass instead. Not
+    # urlsplit: it raises on some URLs that still hold a password ("...@[::1/db").
+    return hide_passwords(db)
 
 
 # a command quoted in a message: `amends SUB ...` (backticks mark where it ends)
