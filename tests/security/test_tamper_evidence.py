@@ -199,3 +199,57 @@ async def test_a_forged_head_without_the_key_does_not_hide_a_truncation(
         assert psp.refunds == ["ch_1"]
     finally:
         await engine.close()
+
+
+async def _tampered_after_deferred_heads(
+    log: amends.SqliteLog, *, handed_out_first: bool, cut_off: bool
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Charge, undo and note on ``log``, then forge the saga's head (after cutting its
+    reversal off if ``cut_off``) -- on an in-memory log while its heads are still deferred
+    (issue 29): through a write that is not the log's own SQL, or through the connection
+    handed out before the writes. Returns what ``verify`` finds and the refunds sent by an
+    undo asked afterwards."""
+    psp = Psp()
+    engine = amends.Engine(psp_catalog(psp), log=log)
+    try:
+        conn = log.db._conn if handed_out_first else None  # type: ignore[attr-defined]
+        await _charge(engine, "paid")
+        await engine.undo("paid")
+        events = await engine.log.events("paid")
+        cut = next(e.event_id for e in events if e.kind == "reversal.requested")
+        await engine.log.append_event("paid", "note.added", data={}, now=1.0)  # a head waits
+        cut_statements = (
+            ("DELETE FROM records WHERE saga_id='paid' AND rec_id>=?", (cut,)),
+            ("DELETE FROM reversals WHERE saga_id='paid'", ()),
+        )
+        statements = (
+            *(cut_statements if cut_off else ()),
+            ("UPDATE sagas SET head='forged' WHERE saga_id='paid'", ()),
+        )
+        if conn is None:
+            await _tamper(engine, *statements)
+        else:
+            for sql, params in statements:
+                conn.execute(sql, params)
+        found = [(p.saga_id, p.what) for p in await engine.log.verify("paid")]
+        with pytest.raises(amends.HistoryAlteredError):
+            await engine.undo("paid")
+        return found, psp.refunds
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize("cut_off", [False, True], ids=["head-forged", "reversal-cut-off"])
+@pytest.mark.parametrize("handed_out_first", [False, True], ids=["foreign-write", "connection"])
+async def test_a_tamper_while_an_in_memory_logs_heads_are_deferred_is_found_as_on_a_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, handed_out_first: bool, cut_off: bool
+) -> None:
+    monkeypatch.setenv("AMENDS_LOG_KEY", "k-secret")
+    on_file = await _tampered_after_deferred_heads(
+        amends.SqliteLog(tmp_path / "log.db"), handed_out_first=handed_out_first, cut_off=cut_off
+    )
+    in_memory = await _tampered_after_deferred_heads(
+        amends.SqliteLog(":memory:"), handed_out_first=handed_out_first, cut_off=cut_off
+    )
+    assert on_file == in_memory
+    assert on_file == ([("paid", "deleted")], ["ch_1"])
