@@ -285,7 +285,7 @@ step per plan); a name not in it goes to the constructor, which says what is wro
 
 def _classify(
     step: StepRecord, catalog: ToolDirectory | None, now: float
-) -> tuple[Action, Reversibility, str]:
+) -> tuple[Action, Reversibility, str, Inverse | None]:
     declared = _REVERSIBILITY.get(step.declared) or Reversibility(step.declared)
     effective = (
         (_REVERSIBILITY.get(step.effective) or Reversibility(step.effective))
@@ -294,22 +294,22 @@ def _classify(
     )
     if step.state == "cancelled":
         why = step.error or "undo was asked before this step started, so it never ran"
-        return "cancel", effective, why
+        return "cancel", effective, why, None
     if step.state == "skipped":
-        return "skip", effective, step.error or "never ran: a step it waited for failed"
+        return "skip", effective, step.error or "never ran: a step it waited for failed", None
     if step.state == "failed":
-        return "skip", effective, f"the call failed, so it had no effect ({step.error})"
+        return "skip", effective, f"the call failed, so it had no effect ({step.error})", None
     if step.state == "in_doubt":
-        return "in_doubt", effective, _in_doubt_reason(step)
+        return "in_doubt", effective, _in_doubt_reason(step), None
     if step.state == "intent":
-        return "wait", effective, "still running; undo waits for its result"
+        return "wait", effective, "still running; undo waits for its result", None
     if effective is Reversibility.READ_ONLY:
-        return "skip", effective, "read-only: nothing to undo"
+        return "skip", effective, "read-only: nothing to undo", None
     if effective is Reversibility.IRREVERSIBLE or not step.inverse:
         why = step.violation or (
             "irreversible: no call can take it back" if step.explicit else NOT_DECLARED
         )
-        return "acknowledge", Reversibility.IRREVERSIBLE, why
+        return "acknowledge", Reversibility.IRREVERSIBLE, why, None
     inverse = Inverse.from_dict(step.inverse)
     # An inverse tool missing from this catalog (renamed in an upgrade; undo runs without it only
     # when asked to, allow_missing_tools) stays planned: the reversal reports it failed, not
@@ -327,6 +327,7 @@ def _classify(
             Reversibility.IRREVERSIBLE,
             f"contract violation: its inverse tool {inverse.tool!r} is read_only, so calling "
             f"it cannot take the step back",
+            None,
         )
     if inverse.deadline_passed(now):
         return (
@@ -334,13 +335,14 @@ def _classify(
             effective,
             f"the undo window of {inverse.tool} closed at {inverse.deadline}; it can no longer "
             f"be taken back by a call",
+            None,
         )
     if step.expectation is None and inverse.no_drift_check is None:
         # rule 4: no drift check means no blind overwrite.
         # issue 26: a person reads what it means; the violation itself stays for engineers
-        return "review", effective, REVIEW
+        return "review", effective, REVIEW, inverse
     action: Action = "revert" if effective is Reversibility.REVERSIBLE else "compensate"
-    return action, effective, f"{action} with {inverse.tool}"
+    return action, effective, f"{action} with {inverse.tool}", inverse
 
 
 def undo_waits(
@@ -408,6 +410,8 @@ def plan(
     """
     at = time.time() if now is None else now
     steps = list(saga.steps)
+    # per step: action, class, reason, and the inverse when classifying read it (issue 29:
+    # the plan keeps that one, not a second decode of the same record)
     classified = {s.step_id: _classify(s, catalog, at) for s in steps}
     waits_all = undo_waits(
         (
@@ -417,18 +421,19 @@ def plan(
         )
         for s in steps
     )
-    for sid, (act, cls, _) in list(classified.items()):
+    for sid, (act, cls, _, inv) in list(classified.items()):
         if sid in waits_all.get(sid, ()) and act in ("revert", "compensate"):
             # a log written outside saga.call (which refuses cycles) must not deadlock undo
             classified[sid] = (
                 "review",
                 cls,
                 "needs review: its undo-order declarations form a cycle, so no order is safe",
+                inv,
             )
     order = {x.step_id: x.seq for x in steps}
     planned = []
     for s in steps:
-        action, cls, reason = classified[s.step_id]
+        action, cls, reason, built = classified[s.step_id]
         waits: list[str] = []
         if action in ("revert", "compensate"):
             waits = [
@@ -437,11 +442,7 @@ def plan(
                 if d != s.step_id and d in classified and classified[d][0] in _GATING
             ]
         waits.sort(key=lambda d: order.get(d, 0))
-        inverse = (
-            Inverse.from_dict(s.inverse)
-            if s.inverse and action in ("revert", "compensate", "review")
-            else None
-        )
+        inverse = built if action in ("revert", "compensate", "review") else None
         expectation = Expectation.from_dict(s.expectation) if s.expectation and inverse else None
         residue = tuple(Residue.from_dict(r) for r in s.residue) if inverse else ()
         planned.append(

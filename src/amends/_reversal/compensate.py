@@ -17,7 +17,7 @@ from .._log.base import CompensationRecord
 from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState
-from .._secrets import redactions_from, redactions_of, under
+from .._secrets import redactions_from, under
 from .dispatch import Caller, Stop, Unchecked
 from .record import Recorder
 
@@ -72,7 +72,7 @@ class Compensator:
             _, call = await self.caller.call(
                 p.inverse.tool, p.inverse.args, phase="compensate", key=key, step_id=p.step_id,
                 precondition=p.expectation, counter=counter, prepaid=True,
-                at=redactions_of(self.caller.saga, p.step_id, "inverse", "args"),
+                at=self.caller.redactions(p.step_id, "inverse", "args"),
             )  # fmt: skip
         except Stop as stop:
             if paid_at is not None and counter[0] == paid_at:
@@ -121,6 +121,8 @@ class Compensator:
     def expected(self, p: PlannedStep) -> list[Residue]:
         """The residue the forward call expected, its settle dates counted from now (the
         compensation's time, by the run's clock: the preview counts them the same way)."""
+        if not p.expected_residue:  # issue 29: no clock read, no date, for nothing to count
+            return []
         now = datetime.fromtimestamp(self.caller.ports.clock(), UTC)
         return [r.settling_from(now) for r in p.expected_residue]
 
@@ -246,6 +248,8 @@ class Compensator:
         already; only those whose vendor honours idempotency keys are sent again (rule 5)."""
         residue: list[Residue] = []
         missing: list[tuple[FollowUp, str]] = []
+        if not follow_ups:  # the common inverse asks for none
+            return residue, missing
         queue = deque((fu, f"{key}:follow_up:{i}") for i, fu in enumerate(follow_ups))
         while queue:
             fu, fkey = queue.popleft()

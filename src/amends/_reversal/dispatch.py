@@ -24,9 +24,9 @@ from .._errors import (
     PreconditionFailed,
     TransientError,
 )
-from .._log.base import SagaRecord
+from .._log.base import SagaRecord, StepRecord
 from .._report import StepState
-from .._secrets import Redaction, Vault, redactions_of, scrub_record
+from .._secrets import PathPart, Redaction, Vault, scrub_record, under
 from .ports import ReversalPorts
 
 __all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
@@ -106,6 +106,18 @@ class Caller:
         self.waiters = waiters or {}
         """Per step, the steps that wait for it, last in undo order first: a retry may borrow
         what they set aside (if this step fails, they never run)."""
+        self._steps: dict[str, StepRecord] | None = None
+
+    def redactions(self, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
+        """``redactions_of(self.saga, step_id, *prefix)``, the step found by id (issue 29: not
+        by a scan of the saga's steps per call, twice per compensation or more)."""
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = {}
+            for s in self.saga.steps:
+                steps.setdefault(s.step_id, s)  # the first of an id, as redactions_of finds
+        step = steps.get(step_id)
+        return () if step is None or not step.redacted else under(step.redacted, prefix)
 
     async def call(
         self,
@@ -352,7 +364,7 @@ class Caller:
             + ("" if kind == "probe" else f":{kind}"),
             step_id=step_id,
             counter=[0],
-            at=redactions_of(self.saga, step_id, *_EXPECTATION_AT[kind], "args"),
+            at=self.redactions(step_id, *_EXPECTATION_AT[kind], "args"),
         )
         return observed
 
@@ -368,9 +380,7 @@ class Caller:
         them in the log; compared with the marker, the world would never match), at the
         positions amends recorded (rule 12)."""
         at = tuple(
-            r
-            for r in redactions_of(self.saga, step_id, *_EXPECTATION_AT[kind])
-            if r.at[:1] == ("equals",)
+            r for r in self.redactions(step_id, *_EXPECTATION_AT[kind]) if r.at[:1] == ("equals",)
         )
         if not at:
             return exp

@@ -133,9 +133,9 @@ class _Runner:
         self.vault = vault_for(self)
         """Rule 11: secrets resolved for this reversal, scrubbed from what it logs and reports
         (kept here: no weak-dict lookup per record, issue 12)."""
-        order = undo_order(inp.plan)
+        self.order = undo_order(inp.plan)
         self.caller = Caller(
-            inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault, _waiters(order)
+            inp.ports, inp.saga, inp.meter, inp.retry, rng, self.vault, _waiters(self.order)
         )
         self.recorder = Recorder(inp.ports, inp.saga, rev, inp.meter, self.vault, inp.continue_hint)
         self.compensator = Compensator(self.caller, self.recorder)
@@ -148,7 +148,7 @@ class _Runner:
         self.futures = {p.step_id: loop.create_future() for p in steps}
         progress = self.inp.ports.progress
         meter = self.inp.meter
-        for p in undo_order(self.inp.plan):  # rule 10: who the budget covers, decided once
+        for p in self.order:  # rule 10: who the budget covers, decided once
             meter.reserve(p.step_id, self._need(p))
 
         async def one(p: PlannedStep) -> None:
