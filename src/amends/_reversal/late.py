@@ -30,7 +30,8 @@ async def late_cancelled(
     seen = {o.step_id for o in outcomes} | {
         s.id for s in called if s.task is None or not s.task.done()
     }
-    seen |= {s.step_id for s in saga.steps if s.step_id not in {c.id for c in called}}
+    asked = {c.id for c in called}  # once, not per step of the saga (issue 29)
+    seen |= {s.step_id for s in saga.steps if s.step_id not in asked}
     return [
         StepOutcome(
             step_id=s.step_id,
