@@ -101,9 +101,66 @@ TABLES = (
 """Every vendor table; :meth:`World.snapshot` always shows each (empty ones as ``{}``)."""
 
 
-_EMPTY: dict[str, bytes] = {}
+_Stored = bytes | tuple[Any, tuple[Any, ...] | None]
+"""How an in-memory store holds a value: see :func:`_freeze`."""
+_EMPTY: dict[str, _Stored] = {}
 _dumps = marshal.dumps
 _loads = marshal.loads
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_STR_KEYS = frozenset((str,))
+_SHALLOW = _SCALARS | {dict, list}
+
+
+def _freeze(value: Any) -> _Stored:
+    """The private form an in-memory store keeps of ``value`` (issue 29: a marshal decode per
+    read was 6 % of an eval saga's instructions, most of it for values a shallow copy restores).
+
+    A scalar is kept as is (immutable): ``(value, None)``. A dict (str keys) or a list of
+    scalars, or a dict with str keys whose values are scalars or such dicts and lists (a CRM
+    record's ``fields`` and ``notes``), is kept as a private copy ``(copy, inner)``, ``inner``
+    the keys whose values are containers; :func:`_thaw` copies those levels again, so nothing
+    a caller holds aliases the store, and copies of the store share the entry. Anything else
+    is encoded with marshal, as before (and refused by it as before). Types are exact: a str
+    or int subclass is no scalar here (marshal refuses it), True stays True, 1 is not 1.0.
+    """
+    t = type(value)
+    if t in _SCALARS:
+        return (value, None)
+    if t is dict:
+        if set(map(type, value)) <= _STR_KEYS:
+            kinds = set(map(type, value.values()))
+            if kinds <= _SCALARS:
+                return (value.copy(), ())
+            if kinds <= _SHALLOW:  # one level more: copy it too, if it is flat
+                private = value.copy()
+                inner = [k for k, v in value.items() if type(v) is dict or type(v) is list]
+                for k in inner:
+                    v = value[k]
+                    if type(v) is dict:
+                        if not set(map(type, v)) <= _STR_KEYS:
+                            return _dumps(value)
+                        if not set(map(type, v.values())) <= _SCALARS:
+                            return _dumps(value)
+                    elif not set(map(type, v)) <= _SCALARS:
+                        return _dumps(value)
+                    private[k] = v.copy()
+                return (private, tuple(inner))
+    elif t is list and set(map(type, value)) <= _SCALARS:
+        return (value.copy(), ())
+    return _dumps(value)
+
+
+def _thaw(stored: _Stored) -> Any:
+    """A caller's own copy of a value kept by :func:`_freeze`."""
+    if isinstance(stored, bytes):
+        return _loads(stored)
+    value, inner = stored
+    if inner is None:
+        return value
+    out = value.copy()
+    for k in inner:
+        out[k] = out[k].copy()
+    return out
 
 
 @dataclass
@@ -223,12 +280,13 @@ class _Store:
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        # In memory, values are kept encoded (marshal: C speed both ways, about twice json's,
-        # and as exact about types: True is not 1, 1 is not 1.0): a read decodes a private
-        # copy, so nothing a caller holds can alias the world's state, and a copy of the
-        # world shares the encoded values (issue 12: the eval copies a world per saga).
-        self._mem: dict[str, dict[str, bytes]] = {}
-        self._effects: list[bytes] = []
+        # In memory, values are kept private (_freeze: scalars and shallow JSON values as a
+        # copy, anything deeper encoded with marshal, as exact about types as a copy: True is
+        # not 1, 1 is not 1.0): a read returns a fresh copy (_thaw), so nothing a caller holds
+        # can alias the world's state, and a copy of the world shares the kept values (issue
+        # 12: the eval copies a world per saga).
+        self._mem: dict[str, dict[str, _Stored]] = {}
+        self._effects: list[_Stored] = []
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._depth = 0
@@ -291,7 +349,7 @@ class _Store:
         with self._lock:
             if self._db is None:
                 raw = self._mem.get(tbl, _EMPTY).get(key)
-                return _loads(raw) if raw is not None else default
+                return _thaw(raw) if raw is not None else default
             row = self._db.execute(
                 "SELECT value FROM kv WHERE tbl = ? AND key = ?", (tbl, key)
             ).fetchone()
@@ -300,7 +358,7 @@ class _Store:
     def items(self, tbl: str) -> list[tuple[str, Any]]:
         with self._lock:
             if self._db is None:
-                return [(k, _loads(v)) for k, v in sorted(self._mem.get(tbl, _EMPTY).items())]
+                return [(k, _thaw(v)) for k, v in sorted(self._mem.get(tbl, _EMPTY).items())]
             rows = self._db.execute(
                 "SELECT key, value FROM kv WHERE tbl = ? ORDER BY key", (tbl,)
             ).fetchall()
@@ -320,8 +378,8 @@ class _Store:
         with self._lock:
             if self._db is None:
                 for tbl, key, value in puts:
-                    self._mem.setdefault(tbl, {})[key] = _dumps(value)
-                self._effects.extend(map(_dumps, effects))
+                    self._mem.setdefault(tbl, {})[key] = _freeze(value)
+                self._effects.extend(map(_freeze, effects))
                 return
             db = self._db
             if self._depth:  # inside atomic(): its transaction commits
@@ -358,7 +416,7 @@ class _Store:
     def effects(self) -> list[dict[str, Any]]:
         with self._lock:
             if self._db is None:
-                return list(map(_loads, self._effects))
+                return list(map(_thaw, self._effects))
             rows = self._db.execute("SELECT value FROM effects ORDER BY seq").fetchall()
             return [json.loads(r[0]) for r in rows]
 
@@ -366,7 +424,7 @@ class _Store:
         """An in-memory store with this one's tables and effects."""
         other = _Store(None)
         with self._lock:
-            if self._db is None:  # the encoded values are immutable: share them
+            if self._db is None:  # the kept values are never handed out: share them
                 other._mem = {tbl: dict(rows) for tbl, rows in self._mem.items()}
                 other._effects = list(self._effects)
                 return other
