@@ -52,21 +52,34 @@ def _mutate(value: Any) -> None:
         value.append("mutated")
 
 
+@pytest.mark.parametrize("tbl", [_TBL, "idem"])  # "idem" (replayed responses): always encoded
 @pytest.mark.parametrize("value", VALUES, ids=repr)
-def test_a_value_reads_back_equal_with_exact_types_and_never_aliased(value: Any) -> None:
+def test_a_value_reads_back_equal_with_exact_types_and_never_aliased(value: Any, tbl: str) -> None:
     w = World()
     written = _types(value)
-    w.commit([(_TBL, "k", value)])
+    w.commit([(tbl, "k", value)])
     _mutate(value)  # the writer's object changes: the world's does not
-    got = w.get(_TBL, "k")
+    got = w.get(tbl, "k")
     assert _types(got) == written
     _mutate(got)  # a reader changes what it got: the world does not
-    assert _types(w.get(_TBL, "k")) == written
-    assert _types(dict(w.items(_TBL))["k"]) == written
+    assert _types(w.get(tbl, "k")) == written
+    assert _types(dict(w.items(tbl))["k"]) == written
     copy = w.copy()
-    _mutate(dict(w.items(_TBL))["k"])
-    assert _types(copy.get(_TBL, "k")) == written
-    assert _types(w.get(_TBL, "k")) == written
+    _mutate(dict(w.items(tbl))["k"])
+    assert _types(copy.get(tbl, "k")) == written
+    assert _types(w.get(tbl, "k")) == written
+
+
+def test_a_replayed_response_changed_by_its_caller_leaves_the_next_replay_alone() -> None:
+    w = World()
+    first = w.crm.update_field("acme", "stage", "won", idempotency_key="k")
+    first["record"]["fields"]["stage"] = "lost"
+    again = w.crm.update_field("acme", "stage", "won", idempotency_key="k")
+    again["record"]["notes"]["n"] = "x"
+    third = w.crm.update_field("acme", "stage", "won", idempotency_key="k")
+    assert third["record"]["fields"]["stage"] == "won"
+    assert third["record"]["notes"] == {}
+    assert third["old"] == "negotiation"
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)

@@ -378,7 +378,10 @@ class _Store:
         with self._lock:
             if self._db is None:
                 for tbl, key, value in puts:
-                    self._mem.setdefault(tbl, {})[key] = _freeze(value)
+                    # a response kept for an idempotent replay is read back only by a retry:
+                    # encoding it costs less than checking it can be kept as a copy
+                    kept = _dumps(value) if tbl == "idem" else _freeze(value)
+                    self._mem.setdefault(tbl, {})[key] = kept
                 self._effects.extend(map(_freeze, effects))
                 return
             db = self._db
