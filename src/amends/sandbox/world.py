@@ -132,22 +132,22 @@ def _freeze(value: Any) -> _Stored:
             if kinds <= _SCALARS:
                 return (value.copy(), ())
             if kinds <= _SHALLOW:  # one level more: copy it too, if it is flat
-                private = value.copy()
                 inner = [k for k, v in value.items() if type(v) is dict or type(v) is list]
-                for k in inner:
-                    v = value[k]
-                    if type(v) is dict:
-                        if not set(map(type, v)) <= _STR_KEYS:
-                            return _dumps(value)
-                        if not set(map(type, v.values())) <= _SCALARS:
-                            return _dumps(value)
-                    elif not set(map(type, v)) <= _SCALARS:
-                        return _dumps(value)
-                    private[k] = v.copy()
-                return (private, tuple(inner))
-    elif t is list and set(map(type, value)) <= _SCALARS:
+                if all(_flat(value[k]) for k in inner):
+                    private = value.copy()
+                    for k in inner:
+                        private[k] = value[k].copy()
+                    return (private, tuple(inner))
+    elif _flat(value):
         return (value.copy(), ())
     return _dumps(value)
+
+
+def _flat(value: Any) -> bool:
+    """A dict with str keys and scalar values, or a list of scalars: one copy restores it."""
+    if type(value) is dict:
+        return set(map(type, value)) <= _STR_KEYS and set(map(type, value.values())) <= _SCALARS
+    return type(value) is list and set(map(type, value)) <= _SCALARS
 
 
 def _thaw(stored: _Stored) -> Any:
