@@ -47,7 +47,6 @@ __all__ = [
     "markers_in",
     "redact_args",
     "redactions_from",
-    "redactions_of",
     "resolve_call_args",
     "scrub_record",
     "under",
@@ -511,13 +510,6 @@ class _LoggedSaga(Protocol):
 
     @property
     def steps(self) -> Sequence[_LoggedStep]: ...
-
-
-def redactions_of(saga: _LoggedSaga, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
-    """Where amends put a marker inside the value at ``prefix`` of step ``step_id``'s logged
-    record (e.g. ``"inverse", "args"``), relative to that value."""
-    step = next((s for s in saga.steps if s.step_id == step_id), None)
-    return () if step is None else under(step.redacted, prefix)
 
 
 async def resolve_call_args(

@@ -109,13 +109,14 @@ class Caller:
         self._steps: dict[str, StepRecord] | None = None
 
     def redactions(self, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
-        """``redactions_of(self.saga, step_id, *prefix)``, the step found by id (issue 29: not
-        by a scan of the saga's steps per call, twice per compensation or more)."""
+        """Where amends put a marker inside the value at ``prefix`` of step ``step_id``'s logged
+        record (e.g. ``"inverse", "args"``), relative to that value; the step found by id
+        (issue 29: not by a scan of the saga's steps per call, twice per compensation or more)."""
         steps = self._steps
         if steps is None:
             steps = self._steps = {}
             for s in self.saga.steps:
-                steps.setdefault(s.step_id, s)  # the first of an id, as redactions_of finds
+                steps.setdefault(s.step_id, s)  # the first step of an id, as a scan finds it
         step = steps.get(step_id)
         return () if step is None or not step.redacted else under(step.redacted, prefix)
 
