@@ -116,20 +116,17 @@ async def test_every_read_of_a_memory_log_finds_each_sagas_head_as_a_file_log_st
     assert _stored(_raw(mem)) == heads
 
 
-async def test_a_memory_logs_write_is_begin_insert_commit_and_the_next_read_writes_the_head(
+async def test_a_memory_logs_append_is_one_insert_and_the_next_read_writes_the_head(
     mem: SqliteLog,
 ) -> None:
+    """An append is its own transaction (autocommit): no BEGIN IMMEDIATE, no COMMIT."""
     await _writes(mem)
     await mem.verify()
     seen: list[str] = []
     _raw(mem).set_trace_callback(seen.append)
     for i in (1, 2):
         await mem.append_event("t", "note.added", data={"i": i}, now=NOW)
-    assert [s.split(" (")[0] for s in seen] == [
-        "BEGIN IMMEDIATE",
-        "INSERT INTO records",
-        "COMMIT",
-    ] * 2
+    assert [s.split(" (")[0] for s in seen] == ["INSERT INTO records"] * 2
     seen.clear()
     events = await mem.events("t")
     assert [s.split("=")[0] for s in seen[:3]] == [
@@ -140,6 +137,159 @@ async def test_a_memory_logs_write_is_begin_insert_commit_and_the_next_read_writ
     assert len(seen) == 4  # and the read itself
     assert [e.data.get("i") for e in events[-2:]] == [1, 2]
     assert await mem.verify() == []
+
+
+def _kinds(seen: list[str]) -> list[str]:
+    """Each traced statement's first two words (``INSERT INTO``, ``SELECT 1``, ``BEGIN ...``)."""
+    return [" ".join(s.split()[:2]) for s in seen]
+
+
+async def _steps_and_undo(log: SqliteLog, seen: list[str]) -> dict[str, list[str]]:
+    """The statements of each kind of write, traced into ``seen``."""
+    out: dict[str, list[str]] = {}
+
+    async def traced(name: str, write: Callable[[], Awaitable[Any]]) -> None:
+        seen.clear()  # finish_step writes when called: the call is traced too
+        await write()
+        out[name] = _kinds(seen)
+
+    await log.create_saga("w", "saga w", tenant="acme", actor=None, owner="w",
+                          lease_until=NOW + 600, now=NOW)  # fmt: skip
+    for i in (1, 2):  # the first reads whether a reversal exists; the second knows
+        intent = StepIntent("w", f"w{i}", seq=i, tool="crm.update_field", args={"v": i}, deps=[],
+                            resources=[], declared="reversible", now=NOW)  # fmt: skip
+        await traced(f"begin_step{i}", lambda: log.begin_step(intent))  # noqa: B023
+    finish = StepFinish("done", effective="reversible")
+    await traced("finish_step", lambda: log.finish_step("w", "w1", finish, now=NOW))
+    await traced("finish_saga", lambda: log.finish_saga("w", "completed", now=NOW))
+    await log.claim_reversal("w", reversal_id="rw", budget={}, owner="w", lease_until=NOW + 60,
+                             now=NOW)  # fmt: skip
+    comp = CompensationWrite("rw", 1, "w1", state="reverted", attempts=1, detail="ok", data={},
+                             calls_spent=1, tokens_spent=0, event="compensation.reverted",
+                             now=NOW, first=True)  # fmt: skip
+    await traced("record_compensation", lambda: log.record_compensation(comp))
+    await traced("resolve_step", lambda: log.resolve_step("w", "w2", by="ok", note="", now=NOW))
+    await traced("append_event", lambda: log.append_event("w", "note.added", data={}, now=NOW))
+    return out
+
+
+async def test_every_append_of_a_memory_log_is_its_one_insert_and_other_writes_keep_begin_commit(
+    mem: SqliteLog,
+) -> None:
+    """Issue 29: the appends run their reads and their one INSERT in autocommit; a write with
+    more than one change (ending a saga: its row and a record) stays one transaction."""
+    seen: list[str] = []
+    _raw(mem).set_trace_callback(seen.append)
+    traced = await _steps_and_undo(mem, seen)
+    insert = ["INSERT INTO"]
+    assert traced == {
+        "begin_step1": ["SELECT (SELECT", *insert],
+        "begin_step2": insert,
+        "finish_step": insert,
+        "finish_saga": ["BEGIN IMMEDIATE", "UPDATE sagas", *insert, "COMMIT"],
+        "record_compensation": ["SELECT r.generation,", "SELECT 1", *insert],
+        "resolve_step": ["SELECT 1", "SELECT step_id", *insert],
+        "append_event": insert,
+    }
+    seen.clear()
+    assert await mem.verify() == []
+
+
+async def test_a_file_logs_appends_keep_their_transaction_and_write_their_head(
+    tmp_path: Path,
+) -> None:
+    """A file log may have other writers and readers: each append is BEGIN, the INSERT, the
+    saga's head, COMMIT, as before (``one_change`` is for the private in-memory log only)."""
+    log = SqliteLog(tmp_path / "log.db", signing_key=KEY)
+    try:
+        seen: list[str] = []
+        log.db._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+        traced = await _steps_and_undo(log, seen)
+    finally:
+        await log.close()
+    last, head = ["SELECT hash", "INSERT INTO"], ["UPDATE sagas", "COMMIT"]
+    comp = ["SELECT r.generation,", "SELECT 1", "INSERT INTO"]
+    assert traced == {
+        "begin_step1": ["BEGIN IMMEDIATE", "SELECT (SELECT", "INSERT INTO", *head],
+        "begin_step2": ["BEGIN IMMEDIATE", "SELECT (SELECT", "INSERT INTO", *head],
+        "finish_step": ["BEGIN IMMEDIATE", *last, *head],
+        "finish_saga": ["BEGIN IMMEDIATE", "UPDATE sagas", *last, *head],
+        "record_compensation": ["BEGIN IMMEDIATE", *comp, *head],
+        "resolve_step": ["BEGIN IMMEDIATE", "SELECT 1", "SELECT step_id", *last, *head],
+        "append_event": ["BEGIN IMMEDIATE", *last, *head],
+    }
+
+
+def _records(log: SqliteLog) -> list[tuple[Any, ...]]:
+    return _raw(log).execute("SELECT rec_id, saga_id, kind, hash FROM records").fetchall()
+
+
+@pytest.mark.parametrize("append", ["append_event", "begin_step", "record_compensation"])
+async def test_an_append_refused_by_the_database_leaves_nothing_and_the_heads_right(
+    mem: SqliteLog, heads: dict[str, str | None], append: str
+) -> None:
+    """The INSERT fails (here a trigger aborts it, as a constraint would): the error is the
+    log's, no record was added, every deferred head is still that of the last record stored,
+    and the next append chains onto that record."""
+    await _writes(mem)
+    before = _records(mem)
+    _raw(mem).execute(
+        "CREATE TEMP TRIGGER refuse BEFORE INSERT ON records BEGIN "
+        "SELECT RAISE(ABORT, 'refused by the test'); END"
+    )
+    intent = StepIntent("t", "t3", seq=3, tool="crm.update_field", args={}, deps=[],
+                        resources=[], declared="reversible", now=NOW)  # fmt: skip
+    comp = CompensationWrite("r", 1, "s1", state="reverted", attempts=1, detail="ok", data={},
+                             calls_spent=1, tokens_spent=0, event="compensation.reverted",
+                             now=NOW)  # fmt: skip
+    refused: dict[str, Callable[[], Awaitable[Any]]] = {
+        "append_event": lambda: mem.append_event("s", "note.added", data={}, now=NOW),
+        "begin_step": lambda: mem.begin_step(intent),
+        "record_compensation": lambda: mem.record_compensation(comp),
+    }
+    with pytest.raises(amends.LogError, match="refused by the test"):
+        await refused[append]()
+    _raw(mem).execute("DROP TRIGGER refuse")
+    assert not _raw(mem).in_transaction
+    assert _records(mem) == before
+    assert _stored(_raw(mem)) == dict.fromkeys(heads)  # still deferred, none written wrong
+    await mem.append_event("t", "note.added", data={}, now=NOW)
+    await mem.append_event("s", "note.added", data={}, now=NOW)
+    assert await mem.verify() == []
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["appended_to", "silent"])
+async def test_an_append_that_raises_after_its_insert_keeps_the_record_and_its_head(
+    mem: SqliteLog, announced: bool
+) -> None:
+    """Autocommit: the INSERT stood before the write raised, so its record stays and the
+    saga's head is that record's (read back from the log, even when the write raised before
+    it told the cursor it appended); the write's error reaches its caller, and the next
+    append chains onto the record."""
+    from amends._log.integrity import head_of
+
+    await _writes(mem)
+    await mem.append_event("s", "note.added", data={}, now=NOW)  # a head deferred for "s" too
+    n = len(_records(mem))
+
+    def appends_then_fails(tx: Any) -> None:
+        _append(tx, KEY, "t", "note.added", NOW, '{"kept":true}')
+        if not announced:
+            tx.appended.discard("t")
+        raise RuntimeError("after the insert")
+
+    appends_then_fails.__module__ = "amends._log.sql"  # as the log's own appends are
+    with pytest.raises(RuntimeError, match="after the insert"):
+        await mem.db.write(appends_then_fails, one_change=True)
+    records = _records(mem)
+    assert len(records) == n + 1 and records[-1][1:3] == ("t", "note.added")
+    assert not _raw(mem).in_transaction
+    assert await mem.verify() == []
+    assert _stored(_raw(mem))["t"] == head_of(KEY, "t", records[-1][3])
+    await mem.append_event("t", "note.added", data={"next": True}, now=NOW)
+    assert await mem.verify() == []
+    events = await mem.events("t")
+    assert [e.data for e in events[-2:]] == [{"kept": True}, {"next": True}]
 
 
 async def test_the_heads_are_written_before_the_log_closes(

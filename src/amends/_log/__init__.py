@@ -8,7 +8,8 @@ from typing import Any
 from .._errors import ConfigError
 from .base import SagaLog
 from .database import hide_passwords
-from .sqlite import SqliteLog, file_permission_problems
+from .files import file_permission_problems
+from .sqlite import SqliteLog
 
 __all__ = ["SagaLog", "SqliteLog", "file_permission_problems", "hide_passwords", "open_log"]
 

@@ -47,11 +47,17 @@ class Database(ABC):
     """How a backend runs work: ``write`` inside one durable transaction, ``read`` consistently."""
 
     @abstractmethod
-    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
+    def write(
+        self, fn: Callable[[Tx], T], size: int = 0, *, one_change: bool = False
+    ) -> Awaitable[T]:
         """Run ``fn`` in a write transaction and commit durably; awaiting the result returns
         once committed (a coroutine, or a future on the hot path: issue 12).
 
         ``size`` is roughly how many bytes ``fn`` writes (group commit caps a batch by bytes).
+        ``one_change`` says that ``fn`` changes the database in one statement, its last (an
+        append: reads, then one ``INSERT``), so that statement alone is the transaction: a
+        backend whose writer nobody else can interleave with may run it without ``BEGIN`` and
+        ``COMMIT`` (issue 29: an in-memory SQLite log); the others ignore it.
         """
 
     @abstractmethod

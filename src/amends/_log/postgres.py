@@ -626,8 +626,11 @@ class _PgDatabase(Database):
                 path=self.safe_url,
             )
 
-    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
-        # issue 29: a future, as SqliteLog's (queued when called); a refusal comes with it
+    def write(
+        self, fn: Callable[[Tx], T], size: int = 0, *, one_change: bool = False
+    ) -> Awaitable[T]:
+        # issue 29: a future, as SqliteLog's (queued when called); a refusal comes with it.
+        # ``one_change`` is ignored: every write is a transaction with the saga's head in it
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         try:

@@ -64,15 +64,7 @@ from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 
-__all__ = [
-    "MIGRATIONS",
-    "SCHEMA_VERSION",
-    "Database",
-    "SqlSagaLog",
-    "Tx",
-    "upgrade",
-    "write_heads",
-]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "SqlSagaLog", "Tx", "upgrade", "write_heads"]
 
 T = TypeVar("T")
 
@@ -107,7 +99,10 @@ def _append(
     reversal_id: str | None = None,
     prev: str | None = None,
 ) -> str:
-    """Append one record, chained to the saga's previous one (rule 11); returns its hash."""
+    """Append one record, chained to the saga's previous one (rule 11); returns its hash.
+
+    A write whose one change is this append, its last statement, says so to the database
+    (``one_change=True``: issue 29, an in-memory log then runs it without BEGIN and COMMIT)."""
     if prev is None:
         prev = _head(tx, saga_id)
     hashed = f"{kind}#{phase}" if phase else kind  # hkind(kind, phase), without the call
@@ -312,7 +307,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 tx.cache[_NO_REVERSAL + saga_id] = ""
             return not undoing
 
-        return await self.db.write(fn, len(text))
+        return await self.db.write(fn, len(text), one_change=True)
 
     def finish_step(
         self, saga_id: str, step_id: str, finish: StepFinish, *, now: float
@@ -325,7 +320,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             _append(tx, key, saga_id, kind, now, text, phase=FINISH, step_id=step_id)
 
         # issue 29: the writer's own future, handed over when called (the step does not wait)
-        return self.db.write(fn, len(text))
+        return self.db.write(fn, len(text), one_change=True)
 
     async def finish_saga(self, saga_id: str, state: str, *, now: float) -> None:
         key = self.signing_key
@@ -566,7 +561,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 prev=head,
             )
 
-        await self.db.write(fn, len(text))
+        await self.db.write(fn, len(text), one_change=True)
 
     async def finish_reversal(
         self, reversal_id: str, generation: int, report: Mapping[str, Any], *, now: float
@@ -614,6 +609,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 tx, key, saga_id, kind, now, text, step_id=step_id, reversal_id=reversal_id
             ),
             len(text),
+            one_change=True,
         )
 
     async def resolve_step(
@@ -657,7 +653,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             _append(tx, key, saga_id, "step.resolved", now, text, phase=RESOLVED, step_id=step_id)
             return resolution
 
-        return await self.db.write(fn, len(text))
+        return await self.db.write(fn, len(text), one_change=True)
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:

@@ -15,7 +15,6 @@ import concurrent.futures
 import os
 import queue
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,7 +32,7 @@ from .._errors import (
 from .database import take_batch
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 
-__all__ = ["SqliteLog", "file_permission_problems", "switch_to_wal"]
+__all__ = ["SqliteLog", "switch_to_wal"]
 
 T = TypeVar("T")
 
@@ -102,8 +101,9 @@ class _Cursor:
     shard: int | None = None
     """One writer at a time: a saga joins the shard its id hashes to (see ``Tx.shard``)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._cur = conn.cursor()  # one cursor per transaction, not one per statement
+    def __init__(self, conn: sqlite3.Connection, kept: sqlite3.Cursor | None = None) -> None:
+        # one cursor per transaction, not one per statement; an in-memory log keeps one
+        self._cur = conn.cursor() if kept is None else kept
         self._last = 0
         self.cache: dict[str, str] = {}
         self.appended: set[str] = set()
@@ -167,6 +167,11 @@ _OWN_SQL = frozenset({"amends._log.sql", "amends._log.admin"})
 """Modules whose write functions never read nor set ``sagas.head`` but through
 :func:`write_heads`: an in-memory log's deferred heads can wait past their writes (issue 29)."""
 
+
+def _autocommitted(sql: str) -> None:
+    """In place of ``COMMIT`` for a write that committed itself (autocommit: see ``_one``)."""
+
+
 _CARRY_LIMIT = 4096
 """Entries of a committed transaction's cache carried to the next (a few per saga written)."""
 
@@ -224,6 +229,8 @@ class _SqliteDatabase(Database):
         except BaseException:
             self._connection.close()
             raise
+        self._kept = self._connection.cursor() if self.memory else None
+        """Issue 29: the one cursor every transaction of an in-memory log runs on."""
         self._thread: threading.Thread | None = None
         if not self.memory and not self.read_only:  # ":memory:" runs writes inline (_inline)
             self._thread = threading.Thread(
@@ -425,7 +432,7 @@ class _SqliteDatabase(Database):
     def _write_cursor(self) -> _Cursor:
         """A cursor for the next write transaction, with the head cache the last commit left
         (issue 29: see ``_carry``) if nothing has changed the database since."""
-        cur = _Cursor(self._connection)
+        cur = _Cursor(self._connection, self._kept)
         if self._carry is not None:
             if self._connection.total_changes == self._carry_changes:
                 cur.cache = self._carry
@@ -433,7 +440,8 @@ class _SqliteDatabase(Database):
         return cur
 
     def _commit_heads(self, cur: _Cursor, execute: Callable[[str], Any]) -> None:
-        """Rule 12: the heads of the sagas the transaction appended to, then ``COMMIT``; an
+        """Rule 12: the heads of the sagas the transaction appended to, then ``COMMIT`` (run by
+        ``execute``; :func:`_autocommitted` when the write committed itself, see ``_one``); an
         in-memory log leaves the heads for ``_write_heads`` (see ``_heads``) and carries the
         head cache to its next write (issue 29: see ``_carry``)."""
         appended = cur.appended
@@ -455,6 +463,19 @@ class _SqliteDatabase(Database):
             execute("COMMIT")
         if self.memory and len(cur.cache) <= _CARRY_LIMIT:
             self._carry, self._carry_changes = cur.cache, self._connection.total_changes
+
+    def _keep_stored_heads(self, cur: _Cursor) -> None:
+        """Issue 29: a write run in autocommit (``_one``) raised after its one change stood, so
+        its record stays, and with it its saga's head, deferred as a committed write's: read
+        from the records, the cache of a write that raised being dropped."""
+        heads = self._heads
+        assert heads is not None  # autocommit only while the connection is private
+        rows = cur.execute("SELECT saga_id FROM records WHERE rec_id = last_insert_rowid()")
+        for sid in cur.appended | {str(r[0]) for r in rows}:
+            last = cur.execute(
+                "SELECT hash FROM records WHERE saga_id=? ORDER BY rec_id DESC LIMIT 1", (sid,)
+            )
+            heads[sid] = str(last[0][0] or "")
 
     def _write_heads(self) -> None:
         """Write the heads an in-memory log deferred (see ``_heads``), in one transaction; the
@@ -534,7 +555,7 @@ class _SqliteDatabase(Database):
                 path=self.path,
             )
 
-    def _inline(self, fn: Callable[[Tx], T], write: bool) -> T:
+    def _inline(self, fn: Callable[[Tx], T], write: bool, one_change: bool = False) -> T:
         """``:memory:`` logs: the connection is private and there is no fsync to overlap, so a
         write runs on the caller's thread (under a lock) instead of paying two thread hops."""
         self._check_open()
@@ -544,39 +565,55 @@ class _SqliteDatabase(Database):
                 # the log's own SQL (which never reads nor sets ``sagas.head``) may do either
                 self._write_heads()
             if not write:
-                return fn(_Cursor(self._connection))
-            return cast(T, self._one(fn))
+                return fn(_Cursor(self._connection, self._kept))
+            return cast(T, self._one(fn, one_change))
 
-    def _one(self, fn: Callable[[Tx], Any]) -> Any:
+    def _one(self, fn: Callable[[Tx], Any], one_change: bool) -> Any:
         """One write in its own transaction, for ``:memory:`` logs (issue 29): what
         ``_commit([job])`` does for a batch of one (no savepoints, the heads left for
         ``_write_heads``, the head cache carried over), without the batch's lists; raises the
-        write's error after rolling it back."""
+        write's error after rolling it back.
+
+        A write whose one change is its last statement (``one_change``: an append) runs in
+        autocommit while the connection is private (``_heads``): SQLite makes that statement
+        its own transaction, all or nothing, and ``_lock`` keeps every other use of the
+        connection from coming between the write's reads and it; no BEGIN IMMEDIATE, no
+        COMMIT, the head deferred as ever. Refused, it changed nothing; raising after it, its
+        record stands and so does its head (``_keep_stored_heads``)."""
         conn = self._connection
         cur = self._write_cursor()
         tc = cur._cur  # BEGIN and COMMIT on the write's cursor: no cursor made for each
+        alone = one_change and self._heads is not None
+        changes = conn.total_changes
         try:
-            tc.execute("BEGIN IMMEDIATE")
+            if not alone:
+                tc.execute("BEGIN IMMEDIATE")
             try:
                 value = fn(cur)
                 if conn.in_transaction:
                     self._commit_heads(cur, tc.execute)
+                elif alone:
+                    self._commit_heads(cur, _autocommitted)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                elif alone and conn.total_changes != changes:
+                    self._keep_stored_heads(cur)
                 raise
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
         return value
 
-    def write(self, fn: Callable[[Tx], T], size: int = 0) -> Awaitable[T]:
+    def write(
+        self, fn: Callable[[Tx], T], size: int = 0, *, one_change: bool = False
+    ) -> Awaitable[T]:
         # issue 12: a future, not a coroutine (one object and one frame fewer per write); every
         # outcome, an error too, is delivered when it is awaited, as a coroutine would deliver it
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         try:
             if self.memory:
-                fut.set_result(self._inline(fn, write=True))
+                fut.set_result(self._inline(fn, True, one_change))
                 return fut
             if self._closed or self.read_only:  # one test on the hot path; the helpers raise
                 self._check_open()
@@ -683,33 +720,6 @@ def signing_key_from_env(key: bytes | None) -> bytes | None:
         return key
     env = os.environ.get("AMENDS_LOG_KEY")
     return env.encode() if env else None
-
-
-def file_permission_problems(path: str | os.PathLike[str]) -> list[str]:
-    """What is wrong with the permissions of a SQLite log and its -wal/-shm files (rule 11).
-
-    Returns one sentence per file that others than its owner may read or write, naming the
-    file, its mode and the fix; empty when all is well (or for ``:memory:``/a URL of a server).
-    """
-    text = os.fspath(path)
-    for prefix in ("sqlite:///", "sqlite://"):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
-    if not text or text == ":memory:" or "://" in text:
-        return []
-    out = []
-    for name in (text, text + "-wal", text + "-shm"):
-        try:
-            mode = stat.S_IMODE(os.stat(name).st_mode)
-        except OSError:
-            continue
-        if mode & 0o077:
-            out.append(
-                f"{name} can be read or written by users other than its owner (mode "
-                f"{mode:04o}); run `chmod 600 {name}` (rule 11: a saga log is for its owner only)"
-            )
-    return out
 
 
 class SqliteLog(SqlSagaLog):
