@@ -161,8 +161,31 @@ def _fill(pieces: _Pieces, args: Mapping[str, Any]) -> str:
 
 _PARSER = string.Formatter()
 
+_SHORT_INT = 10 ** (_MAX_VALUE - 1)
+"""An ``int`` strictly between minus this and this has a repr short enough to show whole."""
+
+
+@functools.lru_cache(maxsize=512)
+def _quoted_names(template: str) -> frozenset[str]:
+    """The names :func:`_unquoted` may act on in ``template``: every field name written between
+    quotes ("'{subject}'"), the quotes right against its braces. Only an empty argument of such
+    a name changes the template (issue 29: the others need no look at their values).
+
+    Raises:
+        ValueError: ``template`` is not valid ``str.format`` syntax.
+    """
+    return frozenset(
+        name
+        for _, name, _, _ in _PARSER.parse(template)
+        if name is not None and any(f"{q}{{{name}}}{q}" in template for q in ("'", '"'))
+    )
+
 
 def _show(value: Any) -> str:
+    if type(value) is str:  # issue 29: most values; the same text as the general path below
+        if not value:
+            return EMPTY
+        return value if len(value) <= _MAX_VALUE else value[: _MAX_VALUE - 1] + "…"
     if _empty(value):
         return EMPTY
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
@@ -196,10 +219,13 @@ def sentence(
         description: The tool's one-line description, for the default sentence.
         sensitive: Argument names shown only as their redaction marker (rule 11).
     """
-    safe = _safe_args(args, sensitive)
+    safe = _safe_args(args, sensitive) if sensitive else args
     if template:
         try:
-            empty = tuple(k for k, v in safe.items() if _empty(v))
+            quoted = _quoted_names(template)
+            # issue 29: only an empty argument whose field is quoted changes the template
+            # (_unquoted); the names kept in the arguments' order, as _unquoted replaces them
+            empty = tuple(k for k, v in safe.items() if k in quoted and _empty(v)) if quoted else ()
             pieces = _compiled(template, empty)
             if pieces is None:
                 return _Sentence().vformat(_unquoted(template, safe), (), safe)
@@ -211,6 +237,8 @@ def sentence(
         if v is None
         else f"{k}={_show(v)!r}"
         if isinstance(v, str)
+        else f"{k}={v!r}"  # issue 29: _show of a short int is its repr
+        if type(v) is int and -_SHORT_INT < v < _SHORT_INT
         else f"{k}={_show(v)}"
         for k, v in sorted(safe.items())
     )

@@ -47,16 +47,20 @@ def replaced(obj: T, /, **changes: Any) -> T:
     whose ``__init__`` only stores its arguments (no ``__post_init__``); other classes, and a
     change that is not a field, go through ``dataclasses.replace`` itself."""
     kind = type(obj)
-    plain = _plain(kind)
+    plain = _PLAIN[kind] if kind in _PLAIN else _plain(kind)
     if plain is None or not plain[1].issuperset(changes):
         return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
     held = obj.__dict__
-    copy: T = object.__new__(kind)
-    values = copy.__dict__
-    for n in plain[0]:
-        values[n] = held[n]
+    # issue 29: an instance dict holding exactly the fields is copied whole (in C); one that
+    # holds more (a cached property's value, which the copy must compute afresh) field by field
+    values = held.copy() if held.keys() == plain[1] else {n: held[n] for n in plain[0]}
     values.update(changes)
+    copy: T = object.__new__(kind)
+    _set(copy, "__dict__", values)  # one dict set whole, as fast_init's __init__ does
     return copy
+
+
+_set = object.__setattr__
 
 
 _HAS_FACTORY: Any = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())

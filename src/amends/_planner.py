@@ -11,7 +11,7 @@ import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast, overload
 
 from ._contracts import Expectation, Inverse, Residue, Reversibility, ToolSpec
 from ._log.base import SagaRecord, StepRecord
@@ -65,6 +65,26 @@ VERBS: Mapping[str, str | None] = {
 _GATING: frozenset[str] = frozenset({"revert", "compensate", "in_doubt", "wait", "review"})
 
 
+class _StepId:
+    """:attr:`PlannedStep.step_id`: its step's id, stored in the instance's dict at the first
+    read, so every later read is a plain attribute read. Unlike ``functools.cached_property``
+    (which, on Python 3.11, takes a lock at every first read: issue 29) it takes none: the
+    value is the same whichever thread stores it."""
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _StepId: ...
+
+    @overload
+    def __get__(self, obj: PlannedStep, owner: type | None = None) -> str: ...
+
+    def __get__(self, obj: PlannedStep | None, owner: type | None = None) -> str | _StepId:
+        if obj is None:
+            return self
+        value: str = obj.step.step_id
+        obj.__dict__["step_id"] = value
+        return value
+
+
 @dataclass(frozen=True)
 class PlannedStep:
     """One step of the plan."""
@@ -92,11 +112,10 @@ class PlannedStep:
     reason: str
     """Why this action, in plain language (shown in the preview)."""
 
-    @functools.cached_property
-    def step_id(self) -> str:
-        # issue 29: read ~850 times per eval saga (undo order, gates, futures, records); cached
-        # in the instance, outside the dataclass fields (equality and replace() ignore it)
-        return self.step.step_id
+    step_id = _StepId()
+    """The step's id (``step.step_id``), kept in the instance at its first read: issue 29, read
+    ~850 times per eval saga (undo order, gates, futures, records). A class attribute, not a
+    dataclass field: equality, ``replace()`` and :meth:`to_dict`'s fields ignore it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

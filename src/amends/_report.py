@@ -142,7 +142,7 @@ class StepOutcome:
             "step_id": self.step_id,
             "tool": self.tool,
             "verb": self.verb,
-            "state": self.state.value,
+            "state": self.state._value_,  # issue 29: not the enum's property (a call)
             "detail": self.detail,
             "reversibility": self.reversibility,
             "attempts": self.attempts,
@@ -315,7 +315,7 @@ class UndoReport:
             "saga_id": self.saga_id,
             "reversal_id": self.reversal_id,
             "title": self.title,
-            "status": self.status.value,
+            "status": self.status._value_,
             "headline": self.headline,
             "steps": [s.to_dict() for s in self.steps],
             "residue": [r.to_dict() for r in self.residue],

@@ -52,22 +52,28 @@ class Recorder:
         data: Any,
         event: str,
     ) -> None:
-        self.fresh.add(p.step_id)
-        logged, redacted = self.vault.scrub_at(data)  # rule 12: and where it put each marker
+        step_id = p.step_id
+        self.fresh.add(step_id)
+        vault, meter, reversal = self.vault, self.meter, self.reversal
+        redacted: tuple[Any, ...] = ()
+        if vault:  # issue 29: a vault with no secret (most reversals) changes nothing
+            logged, where = vault.scrub_at(data)  # rule 12: and where it put each marker
+            detail = vault.scrub(detail)  # rule 11: no resolved secret in the log
+            data, redacted = logged, tuple(where)
         await self.ports.log.record_compensation(
             CompensationWrite(
-                self.reversal.reversal_id,
-                self.reversal.generation,
-                p.step_id,
+                reversal.reversal_id,
+                reversal.generation,
+                step_id,
                 state=state,
                 attempts=attempts,
-                detail=self.vault.scrub(detail),  # rule 11: no resolved secret in the log
-                data=logged,
-                calls_spent=self.meter.calls,
-                tokens_spent=self.meter.tokens,
+                detail=detail,
+                data=data,
+                calls_spent=meter.calls,
+                tokens_spent=meter.tokens,
                 event=event,
                 now=self.ports.clock(),
-                redacted=tuple(redacted),
+                redacted=redacted,
             )
         )
 
@@ -85,7 +91,7 @@ class Recorder:
             verb=verb_for(state),  # rule 8: one verb per state, whatever the cause
             state=state,
             detail=detail,
-            reversibility=p.reversibility.value,
+            reversibility=p.reversibility._value_,  # issue 29: not the enum's property
             violation=p.step.violation,
             declared=p.step.explicit,
             **more,
@@ -127,8 +133,8 @@ class Recorder:
         if in_flight is not None:
             data["in_flight"] = in_flight
         await self.record(
-            p, state.value, attempts=attempts, detail=detail, data=data,
-            event=f"compensation.{state.value}",
+            p, state._value_, attempts=attempts, detail=detail, data=data,
+            event=f"compensation.{state._value_}",
         )  # fmt: skip
         return self.outcome(p, state, detail, attempts=attempts, manual_action=manual)
 
@@ -152,8 +158,8 @@ class Recorder:
         if manual:
             data["manual_action"] = manual.to_dict()
         await self.record(
-            p, state.value, attempts=attempts, detail=detail, data=data,
-            event=f"compensation.{state.value}",
+            p, state._value_, attempts=attempts, detail=detail, data=data,
+            event=f"compensation.{state._value_}",
         )  # fmt: skip
         return self.outcome(
             p, state, detail, attempts=attempts, residue=tuple(residue), manual_action=manual

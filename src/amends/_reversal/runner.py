@@ -148,8 +148,9 @@ class _Runner:
         self.futures = {p.step_id: loop.create_future() for p in steps}
         progress = self.inp.ports.progress
         meter = self.inp.meter
+        stuck: dict[str, bool] = {}  # per step waited for: _cannot_clear, asked once
         for p in self.order:  # rule 10: who the budget covers, decided once
-            meter.reserve(p.step_id, self._need(p))
+            meter.reserve(p.step_id, self._need(p, stuck))
 
         async def one(p: PlannedStep) -> None:
             fut = self.futures[p.step_id]
@@ -190,16 +191,22 @@ class _Runner:
             )
         return prior
 
-    def _need(self, p: PlannedStep) -> int:
+    def _need(self, p: PlannedStep, stuck: dict[str, bool]) -> int:
         """The calls ``p``'s check and first attempt need (rule 7; none when it will not call:
-        no inverse, logged done, or waiting for a step that cannot end undone)."""
-        prior = self._prior(p)
+        no inverse, logged done, or waiting for a step that cannot end undone). ``stuck``
+        keeps :meth:`_cannot_clear`'s answer per step across the run's steps (issue 29: a
+        step many others wait for was asked about once per waiter)."""
         if p.action not in ("revert", "compensate") or p.inverse is None:
             return 0
+        prior = self._prior(p)
         if prior is not None and (prior.state in _FINAL or prior.data.get("returned")):
             return 0
-        if any(self._cannot_clear(d) for d in p.waits_for):
-            return 0
+        for d in p.waits_for:
+            cannot = stuck.get(d)
+            if cannot is None:
+                cannot = stuck[d] = self._cannot_clear(d)
+            if cannot:
+                return 0
         if prior is not None:  # in flight at a crash: what tells whether it landed, a re-send
             return 1 + (p.inverse.landed is not None) + (p.expectation is not None)
         return 1 + (p.expectation is not None)
