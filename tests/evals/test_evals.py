@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -104,6 +105,18 @@ def test_generator_is_deterministic_and_covers_1_to_40_steps_plus_the_familys() 
     sizes = [len(generate(1, i).steps) for i in range(300)]
     assert min(sizes) >= 1 and max(sizes) <= 40 + 12  # one_plan appends up to 3 chains of 4
     assert [generate(1, i).family for i in range(len(FAMILIES))] == list(FAMILIES)
+
+
+def test_generator_draws_the_same_steps_as_before_issue_29() -> None:
+    """The generator's lookups became incremental (issue 29); every saga's steps are drawn
+    exactly as before: a sha256 of 600 sagas' steps (seeds 1-3, indexes 0-199), computed with
+    the generator of ea026dc."""
+    digest = hashlib.sha256()
+    for seed in (1, 2, 3):
+        for index in range(200):
+            steps = [dataclasses.asdict(s) for s in generate(seed, index).steps]
+            digest.update(json.dumps(steps, sort_keys=True).encode())
+    assert digest.hexdigest() == "a8c10e83b41b0980fb30eec3ca40c42125b26c3e060fadeb335c3782877cf738"
 
 
 def test_generator_produces_each_issue_10_class() -> None:
@@ -380,6 +393,39 @@ async def test_order_invariant_catches_engine_that_undoes_in_reverse_time_order(
     bad = await run_scenario(sc, engine_factory=ReverseTimeOrderEngine)
     assert bad.world["calendar"]["events"]["evt_1"]["status"] == "cancelled"
     assert check(bad)["order"] == ["s1 was undone before its dependent s2 (which never was)"]
+
+
+async def test_order_invariant_judges_each_scenario_by_its_own_dependencies_interleaved() -> None:
+    """The oracle groups a scenario's dependencies once (issue 29); two scenarios with the same
+    ref, one where the chat post quotes the event and one where it does not, checked in turn,
+    are each judged by their own steps."""
+    event = StepSpec(
+        "s1", "calendar.create_event", {"title": "Kickoff", "start": START, "attendees": ["a@x"]}
+    )
+    quoting = _sc(
+        [
+            event,
+            StepSpec("s2", "chat.post", {"channel": "#sales", "text": {"$ref": "s1", "key": "id"}}),
+        ],
+        reversal_faults=(("chat.delete", "permanent", 1),),
+    )
+    plain = dataclasses.replace(
+        quoting, steps=(event, StepSpec("s2", "chat.post", {"channel": "#sales", "text": "hi"}))
+    )
+    assert quoting.ref == plain.ref
+    bad_quoting = await run_scenario(quoting, engine_factory=ReverseTimeOrderEngine)
+    bad_plain = await run_scenario(plain, engine_factory=ReverseTimeOrderEngine)
+    for r in (bad_quoting, bad_plain):  # the same world either way: the event undone, the post not
+        assert r.world["calendar"]["events"]["evt_1"]["status"] == "cancelled"
+        assert {o.step_id: o.state.value for o in r.reports[0].steps} == {
+            "s1": "compensated",
+            "s2": "failed",
+        }
+    for _ in range(2):
+        assert check(bad_quoting)["order"] == [
+            "s1 was undone before its dependent s2 (which never was)"
+        ]
+        assert check(bad_plain)["order"] == []
 
 
 async def test_honesty_invariant_catches_engine_that_reports_reverted_without_checking() -> None:

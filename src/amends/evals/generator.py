@@ -211,7 +211,36 @@ def _ref(step: str, key: str = "id") -> dict[str, str]:
     return {"$ref": step, "key": key}
 
 
-def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
+_SOURCES = ("payments.charge", "calendar.create_event", "chat.post", "docs.create_draft")
+"""Tools whose results later steps refer to (a charge read back, an event quoted, ...)."""
+
+
+class _Drawn:
+    """The steps drawn so far, with what later draws look up in them: the ids of each source
+    tool's steps and the drafts not shared yet, kept up to date step by step (issue 29: they
+    were recomputed from every earlier step for each new one, quadratic in the saga's size).
+    The lists keep the steps' order, so every draw picks from the same list as before."""
+
+    def __init__(self, steps: tuple[StepSpec, ...] = ()) -> None:
+        self.steps: list[StepSpec] = []
+        self.of: dict[str, list[str]] = {t: [] for t in _SOURCES}
+        self.unshared: list[str] = []
+        """Drafts no step shares yet (one share per draft)."""
+        for s in steps:
+            self.add(s)
+
+    def add(self, step: StepSpec) -> None:
+        self.steps.append(step)
+        if step.tool in self.of:
+            self.of[step.tool].append(step.step_id)
+            if step.tool == "docs.create_draft":
+                self.unshared.append(step.step_id)
+        elif step.tool == "docs.share" and (doc := step.args["doc_id"]["$ref"]) in self.unshared:
+            self.unshared.remove(doc)
+
+
+def _step(rng: random.Random, i: int, drawn: _Drawn) -> StepSpec:
+    prior = drawn.steps
     after: tuple[str, ...] = ()
     if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
         after = tuple(sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))}))
@@ -220,18 +249,15 @@ def _step(rng: random.Random, i: int, prior: list[StepSpec]) -> StepSpec:
          "delayed", "draft", "share", "edit", "wire", "sms", "ledger", "private", "careless"],
         weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0],  # careless: its family
     )[0]  # fmt: skip
-    return _kind_step(rng, kind, i, prior, after)
+    return _kind_step(rng, kind, i, drawn, after)
 
 
 def _kind_step(
-    rng: random.Random, kind: str, i: int, prior: list[StepSpec], after: tuple[str, ...]
+    rng: random.Random, kind: str, i: int, drawn: _Drawn, after: tuple[str, ...]
 ) -> StepSpec:
     sid = f"s{i}"
     args: dict[str, Any]
-    sources = ("payments.charge", "calendar.create_event", "chat.post", "docs.create_draft")
-    of = {t: [p.step_id for p in prior if p.tool == t] for t in sources}
-    shared = {p.args["doc_id"]["$ref"] for p in prior if p.tool == "docs.share"}
-    drafts = [d for d in of["docs.create_draft"] if d not in shared]  # one share per draft
+    of, drafts = drawn.of, drawn.unshared
     if kind == "get_charge" and of["payments.charge"]:
         src = rng.choice(of["payments.charge"])
         return StepSpec(sid, "payments.get_charge", {"charge_id": _ref(src)})
@@ -295,22 +321,24 @@ def _kind_step(
 
 def generate_steps(rng: random.Random, n: int) -> tuple[StepSpec, ...]:
     """A random fan-out DAG of ``n`` steps over the eval tools."""
-    steps: list[StepSpec] = []
+    drawn = _Drawn()
     for i in range(1, n + 1):
-        steps.append(_step(rng, i, steps))
-    return tuple(steps)
+        drawn.add(_step(rng, i, drawn))
+    return tuple(drawn.steps)
 
 
 def _with(
     rng: random.Random, steps: tuple[StepSpec, ...], kinds: tuple[str, ...]
 ) -> tuple[StepSpec, ...]:
     """``steps`` and, appended, one step of each of ``kinds`` (what a family is about)."""
-    out = list(steps)
+    drawn = _Drawn(steps)
+    out = drawn.steps
     for kind in kinds:
         i = len(out) + 1
         after = (rng.choice(out).step_id,) if out and rng.random() < 0.4 else ()
         if kind == "chain":
-            out += _chain(rng, i, after)
+            for s in _chain(rng, i, after):
+                drawn.add(s)
             continue
         if kind == "finance_lock":
             # rule 3: close the deal, charge against it; the refund needs the deal reopened
@@ -321,10 +349,10 @@ def _with(
             args = {"customer": rng.choice(CUSTOMERS), "cents": rng.randint(1, 99) * 100,
                     "deal": rid}  # fmt: skip
             declared = (close.step_id,) if rng.random() < 0.75 else ()
-            out += [close, StepSpec(f"s{i + 1}", "payments.charge", args, (close.step_id,),
-                                    declared)]  # fmt: skip
+            drawn.add(close)
+            drawn.add(StepSpec(f"s{i + 1}", "payments.charge", args, (close.step_id,), declared))
         else:
-            out.append(_kind_step(rng, kind, i, out, after))
+            drawn.add(_kind_step(rng, kind, i, drawn, after))
     return tuple(out)
 
 

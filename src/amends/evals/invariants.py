@@ -86,68 +86,76 @@ _TIME_SLACK = 2.0
 """Seconds a request may run past its budget's ``seconds`` (scheduling on a busy 2-core box)."""
 
 
+class _Grouped:
+    """What the oracle derives from a scenario's steps alone, computed once per scenario: each
+    step's dependents (transitively) and the steps a selective undo must cover (issue 29: every
+    check of every engine's result walked the steps again, twice)."""
+
+    def __init__(self, sc: Scenario) -> None:
+        ids = [s.step_id for s in sc.steps]
+        direct: dict[str, set[str]] = {sid: set() for sid in ids}
+        need: dict[str, set[str]] = {sid: set() for sid in ids}
+        last: dict[str, str] = {}
+        for s in sc.steps:
+            deps = set(s.after)
+            deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
+            if s.tool in _RESOURCES:  # steps sharing a resource are ordered (rule 3)
+                arg = s.args[_RESOURCES[s.tool]]
+                key = arg["$ref"] if isinstance(arg, dict) else arg  # the same result: the same id
+                res = f"{s.tool.split('.')[0].replace('careless', 'crm')}:{key}"
+                if res in last:
+                    deps.add(last[res])
+                last[res] = s.step_id
+            for d in deps:
+                need[d].add(s.step_id)
+            need[s.step_id] |= set(s.undo_after)
+            for d in deps - set(s.undo_after):
+                direct[d].add(s.step_id)
+        for s in sc.steps:  # rule 3: undo_after replaces the reversed forward edge between the two
+            for first in s.undo_after:
+                direct[s.step_id].add(first)
+        self.dependents = {sid: _closure(direct, direct[sid]) for sid in direct}
+        self.scope = _closure(need, sc.select) if sc.select else set(ids)
+        self.tools = {s.step_id: s.tool for s in sc.steps}
+
+
+def _closure(edges: dict[str, set[str]], start: Iterable[str]) -> set[str]:
+    """Every step reachable from ``start`` along ``edges`` (``start`` itself only if reached)."""
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(edges.get(d, ()))
+    return seen
+
+
+_GROUPED: dict[int, tuple[Scenario, _Grouped]] = {}
+
+
+def _grouped(sc: Scenario) -> _Grouped:
+    """:class:`_Grouped` of ``sc``, kept while the eval checks its results (both engines run
+    the same scenario object; a scenario is immutable)."""
+    held = _GROUPED.get(id(sc))
+    if held is None or held[0] is not sc:  # an id is reused only once its object is gone
+        if len(_GROUPED) > 256:
+            _GROUPED.clear()
+        held = (sc, _Grouped(sc))
+        _GROUPED[id(sc)] = held
+    return held[1]
+
+
 def dependents(sc: Scenario) -> dict[str, set[str]]:
     """step -> every step that depends on it, transitively (after=, result refs, resources)."""
-    direct: dict[str, set[str]] = {s.step_id: set() for s in sc.steps}
-    last: dict[str, str] = {}
-    for s in sc.steps:
-        deps = set(s.after)
-        deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
-        if s.tool in _RESOURCES:  # steps sharing a resource are ordered (rule 3)
-            arg = s.args[_RESOURCES[s.tool]]
-            key = arg["$ref"] if isinstance(arg, dict) else arg  # the same result: the same id
-            res = f"{s.tool.split('.')[0].replace('careless', 'crm')}:{key}"
-            if res in last:
-                deps.add(last[res])
-            last[res] = s.step_id
-        for d in deps - set(s.undo_after):
-            direct[d].add(s.step_id)
-    for s in sc.steps:  # rule 3: undo_after replaces the reversed forward edge between the two
-        for first in s.undo_after:
-            direct[s.step_id].add(first)
-    out: dict[str, set[str]] = {}
-    for sid in direct:
-        seen: set[str] = set()
-        todo = list(direct[sid])
-        while todo:
-            d = todo.pop()
-            if d not in seen:
-                seen.add(d)
-                todo.extend(direct[d])
-        out[sid] = seen
-    return out
+    return {sid: set(d) for sid, d in _grouped(sc).dependents.items()}
 
 
 def selection_scope(sc: Scenario) -> set[str]:
     """Issue 27: the steps a selective undo must cover, computed here on its own: the chosen
     steps and, transitively, every later step that depends on one (after=, a result ref, a
     shared resource) and every step a chosen inverse declared it waits for (undo_after=)."""
-    ids = [s.step_id for s in sc.steps]
-    if not sc.select:
-        return set(ids)
-    need: dict[str, set[str]] = {sid: set() for sid in ids}
-    last: dict[str, str] = {}
-    for s in sc.steps:
-        deps = set(s.after)
-        deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
-        if s.tool in _RESOURCES:
-            arg = s.args[_RESOURCES[s.tool]]
-            key = arg["$ref"] if isinstance(arg, dict) else arg
-            res = f"{s.tool.split('.')[0].replace('careless', 'crm')}:{key}"
-            if res in last:
-                deps.add(last[res])
-            last[res] = s.step_id
-        for d in deps:
-            need[d].add(s.step_id)
-        need[s.step_id] |= set(s.undo_after)
-    scope: set[str] = set()
-    todo = list(sc.select)
-    while todo:
-        sid = todo.pop()
-        if sid not in scope:
-            scope.add(sid)
-            todo.extend(need.get(sid, ()))
-    return scope
+    return set(_grouped(sc).scope)
 
 
 def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -179,9 +187,14 @@ def _unsure_drift(r: SagaResult, tags: dict[str, list[dict[str, Any]]], sid: str
 
 def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
     """(status, step -> "none" | "stands" | "undone") from the world alone."""
-    tags = _by_tag(r.effects)
+    return _truth(r, _by_tag(r.effects), _grouped(r.scenario))
+
+
+def _truth(
+    r: SagaResult, tags: dict[str, list[dict[str, Any]]], grouped: _Grouped
+) -> tuple[str, dict[str, str]]:
     truth: dict[str, str] = {}
-    scope = selection_scope(r.scenario)  # issue 27: a selection's outcome is over its steps
+    scope = grouped.scope  # issue 27: a selection's outcome is over its steps
     for s in r.scenario.steps:
         if s.step_id not in scope:
             continue
@@ -190,7 +203,7 @@ def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
         truth[s.step_id] = "undone" if fwd and undo else ("stands" if fwd else "none")
     if any(v == "stands" for v in truth.values()):
         return "cannot_undo", truth
-    tools = {s.step_id: s.tool for s in r.scenario.steps}
+    tools = grouped.tools
     if any(v == "undone" and tools[k] in _RESIDUE for k, v in truth.items()):
         return "partially_reversed", truth
     return "fully_reversed", truth
@@ -201,7 +214,8 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     v: dict[str, list[str]] = {name: [] for name in INVARIANTS}
     sc = r.scenario
     tags = _by_tag(r.effects)
-    status, truth = true_outcome(r)
+    grouped = _grouped(sc)
+    status, truth = _truth(r, tags, grouped)
     if r.errors:
         v["honesty"].append(f"an undo request raised instead of reporting: {r.errors[0]}")
     if not r.reports:
@@ -241,7 +255,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
 
     # --- honesty: a selective undo undoes its closure and nothing else (issue 27) -------------
     if sc.select:
-        scope = selection_scope(sc)
+        scope = grouped.scope
         for s in sc.steps:
             if s.step_id not in scope and f"{s.step_id}:compensate" in tags:
                 v["honesty"].append(f"{s.step_id}: undone although the selection did not need it")
@@ -295,8 +309,8 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             v["never_worse"].append(f"{s.step_id}: compensated although it never took effect")
 
     # --- order: an inverse ran only after every inverse it waits for succeeded --------------
-    deps = dependents(sc)
-    tools = {s.step_id: s.tool for s in sc.steps}
+    deps = grouped.dependents
+    tools = grouped.tools
     for s in sc.steps:
         undo = tags.get(f"{s.step_id}:compensate")
         if not undo:
