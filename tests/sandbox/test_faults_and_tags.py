@@ -273,3 +273,23 @@ async def test_two_edits_of_one_post_are_undone_newest_first(sw: World) -> None:
     undone = [t for t, _, op in tagged(sw) if t.endswith(":compensate")]
     assert undone == ["e2:compensate", "e1:compensate", "post:compensate"]
     await eng.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "file"])
+async def test_act_then_raise_fires_once_the_outermost_vendor_operation_committed(
+    store: str, tmp_path: object
+) -> None:
+    """Cancelling an event reads it through a nested vendor operation first; the injected
+    ``act_then_raise`` fires only when the outermost one has committed (issue 29: in memory,
+    "inside a vendor operation" is this thread holding the store's reentrant lock), so the
+    cancellation stands and its notice is in the journal."""
+    with World(None if store == "memory" else f"{tmp_path}/w.world") as w:
+        event = w.calendar.create_event("Kickoff", "2026-12-09T15:00:00+00:00", ["a@x"])
+        w.faults.add("calendar.cancel_event", "act_then_raise")
+        await w.gate("calendar.cancel_event")
+        with pytest.raises(ConnectionResetError, match="act_then_raise"):
+            w.calendar.cancel_event(event["id"])
+        assert w.calendar.get(event["id"])["status"] == "cancelled"
+        assert [e["op"] for e in w.effects()][-1:] == ["cancellation_notice"]
+        assert w.faults.pending() == []
+        w.calendar.get(event["id"])  # the fault fired once: nothing left to fire

@@ -75,13 +75,19 @@ _RESOURCES = {
     "docs.share": "doc_id",
 }
 """Tools declaring ``resources`` in the eval catalog -> the argument naming the resource."""
-_STANDS = {
+# issue 29: an enum member read (StepState.X) or hash costs ~10x a name's on CPython 3.11, and
+# the honesty check makes several per step and report: the members it compares with, read once,
+# compared by identity (a tuple's `in` tests identity first; a set's hashes the member)
+_REVERTED, _COMPENSATED = StepState.REVERTED, StepState.COMPENSATED
+_CANCELLED, _NOT_NEEDED = StepState.CANCELLED, StepState.NOT_NEEDED
+_IN_DOUBT, _DRIFTED = StepState.IN_DOUBT, StepState.DRIFTED
+_STANDS = (
     StepState.ACKNOWLEDGED,
     StepState.DRIFTED,
     StepState.FAILED,
     StepState.BLOCKED,
     StepState.OVER_BUDGET,
-}
+)
 _TIME_SLACK = 2.0
 """Seconds a request may run past its budget's ``seconds`` (scheduling on a busy 2-core box)."""
 
@@ -227,8 +233,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     for rep in checked:
         claimed = {o.step_id: o.state for o in rep.steps}
         unsure = any(
-            o.state is StepState.IN_DOUBT
-            or (o.state is StepState.DRIFTED and _unsure_drift(r, tags, o.step_id))
+            o.state is _IN_DOUBT or (o.state is _DRIFTED and _unsure_drift(r, tags, o.step_id))
             for o in rep.steps
         )
         if str(rep.status) != status and not (unsure and str(rep.status) == "cannot_undo"):
@@ -240,15 +245,15 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                     v["honesty"].append(f"{sid}: missing from the report, world: {t}")
                 continue
             ok = (
-                (st in (StepState.REVERTED, StepState.COMPENSATED) and t == "undone")
-                or (st in (StepState.CANCELLED, StepState.NOT_NEEDED) and t == "none")
+                ((st is _REVERTED or st is _COMPENSATED) and t == "undone")
+                or ((st is _CANCELLED or st is _NOT_NEEDED) and t == "none")
                 or (st in _STANDS and t == "stands")
                 # in doubt is honest when it may stand; after a worker crashed mid-call, or
                 # when a vendor's answer to an inverse was lost (act_then_raise), the engine
                 # cannot know whether the call took effect, so any world is consistent with
                 # "unknown" (it re-observes where a probe can tell)
-                or (st is StepState.IN_DOUBT and (t != "undone" or r.crashed or lost_answers))
-                or (st is StepState.DRIFTED and _unsure_drift(r, tags, sid))
+                or (st is _IN_DOUBT and (t != "undone" or r.crashed or lost_answers))
+                or (st is _DRIFTED and _unsure_drift(r, tags, sid))
             )
             if not ok:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")

@@ -79,10 +79,10 @@ class Crm:
     def _record(self, record_id: str) -> dict[str, Any]:
         """:meth:`get` for a method already inside the world's transaction (issue 29: not a
         nested transaction per read)."""
-        rec = self.world.get(_TBL, record_id)
+        rec: dict[str, Any] | None = self.world.get(_TBL, record_id)
         if rec is None:
             raise PermanentError(f"CRM has no record {record_id!r}; check the id")
-        return dict(rec)
+        return rec  # the world's reads are the caller's own copy: no second one (issue 29)
 
     @atomic
     def read_field(self, record_id: str, field: str) -> Any:

@@ -22,26 +22,24 @@ import os
 import random
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from amends import ConfigError, PermanentError, TransientError, current_call
 
 from .._log.sqlite import switch_to_wal
 from ._base import add_business_days, atomic
-
-if TYPE_CHECKING:
-    from .calendar import Calendar
-    from .chat import Chat
-    from .crm import Crm
-    from .docs import Docs
-    from .ledger import Ledger
-    from .mail import Mail
-    from .payments import Payments
-    from .sms import Sms
+from .calendar import Calendar
+from .chat import Chat
+from .crm import Crm
+from .docs import Docs
+from .ledger import Ledger
+from .mail import Mail
+from .payments import Payments
+from .sms import Sms
 
 __all__ = [
     "EPOCH",
@@ -99,6 +97,9 @@ TABLES = (
     "sms.messages",
 )
 """Every vendor table; :meth:`World.snapshot` always shows each (empty ones as ``{}``)."""
+_TABLE_SET = frozenset(TABLES)
+_NOT_VENDORS = frozenset(("meta", "idem"))
+"""The store's own tables: counters and the clock, and the responses kept for replays."""
 
 
 _Stored = bytes | tuple[Any, tuple[Any, ...] | None]
@@ -108,7 +109,6 @@ _dumps = marshal.dumps
 _loads = marshal.loads
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _STR_KEYS = frozenset((str,))
-_SHALLOW = _SCALARS | {dict, list}
 
 
 def _freeze(value: Any) -> _Stored:
@@ -126,19 +126,28 @@ def _freeze(value: Any) -> _Stored:
     t = type(value)
     if t in _SCALARS:
         return (value, None)
-    if t is dict:
-        if set(map(type, value)) <= _STR_KEYS:
-            kinds = set(map(type, value.values()))
-            if kinds <= _SCALARS:
-                return (value.copy(), ())
-            if kinds <= _SHALLOW:  # one level more: copy it too, if it is flat
-                inner = [k for k, v in value.items() if type(v) is dict or type(v) is list]
-                if all(_flat(value[k]) for k in inner):
-                    private = value.copy()
-                    for k in inner:
-                        private[k] = value[k].copy()
-                    return (private, tuple(inner))
-    elif _flat(value):
+    if t is dict:  # one pass over the items (issue 29: it was a set of types per question)
+        inner: list[str] | None = None
+        for k, v in value.items():
+            tv = type(v)
+            if type(k) is not str:
+                return _dumps(value)
+            if tv in _SCALARS:
+                continue
+            if (tv is dict or tv is list) and _flat(v):  # one level more, if it is flat
+                if inner is None:
+                    inner = [k]
+                else:
+                    inner.append(k)
+                continue
+            return _dumps(value)
+        if inner is None:
+            return (value.copy(), ())
+        private = value.copy()
+        for k in inner:
+            private[k] = value[k].copy()
+        return (private, tuple(inner))
+    if _flat(value):
         return (value.copy(), ())
     return _dumps(value)
 
@@ -288,8 +297,10 @@ class _Store:
         self._mem: dict[str, dict[str, _Stored]] = {}
         self._effects: list[_Stored] = []
         self._lock = threading.RLock()
+        self._owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
         self._db: sqlite3.Connection | None = None
         self._depth = 0
+        """How many :meth:`atomic` blocks of a file store are open (the outermost commits)."""
         if path is not None:
             try:
                 if path != ":memory:" and not os.path.exists(path):
@@ -314,17 +325,19 @@ class _Store:
                     f"or None for an in-memory world"
                 ) from exc
 
-    @property
-    def depth(self) -> int:
-        """How many :meth:`atomic` blocks are open (0: no vendor operation is running)."""
-        return self._depth
+    def busy(self) -> bool:
+        """Whether this thread is inside a vendor operation (an :meth:`atomic` block, however
+        nested): what it wrote commits only when the outermost block ends."""
+        return self._owned()
 
-    def atomic(self) -> _Store:
+    def atomic(self) -> AbstractContextManager[Any]:
         """One transaction around a whole vendor operation (read, check, write), so that two
         processes acting on the same world file never interleave inside one: ``with
-        store.atomic():``. Nested blocks join the outer one. (A class-based context manager:
-        every vendor call opens one, and a generator-based one cost more than the call.)"""
-        return self
+        store.atomic():``. Nested blocks join the outer one. In memory it is this process's
+        lock alone (issue 29: a reentrant lock is a C context manager, with nothing to begin
+        or commit); for a file, this store (a class-based context manager: every vendor call
+        opens one, and a generator-based one cost more than the call)."""
+        return self._lock if self._db is None else self
 
     def __enter__(self) -> None:
         self._lock.acquire()
@@ -363,6 +376,23 @@ class _Store:
                 "SELECT key, value FROM kv WHERE tbl = ? ORDER BY key", (tbl,)
             ).fetchall()
             return [(k, json.loads(v)) for k, v in rows]
+
+    def dump(self, skip: frozenset[str]) -> dict[str, dict[str, Any]]:
+        """Every table but ``skip``, each as ``{key: value}`` in key order (one pass under the
+        lock, for :meth:`World.snapshot`)."""
+        with self._lock:
+            if self._db is None:
+                return {
+                    tbl: {k: _thaw(v) for k, v in sorted(rows.items())}
+                    for tbl, rows in self._mem.items()
+                    if tbl not in skip
+                }
+            out: dict[str, dict[str, Any]] = {}
+            rows = self._db.execute("SELECT tbl, key, value FROM kv ORDER BY tbl, key")
+            for tbl, key, value in rows.fetchall():
+                if tbl not in skip:
+                    out.setdefault(tbl, {})[key] = json.loads(value)
+            return out
 
     def tables(self) -> list[str]:
         with self._lock:
@@ -472,18 +502,9 @@ class World:
     def _init(
         self, path: str | None, seed: int, clock: Callable[[], float] | None, store: _Store
     ) -> None:
-        from .calendar import Calendar
-        from .chat import Chat
-        from .crm import Crm
-        from .docs import Docs
-        from .ledger import Ledger
-        from .mail import Mail
-        from .payments import Payments
-        from .sms import Sms
-
         self.path = path
         self.seed = seed
-        self.rng = random.Random(seed)
+        self._rng: random.Random | None = None
         self._clock = clock
         self._store = store
         self.faults = Faults()
@@ -502,6 +523,15 @@ class World:
         self.docs: Docs = Docs(self)
         self.sms: Sms = Sms(self)
         self.ledger: Ledger = Ledger(self)
+
+    @property
+    def rng(self) -> random.Random:
+        """The world's randomness (when recipients read a message), seeded with ``seed``;
+        created on first use (issue 29: seeding one per world copy cost more than most sagas'
+        use of it, which is none)."""
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
 
     # --- clock ----------------------------------------------------------------------------
     def now(self) -> float:
@@ -540,7 +570,7 @@ class World:
     def tick(self) -> None:
         """Apply everything that is due at the current sandbox time (the clock's effects are
         nobody's step: they are never tagged)."""
-        with _untagged():
+        with _Untagged():
             self.mail.tick()
             self.payments.tick()
 
@@ -549,10 +579,10 @@ class World:
         """The full JSON-able state, vendor by vendor (for oracles and golden files)."""
         self.tick()
         out: dict[str, Any] = {"now": self.iso()}
-        stored = set(self._store.tables()) - {"meta", "idem"}
-        for tbl in sorted(stored | set(TABLES)):
+        stored = self._store.dump(_NOT_VENDORS)
+        for tbl in sorted(stored.keys() | _TABLE_SET):
             vendor, _, kind = tbl.partition(".")
-            out.setdefault(vendor, {})[kind] = dict(self._store.items(tbl))
+            out.setdefault(vendor, {})[kind] = stored.get(tbl, {})
         return out
 
     def effects(self) -> list[dict[str, Any]]:
@@ -592,10 +622,10 @@ class World:
         return f"World({where}, seed={self.seed}, now={self.iso()!r})"
 
     # --- what vendors use -----------------------------------------------------------------
-    def atomic(self) -> AbstractContextManager[None]:
+    def atomic(self) -> AbstractContextManager[Any]:
         """A context manager: one transaction (and this process's lock) around a vendor
         operation. Nested uses join the outer one."""
-        return self._store
+        return self._store.atomic()
 
     async def gate(self, op: str) -> None:
         """Latency and faults for one call of tool ``op``; called before the vendor acts.
@@ -637,7 +667,7 @@ class World:
         Raises:
             ConnectionResetError: An ``act_then_raise`` fault was due for this call.
         """
-        if not self._after or self._store._depth:
+        if not self._after or self._store.busy():
             return
         key = id(current_call())
         if self._after.get(key) == "act_then_raise":
@@ -755,13 +785,35 @@ def _tag() -> tuple[str | None, int]:
     return f"{call.step_id}:{call.phase}", held[1]
 
 
-@contextmanager
-def _untagged() -> Iterator[None]:
-    token = _UNTAGGED.set(True)
-    try:
-        yield
-    finally:
-        _UNTAGGED.reset(token)
+class _Untagged:
+    """``with _Untagged():``: effects applied inside are nobody's step (the clock's).
+    Class-based (issue 29: every read that ticks the clock opened one; a generator-based
+    context manager cost more than the tick)."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _UNTAGGED.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _UNTAGGED.reset(self._token)
+
+
+class _Binding:
+    """What :func:`use_world` returns: binds a world in the current context while the
+    ``with`` block runs (class-based, issue 29)."""
+
+    __slots__ = ("_token", "_world")
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def __enter__(self) -> World:
+        self._token = _CURRENT_WORLD.set(self._world)
+        return self._world
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT_WORLD.reset(self._token)
 
 
 def current_world() -> World:
@@ -783,13 +835,4 @@ def current_world() -> World:
 def use_world(world: World) -> AbstractContextManager[World]:
     """Bind ``world`` for the tools of ``sandbox_catalog()`` (no argument) in this task and the
     tasks it starts, so one catalog serves many worlds at once (the eval builds it once)."""
-
-    @contextmanager
-    def bound() -> Iterator[World]:
-        token = _CURRENT_WORLD.set(world)
-        try:
-            yield world
-        finally:
-            _CURRENT_WORLD.reset(token)
-
-    return bound()
+    return _Binding(world)
