@@ -120,6 +120,33 @@ def test_a_crm_record_read_and_changed_by_its_reader_leaves_the_world_alone() ->
     assert w.snapshot()["crm"]["records"]["acme"]["fields"]["stage"] == "negotiation"
 
 
+def test_a_snapshot_changed_by_its_reader_leaves_the_world_and_its_copies_alone(
+    tmp_path: object,
+) -> None:
+    """A snapshot is read in one pass over the store (issue 29): every value in it is the
+    reader's own, in memory as in a file, and both kinds of world show the same snapshot (every
+    vendor table, empty ones as ``{}``, keys in order)."""
+    mem, path = World(), f"{tmp_path}/w.world"
+    with World(path) as file:
+        for w in (mem, file):
+            w.crm.update_field("acme", "stage", "won")
+            w.chat.post("#sales", "hello")
+        copy = mem.copy()
+        snap = mem.snapshot()
+        assert snap == file.snapshot() == copy.snapshot()
+        assert snap["sms"] == {"messages": {}}
+        assert list(snap["crm"]["records"]) == sorted(snap["crm"]["records"])
+        for got in (snap, file.snapshot()):
+            got["crm"]["records"]["acme"]["fields"]["stage"] = "lost"
+            got["chat"]["messages"].clear()
+            got["sms"]["messages"]["x"] = 1
+        for w in (mem, file, copy):
+            again = w.snapshot()
+            assert again["crm"]["records"]["acme"]["fields"]["stage"] == "won"
+            assert len(again["chat"]["messages"]) == 1
+            assert again["sms"] == {"messages": {}}
+
+
 class _Stage(enum.StrEnum):
     WON = "won"
 
