@@ -74,3 +74,32 @@ def test_a_bad_follow_up_request_gets_a_clear_error_and_writes_nothing(
     assert (r.status_code, r.json()["error"]) == (status, error), r.text
     assert says in r.json()["detail"]
     assert log_snapshot(ctx.db) == before and len(ctx.world.outbox) == outbox
+
+
+def test_the_follow_ups_of_an_edited_saga_are_refused_409_never_shown(ctx: Ctx) -> None:
+    """Rule 12: a saga whose history does not verify lists no follow-ups as if they were the
+    record; the answer names the problem and nothing is written."""
+    import json
+    import sqlite3
+
+    sid = undone(ctx)
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/s3/follow-up",
+        json={"tool": "mail.send", "args": {"to": "acme1@example.com", "subject": "Sorry"}},
+        headers=ctx.auth,
+    )
+    assert r.status_code == 200, r.text
+    conn = sqlite3.connect(ctx.db)
+    try:  # someone edits the stored report
+        (raw,) = conn.execute("SELECT report FROM reversals WHERE saga_id = ?", (sid,)).fetchone()
+        report = {**json.loads(raw), "status": "fully_reversed"}
+        conn.execute("UPDATE reversals SET report = ? WHERE saga_id = ?", (json.dumps(report), sid))
+        conn.commit()
+    finally:
+        conn.close()
+    before = log_snapshot(ctx.db)
+    r = ctx.client.get(f"/sagas/{sid}/follow-ups", headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "history_does_not_verify"), r.text
+    assert "this saga's history was altered" in r.json()["detail"], r.text
+    assert "report" in r.json()["detail"] and "s3+f1" not in r.text
+    assert log_snapshot(ctx.db) == before

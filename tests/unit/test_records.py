@@ -278,7 +278,8 @@ async def test_records_read_from_a_real_log_round_trip(undone: tuple[str, str, s
 async def test_show_json_is_the_saga_record_plus_its_catalog_and_history(
     undone: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``amends show ID --json`` == SagaRecord.to_dict() + catalog + history (Event.to_dict)."""
+    """``amends show ID --json`` == SagaRecord.to_dict() + catalog + history (Event.to_dict)
+    + integrity (rule 12: whether its hash chain verifies)."""
     db, saga_id, _ = undone
     log = amends.open_log(db)
     try:
@@ -293,6 +294,7 @@ async def test_show_json_is_the_saga_record_plus_its_catalog_and_history(
         **saga.to_dict(),
         "catalog": saga.meta["catalog"],
         "history": [e.to_dict() for e in history],
+        "integrity": {"verified": True, "problems": []},
     }
     assert SagaRecord.from_dict(out) == saga  # the output reads back as the record
     assert out["reversal"]["report"]["status"] == "cannot_undo"
@@ -300,7 +302,7 @@ async def test_show_json_is_the_saga_record_plus_its_catalog_and_history(
     assert await asyncio.to_thread(main, ["show", "--db", db, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     expected = {k: v for k, v in saga.to_dict().items() if k not in ("steps", "resolutions")}
-    assert listed == [expected]
+    assert listed == [{**expected, "integrity": {"verified": True}}]
     assert listed[0]["reversal"]["state"] == "done"
 
 

@@ -78,8 +78,11 @@ class FollowUpMethods:
 
         Raises:
             SagaNotFoundError: No such saga in the log.
+            HistoryAlteredError: The saga's history was altered (rule 12): what it records is
+                not shown as if it were the record.
         """
         saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
         if saga.reversal is None:
             return []
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))

@@ -23,6 +23,7 @@ from rich.text import Text
 from amends import (
     Budget,
     Catalog,
+    ChainProblem,
     ConfigError,
     Engine,
     Event,
@@ -229,15 +230,17 @@ async def _get(log: SagaLog, saga_id: str) -> SagaRecord:
 
 async def _read_saga(
     log: SagaLog, saga_id: str
-) -> tuple[SagaRecord, list[Event], UndoReport | None]:
-    """The saga, its history, and its stored report with the resolutions that still hold."""
+) -> tuple[SagaRecord, list[Event], UndoReport | None, list[ChainProblem]]:
+    """The saga, its history, its stored report with the resolutions that still hold, and what
+    its hash-chain check found (rule 12: a report of an edited history is never read)."""
     try:
         saga = await _get(log, saga_id)
+        problems = await log.verify(saga_id)
         rev = saga.reversal
         report = None
-        if rev is not None and rev.report is not None:
+        if not problems and rev is not None and rev.report is not None:
             report = await current_report(log, UndoReport.from_dict(rev.report))
-        return saga, list(await log.events(saga_id)), report
+        return saga, list(await log.events(saga_id)), report, problems
     finally:
         await log.close()
 
@@ -246,12 +249,15 @@ def _show(args: argparse.Namespace) -> int:
     console = Console()
     if args.saga_id is None:
         return _list(args, console)
-    saga, events, report = run_async(
+    saga, events, report, problems = run_async(
         _read_saga(open_existing_log(args.db, read_only=True), args.saga_id)
     )
     if args.json:
-        print_json(_saga_json(saga, events))
-        return 0
+        print_json(_saga_json(saga, events, problems))
+        return 1 if problems else 0
+    if problems:  # rule 12: say so, name what is wrong, show nothing of it as the record
+        _print_unverified(console, saga, problems)
+        return 1
     preview = None
     if saga.reversal is None and allowed_specs(args.catalog):
         preview = run_async(_preview(args.db, args.catalog, saga)).to_dict()
@@ -261,13 +267,34 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _saga_json(saga: SagaRecord, events: list[Event]) -> dict[str, Any]:
+def _print_unverified(console: Console, saga: SagaRecord, problems: list[ChainProblem]) -> None:
+    console.print(f"[bold]{markup(saga.title)}[/bold]")
+    console.print(
+        f"[red]saga {markup(saga.saga_id)}: history does not verify[/red] — its log was edited, "
+        f"so its steps and report are not shown as the record:"
+    )
+    for p in problems:
+        where = "" if p.event_id is None else f" (event {p.event_id})"
+        print_item(console, f"{markup(p.what)}{markup(where)}: {markup(p.detail)}")
+    fix = command("doctor", "--verify")
+    console.print(f"Check the whole log with `{markup(fix)}` and restore it from a backup.")
+
+
+def _saga_json(
+    saga: SagaRecord, events: list[Event], problems: list[ChainProblem]
+) -> dict[str, Any]:
     """``amends show ID --json``: the saga as logged (``SagaRecord.to_dict``, so
-    ``SagaRecord.from_dict`` reads it back), the catalog it ran with, and its history."""
+    ``SagaRecord.from_dict`` reads it back), the catalog it ran with, its history, and
+    ``integrity`` (as the HTTP API has it); the stored report is ``null`` when the history does
+    not verify (rule 12)."""
+    body = saga.to_dict()
+    if problems and isinstance(body.get("reversal"), dict):
+        body["reversal"] = {**body["reversal"], "report": None}
     return {
-        **saga.to_dict(),
+        **body,
         "catalog": recorded_catalog(saga) or None,
         "history": [e.to_dict() for e in events],
+        "integrity": {"verified": not problems, "problems": [p.to_dict() for p in problems]},
     }
 
 
@@ -390,30 +417,36 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     async def go() -> Any:
         log = open_existing_log(args.db, read_only=True)
         try:
-            return await log.list_sagas(tenant=args.tenant, limit=args.limit)
+            sagas = await log.list_sagas(tenant=args.tenant, limit=args.limit)
+            # rule 12: a saga whose history does not verify never lists its stored outcome
+            return sagas, {s.saga_id for s in sagas if await log.verify(s.saga_id)}
         finally:
             await log.close()
 
-    sagas = run_async(go())
+    sagas, unverified = run_async(go())
     if args.json:
         # issue 9.7: each saga as its record says (list_sagas reads no steps nor resolutions,
         # so those keys are left out rather than shown empty); "reversal" is the reversal record.
-        print_json(
-            [
-                {k: v for k, v in s.to_dict().items() if k not in ("steps", "resolutions")}
-                for s in sagas
-            ]
-        )
+        print_json([_listed_json(s, s.saga_id in unverified) for s in sagas])
         return 0
-    _print_list(console, sagas, args.db)
+    _print_list(console, sagas, args.db, unverified)
     return 0
+
+
+def _listed_json(saga: SagaRecord, unverified: bool) -> dict[str, Any]:
+    body = {k: v for k, v in saga.to_dict().items() if k not in ("steps", "resolutions")}
+    if unverified and isinstance(body.get("reversal"), dict):
+        body["reversal"] = {**body["reversal"], "report": None}
+    return {**body, "integrity": {"verified": not unverified}}
 
 
 def _minute(ts: float | None) -> str:
     return _when(ts)[:16] + "Z" if ts is not None and math.isfinite(ts) else "—"
 
 
-def _undo_word(saga: SagaRecord) -> str:
+def _undo_word(saga: SagaRecord, unverified: bool) -> str:
+    if unverified:
+        return "history does not verify"
     if saga.reversal is None:
         return "—"
     return str((saga.reversal.report or {}).get("status", saga.reversal.state))
@@ -423,7 +456,7 @@ _WIDE = 110
 """From this many columns the list is a table; below, two lines per saga (issue 26 item 5)."""
 
 
-def _print_list(console: Console, sagas: list[SagaRecord], db: str) -> None:
+def _print_list(console: Console, sagas: list[SagaRecord], db: str, unverified: set[str]) -> None:
     """Sagas laid out for the width: ids, states and times are never broken, the title wraps
     by whole words (at 80 columns the table broke "comple/ted", "cannot/_undo", "create/d")."""
     rows = [
@@ -432,7 +465,7 @@ def _print_list(console: Console, sagas: list[SagaRecord], db: str) -> None:
             s.title,
             s.tenant or "—",
             s.state,
-            _undo_word(s),
+            _undo_word(s, s.saga_id in unverified),
             _when(s.created_at)[:16] + "Z",
         )
         for s in sagas

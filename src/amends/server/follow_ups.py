@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 
 from amends import ConfigError, ContractError, HistoryAlteredError, SagaRecord, SagaStateError
 
-from .api import _READ, _WRITE, SagaId, StepId, _state, load_saga, read_json
+from .api import _WRITE, SagaId, StepId, _errors, _state, load_saga, read_json
 from .security import guard_write
 from .state import ApiError
 
@@ -116,8 +116,14 @@ async def send_follow_up(
 @router.get(
     "/sagas/{saga_id}/follow-ups",
     summary="The follow-ups people sent in a saga's reversal",
-    responses=_READ,
+    responses=_errors(401, 404, 409, 422, 429, 503),  # 409: the history does not verify
 )
 async def list_follow_ups(request: Request, saga_id: str = SagaId) -> list[dict[str, Any]]:
+    """What people sent; 409 ``history_does_not_verify`` when the saga's log was edited (rule 12:
+    an edited history is never shown as if it were the record)."""
     saga, _who = await load_saga(request, saga_id)
-    return [f.to_dict() for f in await _state(request).engine.follow_ups(saga.saga_id)]
+    try:
+        sent = await _state(request).engine.follow_ups(saga.saga_id)
+    except HistoryAlteredError as exc:
+        raise ApiError(409, "history_does_not_verify", str(exc)) from None
+    return [f.to_dict() for f in sent]
