@@ -8,10 +8,12 @@ import sqlite3
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from input_tools import SPEC
+from input_tools import CATALOG, SPEC
 
+import amends
 from amends.cli import main
 
 Rows = Callable[[str], list[str]]
@@ -109,3 +111,103 @@ def test_a_directory_given_as_the_log_is_named_as_such(
         f"--db {str(tmp_path)!r} is a directory; give the saga log file" in capsys.readouterr().err
     )
     assert os.listdir(tmp_path) == []
+
+
+def _edit_version(url: str, value: str | None) -> None:
+    """Set (``None``: delete) the schema version a log's ``amends_meta`` row stores."""
+    if url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute("DELETE FROM amends_meta WHERE key='schema_version'")
+            if value is not None:
+                pg.execute("INSERT INTO amends_meta VALUES ('schema_version', %s)", (value,))
+        return
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        conn.execute("DELETE FROM amends_meta WHERE key='schema_version'")
+        if value is not None:
+            conn.execute("INSERT INTO amends_meta VALUES ('schema_version', ?)", (value,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _dump(url: str) -> list[Any]:
+    """Every row of the log's tables (proof nothing was written)."""
+    if url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url) as pg:
+            tables = [r[0] for r in pg.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "ORDER BY tablename"
+            )]  # fmt: skip
+            return [
+                (t, sorted(map(repr, pg.execute(f'SELECT * FROM "{t}"').fetchall())))
+                for t in tables
+            ]
+    conn = sqlite3.connect(f"file:{url.removeprefix('sqlite:///')}?mode=ro", uri=True)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])],
+)
+@pytest.mark.parametrize(
+    ("stored", "says"),
+    [
+        ("abc", "stores schema version 'abc', which is no version amends ever wrote"),
+        ("5.0", "stores schema version '5.0', which is no version amends ever wrote"),
+        ("-1", "stores schema version '-1', which is no version amends ever wrote"),
+        ("0", "stores schema version '0', which is no version amends ever wrote"),
+        ("9" * 5000, "which is no version amends ever wrote"),
+        ("1", "stores schema version 1, but has the table 'log_heads' that version 4 created"),
+        ("3", "stores schema version 3, but has the table 'log_heads' that version 4 created"),
+        ("99", "has schema version 99, newer than this amends understands (5); upgrade amends"),
+        (None, "stores no schema version but has amends' tables"),
+    ],
+    ids=[
+        "text",
+        "decimal",
+        "negative",
+        "zero",
+        "5000-digits",
+        "lower-1",
+        "lower-3",
+        "newer",
+        "deleted",
+    ],
+)
+async def test_an_edited_schema_version_is_named_as_such_never_a_traceback_and_nothing_written(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    backend: str,
+    stored: str | None,
+    says: str,
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'v.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
+    engine = amends.Engine(CATALOG, log=url)
+    async with engine.saga("Close the ACME deal", tenant="acme") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+    await engine.close()
+    _edit_version(url, stored)
+    before = _dump(url)
+    for read_only in (False, True):
+        with pytest.raises(amends.SchemaVersionError, match="schema version") as err:
+            await asyncio.to_thread(amends.open_log, url, read_only=read_only)
+        assert says in str(err.value) and str(err.value).count("\n") == 0
+        assert ("restore the log from a backup" in str(err.value)) != (stored == "99")
+    code = await asyncio.to_thread(main, ["show", saga.id, "--db", url])
+    out = capsys.readouterr()
+    assert code == 2 and says in out.err and "Traceback" not in out.err + out.out
+    assert _dump(url) == before

@@ -33,9 +33,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .._errors import ConfigError, LogError, LogReadOnlyError, SchemaVersionError
+from .._errors import ConfigError, LogError, LogReadOnlyError
 from .database import redact, scrubbed, take_batch
 from .integrity import next_shard, writer_shard
+from .schema import stored_version
 from .sql import (
     _FENCE,
     _NO_REVERSAL,
@@ -564,19 +565,16 @@ class _PgDatabase(Database):
         return psycopg_pool.PoolTimeout
 
     def _version(self, tx: Tx) -> int:
-        exists = tx.execute("SELECT to_regclass('amends_meta') IS NOT NULL")
-        if not (exists and exists[0][0]):
+        """The log's schema version (0: no amends tables yet), checked (``stored_version``)."""
+
+        def has(table: str) -> bool:
+            found = tx.execute("SELECT to_regclass(?) IS NOT NULL", (table,))
+            return bool(found and found[0][0])
+
+        if not has("amends_meta"):
             return 0
         row = tx.execute("SELECT value FROM amends_meta WHERE key='schema_version'")
-        return int(row[0][0]) if row else 0
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"saga log {self.safe_url!r} has schema version {version}, newer than this "
-                f"amends understands ({SCHEMA_VERSION}); upgrade amends on this worker",
-                path=self.safe_url,
-            )
+        return stored_version(row[0][0] if row else None, has, self.safe_url)
 
     def _check_tx(self, tx: Tx) -> None:
         """must_exist / read_only: the database must already hold an amends log."""
@@ -588,7 +586,6 @@ class _PgDatabase(Database):
                 f"creates a log",
                 path=self.safe_url,
             )
-        self._check_version(version)
         if self.read_only and version < SCHEMA_VERSION:
             raise LogError(
                 f"saga log {self.safe_url!r} has schema version {version}; this amends reads "
@@ -609,7 +606,6 @@ class _PgDatabase(Database):
                     with conn.transaction(), conn.cursor() as cur:
                         tx = _Cursor(conn, cur)
                         version = self._version(tx)
-                        self._check_version(version)
                         upgrade(tx, version, "postgres", self._key)
                         tx.flush()
                 finally:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .._errors import SchemaVersionError
 from .integrity import SHARDS, head_of, shard_of, shard_step
 from .records import (
     COMPENSATION,
@@ -29,7 +30,7 @@ from .records import (
     report_hash,
 )
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "upgrade"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "stored_version", "upgrade"]
 
 SCHEMA_VERSION = 5
 
@@ -446,6 +447,56 @@ DATA_MIGRATIONS: dict[int, Callable[[_Tx, bytes | None, Dialect], None]] = {
     5: _no_data,
 }
 """Schema version -> the data step run after its DDL, in the same transaction."""
+
+
+_CREATED_BY = {"log_heads": 4, "records": 3}
+"""A table that only a migration creates -> that migration's version: a log holding it is at
+least at that version, whatever its ``amends_meta`` row says."""
+
+
+def stored_version(raw: object, tables: Callable[[str], bool], where: str) -> int:
+    """The schema version a log's ``amends_meta`` row stores (``raw``: its text; ``None``: no
+    row), checked against the tables the log has (``tables(name)``: whether it exists).
+
+    An edited version is named as such, never a traceback nor a migration run over a log that
+    already has its tables (a lower number re-ran "ALTER TABLE sagas ADD COLUMN head"): a log
+    is opened only at the version it really has (rule 12).
+
+    Raises:
+        SchemaVersionError: The stored version is not a whole number from 1 to
+            :data:`SCHEMA_VERSION`, above it (a newer amends wrote the log), or below what the
+            log's tables show.
+    """
+    fix = "restore the log from a backup (its schema version was edited)"
+    if raw is None:
+        if not tables("sagas"):
+            return 0  # a fresh amends_meta: the migration that created it is running
+        raise SchemaVersionError(
+            f"saga log {where!r} stores no schema version but has amends' tables; {fix}",
+            path=where,
+        )
+    text = str(raw).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) < 1:
+        raise SchemaVersionError(
+            f"saga log {where!r} stores schema version {str(raw)[:40]!r}, which is no version "
+            f"amends ever wrote (a whole number from 1 to {SCHEMA_VERSION}); {fix}",
+            path=where,
+        )
+    version = int(text)
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"saga log {where!r} has schema version {version}, newer than this amends "
+            f"understands ({SCHEMA_VERSION}); upgrade amends",
+            path=where,
+        )
+    for table, since in sorted(_CREATED_BY.items(), key=lambda kv: -kv[1]):
+        if version < since and tables(table):
+            raise SchemaVersionError(
+                f"saga log {where!r} stores schema version {version}, but has the table "
+                f"{table!r} that version {since} created; {fix}",
+                path=where,
+            )
+    return version
 
 
 def upgrade(tx: _Tx, version: int, dialect: Dialect, key: bytes | None) -> None:

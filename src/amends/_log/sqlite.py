@@ -27,9 +27,9 @@ from .._errors import (
     LogError,
     LogLockedError,
     LogReadOnlyError,
-    SchemaVersionError,
 )
 from .database import take_batch
+from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 
 __all__ = ["SqliteLog", "switch_to_wal"]
@@ -360,29 +360,23 @@ class _SqliteDatabase(Database):
         return conn
 
     def _version(self) -> int:
+        """The log's schema version (0: no amends tables yet), checked (``stored_version``)."""
         conn = self._connection
-        has_meta = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='amends_meta'"
-        ).fetchone()
-        if not has_meta:
+
+        def has(table: str) -> bool:
+            sql = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?"
+            return conn.execute(sql, (table,)).fetchone() is not None
+
+        if not has("amends_meta"):
             return 0
         row = conn.execute("SELECT value FROM amends_meta WHERE key='schema_version'").fetchone()
-        return int(row[0]) if row else 0
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"saga log {self.path!r} has schema version {version}, newer than this "
-                f"amends understands ({SCHEMA_VERSION}); upgrade amends",
-                path=self.path,
-            )
+        return stored_version(row[0] if row else None, has, self.path)
 
     def _migrate(self) -> None:
         conn = self._connection
         try:
             # the common case (schema current) takes no write lock
             version = self._version()
-            self._check_version(version)
             if version == SCHEMA_VERSION:
                 return
             if self.read_only:
@@ -395,7 +389,6 @@ class _SqliteDatabase(Database):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = self._version()  # another process may have migrated meanwhile
-                self._check_version(version)
                 upgrade(_Cursor(conn), version, "sqlite", self._key)
                 conn.execute("COMMIT")
             except BaseException:
