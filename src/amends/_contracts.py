@@ -118,7 +118,7 @@ def _check_json(value: Any, what: str, *, tool: str | None = None) -> Any:
     """Round-trip ``value`` through JSON so that what is logged is exactly what is replayed."""
     try:
         return json_copy(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise ContractError(
             f"{what} must be JSON data (str, int, float, bool, None, lists and dicts of them), "
             f"got {value!r}: {exc}; convert it before recording it",

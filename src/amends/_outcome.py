@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._contracts import _JSON_SCALARS as _SCALARS
 from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
-from ._errors import ContractError, PermanentError, ToolError, TransientError
+from ._errors import ContractError, PermanentError, StepFailedError, ToolError, TransientError
+from ._jsondata import MAX_DEPTH, as_repr
 from ._log.base import StepFinish
 
 __all__ = [
     "Refused",
     "StepView",
+    "as_steps",
+    "ended_failed",
     "failure",
     "finish_done",
     "finish_failed",
     "jsonable",
+    "unrecorded",
     "until_done",
     "write_error",
 ]
@@ -58,7 +62,12 @@ def jsonable(value: Any) -> Any:
     try:
         return json_copy(value)  # issue 12: plain JSON data is copied, not encoded and decoded
     except (TypeError, ValueError):
-        return {"repr": repr(value)}
+        try:
+            return {"repr": repr(value)}
+        except (ValueError, RecursionError):  # an int too long to print inside an object
+            return as_repr(value, "not JSON data")
+    except RecursionError:  # issue 21: nested deeper than Python's stack
+        return as_repr(value, f"nested deeper than {MAX_DEPTH} levels")
 
 
 def until_done(fut: asyncio.Future[Any]) -> Awaitable[None]:
@@ -86,6 +95,14 @@ def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception)
     """Rule 9: only the vendor's refusal means no effect; anything else is in doubt."""
     if isinstance(exc, Refused):
         return finish_failed(catalog, step, calls, "failed", str(exc))
+    if isinstance(exc, TypeError) and not _ran(step.spec.fn, exc):
+        # the arguments did not bind: Python refused the call before any line of the tool
+        # ran, so nothing happened (rule 9 is about calls that began)
+        return StepFinish(
+            "failed",
+            error=f"{step.tool} was not called: its arguments do not fit its signature "
+            f"({exc}); nothing happened. Fix the arguments given to saga.call({step.tool!r}, ...)",
+        )
     if isinstance(exc, TimeoutError) and step.spec.timeout is not None:
         return finish_failed(
             catalog,
@@ -117,6 +134,79 @@ def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception)
         f"{step.tool} raised {type(exc).__name__}: {exc}; only amends.PermanentError or "
         f"amends.TransientError say the vendor refused, so whether it took effect is unknown",
     )
+
+
+def _ran(fn: Any, exc: BaseException) -> bool:
+    """Whether ``exc``'s traceback passes through the tool function ``fn`` itself (its own code
+    ran). A tool whose code cannot be told (a callable object, a partial) counts as run."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+class _Recorded(Protocol):
+    """What :func:`unrecorded` reads of a step (:class:`amends.Step`)."""
+
+    id: str
+    tool: str
+    task: asyncio.Task[None] | None
+    _written: asyncio.Future[None] | None
+    _observed: bool
+
+
+def unrecorded(saga_id: str, steps: Iterable[_Recorded]) -> tuple[bool, StepFailedError | None]:
+    """Rule 1 at a saga's end: the first step whose intent or outcome the log refused (a
+    database error while recording): (whether any was refused, the error the saga's block raises
+    for one the agent has not seen, else ``None``). Never swallowed: the saga is failed."""
+    refused = False
+    for s in steps:
+        w, task = s._written, s.task
+        exc = w.exception() if w is not None and w.done() and not w.cancelled() else None
+        what = "its outcome (the call ran: undo treats the step as in doubt)"
+        if exc is None and task is not None and task.done() and not task.cancelled():
+            exc, what = task.exception(), "the step"
+        if exc is not None and not isinstance(exc, StepFailedError):
+            refused = True
+            if s._observed:  # the agent awaited it and got its error there
+                continue
+            error = StepFailedError(
+                f"step {s.id} ({s.tool}): the log did not record {what}: {exc}; the saga "
+                f"failed. Check the saga log, then run `amends show {saga_id}`",
+                state="in_doubt",
+                saga_id=saga_id,
+                step_id=s.id,
+                tool=s.tool,
+            )
+            error.__cause__ = exc
+            return True, error
+    return refused, None
+
+
+def ended_failed(steps: Iterable[Any]) -> bool:
+    """Whether a step of a saga ended failed or in doubt (``Step.state``, its property read
+    only when it may change)."""
+    for s in steps:
+        if (s._state if s._written is None else s.state) in ("failed", "in_doubt"):
+            return True
+    return False
+
+
+def as_steps(given: Any) -> list[Any]:
+    """``after=`` / ``undo_after=`` as a list: one step, several (any iterable), or ``None``.
+    A Step is not iterable (its ``[...]`` makes references, which never end)."""
+    if type(given) is tuple or type(given) is list:  # the common case, no ABC check
+        return list(given)
+    if given is None:
+        return []
+    if isinstance(given, Iterable) and not isinstance(given, str | bytes | Mapping):
+        return list(given)
+    return [given]
 
 
 def finish_failed(

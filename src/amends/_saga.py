@@ -43,10 +43,13 @@ from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
 from ._outcome import (
     Refused,
+    as_steps,
+    ended_failed,
     failure,
     finish_done,
     finish_failed,
     jsonable,
+    unrecorded,
     until_done,
     write_error,
 )
@@ -287,6 +290,7 @@ class Step:
         return self._wait().__await__()
 
     async def _wait(self) -> Any:
+        self._observed = True  # the agent gets its outcome or error here (not again at the end)
         task = self.task
         assert task is not None
         if task.done():
@@ -311,7 +315,6 @@ class Step:
             await asyncio.shield(task)
         await _outcomes_durable((self,))  # rule 1: durable before the agent sees it
         self._raise_write_error()
-        self._observed = True
         if self._error is not None:
             raise self._error
         return self._result
@@ -417,16 +420,15 @@ class Saga:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
             self._closed = True
-            failed = False
-            for s in self.steps:  # Step.state, its property called only when it may change
-                if (s._state if s._written is None else s.state) in ("failed", "in_doubt"):
-                    failed = True
-                    break
+            refused, unwritten = unrecorded(self.id, self.steps)  # rule 1: a refused write
+            failed = refused or ended_failed(self.steps)  # fails the saga
             self.trace.end("failed" if failed else "completed")
             await self.engine.log.finish_saga(
                 self.id, "failed" if failed else "completed", now=time.time()
             )
             self.engine.live_sagas.pop(self.id, None)
+        if exc is None and unwritten is not None:
+            raise unwritten
         if exc is None:
             for s in self.steps:
                 if s._error is not None and not s._observed and s.state in ("failed", "in_doubt"):
@@ -446,9 +448,9 @@ class Saga:
         arguments: Mapping[str, Any] | None = None,
         /,
         *,
-        after: Iterable[Step] = (),
+        after: Iterable[Step] | Step | None = (),
         step_id: str | None = None,
-        undo_after: Iterable[Step] = (),
+        undo_after: Iterable[Step] | Step | None = (),
         **args: Any,
     ) -> Step:
         """Start tool ``tool`` as a step of this saga and return its handle.
@@ -458,7 +460,7 @@ class Saga:
             arguments: The tool's arguments as one mapping (issue 25: a tool may have a
                 parameter named ``after``, ``step_id`` or ``undo_after``; passed here it is
                 the tool's, never amends' option). Merged with ``**args``.
-            after: Steps this one depends on (it starts after they are done).
+            after: Steps this one depends on (one step, a list, or None; it starts after them).
             step_id: A readable id; default ``s1``, ``s2``, ... in call order.
             undo_after: Steps whose inverses must succeed before this step's inverse runs (a
                 refund the processor accepts only once the deal is reopened). Replaces the
@@ -485,9 +487,9 @@ class Saga:
         arguments: Mapping[str, Any] | None = None,
         /,
         *,
-        after: Iterable[Step] = (),
+        after: Iterable[Step] | Step | None = (),
         step_id: str | None = None,
-        undo_after: Iterable[Step] = (),
+        undo_after: Iterable[Step] | Step | None = (),
         **args: Any,
     ) -> Step:
         """Run ``fn(call, **args)`` as the forward call of a new step named ``tool``.
@@ -534,10 +536,10 @@ class Saga:
         self,
         spec: ToolSpec,
         tool: str,
-        after: Iterable[Step],
+        after: Iterable[Step] | Step | None,
         step_id: str | None,
         args: dict[str, Any],
-        undo_after: Iterable[Step] = (),
+        undo_after: Iterable[Step] | Step | None = (),
     ) -> Step:
         seq = len(self.steps) + 1  # the caller checked that the saga is open (_check_open)
         if step_id is not None:
@@ -553,7 +555,7 @@ class Saga:
                 f"step id {sid!r} is already used in saga {self.id!r}", saga_id=self.id, step_id=sid
             )
         deps: list[Step] = []
-        for d in after:
+        for d in after if isinstance(after, tuple | list) else as_steps(after):  # or one, None
             if not isinstance(d, Step) or d.saga is not self:
                 raise ContractError(
                     f"after= takes steps of this saga, got {d!r}", saga_id=self.id, step_id=sid
@@ -580,7 +582,7 @@ class Saga:
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
         step.has_refs = has_refs
         if undo_after or spec.undo_after:  # issue 29: most steps declare no undo order
-            step.undo_after = self._undo_after(step, [*undo_after, *self._declared_order(spec)])
+            step.undo_after = self._undo_after(step, undo_after, self._declared_order(spec))
         for r in resources:
             self._last_by_resource[r] = step
         self.steps.append(step)
@@ -603,12 +605,10 @@ class Saga:
                 latest[s.tool] = s
         return list(latest.values())
 
-    def _undo_after(self, step: Step, undo_after: Iterable[Step]) -> list[Step]:
+    def _undo_after(self, step: Step, given: Any, declared: list[Step]) -> list[Step]:
         """Check an undo-order declaration (rule 3): steps of this saga, no cycle."""
-        if isinstance(undo_after, Step):
-            undo_after = [undo_after]
         out: list[Step] = []
-        for o in undo_after:
+        for o in [*as_steps(given), *declared]:  # undo_after= one step, a list, or None
             if not isinstance(o, Step) or o.saga is not self or o is step:
                 raise ContractError(
                     f"undo_after= of step {step.id!r} takes earlier steps of this saga, got "

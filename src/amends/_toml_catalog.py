@@ -327,7 +327,8 @@ class HttpTransport:
             return TransportResult("ok")
         try:
             return TransportResult("ok", structured=resp.json())
-        except ValueError:  # a 2xx that is not JSON: the vendor did act; its answer is text
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: the
+            # vendor did act (a 2xx); its answer is kept as text (issue 21)
             return TransportResult("ok", text=resp.text)
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from input_tools import CATALOG, SPEC
@@ -162,3 +163,72 @@ async def test_a_saga_id_taken_between_the_check_and_the_insert_is_still_named(
     await engine.close()
     assert seen == [saga_id, saga_id]
     assert rows(db) == before
+
+
+def _typed_catalog(world: dict[str, Any]) -> amends.Catalog:
+    catalog = amends.Catalog()
+
+    @catalog.tool("kv.put")
+    async def put(call: amends.Call, key: str) -> Any:
+        world[key] = 1
+        return len(key, "too many")  # type: ignore[call-arg]  # a TypeError inside the tool
+
+    @catalog.tool("kv.sync_put")
+    def sync_put(call: amends.Call, key: str) -> Any:
+        world[key] = 1
+        return "ok"
+
+    return catalog
+
+
+@pytest.mark.parametrize("tool", ["kv.put", "kv.sync_put"])
+async def test_arguments_that_do_not_fit_the_signature_fail_the_step_and_nothing_happened(
+    tool: str,
+) -> None:
+    """Python refused the call before any line of the tool ran: failed, never in doubt."""
+    world: dict[str, Any] = {}
+    engine = amends.Engine(_typed_catalog(world), log=amends.SqliteLog(":memory:"))
+    try:
+        with pytest.raises(amends.StepFailedError) as err:
+            async with engine.saga("Put") as saga:
+                saga.call(tool, kee="k")
+        assert err.value.state == "failed"
+        assert f"{tool} was not called: its arguments do not fit its signature" in str(err.value)
+        rec = await engine.log.get_saga(saga.id)
+        assert rec is not None and [s.state for s in rec.steps] == ["failed"] and world == {}
+    finally:
+        await engine.close()
+
+
+async def test_a_type_error_raised_inside_the_tool_stays_in_doubt() -> None:
+    world: dict[str, Any] = {}
+    engine = amends.Engine(_typed_catalog(world), log=amends.SqliteLog(":memory:"))
+    try:
+        with pytest.raises(amends.StepFailedError) as err:
+            async with engine.saga("Put") as saga:
+                saga.call("kv.put", key="k")
+        assert err.value.state == "in_doubt" and "raised TypeError" in str(err.value)
+        rec = await engine.log.get_saga(saga.id)
+        assert rec is not None and [s.state for s in rec.steps] == ["in_doubt"]
+        assert world == {"k": 1}
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize("how", ["one", "list", "none"])
+async def test_after_and_undo_after_take_one_step_a_list_or_none(
+    engine: amends.Engine, how: str
+) -> None:
+    """A single step given to after= / undo_after= looped forever (a Step's [...] never ends)."""
+    async with engine.saga("Order") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        given = {"one": a, "list": [a], "none": None}[how]
+        b = saga.call("mail.send", to="bob@acme.test", subject="Won", after=given)
+        c = saga.call(
+            "crm.update_field", record_id="r2", field="stage", value="won", undo_after=given
+        )
+    rec = await engine.log.get_saga(saga.id)
+    assert rec is not None
+    deps = {s.step_id: list(s.deps) for s in rec.steps}
+    assert deps[b.id] == ([] if how == "none" else [a.id])
+    assert [o.id for o in c.undo_after] == ([] if how == "none" else [a.id])

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._errors import ConfigError, LogCorruptedError
+from .._jsondata import MAX_DEPTH, as_repr, may_not_keep, problem
 from .._secrets import Redaction, redactions_from
 from .base import ChainProblem, CompensationRecord, Resolution, StepFinish, StepRecord
 
@@ -37,6 +38,7 @@ __all__ = [
     "fold_compensations",
     "fold_steps",
     "hkind",
+    "intent_text",
     "loads",
     "redacted_body",
     "report_hash",
@@ -220,7 +222,14 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
     only, so a blob within ``limit`` characters has a result within ``limit`` bytes, and only a
     larger one is measured on its own.
     """
-    text = dumps(finish_body(finish))
+    try:
+        text = dumps(finish_body(finish))
+        # issue 21: may be too deep for a reader to load back (_jsondata.may_not_keep, inline:
+        # no call per step on the hot path)
+        if len(text) > 2 * MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH:
+            finish, text = _kept(finish, text)
+    except (ValueError, RecursionError):  # an int too long to print, a value too deep
+        finish, text = _kept(finish, None)
     if limit is None or finish.result is None or len(text) <= limit:
         return _with_text(finish, text)
     result_text = dumps(finish.result)
@@ -240,6 +249,57 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
         result=summary,
         redacted=tuple(r for r in finish.redacted if r.at[:1] != ("result",)),
     )
+
+
+def _kept(finish: StepFinish, text: str | None) -> tuple[StepFinish, str]:
+    """``finish`` with what the log cannot keep whole (:mod:`amends._jsondata`) replaced, and
+    its blob: a result by the start of its repr (the call happened; the agent got it whole); an
+    inverse or expectation, which undo needs whole, by nothing: the step is then irreversible
+    and the contract violation says why (rule 2), never silently dropped.
+
+    Raises:
+        ValueError: Nothing here explains why ``finish`` did not encode (``text`` is None).
+    """
+    changes: dict[str, Any] = {}
+    why = None if finish.result is None else problem(finish.result)
+    if why is not None:
+        changes["result"] = as_repr(finish.result, why)
+    for name in ("inverse", "expectation"):
+        why = problem(getattr(finish, name))
+        if why is not None:
+            said = (
+                f"the {name} it recorded cannot be kept in the log ({why}), so undo cannot use "
+                f"it and the step is irreversible; record JSON data an inverse can use (an id "
+                f"or a short value)"
+            )
+            changes |= {"inverse": None, "expectation": None, "effective": "irreversible"}
+            changes["violation"] = f"{finish.violation}; {said}" if finish.violation else said
+            break
+    if not changes:
+        if text is None:
+            raise ValueError(f"a step's outcome record does not encode as JSON: {finish!r:.300}")
+        return finish, text
+    gone = {"result", "inverse", "expectation"} & set(changes)
+    changes["redacted"] = tuple(r for r in finish.redacted if not r.at or r.at[0] not in gone)
+    kept = dataclasses.replace(finish, **changes)
+    return kept, dumps(finish_body(kept))
+
+
+def intent_text(body: dict[str, Any]) -> str:
+    """An intent record's blob, with each argument the log cannot keep whole (too deep, an int
+    too long to print: :mod:`amends._jsondata`) as the start of its repr; the tool gets it
+    whole, only the log keeps less (issue 21)."""
+    try:
+        text = dumps(body)
+        if not may_not_keep(text):
+            return text
+    except (ValueError, RecursionError):
+        pass
+    args = {}
+    for k, v in body["args"].items():
+        why = problem(v)
+        args[k] = v if why is None else as_repr(v, why)
+    return dumps({**body, "args": args})
 
 
 _TEXT = "_amends_text"

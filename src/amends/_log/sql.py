@@ -50,6 +50,7 @@ from .records import (
     event_data,
     finish_text,
     fold_compensations,
+    intent_text,
     loads,
     redacted_body,
     report_hash,
@@ -282,15 +283,14 @@ class SqlSagaLog(AdminQueries, SagaLog):
             body["explicit"] = False
         if intent.redacted:  # rule 12: where amends itself put a marker, inside the chain
             body["redacted"] = redacted_body(intent.redacted, ("args",))
-        text = dumps(body)  # rule 1: the whole intent, encoded once (lists and dicts as given)
+        text = intent_text(body)  # rule 1: the whole intent, encoded once (as given, issue 21)
         key = self.signing_key
 
         def fn(tx: Tx) -> bool:
             if _NO_REVERSAL + saga_id in tx.cache:
                 # issue 12: an earlier write of this transaction saw no reversal, and this
                 # transaction holds the write lock (SQLite) or its read already stands for the
-                # check (PostgreSQL: its snapshot, and its claim on the saga row at COMMIT);
-                # a claim in between would have dropped the mark
+                # check (PostgreSQL: snapshot, claim at COMMIT); a claim between drops the mark
                 _append(tx, key, saga_id, "step.intent", now, text, phase=INTENT, step_id=step_id)
                 return True
             # Atomic with the intent: once a reversal exists, no new step may start (issue 2 #4).

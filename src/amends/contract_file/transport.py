@@ -112,7 +112,7 @@ class TransportResult:
         if text[:1] in ("{", "["):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deep: the text
                 pass
         return self.text
 

@@ -1,0 +1,68 @@
+"""JSON data the log can keep whole, and what stands in for data it cannot (issue 21, rule 12).
+
+A tool's result and an agent's arguments are someone else's data. Nested deeper than
+:data:`MAX_DEPTH`, or holding an integer longer than Python will print
+(``sys.get_int_max_str_digits()``), such data would crash the encoder, the hash chain, or the
+reader of the record later (in a deeper stack); it is kept as ``{"repr": ...}`` instead, cut and
+saying so, never silently dropped. Data amends must use again (an inverse's arguments, an
+expectation) cannot be replaced that way: :func:`problem` names why it cannot be kept, and the
+caller reports a contract violation.
+
+This module is the lowest floor: it imports nothing from amends.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "MAX_REPR", "as_repr", "may_not_keep", "problem"]
+
+MAX_DEPTH = 100
+"""How deeply lists and objects may nest in one value the log keeps. JSON APIs rarely pass 20;
+the decoder of whoever reads the record back needs stack for every level."""
+MAX_REPR = 1000
+"""How many characters of an unkeepable value's ``repr`` are kept in its place."""
+_INT_BITS = 2000
+"""An int of at most this many bits (602 digits) always prints, whatever Python's digit limit
+(4300 by default, 640 at least): only a longer one is printed to find out."""
+
+
+def may_not_keep(text: str) -> bool:
+    """Whether a record's encoded ``text`` could hold a value nested deeper than
+    :data:`MAX_DEPTH` (cheap: only a text opening that many lists or objects can; the hot path
+    walks nothing for ordinary records)."""
+    return len(text) > 2 * MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH
+
+
+def problem(value: Any) -> str | None:
+    """Why ``value`` (JSON data) cannot be kept whole, or ``None`` when it can."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        kind = type(v)
+        if kind is dict or kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            items = v.values() if kind is dict else v
+            stack.extend((item, depth + 1) for item in items)
+        elif kind is int and v.bit_length() > _INT_BITS:
+            try:
+                str(v)
+            except ValueError:
+                digits = int(v.bit_length() * 0.30103) + 1
+                return (
+                    f"an integer of about {digits:,} digits, longer than Python prints "
+                    f"({sys.get_int_max_str_digits():,})"
+                )
+    return None
+
+
+def as_repr(value: Any, why: str) -> dict[str, str]:
+    """What the log keeps in place of ``value``: the start of its ``repr`` and why."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a long int, a deep list: repr fails too
+        text = f"<{type(value).__name__}>"
+    cut = text if len(text) <= MAX_REPR else text[:MAX_REPR] + "…"
+    return {"repr": cut, "amends_note": f"not kept as data: {why}"}
