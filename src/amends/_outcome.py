@@ -1,5 +1,6 @@
 """A step's outcome: the finish record its call makes (rules 2, 4 and 9), and that record's write
-handed to the log without the step waiting for it (issue 29).
+handed to the log without the step waiting for it (issue 29), and which earlier step keeps a
+step from running at all.
 
 The forward side (:mod:`amends._saga`) decides when an outcome must be durable (rule 1: before
 anything uses it); this module never waits for a write itself and never touches a saga.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ._contracts import _JSON_SCALARS as _SCALARS
 from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
@@ -21,7 +22,9 @@ from ._log.base import StepFinish
 __all__ = [
     "Refused",
     "StepView",
+    "Waiter",
     "as_steps",
+    "blocker",
     "ended_failed",
     "failure",
     "finish_done",
@@ -29,8 +32,11 @@ __all__ = [
     "jsonable",
     "unrecorded",
     "until_done",
+    "with_resources",
     "write_error",
 ]
+
+T = TypeVar("T")
 
 
 class Refused(Exception):
@@ -53,6 +59,56 @@ class StepView(Protocol):
 
     @property
     def undo_after(self) -> Sequence[_HasId]: ...
+
+
+class Waiter(Protocol):
+    """What :func:`blocker` reads of a step (:class:`amends.Step` has it)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def deps(self) -> Sequence[Waiter]: ...
+
+    @property
+    def direct(self) -> int: ...
+
+
+def with_resources(
+    deps: list[T], resources: Sequence[str], latest: dict[str, T]
+) -> tuple[list[T], int]:
+    """A new step's dependencies: ``deps`` (named in ``after=`` or used by its arguments), then
+    the latest earlier step of each resource it shares, each step once, in that order; and how
+    many of them are direct (the rest it waits for only because they share a resource)."""
+    direct = len(set(deps)) if len(deps) > 1 else len(deps)
+    for r in resources:
+        prev = latest.get(r)
+        if prev is not None:
+            deps.append(prev)
+    return (list(dict.fromkeys(deps)) if len(deps) > 1 else deps), direct
+
+
+def blocker(step: Waiter) -> Waiter | None:
+    """The earlier step that keeps ``step`` from running, or ``None``: it may run.
+
+    A step named in ``after=`` or whose result the arguments use must have ended ``done``. A
+    step waited for only because it shares a resource blocks only when it may have changed the
+    resource: one that the vendor refused (``failed``: nothing happened, rule 9) or that never
+    ran (``skipped``, itself over such steps only) does not, so an agent's retry of a refused
+    call runs; one ``in_doubt`` (the world is unknown) or cancelled still does.
+    """
+    deps = step.deps
+    for i, d in enumerate(deps):
+        if d.state != "done" and (i < step.direct or not _no_effect(d)):
+            return d
+    return None
+
+
+def _no_effect(step: Waiter) -> bool:
+    """Whether ``step`` had no effect and none of the steps it waited for may have had one."""
+    if step.state == "failed":  # the vendor refused it; it ran only after its waits were clear
+        return True
+    return step.state == "skipped" and all(d.state == "done" or _no_effect(d) for d in step.deps)
 
 
 def jsonable(value: Any) -> Any:

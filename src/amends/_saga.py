@@ -44,6 +44,7 @@ from ._log.records import cap_result
 from ._outcome import (
     Refused,
     as_steps,
+    blocker,
     ended_failed,
     failure,
     finish_done,
@@ -51,6 +52,7 @@ from ._outcome import (
     jsonable,
     unrecorded,
     until_done,
+    with_resources,
     write_error,
 )
 from ._planner import undo_cycle
@@ -212,6 +214,8 @@ class Step:
         self.tool = tool
         self.args = args
         self.deps = deps
+        self.direct = len(deps)
+        """How many leading ``deps`` are direct (``after=``, arguments), not via a resource."""
         self.resources = resources
         self.undo_after: list[Step] = []
         """Steps whose inverses this step's inverse waits for (rule 3)."""
@@ -573,14 +577,10 @@ class Saga:
                     saga_id=self.id,
                     step_id=sid,
                 )
-        resources = spec.resources_for(args)
-        for r in resources:  # steps sharing a resource are ordered (forward and in reverse)
-            prev = self._last_by_resource.get(r)
-            if prev is not None:
-                deps.append(prev)
-        unique = list(dict.fromkeys(deps))  # in order, each once (a Step hashes by identity)
+        resources = spec.resources_for(args)  # steps sharing one are ordered (both ways)
+        unique, direct = with_resources(deps, resources, self._last_by_resource)
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
-        step.has_refs = has_refs
+        step.has_refs, step.direct = has_refs, direct
         if undo_after or spec.undo_after:  # issue 29: most steps declare no undo order
             step.undo_after = self._undo_after(step, undo_after, self._declared_order(spec))
         for r in resources:
@@ -830,9 +830,9 @@ async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:
     await _outcomes_durable(step.deps)
     for dep in step.deps:
         dep._raise_write_error()
-    bad = [d for d in step.deps if d.state != "done"]
-    if bad:
-        await _never_ran(host, saga, step, bad[0])
+    bad = blocker(step)
+    if bad is not None:
+        await _never_ran(host, saga, step, cast(Step, bad))
         return False
     return True
 

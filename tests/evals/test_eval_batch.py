@@ -149,7 +149,11 @@ async def test_each_pooled_crash_log_keeps_one_reopened_connection_that_recovery
     are fewer than the crash sagas (so connections were reused), and every invariant holds."""
     from amends.evals import runner
 
-    crashes = [i for i in range(120) if generate(SEED, i).crash is not None][:6]
+    # the crash families: a mixed scenario's crash point can fall on a call its faults refuse
+    # (a crash "after the effect" of a call that had none does not fire), which depends on
+    # what the forward pass ran, not on the connections this test is about
+    crashes = [i for i in range(120) if generate(SEED, i).family in ("crash", "keyless_crash")]
+    crashes = crashes[:6]
     assert len(crashes) == 6
     logs_by_saga: dict[str, list[Any]] = {}
     opened: list[Any] = []

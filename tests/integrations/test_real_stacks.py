@@ -771,3 +771,68 @@ async def test_approval_requests_words_each_call_with_its_own_contract(pass_name
             "Class: compensable. Undo can compensate this, but not without trace: residue remains.",
         ],
     ]
+
+
+# --- an agent's retry after a refused call --------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_retry_after_a_refused_call_on_the_same_record_runs_and_is_undone(
+    framework: str,
+) -> None:
+    """The tool refuses the model's first call in the framework's own way (LangChain's ToolNode
+    rejects its arguments; a Pydantic AI tool raises ModelRetry; an OpenAI Agents tool raises
+    amends.PermanentError): nothing happened, so the step is failed and the model's retry on the
+    same record (a shared resource) runs, where it was skipped. Undo reverts the retry and the
+    record is as before the run."""
+    world, engine = new_engine()
+    declare(
+        engine.catalog,
+        "set_stage",
+        reversibility="reversible",
+        resources=lambda a: [f"crm:{a['deal']}"],
+    )
+    calls: list[str] = []
+
+    def set_stage(deal: str, stage: str) -> str:
+        """Set the stage of a deal in the CRM."""
+        call = amends.current_call()
+        assert call is not None
+        calls.append(stage)
+        if len(calls) == 1 and framework == "pydantic_ai":
+            from pydantic_ai import ModelRetry
+
+            raise ModelRetry(f"{deal} is locked by another edit; try again")
+        if len(calls) == 1 and framework == "openai_agents":
+            raise amends.PermanentError(f"{deal} is locked by another edit; try again")
+        before = world.crm.read_field(deal, "stage")
+        world.crm.update_field(deal, "stage", stage, idempotency_key=call.idempotency_key)
+        call.inverse("crm.update_field", record_id=deal, field="stage", value=before)
+        call.expect("crm.read_field", {"record_id": deal, "field": "stage"}, equals=stage)
+        return f"{deal} is {stage}"
+
+    won = {"deal": "acme", "stage": "closed_won"}
+    first = {"deal": "acme"} if framework == "langchain" else won  # the ToolNode rejects it
+    turns = [[("c1", "set_stage", first)], [("c2", "set_stage", won)]]
+    played = await play(framework, engine, turns, [set_stage])
+    assert played.output == FINAL
+    assert played.answers["c2"] == "acme is closed_won"
+    assert calls == (["closed_won"] if framework == "langchain" else ["closed_won"] * 2)
+    assert world.crm.read_field("acme", "stage") == "closed_won"
+    saga = await engine.log.get_saga(played.saga_id or "")
+    assert saga is not None
+    assert [(s.step_id, s.state, s.deps) for s in saga.steps] == [
+        ("s1", "failed", ()),
+        ("s2", "done", ("s1",)),
+    ]
+    report = await engine.undo(played.saga_id or "")
+    assert report.status == "fully_reversed"
+    assert [(s.step_id, s.state.value) for s in report.steps] == [
+        ("s1", "not_needed"),
+        ("s2", "reverted"),
+    ]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+    assert [e["op"] for e in world.effects() if e["vendor"] == "crm"] == [
+        "update_field",
+        "update_field",
+    ]

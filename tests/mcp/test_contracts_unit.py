@@ -223,3 +223,42 @@ def test_secret_env_gives_the_contract_a_resolver_reading_that_variable(
     monkeypatch.delenv("KV_TEST_KEY")
     with pytest.raises(ConfigError, match=r"\$KV_TEST_KEY, which is not set"):
         resolve_a(req)
+
+
+@pytest.mark.parametrize(
+    ("text", "rejected"),
+    [
+        ("Unknown tool: kv_set", True),  # the Python SDK, 1.x and 2.x
+        (
+            "Error executing tool kv_set: 1 validation error for kv_setArguments\nvalue\n"
+            "  Input should be a valid string",
+            True,
+        ),
+        ("Error executing tool kv_set: 2 validation errors for setArguments\nkey\n", True),
+        ("MCP error -32602: Tool kv_set not found", True),  # the TypeScript SDK
+        ("Tool kv_set disabled", True),
+        (
+            "MCP error -32602: Input validation error: Invalid arguments for tool kv_set: "
+            '[{"code": "invalid_type", "path": ["value"]}]',
+            True,
+        ),
+        ("Invalid arguments for tool kv_set: value: Required", True),
+        # another tool's name, a tool's own words, or the shapes inside other text: in doubt
+        ("Unknown tool: kv_get", False),
+        ("MCP error -32602: Tool kv_setter not found", False),
+        ("Unknown tool: kv_set (after writing the row)", False),
+        ("Error executing tool kv_set: connection reset while committing", False),
+        ("Error executing tool kv_set", False),
+        ("wrote the row; then: Unknown tool: kv_set", False),
+        ("Error executing tool kv_set: 1 validation error for Order", False),
+    ],
+)
+def test_only_an_sdks_rejection_of_the_called_tool_before_it_ran_is_a_refusal(
+    text: str, rejected: bool
+) -> None:
+    """The MCP gateway reads an upstream's ``isError`` result as "nothing ran" (failed) only in
+    the shapes the official SDKs give a call they rejected before the tool ran, naming the
+    tool called; every other error result stays an unknown outcome (rule 9)."""
+    from amends.integrations.mcp.upstream import rejected_before_running
+
+    assert rejected_before_running("kv_set", text) is rejected

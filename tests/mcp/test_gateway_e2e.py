@@ -319,3 +319,43 @@ async def test_a_gateway_with_a_tenant_does_not_answer_for_other_tenants_sagas(
     assert undo.is_error and f"no saga {saga_id!r}" in text_of(undo)
     assert status.is_error
     assert kv.world()["charges"]["ch_1"]["refunded"] == 0
+
+
+async def test_a_call_the_upstream_rejects_before_running_is_failed_and_the_retry_runs(
+    kv: KvSetup,
+) -> None:
+    """The upstream SDK answers an ``isError`` result, not a protocol error, for arguments its
+    schema rejects ("1 validation error for kv_setArguments") and for a tool it no longer has
+    ("Unknown tool: kv_set"): nothing ran, so the step is failed (not in doubt), and the agent's
+    retry on the same key (a shared resource) runs and is undone. A tool's own error after it
+    acted stays in doubt."""
+    from mcp import Client
+
+    async with Client(kv.gateway()) as c:
+        bad = await _call(c, "kv_kv_set", key="stage", value=["won"])  # not a string
+        retry = await _call(c, "kv_kv_set", key="stage", value="won")
+        flaky = await _call(c, "kv_flaky_write", key="other", value="v")
+        await _call(c, "kv_retire", tool="kv_set")
+        gone = await _call(c, "kv_kv_set", key="stage", value="lost")
+        undo = await _call(c, "amends_undo")
+    assert bad.is_error and bad.meta["amends/step"]["state"] == "failed"
+    assert "validation error for kv_setArguments" in text_of(bad)
+    assert not retry.is_error and retry.meta["amends/step"]["state"] == "done"
+    assert flaky.is_error and flaky.meta["amends/step"]["state"] == "in_doubt"
+    assert gone.is_error and gone.meta["amends/step"]["state"] == "failed"
+    assert "Unknown tool: kv_set" in text_of(gone)
+    steps = [(s["tool"], s["state"]) for s in undo.structured_content["steps"]]
+    assert steps == [
+        ("kv.kv_set", "not_needed"),
+        ("kv.kv_set", "reverted"),
+        ("kv.flaky_write", "in_doubt"),
+        ("kv.retire", "acknowledged"),
+        ("kv.kv_set", "not_needed"),
+    ]
+    world = kv.world()
+    assert world["kv"] == {"other": "v"}  # the retry's write was taken back (the key was new)
+    assert [j[:2] for j in world["journal"]] == [
+        ["kv_set", "stage"],
+        ["flaky_write", "other"],
+        ["kv_delete", "stage"],
+    ]

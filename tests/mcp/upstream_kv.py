@@ -216,5 +216,13 @@ def with_meta(key: str) -> Any:
     )
 
 
+@app.tool()
+def retire(tool: str) -> dict[str, Any]:
+    """Remove one of this server's tools (a deploy that drops it): later calls of it are
+    rejected by the SDK before anything runs."""
+    app.remove_tool(tool)
+    return {"retired": tool}
+
+
 if __name__ == "__main__":
     app.run()

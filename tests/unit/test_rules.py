@@ -151,6 +151,108 @@ async def test_shared_resources_order_inverses_in_reverse(
     assert world.crm["r1"]["stage"] == "lead"
 
 
+async def test_a_retry_on_the_resource_of_a_refused_step_runs_and_one_in_doubt_blocks_it(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """A step that waits only via a shared resource on a refused (``failed``) step runs: nothing
+    happened, so the agent's retry is no guess. An ``in_doubt`` predecessor still blocks it (the
+    world is unknown), and so does a failed step named in ``after=``."""
+    world.faults["crm.update_field"] = [amends.PermanentError("record locked")]
+    async with engine.saga("retry after a refusal") as saga:
+        first = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        with pytest.raises(amends.StepFailedError, match="record locked"):
+            await first
+        retry = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        assert (await retry)["stage"] == "won"
+        after = saga.call(
+            "crm.update_field", record_id="r2", field="stage", value="x", after=[first]
+        )
+        with pytest.raises(amends.StepFailedError, match="never ran"):
+            await after
+    rec = await engine.log.get_saga(saga.id)
+    assert rec is not None
+    assert [(s.step_id, s.state, s.deps) for s in rec.steps] == [
+        ("s1", "failed", ()),
+        ("s2", "done", ("s1",)),
+        ("s3", "skipped", ("s1",)),
+    ]
+    assert world.crm["r1"]["stage"] == "won" and world.crm["r2"]["stage"] == "lead"
+    report = await engine.undo(saga.id)
+    assert [(s.step_id, s.state) for s in report.steps] == [
+        ("s1", StepState.NOT_NEEDED),
+        ("s2", StepState.REVERTED),
+        ("s3", StepState.NOT_NEEDED),
+    ]
+    assert report.status == "fully_reversed"
+    assert world.crm["r1"]["stage"] == "lead"
+
+    world.faults["crm.update_field"] = [RuntimeError("connection reset mid-write")]
+    async with engine.saga("retry after an unknown outcome") as doubt:
+        first = doubt.call("crm.update_field", record_id="r1", field="stage", value="won")
+        with pytest.raises(amends.StepFailedError, match="connection reset"):
+            await first
+        blocked = doubt.call("crm.update_field", record_id="r1", field="stage", value="won")
+        with pytest.raises(amends.StepFailedError, match="never ran"):
+            await blocked
+    assert first.state == "in_doubt"
+    rec = await engine.log.get_saga(doubt.id)
+    assert rec is not None
+    assert [(s.state, s.error) for s in rec.steps] == [
+        ("in_doubt", rec.steps[0].error),
+        ("skipped", "never ran: step s1 (crm.update_field) it waits for is in_doubt"),
+    ]
+    assert world.crm["r1"]["stage"] == "lead"  # the blocked retry never wrote
+
+
+async def test_a_step_skipped_over_a_refusal_does_not_block_its_resource_one_over_in_doubt_does(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """A ``skipped`` step never ran: a later step on its resource runs when nothing the skipped
+    step waited for may have had an effect (a refused charge), and stays blocked when something
+    may have (an in-doubt write to the same record, which the skipped step stood between)."""
+    world.faults["pay.charge"] = [amends.PermanentError("card declined")]
+    async with engine.saga("refused, skipped, then a write") as saga:
+        charge = saga.call("pay.charge", customer="c1", cents=5)
+        skipped = saga.call(
+            "crm.update_field", record_id="r1", field="stage", value="paid", after=[charge]
+        )
+        later = saga.call("crm.update_field", record_id="r1", field="owner", value="sam")
+        assert (await later)["owner"] == "sam"
+        with pytest.raises(amends.StepFailedError, match="card declined"):
+            await charge
+        with pytest.raises(amends.StepFailedError, match="never ran"):
+            await skipped
+    rec = await engine.log.get_saga(saga.id)
+    assert rec is not None
+    assert [(s.state, s.deps) for s in rec.steps] == [
+        ("failed", ()),
+        ("skipped", ("s1",)),
+        ("done", ("s2",)),
+    ]
+    report = await engine.undo(saga.id)
+    assert report.status == "fully_reversed"
+    assert report.step("s3").state is StepState.REVERTED
+    assert world.crm["r1"] == {"stage": "lead", "owner": "ann", "version": 3}
+
+    world.faults["crm.update_field"] = [RuntimeError("connection reset mid-write")]
+    async with engine.saga("in doubt, skipped, then a write") as doubt:
+        first = doubt.call("crm.update_field", record_id="r2", field="stage", value="won")
+        skipped = doubt.call(
+            "crm.update_field", record_id="r2", field="stage", value="x", after=[first]
+        )
+        later = doubt.call("crm.update_field", record_id="r2", field="owner", value="sam")
+        for s in (first, skipped, later):
+            with pytest.raises(amends.StepFailedError):
+                await s
+    rec = await engine.log.get_saga(doubt.id)
+    assert rec is not None
+    assert [(s.state, s.error) for s in rec.steps[1:]] == [
+        ("skipped", "never ran: step s1 (crm.update_field) it waits for is in_doubt"),
+        ("skipped", "never ran: step s2 (crm.update_field) it waits for is skipped"),
+    ]
+    assert world.crm["r2"] == {"stage": "lead", "owner": "bob", "version": 1}
+
+
 async def test_independent_branches_are_compensated_concurrently(
     engine: amends.Engine, world: CoreWorld
 ) -> None:

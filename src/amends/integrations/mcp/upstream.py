@@ -55,6 +55,7 @@ __all__ = [
     "UpstreamGone",
     "UpstreamResult",
     "error_text",
+    "rejected_before_running",
 ]
 
 _BACKOFF = 0.2
@@ -62,6 +63,25 @@ _BACKOFF = 0.2
 _MAX_BACKOFF = 5.0
 _GENERIC = re.compile(r"^Error executing tool (?P<tool>\S+)$")
 """The whole text an mcp 2.x server sends for a tool that raised an unexpected exception."""
+
+
+_REJECTED = (
+    r"Unknown tool: {tool}$",  # the Python SDK (1.x and 2.x): no such tool
+    r"Error executing tool {tool}: \d+ validation errors? for \w+Arguments\n",  # bad arguments
+    r"(MCP error -32602: )?Tool {tool} (not found|disabled)$",  # the TypeScript SDK
+    r"(MCP error -32602: )?(Input validation error: )?Invalid arguments for tool {tool}: ",
+)
+"""How the official SDKs word the ``isError`` result of a call their server rejected before
+the tool ran (rule 9: nothing happened, so the step is ``failed`` and a retry may run), each
+matched from the start of the text with the called tool's own name. Any other error result
+stays an unknown outcome (in doubt) unless the contract's ``[errors]`` read it."""
+
+
+def rejected_before_running(tool: str, text: str) -> bool:
+    """Whether the error ``text`` of a call of ``tool`` is an SDK's rejection before the tool
+    ran (:data:`_REJECTED`): an unknown or disabled tool, or arguments its schema refuses."""
+    name = re.escape(tool)
+    return any(re.match(shape.replace("{tool}", name), text) for shape in _REJECTED)
 
 
 class UpstreamError(ToolError):
@@ -504,6 +524,8 @@ class Upstream:
             text = error_text(result)
             said: str | None = None
             if result.is_error:
+                if rejected_before_running(tool, text):  # nothing ran: refused (rule 9)
+                    raise PermanentError(f"{self.name}.{tool} rejected the call: {text}")
                 said = text
                 generic = _GENERIC.match(text)
                 if generic is not None and conn.errlog is not None:
