@@ -209,10 +209,8 @@ class Step:
         self.saga = saga
         self.spec = spec
         """The contract the step runs under, and the function its forward call runs."""
-        self.id = step_id
-        self.seq = seq
-        self.tool = tool
-        self.args = args
+        self.id, self.seq = step_id, seq
+        self.tool, self.args = tool, args
         self.deps = deps
         self.direct = len(deps)
         """How many leading ``deps`` are direct (``after=``, arguments), not via a resource."""
@@ -578,7 +576,11 @@ class Saga:
                     step_id=sid,
                 )
         resources = spec.resources_for(args)  # steps sharing one are ordered (both ways)
-        unique, direct = with_resources(deps, resources, self._last_by_resource)
+        unique, direct = (  # issue 29: no call for a step with one dependency at most
+            with_resources(deps, resources, self._last_by_resource)
+            if resources or len(deps) > 1
+            else (deps, len(deps))
+        )
         step = Step(self, sid, seq, tool, args, unique, resources, spec)
         step.has_refs, step.direct = has_refs, direct
         if undo_after or spec.undo_after:  # issue 29: most steps declare no undo order
@@ -830,8 +832,7 @@ async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:
     await _outcomes_durable(step.deps)
     for dep in step.deps:
         dep._raise_write_error()
-    bad = blocker(step)
-    if bad is not None:
+    if (bad := blocker(step) if step.deps else None) is not None:
         await _never_ran(host, saga, step, cast(Step, bad))
         return False
     return True
