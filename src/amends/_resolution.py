@@ -16,6 +16,8 @@ from ._log.base import CompensationRecord, ReversalRecord, SagaRecord
 from ._report import NEUTRALISED, StepState, UndoReport
 
 __all__ = [
+    "MAX_BY",
+    "MAX_NOTE",
     "RETRY",
     "check_who_and_note",
     "continuable",
@@ -29,8 +31,16 @@ RETRY = "retry"
 continuation attempts it again, through the drift check (never a state a report shows)."""
 
 
+MAX_BY = 200
+"""The longest ``by`` a resolution or follow-up takes (one printable line)."""
+MAX_NOTE = 2000
+"""The longest note a resolution takes, from the library, the command line or HTTP."""
+
+
 def check_who_and_note(by: object, note: object, what: str = "resolve") -> tuple[str, str]:
-    """``by`` and ``note`` stripped, or :class:`ConfigError` naming what is missing."""
+    """``by`` and ``note`` stripped, or :class:`ConfigError` naming what is missing or wrong:
+    ``by`` one printable line of at most :data:`MAX_BY` characters, ``note`` at most
+    :data:`MAX_NOTE` (the same limits whichever way the resolution comes in)."""
     if not isinstance(by, str) or not by.strip():
         raise ConfigError(
             f"{what}(by=...) must name who handled the manual action, got {by!r}; e.g. "
@@ -41,7 +51,19 @@ def check_who_and_note(by: object, note: object, what: str = "resolve") -> tuple
             f"{what}(note=...) must say what the person did or checked, got {note!r}; e.g. "
             f"note='refunded by bank transfer, ref 8812'"
         )
-    return by.strip(), note.strip()
+    by, note = by.strip(), note.strip()
+    if len(by) > MAX_BY or not by.isprintable():
+        raise ConfigError(
+            f"{what}(by=...) must be one line of at most {MAX_BY} printable characters (a name "
+            f"or an e-mail address), got {by[:80]!r}{'...' if len(by) > 80 else ''}; e.g. "
+            f"by='ann@example.com'"
+        )
+    if len(note) > MAX_NOTE:
+        raise ConfigError(
+            f"{what}(note=...) is {len(note)} characters, more than {MAX_NOTE}; keep the note "
+            f"to what the person did or checked and link to longer records (e.g. a ticket)"
+        )
+    return by, note
 
 
 def _known(saga: SagaRecord, step_id: str) -> None:

@@ -455,6 +455,35 @@ async def test_a_second_resolution_keeps_the_first_and_a_withdrawal_reopens_the_
         await engine.withdraw_resolution(saga.id, "s2", by="bob", note="again")
 
 
+@pytest.mark.parametrize(
+    ("by", "note", "wrong"),
+    [
+        ("ann\nresolved by: the bank", "refunded", "must be one line of at most 200 printable"),
+        ("ann\x1b[2K", "refunded", "must be one line of at most 200 printable"),
+        ("a" * 201, "refunded", "must be one line of at most 200 printable"),
+        ("ann", "n" * 2001, "is 2001 characters, more than 2000"),
+    ],
+    ids=["newline", "escape", "long_by", "long_note"],
+)
+async def test_a_resolution_whose_by_is_not_one_line_or_whose_note_is_too_long_writes_nothing(
+    engine: amends.Engine, world: CoreWorld, by: str, note: str, wrong: str
+) -> None:
+    """Before: the library and ``amends resolve --by`` recorded a multi-line or escape-laden
+    ``by`` and a note of any length (HTTP took at most 2000 characters): the person's name
+    shown in every later report could be made to read as something else. One limit for every
+    way in; the error names the value, what is wrong and the fix, and the log is unchanged."""
+    saga = await close_deal(engine)
+    expired_key(world)
+    await engine.undo(saga.id)
+    before = len(await engine.log.events(saga.id))
+    for call in (engine.resolve, engine.withdraw_resolution):
+        with pytest.raises(amends.ConfigError, match=wrong):
+            await call(saga.id, "s2", by=by, note=note)
+    assert len(await engine.log.events(saga.id)) == before
+    ok = await engine.resolve(saga.id, "s2", by=" ann ", note="n" * 2000)
+    assert ok.by == "ann" and len(ok.note) == 2000
+
+
 async def test_continuing_adds_up_the_costs_and_keeps_each_runs_own(
     engine: amends.Engine, world: CoreWorld
 ) -> None:
