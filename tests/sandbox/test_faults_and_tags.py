@@ -59,6 +59,23 @@ async def test_act_then_raise_applies_the_effect_and_the_tool_sees_an_error(sw: 
     await eng.close()
 
 
+async def test_act_then_raise_on_a_tool_that_reads_first_fires_after_its_write(sw: World) -> None:
+    """``crm.update_field`` reads the record (one vendor operation) before it writes (another):
+    the fault fires once the write committed, so the write stands and the step is in doubt. It
+    fired after the read, before anything was written, and the "acted" call had no effect."""
+    sw.faults.add("crm.update_field", "act_then_raise")
+    eng = amends.Engine(sandbox_catalog(sw), log=amends.SqliteLog(":memory:"), retry=FAST)
+    with pytest.raises(amends.StepFailedError, match="act_then_raise"):
+        async with eng.saga("write") as saga:
+            saga.call("crm.update_field", step_id="w", record_id="acme", field="stage", value="x")
+    assert tagged(sw) == [("w:forward", "crm", "update_field")]
+    assert sw.crm.read_field("acme", "stage") == "x"
+    record = await eng.log.get_saga(saga.id)
+    assert record is not None and record.steps[0].state == "in_doubt"
+    assert sw.faults.pending() == [] and not sw._after
+    await eng.close()
+
+
 async def test_raise_after_inverse_loses_the_answer_after_the_inverse_was_recorded(
     sw: World,
 ) -> None:
@@ -109,6 +126,38 @@ async def test_transient_n_times_then_success_and_stall_times_out(sw: World) -> 
     assert sw.faults.pending() == []
     await eng.close()
     await eng2.close()
+
+
+async def test_a_fault_on_one_step_hits_only_that_steps_calls(sw: World) -> None:
+    """``faults.add(op, kind, step=...)``: the refusal hits the step named, not an earlier call
+    of the same tool nor the agent's retry of it, however the calls interleave (rule 9's retry
+    in the eval)."""
+    sw.faults.add("crm.update_field", "permanent", step="b")
+    sw.faults.add("crm.update_field", "transient", times=8, step="d")
+    assert sw.faults.pending() == [
+        {"op": "crm.update_field", "kind": "permanent", "times": 1, "delay": 0.0, "step": "b"},
+        {"op": "crm.update_field", "kind": "transient", "times": 8, "delay": 0.0, "step": "d"},
+    ]
+    eng = amends.Engine(sandbox_catalog(sw), log=amends.SqliteLog(":memory:"), retry=FAST)
+    with pytest.raises(amends.StepFailedError):
+        async with eng.saga("refused, then retried") as saga:
+            saga.call("crm.update_field", step_id="a", record_id="acme", field="owner", value="x")
+            saga.call("crm.update_field", step_id="b", record_id="acme", field="stage", value="W")
+            saga.call("crm.update_field", step_id="c", record_id="acme", field="stage", value="w")
+            saga.call("crm.update_field", step_id="d", record_id="globex", field="stage", value="w")
+    record = await eng.log.get_saga(saga.id)
+    assert record is not None
+    assert [(s.step_id, s.state) for s in record.steps] == [
+        ("a", "done"), ("b", "failed"), ("c", "done"), ("d", "failed")
+    ]  # fmt: skip
+    written = [("a:forward", "crm", "update_field"), ("c:forward", "crm", "update_field")]
+    assert tagged(sw) == written
+    assert sw.faults.pending() == [  # 5 tries of d (the retry policy's), none of the others
+        {"op": "crm.update_field", "kind": "transient", "times": 3, "delay": 0.0, "step": "d"}
+    ]
+    with pytest.raises(amends.ConfigError, match="a fault's step must be a step id"):
+        sw.faults.add("crm.update_field", "permanent", step=3)  # type: ignore[arg-type]
+    await eng.close()
 
 
 async def test_a_slow_call_stalls_until_cut_then_acts(sw: World) -> None:

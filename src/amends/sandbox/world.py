@@ -178,6 +178,8 @@ class _Fault:
     kind: FaultKind
     times: int
     delay: float
+    step: str | None = None
+    """Only calls made for this step (``Call.step_id``); ``None``: any call of ``op``."""
 
 
 class Faults:
@@ -193,8 +195,18 @@ class Faults:
         self.stalled: list[str] = []
         """Steps whose call met a ``slow`` or ``timeout`` fault (the step id, or the tool)."""
 
-    def add(self, op: str, kind: FaultKind, *, times: int = 1, delay: float = 0.0) -> None:
-        """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave.
+    def add(
+        self,
+        op: str,
+        kind: FaultKind,
+        *,
+        times: int = 1,
+        delay: float = 0.0,
+        step: str | None = None,
+    ) -> None:
+        """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave;
+        with ``step``, only the calls made for that step (its ``Call.step_id``: the forward
+        call of one step of a saga that calls ``op`` many times, and its retries).
 
         ``transient`` raises :class:`amends.TransientError` without effect, ``permanent`` raises
         :class:`amends.PermanentError` without effect, ``timeout`` stalls ``delay`` seconds (an
@@ -206,13 +218,16 @@ class Faults:
         ``ConnectionResetError`` (its answer is lost on the way back).
 
         Raises:
-            ConfigError: ``kind`` is unknown or ``times`` is not positive.
+            ConfigError: ``kind`` is unknown, ``times`` is not positive or ``step`` is not a
+                str.
         """
         if kind not in _FAULT_KINDS:
             raise ConfigError(f"fault kind {kind!r} is not known; use one of {_FAULT_KINDS}")
         if not isinstance(times, int) or times < 1:
             raise ConfigError(f"fault times must be a positive int, got {times!r}")
-        self._faults.append(_Fault(op, kind, times, float(delay)))
+        if step is not None and not isinstance(step, str):
+            raise ConfigError(f"a fault's step must be a step id (a str) or None, got {step!r}")
+        self._faults.append(_Fault(op, kind, times, float(delay), step))
 
     def arm_crash(self, nth: int, *, after_effect: bool = False, op: str | None = None) -> None:
         """Make the process "die" (:class:`SimulatedCrash`) at the ``nth`` tool call from now
@@ -269,14 +284,17 @@ class Faults:
             pass
 
     def pending(self) -> list[dict[str, Any]]:
-        """The faults not yet used up, as data."""
+        """The faults not yet used up, as data (``step`` only for a fault on one step's calls)."""
         return [
-            {"op": f.op, "kind": f.kind, "times": f.times, "delay": f.delay} for f in self._faults
+            {"op": f.op, "kind": f.kind, "times": f.times, "delay": f.delay}
+            | ({"step": f.step} if f.step is not None else {})
+            for f in self._faults
         ]
 
-    def take(self, op: str) -> _Fault | None:
+    def take(self, op: str, step: str | None = None) -> _Fault | None:
+        """The first pending fault for a call of ``op`` made for ``step`` (one used up)."""
         for fault in self._faults:
-            if fault.op == op:
+            if fault.op == op and (fault.step is None or fault.step == step):
                 fault.times -= 1
                 if fault.times <= 0:
                     self._faults.remove(fault)
@@ -643,7 +661,7 @@ class World:
         call = current_call()
         if self.faults.count_call(op):
             self._after[id(call)] = "crash"
-        fault = self.faults.take(op)
+        fault = self.faults.take(op, call.step_id if call is not None else None)
         if fault is None:
             return
         if fault.kind in ("act_then_raise", "raise_after_inverse"):
@@ -670,7 +688,7 @@ class World:
         if not self._after or self._store.busy():
             return
         key = id(current_call())
-        if self._after.get(key) == "act_then_raise":
+        if self._after.get(key) == "acted":  # only once the call wrote: a read first is no act
             del self._after[key]
             raise ConnectionResetError(
                 "the vendor applied the call, then the connection was reset before it answered "
@@ -694,7 +712,8 @@ class World:
                                  "recorded the answer")  # fmt: skip
         if kind is not None:
             raise ConnectionResetError(
-                f"the tool's answer was lost after the vendor acted (injected {kind} fault)"
+                "the tool's answer was lost after the vendor acted (injected "
+                f"{'act_then_raise' if kind == 'acted' else kind} fault)"
             )
 
     def get(self, tbl: str, key: str, default: Any = None) -> Any:
@@ -743,6 +762,10 @@ class World:
         if idempotency_key and vendor:
             puts.append(("idem", f"{vendor}:{idempotency_key}", response))
         self._write(puts, stamped)
+        if self._after:  # an act_then_raise fault of this call fires once this write committed
+            key = id(current_call())
+            if self._after.get(key) == "act_then_raise":
+                self._after[key] = "acted"
         return response
 
     def _write(
