@@ -100,8 +100,9 @@ def run(loop: asyncio.AbstractEventLoop, quick: bool) -> list[Section]:
         "generate an adversarial scenario, run it forward on an in-memory SQLite saga log "
         "(a saga whose worker crashes: a SQLite file, reopened by the recovering engine) "
         "against the sandbox vendors, let other actors mutate the world, undo it with amends "
-        "and (on a copy of the same world) with the naive undo stack, and check the five "
-        "invariants on the world for both. CPU ms/saga counts both engines, every process."
+        "and (on a copy of the same world) with the naive undo stack, and check the "
+        "invariants for both (five on the world, the preview's, and which forward steps ran). "
+        "CPU ms/saga counts both engines, every process."
     )
     sec.notes.append(
         f"With {cores} idle cores the CPU per saga would allow ~{ceiling:.0f} sagas/s; the gap "

@@ -56,8 +56,8 @@ async def test_every_family_amends_holds_every_invariant_and_naive_is_silently_w
     indexes = [i for i in range(2 * len(FAMILIES)) if generate(3, i).family != "stall"]
     tallies = await run_indexes(indexes, 3, ("amends", "naive"))
     amends, naive = tallies["amends"], tallies["naive"]
-    assert amends.sagas == naive.sagas == len(indexes) == 34  # 18 families (issue 27: selective,
-    # cascading_apology)
+    assert amends.sagas == naive.sagas == len(indexes) == 36  # 19 families (issue 27: selective,
+    # cascading_apology; rule 9: retry_after_refusal)
     assert amends.violations == dict.fromkeys(amends.violations, 0), amends.examples
     assert amends.silently_wrong == 0
     assert naive.silent_failure_rate > 0.5
@@ -110,18 +110,23 @@ def test_generator_is_deterministic_and_covers_1_to_40_steps_plus_the_familys() 
 def test_generator_draws_the_same_steps_as_before_issue_29() -> None:
     """The generator's lookups became incremental (issue 29); every saga's steps are drawn
     exactly as before: a sha256 of 600 sagas' steps (seeds 1-3, indexes 0-199), computed with
-    the generator of ea026dc."""
+    the generator of ea026dc (a8c10e83...). It moved once on purpose since: the family
+    ``retry_after_refusal`` (issue: rule 9 retries, after 923b0bf) made FAMILIES 19 long, so
+    each index's family (``index % 19``), hence its draws, changed; the digest below is that
+    generator's, and pins it from now on."""
     digest = hashlib.sha256()
     for seed in (1, 2, 3):
         for index in range(200):
             steps = [dataclasses.asdict(s) for s in generate(seed, index).steps]
             digest.update(json.dumps(steps, sort_keys=True).encode())
-    assert digest.hexdigest() == "a8c10e83b41b0980fb30eec3ca40c42125b26c3e060fadeb335c3782877cf738"
+    assert digest.hexdigest() == "1d4caec08689e2571b8d0d7a2cdb41c8dbce83baa077e7e1ff719d91359d142f"
 
 
 def test_generator_produces_each_issue_10_class() -> None:
-    """Each class of issue 10 is generated, as data a replay shows."""
-    by_family = {f: [generate(2, i) for i in range(k, 15 * len(FAMILIES), len(FAMILIES))]
+    """Each class of issue 10 is generated, as data a replay shows (30 sagas of each family:
+    with 19 families, the first 15 ``follow_ups`` sagas of seed 2 fault only ``chat.announce``;
+    over 900 the two follow-ups are faulted 412 and 391 times)."""
+    by_family = {f: [generate(2, i) for i in range(k, 30 * len(FAMILIES), len(FAMILIES))]
                  for k, f in enumerate(FAMILIES)}  # fmt: skip
     tools = {f: {s.tool for sc in scs for s in sc.steps} for f, scs in by_family.items()}
     kinds = {f: {k for sc in scs for _, k, _ in sc.forward_faults + sc.reversal_faults}

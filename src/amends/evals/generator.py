@@ -43,6 +43,7 @@ FAMILIES: tuple[str, ...] = (
     "one_plan",
     "selective",
     "cascading_apology",
+    "retry_after_refusal",
 )
 """Scenario families, assigned round-robin by index (see docs/evals.md). Six are the classes of
 issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency keys with a
@@ -57,7 +58,10 @@ the budget; exactly the chosen steps and what depends on them are undone, the re
 the preview of the selection predicts every state. ``cascading_apology`` is issue 27 part 3's:
 the undo leaves mails to apologise for, a scripted agent answers each apology sent with two
 more, the operator allows some tools and a person refuses some of the rest, and the reversal's
-budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`)."""
+budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`).
+``retry_after_refusal`` is rule 9's retry (:func:`_retries`): a call on a record the vendor
+refuses, then the agent's retry of it on the same resource, which runs; or the first call's
+outcome is unknown (``in_doubt``) and the retry must never run."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -165,6 +169,9 @@ class Scenario:
     steps: tuple[StepSpec, ...]
     forward_faults: tuple[tuple[str, str, int], ...] = ()
     """(tool, fault kind, times) active during the forward pass (kinds: see Faults.add)."""
+    step_faults: tuple[tuple[str, str, int], ...] = ()
+    """(step id, fault kind, times) active during the forward pass on that step's calls only
+    (``Faults.add(step=...)``): the oracle knows which step each one hits."""
     mutations: tuple[Mutation, ...] = ()
     reversal_faults: tuple[tuple[str, str, int], ...] = ()
     """(tool, fault kind, times) active during the reversal."""
@@ -373,6 +380,97 @@ def _chain(rng: random.Random, i: int, after: tuple[str, ...]) -> list[StepSpec]
     return out
 
 
+REFUSED_TIMES = 8
+"""How many times a ``transient`` fault of the ``retry_after_refusal`` family fails its step:
+more than the eval's retry policy tries (``FAST_RETRY``, 5), so the vendor refuses it to the end
+(rule 9: failed, no effect), as a ``permanent`` fault does at once."""
+_FIRST_FAULTS = ("permanent", "permanent", "transient", "act_then_raise", "act_then_raise")
+"""How the first call of a retry pattern ends: refused (at once, or transient to the end), or
+``act_then_raise`` (the vendor acted, the answer was lost: ``in_doubt``, the retry must wait)."""
+
+
+def _retries(
+    rng: random.Random, steps: tuple[StepSpec, ...], k: int
+) -> tuple[tuple[StepSpec, ...], tuple[tuple[str, str, int], ...]]:
+    """``steps`` and, appended, ``k`` retry patterns (rule 9), with the faults that hit exactly
+    their first calls: a call on a resource (a CRM field, a note on a record, an edit of a chat
+    post, a share of a draft) that the vendor refuses or whose outcome is unknown, and the
+    agent's retry of it on the same resource, sometimes with corrected arguments. Variations:
+    a chain (the first call, a step named ``after=`` it on the same record, which never runs,
+    then the retry of that step) and a step of another resource named ``after=`` the first
+    call, which never runs whatever the first call's outcome."""
+    out = list(steps)
+    faults: list[tuple[str, str, int]] = []
+    args: dict[str, Any]
+    for _ in range(k):
+        i = len(out) + 1
+        after = (rng.choice(out).step_id,) if out and rng.random() < 0.3 else ()
+        kind = rng.choice(_FIRST_FAULTS)
+        first, pattern = _retry_pattern(rng, i, after)
+        faults.append((first, kind, REFUSED_TIMES if kind == "transient" else 1))
+        out += pattern
+        if rng.random() < 0.4:  # named in after=: it must still have ended done
+            sid = f"s{len(out) + 1}"
+            tool = rng.choice(["mail.send", "chat.post", "crm.update_field"])
+            if tool == "mail.send":
+                args = {"to": rng.choice(PEOPLE), "subject": f"Done {i}"}
+            elif tool == "chat.post":
+                args = {"channel": rng.choice(CHANNELS), "text": f"retried {i}"}
+            else:
+                args = {"record_id": rng.choice(RECORDS), "field": "owner", "value": f"after{i}"}
+            out.append(StepSpec(sid, tool, args, (first,)))
+    return tuple(out), tuple(faults)
+
+
+def _retry_pattern(
+    rng: random.Random, i: int, after: tuple[str, ...]
+) -> tuple[str, list[StepSpec]]:
+    """One retry pattern from step ``s{i}`` on: the id of its first call, and its steps."""
+    shape = rng.choices(["field", "chain", "note", "chat", "share"], weights=[4, 3, 1, 1, 1])[0]
+    rid, fld = rng.choice(RECORDS), rng.choice(FIELDS)
+    if shape == "note":
+        text = f"note {i}"
+        return f"s{i}", [
+            StepSpec(f"s{i}", "crm.add_note", {"record_id": rid, "text": text}, after),
+            StepSpec(f"s{i + 1}", "crm.add_note", {"record_id": rid, "text": text}),
+        ]
+    if shape in ("chat", "share"):  # the resource is another step's result: one post, one draft
+        args: list[dict[str, Any]]
+        if shape == "chat":
+            post = {"channel": rng.choice(CHANNELS), "text": f"update {i}"}
+            src = StepSpec(f"s{i}", "chat.post", post, after)
+            tool, key, args = "chat.edit", "message_id", [{"text": f"edited {i}"}] * 2
+        else:
+            draft = {"title": f"Proposal {i}", "text": f"draft {i}"}
+            src = StepSpec(f"s{i}", "docs.create_draft", draft, after)
+            tool, key = "docs.share", "doc_id"
+            people = rng.sample(PEOPLE, 2)
+            args = [{"people": people}, {"people": people}]
+        on = {key: _ref(src.step_id)}
+        return f"s{i + 1}", [
+            src,
+            *(StepSpec(f"s{i + 1 + j}", tool, {**on, **a}) for j, a in enumerate(args)),
+        ]
+    wrong = f"{'Won' if fld == 'stage' else 'x'}{i}"  # a value the vendor may refuse
+    right = f"retry{i}"
+    first = _update(f"s{i}", rid, fld, rng.choice([wrong, right]), after)
+    if shape == "field":
+        return first.step_id, [first, _update(f"s{i + 1}", rid, fld, right)]
+    other = rng.choice([f for f in FIELDS if f != fld])
+    return first.step_id, [
+        first,
+        _update(f"s{i + 1}", rid, other, f"then{i}", (first.step_id,)),  # never runs
+        _update(f"s{i + 2}", rid, fld, right),
+        _update(f"s{i + 3}", rid, other, f"then{i}"),  # the agent retries the skipped step
+    ]
+
+
+def _update(sid: str, rid: str, fld: str, value: str, after: tuple[str, ...] = ()) -> StepSpec:
+    return StepSpec(
+        sid, "crm.update_field", {"record_id": rid, "field": fld, "value": value}, after
+    )
+
+
 def _mutations(rng: random.Random, steps: tuple[StepSpec, ...], k: int) -> tuple[Mutation, ...]:
     out: list[Mutation] = []
     for _ in range(k):
@@ -523,4 +621,6 @@ def generate(seed: int, index: int) -> Scenario:
                   allow_tools=rng.choice([(), ("mail.send",), ("mail.send", "sms.send")]),
                   budget_tokens=rng.choice([100_000, rng.randint(100, 2000)]),
                   budget_calls=rng.randint(len(steps), 3 * len(steps) + 6))  # fmt: skip
+    if family == "retry_after_refusal":  # rule 9: a refused call retried; an unknown one waits
+        steps, kw["step_faults"] = _retries(rng, steps, rng.randint(1, 2))
     return Scenario(seed, index, family, steps, records=records, **kw)

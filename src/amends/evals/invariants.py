@@ -1,23 +1,25 @@
-"""The oracle and the five invariants, checked on the WORLD (its effect log), not on step success.
+"""The oracle and the invariants, checked on the WORLD (its effect log), not on step success.
 
 The oracle derives the truth per step from the world alone: did the forward call leave an effect
 (``tag == "<step>:forward"``), and was an inverse effect applied for it
 (``"<step>:compensate"``)? From that it derives the true outcome of the saga, and compares it with
 what each report claims. The effects are the sandbox's own journal; the oracle never reads the
-saga log: the world is the truth.
+saga log: the world is the truth. Which forward steps must have run it derives from the scenario
+(rule 9, :func:`_forward_outcomes`), not from the engine.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from amends import StepState
+from amends import StepState, UndoReport
 
 from .cascade import check_cascade
 from .generator import Scenario
-from .runner import SagaResult
+from .runner import FAST_RETRY, SagaResult
 
 __all__ = ["INVARIANTS", "applicable", "check", "dependents", "selection_scope", "true_outcome"]
 
@@ -28,18 +30,25 @@ INVARIANTS: tuple[str, ...] = (
     "idempotency",
     "bounded",
     "preview",
+    "forward",
 )
 """The invariants. ``preview`` (rule 10, issue 23): with the world unchanged between preview and
 undo, every step's predicted state equals the reported one; it applies to the sagas whose world
-does not change in between (:func:`applicable`)."""
+does not change in between (:func:`applicable`). ``forward`` (rule 9): the forward pass ran
+exactly the steps rule 9 lets run -- a retry after a refused call on the same resource ran, a
+step behind an in-doubt one or named ``after=`` a step that did not end done never did (the
+world shows no effect of it, the report says it never ran); it applies where the scenario says
+which step each forward fault hits."""
 
 
 def applicable(r: SagaResult) -> tuple[str, ...]:
     """The invariants that apply to ``r``: all but ``preview`` when no preview was taken (the
-    world may change between it and undo: a fault, a crash, a stalled step)."""
-    if r.preview is None:
-        return tuple(i for i in INVARIANTS if i != "preview")
-    return INVARIANTS
+    world may change between it and undo: a fault, a crash, a stalled step), and but
+    ``forward`` when the oracle cannot derive the forward outcomes (:func:`_forward_outcomes`)."""
+    skip: tuple[str, ...] = () if r.preview is not None else ("preview",)
+    if _grouped(r.scenario).expected is None:
+        skip += ("forward",)
+    return tuple(i for i in INVARIANTS if i not in skip) if skip else INVARIANTS
 
 
 _WITH_INVERSE = {
@@ -102,9 +111,13 @@ class _Grouped:
         direct: dict[str, set[str]] = {sid: set() for sid in ids}
         need: dict[str, set[str]] = {sid: set() for sid in ids}
         last: dict[str, str] = {}
+        self.waits: dict[str, tuple[set[str], set[str]]] = {}
+        """step -> (the steps it names in ``after=`` or whose result it uses, the steps it
+        waits for only because they wrote the same resource before it)."""
         for s in sc.steps:
             deps = set(s.after)
             deps |= {v["$ref"] for v in s.args.values() if isinstance(v, dict) and "$ref" in v}
+            named = set(deps)
             if s.tool in _RESOURCES:  # steps sharing a resource are ordered (rule 3)
                 arg = s.args[_RESOURCES[s.tool]]
                 key = arg["$ref"] if isinstance(arg, dict) else arg  # the same result: the same id
@@ -112,6 +125,7 @@ class _Grouped:
                 if res in last:
                     deps.add(last[res])
                 last[res] = s.step_id
+            self.waits[s.step_id] = (named, deps - named)
             for d in deps:
                 need[d].add(s.step_id)
             need[s.step_id] |= set(s.undo_after)
@@ -123,6 +137,61 @@ class _Grouped:
         self.dependents = {sid: _closure(direct, direct[sid]) for sid in direct}
         self.scope = _closure(need, sc.select) if sc.select else set(ids)
         self.tools = {s.step_id: s.tool for s in sc.steps}
+        self.expected = _forward_outcomes(sc, self.waits)
+
+
+_ENDS = {"permanent": "failed", "act_then_raise": "in_doubt"}
+"""A step fault's kind -> how the forward call ends (rule 9): the vendor refused it, nothing
+happened (``failed``); the vendor acted and the answer was lost (``in_doubt``). ``transient``
+ends ``failed`` only when it outlasts the retry policy (else the step is ``done``)."""
+
+
+def _forward_outcomes(
+    sc: Scenario, waits: dict[str, tuple[set[str], set[str]]]
+) -> dict[str, tuple[str, str]] | None:
+    """step -> (how its forward call must end, why), derived from the scenario alone (rule 9):
+    a step runs only if every step it names in ``after=`` or whose result it uses ended
+    ``done``, and every step it waits for only via a shared resource ended ``done`` or had no
+    effect (refused: ``failed``; or ``skipped`` over such steps only); a step that runs ends as
+    its injected fault says. ``None`` when the scenario does not say which step a fault hits
+    (faults on a tool's next calls) or a step is still in flight at undo (a stall)."""
+    if sc.forward_faults or sc.stall:
+        return None
+    faults: dict[str, str] = {}
+    for sid, kind, times in sc.step_faults:
+        if kind == "transient":
+            faults[sid] = "failed" if times >= FAST_RETRY.max_attempts else "done"
+        elif kind in _ENDS:
+            faults[sid] = _ENDS[kind]
+        else:
+            return None  # an outcome this oracle does not derive
+    out: dict[str, tuple[str, str]] = {}
+
+    def no_effect(sid: str) -> bool:
+        state = out[sid][0]
+        named, shared = waits[sid]
+        return state == "failed" or (
+            state == "skipped" and all(out[d][0] == "done" or no_effect(d) for d in named | shared)
+        )
+
+    for s in sc.steps:
+        named, shared = waits[s.step_id]
+        bad = sorted(d for d in named if out[d][0] != "done")
+        if bad:
+            out[s.step_id] = ("skipped", f"it names {bad[0]}, which is {out[bad[0]][0]}")
+            continue
+        bad = sorted(d for d in shared if out[d][0] != "done" and not no_effect(d))
+        if bad:
+            why = (
+                f"it shares a resource with {bad[0]}, which is {out[bad[0]][0]} and may have acted"
+            )
+            out[s.step_id] = ("skipped", why)
+            continue
+        why = "nothing blocks it"
+        if refused := sorted(d for d in shared if out[d][0] != "done"):
+            why = f"it waits only via a shared resource for {refused[0]}, which had no effect"
+        out[s.step_id] = (faults.get(s.step_id, "done"), why)
+    return out
 
 
 def _closure(edges: dict[str, set[str]], start: Iterable[str]) -> set[str]:
@@ -258,6 +327,9 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             if not ok:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")
 
+    # --- honesty: "undone" is the value as before the saga, not just an inverse that ran ------
+    v["honesty"] += _unrestored(r, truth)
+
     # --- honesty: a selective undo undoes its closure and nothing else (issue 27) -------------
     if sc.select:
         scope = grouped.scope
@@ -351,6 +423,10 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             if said != state:
                 v["preview"].append(f"{sid}: preview predicted {said}, undo reported {state}")
 
+    # --- forward: the steps rule 9 lets run ran, the others never did -----------------------
+    if grouped.expected is not None:
+        _check_forward(r, grouped.expected, tags, checked, v["forward"])
+
     # --- bounded and honesty: an agent's cascade of follow-ups (issue 27 part 3, rule 7) -----
     if r.cascade is not None:
         for name, msgs in check_cascade(sc, r.cascade, r.effects, r.world).items():
@@ -378,3 +454,60 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             v["bounded"].append(f"a request took {took:.1f}s, budget {sc.budget_seconds}s")
             break
     return v
+
+
+def _unrestored(r: SagaResult, truth: dict[str, str]) -> list[str]:
+    """Each CRM field the saga wrote whose every writer the oracle finds undone and no one else
+    wrote, but whose value after the undo is not the one before the saga (compared as JSON:
+    ``True`` is not ``1``): an inverse ran, yet the world is not as if the agent never acted
+    (a retry's inverse restoring a refused call's value, inverses run out of order)."""
+    writers: dict[str, set[str]] = {}
+    others: set[str] = set()
+    for e in r.effects:
+        if e["vendor"] != "crm" or e["op"] != "update_field":
+            continue
+        tag = e.get("tag")
+        if not tag:
+            others.add(e["key"])
+        elif tag.endswith(":forward"):
+            writers.setdefault(e["key"], set()).add(tag.split(":")[0])
+    out: list[str] = []
+    records = r.world.get("crm", {}).get("records", {})
+    for key, steps in writers.items():
+        if key in others or any(truth.get(sid) != "undone" for sid in steps):
+            continue
+        rid, _, fld = key.partition(".")
+        was = r.scenario.records.get(rid, {}).get(fld)
+        now = records.get(rid, {}).get("fields", {}).get(fld)
+        if json.dumps(now) != json.dumps(was):
+            out.append(
+                f"crm {key} is {now!r} after the undo, not {was!r} as before the saga, though "
+                f"every step that wrote it ({', '.join(sorted(steps))}) is undone"
+            )
+    return out
+
+
+def _check_forward(
+    r: SagaResult,
+    expected: dict[str, tuple[str, str]],
+    tags: dict[str, list[dict[str, Any]]],
+    reports: list[UndoReport],
+    out: list[str],
+) -> None:
+    """Rule 9 on the forward pass: each step ended as :func:`_forward_outcomes` derives; one
+    that must never have run (``skipped``) or was refused (``failed``) left no effect in the
+    world, and a report listing a skipped step says it never ran."""
+    for sid, (want, why) in expected.items():
+        got = r.forward.get(sid)
+        if got != want:
+            out.append(f"{sid}: the forward pass left it {got}, rule 9 says {want} ({why})")
+        if want in ("skipped", "failed") and f"{sid}:forward" in tags:
+            did = "never ran" if want == "skipped" else "the vendor refused"
+            out.append(f"{sid}: the world shows an effect of a call that {did} ({why})")
+        if want != "skipped":
+            continue
+        for rep in reports:
+            o = next((o for o in rep.steps if o.step_id == sid), None)
+            if o is not None and not o.detail.startswith("never ran"):
+                said = f"{o.state.value} ({o.detail!r})"
+                out.append(f"{sid}: the report says {said}, not that it never ran ({why})")

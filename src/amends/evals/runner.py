@@ -298,6 +298,10 @@ async def _run_both(
 
     for tool, kind, times in sc.forward_faults:
         world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+    if sc.step_faults:  # on one step's calls only (rule 9's retry: not the retry's)
+        tools = {s.step_id: s.tool for s in sc.steps}
+        for sid, kind, times in sc.step_faults:
+            world.faults.add(tools[sid], kind, times=times, step=sid)  # type: ignore[arg-type]
     if sc.stall:  # held until the undo answered or stall_seconds after it was asked
         world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
     fwd = asyncio.create_task(forward_pass())
