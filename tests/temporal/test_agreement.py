@@ -86,6 +86,9 @@ async def forward(sc: Scenario, log: SagaLog) -> Forward:
     engine = amends.Engine(eval_catalog(), log=log, retry=FAST_RETRY)
     for tool, kind, times in sc.forward_faults:
         world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+    tools = {s.step_id: s.tool for s in sc.steps}
+    for sid, kind, times in sc.step_faults:  # on one step's calls only (retry_after_refusal)
+        world.faults.add(tools[sid], kind, times=times, step=sid)  # type: ignore[arg-type]
     handles: dict[str, Any] = {}
 
     def arg(v: Any) -> Any:
