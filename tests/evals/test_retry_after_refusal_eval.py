@@ -198,3 +198,14 @@ async def test_the_family_holds_every_invariant_on_the_real_engine() -> None:
     tally = (await run_indexes(indexes, 5, ("amends",)))["amends"]
     assert tally.sagas == tally.checked["forward"] == 12
     assert tally.violations == dict.fromkeys(tally.violations, 0), tally.examples
+
+
+def test_a_replay_shows_which_step_each_fault_hits(capsys: pytest.CaptureFixture[str]) -> None:
+    from amends.cli import main
+
+    sc = generate(1, K)
+    assert sc.step_faults
+    assert main(["eval", "--replay", f"1:{K}"]) == 0
+    out = capsys.readouterr().out
+    for sid, kind, times in sc.step_faults:
+        assert f"forward fault on {sid}'s calls only: {kind} x{times}" in out

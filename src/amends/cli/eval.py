@@ -205,6 +205,8 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
         con.print(f"mutation: {m.kind} on {m.step_id} {m.value if m.value is not None else ''}")
     for f in sc.forward_faults:
         con.print(f"forward fault: {f}")
+    for sid, kind, times in sc.step_faults:
+        con.print(f"forward fault on {sid}'s calls only: {kind} x{times}")
     for f in sc.reversal_faults:
         con.print(f"reversal fault: {f}")
     for e, r in results.items():
