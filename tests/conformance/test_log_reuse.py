@@ -77,20 +77,47 @@ async def _begin(log: SqliteLog, saga_id: str, step_id: str, seq: int) -> bool:
     )  # fmt: skip
 
 
+def _written_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget what this process hashed when it appended records (``records.chain_hash_kept``),
+    as a process that did not write them would."""
+    monkeypatch.setattr(records, "_HASHED", [{}, {}])
+
+
 async def test_a_saga_verified_again_hashes_only_the_records_added_since(
     mem: SqliteLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _saga(mem, "s", 3)
+    _written_elsewhere(monkeypatch)
     hashes = _Counted(monkeypatch, "chain_hash")
     assert await mem.verify("s") == []
     assert hashes.take() == 7  # saga.started + 3 intents + 3 finishes
     assert await mem.verify("s") == []
     assert hashes.take() == 0
     await mem.append_event("s", "note.added", data={"by": "ops"}, now=NOW)
+    assert hashes.take() == 1  # the append's own hash
     assert await mem.verify("s") == []
-    assert hashes.take() == 1
-    assert await mem.verify() == []  # the whole log: every record, as before
-    assert hashes.take() == 8
+    assert hashes.take() == 0  # this process hashed the new record when it appended it
+    assert await mem.verify() == []  # the whole log: every record but that one
+    assert hashes.take() == 7
+
+
+async def test_records_this_process_appended_are_compared_not_hashed_again(
+    mem: SqliteLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: a check compares each row with the fields this process hashed when it wrote
+    it; a row that differs in any of them (here: its body) is hashed, and found edited."""
+    await _saga(mem, "s", 3)
+    hashes = _Counted(monkeypatch, "chain_hash")
+    assert await mem.verify("s") == []
+    assert hashes.take() == 0
+    conn = mem.db._conn  # type: ignore[attr-defined]
+    conn.execute(
+        "UPDATE records SET body=replace(body, '\"v\":2', '\"v\":9') WHERE saga_id='s' "
+        "AND step_id='s2' AND phase='i'"
+    )
+    problems = await mem.verify("s")
+    assert hashes.take() == 1  # the edited intent only
+    assert [(p.what, p.detail.split(" (")[0]) for p in problems] == [("edited", "event 4")]
 
 
 async def test_a_saga_read_again_decodes_its_steps_only_when_a_step_record_changed(

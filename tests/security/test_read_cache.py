@@ -131,3 +131,35 @@ async def test_a_report_edited_after_the_log_verified_it_is_found(
     assert [p.what for p in problems] == ["report mismatch"], problems
     with pytest.raises(amends.HistoryAlteredError):
         await engine.report("paid")
+
+
+async def test_a_step_edited_after_this_process_wrote_it_is_found_by_the_first_check(
+    engine_psp: tuple[amends.Engine, Psp], log_url: str
+) -> None:
+    """Issue 29: the first check of a saga does not hash again the records this process wrote
+    (it compares each row with the fields it hashed); an edited row is hashed, and found."""
+    engine, psp = engine_psp
+    async with engine.saga("Charge fresh", tenant="acme", saga_id="fresh") as saga:
+        saga.call("pay.charge", customer="c1", cents=500)
+        saga.call("pay.charge", customer="c2", cents=700)
+    await _as_another_writer(log_url, (_EDIT_FIRST_INTENT, (_forged_intent(5), "fresh", "fresh")))
+    problems = await engine.log.verify("fresh")
+    assert [(p.what, "does not match its hash" in p.detail) for p in problems] == [("edited", True)]
+    with pytest.raises(amends.HistoryAlteredError, match="this saga's history was altered"):
+        await engine.undo("fresh")
+    assert psp.refunds == []
+
+
+async def test_a_saga_row_edited_after_a_check_found_everything_intact_is_found(
+    engine_psp: tuple[amends.Engine, Psp], log_url: str
+) -> None:
+    """Issue 29: a check whose rows are all as a past check found them intact finds nothing
+    again without walking them; a saga row or reversal row changed since is walked, and found."""
+    engine, psp = engine_psp
+    await _charged_and_read(engine, "paid")
+    await _as_another_writer(log_url, ("UPDATE sagas SET title=? WHERE saga_id=?", ("x", "paid")))
+    problems = await engine.log.verify("paid")
+    assert [(p.what, "title is 'x'" in p.detail) for p in problems] == [("edited", True)]
+    with pytest.raises(amends.HistoryAlteredError):
+        await engine.undo("paid")
+    assert psp.refunds == []

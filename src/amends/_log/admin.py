@@ -155,12 +155,9 @@ class AdminQueries:
         return await self.db.read(fn)
 
 
-_REC = "saga_id, rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
-_SAGA = "saga_id, title, tenant, actor, state, created_at, finished_at, meta, head"
-_REV = (
-    "saga_id, reversal_id, report, report_hash, state, budget, generation, requested_at, "
-    "continuations"
-)
+_REC = "rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
+_SAGA = "title, tenant, actor, state, created_at, finished_at, meta, head"
+_REV = "reversal_id, report, report_hash, state, budget, generation, requested_at, continuations"
 
 
 def _verify_tx(
@@ -173,42 +170,67 @@ def _verify_tx(
     One saga's check (before each undo and report) skips recomputing the hashes of the
     records ``reads`` saw intact, unchanged in every column (issue 29); the rest is checked
     in full each time: the new records' chain, the head, the rows, the report."""
-    where, params = ("WHERE saga_id=? ", (saga_id,)) if saga_id is not None else ("", ())
-    rows = tx.execute(f"SELECT {_REC} FROM records {where}ORDER BY saga_id, rec_id", params)
-    saga_rows = {
-        r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT {_SAGA} FROM sagas {where}", params)
-    }
-    revs = {r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT {_REV} FROM reversals {where}", params)}
+    if saga_id is not None:
+        return _verify_one(tx, key, saga_id, reads)
+    rows = tx.execute(f"SELECT saga_id, {_REC} FROM records ORDER BY saga_id, rec_id")
+    saga_rows = {r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT saga_id, {_SAGA} FROM sagas")}
+    revs = {r[0]: tuple(r[1:]) for r in tx.execute(f"SELECT saga_id, {_REV} FROM reversals")}
     by_saga: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
         by_saga.setdefault(r[0], []).append(tuple(r[1:]))
-    ids = sorted(set(saga_rows) | set(by_saga)) if saga_id is None else [saga_id]
     problems: list[ChainProblem] = []
-    for sid in ids:
+    for sid in sorted(set(saga_rows) | set(by_saga)):
         records = by_saga.get(sid, [])
-        rev = revs.get(sid)
-        done = reads.verified(sid, records) if saga_id is not None else 0
-        chain = verify_saga(key, sid, records, rev[:3] if rev else None, verified=done)
-        if sid not in saga_rows and not records:
-            chain = []  # no such saga at all
-        last = records[-1][0] if records else None
-        rows_found = verify_rows(
-            key,
-            sid,
-            records,
-            saga_rows.get(sid),
-            (rev[0], *rev[3:]) if rev else None,
-            last_edited=any(p.event_id == last and p.what == "edited" for p in chain),
-        )
-        seen = {(p.event_id, p.what) for p in chain}
-        problems += chain + [p for p in rows_found if (p.event_id, p.what) not in seen]
-        if saga_id is not None and records and not chain and not rows_found:
-            reads.keep_verified(sid, records)
-    if saga_id is None:
-        started = tx.execute(
-            "SELECT saga_id, hash, body FROM records WHERE kind='saga.started' ORDER BY rec_id"
-        )
-        heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
-            "SELECT shard, n, head FROM log_heads")}  # fmt: skip
-        problems.extend(verify_shards(key, [(r[0], r[1], r[2]) for r in started], heads))
+        problems += _saga_problems(key, sid, records, saga_rows.get(sid), revs.get(sid))
+    started = tx.execute(
+        "SELECT saga_id, hash, body FROM records WHERE kind='saga.started' ORDER BY rec_id"
+    )
+    heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
+        "SELECT shard, n, head FROM log_heads")}  # fmt: skip
+    problems.extend(verify_shards(key, [(r[0], r[1], r[2]) for r in started], heads))
     return problems
+
+
+def _verify_one(tx: Tx, key: bytes | None, saga_id: str, reads: SagaCache) -> list[ChainProblem]:
+    """:func:`_verify_tx` for one saga: its rows read as they are checked (no saga id column
+    to split them by, issue 29), the records found intact kept in ``reads``."""
+    records = tx.execute(f"SELECT {_REC} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,))
+    saga_row = tx.execute(f"SELECT {_SAGA} FROM sagas WHERE saga_id=?", (saga_id,))
+    rev = tx.execute(f"SELECT {_REV} FROM reversals WHERE saga_id=?", (saga_id,))
+    problems = _saga_problems(
+        key,
+        saga_id,
+        records,
+        saga_row[0] if saga_row else None,
+        rev[0] if rev else None,
+        reads.verified(saga_id, records),
+    )
+    if records and not problems:
+        reads.keep_verified(saga_id, records)
+    return problems
+
+
+def _saga_problems(
+    key: bytes | None,
+    sid: str,
+    records: list[tuple[Any, ...]],
+    saga_row: tuple[Any, ...] | None,
+    rev: tuple[Any, ...] | None,
+    done: int = 0,
+) -> list[ChainProblem]:
+    """One saga's chain, report, row, head and reversal row (``done``: how many leading
+    records an earlier check found intact, :meth:`SagaCache.verified`)."""
+    chain = verify_saga(key, sid, records, rev[:3] if rev else None, verified=done)
+    if saga_row is None and not records:
+        chain = []  # no such saga at all
+    last = records[-1][0] if records else None
+    rows_found = verify_rows(
+        key,
+        sid,
+        records,
+        saga_row,
+        (rev[0], *rev[3:]) if rev else None,
+        last_edited=any(p.event_id == last and p.what == "edited" for p in chain),
+    )
+    seen = {(p.event_id, p.what) for p in chain}
+    return chain + [p for p in rows_found if (p.event_id, p.what) not in seen]

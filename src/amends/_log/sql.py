@@ -45,7 +45,7 @@ from .records import (
     FINISH,
     INTENT,
     RESOLVED,
-    chain_hash,
+    chain_hash_kept,
     dumps,
     event_data,
     finish_text,
@@ -107,7 +107,7 @@ def _append(
     if prev is None:
         prev = _head(tx, saga_id)
     hashed = f"{kind}#{phase}" if phase else kind  # hkind(kind, phase), without the call
-    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, hashed, now, text)
+    digest = chain_hash_kept(key, prev, saga_id, step_id, reversal_id, hashed, now, text)
     tx.execute(
         "INSERT INTO records (saga_id, step_id, reversal_id, kind, phase, at, body, prev_hash, "
         "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
