@@ -153,8 +153,8 @@ async def test_a_step_edited_after_this_process_wrote_it_is_found_by_the_first_c
 async def test_a_saga_row_edited_after_a_check_found_everything_intact_is_found(
     engine_psp: tuple[amends.Engine, Psp], log_url: str
 ) -> None:
-    """Issue 29: a check whose rows are all as a past check found them intact finds nothing
-    again without walking them; a saga row or reversal row changed since is walked, and found."""
+    """Issue 29: what a past check found intact (the records) is kept, not the verdict: the
+    saga row is compared with its history at every check, so an edit of it is found."""
     engine, psp = engine_psp
     await _charged_and_read(engine, "paid")
     await _as_another_writer(log_url, ("UPDATE sagas SET title=? WHERE saga_id=?", ("x", "paid")))
