@@ -43,7 +43,6 @@ __all__ = [
     "loads",
     "redacted_body",
     "report_hash",
-    "report_hash_v1",
     "verify_saga",
 ]
 
@@ -215,26 +214,7 @@ def hkind(kind: str, phase: str) -> str:
 
 def report_hash(key: bytes | None, report_text: str, head: str) -> str:
     """The hash a stored report carries: over its own text and the history it sums up
-    (``head`` is the hash of the last record before ``reversal.done``).
-
-    A header ``amends.report.2|`` with ``head`` length-prefixed, then the text's own bytes
-    (issue 29: the report is not escaped a second time inside a JSON list, which cost as much
-    as encoding it). Reports stored before carry :func:`report_hash_v1`, whose message starts
-    ``[``: no report hashes the same under both."""
-    msg = f"amends.report.2|{len(head)}:{head}|".encode()
-    body = report_text.encode()
-    if key:
-        mac = hmac.new(key, msg, hashlib.sha256)
-        mac.update(body)
-        return mac.hexdigest()
-    digest = hashlib.sha256(msg)
-    digest.update(body)
-    return digest.hexdigest()
-
-
-def report_hash_v1(key: bytes | None, report_text: str, head: str) -> str:
-    """The hash reports stored before issue 29 carry: a JSON list of ``"report"``, ``head``
-    and the text. Only :func:`verify_saga` uses it, so that those logs still verify."""
+    (``head`` is the hash of the last record before ``reversal.done``)."""
     msg = dumps(["report", head, report_text]).encode()
     if key:
         return hmac.new(key, msg, hashlib.sha256).hexdigest()
@@ -665,11 +645,7 @@ def _verify_report(
         ]
     last = done[-1]
     claimed = (loads(last[6]) or {}).get("report_hash", stored)
-    prev = last[7] or ""
-    if claimed != stored or (
-        stored != report_hash(key, report_text, prev)
-        and stored != report_hash_v1(key, report_text, prev)
-    ):
+    if stored != report_hash(key, report_text, last[7] or "") or claimed != stored:
         return [
             ChainProblem(
                 saga_id,
