@@ -592,7 +592,7 @@ class Saga:
         run = _run_step(self.engine, self, step)
         if self.trace.span is not None:  # issue 28: a span shows what the log holds
             run = self.trace.step(_then_durable(run, step), step)
-        step.task = asyncio.get_running_loop().create_task(run)  # not asyncio's: 2 calls fewer
+        step.task = asyncio.get_running_loop().create_task(run, name=sid)  # no 'Task-N' made
         return step
 
     def _declared_order(self, spec: ToolSpec) -> list[Step]:

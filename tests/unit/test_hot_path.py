@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sqlite3
 import struct
 from pathlib import Path
 from typing import Any
@@ -589,3 +590,141 @@ def test_a_spec_with_another_function_is_the_spec_dataclasses_replace_makes() ->
     }
     assert mine.fn is framework_fn and spec.fn is original
     assert catalog.get("crm.set").fn is original
+
+
+async def test_a_file_log_binds_no_none_for_forward_records_and_names_each_steps_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, the file log's per-step costs that are not the recording itself: a forward
+    record is written with its ``reversal_id`` NULL in the statement (sqlite3 runs an adapter
+    lookup for every bound ``None``, ~3 k instructions a record) and a step's Task is named
+    after its step (asyncio on Python 3.11 formats a ``Task-N`` name for an unnamed one). The
+    rows are the ones a bound ``None`` wrote: NULL, and the chain verifies; an undo's records
+    still carry their reversal id."""
+    from amends._log import sqlite as sqlite_mod
+
+    bound: list[tuple[str, tuple[Any, ...]]] = []
+    real = sqlite_mod._Cursor.execute
+
+    def execute(self: Any, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        if sql.startswith("INSERT INTO records"):
+            bound.append((sql, tuple(params)))
+        return real(self, sql, params)
+
+    monkeypatch.setattr(sqlite_mod._Cursor, "execute", execute)
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.noop", reversibility="reversible")
+    async def noop(call: amends.Call, i: int) -> int:
+        call.inverse("t.noop", i=i)
+        call.no_drift_check(reason="a test no-op: nothing anyone could change")
+        return i
+
+    log = amends.SqliteLog(str(tmp_path / "fan.db"))
+    engine = amends.Engine(catalog, log=log)
+    async with engine.saga("fan") as saga:
+        steps = [saga.call("t.noop", i=i) for i in range(20)]
+        assert [s.task.get_name() for s in steps if s.task] == [s.id for s in steps]
+        await saga.gather(*steps)
+    forward = len(bound)
+    assert forward == 2 * 20 + 2  # started, 20 intents, 20 outcomes, completed
+    steps_bound = [params for _sql, params in bound[:forward] if params[1] is not None]
+    assert len(steps_bound) == 40 and all(None not in params for params in steps_bound)
+    report = await engine.undo(saga.id)
+    assert report.status == "fully_reversed"
+    assert any(params[2] == report.reversal_id for _sql, params in bound[forward:])
+    rows = (
+        sqlite3.connect(str(tmp_path / "fan.db"))
+        .execute(
+            "SELECT kind, reversal_id IS NULL FROM records WHERE saga_id=? ORDER BY rec_id",
+            (saga.id,),
+        )
+        .fetchall()
+    )
+    assert [k for k, null in rows if not null] == [k for k, _n in rows[42:]]
+    assert all(null for _k, null in rows[:42])
+    assert await log.verify(saga.id) == []
+    await engine.close()
+
+
+async def test_a_group_commit_inserts_its_records_in_one_executemany_and_a_bad_one_fails_alone(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: a file log's group commit holds the rows of its record appends and inserts
+    them with one ``executemany`` before COMMIT, not one ``execute`` each. An append that fails
+    (here a trigger refuses step ``bad``) fails its own write only: the batch runs again one
+    savepoint per write, unheld, its neighbours commit, and the chain verifies."""
+    log = amends.SqliteLog(str(tmp_path / "batch.db"))
+    db = log.db
+    db._conn.execute(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON records WHEN NEW.step_id = 'bad' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+    )
+    await log.create_saga(
+        "saga_m", "t", tenant=None, actor=None, owner="o", lease_until=9e9, now=1.0
+    )
+    calls: list[tuple[str, str, int]] = []
+    make_cursor = db._write_cursor
+
+    class Spy:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def execute(self, sql: str, params: Any = ()) -> Any:
+            calls.append(("execute", sql.split("(")[0].strip(), 1))
+            return self.real.execute(sql, params)
+
+        def executemany(self, sql: str, rows: Any) -> Any:
+            rows = list(rows)
+            calls.append(("executemany", sql.split("(")[0].strip(), len(rows)))
+            return self.real.executemany(sql, rows)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    def spied() -> Any:
+        cur = make_cursor()
+        cur._cur = Spy(cur._cur)
+        return cur
+
+    db._write_cursor = spied  # type: ignore[method-assign]
+
+    def begin(step_id: str, seq: int) -> Any:
+        return lambda: log.begin_step(
+            StepIntent(
+                "saga_m",
+                step_id,
+                seq=seq,
+                tool="t.x",
+                args={"n": seq},
+                deps=[],
+                resources=[],
+                declared="reversible",
+                now=2.0 + seq,
+            )
+        )
+
+    good, sizes = await _one_batch(log, [begin(f"s{i}", i) for i in range(1, 5)])
+    assert sizes[-1] == 4 and good == [True] * 4
+    inserts = [c for c in calls if c[1] == "INSERT INTO records"]
+    assert inserts == [("executemany", "INSERT INTO records", 4)]
+
+    calls.clear()
+    got, sizes = await _one_batch(log, [begin("s5", 5), begin("bad", 6), begin("s7", 7)])
+    assert sizes[-1] == 3
+    assert got[0] is True and got[2] is True
+    assert isinstance(got[1], amends.LogError) and "refused by a test trigger" in str(got[1])
+    # held and refused at the flush, then each write alone under its savepoint
+    assert [c for c in calls if c[1] == "INSERT INTO records"] == [
+        ("executemany", "INSERT INTO records", 3),
+        ("execute", "INSERT INTO records", 1),
+        ("execute", "INSERT INTO records", 1),
+        ("execute", "INSERT INTO records", 1),
+    ]
+    db._write_cursor = make_cursor  # type: ignore[method-assign]
+    saga = await log.get_saga("saga_m")
+    assert saga is not None
+    assert [s.step_id for s in saga.steps] == ["s1", "s2", "s3", "s4", "s5", "s7"]
+    assert [s.args for s in saga.steps] == [{"n": n} for n in (1, 2, 3, 4, 5, 7)]
+    assert await log.verify("saga_m") == []
+    await log.close()

@@ -38,7 +38,7 @@ from .base import (
     StepIntent,
 )
 from .cache import SagaCache
-from .database import Database, Tx
+from .database import INSERT_FORWARD, INSERT_RECORD, Database, Tx
 from .integrity import head_of, shard_and_text, shard_step
 from .records import (
     COMPENSATION,
@@ -108,11 +108,12 @@ def _append(
         prev = _head(tx, saga_id)
     hashed = f"{kind}#{phase}" if phase else kind  # hkind(kind, phase), without the call
     digest = chain_hash_kept(key, prev, saga_id, step_id, reversal_id, hashed, now, text)
-    tx.execute(
-        "INSERT INTO records (saga_id, step_id, reversal_id, kind, phase, at, body, prev_hash, "
-        "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest),
-    )
+    if reversal_id is None:  # issue 29: no None bound (see INSERT_FORWARD)
+        tx.execute(INSERT_FORWARD, (saga_id, step_id, kind, phase, now, text, prev, digest))
+    else:
+        tx.execute(
+            INSERT_RECORD, (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest)
+        )
     tx.cache[saga_id] = digest
     tx.appended_to(saga_id)  # its head is written at commit (rule 12)
     return digest

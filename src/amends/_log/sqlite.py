@@ -28,7 +28,7 @@ from .._errors import (
     LogLockedError,
     LogReadOnlyError,
 )
-from .database import take_batch
+from .database import RECORD_INSERTS, take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 
@@ -109,11 +109,31 @@ class _Cursor:
         self.appended: set[str] = set()
         """Sagas this transaction appended to (kept across a savepoint rollback: a superset is
         harmless, :func:`write_heads` reads a head again when the cache lost it)."""
+        self.hold = False
+        """Issue 29: hold runs of record appends (``RECORD_INSERTS``) for one ``executemany``
+        before the next other statement or COMMIT (``flush``); only in a batch without
+        savepoints: a failing append fails it, and it runs again one savepoint a write, unheld."""
+        self._held: str | None = None
+        self._rows: list[Sequence[Any]] = []
 
     def appended_to(self, saga_id: str) -> None:
         self.appended.add(saga_id)
 
+    def flush(self) -> None:
+        if (held := self._held) is not None:
+            rows, self._held, self._rows = self._rows, None, []
+            self._cur.executemany(held, rows)
+            self._last = self._cur.rowcount
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if self.hold:
+            if sql is self._held:
+                self._rows.append(params)
+                return []
+            self.flush()
+            if sql in RECORD_INSERTS:
+                self._held, self._rows = sql, [params]
+                return []
         cur = self._cur
         cur.execute(sql, params if type(params) is tuple else tuple(params))
         rows = cur.fetchall()
@@ -499,6 +519,7 @@ class _SqliteDatabase(Database):
     def _transaction(self, batch: list[_Job], *, savepoints: bool) -> list[tuple[_Job, bool, Any]]:
         conn = self._connection
         cur = self._write_cursor()
+        cur.hold = not savepoints
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -523,6 +544,7 @@ class _SqliteDatabase(Database):
                     if savepoints:
                         conn.execute(f"RELEASE w{i}")
                     outcomes.append((True, value))
+                cur.flush()
                 if conn.in_transaction:
                     self._commit_heads(cur, conn.execute)
             except BaseException:
