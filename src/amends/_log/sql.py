@@ -46,6 +46,7 @@ from .records import (
     INTENT,
     RESOLVED,
     chain_hash_kept,
+    compensation_text,
     dumps,
     event_data,
     finish_text,
@@ -530,18 +531,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
     async def record_compensation(self, write: CompensationWrite) -> None:
         reversal_id, generation = write.reversal_id, write.generation
         step_id, event, now = write.step_id, write.event, write.now
-        body: dict[str, Any] = {
-            "state": write.state,
-            "attempts": write.attempts,
-            "detail": write.detail,
-            "data": dict(write.data),
-            "generation": generation,
-            "calls_spent": write.calls_spent,
-            "tokens_spent": write.tokens_spent,
-        }
-        if write.redacted:  # rule 12: where amends itself put a marker in ``data``
-            body["redacted"] = redacted_body(write.redacted)
-        text = dumps(body)  # encoded once; ``run`` is spliced in below only for continuations
+        text = compensation_text(write)  # encoded once; ``run`` spliced in for continuations
         key = self.signing_key
 
         def fn(tx: Tx) -> None:
