@@ -3,12 +3,17 @@ the log wrote before: ``dumps`` of the body dict, sorted keys; so its chain hash
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Mapping
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import amends
 from amends._log.base import CompensationWrite
 from amends._log.records import compensation_text, dumps, redacted_body
 from amends._secrets import Redaction
@@ -93,3 +98,50 @@ def test_compensation_text_of_an_unencodable_value_fails_as_before() -> None:
         _before(write)
     with pytest.raises(TypeError, match="object is not JSON serializable"):
         compensation_text(write)
+
+
+def test_an_undo_stores_each_compensation_record_as_before(tmp_path: Path) -> None:
+    """End to end (``Recorder.record`` passes every field by position, issue 29): each stored
+    compensation record, its kind and its blob, is the text the log kept before the change."""
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.flip", reversibility="reversible")
+    async def flip(call: amends.Call, i: int) -> int:
+        call.inverse("t.flip", i=i)
+        call.no_drift_check(reason="nothing to drift")
+        return i
+
+    async def run() -> str:
+        engine = amends.Engine(catalog, log=amends.SqliteLog(tmp_path / "log.db"))
+        async with engine.saga("two flips") as saga:
+            await saga.call("t.flip", i=1)
+            await saga.call("t.flip", i=2)
+        report = await engine.undo(saga.id, budget=amends.Budget(tool_calls=10, seconds=60))
+        assert report.status == "fully_reversed"
+        await engine.close()
+        return saga.id
+
+    saga_id = asyncio.run(run())
+    with closing(sqlite3.connect(tmp_path / "log.db")) as db:
+        rows = db.execute(
+            "SELECT step_id, kind, body FROM records WHERE phase='c' ORDER BY rec_id"
+        ).fetchall()
+    reverted = "reverted with t.flip; no drift check: nothing to drift"
+
+    def stored(step: str, calls: int, dispatched: bool) -> str:
+        data = f'{{"key":"amends:{saga_id}:{step}:undo"}}' if dispatched else '{"residue":[]}'
+        detail, state = (
+            ("dispatching t.flip", "dispatched") if dispatched else (reverted, "reverted")
+        )
+        return (
+            f'{{"attempts":{0 if dispatched else 1},"calls_spent":{calls},"data":{data},'
+            f'"detail":"{detail}","generation":1,"state":"{state}","tokens_spent":0}}'
+        )
+
+    # the two independent steps are undone together: both dispatched, then both reverted
+    assert rows == [
+        ("s1", "compensation.dispatched", stored("s1", 1, True)),
+        ("s2", "compensation.dispatched", stored("s2", 2, True)),
+        ("s1", "compensation.reverted", stored("s1", 2, False)),
+        ("s2", "compensation.reverted", stored("s2", 2, False)),
+    ]
