@@ -95,7 +95,8 @@ def blocker(step: Waiter) -> Waiter | None:
     step waited for only because it shares a resource blocks only when it may have changed the
     resource: one that the vendor refused (``failed``: nothing happened, rule 9) or that never
     ran (``skipped``, itself over such steps only) does not, so an agent's retry of a refused
-    call runs; one ``in_doubt`` (the world is unknown) or cancelled still does.
+    call runs; one ``in_doubt`` (the world is unknown) or cancelled still does, and so does one
+    that failed for the agent after recording its inverse (the effect stands: logged done).
     """
     deps = step.deps
     for i, d in enumerate(deps):
@@ -107,7 +108,8 @@ def blocker(step: Waiter) -> Waiter | None:
 def _no_effect(step: Waiter) -> bool:
     """Whether ``step`` had no effect and none of the steps it waited for may have had one."""
     if step.state == "failed":  # the vendor refused it; it ran only after its waits were clear
-        return True
+        # unless it raised after recording its inverse: logged done, the effect stands (rule 9)
+        return getattr(getattr(step, "_error", None), "state", "failed") != "done"
     return step.state == "skipped" and all(d.state == "done" or _no_effect(d) for d in step.deps)
 
 

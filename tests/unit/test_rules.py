@@ -204,6 +204,45 @@ async def test_a_retry_on_the_resource_of_a_refused_step_runs_and_one_in_doubt_b
     assert world.crm["r1"]["stage"] == "lead"  # the blocked retry never wrote
 
 
+async def test_a_retry_on_the_resource_of_a_step_that_acted_then_raised_never_runs() -> None:
+    """A tool that records its inverse, acts, then raises is ``failed`` for the agent but
+    logged done: its effect stands (rule 9), so a retry on the same resource is blocked like
+    one behind an in-doubt step, never run as after a refusal (the count would be 2). With no
+    expectation to check the effect against, undo leaves it to a person (drifted), honestly."""
+    world = {"n": 0}
+    catalog = amends.Catalog()
+
+    @catalog.tool("kv.add", reversibility="reversible", resources=lambda a: [a["k"]])
+    async def add(call: amends.Call, k: str) -> int:
+        call.inverse("kv.sub", k=k)
+        world[k] += 1
+        raise ConnectionResetError("the answer was lost")
+
+    @catalog.tool("kv.sub", reversibility="reversible", resources=lambda a: [a["k"]])
+    async def sub(call: amends.Call, k: str) -> None:
+        world[k] -= 1
+
+    engine = amends.Engine(catalog, amends.SqliteLog(":memory:"))
+    async with engine.saga("retry after an effect the agent saw fail") as saga:
+        first = saga.call("kv.add", k="n")
+        with pytest.raises(amends.StepFailedError, match="recorded its inverse first"):
+            await first
+        retry = saga.call("kv.add", k="n")
+        with pytest.raises(amends.StepFailedError, match="never ran"):
+            await retry
+    assert (first.state, retry.state, world["n"]) == ("failed", "skipped", 1)
+    rec = await engine.log.get_saga(saga.id)
+    assert rec is not None
+    assert [(s.step_id, s.state) for s in rec.steps] == [("s1", "done"), ("s2", "skipped")]
+    report = await engine.undo(saga.id)
+    assert [(s.step_id, s.state, s.detail) for s in report.steps] == [
+        ("s1", StepState.DRIFTED, report.steps[0].detail),
+        ("s2", StepState.NOT_NEEDED, "never ran: step s1 (kv.add) it waits for is failed"),
+    ]
+    assert report.status == "cannot_undo" and world["n"] == 1  # one effect, for a person
+    await engine.close()
+
+
 async def test_a_step_skipped_over_a_refusal_does_not_block_its_resource_one_over_in_doubt_does(
     engine: amends.Engine, world: CoreWorld
 ) -> None:
