@@ -824,15 +824,15 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
 
 
 async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:
-    """Wait for the steps ``step`` depends on, their outcomes durable (rule 1); if one did not
-    end done, ``step`` never runs (logged so) and this gives ``False``."""
+    """Wait for the steps ``step`` depends on, their outcomes durable (rule 1); if one keeps it
+    from running (:func:`blocker`), ``step`` never runs (logged so) and this gives ``False``."""
     for dep in step.deps:
         assert dep.task is not None
         await asyncio.shield(dep.task)
     await _outcomes_durable(step.deps)
     for dep in step.deps:
         dep._raise_write_error()
-    if (bad := blocker(step) if step.deps else None) is not None:
+    if (bad := blocker(step)) is not None:  # the caller asks only for a step with deps
         await _never_ran(host, saga, step, cast(Step, bad))
         return False
     return True
