@@ -288,10 +288,8 @@ def _saga_json(
     ``integrity`` (as the HTTP API has it); the stored report is ``null`` when the history does
     not verify (rule 12)."""
     body = saga.to_dict()
-    if problems and isinstance(body.get("reversal"), dict):
-        body["reversal"] = {**body["reversal"], "report": None}
     return {
-        **body,
+        **(_without_report(body) if problems else body),
         "catalog": recorded_catalog(saga) or None,
         "history": [e.to_dict() for e in events],
         "integrity": {"verified": not problems, "problems": [p.to_dict() for p in problems]},
@@ -435,9 +433,16 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 
 def _listed_json(saga: SagaRecord, unverified: bool) -> dict[str, Any]:
     body = {k: v for k, v in saga.to_dict().items() if k not in ("steps", "resolutions")}
-    if unverified and isinstance(body.get("reversal"), dict):
-        body["reversal"] = {**body["reversal"], "report": None}
-    return {**body, "integrity": {"verified": not unverified}}
+    return {
+        **(_without_report(body) if unverified else body),
+        "integrity": {"verified": not unverified},
+    }
+
+
+def _without_report(body: dict[str, Any]) -> dict[str, Any]:
+    """A saga's JSON with its stored report ``null``: the history does not verify (rule 12)."""
+    rev = body.get("reversal")
+    return {**body, "reversal": {**rev, "report": None}} if isinstance(rev, dict) else body
 
 
 def _minute(ts: float | None) -> str:
