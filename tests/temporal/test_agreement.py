@@ -186,7 +186,7 @@ def vendor_ids(world: World) -> set[str]:
 def comparable(reports: list[amends.UndoReport | str], world: World, before: set[str]) -> Any:
     """Reports and world without what differs between two runs (ids, clocks, call numbers);
     vendor ids created during the reversal (not in ``before``) are shown as ``<kind>_NEW``."""
-    out = []
+    out: list[str | dict[str, Any]] = []
     for r in reports:
         if isinstance(r, str):
             out.append(r)
@@ -270,10 +270,10 @@ async def test_local_and_temporal_agree_on_generated_sagas(
             before = vendor_ids(world)
             await copy_saga(local_log, pg, saga_id)
             budget = amends.Budget(tool_calls=sc.budget_calls, seconds=sc.budget_seconds)
-            sel = {"steps": list(sc.select)} if sc.select else {}  # issue 27: selective family
+            steps = list(sc.select) if sc.select else None  # issue 27: selective family
             local = amends.Engine(eval_catalog(), log=local_log, retry=FAST_RETRY)
             answers, local_result = await undo(
-                sc, fwd, world, lambda: local.undo(saga_id, budget=budget, **sel), "amends"
+                sc, fwd, world, lambda: local.undo(saga_id, budget=budget, steps=steps), "amends"
             )
             a = comparable(answers, world, before)
             await local.close()
@@ -283,7 +283,7 @@ async def test_local_and_temporal_agree_on_generated_sagas(
                 sc,
                 fwd,
                 remote_world,
-                lambda: runner.undo(remote, saga_id, budget, **sel),
+                lambda: runner.undo(remote, saga_id, budget, steps=steps),
                 "temporal",
             )
             b = comparable(answers, remote_world, before)
