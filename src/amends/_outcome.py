@@ -1,6 +1,7 @@
 """A step's outcome: the finish record its call makes (rules 2, 4 and 9), and that record's write
-handed to the log without the step waiting for it (issue 29), and which earlier step keeps a
-step from running at all.
+handed to the log without the step waiting for it (issue 29), which earlier step keeps a step
+from running at all, and how the end of a step's task wakes what waits for it (``await step``,
+``saga.gather``) without a loop callback per step (issue 29).
 
 The forward side (:mod:`amends._saga`) decides when an outcome must be durable (rule 1: before
 anything uses it); this module never waits for a write itself and never touches a saga.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -29,7 +31,12 @@ __all__ = [
     "failure",
     "finish_done",
     "finish_failed",
+    "first_failure",
+    "has_failed",
     "jsonable",
+    "observe",
+    "retrieve",
+    "step_ended",
     "unrecorded",
     "until_done",
     "with_resources",
@@ -369,3 +376,132 @@ def finish_done(
         else call.recorded_acknowledgement.to_dict(),
         violation=violation,
     )
+
+
+# --- waiting for steps: ``await step`` and ``saga.gather`` (issue 29) ------------------------
+
+
+class _Ending(Protocol):
+    """What the end of a step's task reads and clears (:class:`amends.Step`)."""
+
+    task: asyncio.Task[None] | None
+    _waiter: Any
+    _error: StepFailedError | None
+    _observed: bool
+
+
+def has_failed(step: _Ending, task: asyncio.Task[None]) -> bool:
+    """Whether the step of ``task`` ended and failed (cancelled, raised, or logged an error)."""
+    return task.done() and (
+        task.cancelled() or task.exception() is not None or step._error is not None
+    )
+
+
+def observe(step: _Ending, task: asyncio.Task[None]) -> None:
+    if not task.cancelled():  # as Step._wait: a cancelled step was not seen by the agent
+        step._observed = True
+
+
+def retrieve(task: asyncio.Task[None]) -> None:
+    """Take ``task``'s error (now or once it ends), so it is not reported unretrieved."""
+    if not task.done():
+        task.add_done_callback(retrieve)
+    elif not task.cancelled():
+        task.exception()
+
+
+class _Gathering:
+    """One ``saga.gather`` waiting for the steps still running: each step's task tells it as
+    its last act (:func:`step_ended`), so no done callback is scheduled per step (issue 29: a
+    loop callback per step of a fan-out); a task that ends without running its code (cancelled
+    before it started) tells it from the task's done callback, which the step's end removes."""
+
+    __slots__ = ("by_task", "left", "pending", "woke")
+
+    def __init__(self, woke: asyncio.Future[Any], pending: list[tuple[Any, Any]]) -> None:
+        self.woke = woke
+        self.left = len(pending)
+        self.pending = pending
+        self.by_task: dict[Any, Any] | None = None
+
+    def ended(self, step: Any, failed: bool) -> None:
+        self.left -= 1
+        woke = self.woke
+        if woke.done():
+            return
+        if failed:
+            woke.set_result(step)
+        elif self.left == 0:
+            woke.set_result(None)
+
+    def task_done(self, task: asyncio.Task[None]) -> None:
+        if self.by_task is None:  # only a task whose code never ran gets here
+            self.by_task = {t: s for s, t in self.pending}
+        step = self.by_task[task]
+        if step._waiter is self:
+            step._waiter = None
+        self.ended(step, has_failed(step, task))
+
+
+def step_ended(step: _Ending, exc: BaseException | None) -> None:
+    """The last act of a step's task, which ends with ``exc`` (``None``: returned): wake what
+    waits for it (:attr:`amends.Step._waiter`) and take off the done callback that would have
+    told it (the task ran its code, so its end need not: no loop callback for it). An ``await
+    step`` is woken as the shield woke it: cancelled with the task, with its error, or with
+    ``None``; a ``saga.gather`` is told whether the step failed."""
+    waiter, task = step._waiter, step.task
+    if type(waiter) is _Gathering:
+        step._waiter = None
+        if task is not None:
+            task.remove_done_callback(waiter.task_done)  # equal to the one added
+        waiter.left -= 1  # waiter.ended(...), without the call
+        woke = waiter.woke
+        if woke.done():
+            return
+        if exc is not None or step._error is not None:
+            woke.set_result(step)
+        elif waiter.left == 0:
+            woke.set_result(None)
+        return
+    if not waiter.done():
+        if exc is None:
+            waiter.set_result(None)
+        elif isinstance(exc, asyncio.CancelledError):
+            waiter.cancel()
+        else:
+            waiter.set_exception(exc)
+    if task is not None:
+        task.remove_done_callback(waiter.cancel)
+
+
+async def first_failure(pending: list[tuple[Any, asyncio.Task[None]]], direct: bool) -> Any:
+    """Wait until every step in ``pending`` finished (``None``) or one failed (that step).
+
+    ``direct``: each step's task ends right after its :func:`step_ended` (no span wraps it),
+    so a step not already waited for by another gather is told by its task's last act."""
+    woke: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    gathering = _Gathering(woke, pending)
+    on_done = gathering.task_done  # one bound method for every task, not stored: no cycle
+    callbacks = []
+    for s, t in pending:
+        if direct and s._waiter is None:
+            s._waiter = gathering
+            t.add_done_callback(on_done)
+        else:  # an await or another gather holds the step's slot, or a span runs after its end
+            cb = functools.partial(_finished, gathering, s)
+            t.add_done_callback(cb)
+            callbacks.append((t, cb))
+    try:
+        return await woke
+    finally:
+        if gathering.left:  # cancelled, or a step failed first: the rest need not tell
+            for s, t in pending:
+                if s._waiter is gathering:
+                    s._waiter = None
+                    t.remove_done_callback(on_done)
+        for t, cb in callbacks:
+            t.remove_done_callback(cb)
+
+
+def _finished(gathering: _Gathering, step: _Ending, task: asyncio.Task[None]) -> None:
+    gathering.ended(step, has_failed(step, task))

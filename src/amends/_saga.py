@@ -13,6 +13,7 @@ import random
 import re
 import time
 import uuid
+import weakref
 from asyncio import ensure_future
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -49,7 +50,12 @@ from ._outcome import (
     failure,
     finish_done,
     finish_failed,
+    first_failure,
+    has_failed,
     jsonable,
+    observe,
+    retrieve,
+    step_ended,
     unrecorded,
     until_done,
     with_resources,
@@ -131,7 +137,7 @@ class Ref:
                 raise ContractError(
                     f"reference {self!r}: the result of step {self.step.id} ({self.step.tool}) "
                     f"has no {key!r} at {so_far} ({has}); refer to a key the tool returns",
-                    saga_id=self.step.saga.id,
+                    saga_id=self.step.saga_id,
                     step_id=self.step.id,
                     tool=self.step.tool,
                 ) from None
@@ -148,7 +154,7 @@ class Ref:
             f"it cannot be formatted into a string; pass it as its own argument "
             f"(id={self.step.id}[...]), or await the step first and pass after=[step]: "
             f"text=f\"see {{(await step)['id']}}\", after=[step]",
-            saga_id=self.step.saga.id,
+            saga_id=self.step.saga_id,
             step_id=self.step.id,
             tool=self.step.tool,
         )
@@ -206,7 +212,8 @@ class Step:
         resources: list[str],
         spec: ToolSpec,
     ) -> None:
-        self.saga = saga
+        self._saga = saga._ref  # issue 29: no cycle, so a saga's steps go when the saga goes
+        self.saga_id = saga.id
         self.spec = spec
         """The contract the step runs under, and the function its forward call runs."""
         self.id, self.seq = step_id, seq
@@ -227,10 +234,11 @@ class Step:
         self._error: StepFailedError | None = None
         self._observed = False
         self.task: asyncio.Task[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        """Issue 29: what the first ``await step`` waits on while the step runs: the step's own
-        task wakes it as its last act (:func:`_wake`), a loop pass sooner than a done callback of
-        the task (what ``asyncio.shield`` waited for), and without the shield's two futures."""
+        self._waiter: Any = None
+        """Issue 29: what the first ``await step`` waits on while the step runs (a future), or
+        the first ``saga.gather`` waiting for it: the step's own task wakes it as its last act
+        (:func:`step_ended`), a loop pass sooner than a done callback of the task (what
+        ``asyncio.shield`` waited for), and without the shield's two futures."""
         self._writing = False
         """Rule 1: the step's intent is being written; a cancel waits for it (its outcome is
         handed to the log without an await, issue 29)."""
@@ -247,6 +255,11 @@ class Step:
             self._cancel_asked = True
         elif self.task is not None and not self.task.done():
             self.task.cancel()  # a task that never started wakes its waiter too (see _wait)
+
+    @property
+    def saga(self) -> Saga | None:
+        """The step's saga, while anything holds it (a weak reference: issue 29)."""
+        return self._saga()
 
     @property
     def state(self) -> str:
@@ -275,7 +288,7 @@ class Step:
         if self.state != "done":
             raise StepFailedError(
                 f"step {self.id} ({self.tool}) has no result: it is {self.state}",
-                saga_id=self.saga.id,
+                saga_id=self.saga_id,
                 step_id=self.id,
                 tool=self.tool,
                 state=self.state,
@@ -298,7 +311,7 @@ class Step:
         if task.done():
             if task.cancelled() or task.exception() is not None:
                 await task  # raises, as awaiting the shield of a finished task did
-        elif self._waiter is None and self.saga.trace.span is None:
+        elif self._waiter is None and self._saga().trace.span is None:  # type: ignore[union-attr]
             # cancelling this wait cancels the waiter, never the step (as the shield did)
             waiter = self._waiter = task.get_loop().create_future()
             # The step's task wakes the waiter as its last act (_run_step's finally, which then
@@ -309,11 +322,11 @@ class Step:
             try:
                 await waiter
             except BaseException:  # the task's error, or this wait cancelled: as the shield,
-                _retrieve(task)  # take the task's error, so it is not reported unretrieved
+                retrieve(task)  # take the task's error, so it is not reported unretrieved
                 raise
             finally:
                 self._waiter = None
-        else:  # another await of the step already waits, or a span wraps the step's task
+        else:  # another await or a gather already waits, or a span wraps the step's task
             await asyncio.shield(task)
         await _outcomes_durable((self,))  # rule 1: durable before the agent sees it
         self._raise_write_error()
@@ -359,6 +372,7 @@ class Saga:
         """Rule 11: the secrets of this saga's sensitive arguments, scrubbed from all it logs
         (the saga's vault, kept here so the hot path does not look it up per write)."""
         self.trace = NO_SAGA_TRACE
+        self._ref = weakref.ref(self)
 
     async def __aenter__(self) -> Saga:
         e = self.engine
@@ -419,8 +433,9 @@ class Saga:
                     s._cancel()
             await self.settle()
         finally:
-            if self._heartbeat is not None:
-                self._heartbeat.cancel()
+            beat, self._heartbeat = self._heartbeat, None  # its cancelled frame holds the saga
+            if beat is not None:
+                beat.cancel()
             self._closed = True
             refused, unwritten = unrecorded(self.id, self.steps)  # rule 1: a refused write
             failed = refused or ended_failed(self.steps)  # fails the saga
@@ -570,11 +585,8 @@ class Saga:
         has_refs = len(deps) > explicit
         for d in deps:
             if d.saga is not self:
-                raise ContractError(
-                    f"argument refers to step {d.id!r} of another saga",
-                    saga_id=self.id,
-                    step_id=sid,
-                )
+                why = f"argument refers to step {d.id!r} of another saga"
+                raise ContractError(why, saga_id=self.id, step_id=sid)
         resources = spec.resources_for(args)  # steps sharing one are ordered (both ways)
         unique, direct = (  # issue 29: no call for a step with one dependency at most
             with_resources(deps, resources, self._last_by_resource)
@@ -591,8 +603,9 @@ class Saga:
         self._by_id[sid] = step
         run = _run_step(self.engine, self, step)
         if self.trace.span is not None:  # issue 28: a span shows what the log holds
-            run = self.trace.step(_then_durable(run, step), step)
-        step.task = asyncio.get_running_loop().create_task(run, name=sid)  # no 'Task-N' made
+            step.task = _traced_task(self.trace, run, step)
+        else:
+            step.task = asyncio.get_running_loop().create_task(run, name=sid)  # no 'Task-N'
         return step
 
     def _declared_order(self, spec: ToolSpec) -> list[Step]:
@@ -652,20 +665,20 @@ class Saga:
         for s, t in zip(steps, tasks, strict=True):  # issue 29: no call per step still running
             if not t.done():
                 pending.append((s, t))
-            elif _failed(s, t):
+            elif has_failed(s, t):
                 first = s
                 break
         if first is None and pending:
-            first = await _first_failure(pending)
+            first = await first_failure(pending, self.trace.span is None)
         # rule 1: what gather hands the agent is durable (issue 29: the steps did not wait)
         refused = await _outcomes_durable(steps if first is None else (first,))
         first = first or refused
         for s, t in zip(steps, tasks, strict=True):  # each step is seen once it finishes
             if t.done():
-                if not t.cancelled():  # _observe(s, t), without the call
+                if not t.cancelled():  # observe(s, t), without the call
                     s._observed = True
             else:
-                t.add_done_callback(functools.partial(_observe, s))
+                t.add_done_callback(functools.partial(observe, s))
         if first is not None:
             t = _task_of(first)
             if t.cancelled():
@@ -682,17 +695,6 @@ class Saga:
 def _task_of(step: Step) -> asyncio.Task[None]:
     assert step.task is not None
     return step.task
-
-
-def _failed(step: Step, task: asyncio.Task[None]) -> bool:
-    return task.done() and (
-        task.cancelled() or task.exception() is not None or step._error is not None
-    )
-
-
-def _observe(step: Step, task: asyncio.Task[None]) -> None:
-    if not task.cancelled():  # as Step._wait: a cancelled step was not seen by the agent
-        step._observed = True
 
 
 async def _outcomes_durable(steps: Iterable[Step]) -> Step | None:
@@ -720,58 +722,19 @@ async def _then_durable(run: Coroutine[Any, Any, None], step: Step) -> None:
         await _outcomes_durable((step,))
 
 
-async def _first_failure(pending: list[tuple[Step, asyncio.Task[None]]]) -> Step | None:
-    """Wait until every step in ``pending`` finished (``None``) or one failed (that step)."""
-    woke: asyncio.Future[Step | None] = asyncio.get_running_loop().create_future()
-    left = len(pending)
-
-    def finished(step: Step, task: asyncio.Task[None]) -> None:
-        nonlocal left
-        left -= 1
-        if woke.done():
-            return
-        # _failed(step, task), the task being done
-        if task.cancelled() or task.exception() is not None or step._error is not None:
-            woke.set_result(step)
-        elif left == 0:
-            woke.set_result(None)
-
-    callbacks = []
-    for s, t in pending:
-        cb = functools.partial(finished, s)
-        t.add_done_callback(cb)
-        callbacks.append((t, cb))
-    try:
-        return await woke
-    finally:
-        for t, cb in callbacks:
-            t.remove_done_callback(cb)
+def _traced_task(trace: Any, run: Coroutine[Any, Any, None], step: Step) -> asyncio.Task[None]:
+    """The step's task: its run inside the step's span, then durable. A task cancelled before
+    it started never ran them: they are closed when it ends, not warned "never awaited"."""
+    inner = _then_durable(run, step)
+    task = asyncio.get_running_loop().create_task(trace.step(inner, step), name=step.id)
+    task.add_done_callback(lambda _: (inner.close(), run.close()))
+    return task
 
 
 # --- the forward call of one step ---------------------------------------------------------
 # Split along the rules: wait for dependencies, write the intent (rule 1), dispatch with retries
 # (the one retry decision, calls.RetryPolicy.next_wait), decide what a failure means (rule 9),
 # record the result with its contract checks (rules 2 and 4).
-
-
-def _wake(waiter: asyncio.Future[None], exc: BaseException | None) -> None:
-    """Wake an ``await step`` (:attr:`Step._waiter`) as the shield woke it from the step's task:
-    cancelled with the task, with its error, or with ``None``."""
-    if waiter.done():
-        return
-    if exc is None:
-        waiter.set_result(None)
-    elif isinstance(exc, asyncio.CancelledError):
-        waiter.cancel()
-    else:
-        waiter.set_exception(exc)
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    if not task.done():
-        task.add_done_callback(_retrieve)
-    elif not task.cancelled():
-        task.exception()
 
 
 async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
@@ -813,14 +776,8 @@ async def _run_step(host: SagaHost, saga: Saga, step: Step) -> None:
         failed = exc
         raise
     finally:
-        waiter = step._waiter
-        if waiter is not None:  # issue 29: the agent awaiting the step resumes next pass
-            _wake(waiter, failed)
-            # the task ran, so the end of the task need not cancel the waiter (Step._wait): no
-            # loop callback for it
-            task = step.task
-            if task is not None:
-                task.remove_done_callback(waiter.cancel)
+        if step._waiter is not None:  # issue 29: woken by the step itself, not by a loop
+            step_ended(step, failed)  # callback of its task's end
 
 
 async def _deps_done(host: SagaHost, saga: Saga, step: Step) -> bool:

@@ -191,3 +191,47 @@ def test_without_a_tracer_provider_amends_imports_no_opentelemetry_and_logs_no_t
         "[]",
         "('cannot_undo', False)",
     ]
+
+
+async def test_a_traced_step_cancelled_before_it_started_leaves_no_coroutine_never_awaited(
+    spans: Spans,
+) -> None:
+    """Issue 29 (found by lane fan4): with tracing on, a step's task runs its step inside a span
+    wrapper; cancelled before it started (the agent's task cancelled right after ``saga.call``,
+    or ``step.task.cancel()``), the wrapped runs were never started and Python warned "coroutine
+    was never awaited" when they were freed, in whatever code ran then. They are closed when the
+    task ends; the step never ran and the gather over it raises CancelledError."""
+    import asyncio
+    import gc
+    import warnings
+
+    catalog = amends.Catalog()
+
+    @catalog.tool("t.noop")
+    async def noop(call: amends.Call, i: int) -> int:
+        return i
+
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+
+    async def cancelled_before_it_started() -> None:
+        async with engine.saga("cancelled before it started") as saga:
+            assert saga.trace.span is not None  # the wrapped path
+            gone = saga.call("t.noop", i=1)
+            assert gone.task is not None
+            gone.task.cancel()
+            try:
+                await saga.gather(gone)
+            except asyncio.CancelledError:
+                pass
+            else:
+                raise AssertionError("the gather returned over a cancelled step")
+        assert gone.state == "pending"  # its tool was never called
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await cancelled_before_it_started()
+        await engine.close()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
