@@ -353,7 +353,7 @@ class Engine(FollowUpMethods):
         budget = check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
         if not allow_missing_tools:
-            self._check_catalog(saga)
+            check_catalog(self.catalog, saga)
         await self._check_history(saga_id)
         await self._check_continuable(saga)
         seen = saga.reversal.continuations if saga.reversal else None  # rule 6: as judged
@@ -458,7 +458,7 @@ class Engine(FollowUpMethods):
         steps = retryable(saga, comps, step_ids)
         assert rev is not None
         if not allow_missing_tools:
-            self._check_catalog(saga)  # before anything is written
+            check_catalog(self.catalog, saga)  # before anything is written
         try:
             for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
                 await self.log.record_compensation(
@@ -616,10 +616,7 @@ class Engine(FollowUpMethods):
         if saga is None:
             raise self._not_found(saga_id)
         if not allow and (saga.reversal is None or saga.reversal.state != "done"):
-            self._check_catalog(saga)
-
-    def _check_catalog(self, saga: SagaRecord) -> None:
-        check_catalog(self.catalog, saga)
+            check_catalog(self.catalog, saga)
 
     async def _claimed(
         self, saga_id: str, claim: Callable[[], Awaitable[Claim]], want: Want | None = None
@@ -670,7 +667,7 @@ class Engine(FollowUpMethods):
         the one reversal (rule 6); if another caller continued it first, that one is joined and
         coverage checked again."""
         if not want.allow and want.saga is not None:
-            self._check_catalog(want.saga)  # before anything is written
+            check_catalog(self.catalog, want.saga)  # before anything is written
 
         async def claim() -> Claim:
             return await self.log.continue_reversal(
@@ -763,6 +760,7 @@ class Engine(FollowUpMethods):
                     self.catalog,
                     progress=progress,
                     watch_step=obs.watch_step,
+                    run_inline=True,
                 ),
                 saga,
                 rev,

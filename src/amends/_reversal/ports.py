@@ -161,3 +161,9 @@ class ReversalPorts:
     """Wraps each step's settling (issue 28: the step's span); by default, nothing."""
     model: WorldModel | None = None
     """The simulated world of a preview; ``None`` in a real run."""
+    run_inline: bool = False
+    """Issue 29: run the steps in one task, each up to its first wait, and give each step
+    still to start a task of its own only once one waits (the local engine and the preview:
+    on an in-memory log with tools that answer at once, no task per step). ``False``: a task
+    per step from the start (a Temporal workflow, whose calls of one activation join one
+    batch activity)."""

@@ -59,7 +59,9 @@ async def simulate(inp: PreviewInput) -> Preview:
         time.time(), None, 0, 0, None,
     )  # fmt: skip
     meter = BudgetMeter(inp.budget)
-    ports = ReversalPorts(_NoLog(inp.done), _SecretFree(inp.catalog), time.time, sim, model=sim)
+    ports = ReversalPorts(
+        _NoLog(inp.done), _SecretFree(inp.catalog), time.time, sim, model=sim, run_inline=True
+    )
     outcomes = await run_plan(RunInput(ports, inp.saga, rev, inp.plan, meter, inp.retry, inp.done))
     now = datetime.fromtimestamp(ports.clock(), UTC)
     steps = tuple(

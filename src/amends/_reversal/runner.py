@@ -27,6 +27,7 @@ from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
 from .._secrets import vault_for
 from .compensate import Compensator
 from .dispatch import Caller, CallLost, Unchecked
+from .inline import cancelled, lead
 from .ports import InFlightWait, ReversalPorts
 from .record import Recorder
 
@@ -141,42 +142,68 @@ class _Runner:
         self.compensator = Compensator(self.caller, self.recorder)
         self.compensator.lost.update(inp.lost)
         self.futures: dict[str, asyncio.Future[StepOutcome]] = {}
+        self._ended: asyncio.Future[None] | None = None
+        """An inline run's end: set when its last step settles, or with its first error."""
+        self._left = 0
+        """Steps of an inline run not settled yet."""
 
     async def run(self) -> list[StepOutcome]:
         loop = asyncio.get_running_loop()
         steps = self.inp.plan.steps
         self.futures = {p.step_id: loop.create_future() for p in steps}
-        progress = self.inp.ports.progress
         meter = self.inp.meter
         stuck: dict[str, bool] = {}  # per step waited for: _cannot_clear, asked once
         for p in self.order:  # rule 10: who the budget covers, decided once
             meter.reserve(p.step_id, self._need(p, stuck))
-
-        async def one(p: PlannedStep) -> None:
-            fut = self.futures[p.step_id]
-            try:
-                outcome = await self.inp.ports.watch_step(p, self._settle(p))
-            except BaseException as exc:
-                fut.set_exception(exc)
-                raise
-            finally:
-                meter.release(p.step_id)
-            fut.set_result(outcome)
-            if progress is not None:
-                progress(outcome)
-
-        tasks = [asyncio.create_task(one(p)) for p in steps]
+        if self.inp.ports.run_inline:
+            await self._inline(loop)
+            return [self.futures[p.step_id].result() for p in steps]
+        tasks = [asyncio.create_task(self._one(p)) for p in steps]
         try:
             await asyncio.gather(*tasks)
         except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for f in self.futures.values():
-                if f.done() and not f.cancelled():
-                    f.exception()  # mark retrieved
+            await cancelled(tasks, self.futures)
             raise
         return [self.futures[p.step_id].result() for p in steps]
+
+    async def _one(self, p: PlannedStep) -> None:
+        """Settle ``p``: its outcome (or error) on its future, its reservation given back, the
+        progress hook; in an inline run, the run's end when it was the last (or failed)."""
+        fut, ended = self.futures[p.step_id], self._ended
+        try:
+            outcome = await self.inp.ports.watch_step(p, self._settle(p))
+        except BaseException as exc:
+            fut.set_exception(exc)
+            if ended is not None and not ended.done():
+                ended.set_exception(exc)  # the run's first error stops it, as gather's does
+            raise
+        finally:
+            self.inp.meter.release(p.step_id)
+        fut.set_result(outcome)
+        progress = self.inp.ports.progress
+        if progress is not None:
+            progress(outcome)
+        if ended is not None:
+            self._left -= 1
+            if not self._left and not ended.done():
+                ended.set_result(None)
+
+    async def _inline(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Issue 29: the steps without a task each, as long as none waits for anything but
+        another step (:func:`.inline.lead`); the run ends when its last step settles, or with
+        its first error (the other steps cancelled, as with ``gather``)."""
+        steps = self.inp.plan.steps
+        self._left = len(steps)
+        if not self._left:
+            return
+        self._ended = ended = loop.create_future()
+        tasks: list[asyncio.Task[None]] = []
+        tasks.append(loop.create_task(lead(steps, self._one, self.futures, ended, tasks)))
+        try:
+            await ended
+        except BaseException:
+            await cancelled(tasks, self.futures)
+            raise
 
     def _prior(self, p: PlannedStep) -> CompensationRecord | None:
         """The step's record as this run takes it up (rule 6): a continuation attempts what was
