@@ -16,9 +16,9 @@ from ._budget import Budget, BudgetMeter
 from ._calls import RetryPolicy, run
 from ._contracts import Catalog
 from ._engine_api import (
+    Heartbeat,
     RecoveryReport,
     ReversalRunner,
-    beat,
     check_budget,
     check_catalog,
     check_history,
@@ -698,13 +698,11 @@ class Engine(FollowUpMethods):
         budget = Budget.from_dict(rev.budget)
         # a take-over keeps what the reversal spent; only a continuation resets it (rule 7)
         meter = BudgetMeter(budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent)
-        stop = asyncio.Event()
-        lost: list[LeaseLostError] = []
-        heartbeat = asyncio.create_task(beat(self.log, rev, self.lease_seconds, stop, lost))
+        heartbeat = Heartbeat(self.log, rev, self.lease_seconds)
         try:
             saga, outcomes = await self._run(saga_id, rev, meter, claim, obs)
-            if lost:
-                raise lost[0]
+            if heartbeat.lost:
+                raise heartbeat.lost[0]
             comps = await self.log.get_compensations(rev.reversal_id) if saga.resolutions else {}
             report = build_report(
                 saga,
@@ -725,8 +723,7 @@ class Engine(FollowUpMethods):
             )
             return report
         finally:
-            stop.set()
-            await heartbeat
+            await heartbeat.close()
 
     async def _run(
         self,
@@ -760,7 +757,7 @@ class Engine(FollowUpMethods):
                     self.catalog,
                     progress=progress,
                     watch_step=obs.watch_step,
-                    run_inline=True,
+                    run_inline=getattr(self.log, "commits_each_write", False),
                 ),
                 saga,
                 rev,

@@ -21,6 +21,7 @@ from ._log.base import ReversalRecord, SagaRecord
 from ._report import UndoReport
 
 __all__ = [
+    "Heartbeat",
     "RecoveryReport",
     "ReversalRunner",
     "beat",
@@ -118,21 +119,55 @@ def check_catalog(catalog: Catalog, saga: SagaRecord) -> None:
         )
 
 
+class Heartbeat:
+    """Renews a running reversal's lease every third of its length (rule 6: a live run is not
+    taken over) until :meth:`close`; a lost lease is kept in ``lost``.
+
+    Issue 29: the wait for the first renewal is one timer, and the renewing task
+    (:func:`beat`) starts only when it fires: a run that ends sooner (most do) makes no task, no
+    event wait and no ``wait_for`` task of its own."""
+
+    def __init__(self, log: SagaLog, rev: ReversalRecord, lease_seconds: float) -> None:
+        self.lost: list[LeaseLostError] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(
+            lease_seconds / 3, self._start, log, rev, lease_seconds
+        )
+
+    def _start(self, log: SagaLog, rev: ReversalRecord, lease_seconds: float) -> None:
+        self._task = asyncio.create_task(
+            beat(log, rev, lease_seconds, self._stop, self.lost, waited=True)
+        )
+
+    async def close(self) -> None:
+        """Stop renewing (the run is over), and wait for a renewal under way."""
+        self._stop.set()
+        self._timer.cancel()
+        if self._task is not None:
+            await self._task
+
+
 async def beat(
     log: SagaLog,
     rev: ReversalRecord,
     lease_seconds: float,
     stop: asyncio.Event,
     lost: list[LeaseLostError],
+    *,
+    waited: bool = False,
 ) -> None:
-    """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``."""
+    """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``.
+    ``waited``: the first third of the lease has passed already (renew at once)."""
     while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), lease_seconds / 3)
-        except TimeoutError:
-            pass
-        if stop.is_set():
-            return
+        if not waited:
+            try:
+                await asyncio.wait_for(stop.wait(), lease_seconds / 3)
+            except TimeoutError:
+                pass
+            if stop.is_set():
+                return
+        waited = False
         try:
             await log.renew_reversal_lease(
                 rev.reversal_id, rev.generation, time.time() + lease_seconds

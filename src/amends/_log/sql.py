@@ -232,6 +232,13 @@ class SqlSagaLog(AdminQueries, SagaLog):
     signing_key: bytes | None = None
     """HMAC key of the record hash chain (rule 11); ``None``: plain SHA-256."""
 
+    @property
+    def commits_each_write(self) -> bool:
+        """Whether every write commits at once, never waiting for others to join its commit (an
+        in-memory SQLite log). Else a reversal gives its steps tasks from the start, so their
+        writes meet in one group commit (issue 29, ``ReversalPorts.run_inline``)."""
+        return bool(getattr(self.db, "memory", False))
+
     # --- forward --------------------------------------------------------------------------
     async def create_saga(
         self,

@@ -2,7 +2,9 @@
 
 A run gives every planned step a task so that independent branches proceed in parallel (rule 3).
 On an in-memory log with tools that answer at once, no step ever waits for anything but another
-step, and the eval's ~36 tasks per saga (with their loop passes) did what a plain loop does.
+step, and the eval's ~36 tasks per saga (with their loop passes) did what a plain loop does. (A
+file log keeps a task per step from the start: it commits a write at once when nothing else is
+ready to run, so steps started one by one would each commit alone, never in one group commit.)
 :func:`lead` runs the steps in one task as the event loop would run their tasks: each started in
 the plan's order, a step that waits for a step not settled yet parked, and taken up again once
 that step settles, after every step already due (the loop runs callbacks in the order they were

@@ -163,7 +163,8 @@ class ReversalPorts:
     """The simulated world of a preview; ``None`` in a real run."""
     run_inline: bool = False
     """Issue 29: run the steps in one task, each up to its first wait, and give each step
-    still to start a task of its own only once one waits (the local engine and the preview:
-    on an in-memory log with tools that answer at once, no task per step). ``False``: a task
-    per step from the start (a Temporal workflow, whose calls of one activation join one
-    batch activity)."""
+    still to start a task of its own only once one waits (the preview, and the local engine on
+    a log that commits each write at once: with tools that answer at once, no task per step).
+    ``False``: a task per step from the start (a file log or PostgreSQL, whose writes of steps
+    started together meet in one group commit; a Temporal workflow, whose calls of one
+    activation join one batch activity)."""
