@@ -174,3 +174,21 @@ async def test_an_error_in_a_step_run_inline_stops_the_run_and_leaves_no_corouti
         await engine.undo(saga_id)
     assert undone == []
     await engine.close()
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["inline", "after-a-wait"])
+async def test_a_progress_hook_that_raises_fails_the_undo_and_never_hangs_it(waits: bool) -> None:
+    """A hook's error is the run's, whether its step ran in the run's task or in a task of its
+    own once another step waited at its vendor: the run ends with it at once, as ``gather``
+    ended it, the stalled inverse cancelled (not waited for until the budget's 60 s)."""
+    catalog, _, _ = _notes(stall={"k0"} if waits else set())
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    saga_id = await _saga(engine, 3, chain=False)
+
+    def hook(reversal_id: str, outcome: amends.StepOutcome) -> None:
+        raise ValueError(f"hook refused {outcome.step_id}")
+
+    engine.progress_hooks.append(hook)
+    with pytest.raises(ValueError, match=r"hook refused s\d"):
+        await asyncio.wait_for(engine.undo(saga_id, budget=amends.Budget(seconds=60)), 10)
+    await engine.close()

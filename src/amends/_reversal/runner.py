@@ -171,18 +171,21 @@ class _Runner:
         progress hook; in an inline run, the run's end when it was the last (or failed)."""
         fut, ended = self.futures[p.step_id], self._ended
         try:
-            outcome = await self.inp.ports.watch_step(p, self._settle(p))
+            try:
+                outcome = await self.inp.ports.watch_step(p, self._settle(p))
+            except BaseException as exc:
+                fut.set_exception(exc)
+                raise
+            finally:
+                self.inp.meter.release(p.step_id)
+            fut.set_result(outcome)
+            progress = self.inp.ports.progress
+            if progress is not None:
+                progress(outcome)  # a hook that raises fails the run, as with gather
         except BaseException as exc:
-            fut.set_exception(exc)
             if ended is not None and not ended.done():
                 ended.set_exception(exc)  # the run's first error stops it, as gather's does
             raise
-        finally:
-            self.inp.meter.release(p.step_id)
-        fut.set_result(outcome)
-        progress = self.inp.ports.progress
-        if progress is not None:
-            progress(outcome)
         if ended is not None:
             self._left -= 1
             if not self._left and not ended.done():
