@@ -167,13 +167,17 @@ def test_a_crm_write_reads_its_record_in_its_own_transaction_not_a_nested_one() 
     """One transaction per CRM operation; the record it reads is the one it writes back."""
     world = World(seed=3)
     opened: list[int] = []
-    real = world.atomic
+    real = world.txn  # what world.atomic() returns: every vendor operation enters it
 
-    def counted() -> Any:
-        opened.append(1)
-        return real()
+    class Counted:
+        def __enter__(self) -> Any:
+            opened.append(1)
+            return real.__enter__()
 
-    world.atomic = counted  # type: ignore[method-assign]
+        def __exit__(self, *exc: Any) -> Any:
+            return real.__exit__(*exc)
+
+    world.txn = Counted()
     out = world.crm.update_field("acme", "stage", "won", if_value="negotiation")
     assert len(opened) == 1 and out["old"] == "negotiation"
     assert world.crm.read_field("acme", "stage") == "won" and len(opened) == 2

@@ -137,12 +137,6 @@ class SagaResult:
     """What the scripted cascading agent did after the undo (``cascading_apology``)."""
 
 
-def _resolve(value: Any, handles: dict[str, Step]) -> Any:
-    if isinstance(value, dict) and "$ref" in value:
-        return handles[value["$ref"]][value["key"]]
-    return value
-
-
 def _mutate(
     world: World, sc: Scenario, results: dict[str, Any], mutations: tuple[Mutation, ...]
 ) -> None:
@@ -286,7 +280,12 @@ async def _run_both(
                 async with eng.saga(f"eval {sc.ref} ({sc.family})", actor="agent:eval") as saga:
                     sagas.append(saga)
                     for spec in sc.steps:
-                        args = {k: _resolve(v, handles) for k, v in spec.args.items()}
+                        args: dict[str, Any] = {  # another step's result where it refers to one
+                            k: handles[v["$ref"]][v["key"]]
+                            if isinstance(v, dict) and "$ref" in v
+                            else v
+                            for k, v in spec.args.items()
+                        }
                         after = [handles[a] for a in spec.after]
                         more = {"undo_after": [handles[a] for a in spec.undo_after]}
                         handles[spec.step_id] = saga.call(

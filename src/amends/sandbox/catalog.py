@@ -13,9 +13,10 @@ ledger, which ignores keys: it names a probe that shows whether its reversal lan
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+import operator
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from amends import Call, Catalog
 
@@ -107,7 +108,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
             return fixed
 
         world_of = fixed_world
-    key_of = _key
+    key_of = _IDEMPOTENCY_KEY  # a C getter: no Python call per vendor write (issue 29)
 
     def tool(name: str, **kw: Any) -> Callable[[ToolFn], ToolFn]:
         kw.setdefault("describe", DESCRIBE.get(name))  # issue 17: steps as sentences
@@ -115,8 +116,20 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         def register(fn: ToolFn) -> ToolFn:
             @functools.wraps(fn)
             async def acted(call: Call, /, **args: Any) -> Any:
-                out = await fn(call, **args)
-                world_of().after_call(call)  # injected faults due once the tool has acted
+                world = world_of()
+                # its arguments bound first (a TypeError meets no fault); every tool here is a
+                # coroutine function
+                run = cast(Coroutine[Any, Any, Any], fn(call, **args))
+                faults = world.faults
+                if world.latency > 0 or faults._crash_at is not None or faults._faults:
+                    try:  # latency and injected faults before the vendor acts (World.gate);
+                        await world.gate(name)  # issue 29: no coroutine for it otherwise
+                    except BaseException:
+                        run.close()
+                        raise
+                out = await run
+                if world._after:  # injected faults due once the tool has acted (after_call)
+                    world.after_call(call)
                 return out
 
             catalog.register(name, acted, **kw)
@@ -129,7 +142,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def mail_send(call: Call, to: str, subject: str, body: str = "") -> dict[str, Any]:
         """Send an email now; delivered mail cannot be unsent."""
         world = world_of()
-        await world.gate("mail.send")
         msg = world.mail.send(to, subject, body, idempotency_key=key_of(call))
         call.acknowledge(
             who="the sender",
@@ -147,7 +159,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     ) -> dict[str, Any]:
         """Schedule an email; cancellable until its send-delay window elapses."""
         world = world_of()
-        await world.gate("mail.send_delayed")
         msg = world.mail.send_delayed(to, subject, body, delay=delay, idempotency_key=key_of(call))
         call.inverse("mail.cancel_scheduled", message_id=msg["id"])
         call.expect(
@@ -159,14 +170,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def mail_cancel_scheduled(call: Call, message_id: str) -> dict[str, Any]:
         """Stop a scheduled email before it is delivered (the inverse of mail.send_delayed)."""
         world = world_of()
-        await world.gate("mail.cancel_scheduled")
         return world.mail.cancel_scheduled(message_id, idempotency_key=key_of(call))
 
     @tool("mail.get_message", reversibility="read_only", timeout=timeout)
     async def mail_get_message(call: Call, message_id: str) -> dict[str, Any]:
         """Read a message's status: scheduled, delivered or cancelled."""
         world = world_of()
-        await world.gate("mail.get_message")
         return world.mail.get(message_id)
 
     # --- calendar -------------------------------------------------------------------------
@@ -182,7 +191,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Create an event and invite its attendees; cancelling notifies each of them (and, with
         ``announce``, posts to that channel, which logs it on CRM record ``log_to``)."""
         world = world_of()
-        await world.gate("calendar.create_event")
         event = world.calendar.create_event(title, start, attendees, idempotency_key=key_of(call))
         extra = {k: v for k, v in (("announce", announce), ("log_to", log_to)) if v}
         call.inverse("calendar.cancel_event", event_id=event["id"], **extra)
@@ -203,7 +211,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Cancel an event; a cancellation notice goes to every attendee. With ``announce``, a
         follow-up posts the cancellation to that channel (rule 7: it spends budget)."""
         world = world_of()
-        await world.gate("calendar.cancel_event")
         event = world.calendar.cancel_event(event_id, idempotency_key=key_of(call))
         if announce and call.phase == "compensate":
             text = f"'{event['title']}' ({event['start']}) is cancelled"
@@ -215,7 +222,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def calendar_get_event(call: Call, event_id: str) -> dict[str, Any]:
         """Read an event and its attendees' responses."""
         world = world_of()
-        await world.gate("calendar.get_event")
         return world.calendar.get(event_id)
 
     # --- CRM ------------------------------------------------------------------------------
@@ -231,7 +237,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     ) -> dict[str, Any]:
         """Set one field of a record, compare-and-set; its inverse writes the old value back."""
         world = world_of()
-        await world.gate("crm.update_field")
         before = world.crm.get(record_id)
         pre = call.precondition
         # rule 4: as an inverse, the vendor's compare-and-set enforces the expectation, so a
@@ -256,14 +261,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def crm_read_field(call: Call, record_id: str, field: str) -> Any:
         """Read one field of a record."""
         world = world_of()
-        await world.gate("crm.read_field")
         return world.crm.read_field(record_id, field)
 
     @tool("crm.get_record", reversibility="read_only", timeout=timeout)
     async def crm_get_record(call: Call, record_id: str) -> dict[str, Any]:
         """Read a whole record: fields, version, etag and notes."""
         world = world_of()
-        await world.gate("crm.get_record")
         return world.crm.get(record_id)
 
     @tool(
@@ -276,7 +279,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def crm_add_note(call: Call, record_id: str, text: str) -> dict[str, Any]:
         """Attach a note to a record; its inverse deletes that note."""
         world = world_of()
-        await world.gate("crm.add_note")
         note = world.crm.add_note(record_id, text, idempotency_key=key_of(call))
         call.inverse("crm.delete_note", record_id=record_id, note_id=note["id"])
         call.expect(
@@ -288,7 +290,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def crm_log_activity(call: Call, record_id: str, text: str) -> dict[str, Any]:
         """Append a line to a record's activity log; people read it, it is never rewritten."""
         world = world_of()
-        await world.gate("crm.log_activity")
         out = world.crm.log_activity(record_id, text, idempotency_key=key_of(call))
         if call.phase == "forward":
             call.acknowledge(
@@ -303,7 +304,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def crm_delete_note(call: Call, record_id: str, note_id: str) -> dict[str, Any]:
         """Delete a note (the inverse of crm.add_note)."""
         world = world_of()
-        await world.gate("crm.delete_note")
         return world.crm.delete_note(record_id, note_id, idempotency_key=key_of(call))
 
     # --- payments -------------------------------------------------------------------------
@@ -315,7 +315,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         ``deal``, the charge is under the finance lock: refundable only while the deal is open
         (declare ``saga.call(..., undo_after=[the step that closed it])``)."""
         world = world_of()
-        await world.gate("payments.charge")
         ch = world.payments.charge(
             customer,
             cents,
@@ -341,7 +340,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def payments_refund(call: Call, charge_id: str, cents: int) -> dict[str, Any]:
         """Refund a charge (at most once, never more than charged); settles in 3 business days."""
         world = world_of()
-        await world.gate("payments.refund")
         re = world.payments.refund(charge_id, cents, idempotency_key=key_of(call))
         # The settle date comes from the processor's answer, not from when the charge ran.
         call.residue(
@@ -356,14 +354,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def payments_get_charge(call: Call, charge_id: str) -> dict[str, Any]:
         """Read a charge: amount, refunded cents, dispute status."""
         world = world_of()
-        await world.gate("payments.get_charge")
         return world.payments.get_charge(charge_id)
 
     @tool("payments.wire", reversibility="reversible", timeout=timeout, idempotent=True)
     async def payments_wire(call: Call, to_account: str, cents: int) -> dict[str, Any]:
         """Send a wire; recallable inside its recall window, irreversible after it."""
         world = world_of()
-        await world.gate("payments.wire")
         wire = world.payments.wire(to_account, cents, idempotency_key=key_of(call))
         call.inverse("payments.recall_wire", wire_id=wire["id"])
         # rule 4: only a wire still in flight can be recalled; once its recall window has closed
@@ -375,14 +371,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def payments_recall_wire(call: Call, wire_id: str) -> dict[str, Any]:
         """Recall a wire inside its recall window (the inverse of payments.wire)."""
         world = world_of()
-        await world.gate("payments.recall_wire")
         return world.payments.recall_wire(wire_id, idempotency_key=key_of(call))
 
     @tool("payments.get_wire", reversibility="read_only", timeout=timeout)
     async def payments_get_wire(call: Call, wire_id: str) -> dict[str, Any]:
         """Read a wire: in_flight (recallable), completed or recalled."""
         world = world_of()
-        await world.gate("payments.get_wire")
         return world.payments.get_wire(wire_id)
 
     # --- chat -----------------------------------------------------------------------------
@@ -390,7 +384,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def chat_post(call: Call, channel: str, text: str) -> dict[str, Any]:
         """Post to a channel (members are notified); compensated by deleting the post."""
         world = world_of()
-        await world.gate("chat.post")
         msg = world.chat.post(channel, text, idempotency_key=key_of(call))
         call.inverse("chat.delete", message_id=msg["id"])
         call.expect("chat.get_message", {"message_id": msg["id"]}, equals=text, path="text")
@@ -413,7 +406,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def chat_edit(call: Call, message_id: str, text: str) -> dict[str, Any]:
         """Edit a message; its inverse edits the old text back."""
         world = world_of()
-        await world.gate("chat.edit")
         out = world.chat.edit(message_id, text, idempotency_key=key_of(call))
         call.inverse("chat.edit", message_id=message_id, text=out["old"])
         call.expect("chat.get_message", {"message_id": message_id}, equals=text, path="text")
@@ -426,7 +418,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Post an announcement (members are notified); as a follow-up, it asks for one more:
         logging the announcement on CRM record ``log_to`` (a nested follow-up, rule 7)."""
         world = world_of()
-        await world.gate("chat.announce")
         msg = world.chat.post(channel, text, idempotency_key=key_of(call))
         if call.phase == "follow_up" and log_to:
             call.follow_up("crm.log_activity", record_id=log_to, text=f"announced in {channel}")
@@ -443,14 +434,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def chat_delete(call: Call, message_id: str) -> dict[str, Any]:
         """Delete a message (the inverse of chat.post); its notifications stay seen."""
         world = world_of()
-        await world.gate("chat.delete")
         return world.chat.delete(message_id, idempotency_key=key_of(call))
 
     @tool("chat.get_message", reversibility="read_only", timeout=timeout)
     async def chat_get_message(call: Call, message_id: str) -> dict[str, Any]:
         """Read a message: text, status and who has seen it."""
         world = world_of()
-        await world.gate("chat.get_message")
         return world.chat.get(message_id)
 
     # --- docs -----------------------------------------------------------------------------
@@ -458,7 +447,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def docs_create_draft(call: Call, title: str, text: str) -> dict[str, Any]:
         """Create a private draft; its inverse deletes it without trace."""
         world = world_of()
-        await world.gate("docs.create_draft")
         doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
         call.inverse("docs.delete", doc_id=doc["id"])
         call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
@@ -471,7 +459,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def docs_create_private_note(call: Call, text: str) -> dict[str, Any]:
         """Create a private note (no one else can see, share or edit it); deleted on undo."""
         world = world_of()
-        await world.gate("docs.create_private_note")
         doc = world.docs.create_draft("Private note", text, private=True,
                                       idempotency_key=key_of(call))  # fmt: skip
         call.inverse("docs.delete", doc_id=doc["id"])
@@ -489,7 +476,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def docs_share(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Share a document (each person is notified); compensated by unsharing."""
         world = world_of()
-        await world.gate("docs.share")
         out = world.docs.share(doc_id, people, idempotency_key=key_of(call))
         added = out["added"]
         call.inverse("docs.unshare", doc_id=doc_id, people=added)
@@ -509,21 +495,18 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def docs_unshare(call: Call, doc_id: str, people: list[str]) -> dict[str, Any]:
         """Remove people's access to a document (the inverse of docs.share)."""
         world = world_of()
-        await world.gate("docs.unshare")
         return world.docs.unshare(doc_id, people, idempotency_key=key_of(call))
 
     @tool("docs.delete", reversibility="irreversible", timeout=timeout, idempotent=True)
     async def docs_delete(call: Call, doc_id: str) -> dict[str, Any]:
         """Delete a document (the inverse of docs.create_draft)."""
         world = world_of()
-        await world.gate("docs.delete")
         return world.docs.delete(doc_id, idempotency_key=key_of(call))
 
     @tool("docs.get", reversibility="read_only", timeout=timeout)
     async def docs_get(call: Call, doc_id: str) -> dict[str, Any]:
         """Read a document: text, status, who it is shared with."""
         world = world_of()
-        await world.gate("docs.get")
         return world.docs.get(doc_id)
 
     # --- ledger: a legacy vendor that ignores idempotency keys ------------------------------
@@ -531,7 +514,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def ledger_post(call: Call, account: str, cents: int, memo: str = "") -> dict[str, Any]:
         """Book an entry on an account; compensated by a reversing entry."""
         world = world_of()
-        await world.gate("ledger.post")
         entry = world.ledger.post(account, cents, memo)
         call.inverse("ledger.reverse", entry_id=entry["id"])
         call.expect("ledger.get_entry", {"entry_id": entry["id"]}, equals="posted", path="status")
@@ -549,14 +531,12 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def ledger_reverse(call: Call, entry_id: str) -> dict[str, Any]:
         """Book a reversing entry (the inverse of ledger.post); every request books one."""
         world = world_of()
-        await world.gate("ledger.reverse")
         return world.ledger.reverse(entry_id)
 
     @tool("ledger.get_entry", reversibility="read_only", timeout=timeout)
     async def ledger_get_entry(call: Call, entry_id: str) -> dict[str, Any]:
         """Read a ledger entry: posted or reversed."""
         world = world_of()
-        await world.gate("ledger.get_entry")
         return world.ledger.get_entry(entry_id)
 
     # --- SMS ------------------------------------------------------------------------------
@@ -564,7 +544,6 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
     async def sms_send(call: Call, to: str, text: str) -> dict[str, Any]:
         """Send a text message; it cannot be taken back."""
         world = world_of()
-        await world.gate("sms.send")
         msg = world.sms.send(to, text, idempotency_key=key_of(call))
         call.acknowledge(
             who="the sender",
@@ -584,9 +563,8 @@ def _resource_id(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
-def _key(call: Call) -> str:
-    """The vendor idempotency key for a call (stable across retries, crashes and processes)."""
-    return call.idempotency_key
+_IDEMPOTENCY_KEY: Callable[[Call], str] = operator.attrgetter("idempotency_key")
+"""The vendor idempotency key for a call (stable across retries, crashes and processes)."""
 
 
 def refund_settle_date(world: World) -> str:

@@ -134,13 +134,16 @@ def _freeze(value: Any) -> _Stored:
                 return _dumps(value)
             if tv in _SCALARS:
                 continue
-            if (tv is dict or tv is list) and _flat(v):  # one level more, if it is flat
-                if inner is None:
-                    inner = [k]
-                else:
-                    inner.append(k)
-                continue
-            return _dumps(value)
+            # one level more, if it is flat (_flat, inline: issue 29, a CRM record has two)
+            if tv is dict:
+                if not (set(map(type, v)) <= _STR_KEYS and set(map(type, v.values())) <= _SCALARS):
+                    return _dumps(value)
+            elif tv is not list or not set(map(type, v)) <= _SCALARS:
+                return _dumps(value)
+            if inner is None:
+                inner = [k]
+            else:
+                inner.append(k)
         if inner is None:
             return (value.copy(), ())
         private = value.copy()
@@ -380,7 +383,17 @@ class _Store:
         with self._lock:
             if self._db is None:
                 raw = self._mem.get(tbl, _EMPTY).get(key)
-                return _thaw(raw) if raw is not None else default
+                if raw is None:
+                    return default
+                if isinstance(raw, bytes):
+                    return _loads(raw)
+                value, inner = raw  # _thaw, inline (issue 29: ~160 reads per eval saga)
+                if inner is None:
+                    return value
+                out = value.copy()
+                for k in inner:
+                    out[k] = out[k].copy()
+                return out
             row = self._db.execute(
                 "SELECT value FROM kv WHERE tbl = ? AND key = ?", (tbl, key)
             ).fetchone()
@@ -421,16 +434,35 @@ class _Store:
     def write(
         self, puts: list[tuple[str, str, Any]], effects: list[dict[str, Any]] | None = None
     ) -> None:
-        """Apply ``puts`` and append ``effects`` atomically (one committed transaction)."""
+        """Apply ``puts`` and append ``effects`` atomically (one committed transaction).
+
+        ``effects`` are dicts made for this call: an in-memory store keeps one of str keys and
+        scalar values as it is (not copied), so the caller must not hold on to them."""
         effects = effects or []
         with self._lock:
             if self._db is None:
+                mem = self._mem
                 for tbl, key, value in puts:
                     # a response kept for an idempotent replay is read back only by a retry:
                     # encoding it costs less than checking it can be kept as a copy
                     kept = _dumps(value) if tbl == "idem" else _freeze(value)
-                    self._mem.setdefault(tbl, {})[key] = kept
-                self._effects.extend(map(_freeze, effects))
+                    rows = mem.get(tbl)
+                    if rows is None:
+                        rows = mem[tbl] = {}
+                    rows[key] = kept
+                kept_effects = self._effects
+                for e in effects:
+                    # made for this write and held by no one else (World.commit stamps a new
+                    # dict per effect; a world copy decodes its own): one of str keys and
+                    # scalar values is kept as it is, not copied again (issue 29)
+                    if (
+                        type(e) is dict
+                        and set(map(type, e.values())) <= _SCALARS
+                        and set(map(type, e)) <= _STR_KEYS
+                    ):
+                        kept_effects.append((e, ()))
+                    else:
+                        kept_effects.append(_freeze(e))
                 return
             db = self._db
             if self._depth:  # inside atomic(): its transaction commits
@@ -525,6 +557,9 @@ class World:
         self._rng: random.Random | None = None
         self._clock = clock
         self._store = store
+        self.txn: AbstractContextManager[Any] = store.atomic()
+        """What :meth:`atomic` returns (one object per world: issue 29, every vendor call
+        enters it, and asking the store each time was two calls more)."""
         self.faults = Faults()
         """Faults injected per tool; see :meth:`Faults.add`."""
         self.latency = 0.0
@@ -643,7 +678,7 @@ class World:
     def atomic(self) -> AbstractContextManager[Any]:
         """A context manager: one transaction (and this process's lock) around a vendor
         operation. Nested uses join the outer one."""
-        return self._store.atomic()
+        return self.txn
 
     async def gate(self, op: str) -> None:
         """Latency and faults for one call of tool ``op``; called before the vendor acts.
@@ -750,7 +785,7 @@ class World:
         """
         stamped: list[dict[str, Any]] = []
         if effects:
-            at = self.iso()  # one transaction, one time
+            at = _iso(self.now())  # one transaction, one time
             stamped = [{"at": at, **e} for e in effects]
         tag, call_no = _tag()  # numbers the call even without an effect: numbering unchanged
         for e in stamped:
@@ -758,10 +793,9 @@ class World:
             if tag is not None:
                 e.setdefault("tag", tag)
                 e.setdefault("call", call_no)
-        puts = list(puts)
         if idempotency_key and vendor:
-            puts.append(("idem", f"{vendor}:{idempotency_key}", response))
-        self._write(puts, stamped)
+            puts = [*puts, ("idem", f"{vendor}:{idempotency_key}", response)]
+        self._store.write(puts, stamped)
         if self._after:  # an act_then_raise fault of this call fires once this write committed
             key = id(current_call())
             if self._after.get(key) == "act_then_raise":
