@@ -8,6 +8,8 @@ crash point. The same ``(seed, index)`` always yields the same scenario, on ever
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -251,12 +253,20 @@ def _step(rng: random.Random, i: int, drawn: _Drawn) -> StepSpec:
     after: tuple[str, ...] = ()
     if prior and rng.random() < 0.45:  # fan-out: depend on one or two earlier steps
         after = tuple(sorted({rng.choice(prior).step_id for _ in range(rng.randint(1, 2))}))
-    kind = rng.choices(
-        ["update", "note", "read", "charge", "get_charge", "event", "chat_ref", "chat", "mail",
-         "delayed", "draft", "share", "edit", "wire", "sms", "ledger", "private", "careless"],
-        weights=[6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0],  # careless: its family
-    )[0]  # fmt: skip
+    # rng.choices(_KINDS, weights=...)[0], its cumulative weights summed once per process
+    # (issue 29: two lists and their sums per step): the same one draw of rng.random()
+    kind = _KINDS[bisect.bisect(_KIND_CUM, rng.random() * _KIND_TOTAL, 0, len(_KINDS) - 1)]
     return _kind_step(rng, kind, i, drawn, after)
+
+
+_KINDS = (
+    "update", "note", "read", "charge", "get_charge", "event", "chat_ref", "chat", "mail",
+    "delayed", "draft", "share", "edit", "wire", "sms", "ledger", "private", "careless",
+)  # fmt: skip
+_KIND_WEIGHTS = (6, 2, 1, 3, 1, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0)  # careless: its family
+"""What :func:`_step` draws a step's kind from, with these weights (``random.choices``)."""
+_KIND_CUM = list(itertools.accumulate(_KIND_WEIGHTS))
+_KIND_TOTAL = _KIND_CUM[-1] + 0.0
 
 
 def _kind_step(

@@ -681,7 +681,9 @@ class World:
         return self.txn
 
     async def gate(self, op: str) -> None:
-        """Latency and faults for one call of tool ``op``; called before the vendor acts.
+        """Latency and faults for one call of tool ``op``; called before the vendor acts
+        (``sandbox_catalog()``'s tools: by their wrapper, only when latency is set or a fault
+        or crash is pending, so with neither it would do nothing).
 
         Raises:
             TransientError: A ``transient`` fault was injected for ``op``.
