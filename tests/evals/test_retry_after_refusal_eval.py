@@ -58,7 +58,7 @@ FORWARD = {
 
 
 def test_the_generator_draws_refused_then_retried_and_in_doubt_then_blocked() -> None:
-    scs = [generate(2, K + len(FAMILIES) * j) for j in range(40)]
+    scs = [generate(2, K + len(FAMILIES) * j) for j in range(80)]
     assert {sc.family for sc in scs} == {"retry_after_refusal"}
     assert FAST_RETRY.max_attempts < REFUSED_TIMES  # transient to the end: refused
     seen: set[tuple[str, str]] = set()
@@ -67,8 +67,13 @@ def test_the_generator_draws_refused_then_retried_and_in_doubt_then_blocked() ->
         by_id = {s.step_id: s for s in sc.steps}
         for sid, kind, times in sc.step_faults:
             first = by_id[sid]
-            assert (kind, times) in {("permanent", 1), ("transient", 8), ("act_then_raise", 1)}
-            ends = "in_doubt" if kind == "act_then_raise" else "refused"
+            assert (kind, times) in {
+                ("permanent", 1), ("transient", 8), ("act_then_raise", 1),
+                ("raise_after_inverse", 1),
+            }  # fmt: skip
+            ends = {"act_then_raise": "in_doubt", "raise_after_inverse": "acted"}.get(
+                kind, "refused"
+            )
             later = sc.steps[sc.steps.index(first) + 1 :]
             on = first.args[_ON[first.tool]]
             retries = [s for s in later if s.tool == first.tool and s.args[_ON[s.tool]] == on
@@ -82,7 +87,8 @@ def test_the_generator_draws_refused_then_retried_and_in_doubt_then_blocked() ->
                 same = s.args.get("record_id") == first.args.get("record_id")
                 seen.add((ends, "chain" if same and s.tool == first.tool else f"after= {s.tool}"))
     tools = ("crm.update_field", "crm.add_note", "chat.edit", "docs.share")
-    for ends in ("refused", "in_doubt"):
+    # "acted" (f6b3004's class): failed for the agent after acting, logged done: the retry waits
+    for ends in ("refused", "in_doubt", "acted"):
         assert {(ends, t) for t in tools} <= seen, seen
         assert {(ends, "chain"), (ends, "corrected arguments"), (ends, "after= mail.send")} <= seen
 
@@ -209,3 +215,72 @@ def test_a_replay_shows_which_step_each_fault_hits(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     for sid, kind, times in sc.step_faults:
         assert f"forward fault on {sid}'s calls only: {kind} x{times}" in out
+
+
+def acted() -> Scenario:
+    """A write to r1 that acted and recorded its inverse, then raised (failed for the agent,
+    logged done), its retry, a note on r1 behind that retry, and a mail named ``after=`` it."""
+    steps = (
+        _upd("s1", "r1", "stage", "Won1"),
+        _upd("s2", "r1", "stage", "closed_won"),
+        StepSpec("s3", "crm.add_note", {"record_id": "r1", "text": "won"}),
+        StepSpec("s4", "mail.send", {"to": "ana@acme.test", "subject": "Won"}, ("s1",)),
+    )
+    faults = (("s1", "raise_after_inverse", 1),)
+    return Scenario(9, 1, "handmade", steps, step_faults=faults, records=copy.deepcopy(RECORDS))
+
+
+ACTED = {"s1": "failed", "s2": "skipped", "s3": "skipped", "s4": "skipped"}
+
+
+async def test_a_retry_behind_a_call_that_acted_then_raised_never_runs_and_it_is_undone() -> None:
+    """f6b3004's class in the eval: the first call is ``failed`` for the agent but its effect
+    stands (logged done, inverse recorded), so the retry on its record never runs, nor what
+    waits behind the retry; the undo puts the record back with the recorded inverse."""
+    r = await run_scenario(acted())
+    assert r.forward == ACTED
+    assert check(r) == {name: [] for name in check(r)}
+    report = r.reports[0]
+    assert [(o.step_id, o.state) for o in report.steps] == [
+        ("s1", StepState.REVERTED), ("s2", StepState.NOT_NEEDED), ("s3", StepState.NOT_NEEDED),
+        ("s4", StepState.NOT_NEEDED),
+    ]  # fmt: skip
+    assert report.status == "fully_reversed"
+    detail = {o.step_id: o.detail for o in report.steps}
+    assert detail["s2"] == "never ran: step s1 (crm.update_field) it waits for is failed"
+    assert detail["s3"] == "never ran: step s2 (crm.update_field) it waits for is skipped"
+    r1 = r.world["crm"]["records"]["r1"]
+    assert r1["fields"] == RECORDS["r1"] and r1["notes"] == {}
+    assert r.world["mail"]["messages"] == {}
+    forward = {e["tag"] for e in r.effects if e.get("tag", "").endswith(":forward")}
+    assert forward == {"s1:forward"}
+
+
+async def test_the_oracle_catches_a_retry_that_ran_behind_a_call_that_acted_then_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before f6b3004 a step ``failed`` for the agent counted as "no effect" whatever it had
+    logged, so the retry ran over the first call's write (a second effect on r1)."""
+    from amends import _outcome
+
+    def failed_means_nothing(step: Any) -> bool:
+        if step.state == "failed":
+            return True
+        return step.state == "skipped" and all(
+            d.state == "done" or failed_means_nothing(d) for d in step.deps
+        )
+
+    monkeypatch.setattr(_outcome, "_no_effect", failed_means_nothing)
+    r = await run_scenario(acted())
+    assert r.forward == {**ACTED, "s2": "done", "s3": "done"}
+    why2 = "it shares a resource with s1, which is failed and may have acted"
+    why3 = "it shares a resource with s2, which is skipped and may have acted"
+    said2, said3 = "reverted with crm.update_field", "reverted with crm.delete_note"
+    assert check(r)["forward"] == [
+        f"s2: the forward pass left it done, rule 9 says skipped ({why2})",
+        f"s2: the world shows an effect of a call that never ran ({why2})",
+        f"s2: the report says reverted ({said2!r}), not that it never ran ({why2})",
+        f"s3: the forward pass left it done, rule 9 says skipped ({why3})",
+        f"s3: the world shows an effect of a call that never ran ({why3})",
+        f"s3: the report says reverted ({said3!r}), not that it never ran ({why3})",
+    ]

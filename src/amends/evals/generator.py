@@ -63,7 +63,8 @@ more, the operator allows some tools and a person refuses some of the rest, and 
 budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`).
 ``retry_after_refusal`` is rule 9's retry (:func:`_retries`): a call on a record the vendor
 refuses, then the agent's retry of it on the same resource, which runs; or the first call's
-outcome is unknown (``in_doubt``) and the retry must never run."""
+outcome is unknown (``in_doubt``), or it failed for the agent after acting and recording its
+inverse, and the retry must never run."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -394,9 +395,12 @@ REFUSED_TIMES = 8
 """How many times a ``transient`` fault of the ``retry_after_refusal`` family fails its step:
 more than the eval's retry policy tries (``FAST_RETRY``, 5), so the vendor refuses it to the end
 (rule 9: failed, no effect), as a ``permanent`` fault does at once."""
-_FIRST_FAULTS = ("permanent", "permanent", "transient", "act_then_raise", "act_then_raise")
-"""How the first call of a retry pattern ends: refused (at once, or transient to the end), or
-``act_then_raise`` (the vendor acted, the answer was lost: ``in_doubt``, the retry must wait)."""
+_FIRST_FAULTS = ("permanent", "permanent", "transient", "act_then_raise", "raise_after_inverse")
+"""How the first call of a retry pattern ends: refused (at once, or transient to the end),
+``act_then_raise`` (the vendor acted, the answer was lost: ``in_doubt``, the retry must wait), or
+``raise_after_inverse`` (the tool acted and recorded its inverse, then raised: ``failed`` for the
+agent, but logged done, its effect standing: the retry must wait as behind an unknown outcome;
+it took the place of a second ``act_then_raise``, so every saga's steps are drawn as before)."""
 
 
 def _retries(

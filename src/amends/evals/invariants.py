@@ -140,10 +140,21 @@ class _Grouped:
         self.expected = _forward_outcomes(sc, self.waits)
 
 
-_ENDS = {"permanent": "failed", "act_then_raise": "in_doubt"}
-"""A step fault's kind -> how the forward call ends (rule 9): the vendor refused it, nothing
-happened (``failed``); the vendor acted and the answer was lost (``in_doubt``). ``transient``
-ends ``failed`` only when it outlasts the retry policy (else the step is ``done``)."""
+_ENDS = {"permanent": "failed", "act_then_raise": "in_doubt", "raise_after_inverse": "failed"}
+"""A step fault's kind -> how the forward call ends for the agent (rule 9): the vendor refused
+it, nothing happened (``failed``); the vendor acted and the answer was lost (``in_doubt``); the
+tool acted and recorded its inverse, then raised (``failed``, yet the effect stands: see
+:data:`_ACTED`). ``transient`` ends ``failed`` only when it outlasts the retry policy (else the
+step is ``done``)."""
+_ACTED = frozenset({"raise_after_inverse"})
+"""Fault kinds whose ``failed`` step acted all the same (rule 9: it recorded its inverse first,
+so it is logged done): it blocks a later step on its resource as an unknown outcome does, and
+the world must show its effect."""
+
+
+def acted_though_failed(sc: Scenario) -> frozenset[str]:
+    """The steps of ``sc`` that end ``failed`` for the agent although their effect stands."""
+    return frozenset(sid for sid, kind, _ in sc.step_faults if kind in _ACTED)
 
 
 def _forward_outcomes(
@@ -166,11 +177,12 @@ def _forward_outcomes(
         else:
             return None  # an outcome this oracle does not derive
     out: dict[str, tuple[str, str]] = {}
+    acted = acted_though_failed(sc)
 
     def no_effect(sid: str) -> bool:
         state = out[sid][0]
         named, shared = waits[sid]
-        return state == "failed" or (
+        return (state == "failed" and sid not in acted) or (
             state == "skipped" and all(out[d][0] == "done" or no_effect(d) for d in named | shared)
         )
 
@@ -497,10 +509,15 @@ def _check_forward(
     """Rule 9 on the forward pass: each step ended as :func:`_forward_outcomes` derives; one
     that must never have run (``skipped``) or was refused (``failed``) left no effect in the
     world, and a report listing a skipped step says it never ran."""
+    acted = acted_though_failed(r.scenario)
     for sid, (want, why) in expected.items():
         got = r.forward.get(sid)
         if got != want:
             out.append(f"{sid}: the forward pass left it {got}, rule 9 says {want} ({why})")
+        if sid in acted and want == "failed":
+            if f"{sid}:forward" not in tags:  # the fault fired after the tool acted
+                out.append(f"{sid}: the world shows no effect of a call that acted, then raised")
+            continue
         if want in ("skipped", "failed") and f"{sid}:forward" in tags:
             did = "never ran" if want == "skipped" else "the vendor refused"
             out.append(f"{sid}: the world shows an effect of a call that {did} ({why})")
