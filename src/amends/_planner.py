@@ -371,8 +371,11 @@ def undo_waits(
 
     ``steps`` are ``(step_id, forward deps, undo_after)`` in call order (a step's deps come
     before it). Forward edges reversed: a step's inverse waits for the inverses of every step
-    that depends on it. A declaration ``undo_after=[o]`` on ``s`` replaces the reversed forward
-    edge between the two: ``s`` waits for ``o``, ``o`` no longer waits for ``s``. A step that
+    that depends on it, directly or through other steps. A declaration ``undo_after=[o]`` on
+    ``s`` replaces the reversed forward edge between the two: ``s`` waits for ``o``, ``o`` no
+    longer waits for ``s``; every other step that ``s`` depends on still waits for ``s``, also
+    one it depends on only through ``o`` (the finance lock: the deal's delete still waits for
+    the refund of its charge, made after the close that the refund waits for). A step that
     appears in its own set is on a cycle (see :func:`undo_cycle`).
     """
     items = list(steps)
@@ -390,7 +393,9 @@ def undo_waits(
     declared = [(sid, o) for sid, _, after in items for o in after]
     if not declared:
         return waits
-    direct: dict[str, set[str]] = {sid: set(dependents.get(sid, ())) for sid in waits}
+    # the forward waits, transitive, less the declared pairs: a declaration replaces the edge
+    # between its two steps only, never what the rest of the graph orders through them
+    direct: dict[str, set[str]] = {sid: set(w) for sid, w in waits.items()}
     for sid, o in declared:
         direct.setdefault(o, set()).discard(sid)
         direct.setdefault(sid, set()).add(o)

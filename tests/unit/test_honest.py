@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -546,6 +547,8 @@ class Finance:
     def __init__(self) -> None:
         self.deals: dict[str, dict[str, Any]] = {}
         self.ops: list[str] = []
+        self.refund_wait = 0.0
+        """Seconds the processor takes to answer a refund (0: at once)."""
 
     def catalog(self) -> amends.Catalog:
         catalog = amends.Catalog()
@@ -592,6 +595,8 @@ class Finance:
 
         @catalog.tool("deal.refund", reversibility="irreversible")
         async def refund(call: amends.Call, deal: str, cents: int) -> None:
+            if f.refund_wait:
+                await asyncio.sleep(f.refund_wait)
             if f.deals[deal]["status"] == "closed":
                 raise amends.PermanentError(f"deal {deal} is closed: reopen it before refunding")
             f.deals[deal]["charged"] = 0
@@ -636,6 +641,49 @@ async def test_finance_lock_undo_order_differs_from_forward_order(declared: bool
         assert report.step("s2").state is StepState.BLOCKED
         assert report.status == "cannot_undo"
     await engine.close()
+
+
+@pytest.mark.parametrize("log", ["memory", "file"])
+async def test_the_deals_delete_waits_for_the_refund_its_charge_declared_after_the_reopen(
+    log: str, tmp_path: Path
+) -> None:
+    """Rule 3: the charge depends on the create through the close; ``undo_after=[close]``
+    replaces only the edge between the charge and the close, so the create's inverse (delete)
+    still waits for the charge's (refund). With a processor that takes its time to refund,
+    the delete ran during the refund's wait and was refused (an unrefunded charge): the plan
+    ordered delete after reopen only."""
+    f = Finance()
+    f.refund_wait = 0.05
+    where = ":memory:" if log == "memory" else str(tmp_path / "finance.db")
+    engine = amends.Engine(f.catalog(), log=amends.SqliteLog(where))
+    async with engine.saga("finance lock, a slow refund") as saga:
+        create = saga.call("deal.create", deal="d1")
+        close = saga.call("deal.close", deal="d1", after=[create])
+        saga.call("deal.charge", deal="d1", cents=700, after=[close], undo_after=[close])
+    preview = await engine.preview(saga.id)
+    report = await engine.undo(saga.id)
+    assert f.ops[3:] == ["reopen d1", "refund d1", "delete d1"]
+    assert [s.state for s in report.steps] == [
+        StepState.REVERTED,
+        StepState.REVERTED,
+        StepState.COMPENSATED,
+    ]
+    assert [s.predicted for s in preview.steps] == [s.state for s in report.steps]
+    assert f.deals == {}
+    await engine.close()
+
+
+def test_undo_waits_keep_what_a_declaration_does_not_replace() -> None:
+    """The declared pair swaps; every other pair the forward graph orders, directly or through
+    the declared step, keeps its order (rule 3)."""
+    from amends._planner import undo_waits
+
+    finance = [("s1", (), ()), ("s2", ("s1",), ()), ("s3", ("s2",), ("s2",))]
+    assert undo_waits(finance) == {"s1": {"s2", "s3"}, "s2": set(), "s3": {"s2"}}
+    chain = [("a", (), ()), ("b", ("a",), ()), ("c", ("b",), ("b",)), ("d", ("c",), ())]
+    assert undo_waits(chain) == {"a": {"b", "c", "d"}, "b": {"d"}, "c": {"b", "d"}, "d": set()}
+    undeclared = [(sid, deps, ()) for sid, deps, _ in chain]
+    assert undo_waits(undeclared) == {"a": {"b", "c", "d"}, "b": {"c", "d"}, "c": {"d"}, "d": set()}
 
 
 async def test_an_undo_order_cycle_is_refused_when_the_step_is_called() -> None:

@@ -177,7 +177,8 @@ class Scenario:
     (``Faults.add(step=...)``): the oracle knows which step each one hits."""
     mutations: tuple[Mutation, ...] = ()
     reversal_faults: tuple[tuple[str, str, int], ...] = ()
-    """(tool, fault kind, times) active during the reversal."""
+    """(tool, fault kind, times) active during the reversal; ``slow`` answers after
+    :data:`amends.evals.runner.SLOW_ANSWER` seconds, then acts."""
     requests: str = "single"
     """single, repeated (sequential) or concurrent undo requests."""
     n_requests: int = 1
@@ -563,6 +564,8 @@ def generate(seed: int, index: int) -> Scenario:
         steps = _with(rng, steps, ("finance_lock",) * rng.randint(1, 2))
         if rng.random() < 0.3:
             kw["mutations"] = _mutations(rng, steps, rng.randint(1, 2))
+        if rng.random() < 0.5:  # a processor slow to refund: what must wait for it, waits
+            kw["reversal_faults"] = (("payments.refund", "slow", 1),)
     if family == "no_expectation":  # rule 4: a careless tool, a private note
         steps = _with(rng, steps, ("careless", "private"))
         careless = [s for s in steps if s.tool == "careless.update_field"]

@@ -128,13 +128,16 @@ class _Grouped:
             self.waits[s.step_id] = (named, deps - named)
             for d in deps:
                 need[d].add(s.step_id)
-            need[s.step_id] |= set(s.undo_after)
-            for d in deps - set(s.undo_after):
                 direct[d].add(s.step_id)
-        for s in sc.steps:  # rule 3: undo_after replaces the reversed forward edge between the two
+            need[s.step_id] |= set(s.undo_after)
+        # rule 3: a step's inverse waits for those of every step depending on it, directly or
+        # not; undo_after replaces the reversed forward edge between its two steps only
+        waits = {sid: _closure(direct, direct[sid]) for sid in ids}
+        for s in sc.steps:
             for first in s.undo_after:
-                direct[s.step_id].add(first)
-        self.dependents = {sid: _closure(direct, direct[sid]) for sid in direct}
+                waits[first].discard(s.step_id)
+                waits[s.step_id].add(first)
+        self.dependents = {sid: _closure(waits, waits[sid]) for sid in ids}
         self.scope = _closure(need, sc.select) if sc.select else set(ids)
         self.tools = {s.step_id: s.tool for s in sc.steps}
         self.expected = _forward_outcomes(sc, self.waits)

@@ -58,6 +58,9 @@ EVAL_TIMEOUT = 10.0
 STALL_HOLD = EVAL_TIMEOUT - 1.0
 """The most a stalled forward call is held, should nothing cut it (it is cut once the undo has
 answered, or ``Scenario.stall_seconds`` after the undo was asked): inside the tool timeout."""
+SLOW_ANSWER = 0.02
+"""Seconds a ``slow`` reversal fault holds its call before it acts (the undo_order family's
+processor slow to refund): long enough for whatever does not wait for it to run first."""
 
 _CATALOG: list[Catalog] = []
 
@@ -379,7 +382,8 @@ def _selected(sc: Scenario) -> dict[str, Any]:
 def previewable(sc: Scenario) -> bool:
     """Whether the world stays as the preview saw it until undo runs (rule 10's condition): no
     fault injected into the reversal, no crash, no stalled step, nobody acting meanwhile."""
-    return not (sc.reversal_faults or sc.crash is not None or sc.stall or sc.recovery_mutations)
+    changes = any(kind != "slow" for _, kind, _ in sc.reversal_faults)  # slow: as asked, later
+    return not (changes or sc.crash is not None or sc.stall or sc.recovery_mutations)
 
 
 async def _predict(
@@ -404,7 +408,8 @@ async def _reversal(
     results: dict[str, Any],
 ) -> SagaResult:
     for tool, kind, times in sc.reversal_faults:
-        world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+        delay = SLOW_ANSWER if kind == "slow" else 0.0
+        world.faults.add(tool, kind, times=times, delay=delay)  # type: ignore[arg-type]
     if sc.crash:
         world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1], op=sc.crash_op)
     with use_world(world):
