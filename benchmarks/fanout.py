@@ -110,7 +110,7 @@ def budget(loop: asyncio.AbstractEventLoop, engine: amends.Engine, k: int) -> di
         _counting(loop, "call_soon_threadsafe", counts, "writer-thread wake-ups"),
         _counting(records, "dumps", counts, "JSON encodes"),
         _counting(sql, "dumps", counts, "JSON encodes"),
-        _counting(sql, "chain_hash_kept", counts, "chain hashes"),
+        _counting(sql, "chain_hash", counts, "chain hashes"),
         _counting(db, "_commit", counts, "commits"),
     ):
         gc.callbacks.append(on_gc)

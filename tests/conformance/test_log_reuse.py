@@ -18,14 +18,16 @@ from typing import Any
 import pytest
 
 import amends
-from amends._log import SqliteLog, records
+from amends._log import SqliteLog, records, sql
 from amends._log.base import CompensationWrite, StepFinish, StepIntent
 
 NOW = 1_800_000_000.0
 
 
 class _Counted:
-    """Calls of one function of :mod:`amends._log.records` (the decoder or the chain hash)."""
+    """Calls of one function of :mod:`amends._log.records` (the decoder or the chain hash),
+    from that module and from :mod:`amends._log.sql`, which appends with its own import of
+    the chain hash."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
         self.n = 0
@@ -36,6 +38,8 @@ class _Counted:
             return real(*args, **kwargs)
 
         monkeypatch.setattr(records, name, counted)
+        if getattr(sql, name, None) is real:
+            monkeypatch.setattr(sql, name, counted)
 
     def take(self) -> int:
         n, self.n = self.n, 0
@@ -78,7 +82,7 @@ async def _begin(log: SqliteLog, saga_id: str, step_id: str, seq: int) -> bool:
 
 
 def _written_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forget what this process hashed when it appended records (``records.chain_hash_kept``),
+    """Forget what this process hashed when it appended records (``records.chain_hash``, keep),
     as a process that did not write them would."""
     monkeypatch.setattr(records, "_HASHED", [{}, {}])
 

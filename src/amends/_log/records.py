@@ -37,7 +37,6 @@ __all__ = [
     "RESOLVED",
     "cap_result",
     "chain_hash",
-    "chain_hash_kept",
     "chain_hash_v1",
     "compensation_text",
     "dumps",
@@ -119,6 +118,7 @@ def chain_hash(
     kind: str,
     at: float,
     data_text: str,
+    keep: bool = False,
 ) -> str:
     """The hash of one record, chained to the previous record of its saga (rule 11).
 
@@ -131,6 +131,14 @@ def chain_hash(
     way only: each text is length-prefixed (``~`` for none) and ``at`` is its 8 IEEE-754 bytes,
     so no two records give the same message. It starts ``amends.chain.2|``; records written
     before hash a JSON list (``[``...), checked by :func:`chain_hash_v1`.
+
+    ``keep``: a record this process appends (``sql._append``) is remembered with the fields it
+    was computed from, so that rule 12's check of the saga (before its undo, its report)
+    compares the row it reads with those fields instead of hashing it again (issue 29: ~5 % of a
+    compensation). Only a row equal in every hashed field to what was hashed here counts
+    (:func:`_hashed_here`): an edited row (any field, or its hash) is hashed again, so an edit
+    is found as before. A flag, not a second function calling this one: issue 29, a Python call
+    per record on the log's writer thread.
     """
     # the fields' framing inline, not through _field (issue 29: two calls per record)
     step = "~" if step_id is None else f"{len(step_id)}:{step_id}"
@@ -138,36 +146,13 @@ def chain_hash(
     head = (
         f"amends.chain.2|{len(prev)}:{prev}|{len(saga_id)}:{saga_id}|{step}|{rev}|"
         f"{len(kind)}:{kind}|"
-    ).encode() + _PACK_AT(float(at))
-    body = data_text.encode()
-    if key:
-        mac = hmac.new(key, head, hashlib.sha256)
-        mac.update(body)
-        return mac.hexdigest()
-    digest = hashlib.sha256(head)
-    digest.update(body)
-    return digest.hexdigest()
-
-
-_PACK_AT = struct.Struct("<d").pack
-
-
-def chain_hash_kept(
-    key: bytes | None,
-    prev: str,
-    saga_id: str,
-    step_id: str | None,
-    reversal_id: str | None,
-    kind: str,
-    at: float,
-    data_text: str,
-) -> str:
-    """:func:`chain_hash` of a record this process appends, remembered with the fields it was
-    computed from, so that rule 12's check of the saga (before its undo, its report) compares
-    the row it reads with those fields instead of hashing it again (issue 29: ~5 % of a
-    compensation). Only a row equal in every hashed field to what was hashed here counts:
-    an edited row (any field, or its hash) is hashed again, so an edit is found as before."""
-    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, kind, at, data_text)
+    ).encode()
+    # the message joined once and hashed in one call: no hash object's update, and a keyed
+    # hash by OpenSSL's one-shot HMAC, not an hmac.HMAC object (issue 29, per record)
+    msg = b"".join((head, _PACK_AT(float(at)), data_text.encode()))
+    digest = hmac.digest(key, msg, _SHA256).hex() if key else _SHA256(msg).hexdigest()
+    if not keep:
+        return digest
     new = _HASHED[0]
     new[digest] = (key, prev, saga_id, step_id, reversal_id, kind, at, data_text)
     if len(new) >= _HASHED_KEPT:
@@ -176,17 +161,22 @@ def chain_hash_kept(
     return digest
 
 
+_PACK_AT = struct.Struct("<d").pack
+_SHA256 = hashlib.sha256
+
+
 _HASHED: list[dict[str, tuple[Any, ...]]] = [{}, {}]
-"""Hash -> the fields :func:`chain_hash_kept` hashed into it: the newer half, then the older.
-A dict's set and get are atomic, so the writer threads of file logs share it without a lock (a
-race can lose an entry: that record is then only hashed again)."""
+"""Hash -> the fields :func:`chain_hash` hashed into it with ``keep``: the newer half, then
+the older. A dict's set and get are atomic, so the writer threads of file logs share it
+without a lock (a race can lose an entry: that record is then only hashed again)."""
 _HASHED_KEPT = 4096
 """Records per half of :data:`_HASHED` (each holds references to its record's text: a few MB
 at most)."""
 
 
 def _hashed_here(digest: str, fields: tuple[Any, ...]) -> bool:
-    """:func:`chain_hash_kept` computed ``digest`` from exactly ``fields`` (in this process)."""
+    """:func:`chain_hash` with ``keep`` computed ``digest`` from exactly ``fields`` (in this
+    process)."""
     new, old = _HASHED
     kept = new.get(digest)
     if kept is None:

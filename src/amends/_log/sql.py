@@ -45,7 +45,7 @@ from .records import (
     FINISH,
     INTENT,
     RESOLVED,
-    chain_hash_kept,
+    chain_hash,
     compensation_text,
     dumps,
     event_data,
@@ -105,10 +105,12 @@ def _append(
 
     A write whose one change is this append, its last statement, says so to the database
     (``one_change=True``: issue 29, an in-memory log then runs it without BEGIN and COMMIT)."""
-    if prev is None:
-        prev = _head(tx, saga_id)
+    if prev is None:  # the transaction's cache first, without _head's call (issue 29)
+        prev = tx.cache.get(saga_id)
+        if prev is None:
+            prev = _head(tx, saga_id)
     hashed = f"{kind}#{phase}" if phase else kind  # hkind(kind, phase), without the call
-    digest = chain_hash_kept(key, prev, saga_id, step_id, reversal_id, hashed, now, text)
+    digest = chain_hash(key, prev, saga_id, step_id, reversal_id, hashed, now, text, True)
     if reversal_id is None:  # issue 29: no None bound (see INSERT_FORWARD)
         tx.execute(INSERT_FORWARD, (saga_id, step_id, kind, phase, now, text, prev, digest))
     else:

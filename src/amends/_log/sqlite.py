@@ -109,15 +109,13 @@ class _Cursor:
         self.appended: set[str] = set()
         """Sagas this transaction appended to (kept across a savepoint rollback: a superset is
         harmless, :func:`write_heads` reads a head again when the cache lost it)."""
+        self.appended_to = self.appended.add  # Tx's method, the set's own (issue 29: no frame)
         self.hold = False
         """Issue 29: hold runs of record appends (``RECORD_INSERTS``) for one ``executemany``
         before the next other statement or COMMIT (``flush``); only in a batch without
         savepoints: a failing append fails it, and it runs again one savepoint a write, unheld."""
         self._held: str | None = None
         self._rows: list[Sequence[Any]] = []
-
-    def appended_to(self, saga_id: str) -> None:
-        self.appended.add(saga_id)
 
     def flush(self) -> None:
         if (held := self._held) is not None:
@@ -147,14 +145,13 @@ class _Cursor:
 # (the write, the event loop of its awaiter or None for a blocking caller, the future to settle,
 # roughly how many bytes it writes)
 _Job = tuple[Callable[[Tx], Any], asyncio.AbstractEventLoop | None, Any, int]
-_Outcome = tuple[Any, bool, Any]  # (future, ok, value or exception)
 
 
-def _resolve(outcomes: list[_Outcome]) -> None:
-    """Settle asyncio futures on their own loop; skip those whose awaiter was cancelled
-    (the write itself still stands)."""
-    for fut, ok, value in outcomes:
-        if fut.done():
+def _resolve(own: asyncio.AbstractEventLoop, settled: list[tuple[_Job, bool, Any]]) -> None:
+    """Settle the batch's asyncio futures of loop ``own``, on it; skip those whose awaiter was
+    cancelled (the write itself still stands)."""
+    for (_fn, loop, fut, _size), ok, value in settled:
+        if loop is not own or fut.done():
             continue
         if ok:
             fut.set_result(value)
@@ -163,22 +160,22 @@ def _resolve(outcomes: list[_Outcome]) -> None:
 
 
 def _settle_all(settled: list[tuple[_Job, bool, Any]]) -> None:
-    """One wake-up per event loop per batch, not one per write (group commit's other half)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for (_fn, loop, fut, _size), ok, value in settled:
-        if loop is None:
-            try:
-                if ok:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(value)
-            except concurrent.futures.InvalidStateError:
-                pass  # a cancelled blocking caller must not kill the writer thread
-        else:
-            by_loop.setdefault(loop, []).append((fut, ok, value))
-    for loop, outcomes in by_loop.items():
+    """One wake-up per event loop per batch, not one per write (group commit's other half);
+    each loop is handed the whole batch (issue 29: no list per loop built here, write by write)."""
+    for loop in {job[1] for job, _ok, _value in settled}:
+        if loop is None:  # blocking callers' futures, settled here
+            for (_fn, own, fut, _size), ok, value in settled:
+                if own is None:
+                    try:
+                        if ok:
+                            fut.set_result(value)
+                        else:
+                            fut.set_exception(value)
+                    except concurrent.futures.InvalidStateError:
+                        pass  # a cancelled blocking caller must not kill the writer thread
+            continue
         try:
-            loop.call_soon_threadsafe(_resolve, outcomes)
+            loop.call_soon_threadsafe(_resolve, loop, settled)
         except RuntimeError:
             pass  # that loop is closed: nobody is waiting any more
 
@@ -436,9 +433,9 @@ class _SqliteDatabase(Database):
         one savepoint per write, so that the failing write never takes its neighbours down.
         Write functions only touch the database, so re-running them is safe.
         """
-        if len(batch) > 1:
+        if len(batch) > 1:  # unheld, a write that fails fails the whole batch: one test
             fast = self._transaction(batch, savepoints=False)
-            if all(ok for _job, ok, _value in fast):
+            if fast[0][1]:
                 return fast
         return self._transaction(batch, savepoints=len(batch) > 1)
 
@@ -520,15 +517,15 @@ class _SqliteDatabase(Database):
         conn = self._connection
         cur = self._write_cursor()
         cur.hold = not savepoints
-        outcomes: list[tuple[bool, Any]] = []
+        settled: list[tuple[_Job, bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for i, (fn, _loop, _fut, _size) in enumerate(batch):
+                for i, job in enumerate(batch):
                     if savepoints:
                         conn.execute(f"SAVEPOINT w{i}")
                     try:
-                        value = fn(cur)
+                        value = job[0](cur)
                     except Exception as exc:
                         err = translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
                         if not savepoints:
@@ -539,11 +536,11 @@ class _SqliteDatabase(Database):
                         conn.execute(f"ROLLBACK TO w{i}")
                         conn.execute(f"RELEASE w{i}")
                         cur.cache.clear()  # heads written by the rolled-back write are gone
-                        outcomes.append((False, err))
+                        settled.append((job, False, err))
                         continue
                     if savepoints:
                         conn.execute(f"RELEASE w{i}")
-                    outcomes.append((True, value))
+                    settled.append((job, True, value))
                 cur.flush()
                 if conn.in_transaction:
                     self._commit_heads(cur, conn.execute)
@@ -556,7 +553,7 @@ class _SqliteDatabase(Database):
             return [(job, False, err) for job in batch]
         except BaseException as exc:
             return [(job, False, exc) for job in batch]
-        return [(job, ok, value) for job, (ok, value) in zip(batch, outcomes, strict=True)]
+        return settled
 
     def _check_open(self) -> None:
         if self._closed:
