@@ -676,7 +676,7 @@ async def test_the_deals_delete_waits_for_the_refund_its_charge_declared_after_t
 def test_undo_waits_keep_what_a_declaration_does_not_replace() -> None:
     """The declared pair swaps; every other pair the forward graph orders, directly or through
     the declared step, keeps its order (rule 3)."""
-    from amends._planner import undo_waits
+    from amends._planner import undo_cycle, undo_waits
 
     finance = [("s1", (), ()), ("s2", ("s1",), ()), ("s3", ("s2",), ("s2",))]
     assert undo_waits(finance) == {"s1": {"s2", "s3"}, "s2": set(), "s3": {"s2"}}
@@ -684,6 +684,12 @@ def test_undo_waits_keep_what_a_declaration_does_not_replace() -> None:
     assert undo_waits(chain) == {"a": {"b", "c", "d"}, "b": {"d"}, "c": {"b", "d"}, "d": set()}
     undeclared = [(sid, deps, ()) for sid, deps, _ in chain]
     assert undo_waits(undeclared) == {"a": {"b", "c", "d"}, "b": {"c", "d"}, "c": {"d"}, "d": set()}
+    # two swaps in a row: c's inverse must still land before a's (c depends on a through b),
+    # while the declarations put a's before b's before c's: no order is safe, so it is refused
+    swaps = [("a", (), ()), ("b", ("a",), ("a",)), ("c", ("b",), ("b",))]
+    assert undo_cycle(swaps) == ["a", "b", "c"]
+    both = [*swaps[:2], ("c", ("b",), ("b", "a"))]  # c also declares it waits for a: an order
+    assert undo_cycle(both) == [] and undo_waits(both)["c"] == {"a", "b"}
 
 
 async def test_an_undo_order_cycle_is_refused_when_the_step_is_called() -> None:
@@ -933,28 +939,30 @@ async def test_concurrent_resume_requests_join_one_continuation(
 # --- rule 3, property: any declarations on any DAG ------------------------------------------
 
 
+def _reachable(edges: dict[int, set[int]], i: int) -> set[int]:
+    seen: set[int] = set()
+    todo = list(edges[i])
+    while todo:
+        j = todo.pop()
+        if j not in seen:
+            seen.add(j)
+            todo.extend(edges[j])
+    return seen
+
+
 def _oracle_waits(deps: dict[int, list[int]], after: dict[int, list[int]]) -> dict[int, set[int]]:
-    """Independent statement of rule 3: reversed forward edges, each declared pair flipped,
-    then everything reachable."""
-    direct: dict[int, set[int]] = {i: set() for i in deps}
+    """Independent statement of rule 3: each step waits for every step depending on it, directly
+    or through others; each declared pair flipped (that pair alone); then everything reachable."""
+    forward: dict[int, set[int]] = {i: set() for i in deps}
     for t, ds in deps.items():
         for d in ds:
-            direct[d].add(t)
+            forward[d].add(t)
+    direct = {i: _reachable(forward, i) for i in forward}
     for s, os_ in after.items():
         for o in os_:
             direct[o].discard(s)
             direct[s].add(o)
-    out: dict[int, set[int]] = {}
-    for i in direct:
-        seen: set[int] = set()
-        todo = list(direct[i])
-        while todo:
-            j = todo.pop()
-            if j not in seen:
-                seen.add(j)
-                todo.extend(direct[j])
-        out[i] = seen
-    return out
+    return {i: _reachable(direct, i) for i in direct}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
