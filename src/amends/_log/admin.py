@@ -111,7 +111,10 @@ class AdminQueries:
     async def verify(self, saga_id: str | None = None) -> list[ChainProblem]:
         key = self.signing_key
         reads = self.reads
-        return await self.db.read(lambda tx: _verify_tx(tx, key, saga_id, reads))
+        if saga_id is None:
+            return await self.db.read(lambda tx: _verify_tx(tx, key, None, reads))
+        untouched = self.db.untouched  # taken inside the read, as it runs (issue 29)
+        return await self.db.read(lambda tx: _verify_one(tx, key, saga_id, reads, untouched()))
 
     async def health(self, now: float) -> LogHealth:
         def fn(tx: Tx) -> LogHealth:
@@ -191,9 +194,17 @@ def _verify_tx(
     return problems
 
 
-def _verify_one(tx: Tx, key: bytes | None, saga_id: str, reads: SagaCache) -> list[ChainProblem]:
+def _verify_one(
+    tx: Tx, key: bytes | None, saga_id: str, reads: SagaCache, mark: object | None = None
+) -> list[ChainProblem]:
     """:func:`_verify_tx` for one saga: its rows read as they are checked (no saga id column
-    to split them by, issue 29), the records found intact kept in ``reads``."""
+    to split them by, issue 29), the records found intact kept in ``reads``.
+
+    ``mark`` (:meth:`Database.untouched`, issue 29): equal to the mark of this saga's last
+    check that found it intact, nothing but the log's own SQL changed the database since, and
+    the check is skipped: no SELECT, no comparison."""
+    if mark is not None and reads.untouched_since(saga_id, mark):
+        return []
     records = tx.execute(f"SELECT {_REC} FROM records WHERE saga_id=? ORDER BY rec_id", (saga_id,))
     saga_row = tx.execute(f"SELECT {_SAGA} FROM sagas WHERE saga_id=?", (saga_id,))
     rev = tx.execute(f"SELECT {_REV} FROM reversals WHERE saga_id=?", (saga_id,))
@@ -206,7 +217,9 @@ def _verify_one(tx: Tx, key: bytes | None, saga_id: str, reads: SagaCache) -> li
         reads.verified(saga_id, records),
     )
     if records and not problems:
-        reads.keep_verified(saga_id, records)
+        reads.keep_verified(saga_id, records, mark)
+    elif problems:
+        reads.drop_mark(saga_id)  # checked in full until found intact again
     return problems
 
 

@@ -41,6 +41,7 @@ class SagaCache:
         self._lock = threading.Lock()  # file logs read on worker threads
         self._folded: dict[str, tuple[list[tuple[Any, ...]], Folded]] = {}
         self._verified: dict[str, list[tuple[Any, ...]]] = {}
+        self._marks: dict[str, object] = {}
 
     def fold(self, saga_id: str, rows: Rows) -> Folded:
         """The saga's steps and resolutions from its step records (``rows``, as
@@ -65,9 +66,24 @@ class SagaCache:
             return 0
         return n
 
-    def keep_verified(self, saga_id: str, records: Rows) -> None:
-        """``records`` (the saga's whole history) verified intact: rule 12 found nothing."""
+    def keep_verified(self, saga_id: str, records: Rows, mark: object | None = None) -> None:
+        """``records`` (the saga's whole history) verified intact: rule 12 found nothing;
+        ``mark`` is the log's :meth:`~amends._log.database.Database.untouched` then."""
         self._store(self._verified, saga_id, list(records))
+        if mark is None:
+            self.drop_mark(saga_id)
+        else:
+            self._store(self._marks, saga_id, mark)
+
+    def drop_mark(self, saga_id: str) -> None:
+        """The saga's next check runs in full (it found a problem, or the log has no mark)."""
+        with self._lock:
+            self._marks.pop(saga_id, None)
+
+    def untouched_since(self, saga_id: str, mark: object) -> bool:
+        """The saga was found intact when the log's mark was ``mark``: with the mark unchanged,
+        nothing but the log's own SQL changed the database since (issue 29)."""
+        return self._marks.get(saga_id) == mark
 
     def _store(self, where: dict[str, Any], saga_id: str, value: Any) -> None:
         with self._lock:

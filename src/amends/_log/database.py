@@ -73,6 +73,13 @@ class Database(ABC):
     @abstractmethod
     async def read(self, fn: Callable[[Tx], T]) -> T: ...
 
+    def untouched(self) -> object | None:
+        """Issue 29: called inside a read, a mark equal to one taken at an earlier read only
+        if nothing but this log object's own SQL changed the database between (rule 12's check
+        of a saga verified then may be skipped); ``None`` when the backend cannot prove that
+        cheaply (a file another process may write, PostgreSQL): check in full."""
+        return None
+
     @abstractmethod
     async def close(self) -> None: ...
 

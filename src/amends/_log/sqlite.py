@@ -17,7 +17,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import quote
@@ -28,9 +28,10 @@ from .._errors import (
     LogLockedError,
     LogReadOnlyError,
 )
-from .database import RECORD_INSERTS, take_batch
+from .database import take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
+from .sqlite_cursor import Cursor as _Cursor
 
 __all__ = ["SqliteLog", "switch_to_wal"]
 
@@ -95,53 +96,6 @@ def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
         pause = min(pause * 2, 0.05)
 
 
-class _Cursor:
-    now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
-    """The host's clock as SQLite reads it (no Python process can shift it; issue 21.11)."""
-    shard: int | None = None
-    """One writer at a time: a saga joins the shard its id hashes to (see ``Tx.shard``)."""
-
-    def __init__(self, conn: sqlite3.Connection, kept: sqlite3.Cursor | None = None) -> None:
-        # one cursor per transaction, not one per statement; an in-memory log keeps one
-        self._cur = conn.cursor() if kept is None else kept
-        self._last = 0
-        self.cache: dict[str, str] = {}
-        self.appended: set[str] = set()
-        """Sagas this transaction appended to (kept across a savepoint rollback: a superset is
-        harmless, :func:`write_heads` reads a head again when the cache lost it)."""
-        self.appended_to = self.appended.add  # Tx's method, the set's own (issue 29: no frame)
-        self.hold = False
-        """Issue 29: hold runs of record appends (``RECORD_INSERTS``) for one ``executemany``
-        before the next other statement or COMMIT (``flush``); only in a batch without
-        savepoints: a failing append fails it, and it runs again one savepoint a write, unheld."""
-        self._held: str | None = None
-        self._rows: list[Sequence[Any]] = []
-
-    def flush(self) -> None:
-        if (held := self._held) is not None:
-            rows, self._held, self._rows = self._rows, None, []
-            self._cur.executemany(held, rows)
-            self._last = self._cur.rowcount
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        if self.hold:
-            if sql is self._held:
-                self._rows.append(params)
-                return []
-            self.flush()
-            if sql in RECORD_INSERTS:
-                self._held, self._rows = sql, [params]
-                return []
-        cur = self._cur
-        cur.execute(sql, params if type(params) is tuple else tuple(params))
-        rows = cur.fetchall()
-        self._last = cur.rowcount
-        return rows
-
-    def rowcount(self) -> int:
-        return self._last
-
-
 # (the write, the event loop of its awaiter or None for a blocking caller, the future to settle,
 # roughly how many bytes it writes)
 _Job = tuple[Callable[[Tx], Any], asyncio.AbstractEventLoop | None, Any, int]
@@ -189,11 +143,21 @@ def _autocommitted(sql: str) -> None:
     """In place of ``COMMIT`` for a write that committed itself (autocommit: see ``_one``)."""
 
 
+_SCHEMA_MARK = (
+    "SELECT (SELECT schema_version FROM pragma_schema_version), "
+    "EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger')"
+)
+"""Issue 29 (``untouched``): the schema's version, and whether it has a trigger."""
+
 _CARRY_LIMIT = 4096
 """Entries of a committed transaction's cache carried to the next (a few per saga written)."""
 
 
 class _SqliteDatabase(Database):
+    _own = 0
+    """Issue 29 (``untouched``): rows the log's own SQL changed on the connection (its
+    ``total_changes`` moved while a write of ``_OWN_SQL`` or ``_write_heads`` ran)."""
+
     def __init__(
         self,
         path: str,
@@ -495,7 +459,8 @@ class _SqliteDatabase(Database):
         if not heads:
             return
         conn = self._connection
-        in_step = self._carry is not None and conn.total_changes == self._carry_changes
+        changes = conn.total_changes
+        in_step = self._carry is not None and changes == self._carry_changes
         cur = _Cursor(conn)
         cur.cache = heads
         try:
@@ -509,6 +474,8 @@ class _SqliteDatabase(Database):
                 raise
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from None
+        finally:
+            self._own += conn.total_changes - changes  # the log's own rows (``untouched``)
         heads.clear()
         if in_step:
             self._carry_changes = conn.total_changes
@@ -572,15 +539,31 @@ class _SqliteDatabase(Database):
         write runs on the caller's thread (under a lock) instead of paying two thread hops."""
         self._check_open()
         with self._lock:
-            if self._heads and (not write or getattr(fn, "__module__", None) not in _OWN_SQL):
+            own = write and getattr(fn, "__module__", None) in _OWN_SQL
+            if self._heads and not own:
                 # issue 29: nothing reads a head this log deferred, and a write that is not
                 # the log's own SQL (which never reads nor sets ``sagas.head``) may do either
                 self._write_heads()
             if not write:
                 return fn(_Cursor(self._connection, self._kept))
-            return cast(T, self._one(fn, one_change))
+            return cast(T, self._one(fn, one_change, own))
 
-    def _one(self, fn: Callable[[Tx], Any], one_change: bool) -> Any:
+    def untouched(self) -> tuple[int, int] | None:
+        """Issue 29 (see :meth:`Database.untouched`), for an in-memory log whose connection is
+        still private (``_heads``): the rows changed on it other than by the log's own SQL
+        (``total_changes`` less ``_own``: a raw statement on the connection, a write or read
+        function of anyone else's, one rolled back too) and the schema's version (DDL such as
+        a view changes no row); ``None`` while the schema has a trigger (its rows would count
+        as those of the log's statement that fired it). Called inside ``_inline``, whose
+        ``_lock`` keeps the log's own uses of the connection from running meanwhile; the
+        connection must not be used by another thread while the log writes (as ``_carry``)."""
+        if self._heads is None:
+            return None
+        conn = self._connection
+        ((version, triggers),) = conn.execute(_SCHEMA_MARK).fetchall()
+        return None if triggers else (conn.total_changes - self._own, int(version))
+
+    def _one(self, fn: Callable[[Tx], Any], one_change: bool, own: bool = False) -> Any:
         """One write in its own transaction, for ``:memory:`` logs (issue 29): what
         ``_commit([job])`` does for a batch of one (no savepoints, the heads left for
         ``_write_heads``, the head cache carried over), without the batch's lists; raises the
@@ -591,7 +574,9 @@ class _SqliteDatabase(Database):
         its own transaction, all or nothing, and ``_lock`` keeps every other use of the
         connection from coming between the write's reads and it; no BEGIN IMMEDIATE, no
         COMMIT, the head deferred as ever. Refused, it changed nothing; raising after it, its
-        record stands and so does its head (``_keep_stored_heads``)."""
+        record stands and so does its head (``_keep_stored_heads``). The rows an ``own`` write
+        (the log's own SQL) changed count as the log's (``_own``, issue 29: ``untouched``);
+        a write that raised leaves them uncounted: the next check runs in full."""
         conn = self._connection
         cur = self._write_cursor()
         tc = cur._cur  # BEGIN and COMMIT on the write's cursor: no cursor made for each
@@ -606,6 +591,8 @@ class _SqliteDatabase(Database):
                     self._commit_heads(cur, tc.execute)
                 elif alone:
                     self._commit_heads(cur, _autocommitted)
+                if own:
+                    self._own += conn.total_changes - changes
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
