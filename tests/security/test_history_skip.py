@@ -215,9 +215,27 @@ async def test_a_log_restored_over_by_a_backup_is_checked_in_full(
     await _refused(engine, psp, "paid", "edited")
 
 
+async def test_a_step_edited_through_a_blob_of_the_private_connection_is_found(
+    mem: tuple[amends.Engine, Psp],
+) -> None:
+    """A blob written in place changes no counted row: a blob opened on the connection ends the
+    skip for good (the handle may write at any time)."""
+    engine, psp = mem
+    await _checked(engine, "paid")
+    conn = _private(engine)
+    (rec_id,) = conn.execute(
+        "SELECT min(rec_id) FROM records WHERE saga_id='paid' AND kind='step.intent'"
+    ).fetchone()
+    with conn.blobopen("records", "body", rec_id) as blob:
+        text = blob.read()
+        blob.seek(0)
+        blob.write(text.replace(b'"cents":500', b'"cents":900'))
+    await _refused(engine, psp, "paid", "edited")
+
+
 async def test_a_connection_handed_out_ends_the_skip(mem: tuple[amends.Engine, Psp]) -> None:
-    """Once ``db._conn`` handed the connection out it is not private (blob writes, say, change
-    no counted row): every check runs in full."""
+    """Once ``db._conn`` handed the connection out it is not private: every check runs in
+    full."""
     engine, psp = mem
     await _checked(engine, "paid")
     conn: sqlite3.Connection = engine.log.db._conn  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ from .database import take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 from .sqlite_cursor import Cursor as _Cursor
+from .sqlite_cursor import PrivateConnection
 
 __all__ = ["SqliteLog", "switch_to_wal"]
 
@@ -311,6 +312,7 @@ class _SqliteDatabase(Database):
                     timeout=self.busy_timeout,
                     isolation_level=None,
                     check_same_thread=False,
+                    factory=PrivateConnection if self.memory else sqlite3.Connection,
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if not self.memory and not self.read_only:
@@ -554,12 +556,13 @@ class _SqliteDatabase(Database):
         (``total_changes`` less ``_own``: a raw statement on the connection, a write or read
         function of anyone else's, one rolled back too) and the schema's version (DDL such as
         a view changes no row); ``None`` while the schema has a trigger (its rows would count
-        as those of the log's statement that fired it). Called inside ``_inline``, whose
-        ``_lock`` keeps the log's own uses of the connection from running meanwhile; the
-        connection must not be used by another thread while the log writes (as ``_carry``)."""
-        if self._heads is None:
-            return None
+        as those of the log's statement that fired it) and once a blob was opened on it
+        (``PrivateConnection``). Called inside ``_inline``, whose ``_lock`` keeps the log's own
+        uses of the connection from running meanwhile; the connection must not be used by
+        another thread while the log writes (as ``_carry``)."""
         conn = self._connection
+        if self._heads is None or getattr(conn, "opened", True):  # a blob: ``PrivateConnection``
+            return None
         ((version, triggers),) = conn.execute(_SCHEMA_MARK).fetchall()
         return None if triggers else (conn.total_changes - self._own, int(version))
 

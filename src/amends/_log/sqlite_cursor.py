@@ -1,5 +1,6 @@
-"""The SQLite log's cursor: one per transaction, the shared SQL's ``Tx`` (moved out of
-:mod:`amends._log.sqlite` to keep that module under its size cap, issue 29)."""
+"""The SQLite log's cursor, one per transaction, the shared SQL's ``Tx``, and an in-memory log's
+connection (moved out of :mod:`amends._log.sqlite` to keep that module under its size cap,
+issue 29)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,24 @@ from typing import Any
 
 from .database import RECORD_INSERTS
 
-__all__ = ["Cursor"]
+__all__ = ["Cursor", "PrivateConnection"]
+
+
+class PrivateConnection(sqlite3.Connection):
+    """An in-memory log's connection (issue 29, ``_SqliteDatabase.untouched``): a blob opened
+    on it (written in place) or a database deserialized into it changes rows without changing
+    ``total_changes`` or the schema's version, so either marks it ``opened`` for good and the
+    log checks every saga in full from then on."""
+
+    opened = False
+
+    def blobopen(self, *args: Any, **kwargs: Any) -> sqlite3.Blob:
+        self.opened = True
+        return super().blobopen(*args, **kwargs)
+
+    def deserialize(self, *args: Any, **kwargs: Any) -> None:
+        self.opened = True
+        super().deserialize(*args, **kwargs)
 
 
 class Cursor:
