@@ -136,9 +136,7 @@ class Heartbeat:
         )
 
     def _start(self, log: SagaLog, rev: ReversalRecord, lease_seconds: float) -> None:
-        self._task = asyncio.create_task(
-            beat(log, rev, lease_seconds, self._stop, self.lost, waited=True)
-        )
+        self._task = asyncio.create_task(beat(log, rev, lease_seconds, self._stop, self.lost))
 
     async def close(self) -> None:
         """Stop renewing (the run is over), and wait for a renewal under way."""
@@ -154,20 +152,10 @@ async def beat(
     lease_seconds: float,
     stop: asyncio.Event,
     lost: list[LeaseLostError],
-    *,
-    waited: bool = False,
 ) -> None:
-    """Renew the reversal's lease until ``stop``; a lost lease is put in ``lost``.
-    ``waited``: the first third of the lease has passed already (renew at once)."""
+    """Renew the reversal's lease now, then every third of the lease, until ``stop``; a lost
+    lease is put in ``lost``. :class:`Heartbeat` starts it once the first third has passed."""
     while not stop.is_set():
-        if not waited:
-            try:
-                await asyncio.wait_for(stop.wait(), lease_seconds / 3)
-            except TimeoutError:
-                pass
-            if stop.is_set():
-                return
-        waited = False
         try:
             await log.renew_reversal_lease(
                 rev.reversal_id, rev.generation, time.time() + lease_seconds
@@ -176,4 +164,8 @@ async def beat(
             lost.append(exc)
             return
         except Exception:  # a missed heartbeat only shortens the lease; the next retries
-            continue
+            pass
+        try:
+            await asyncio.wait_for(stop.wait(), lease_seconds / 3)
+        except TimeoutError:
+            pass
