@@ -158,6 +158,15 @@ async def test_the_oracle_catches_a_retry_that_never_ran_after_a_refusal(
     assert check(r)["honesty"] == []  # what did not run is honestly reported as not needed
 
 
+def ran_though_skipped(sid: str, why: str, said: str) -> list[str]:
+    """What ``forward`` says of a step rule 9 says never runs, which ran and was undone."""
+    return [
+        f"{sid}: the forward pass left it done, rule 9 says skipped ({why})",
+        f"{sid}: the world shows an effect of a call that never ran ({why})",
+        f"{sid}: the report says reverted ({said!r}), not that it never ran ({why})",
+    ]
+
+
 async def test_the_oracle_catches_a_retry_that_ran_behind_an_unknown_outcome(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -175,14 +184,8 @@ async def test_the_oracle_catches_a_retry_that_ran_behind_an_unknown_outcome(
     why5 = "it shares a resource with s4, which is in_doubt and may have acted"
     why10 = "it shares a resource with s5, which is skipped and may have acted"
     said5, said10 = "reverted with crm.update_field", "reverted with crm.delete_note"
-    assert check(r)["forward"] == [
-        f"s5: the forward pass left it done, rule 9 says skipped ({why5})",
-        f"s5: the world shows an effect of a call that never ran ({why5})",
-        f"s5: the report says reverted ({said5!r}), not that it never ran ({why5})",
-        f"s10: the forward pass left it done, rule 9 says skipped ({why10})",
-        f"s10: the world shows an effect of a call that never ran ({why10})",
-        f"s10: the report says reverted ({said10!r}), not that it never ran ({why10})",
-    ]
+    assert check(r)["forward"] == [*ran_though_skipped("s5", why5, said5),
+                                   *ran_though_skipped("s10", why10, said10)]  # fmt: skip
 
 
 async def test_a_crm_field_not_back_to_its_value_before_the_saga_is_not_undone() -> None:
@@ -276,11 +279,5 @@ async def test_the_oracle_catches_a_retry_that_ran_behind_a_call_that_acted_then
     why2 = "it shares a resource with s1, which is failed and may have acted"
     why3 = "it shares a resource with s2, which is skipped and may have acted"
     said2, said3 = "reverted with crm.update_field", "reverted with crm.delete_note"
-    assert check(r)["forward"] == [
-        f"s2: the forward pass left it done, rule 9 says skipped ({why2})",
-        f"s2: the world shows an effect of a call that never ran ({why2})",
-        f"s2: the report says reverted ({said2!r}), not that it never ran ({why2})",
-        f"s3: the forward pass left it done, rule 9 says skipped ({why3})",
-        f"s3: the world shows an effect of a call that never ran ({why3})",
-        f"s3: the report says reverted ({said3!r}), not that it never ran ({why3})",
-    ]
+    assert check(r)["forward"] == [*ran_though_skipped("s2", why2, said2),
+                                   *ran_though_skipped("s3", why3, said3)]  # fmt: skip
