@@ -30,7 +30,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -400,6 +400,11 @@ class Upstream:
         Raises:
             TransientError: The server could not be reached: the call was not sent.
         """
+        conn = self._conn
+        if conn is not None and not conn.dead:
+            # the lock orders restarts; a live connection is handed out without it (no await
+            # between the check and the return, and a restart empties ``_conn`` first)
+            return conn
         assert self._lock is not None
         async with self._lock:
             conn = self._conn
@@ -474,8 +479,37 @@ class Upstream:
                 if not cursor:
                     return items
 
+    def _failed(self, conn: _Connection, tool: str, exc: Exception) -> Exception:
+        """What a ``tools/call`` that raised ``exc`` raises (the one table, module docstring)."""
+        from mcp_types import CONNECTION_CLOSED
+
+        from mcp import MCPError
+
+        if not isinstance(exc, MCPError):  # a broken pipe, a closed stream: it may have landed
+            conn.dead = True
+            return UpstreamGone(
+                f"the connection to upstream {self.name!r} failed while {tool} was running "
+                f"({type(exc).__name__}: {exc}); whether the call took effect is unknown",
+                tool=tool,
+            )
+        if exc.code == CONNECTION_CLOSED:
+            conn.dead = True  # the next call starts the server again
+            return UpstreamGone(
+                f"the connection to upstream {self.name!r} closed while {tool} was "
+                f"running (the server stopped); whether the call took effect is unknown",
+                tool=tool,
+            )
+        # JSON-RPC errors -32601/-32602 mean the request was rejected before the tool ran.
+        if exc.code in (-32601, -32602):
+            return PermanentError(f"{self.name}.{tool} rejected the call: {exc.error.message}")
+        return UpstreamError(
+            f"{self.name}.{tool} answered with protocol error {exc.code} "
+            f"({exc.error.message}), so it may have taken effect",
+            tool=tool,
+        )
+
     async def call(
-        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+        self, tool: str, arguments: Mapping[str, Any], meta: dict[str, Any] | None = None
     ) -> UpstreamResult:
         """Forward one ``tools/call``.
 
@@ -485,51 +519,29 @@ class Upstream:
                 nothing ran.
             UpstreamError: The connection failed after the request was sent: outcome unknown.
         """
-        from mcp_types import CONNECTION_CLOSED
-
-        from mcp import MCPError
-
         args = json.loads(json.dumps(arguments))
+        if self._keep:  # issue 29: the kept connection, without a context manager per call
+            return await self._call(await self._live(), tool, args, meta)
         async with self._connection() as conn:
-            mark = conn.errlog.mark if conn.errlog is not None else 0
-            try:
-                result: mcp_types.CallToolResult = await conn.client.call_tool(
-                    tool, args, meta=meta
-                )
-            except MCPError as exc:
-                if exc.code == CONNECTION_CLOSED:
-                    conn.dead = True  # the next call starts the server again
-                    raise UpstreamGone(
-                        f"the connection to upstream {self.name!r} closed while {tool} was "
-                        f"running (the server stopped); whether the call took effect is unknown",
-                        tool=tool,
-                    ) from exc
-                # JSON-RPC errors -32601/-32602 mean the request was rejected before the tool ran.
-                if exc.code in (-32601, -32602):
-                    raise PermanentError(
-                        f"{self.name}.{tool} rejected the call: {exc.error.message}"
-                    ) from exc
-                raise UpstreamError(
-                    f"{self.name}.{tool} answered with protocol error {exc.code} "
-                    f"({exc.error.message}), so it may have taken effect",
-                    tool=tool,
-                ) from exc
-            except Exception as exc:  # a broken pipe, a closed stream: the request may have landed
-                conn.dead = True
-                raise UpstreamGone(
-                    f"the connection to upstream {self.name!r} failed while {tool} was running "
-                    f"({type(exc).__name__}: {exc}); whether the call took effect is unknown",
-                    tool=tool,
-                ) from exc
-            text = error_text(result)
-            said: str | None = None
-            if result.is_error:
-                if rejected_before_running(tool, text):  # nothing ran: refused (rule 9)
-                    raise PermanentError(f"{self.name}.{tool} rejected the call: {text}")
-                said = text
-                generic = _GENERIC.match(text)
-                if generic is not None and conn.errlog is not None:
-                    said = logged_error(conn.errlog.since(mark), tool) or text
+            return await self._call(conn, tool, args, meta)
+
+    async def _call(
+        self, conn: _Connection, tool: str, args: dict[str, Any], meta: dict[str, Any] | None
+    ) -> UpstreamResult:
+        mark = conn.errlog.mark if conn.errlog is not None else 0
+        try:
+            result: mcp_types.CallToolResult = await conn.client.call_tool(tool, args, meta=meta)
+        except Exception as exc:
+            raise self._failed(conn, tool, exc) from exc
+        text = error_text(result)
+        said: str | None = None
+        if result.is_error:
+            if rejected_before_running(tool, text):  # nothing ran: refused (rule 9)
+                raise PermanentError(f"{self.name}.{tool} rejected the call: {text}")
+            said = text
+            generic = _GENERIC.match(text)
+            if generic is not None and conn.errlog is not None:
+                said = logged_error(conn.errlog.since(mark), tool) or text
         return UpstreamResult(
             raw=result,
             ok=not result.is_error,
