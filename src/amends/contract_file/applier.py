@@ -318,6 +318,9 @@ def _as_inverse(
             call.follow_up(follow[0], **follow[1])
 
 
+_NOTHING_CAPTURED = Captured({})
+"""What a call without captures read (one shared object: nothing writes to it)."""
+
 EarlyCaptures = Callable[[Call], Awaitable[Captured] | None]
 """Gives the captures a caller started before the forward function ran, or ``None``."""
 
@@ -346,7 +349,7 @@ def tool_function(
 
     async def run(call: Call, **args: Any) -> Any:
         scope: dict[str, Any] = {"args": args}
-        captured = Captured({})
+        captured = _NOTHING_CAPTURED
         if call.phase == "forward" and contract is not None and contract.captures:
             pending = early(call) if early is not None else None
             captured = await (pending or read_captures(contract, binding, call, args))

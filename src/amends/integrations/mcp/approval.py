@@ -195,8 +195,10 @@ def shown_args(exp: ExportedTool, args: dict[str, Any]) -> dict[str, Any]:
 def needs_approval(gw: GatewayView, exp: ExportedTool) -> bool:
     """Whether the gate asks before this tool's calls (its class and ``approval``)."""
     mode = gw.config.approval
-    cls = gw.catalog.get(exp.catalog_name).reversibility.value
-    return mode != "off" and (cls == "irreversible" or (mode == "residue" and cls == "compensable"))
+    if mode == "off":
+        return False
+    cls = gw.catalog.get(exp.catalog_name).reversibility._value_  # no enum property call
+    return cls == "irreversible" or (mode == "residue" and cls == "compensable")
 
 
 def approval_message(gw: GatewayView, exp: ExportedTool, args: dict[str, Any]) -> str:

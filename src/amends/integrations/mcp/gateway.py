@@ -14,6 +14,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import mcp_types as types
+
 import amends
 from amends import (
     AmendsError,
@@ -38,15 +40,22 @@ from amends.contract_file import (
     undo_after,
 )
 
-from .approval import Answer, Approvals
+from .approval import (
+    Answer,
+    Approvals,
+    approval_message,
+    call_subject,
+    needs_approval,
+    refusal_text,
+    shown_args,
+)
 from .config import GatewayConfig, UpstreamConfig
 from .contracts import ContractFile, ToolContract, load_contracts, mcp_result
 from .sessions import META_SAGA, META_STEP, META_TITLE, Sessions
-from .tools import error_result
+from .tools import error_result, run_amends_tool
 from .upstream import Upstream, UpstreamError, UpstreamGone, UpstreamResult
 
 if TYPE_CHECKING:
-    import mcp_types
     from mcp.server import Server
 
 __all__ = ["META_PRECONDITION", "META_SAGA", "META_TITLE", "Exported", "Gateway"]
@@ -263,7 +272,7 @@ class Gateway:
             self._by_catalog[catalog_name] = exp
 
     @staticmethod
-    def _arg_names(tool: mcp_types.Tool) -> list[str]:
+    def _arg_names(tool: types.Tool) -> list[str]:
         props = (tool.input_schema or {}).get("properties") or {}
         return list(props) if isinstance(props, dict) else []
 
@@ -280,7 +289,8 @@ class Gateway:
         async def send(request: TransportRequest) -> TransportResult:
             contract = contracts.get(request.tool)
             try:
-                res = await up.call(request.tool, dict(request.args), _request_meta(request))
+                # Upstream.call copies the arguments (a JSON round trip): no copy here
+                res = await up.call(request.tool, request.args, _request_meta(request))
             except UpstreamGone as exc:
                 if contract is not None and contract.reversibility == "read_only":
                     # a read has no effect: trying it again is safe (the server restarts)
@@ -331,7 +341,7 @@ class Gateway:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     # --- tools/list and tools/call ---------------------------------------------------------
-    def list_tools(self) -> list[mcp_types.Tool]:
+    def list_tools(self) -> list[types.Tool]:
         """The tools the agent sees: each upstream tool in its own shape with amends' label
         first (:mod:`.listing`), and the amends tools."""
         from .listing import agent_tool
@@ -360,8 +370,6 @@ class Gateway:
     ) -> Any:
         """Forward one call as a saga step, or run one of the amends tools; returns a
         ``CallToolResult`` (or an ``InputRequiredResult`` when the approval gate asks)."""
-        from .tools import run_amends_tool
-
         if name.startswith("amends_"):
             return await run_amends_tool(self, ctx, name, arguments, input_responses, request_state)
         exp = self.exported.get(name)
@@ -369,8 +377,6 @@ class Gateway:
             return error_result(
                 f"unknown tool {name!r}; the gateway exports: {', '.join(sorted(self.exported))}"
             )
-        from .approval import approval_message, call_subject, needs_approval, refusal_text
-
         slot = self.sessions.slot(ctx)
         answer: Answer | None = None
         if needs_approval(self, exp):
@@ -403,8 +409,6 @@ class Gateway:
 
     @staticmethod
     def _what(exp: Exported, arguments: dict[str, Any]) -> dict[str, Any]:
-        from .approval import shown_args
-
         return {"tool": exp.catalog_name, "args": shown_args(exp, arguments)}
 
     async def record_answer(
@@ -431,7 +435,7 @@ class Gateway:
             "saga_id": saga.id,
             "step_id": step.id,
             "tool": exp.catalog_name,
-            "reversibility": spec.reversibility.value,
+            "reversibility": spec.reversibility._value_,  # no enum property call (issue 29)
         }
         if exp.contract is not None and exp.contract.captures:
             self._start_capture(exp, exp.contract, saga.id, step.id, arguments)
@@ -456,8 +460,6 @@ class Gateway:
         got = self._raw.pop((saga.id, step.id), None)
         info["state"] = "done"
         assert got is not None
-        import mcp_types as types
-
         # The upstream's own _meta is not passed on (issue 14), on the result or on its content
         # blocks: only amends' step information. Its structuredContent is (issue 24 item 2).
         content = [
@@ -482,7 +484,6 @@ class Gateway:
 
     def server(self) -> Server[Any]:
         """A low-level SDK server whose handlers are this gateway's."""
-        import mcp_types as types
         from mcp.server import Server
 
         async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

@@ -81,7 +81,10 @@ class Sessions:
         owner = self.owner(ctx)
         key = self.saga_key(ctx)
         name = f"{owner}/key:{key}" if key is not None else owner
-        return self.slots.setdefault(name, Slot(owner))
+        slot = self.slots.get(name)
+        if slot is None:  # issue 29: a new Slot (and its lock) only for a new name
+            slot = self.slots[name] = Slot(owner)
+        return slot
 
     def title(self, ctx: Any) -> str | None:
         meta = ctx.meta if isinstance(ctx.meta, dict) else {}
