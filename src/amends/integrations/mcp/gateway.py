@@ -67,6 +67,8 @@ META_PHASE = "amends/phase"
 META_PRECONDITION = "amends/precondition"
 """Sent upstream in ``_meta`` with a compensation: the expectation, for compare-and-set (rule 4)."""
 
+_OUTCOME_NEXT = frozenset({"forward", "compensate", "follow_up"})
+"""Phases whose answer the engine records next (a step's or an inverse's outcome)."""
 _RESERVED_ARGS = frozenset({"after", "step_id", "undo_after"})
 CONTINUE_HINT = (
     'amends_undo {"saga_id": "{saga_id}", "continue": true, "tool_calls": N, "seconds": S}'
@@ -302,6 +304,12 @@ class Gateway:
                 return TransportResult("refused", detail=str(exc))
             except UpstreamError as exc:  # the transport failed after sending: unknown
                 return TransportResult("unknown", detail=str(exc))
+            if request.phase in _OUTCOME_NEXT:
+                # The SDK task that handed this answer over is still ready to run: one pass
+                # lets it end its turn, so the step's outcome record, written next, finds the
+                # event loop idle and is committed there, not through the log's writer thread
+                # (two thread hops per call: lane gw, benchmarks/gateway_instructions.py).
+                await asyncio.sleep(0)
             if request.phase == "forward":
                 self._raw[(request.saga_id, request.step_id)] = res
             return mcp_result(res)
