@@ -25,7 +25,8 @@ direct ``set`` does within 1%).
 With ``--annotate`` the measured dumps of the two gateway kinds are kept and their C-level self
 cost is printed by library. With ``--counts`` the same runs are made again without valgrind,
 under cProfile (main thread: the event loop): Python function calls per ``tools/call``
-(builtins apart), and the functions that make the most calls.
+(builtins apart; a coroutine counts once per resumption), event-loop passes per call, and the
+amends functions called most.
 """
 
 from __future__ import annotations
@@ -140,9 +141,14 @@ def counts_child(root: str, tmp: str) -> None:
                 stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
                 py = {k: v for k, v in stats.items() if k[0] != "~"}
                 total = sum(v[1] for v in py.values()) / N
-                print(f"  {kind:13} {total:8.1f} Python calls per tools/call")
-                if kind.startswith("gateway"):
-                    top = sorted(py.items(), key=lambda kv: -kv[1][1])[:12]
+                passes = sum(v[1] for k, v in py.items() if k[2] == "_run_once") / N
+                print(
+                    f"  {kind:13} {total:8.1f} Python calls per tools/call, "
+                    f"{passes:5.2f} event-loop passes"
+                )
+                if kind.startswith("gateway"):  # amends' own functions making the most calls
+                    mine = {k: v for k, v in py.items() if f"{os.sep}amends{os.sep}" in k[0]}
+                    top = sorted(mine.items(), key=lambda kv: -kv[1][1])[:12]
                     for (file, line, fn), v in top:
                         where = f"{os.path.basename(file)}:{line}"
                         print(f"      {v[1] / N:6.1f}  {fn} ({where})")
