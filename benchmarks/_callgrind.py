@@ -1,6 +1,6 @@
 """Counting a measured region's instructions under callgrind, for the scripts that compare two
 source trees by instructions (``adapter_instructions.py``, ``step_instructions.py``,
-``eval_instructions.py``).
+``eval_instructions.py``, ``gateway_instructions.py``).
 
 The child process runs under ``valgrind --tool=callgrind --instr-atstart=no`` and brackets each
 measured run with client requests from a tiny library built here with ``gcc`` against
