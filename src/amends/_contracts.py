@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from ._dates import deadline_iso as _deadline_iso
 from ._dates import settles_at as _settles_at
@@ -54,7 +54,7 @@ class Reversibility(StrEnum):
 class _Nothing:
     """Sentinel for "no value recorded", distinct from ``None`` (which may be a real value)."""
 
-    _instance: _Nothing | None = None
+    _instance: ClassVar[_Nothing | None] = None
 
     def __new__(cls) -> _Nothing:
         if cls._instance is None:

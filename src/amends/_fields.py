@@ -85,10 +85,13 @@ def fast_init(cls: type[T]) -> type[T]:
     For a class ``@dataclass(frozen=True)`` made (``amends/__init__.py`` applies it to the
     engine's hot records). A class it cannot copy exactly (not frozen, with ``__slots__``,
     ``InitVar`` or ``ClassVar`` pseudo-fields, a field named like one of the generated code's
-    own names) is returned unchanged, with the dataclass's ``__init__``.
+    own names, no instance ``__dict__`` as a class of the mypyc build) is returned unchanged,
+    with the dataclass's ``__init__``.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or not params.init or "__slots__" in cls.__dict__:
+        return cls
+    if "__dict__" not in dir(cls):  # a native class of the mypyc build: its own __init__ is C
         return cls
     flds = dataclasses.fields(cls)  # type: ignore[arg-type]
     if len(flds) != len(cls.__dataclass_fields__):  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ from ._errors import (
 from ._fields import replaced
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.records import cap_result
+from ._native import python_class
 from ._outcome import (
     Refused,
     as_steps,
@@ -338,6 +339,7 @@ class Step:
         return f"Step({self.id!r}, {self.tool!r}, state={self.state!r})"
 
 
+@python_class
 class Saga:
     """One agent request: ``async with engine.saga(...) as saga``, then ``saga.call(...)``."""
 

@@ -213,12 +213,12 @@ class _SqliteDatabase(Database):
             raise
         self._kept = self._connection.cursor() if self.memory else None
         """Issue 29: the one cursor every transaction of an in-memory log runs on."""
-        self._thread: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
         if not self.memory and not self.read_only:  # ":memory:" runs writes inline (_inline)
-            self._thread = threading.Thread(
+            self._writer = threading.Thread(
                 target=self._run, name=f"amends-sqlite:{path}", daemon=True
             )
-            self._thread.start()
+            self._writer.start()
 
     # --- connections ----------------------------------------------------------------------
     @property
@@ -282,10 +282,10 @@ class _SqliteDatabase(Database):
                 return {str(r[0]) for r in rows}
             except sqlite3.Error as exc:
                 last = exc
-                if "not a database" in str(exc).lower():
-                    break
             finally:
                 conn.close()
+            if "not a database" in str(last).lower():
+                break
         assert last is not None
         raise translate(last, self.path) from last
 
@@ -703,9 +703,9 @@ class _SqliteDatabase(Database):
             return
         with self._lock:  # reads starting from now are refused (_read_sync)
             self._closed = True
-        if self._thread is not None:
+        if self._writer is not None:
             self._jobs.put(None)
-            await asyncio.to_thread(self._thread.join)
+            await asyncio.to_thread(self._writer.join)
         with self._lock:
             try:
                 if self._heads:  # the log ends as it would have with each head written

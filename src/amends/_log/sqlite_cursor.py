@@ -8,11 +8,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from .._native import python_class
 from .database import RECORD_INSERTS
 
 __all__ = ["Cursor", "PrivateConnection"]
 
 
+@python_class
 class PrivateConnection(sqlite3.Connection):
     """An in-memory log's connection (issue 29, ``_SqliteDatabase.untouched``): a blob opened
     on it (written in place) or a database deserialized into it changes rows without changing

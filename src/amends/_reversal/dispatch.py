@@ -25,6 +25,7 @@ from .._errors import (
     TransientError,
 )
 from .._log.base import SagaRecord, StepRecord
+from .._native import python_class
 from .._report import StepState
 from .._secrets import PathPart, Redaction, Vault, scrub_record, under
 from .ports import ReversalPorts
@@ -36,6 +37,7 @@ _EXPECTATION_AT = {"probe": ("expectation",), "landed": ("inverse", "landed")}
 its secrets are given back only where amends recorded a marker there)."""
 
 
+@python_class
 class _TimedOutAfter(TimeoutError):
     """A call that ran out of time after the attempt before it could not reach its server: the
     report names that cause too (rule 8), not only the budget (an upstream that died and starts

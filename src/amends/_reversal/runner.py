@@ -22,6 +22,7 @@ from .._budget import BudgetMeter
 from .._calls import RetryPolicy
 from .._fields import replaced
 from .._log.base import CompensationRecord, ReversalRecord, SagaRecord, StepRecord
+from .._native import python_class
 from .._planner import Plan, PlannedStep, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
 from .._secrets import vault_for
@@ -124,6 +125,7 @@ async def run_plan(inp: RunInput) -> list[StepOutcome]:
     return await _Runner(inp, done).run()
 
 
+@python_class
 class _Runner:
     def __init__(self, inp: RunInput, done: Mapping[str, CompensationRecord]) -> None:
         self.inp = inp
