@@ -83,12 +83,11 @@ class RetryPolicy:
         base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
         return base * (1 - self.jitter) + base * self.jitter * rng.random()
 
-    def next_wait(
-        self, attempt: int, retry_after: float | None, rng: random.Random
-    ) -> float | None:
+    def next_wait(self, attempt: int, retry_after: object, rng: random.Random) -> float | None:
         """The one retry decision, forward and in reverse: seconds to wait before the next try
         after a transient failure of attempt ``attempt``, or ``None`` when tries are used up.
-        A vendor's ``retry_after`` wins over the backoff."""
+        A vendor's ``retry_after`` wins over the backoff (any object: a vendor's error may carry
+        anything there, and a compiled build checks a declared ``float`` at the call)."""
         if attempt >= self.max_attempts:
             return None
         if (
@@ -239,7 +238,10 @@ def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
 
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
+        running = False
+    if not running:  # run outside the handler: the tools must not see its error as their context
         return asyncio.run(main())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop is running in this thread
         return pool.submit(asyncio.run, main()).result()

@@ -42,6 +42,7 @@ from ._log.base import (
     StepRecord,
 )
 from ._log.records import MAX_RESULT_BYTES
+from ._native import python_class
 from ._observe import ReversalObserver, remote_reversal
 from ._planner import Plan, Preview, PreviewStep, plan
 from ._report import (
@@ -64,6 +65,7 @@ _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
 
 
+@python_class  # its base is interpreted; applications may subclass it (_native)
 class Engine(FollowUpMethods):
     """Runs sagas forward with write-ahead logging and undoes them honestly.
 

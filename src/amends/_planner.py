@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, cast, overload
 
 from ._contracts import Expectation, Inverse, Residue, Reversibility, ToolSpec
 from ._log.base import SagaRecord, StepRecord
+from ._native import python_class
 from ._report import STANDING, StepState
 
 __all__ = [
@@ -85,6 +86,7 @@ class _StepId:
         return value
 
 
+@python_class  # its step_id is cached in the instance's __dict__ (_StepId)
 @dataclass(frozen=True)
 class PlannedStep:
     """One step of the plan."""
@@ -137,6 +139,7 @@ class PlannedStep:
         }
 
 
+@python_class  # a functools.cached_property needs the instance's __dict__
 @dataclass(frozen=True)
 class Plan:
     """The compensation plan of one saga (:func:`amends.plan`): what undo does to each step."""
@@ -157,6 +160,7 @@ class Plan:
         return {"saga_id": self.saga_id, "steps": [p.to_dict() for p in self.steps]}
 
 
+@python_class  # its step_id is cached in the instance's __dict__ (_StepId)
 @dataclass(frozen=True)
 class PreviewStep(PlannedStep):
     """One step of a :class:`Preview`: the planned step, with what undo is predicted to do to it
@@ -194,6 +198,7 @@ class PreviewStep(PlannedStep):
         }
 
 
+@python_class  # a functools.cached_property needs the instance's __dict__
 @dataclass(frozen=True)
 class Preview(Plan):
     """What undo would do now (``engine.preview``): the reversal simulated by the same runner —

@@ -374,8 +374,13 @@ def compensation_text(write: CompensationWrite) -> str:
     Issue 29: written field by field in sorted order, not as a dict sorted and encoded whole
     (~10 k instructions of each record, 2 per compensation). Only exact ints and strings
     take this way; any other value encodes the dict as before, so the text never differs."""
-    attempts, calls, tokens = write.attempts, write.calls_spent, write.tokens_spent
-    generation, detail, state, data = write.generation, write.detail, write.state, write.data
+    # read as objects: a field may hold any value (a bool, a float where an int goes), which the
+    # mypyc build would refuse or turn into an int if read into a variable declared int
+    attempts: object = write.attempts
+    calls: object = write.calls_spent
+    tokens: object = write.tokens_spent
+    generation: object = write.generation
+    detail, state, data = write.detail, write.state, write.data
     if (
         type(attempts) is int
         and type(calls) is int

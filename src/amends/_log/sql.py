@@ -23,6 +23,7 @@ from .._errors import (
     SagaNotFoundError,
     SagaStateError,
 )
+from .._native import python_class
 from . import leases
 from .admin import AdminQueries
 from .base import (
@@ -227,6 +228,7 @@ def _first(tx: Tx, reversal_id: str, step_id: str) -> None:
         )
 
 
+@python_class  # its bases are interpreted; PostgresLog subclasses it (_native)
 class SqlSagaLog(AdminQueries, SagaLog):
     """:class:`SagaLog` over a :class:`Database`. Subclasses open the database and migrate it."""
 

@@ -28,6 +28,7 @@ from .._errors import (
     LogLockedError,
     LogReadOnlyError,
 )
+from .._native import python_class
 from .database import take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
@@ -154,6 +155,7 @@ _CARRY_LIMIT = 4096
 """Entries of a committed transaction's cache carried to the next (a few per saga written)."""
 
 
+@python_class  # its base Database is interpreted (_native)
 class _SqliteDatabase(Database):
     _own = 0
     """Issue 29 (``untouched``): rows the log's own SQL changed on the connection (its
@@ -724,6 +726,7 @@ def signing_key_from_env(key: bytes | None) -> bytes | None:
     return env.encode() if env else None
 
 
+@python_class  # SqlSagaLog's subclass; applications may subclass it (_native)
 class SqliteLog(SqlSagaLog):
     """The saga log in one SQLite file (the embedded default).
 

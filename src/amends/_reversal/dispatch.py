@@ -314,7 +314,7 @@ class Caller:
         ) from exc
 
     def _again(
-        self, tool: str, exc: Exception, attempt: int, after: float | None, gave_up: StepState
+        self, tool: str, exc: Exception, attempt: int, after: object, gave_up: StepState
     ) -> float:
         """Seconds to wait before trying ``tool`` again, or :class:`Stop` when the retry policy
         (``gave_up``) or the time budget (over budget: continuable) says no more."""
