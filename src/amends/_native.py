@@ -8,15 +8,30 @@ process crashes); an interpreted class cannot derive from it; and it has no inst
 classes that need one of these are marked :func:`python_class`, so the compiled build keeps
 them ordinary Python classes (their methods are still compiled): a saga and a reversal's runner
 (weakly referenced), ``_TimedOutAfter`` and the in-memory log's ``PrivateConnection``, the
-engine and the SQL logs (interpreted bases; ``PostgresLog`` and applications subclass them), the
-planner's steps and plans (cached in the instance's dict). Interpreted, the marker does nothing.
+engine (an interpreted base; applications subclass it), the planner's steps and plans (cached
+in the instance's dict) and its ``_StepId`` descriptor (a native class's ``__get__`` is not
+called as a descriptor's). Interpreted, the marker does nothing.
+
+mypyc 2.4.1 fails (an internal error) on a closure in a method of such a class, so the SQL logs,
+whose methods pass closures to the database, stay native and say instead, with
+``@mypyc_attr(allow_interpreted_subclasses=True)``, that ``PostgresLog`` and applications may
+subclass them. mypyc reads that decorator where mypy resolves it to ``mypy_extensions``; the
+name is imported from here, where the interpreter gets a no-op.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 _C = TypeVar("_C", bound=type)
+
+if TYPE_CHECKING:  # what mypyc reads (mypy_extensions comes with mypy; no runtime dependency)
+    from mypy_extensions import mypyc_attr as mypyc_attr
+else:
+
+    def mypyc_attr(*attrs: str, **kwattrs: Any) -> Any:
+        """Interpreted: ``@mypyc_attr(...)`` leaves the class as it is."""
+        return lambda cls: cls
 
 
 def python_class(cls: _C) -> _C:

@@ -66,6 +66,7 @@ VERBS: Mapping[str, str | None] = {
 _GATING: frozenset[str] = frozenset({"revert", "compensate", "in_doubt", "wait", "review"})
 
 
+@python_class  # a descriptor: a native class's __get__ is not called as one
 class _StepId:
     """:attr:`PlannedStep.step_id`: its step's id, stored in the instance's dict at the first
     read, so every later read is a plain attribute read. Unlike ``functools.cached_property``

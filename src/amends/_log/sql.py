@@ -23,7 +23,7 @@ from .._errors import (
     SagaNotFoundError,
     SagaStateError,
 )
-from .._native import python_class
+from .._native import mypyc_attr
 from . import leases
 from .admin import AdminQueries
 from .base import (
@@ -228,7 +228,7 @@ def _first(tx: Tx, reversal_id: str, step_id: str) -> None:
         )
 
 
-@python_class  # its bases are interpreted; PostgresLog subclasses it (_native)
+@mypyc_attr(allow_interpreted_subclasses=True)  # PostgresLog, applications (_native)
 class SqlSagaLog(AdminQueries, SagaLog):
     """:class:`SagaLog` over a :class:`Database`. Subclasses open the database and migrate it."""
 

@@ -28,7 +28,7 @@ from .._errors import (
     LogLockedError,
     LogReadOnlyError,
 )
-from .._native import python_class
+from .._native import mypyc_attr
 from .database import take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
@@ -155,7 +155,6 @@ _CARRY_LIMIT = 4096
 """Entries of a committed transaction's cache carried to the next (a few per saga written)."""
 
 
-@python_class  # its base Database is interpreted (_native)
 class _SqliteDatabase(Database):
     _own = 0
     """Issue 29 (``untouched``): rows the log's own SQL changed on the connection (its
@@ -726,7 +725,7 @@ def signing_key_from_env(key: bytes | None) -> bytes | None:
     return env.encode() if env else None
 
 
-@python_class  # SqlSagaLog's subclass; applications may subclass it (_native)
+@mypyc_attr(allow_interpreted_subclasses=True)  # applications may subclass it (_native)
 class SqliteLog(SqlSagaLog):
     """The saga log in one SQLite file (the embedded default).
 
