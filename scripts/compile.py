@@ -40,9 +40,9 @@ ENGINE = [
 # The undo path: plan, compensate, report. Not _engine.py: Engine stays a Python class (its
 # base is interpreted, applications subclass it), and mypyc 2.4.1 fails on a closure in a method
 # of a Python class (an internal error); nor _contracts.py, for the same reason (Catalog.tool's
-# closure; Catalog is weakly referenced).
+# closure; Catalog is weakly referenced); nor _planner.py: its PlannedStep caches step_id through
+# a descriptor in the instance's dict, which compiled code read as the descriptor itself.
 UNDO = [
-    "amends/_planner.py",
     "amends/_report.py",
     "amends/_reversal/compensate.py",
     "amends/_reversal/dispatch.py",

@@ -1,16 +1,14 @@
 """A class marker for the optional mypyc-compiled build (``scripts/compile.py``, issue 29).
 
 mypyc compiles a class to a native (C) class unless it carries a decorator mypyc does not know.
-A native class cannot be weakly referenced; it cannot safely derive from an interpreted class
-or from most built-in and C types (a ``TimeoutError``, a ``sqlite3.Connection``: mypyc or the
-process crashes); an interpreted class cannot derive from it; and it has no instance
-``__dict__`` for a descriptor or a ``functools.cached_property`` to cache a value in. The
-classes that need one of these are marked :func:`python_class`, so the compiled build keeps
-them ordinary Python classes (their methods are still compiled): a saga and a reversal's runner
-(weakly referenced), ``_TimedOutAfter`` and the in-memory log's ``PrivateConnection``, the
-engine (an interpreted base; applications subclass it), the planner's steps and plans (cached
-in the instance's dict) and its ``_StepId`` descriptor (a native class's ``__get__`` is not
-called as a descriptor's). Interpreted, the marker does nothing.
+A native class cannot be weakly referenced (deriving it from an empty interpreted class was
+tried: the process crashed), nor derive from most built-in and C types (a ``TimeoutError``, a
+``sqlite3.Connection``), nor be subclassed by an interpreted class, and it has no instance
+``__dict__`` (``amends._planner`` caches values there, so it is not compiled). The classes that
+need one of these are marked :func:`python_class`, so the compiled build keeps them ordinary
+Python classes (their methods are still compiled): a saga and a reversal's runner (weakly
+referenced), ``_TimedOutAfter`` and the in-memory log's ``PrivateConnection``, the engine
+(applications subclass it). Interpreted, the marker does nothing.
 
 mypyc 2.4.1 fails (an internal error) on a closure in a method of such a class, so the SQL logs,
 whose methods pass closures to the database, stay native and say instead, with

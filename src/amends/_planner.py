@@ -15,7 +15,6 @@ from typing import Any, Literal, Protocol, cast, overload
 
 from ._contracts import Expectation, Inverse, Residue, Reversibility, ToolSpec
 from ._log.base import SagaRecord, StepRecord
-from ._native import python_class
 from ._report import STANDING, StepState
 
 __all__ = [
@@ -66,7 +65,6 @@ VERBS: Mapping[str, str | None] = {
 _GATING: frozenset[str] = frozenset({"revert", "compensate", "in_doubt", "wait", "review"})
 
 
-@python_class  # a descriptor: a native class's __get__ is not called as one
 class _StepId:
     """:attr:`PlannedStep.step_id`: its step's id, stored in the instance's dict at the first
     read, so every later read is a plain attribute read. Unlike ``functools.cached_property``
@@ -87,7 +85,6 @@ class _StepId:
         return value
 
 
-@python_class  # its step_id is cached in the instance's __dict__ (_StepId)
 @dataclass(frozen=True)
 class PlannedStep:
     """One step of the plan."""
@@ -140,7 +137,6 @@ class PlannedStep:
         }
 
 
-@python_class  # a functools.cached_property needs the instance's __dict__
 @dataclass(frozen=True)
 class Plan:
     """The compensation plan of one saga (:func:`amends.plan`): what undo does to each step."""
@@ -161,7 +157,6 @@ class Plan:
         return {"saga_id": self.saga_id, "steps": [p.to_dict() for p in self.steps]}
 
 
-@python_class  # its step_id is cached in the instance's __dict__ (_StepId)
 @dataclass(frozen=True)
 class PreviewStep(PlannedStep):
     """One step of a :class:`Preview`: the planned step, with what undo is predicted to do to it
@@ -199,7 +194,6 @@ class PreviewStep(PlannedStep):
         }
 
 
-@python_class  # a functools.cached_property needs the instance's __dict__
 @dataclass(frozen=True)
 class Preview(Plan):
     """What undo would do now (``engine.preview``): the reversal simulated by the same runner —
