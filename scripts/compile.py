@@ -41,14 +41,14 @@ ENGINE = [
 # base is interpreted, applications subclass it), and mypyc 2.4.1 fails on a closure in a method
 # of a Python class (an internal error); nor _contracts.py, for the same reason (Catalog.tool's
 # closure; Catalog is weakly referenced); nor _planner.py: its PlannedStep caches step_id through
-# a descriptor in the instance's dict, which compiled code read as the descriptor itself.
+# a descriptor in the instance's dict, which compiled code read as the descriptor itself; nor
+# _reversal/runner.py and inline.py: compiled, an eval undo failed ("Token ... was created in a
+# different Context" resetting the current call in _calls.invoke).
 UNDO = [
     "amends/_report.py",
     "amends/_reversal/compensate.py",
     "amends/_reversal/dispatch.py",
-    "amends/_reversal/inline.py",
     "amends/_reversal/record.py",
-    "amends/_reversal/runner.py",
 ]
 # The eval's own: the sandbox world and the checks around it. Not sandbox/catalog.py: a
 # Catalog checks each tool's signature (``call`` first), which a compiled function has not.
