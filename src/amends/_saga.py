@@ -920,7 +920,8 @@ async def _dispatch(
             return await invoke(step.spec.fn, call, args, step.spec.timeout)
         except TransientError as exc:
             if not isinstance(call.recorded_inverse, Inverse):  # no effect: may retry
-                wait = host.retry_policy.next_wait(attempt, exc.retry_after, _RNG)
+                # read untyped: a vendor may put anything there (a compiled read would check)
+                wait = host.retry_policy.next_wait(attempt, cast(Any, exc).retry_after, _RNG)
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue

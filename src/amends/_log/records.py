@@ -15,7 +15,7 @@ import hmac
 import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._errors import ConfigError, LogCorruptedError
 from .._jsondata import MAX_DEPTH, as_repr, may_not_keep, problem
@@ -374,12 +374,10 @@ def compensation_text(write: CompensationWrite) -> str:
     Issue 29: written field by field in sorted order, not as a dict sorted and encoded whole
     (~10 k instructions of each record, 2 per compensation). Only exact ints and strings
     take this way; any other value encodes the dict as before, so the text never differs."""
-    # read as objects: a field may hold any value (a bool, a float where an int goes), which the
-    # mypyc build would refuse or turn into an int if read into a variable declared int
-    attempts: object = write.attempts
-    calls: object = write.calls_spent
-    tokens: object = write.tokens_spent
-    generation: object = write.generation
+    # read untyped: a field may hold any value (a bool, a float where an int goes), which the
+    # mypyc build would refuse or turn into an int when it reads a field declared int
+    w = cast(Any, write)
+    attempts, calls, tokens, generation = w.attempts, w.calls_spent, w.tokens_spent, w.generation
     detail, state, data = write.detail, write.state, write.data
     if (
         type(attempts) is int

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._budget import BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
@@ -279,7 +279,8 @@ class Caller:
         """What a failed call means (raises :class:`Stop`), or how long to wait before the next
         try: the one retry decision, ``RetryPolicy.next_wait``, as on the forward side."""
         if isinstance(exc, TransientError):
-            return self._again(tool, exc, attempt, exc.retry_after, StepState.FAILED)
+            after = cast(Any, exc).retry_after  # untyped: a vendor may put anything there
+            return self._again(tool, exc, attempt, after, StepState.FAILED)
         if isinstance(exc, TimeoutError):
             cause = (
                 f"{tool} timed out after {timeout:.2f} s"
