@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-test.txt constraints-test.txt 2>/dev/null | cksum | cut -d' ' -f1)
 
-.PHONY: demo test check fast lint typecheck bench bench-quick bench-compiled compiled eval docs screenshots clean
+.PHONY: demo test check fast lint typecheck bench bench-quick eval docs screenshots clean
 
 $(STAMP): pyproject.toml requirements-test.txt constraints-test.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,19 +56,6 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
 	$(BIN)/python -m benchmarks --quick --out .bench/benchmarks-quick.md
-
-# Opt-in (issue 29): a mypyc-compiled copy of src/ and benchmarks/ in .bench/compiled (mypyc comes
-# with the dev extra's mypy; needs gcc and the Python headers; ~4 min on 2 cores). Never built in
-# place: a .so beside a .py would shadow every later edit of it. Run or measure the copy with
-# PYTHONPATH=.bench/compiled/src; the default install stays pure Python.
-compiled: $(STAMP)
-	rm -rf .bench/compiled
-	$(BIN)/python scripts/compile.py .bench/compiled --modules all
-
-# The fan-out and eval sections on the compiled copy, into their own report (not docs/benchmarks.md).
-bench-compiled: compiled
-	$(BIN)/python -m pip install --quiet -r benchmarks/requirements.txt
-	PYTHONPATH=.bench/compiled/src $(BIN)/python -m benchmarks --only fanout,evals --out .bench/benchmarks-compiled.md
 
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-docs.txt -c constraints-test.txt

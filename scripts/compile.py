@@ -50,19 +50,14 @@ UNDO = [
     "amends/_reversal/dispatch.py",
     "amends/_reversal/record.py",
 ]
-# The eval's own: the sandbox world and the checks around it. Not sandbox/catalog.py: a
-# Catalog checks each tool's signature (``call`` first), which a compiled function has not.
-EVAL = [
-    "amends/sandbox/world.py",
-    "amends/evals/invariants.py",
-    "amends/evals/naive.py",
-    "amends/evals/generator.py",
-]
+# Not the eval's own modules: compiled (sandbox/world.py, evals/invariants.py, naive.py,
+# generator.py), `amends eval --sagas 200 --seed 1` found 7 never_worse violations in the drift
+# family, and 7 still with world.py interpreted (none pure); sandbox/catalog.py cannot be (a
+# Catalog checks each tool's signature, ``call`` first, which a compiled function has not).
 SETS: dict[str, list[str]] = {
     "log": LOG,
     "fanout": LOG + ENGINE,
-    "undo": LOG + ENGINE + UNDO,
-    "all": LOG + ENGINE + UNDO + EVAL,
+    "all": LOG + ENGINE + UNDO,
 }
 
 
@@ -126,7 +121,7 @@ def compile_modules(src: Path, modules: list[str], opt_level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="directory to create (must not exist)")
-    parser.add_argument("--modules", choices=sorted(SETS), default="fanout")
+    parser.add_argument("--modules", choices=sorted(SETS), default="all")
     parser.add_argument("--opt-level", default="3", choices=["0", "1", "2", "3"])
     args = parser.parse_args(argv)
     out: Path = args.out.resolve()
