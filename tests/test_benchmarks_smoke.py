@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import shutil
 import sqlite3
 import sys
@@ -15,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import common, durable, fanout, report, reversal, scale  # noqa: E402
+from benchmarks import common, durable, fanout, fanout_floor, report, reversal, scale  # noqa: E402
 
 import amends  # noqa: E402
 
@@ -75,6 +77,37 @@ def test_minimal_write_ahead_reference_writes_one_row_per_step_per_phase(
     ] * 4
     assert rows[4:8] == [("saga_1", i, "result", f'{{"result": {i}}}') for i in range(4)]
     assert len(rows) == 8 + 6
+
+
+@pytest.mark.parametrize("name", list(fanout_floor.VARIANTS))
+def test_each_floor_variant_writes_every_row_and_chains_its_records(
+    loop: asyncio.AbstractEventLoop, name: str
+) -> None:
+    """The fan-out floor's variants (issue 29) do the work they claim: k intents committed before
+    k results, and with the chain on, each record's HMAC over the one before it and its text."""
+    options = {"chain": False, "tasks": False, "thread": False, "per_record": False}
+    wal = fanout_floor.FloorWal(
+        str(common.scratch("floor.db")), **{**options, **fanout_floor.VARIANTS[name]}
+    )
+    loop.run_until_complete(wal.fan_out(3))
+    loop.run_until_complete(wal.fan_out(2))
+    rows = wal.conn.execute("SELECT saga, step, phase, body, hash FROM rows ORDER BY id").fetchall()
+    wal.conn.close()
+    assert [(s, i, p) for s, i, p, _b, _h in rows] == [
+        *(("saga_1", i, "intent") for i in range(3)),
+        *(("saga_1", i, "result") for i in range(3)),
+        *(("saga_2", i, "intent") for i in range(2)),
+        *(("saga_2", i, "result") for i in range(2)),
+    ]
+    assert rows[3][3] == '{"result":0}'
+    head = ""
+    for saga, step, phase, body, digest in rows:
+        if not fanout_floor.VARIANTS[name].get("chain"):
+            assert digest is None
+            continue
+        header = f"{head}\x00{saga}\x00{step}\x00{phase}\x00".encode()
+        head = hmac.new(fanout_floor.KEY, header + body.encode(), hashlib.sha256).hexdigest()
+        assert digest == head
 
 
 @pytest.mark.slow
