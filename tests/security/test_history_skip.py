@@ -10,29 +10,16 @@ first pins the skip itself.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from test_read_cache import _EDIT_FIRST_INTENT, _forged_intent
 from test_tamper_evidence import Psp, psp_catalog
 
 import amends
-
-_EDIT_FIRST_INTENT = (
-    "UPDATE records SET body=? WHERE saga_id=? AND kind='step.intent' AND rec_id = "
-    "(SELECT min(rec_id) FROM records WHERE saga_id=? AND kind='step.intent')"
-)
-
-
-def _forged_intent(cents: int) -> str:
-    return json.dumps(
-        {"args": {"cents": cents, "customer": "c1"}, "declared": "compensable", "deps": [],
-         "resources": [], "seq": 1, "tool": "pay.charge"},
-        sort_keys=True, separators=(",", ":"),
-    )  # fmt: skip
 
 
 @pytest.fixture
