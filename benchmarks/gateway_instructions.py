@@ -93,6 +93,14 @@ def _calls(gw: object, kind: str) -> object:
     return run
 
 
+async def _warmed(gw: object) -> dict[str, object]:
+    """Each kind's calls (:func:`_calls`), after ``WARM`` uncounted calls of each."""
+    runs = {kind: _calls(gw, kind) for kind in KINDS}
+    for kind in KINDS:
+        await runs[kind](0, WARM)  # type: ignore[operator]
+    return runs
+
+
 def child(root: str, client: str, tmp: str) -> None:
     import asyncio
     import ctypes
@@ -103,9 +111,7 @@ def child(root: str, client: str, tmp: str) -> None:
 
     async def main() -> None:
         async with gateway(config) as gw:  # type: ignore[operator]
-            runs = {kind: _calls(gw, kind) for kind in KINDS}
-            for kind in KINDS:
-                await runs[kind](0, WARM)  # type: ignore[operator]
+            runs = await _warmed(gw)
             for kind in KINDS:
                 gc.collect()
                 gc.freeze()
@@ -129,9 +135,7 @@ def counts_child(root: str, tmp: str) -> None:
 
     async def main() -> None:
         async with gateway(config) as gw:  # type: ignore[operator]
-            runs = {kind: _calls(gw, kind) for kind in KINDS}
-            for kind in KINDS:
-                await runs[kind](0, WARM)  # type: ignore[operator]
+            runs = await _warmed(gw)
             for kind in KINDS:
                 gc.collect()
                 prof = cProfile.Profile()
