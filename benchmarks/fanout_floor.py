@@ -43,10 +43,6 @@ KEY = b"bench-floor-signing-key-32-bytes"
 _Row = tuple[str, int, str, str]
 
 
-def _text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 async def _noop(i: int) -> int:
     return i
 
@@ -62,7 +58,13 @@ class FloorWal:
     switched on one by one."""
 
     def __init__(
-        self, path: str, *, chain: bool, tasks: bool, thread: bool, per_record: bool
+        self,
+        path: str,
+        *,
+        chain: bool = False,
+        tasks: bool = False,
+        thread: bool = False,
+        per_record: bool = False,
     ) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode = WAL")
@@ -116,7 +118,8 @@ class FloorWal:
         self.sagas += 1
         saga = f"saga_{self.sagas}"
         intents = [
-            (saga, i, "intent", _text({"tool": "bench.noop", "args": {"i": i}})) for i in range(k)
+            (saga, i, "intent", json.dumps({"tool": "bench.noop", "args": {"i": i}}))
+            for i in range(k)
         ]
         await self._write(intents)
         if self.tasks:
@@ -126,7 +129,7 @@ class FloorWal:
         else:
             results = await asyncio.gather(*(_noop(i) for i in range(k)))
         await self._write(
-            [(saga, i, "result", _text({"result": r})) for i, r in enumerate(results)]
+            [(saga, i, "result", json.dumps({"result": r})) for i, r in enumerate(results)]
         )
 
 
@@ -157,8 +160,7 @@ def measure(rounds: int) -> dict[str, list[float]]:
     )
     runs: dict[str, Callable[[], Awaitable[Any]]] = {}
     for i, (name, switches) in enumerate(VARIANTS.items()):
-        options = {"chain": False, "tasks": False, "thread": False, "per_record": False}
-        wal = FloorWal(str(scratch(f"floor-{i}.db")), **{**options, **switches})
+        wal = FloorWal(str(scratch(f"floor-{i}.db")), **switches)
         runs[name] = lambda wal=wal: wal.fan_out(K)  # type: ignore[misc]
     runs["amends (SqliteLog FULL, bench.noop)"] = lambda: fan_out(engine, K)
     for run in runs.values():  # warm-up
