@@ -144,6 +144,14 @@ def interleaved_section(loop: asyncio.AbstractEventLoop, quick: bool) -> Section
             r_am.median <= 2.5,
         )
     )
+    sec.targets.append(  # issue 29's table: "keep <= 1.0x" (it read 0.86x when the issue was filed)
+        Target(
+            "durable step / raw sqlite3 step making the same 2 WAL commits, per op interleaved",
+            r_am_raw.fmt(digits=2),
+            "<= 1.0x",
+            r_am_raw.median <= 1.0,
+        )
+    )
     return sec
 
 
