@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import amends
-from amends._log import records, sql
+from amends._log import records, sql, texts
 
 
 def _catalog() -> amends.Catalog:
@@ -39,15 +39,32 @@ async def test_a_step_encodes_each_of_its_two_records_once(
         encoded["texts" if isinstance(value, dict) else "other"] += 1
         return real_dumps(value)
 
+    def counting(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def counted(value: Any) -> str:
+            encoded[name] += 1
+            return real(value)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, name, counted)
+        if getattr(sql, name, None) is real:
+            monkeypatch.setattr(sql, name, counted)
+
+    counting(texts, "step_intent_text")
+    counting(records, "_finish_text")
     monkeypatch.setattr(records, "dumps", counting_dumps)
     monkeypatch.setattr(sql, "dumps", counting_dumps)
+    monkeypatch.setattr(texts, "dumps", counting_dumps)
     async with engine.saga("twenty at once") as saga:
         before = encoded.copy()  # the saga's own record (title, meta)
         await saga.gather(*(saga.call("t.put", i=i) for i in range(20)))
         during = encoded - before
-    # an intent and a finish record per step, each encoded once; nothing else is encoded
-    # (before: the chain encoded each text again inside a JSON list, and the cap the result)
-    assert dict(during) == {"texts": 40}
+    # an intent and a finish record per step, each written once; nothing else is encoded
+    # (before: the chain encoded each text again inside a JSON list, and the cap the result).
+    # Issue 29: a record's text is written from its parts (the fixed keys by hand), so the
+    # encoder runs once for each object value it holds: the intent's arguments, the outcome's
+    # inverse arguments and its result (3 per step), each once
+    assert dict(during) == {"step_intent_text": 20, "_finish_text": 20, "texts": 60}
     record = await engine.log.get_saga(saga.id)
     assert record is not None
     assert [s.result for s in record.steps] == [{"i": i, "text": "x" * 100} for i in range(20)]

@@ -52,9 +52,7 @@ from .records import (
     event_data,
     finish_text,
     fold_compensations,
-    intent_text,
     loads,
-    redacted_body,
     report_hash,
 )
 from .rows import N_SAGA as _N_SAGA
@@ -66,6 +64,7 @@ from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
+from .texts import step_intent_text
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "SqlSagaLog", "Tx", "upgrade", "write_heads"]
 
@@ -283,20 +282,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
     async def begin_step(self, intent: StepIntent) -> bool:
         saga_id, step_id, now = intent.saga_id, intent.step_id, intent.now
-        args, deps, resources = intent.args, intent.deps, intent.resources
-        body: dict[str, Any] = {
-            "seq": intent.seq,
-            "tool": intent.tool,
-            "args": args if type(args) is dict else dict(args),
-            "deps": deps if type(deps) is list else list(deps),
-            "resources": resources if type(resources) is list else list(resources),
-            "declared": intent.declared,
-        }
-        if not intent.explicit:  # issue 26: "not declared" is not "declared irreversible"
-            body["explicit"] = False
-        if intent.redacted:  # rule 12: where amends itself put a marker, inside the chain
-            body["redacted"] = redacted_body(intent.redacted, ("args",))
-        text = intent_text(body)  # rule 1: the whole intent, encoded once (as given, issue 21)
+        text = step_intent_text(intent)  # rule 1: the whole intent, encoded once (issue 21)
         key = self.signing_key
 
         def fn(tx: Tx) -> bool:
