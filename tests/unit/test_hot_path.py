@@ -537,11 +537,12 @@ asyncio.run(main())
 """
 
 
-def test_a_fan_out_step_makes_at_most_52_calls_into_amends_on_the_event_loop(
+def test_a_fan_out_step_makes_at_most_51_calls_into_amends_on_the_event_loop(
     tmp_path: Path,
 ) -> None:
     """Issue 29: the step's recording path keeps its call budget (69.4 amends calls per step
-    of a 200-step fan-out on a SQLite file before lane Q-fanout, 49.4 after; counted with
+    of a 200-step fan-out on a SQLite file before lane Q-fanout, 49.4 after, 51.4 on main
+    fb501c3, 50.4 after lane st wrote the intent from its parts; counted with
     cProfile on the event-loop thread, amends' own functions only, so Python's asyncio does
     not move it). In a fresh interpreter: OpenTelemetry imported by another test, or a
     signing key in the environment, would add work that is not the recording path's. Every
@@ -561,7 +562,7 @@ def test_a_fan_out_step_makes_at_most_52_calls_into_amends_on_the_event_loop(
     ).stdout.split()
     calls, states = int(out[0]), out[1:]
     assert states == ["done"] * 200
-    assert calls / 200 <= 52, f"{calls / 200:.1f} amends calls per step"
+    assert calls / 200 <= 51, f"{calls / 200:.1f} amends calls per step"
 
 
 def test_a_spec_with_another_function_is_the_spec_dataclasses_replace_makes() -> None:
