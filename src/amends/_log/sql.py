@@ -150,12 +150,7 @@ def _read_saga(tx: Tx, saga_id: str, cache: SagaCache) -> SagaRecord | None:
     rows = tx.execute(f"SELECT {_SAGA_COLS}, {tx.now_sql} FROM sagas WHERE saga_id=?", (saga_id,))
     if not rows:
         return None
-    records = tx.execute(
-        f"SELECT {_REC_COLS} FROM records WHERE saga_id=? AND phase IN ('i','f','r') "
-        "ORDER BY rec_id",
-        (saga_id,),
-    )
-    steps, resolutions = cache.fold(saga_id, records)
+    steps, resolutions = cache.steps(tx, saga_id)  # only the new records, when it can (issue 29)
     rev = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
     return _saga(
         rows[0], steps, _reversal(rev[0]) if rev else None, resolutions, db_now=rows[0][_N_SAGA]

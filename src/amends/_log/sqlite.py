@@ -558,12 +558,13 @@ class _SqliteDatabase(Database):
         function of anyone else's, one rolled back too) and the schema's version (DDL such as
         a view changes no row); ``None`` while the schema has a trigger (its rows would count
         as those of the log's statement that fired it) and once a blob was opened on it
-        (``PrivateConnection``). Called inside ``_inline``, whose ``_lock`` keeps the log's own
+        (``PrivateConnection``), and inside a transaction (a write's read: rows it read may
+        still be rolled back). Called inside ``_inline``, whose ``_lock`` keeps the log's own
         uses of the connection from running meanwhile; the connection must not be used by
         another thread while the log writes (as ``_carry``)."""
         conn = self._connection
-        if self._heads is None or getattr(conn, "opened", True):  # a blob: ``PrivateConnection``
-            return None
+        if self._heads is None or getattr(conn, "opened", True) or conn.in_transaction:
+            return None  # a blob: ``PrivateConnection``
         ((version, triggers),) = conn.execute(_SCHEMA_MARK).fetchall()
         return None if triggers else (conn.total_changes - self._own, int(version))
 
@@ -796,6 +797,8 @@ class SqliteLog(SqlSagaLog):
             read_only=read_only,
             key=self.signing_key,
         )
+        if text == ":memory:":  # issue 29: a read fetches only a saga's new records
+            self.reads.untouched = self.db.untouched
 
     def __repr__(self) -> str:
         return f"SqliteLog({self.path!r})"
