@@ -11,7 +11,6 @@ saga log: the world is the truth. Which forward steps must have run it derives f
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -132,12 +131,15 @@ class _Grouped:
             need[s.step_id] |= set(s.undo_after)
         # rule 3: a step's inverse waits for those of every step depending on it, directly or
         # not; undo_after replaces the reversed forward edge between its two steps only
-        waits = {sid: _closure(direct, direct[sid]) for sid in ids}
-        for s in sc.steps:
-            for first in s.undo_after:
-                waits[first].discard(s.step_id)
-                waits[s.step_id].add(first)
-        self.dependents = {sid: _closure(waits, waits[sid]) for sid in ids}
+        waits = _descendants(ids, direct)
+        if any(s.undo_after for s in sc.steps):
+            for s in sc.steps:
+                for first in s.undo_after:
+                    waits[first].discard(s.step_id)
+                    waits[s.step_id].add(first)
+            self.dependents = {sid: _closure(waits, waits[sid]) for sid in ids}
+        else:  # issue 29: closed already (a closure of each step's set is that set)
+            self.dependents = waits
         self.scope = _closure(need, sc.select) if sc.select else set(ids)
         self.tools = {s.step_id: s.tool for s in sc.steps}
         self.expected = _forward_outcomes(sc, self.waits)
@@ -209,6 +211,24 @@ def _forward_outcomes(
     return out
 
 
+def _descendants(ids: list[str], direct: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``{sid: _closure(direct, direct[sid])}`` for the steps ``ids`` in order, each set built
+    from those of the later steps it reaches directly (issue 29: a walk per step was a third
+    of the oracle's cost); a step reaching an earlier one (not in a generated scenario) is
+    walked as before."""
+    out: dict[str, set[str]] = {}
+    for sid in reversed(ids):
+        reached = set(direct[sid])
+        for d in direct[sid]:
+            later = out.get(d)
+            if later is None:
+                reached = _closure(direct, direct[sid])
+                break
+            reached |= later
+        out[sid] = reached
+    return out
+
+
 def _closure(edges: dict[str, set[str]], start: Iterable[str]) -> set[str]:
     """Every step reachable from ``start`` along ``edges`` (``start`` itself only if reached)."""
     seen: set[str] = set()
@@ -248,17 +268,22 @@ def selection_scope(sc: Scenario) -> set[str]:
     return set(_grouped(sc).scope)
 
 
-def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """tag -> its effects, each with ``seq`` (its position in the journal)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_tag(effects: Iterable[dict[str, Any]]) -> dict[str, list[int]]:
+    """tag -> the positions in the journal of its effects (issue 29: positions, where each
+    effect was copied with its ``seq``: ~45 dicts per check)."""
+    out: dict[str, list[int]] = {}
     for seq, e in enumerate(effects):
         tag = e.get("tag")
         if tag:
-            out.setdefault(tag, []).append({**e, "seq": seq})
+            held = out.get(tag)
+            if held is None:
+                out[tag] = [seq]
+            else:
+                held.append(seq)
     return out
 
 
-def _unsure_drift(r: SagaResult, tags: dict[str, list[dict[str, Any]]], sid: str) -> bool:
+def _unsure_drift(r: SagaResult, tags: dict[str, list[int]], sid: str) -> bool:
     """Rule 8: a worker crashed with the step's undo in flight, the undo did land, and another
     actor changed the same thing afterwards. The recovering engine sees neither the agent's
     value nor the undo's and cannot tell which came first: "drifted, needs review" is honest
@@ -266,12 +291,12 @@ def _unsure_drift(r: SagaResult, tags: dict[str, list[dict[str, Any]]], sid: str
     undo = tags.get(f"{sid}:compensate")
     if not r.crashed or not undo:
         return False
-    last = undo[-1]
+    last = r.effects[undo[-1]]
     return any(
         not e.get("tag")
         and e.get("actor") not in (None, "api")
         and (e["vendor"], e["key"]) == (last["vendor"], last["key"])
-        for e in r.effects[last["seq"] + 1 :]
+        for e in r.effects[undo[-1] + 1 :]
     )
 
 
@@ -281,7 +306,7 @@ def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
 
 
 def _truth(
-    r: SagaResult, tags: dict[str, list[dict[str, Any]]], grouped: _Grouped
+    r: SagaResult, tags: dict[str, list[int]], grouped: _Grouped
 ) -> tuple[str, dict[str, str]]:
     truth: dict[str, str] = {}
     scope = grouped.scope  # issue 27: a selection's outcome is over its steps
@@ -299,11 +324,64 @@ def _truth(
     return "fully_reversed", truth
 
 
+_GIVEN_BACK = frozenset({"refund", "reverse_entry"})
+"""Ops that give money back (rule 5: once per charge or entry)."""
+
+
+class _Scan:
+    """What :func:`check` reads off the effect journal, in one pass over it (issue 29: five
+    passes and a copy of each tagged effect were half of the oracle's cost)."""
+
+    __slots__ = ("others", "overwrote", "refunds", "tags", "writers")
+
+    def __init__(self, effects: list[dict[str, Any]]) -> None:
+        self.tags: dict[str, list[int]] = {}
+        """tag -> the positions of its effects (as :func:`_by_tag`)."""
+        self.overwrote: list[str] = []
+        """never_worse: an inverse that overwrote another actor's change, in journal order."""
+        self.refunds: dict[str, int] = {}
+        """key -> how many refunds or reversing ledger entries it got (rule 5)."""
+        self.writers: dict[str, set[str]] = {}
+        """CRM field -> the steps whose forward call wrote it (:func:`_unrestored`)."""
+        self.others: set[str] = set()
+        """CRM fields written by someone other than a step."""
+        tags = self.tags
+        conflicting: dict[tuple[str, str, str], int] = {}
+        for seq, e in enumerate(effects):
+            tag = e.get("tag")
+            op = e["op"]
+            if tag:  # a step's effect
+                held = tags.get(tag)
+                if held is None:
+                    tags[tag] = [seq]
+                else:
+                    held.append(seq)
+                # never worse: an inverse applied over another actor's earlier change
+                if conflicting and tag.endswith(":compensate"):
+                    seen = conflicting.get((e["vendor"], op, e["key"]))
+                    if seen is not None and seen < seq:
+                        self.overwrote.append(
+                            f"{tag.split(':')[0]}: {op} overwrote another actor's change to "
+                            f"{e['vendor']} {e['key']}"
+                        )
+                if op == "update_field" and e["vendor"] == "crm" and tag.endswith(":forward"):
+                    self.writers.setdefault(e["key"], set()).add(tag.split(":")[0])
+            else:  # the clock's, or another actor's
+                if e.get("actor") not in (None, "agent"):
+                    for other in _CONFLICTING.get((e["vendor"], op), ()):
+                        conflicting.setdefault((e["vendor"], other, e["key"]), seq)
+                if op == "update_field" and e["vendor"] == "crm":
+                    self.others.add(e["key"])
+            if op in _GIVEN_BACK:
+                self.refunds[e["key"]] = self.refunds.get(e["key"], 0) + 1
+
+
 def check(r: SagaResult) -> dict[str, list[str]]:
     """Invariant -> violations (empty list: the invariant holds for this saga)."""
     v: dict[str, list[str]] = {name: [] for name in INVARIANTS}
     sc = r.scenario
-    tags = _by_tag(r.effects)
+    scan = _Scan(r.effects)
+    tags = scan.tags
     grouped = _grouped(sc)
     status, truth = _truth(r, tags, grouped)
     if r.errors:
@@ -343,7 +421,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 v["honesty"].append(f"{sid}: report says {st.value}, world: {t}")
 
     # --- honesty: "undone" is the value as before the saga, not just an inverse that ran ------
-    v["honesty"] += _unrestored(r, truth)
+    v["honesty"] += _unrestored(r, truth, scan)
 
     # --- honesty: a selective undo undoes its closure and nothing else (issue 27) -------------
     if sc.select:
@@ -366,7 +444,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 continue
             if f"{s.step_id}:compensate" not in tags:
                 continue  # not cancelled: no follow-up was due
-            made = {e["op"] for e in tags.get(f"{s.step_id}:follow_up", [])}
+            made = {r.effects[i]["op"] for i in tags.get(f"{s.step_id}:follow_up", ())}
             wanted = [("chat.announce", "post")]
             if "log_to" in s.args and "post" in made:
                 wanted.append(("crm.log_activity", "log_activity"))
@@ -378,22 +456,9 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                     )
 
     # --- never worse ------------------------------------------------------------------------
-    conflicting: dict[tuple[str, str, str], int] = {}
-    for seq, e in enumerate(r.effects):
-        tag = e.get("tag") or ""
-        if not tag and e.get("actor") not in (None, "agent"):
-            for op in _CONFLICTING.get((e["vendor"], e["op"]), ()):
-                conflicting.setdefault((e["vendor"], op, e["key"]), seq)
-        elif tag.endswith(":compensate"):
-            seen = conflicting.get((e["vendor"], e["op"], e["key"]))
-            if seen is not None and seen < seq:
-                v["never_worse"].append(
-                    f"{e['tag'].split(':')[0]}: {e['op']} overwrote another actor's change to "
-                    f"{e['vendor']} {e['key']}"
-                )
+    v["never_worse"] += scan.overwrote  # an inverse over another actor's change (_Scan)
     # money given back twice: a second refund, a second reversing ledger entry (rule 5)
-    refunds = Counter(e["key"] for e in r.effects if e["op"] in ("refund", "reverse_entry"))
-    for key, n in refunds.items():
+    for key, n in scan.refunds.items():
         if n > 1:
             v["never_worse"].append(f"{key} refunded {n} times")
     for s in sc.steps:
@@ -407,12 +472,12 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         undo = tags.get(f"{s.step_id}:compensate")
         if not undo:
             continue
-        at = undo[0]["seq"]
+        at = undo[0]
         for d in sorted(deps[s.step_id]):
             if tools[d] not in _WITH_INVERSE or f"{d}:forward" not in tags:
                 continue  # nothing to wait for: it had no effect, or nothing can take it back
             d_undo = tags.get(f"{d}:compensate")
-            if not d_undo or d_undo[0]["seq"] > at:
+            if not d_undo or d_undo[0] > at:
                 v["order"].append(
                     f"{s.step_id} was undone before its dependent {d} "
                     + ("was undone" if d_undo else "(which never was)")
@@ -422,17 +487,22 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     ids = {rep.reversal_id for rep in r.reports}
     if len(ids) > 1:
         v["idempotency"].append(f"{len(r.reports)} requests got {len(ids)} different reversals")
-    states = {tuple((o.step_id, o.state.value) for o in rep.steps) for rep in r.reports}
+    # the members, not their values (issue 29: ``.value`` is a Python call per step; one
+    # member per value, so the same reports differ or not alike)
+    states = {tuple((o.step_id, o.state) for o in rep.steps) for rep in r.reports}
     if len(states) > 1:
         v["idempotency"].append("requests for the same reversal got different reports")
-    for tag, effs in tags.items():
-        applied = len({e.get("call") for e in effs})  # one call may emit several effects
-        if tag.endswith(":compensate") and applied > 1:
+    effects = r.effects
+    for tag, seqs in tags.items():
+        if len(seqs) < 2 or not tag.endswith(":compensate"):
+            continue  # one effect is one call
+        applied = len({effects[i].get("call") for i in seqs})  # one call may emit several
+        if applied > 1:
             v["idempotency"].append(f"{tag.split(':')[0]}: inverse applied {applied} times")
 
     # --- preview: the undo's own run, simulated (rule 10) -------------------------------------
     if r.preview is not None and r.reports:
-        first = {o.step_id: o.state.value for o in r.reports[0].steps}
+        first = {o.step_id: o.state for o in r.reports[0].steps}  # StrEnum: equal to values
         for sid, state in first.items():
             said = r.preview.get(sid)
             if said != state:
@@ -457,7 +527,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         # world, not the wall clock (a loaded machine stretches both): the answer must come
         # before the stalled call acted, i.e. the engine did not wait for it.
         for sid in r.stalled:
-            landed = [e["seq"] for e in tags.get(f"{sid}:forward", [])]
+            landed = tags.get(f"{sid}:forward", [])
             if landed and r.answered_at and min(landed) < r.answered_at[0]:
                 v["bounded"].append(
                     f"the first answer came only after the stalled step {sid} acted "
@@ -471,21 +541,14 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     return v
 
 
-def _unrestored(r: SagaResult, truth: dict[str, str]) -> list[str]:
+def _unrestored(r: SagaResult, truth: dict[str, str], scan: _Scan | None = None) -> list[str]:
     """Each CRM field the saga wrote whose every writer the oracle finds undone and no one else
     wrote, but whose value after the undo is not the one before the saga (compared as JSON:
     ``True`` is not ``1``): an inverse ran, yet the world is not as if the agent never acted
     (a retry's inverse restoring a refused call's value, inverses run out of order)."""
-    writers: dict[str, set[str]] = {}
-    others: set[str] = set()
-    for e in r.effects:
-        if e["vendor"] != "crm" or e["op"] != "update_field":
-            continue
-        tag = e.get("tag")
-        if not tag:
-            others.add(e["key"])
-        elif tag.endswith(":forward"):
-            writers.setdefault(e["key"], set()).add(tag.split(":")[0])
+    if scan is None:
+        scan = _Scan(r.effects)
+    writers, others = scan.writers, scan.others
     out: list[str] = []
     records = r.world.get("crm", {}).get("records", {})
     for key, steps in writers.items():
@@ -505,7 +568,7 @@ def _unrestored(r: SagaResult, truth: dict[str, str]) -> list[str]:
 def _check_forward(
     r: SagaResult,
     expected: dict[str, tuple[str, str]],
-    tags: dict[str, list[dict[str, Any]]],
+    tags: dict[str, list[int]],
     reports: list[UndoReport],
     out: list[str],
 ) -> None:
