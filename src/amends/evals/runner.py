@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import tempfile
 import time
@@ -235,18 +236,79 @@ async def run_scenario_both(
 @contextlib.asynccontextmanager
 async def crash_log_file(directory: str | None = None) -> AsyncIterator[SqliteLog]:
     """A saga log in a file of its own (in ``directory``, or a temporary one removed after),
-    for a scenario whose worker crashes: its recovery reopens the file (:func:`reopen`)."""
+    for a scenario whose worker crashes: its recovery reopens the file (:func:`reopen`).
+
+    In a given ``directory`` (a batch's), the file starts as a copy of a new log made there
+    once (:func:`_copy_of_new_log`): the same bytes ``SqliteLog`` would write, without building
+    the schema again for each crash scenario."""
     with contextlib.ExitStack() as files:
+        fresh = directory is None
         if directory is None:
             directory = files.enter_context(tempfile.TemporaryDirectory(prefix="amends-eval-"))
         fd, path = tempfile.mkstemp(suffix=".db", dir=directory)
         os.close(fd)
         os.unlink(path)  # SqliteLog creates it, owner-only (0600)
+        if not fresh:
+            await _copy_of_new_log(directory, path)
         log = SqliteLog(path, synchronous="OFF")
         try:
             yield log
         finally:
             await log.close()
+
+
+async def _copy_of_new_log(directory: str, path: str) -> None:
+    """Write at ``path`` (owner-only, 0600) a copy of a new, empty saga log file made once in
+    ``directory`` (issue 29: building a log's schema cost ~10 M instructions, ~11 times per
+    100 eval sagas). Two new logs made with the same chain key are the same bytes (the schema,
+    its version, the shard heads: ``tests/evals/test_eval_batch.py``), so the copy is the file
+    ``SqliteLog(path)`` would have made; the template is named by that key. Nothing is written
+    if the template cannot be made whole (a write-ahead file left): ``SqliteLog`` then
+    creates the log itself."""
+    key = hashlib.sha256(os.environ.get("AMENDS_LOG_KEY", "").encode()).hexdigest()[:16]
+    template = os.path.join(directory, f"new-log-{key}.template")
+    if not _exists(template):
+        # crash scenarios start together: the first makes it, the others wait for it
+        async with _MAKING.setdefault(template, asyncio.Lock()):
+            if not _exists(template):
+                made = _unused_path(directory)
+                await SqliteLog(made, synchronous="OFF").close()
+                _kept_whole(made, template)
+        _MAKING.pop(template, None)
+        if not _exists(template):
+            return
+    _copy_private(template, path)
+
+
+_MAKING: dict[str, asyncio.Lock] = {}
+"""Template path -> the lock its maker holds while it makes it (:func:`_copy_of_new_log`)."""
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _unused_path(directory: str) -> str:
+    fd, path = tempfile.mkstemp(suffix=".db", dir=directory)
+    os.close(fd)
+    os.unlink(path)
+    return path
+
+
+def _kept_whole(made: str, template: str) -> bool:
+    """``made`` (a closed log) becomes ``template``, unless a journal of it is left over."""
+    if any(os.path.exists(made + tail) for tail in ("-wal", "-journal")):
+        return False
+    os.replace(made, template)  # whole or absent: a concurrent scenario may be reading it
+    return True
+
+
+def _copy_private(src: str, dst: str) -> None:
+    """``src``'s bytes into a new file ``dst``, owner-only (0600) from its creation."""
+    with open(src, "rb") as f:
+        data = f.read()
+    with open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+        out.write(data)
 
 
 def reopen(log: SagaLog) -> SagaLog | None:
