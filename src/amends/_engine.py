@@ -53,7 +53,7 @@ from ._report import (
     current_resolutions,
 )
 from ._resolution import RETRY, check_who_and_note, continuable, resolvable, retryable
-from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan
+from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan, sentences
 from ._reversal.follow_up_methods import FollowUpMethods
 from ._reversal.late import late_cancelled
 from ._reversal.preview import PreviewInput, simulate
@@ -745,12 +745,9 @@ class Engine(FollowUpMethods):
         index = {s.step_id: s for s in saga.steps}
         scope = selection_of(saga, rev.selection).steps if rev.selection is not None else None
 
-        def progress(outcome: StepOutcome) -> None:
-            if not self.progress_hooks:  # issue 12: nobody listens, nothing to describe
-                return
-            described = self._described(saga, outcome, index)
+        def progress(outcome: StepOutcome) -> None:  # built described (ports' describe)
             for hook in self.progress_hooks:
-                hook(rev.reversal_id, described)
+                hook(rev.reversal_id, outcome)
 
         outcomes = await run_plan(
             RunInput(
@@ -760,6 +757,7 @@ class Engine(FollowUpMethods):
                     progress=progress,
                     watch_step=obs.watch_step,
                     run_inline=getattr(self.log, "commits_each_write", False),
+                    describe=lambda step_id: sentences(self.catalog, index.get(step_id)),
                 ),
                 saga,
                 rev,
@@ -776,8 +774,10 @@ class Engine(FollowUpMethods):
             )
         )
         late = await late_cancelled(lambda: self._saga_or_raise(saga_id), called, outcomes, meter)
-        outcomes += [o for o in late if scope is None or o.step_id in scope]
-        return saga, [self._described(saga, o, index) for o in outcomes]
+        outcomes += [
+            self._described(saga, o, index) for o in late if scope is None or o.step_id in scope
+        ]
+        return saga, outcomes
 
     # --- recovery -------------------------------------------------------------------------
     async def recover(self) -> RecoveryReport:

@@ -250,4 +250,4 @@ async def test_a_step_previewed_then_undone_is_described_once_with_the_same_sent
         ("Set a to '1'", "Set a to an empty value"),
         ("Set b to '2'", "Set b to an empty value"),
     ]
-    assert made.count("described") == 4  # two steps, each with its inverse, once
+    assert made.count("sentences") == 4  # two steps, each with its inverse, once (the describer)

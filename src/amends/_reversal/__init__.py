@@ -17,7 +17,7 @@ from .ports import (
     LocalDispatcher,
     ReversalPorts,
 )
-from .runner import RunInput, described, run_plan
+from .runner import RunInput, described, run_plan, sentences
 
 __all__ = [
     "LOCAL",
@@ -34,4 +34,5 @@ __all__ = [
     "current_resolutions",
     "described",
     "run_plan",
+    "sentences",
 ]

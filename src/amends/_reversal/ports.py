@@ -168,3 +168,8 @@ class ReversalPorts:
     ``False``: a task per step from the start (a file log or PostgreSQL, whose writes of steps
     started together meet in one group commit; a Temporal workflow, whose calls of one
     activation join one batch activity)."""
+    describe: Callable[[str], tuple[str, str]] | None = None
+    """Issue 29: a step's sentences and its inverse's by its id (the engine's, over the saga
+    the run plans from, as :func:`~amends._reversal.runner.sentences` gives them): the run's
+    outcomes are built described, not copied once more to describe them. ``None``: built
+    without (the caller describes them, as the preview and a Temporal workflow do)."""

@@ -39,6 +39,7 @@ class Recorder:
         self.meter = meter
         self.vault = vault
         self.wording = Wording(saga.saga_id, saga.title, saga.actor, continue_hint)
+        self.describe = ports.describe
         self.fresh: set[str] = set()
         """Steps whose compensation was recorded in this run (after every known resolution)."""
 
@@ -79,24 +80,41 @@ class Recorder:
             )
         )
 
-    def outcome(self, p: PlannedStep, state: StepState, detail: str, **more: Any) -> StepOutcome:
+    def outcome(
+        self,
+        p: PlannedStep,
+        state: StepState,
+        detail: str,
+        *,
+        attempts: int = 0,
+        residue: tuple[Residue, ...] = (),
+        manual_action: ManualAction | None = None,
+    ) -> StepOutcome:
         vault = self.vault
         if vault:  # rule 11: a secret resolved for this reversal never reaches the report
             detail = vault.scrub(detail)
-            if more.get("manual_action") is not None:
-                more["manual_action"] = scrub_record(vault, more["manual_action"])
-            if more.get("residue"):
-                more["residue"] = tuple(scrub_record(vault, r) for r in more["residue"])
+            if manual_action is not None:
+                manual_action = scrub_record(vault, manual_action)
+            if residue:
+                residue = tuple(scrub_record(vault, r) for r in residue)
+        step, describe = p.step, self.describe
+        # issue 29: described as it is built (no copy per step to describe it), every field by
+        # position, in StepOutcome's order
+        text, inverse_text = describe(p.step_id) if describe is not None else ("", "")
         return StepOutcome(
-            step_id=p.step_id,
-            tool=p.step.tool,
-            verb=verb_for(state),  # rule 8: one verb per state, whatever the cause
-            state=state,
-            detail=detail,
-            reversibility=p.reversibility._value_,  # issue 29: not the enum's property
-            violation=p.step.violation,
-            declared=p.step.explicit,
-            **more,
+            p.step_id,
+            step.tool,
+            verb_for(state),  # rule 8: one verb per state, whatever the cause
+            state,
+            detail,
+            p.reversibility._value_,  # issue 29: not the enum's property
+            attempts,
+            residue,
+            manual_action,
+            step.violation,
+            text,  # description
+            inverse_text,  # inverse_description
+            step.explicit,  # declared
         )
 
     def manual(self, p: PlannedStep, state: StepState, detail: str) -> ManualAction:

@@ -32,7 +32,7 @@ from .inline import cancelled, lead
 from .ports import InFlightWait, ReversalPorts
 from .record import Recorder
 
-__all__ = ["RunInput", "described", "run_plan", "undo_order"]
+__all__ = ["RunInput", "described", "run_plan", "sentences", "undo_order"]
 
 _Described = TypeVar("_Described", StepOutcome, PreviewStep)
 
@@ -43,20 +43,28 @@ def described(catalog: ToolDirectory, step: StepRecord | None, item: _Described)
     arguments. The one describer of the engine, the preview and a Temporal worker."""
     if step is None:
         return item
+    text, inverse_text = sentences(catalog, step)
+    # issue 29: one undo describes every step; the copy without replace()'s per-field checks
+    return replaced(item, description=text, inverse_description=inverse_text)
+
+
+def sentences(catalog: ToolDirectory, step: StepRecord | None) -> tuple[str, str]:
+    """The step's and its inverse's sentences as :func:`described` gives them (``""`` each for
+    no step, and for the inverse of a step without one)."""
+    if step is None:
+        return "", ""
     key = (id(catalog), id(step))
     seen = _SENTENCES.get(key)
     if seen is not None and seen[0] is catalog and seen[1] is step:
-        text, inverse_text = seen[2], seen[3]
-    else:
-        inv = step.inverse
-        text = catalog.describe(step.tool, step.args)
-        inverse_text = catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
-        with _SENTENCES_LOCK:
-            _SENTENCES[key] = (catalog, step, text, inverse_text)
-            if len(_SENTENCES) > 1024:
-                del _SENTENCES[next(iter(_SENTENCES))]
-    # issue 29: one undo describes every step; the copy without replace()'s per-field checks
-    return replaced(item, description=text, inverse_description=inverse_text)
+        return seen[2], seen[3]
+    inv = step.inverse
+    text = catalog.describe(step.tool, step.args)
+    inverse_text = catalog.describe(inv["tool"], inv.get("args", {})) if inv else ""
+    with _SENTENCES_LOCK:
+        _SENTENCES[key] = (catalog, step, text, inverse_text)
+        if len(_SENTENCES) > 1024:
+            del _SENTENCES[next(iter(_SENTENCES))]
+    return text, inverse_text
 
 
 _SENTENCES: dict[tuple[int, int], tuple[ToolDirectory, StepRecord, str, str]] = {}
