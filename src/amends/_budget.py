@@ -204,6 +204,7 @@ class BudgetMeter:
         self.tokens = tokens_spent
         self.clock = clock
         self.started = clock()
+        self._deadline = self.started + budget.seconds  # issue 29: read per call, not a property
         self.reserved: dict[str, int] = {}
         """Calls set aside per key (a step), not spent yet."""
         self.unfunded: dict[str, str] = {}
@@ -215,7 +216,7 @@ class BudgetMeter:
         return self.started + self.budget.seconds
 
     def remaining_seconds(self) -> float:
-        return max(0.0, self.deadline - self.clock())
+        return max(0.0, self._deadline - self.clock())
 
     def exhausted(self) -> str | None:
         """Which cap is spent, in words, or ``None`` while there is budget left."""
@@ -226,7 +227,7 @@ class BudgetMeter:
     def _other_caps(self) -> str | None:
         if self.tokens > 0 and self.tokens >= self.budget.tokens:
             return f"token budget of {self.budget.tokens} spent"
-        if self.clock() >= self.deadline:
+        if self.clock() >= self._deadline:
             return f"time budget of {self.budget.seconds:g}s spent"
         return None
 

@@ -28,7 +28,7 @@ from .._log.base import SagaRecord, StepRecord
 from .._native import python_class
 from .._report import StepState
 from .._secrets import PathPart, Redaction, Vault, scrub_record, under
-from .ports import ReversalPorts
+from .ports import BaseDispatcher, ReversalPorts
 
 __all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
 
@@ -109,6 +109,10 @@ class Caller:
         """Per step, the steps that wait for it, last in undo order first: a retry may borrow
         what they set aside (if this step fails, they never run)."""
         self._steps: dict[str, StepRecord] | None = None
+        dispatcher: Any = type(ports.dispatcher)
+        self._plain_arguments = dispatcher.arguments is BaseDispatcher.arguments
+        """The dispatcher resolves arguments as every runner does
+        (:func:`~amends._secrets.resolve_call_args`): with no recorded position, a copy."""
 
     def redactions(self, step_id: str, *prefix: PathPart) -> tuple[Redaction, ...]:
         """Where amends put a marker inside the value at ``prefix`` of step ``step_id``'s logged
@@ -144,12 +148,15 @@ class Caller:
         compensation's dispatch record carries it, so a take-over counts it).
         """
         vault = self.vault
-        try:
-            real = await self.ports.dispatcher.arguments(
-                self.catalog, self.saga, tool, step_id, args, vault, at=at
-            )
-        except ContractError as exc:
-            raise Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
+        if not at and self._plain_arguments:  # issue 29: nothing to resolve, as it would say
+            real = dict(args)
+        else:
+            try:
+                real = await self.ports.dispatcher.arguments(
+                    self.catalog, self.saga, tool, step_id, args, vault, at=at
+                )
+            except ContractError as exc:
+                raise Stop(StepState.FAILED, f"{tool} was not called: {exc}") from None
         try:
             result, call = await self._attempts(
                 tool, real, phase, key, step_id, precondition, counter, prepaid, at

@@ -262,8 +262,27 @@ class _Runner:
 
     async def _settle(self, p: PlannedStep) -> StepOutcome:
         while True:
-            try:
-                return await self._step(p)
+            try:  # issue 29: the step's decision inline (no coroutine of its own per step)
+                q = await self._await_in_flight(p) if p.action == "wait" else p
+                quick = self._without_inverse(q)
+                if quick is not None:
+                    return quick
+                prior = self._prior(q)
+                if prior is not None and prior.state in _FINAL:
+                    # rule 5: logged done is never dispatched again, even after a crash.
+                    return self.recorder.from_record(q, prior)
+                # issue 29: no coroutine for a gate with nothing to wait for, nor a window that
+                # never closes (most steps)
+                if q.waits_for:
+                    blocked = await self._gate(q)
+                    if blocked is not None:
+                        return blocked
+                inv = q.inverse
+                if inv is not None and inv.deadline is not None:
+                    closed = await self._window_closed(q, prior)
+                    if closed is not None:
+                        return closed
+                return await self.compensator.run(q, prior)
             except Unchecked as why:  # a preview cannot tell whether an attempt landed
                 detail = f"checked at undo time: {why}, which a preview never resolves (rule 11)"
                 return self.recorder.standing(p, StepState.IN_DOUBT, detail)
@@ -274,24 +293,6 @@ class _Runner:
                 self.done = await self.inp.ports.log.get_compensations(
                     self.inp.reversal.reversal_id
                 )
-
-    async def _step(self, p: PlannedStep) -> StepOutcome:
-        if p.action == "wait":
-            p = await self._await_in_flight(p)
-        quick = self._without_inverse(p)
-        if quick is not None:
-            return quick
-        prior = self._prior(p)
-        if prior is not None and prior.state in _FINAL:
-            # rule 5: logged done is never dispatched again, even after a crash.
-            return self.recorder.from_record(p, prior)
-        blocked = await self._gate(p)
-        if blocked is not None:
-            return blocked
-        closed = await self._window_closed(p, prior)
-        if closed is not None:
-            return closed
-        return await self.compensator.run(p, prior)
 
     def _without_inverse(self, p: PlannedStep) -> StepOutcome | None:
         """Steps undo does not call an inverse for: their outcome follows from the plan."""
