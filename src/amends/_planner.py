@@ -302,9 +302,28 @@ _REVERSIBILITY: dict[str, Reversibility] = {r.value: r for r in Reversibility}
 step per plan); a name not in it goes to the constructor, which says what is wrong."""
 
 
+def _inverse(data: Mapping[str, Any]) -> Inverse:
+    """``Inverse.from_dict(data)``, every field by position (issue 29: once per planned step;
+    binding six keywords was ~3 k instructions of it)."""
+    landed = data.get("landed")
+    return Inverse(
+        data["tool"],
+        dict(data["args"]),
+        data.get("deadline"),
+        Expectation.from_dict(landed) if landed else None,
+        data.get("no_drift_check"),
+        tuple(data.get("undo_after", ())),
+    )
+
+
 def _classify(
-    step: StepRecord, catalog: ToolDirectory | None, now: float
+    step: StepRecord,
+    catalog: ToolDirectory | None,
+    now: float,
+    read_only: dict[str, bool] | None = None,
 ) -> tuple[Action, Reversibility, str, Inverse | None]:
+    """``read_only``: per inverse tool in ``catalog``, whether it is read-only, as far as one
+    plan asked already (issue 29: two catalog calls per step otherwise)."""
     declared = _REVERSIBILITY.get(step.declared) or Reversibility(step.declared)
     effective = (
         (_REVERSIBILITY.get(step.effective) or Reversibility(step.effective))
@@ -329,16 +348,20 @@ def _classify(
             "irreversible: no call can take it back" if step.explicit else NOT_DECLARED
         )
         return "acknowledge", Reversibility.IRREVERSIBLE, why, None
-    inverse = Inverse.from_dict(step.inverse)
+    inverse = _inverse(step.inverse)
     # An inverse tool missing from this catalog (renamed in an upgrade; undo runs without it only
     # when asked to, allow_missing_tools) stays planned: the reversal reports it failed, not
     # attempted, so it gates what waits for it (rule 3) and can be retried with the tool back.
-    present = catalog is None or inverse.tool in catalog
-    if (
-        present
-        and catalog is not None
-        and (catalog.get(inverse.tool).reversibility is Reversibility.READ_ONLY)
-    ):
+    tool = inverse.tool
+    if catalog is None:
+        reads = False
+    elif read_only is not None and tool in read_only:
+        reads = read_only[tool]
+    else:
+        reads = tool in catalog and catalog.get(tool).reversibility is Reversibility.READ_ONLY
+        if read_only is not None:
+            read_only[tool] = reads
+    if reads:
         # rule 2 / rule 8: a read-only tool changes nothing; calling it and saying "reverted"
         # would be a lie.
         return (
@@ -348,7 +371,7 @@ def _classify(
             f"it cannot take the step back",
             None,
         )
-    if inverse.deadline_passed(now):
+    if inverse.deadline is not None and inverse.deadline_passed(now):
         return (
             "acknowledge",
             effective,
@@ -436,7 +459,8 @@ def plan(
     steps = list(saga.steps)
     # per step: action, class, reason, and the inverse when classifying read it (issue 29:
     # the plan keeps that one, not a second decode of the same record)
-    classified = {s.step_id: _classify(s, catalog, at) for s in steps}
+    read_only: dict[str, bool] = {}
+    classified = {s.step_id: _classify(s, catalog, at, read_only) for s in steps}
     waits_all = undo_waits(
         (
             s.step_id,
@@ -459,16 +483,17 @@ def plan(
     for s in steps:
         action, cls, reason, built = classified[s.step_id]
         waits: list[str] = []
-        if action in ("revert", "compensate"):
+        if action in ("revert", "compensate") and waits_all.get(s.step_id):
             waits = [
                 d
-                for d in waits_all.get(s.step_id, ())
+                for d in waits_all[s.step_id]
                 if d != s.step_id and d in classified and classified[d][0] in _GATING
             ]
-        waits.sort(key=lambda d: order.get(d, 0))
+        if len(waits) > 1:  # issue 29: no key function made for nothing to sort
+            waits.sort(key=lambda d: order.get(d, 0))
         inverse = built if action in ("revert", "compensate", "review") else None
         expectation = Expectation.from_dict(s.expectation) if s.expectation and inverse else None
-        residue = tuple(Residue.from_dict(r) for r in s.residue) if inverse else ()
+        residue = tuple(Residue.from_dict(r) for r in s.residue) if inverse and s.residue else ()
         planned.append(
             PlannedStep(
                 s, action, VERBS[action], cls, inverse, expectation, tuple(waits), residue, reason

@@ -293,3 +293,63 @@ async def test_a_compensation_recorded_with_no_secret_is_logged_as_given_and_wit
     assert "tok-SECRET" not in repr(logged.data) and "tok-SECRET" not in report.to_json()
     assert walks  # the vault held the resolved token: every record went through it
     await engine.close()
+
+
+@pytest.mark.parametrize(
+    "logged",
+    [
+        {"tool": "crm.update", "args": {"v": 0}},
+        {"tool": "crm.update", "args": {"v": 0}, "no_drift_check": "a draft"},
+        {
+            "tool": "crm.update",
+            "args": {"v": 1, "w": [1, 2]},
+            "deadline": "2100-01-01T00:00:00+00:00",
+            "landed": {"probe": "crm.get", "args": {"id": 1}, "equals": 1, "path": ["v"]},
+            "undo_after": ["s1", "s2"],
+        },
+    ],
+)
+def test_the_planners_inverse_is_the_one_inverse_from_dict_reads(logged: dict[str, Any]) -> None:
+    """Issue 29: the planner builds a step's inverse by position; field for field it is
+    ``Inverse.from_dict``'s, its arguments a copy of the logged ones."""
+    from amends._planner import _inverse
+
+    got = _inverse(logged)
+    assert got == amends.Inverse.from_dict(logged)
+    assert got.args is not logged["args"]
+
+
+def test_a_plan_asks_the_catalog_once_per_inverse_tool_whether_it_is_read_only() -> None:
+    """Issue 29: one answer per inverse tool per plan; every step whose inverse tool is
+    read-only is still acknowledged (rule 2), the others planned."""
+    catalog = amends.Catalog()
+
+    @catalog.tool("crm.update", reversibility="reversible")
+    async def update(call: amends.Call, v: int) -> None:
+        call.inverse("crm.update", v=v)
+
+    @catalog.tool("crm.peek", reversibility="read_only")
+    async def peek(call: amends.Call, v: int) -> int:
+        return v
+
+    asked: list[str] = []
+    real = amends.Catalog.get
+
+    def get(self: amends.Catalog, name: str) -> Any:
+        asked.append(name)
+        return real(self, name)
+
+    peeked = {"tool": "crm.peek", "args": {"v": 0}, "no_drift_check": "a draft"}
+    undone = {"tool": "crm.update", "args": {"v": 0}, "no_drift_check": "a draft"}
+    saga = SagaRecord(
+        "saga_1", "t", None, None, "completed", 0.0, 1.0, None, None,
+        steps=tuple(
+            _step(f"s{i}", i, inverse=peeked if i % 2 else undone) for i in range(1, 7)
+        ),
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(amends.Catalog, "get", get)
+        got = plan(saga, catalog, now=0.0)
+    assert sorted(asked) == ["crm.peek", "crm.update"]
+    assert [p.action for p in got.steps] == ["acknowledge", "revert"] * 3
+    assert got.steps[0].reason.startswith("contract violation: its inverse tool 'crm.peek'")
