@@ -243,7 +243,7 @@ class BudgetMeter:
         three calls on five steps made three checks and reverted nothing)."""
         if calls <= 0:
             return True
-        free = self.free_calls()
+        free = self.budget.tool_calls - self.calls - self._held  # free_calls(), once per step
         if free < calls:
             n = self.budget.tool_calls
             self.unfunded[key] = (

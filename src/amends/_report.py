@@ -146,7 +146,7 @@ class StepOutcome:
             "detail": self.detail,
             "reversibility": self.reversibility,
             "attempts": self.attempts,
-            "residue": [r.to_dict() for r in self.residue],
+            "residue": [r.to_dict() for r in self.residue] if self.residue else [],
             "manual_action": self.manual_action.to_dict() if self.manual_action else None,
             "violation": self.violation,
             "description": self.description,

@@ -353,3 +353,26 @@ def test_a_plan_asks_the_catalog_once_per_inverse_tool_whether_it_is_read_only()
     assert sorted(asked) == ["crm.peek", "crm.update"]
     assert [p.action for p in got.steps] == ["acknowledge", "revert"] * 3
     assert got.steps[0].reason.startswith("contract violation: its inverse tool 'crm.peek'")
+
+
+def test_undo_order_without_waits_is_the_plans_order_and_with_them_sorted() -> None:
+    """Issue 29: a plan where no step waits is run in its own order (nothing sorted); with
+    waits, a step after every step it waits for, the others in the plan's order (rule 3)."""
+    from amends._reversal.runner import undo_order
+
+    inverse = {"tool": "crm.update", "args": {"v": 0}, "no_drift_check": "a draft"}
+    alone = SagaRecord(
+        "saga_1", "t", None, None, "completed", 0.0, 1.0, None, None,
+        steps=tuple(_step(f"s{i}", i, inverse=inverse) for i in range(1, 5)),
+    )  # fmt: skip
+    got = plan(alone, now=0.0)
+    assert undo_order(got) == list(got.steps)
+    chained = SagaRecord(
+        "saga_1", "t", None, None, "completed", 0.0, 1.0, None, None,
+        steps=(
+            _step("s1", 1, inverse=inverse),
+            _step("s2", 2, inverse=inverse, deps=("s1",)),
+            _step("s3", 3, inverse=inverse),
+        ),
+    )  # fmt: skip
+    assert [p.step_id for p in undo_order(plan(chained, now=0.0))] == ["s2", "s3", "s1"]

@@ -100,9 +100,11 @@ class Compensator:
         """The inverse returned: its follow-ups, then the step's outcome."""
         assert p.inverse is not None
         # what the compensation observed supersedes what the forward call expected
-        residue = list(call.recorded_residue) or self.expected(p)
+        residue = list(call.recorded_residue) or (self.expected(p) if p.expected_residue else [])
         counter = [attempts]
-        if call.recorded_follow_ups:
+        if not call.recorded_follow_ups:  # issue 29: the common inverse asks for none
+            return await self._succeeded(p, counter[0], residue)
+        if True:
             # rule 5: the inverse has acted; log that (and what it asked for) before the
             # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
             # follow-up twice, and none is forgotten.

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from .._budget import BudgetMeter
-from .._calls import RetryPolicy, idempotency_key
+from .._calls import RetryPolicy, idempotency_key, invoke
 from .._contracts import Call, Expectation, Reversibility, ToolSpec
 from .._errors import (
     AmendsError,
@@ -28,7 +28,7 @@ from .._log.base import SagaRecord, StepRecord
 from .._native import python_class
 from .._report import StepState
 from .._secrets import PathPart, Redaction, Vault, scrub_record, under
-from .ports import BaseDispatcher, ReversalPorts
+from .ports import BaseDispatcher, LocalDispatcher, ReversalPorts
 
 __all__ = ["CallLost", "Caller", "Stop", "Unchecked"]
 
@@ -111,6 +111,8 @@ class Caller:
         self._steps: dict[str, StepRecord] | None = None
         dispatcher: Any = type(ports.dispatcher)
         self._plain_arguments = dispatcher.arguments is BaseDispatcher.arguments
+        self._local_calls = dispatcher.call is LocalDispatcher.call
+        """The dispatcher calls tools in this process as :class:`LocalDispatcher` does."""
         """The dispatcher resolves arguments as every runner does
         (:func:`~amends._secrets.resolve_call_args`): with no recorded position, a copy."""
 
@@ -200,9 +202,12 @@ class Caller:
             remaining = self.meter.remaining_seconds()
             timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
             try:
-                result = await self.ports.dispatcher.call(
-                    spec, call, args, max(timeout, 0.001), at=at
-                )
+                if self._local_calls:  # issue 29: what LocalDispatcher.call does, without its frame
+                    result = await invoke(spec.fn, call, args, max(timeout, 0.001))
+                else:
+                    result = await self.ports.dispatcher.call(
+                        spec, call, args, max(timeout, 0.001), at=at
+                    )
             except Exception as exc:
                 self.meter.tokens += call.tokens
                 if isinstance(exc, TimeoutError) and isinstance(lost_reach, TransientError):

@@ -174,7 +174,7 @@ class Recorder:
             residue = residue + missing_follow_ups(p.step, missing)
             manual = self.wording.follow_ups(p.step, missing)
             detail += f"; {len(missing)} follow-up(s) missing"
-        data: dict[str, Any] = {"residue": [r.to_dict() for r in residue]}
+        data: dict[str, Any] = {"residue": [r.to_dict() for r in residue] if residue else []}
         if manual:
             data["manual_action"] = manual.to_dict()
         await self.record(

@@ -112,8 +112,11 @@ def undo_order(plan: Plan) -> list[PlannedStep]:
     """The plan's steps in undo order: a step after every step it waits for, steps that wait
     for none in the plan's order (rule 3). ``waits_for`` is transitive, so a step waits for
     more steps than any step it waits for."""
-    at = {p.step_id: i for i, p in enumerate(plan.steps)}
-    return sorted(plan.steps, key=lambda p: (len(p.waits_for), at[p.step_id]))
+    steps = plan.steps
+    if not any(p.waits_for for p in steps):  # issue 29: the plan's order, nothing to sort
+        return list(steps)
+    at = {p.step_id: i for i, p in enumerate(steps)}
+    return sorted(steps, key=lambda p: (len(p.waits_for), at[p.step_id]))
 
 
 def _waiters(order: list[PlannedStep]) -> dict[str, list[str]]:
