@@ -232,15 +232,21 @@ def sentence(
             return _fill(pieces, safe)
         except (KeyError, ValueError, IndexError, AttributeError):
             pass  # an argument the template names was not passed: the default says it all
-    shown = ", ".join(
-        f"{k}=(empty)"
-        if v is None
-        else f"{k}={_show(v)!r}"
-        if isinstance(v, str)
-        else f"{k}={v!r}"  # issue 29: _show of a short int is its repr
-        if type(v) is int and -_SHORT_INT < v < _SHORT_INT
-        else f"{k}={_show(v)}"
-        for k, v in sorted(safe.items())
-    )
+    if len(safe) == 1:  # issue 29: one argument (many inverses): nothing to sort or join
+        for k, v in safe.items():
+            shown = _argument(k, v)
+    else:
+        shown = ", ".join([_argument(k, v) for k, v in sorted(safe.items())])
     head = description.strip().rstrip(".") if description else ""
     return f"{head} ({shown})" if head else f"{tool}({shown})"
+
+
+def _argument(name: str, value: Any) -> str:
+    """One argument of a default sentence (no template): ``name=value``."""
+    if value is None:
+        return f"{name}=(empty)"
+    if isinstance(value, str):
+        return f"{name}={_show(value)!r}"
+    if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
+        return f"{name}={value!r}"  # issue 29: _show of a short int is its repr
+    return f"{name}={_show(value)}"

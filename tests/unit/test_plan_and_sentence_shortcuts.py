@@ -84,6 +84,9 @@ _ARGS: list[dict[str, Any]] = [
      "c": -(10**59) + 1, "cents": -(10**59), "start": 3.5},
     {"subject": {"k": "v"}, "to": b"bytes", "a": 1.0, "b": 10**80, "c": False, "cents": True,
      "start": "not a time"},
+    # one argument (issue 29: the default sentence neither sorts nor joins it)
+    {"to": None}, {"to": ""}, {"to": "y" * 61}, {"a": _Colour.RED}, {"cents": 10**59},
+    {"cents": -(10**59) + 1}, {"b": True}, {"c": ["ann@x.test"]}, {"start": 3.5}, {},
 ]  # fmt: skip
 
 
@@ -376,3 +379,18 @@ def test_undo_order_without_waits_is_the_plans_order_and_with_them_sorted() -> N
         ),
     )  # fmt: skip
     assert [p.step_id for p in undo_order(plan(chained, now=0.0))] == ["s2", "s3", "s1"]
+
+
+def test_a_default_sentence_of_one_argument_is_neither_sorted_nor_joined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: the shortcut is the one taken (``sorted`` is the general path's first act)."""
+
+    def refused(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("sorted")
+
+    monkeypatch.setattr(_describe, "sorted", refused, raising=False)
+    assert sentence("t.x", {"i": 5}) == "t.x(i=5)"
+    assert sentence("t.x", {"to": "bob"}, description="Mail.") == "Mail (to='bob')"
+    with pytest.raises(AssertionError, match="sorted"):
+        sentence("t.x", {"i": 5, "j": 6})
