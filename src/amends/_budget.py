@@ -269,9 +269,11 @@ class BudgetMeter:
         ``key``'s reservation pays first. A ``planned`` call of an unfunded key is refused;
         other calls take what is neither spent nor reserved, then what the keys in ``borrow``
         reserved (steps that wait for this one: if it fails they never run)."""
-        why = self._other_caps()
-        if why is not None:
-            return why
+        budget = self.budget  # issue 29: _other_caps() inline, once per call
+        if self.tokens > 0 and self.tokens >= budget.tokens:
+            return f"token budget of {budget.tokens} spent"
+        if self.clock() >= self._deadline:
+            return f"time budget of {budget.seconds:g}s spent"
         if key is not None and self.reserved.get(key, 0) > 0:
             self.reserved[key] -= 1
             self._held -= 1

@@ -461,15 +461,22 @@ def plan(
     # the plan keeps that one, not a second decode of the same record)
     read_only: dict[str, bool] = {}
     classified = {s.step_id: _classify(s, catalog, at, read_only) for s in steps}
-    waits_all = undo_waits(
-        (
-            s.step_id,
-            s.deps,
-            tuple(s.inverse.get("undo_after", ())) if s.inverse else (),
+    # issue 29: a saga whose steps neither depend on others nor declare an undo order (most
+    # sagas of sequential calls) has no waits to work out: none waits, none is on a cycle
+    ordered = any(s.deps or (s.inverse and s.inverse.get("undo_after")) for s in steps)
+    waits_all = (
+        undo_waits(
+            (
+                s.step_id,
+                s.deps,
+                tuple(s.inverse.get("undo_after", ())) if s.inverse else (),
+            )
+            for s in steps
         )
-        for s in steps
+        if ordered
+        else {}
     )
-    for sid, (act, cls, _, inv) in list(classified.items()):
+    for sid, (act, cls, _, inv) in list(classified.items()) if waits_all else ():
         if sid in waits_all.get(sid, ()) and act in ("revert", "compensate"):
             # a log written outside saga.call (which refuses cycles) must not deadlock undo
             classified[sid] = (
@@ -478,7 +485,7 @@ def plan(
                 "needs review: its undo-order declarations form a cycle, so no order is safe",
                 inv,
             )
-    order = {x.step_id: x.seq for x in steps}
+    order = {x.step_id: x.seq for x in steps} if waits_all else {}
     planned = []
     for s in steps:
         action, cls, reason, built = classified[s.step_id]

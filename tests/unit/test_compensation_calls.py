@@ -2,7 +2,8 @@
 compensation of an undo of 200 sequential no-op steps on ``SqliteLog(":memory:")``, counted with
 cProfile, amends' own functions only): no coroutine for a gate with nothing to wait for, a
 window that never closes, a drift check there is none of, arguments with nothing to resolve,
-follow-ups an inverse did not ask for, or a dispatcher's frame around ``invoke``; a dispatcher
+follow-ups an inverse did not ask for, a dispatcher's frame around ``invoke``, or a frame that
+only hands the log's awaitable on (a compensation record, a success); a dispatcher
 with its own ``arguments`` or ``call`` is still asked."""
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ asyncio.run(main())
 """
 
 
-def test_a_compensation_makes_at_most_112_calls_into_amends() -> None:
-    """129.3 calls per compensation on main fb501c3, 111.3 after lane cp (the whole undo, its
+def test_a_compensation_makes_at_most_105_calls_into_amends() -> None:
+    """129.3 calls per compensation on main fb501c3, 104.3 after lane cp (the whole undo, its
     claim, plan and report included, over 200 steps)."""
     env = {k: v for k, v in os.environ.items() if k != "AMENDS_LOG_KEY"}
     out = subprocess.run(
@@ -70,7 +71,7 @@ def test_a_compensation_makes_at_most_112_calls_into_amends() -> None:
     ).stdout.split()
     calls, status = int(out[0]), out[1]
     assert status == "fully_reversed"
-    assert calls / 200 <= 112, f"{calls / 200:.1f} amends calls per compensation"
+    assert calls / 200 <= 105, f"{calls / 200:.1f} amends calls per compensation"
 
 
 def test_a_dispatcher_with_its_own_arguments_or_call_is_asked() -> None:

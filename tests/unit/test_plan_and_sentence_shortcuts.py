@@ -394,3 +394,34 @@ def test_a_default_sentence_of_one_argument_is_neither_sorted_nor_joined(
     assert sentence("t.x", {"to": "bob"}, description="Mail.") == "Mail (to='bob')"
     with pytest.raises(AssertionError, match="sorted"):
         sentence("t.x", {"i": 5, "j": 6})
+
+
+def test_a_plan_of_steps_that_neither_depend_nor_declare_an_order_works_out_no_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: no waits are worked out when no step depends on another or declares an undo
+    order (none waits, none is on a cycle); one dependency or one declaration and they are."""
+    from amends import _planner
+
+    asked: list[int] = []
+    real = _planner.undo_waits
+
+    def counted(steps: Any) -> dict[str, set[str]]:
+        asked.append(1)
+        return real(steps)
+
+    monkeypatch.setattr(_planner, "undo_waits", counted)
+    inverse = {"tool": "crm.update", "args": {"v": 0}, "no_drift_check": "a draft"}
+
+    def saga(*steps: StepRecord) -> SagaRecord:
+        return SagaRecord("saga_1", "t", None, None, "completed", 0.0, 1.0, None, None, steps=steps)
+
+    alone = plan(saga(*(_step(f"s{i}", i, inverse=inverse) for i in range(1, 4))), now=0.0)
+    assert asked == [] and [p.waits_for for p in alone.steps] == [(), (), ()]
+    assert [p.action for p in alone.steps] == ["revert"] * 3
+    after = {**inverse, "undo_after": ["s1"]}
+    declared = plan(saga(_step("s1", 1, inverse=inverse), _step("s2", 2, inverse=after)), now=0.0)
+    assert asked == [1] and declared["s2"].waits_for == ("s1",)
+    chained = plan(saga(_step("s1", 1, inverse=inverse), _step("s2", 2, inverse=inverse,
+                                                               deps=("s1",))), now=0.0)  # fmt: skip
+    assert asked == [1, 1] and chained["s1"].waits_for == ("s2",)

@@ -8,7 +8,7 @@ after; a compensation logged in a final state is never dispatched again (rule 5)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 
 from .._calls import idempotency_key
@@ -86,6 +86,11 @@ class Compensator:
             return await self.recorder.stopped(
                 p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
             )
+        if not call.recorded_follow_ups:  # issue 29: the common inverse asks for none
+            residue = list(call.recorded_residue)  # what it observed supersedes the forward's
+            if not residue and p.expected_residue:
+                residue = self.expected(p)
+            return await self._succeeded(p, counter[0], residue)
         return await self._returned(p, call, counter[0], key)
 
     async def _no_tool(self, p: PlannedStep, in_flight: bool) -> StepOutcome:
@@ -102,9 +107,7 @@ class Compensator:
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or (self.expected(p) if p.expected_residue else [])
         counter = [attempts]
-        if not call.recorded_follow_ups:  # issue 29: the common inverse asks for none
-            return await self._succeeded(p, counter[0], residue)
-        if True:
+        if call.recorded_follow_ups:
             # rule 5: the inverse has acted; log that (and what it asked for) before the
             # follow-ups run, so a crash among them neither re-sends the inverse nor makes a
             # follow-up twice, and none is forgotten.
@@ -128,7 +131,7 @@ class Compensator:
         now = datetime.fromtimestamp(self.caller.ports.clock(), UTC)
         return [r.settling_from(now) for r in p.expected_residue]
 
-    async def _succeeded(
+    def _succeeded(
         self,
         p: PlannedStep,
         attempts: int,
@@ -138,7 +141,8 @@ class Compensator:
         landed: bool = False,
         returned: bool = False,
         after: tuple[str, str] | None = None,
-    ) -> StepOutcome:
+    ) -> Awaitable[StepOutcome]:
+        """The step's outcome, recorded when awaited (issue 29: no coroutine of its own)."""
         assert p.inverse is not None
         detail = f"{'reverted' if p.action == 'revert' else 'compensated'} with {p.inverse.tool}"
         if attempts > 1:
@@ -154,7 +158,7 @@ class Compensator:
             )
         if p.inverse.no_drift_check:
             detail += f"; no drift check: {p.inverse.no_drift_check}"
-        return await self.recorder.succeeded(p, attempts, residue, missing, detail)
+        return self.recorder.succeeded(p, attempts, residue, missing, detail)
 
     async def _reobserve(self, p: PlannedStep, attempts: int, cause: str) -> StepOutcome | None:
         """Rule 8 for an inverse whose outcome is unknown (its answer was lost, it timed out

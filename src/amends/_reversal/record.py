@@ -7,7 +7,7 @@ reversal never reaches the log or the report (rule 11).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from .._budget import BudgetMeter
@@ -43,7 +43,7 @@ class Recorder:
         self.fresh: set[str] = set()
         """Steps whose compensation was recorded in this run (after every known resolution)."""
 
-    async def record(
+    def record(
         self,
         p: PlannedStep,
         state: str,
@@ -52,7 +52,9 @@ class Recorder:
         detail: str,
         data: Any,
         event: str,
-    ) -> None:
+    ) -> Awaitable[None]:
+        """The step's compensation event, written when awaited (issue 29: the log's own
+        awaitable, no coroutine of this function's around it)."""
         step_id = p.step_id
         self.fresh.add(step_id)
         vault, meter, reversal = self.vault, self.meter, self.reversal
@@ -63,7 +65,7 @@ class Recorder:
             data, redacted = logged, tuple(where)
         # issue 29: every field by position, in CompensationWrite's order (binding ten keywords
         # cost ~3 k instructions of each record, two per compensation)
-        await self.ports.log.record_compensation(
+        return self.ports.log.record_compensation(
             CompensationWrite(
                 reversal.reversal_id,
                 reversal.generation,
