@@ -316,14 +316,24 @@ def _inverse(data: Mapping[str, Any]) -> Inverse:
     )
 
 
+def _read_only(tool: str, catalog: ToolDirectory | None) -> bool:
+    """Whether ``tool`` is a read-only tool of ``catalog``. An inverse tool missing from the
+    catalog (renamed in an upgrade; undo runs without it only when asked to,
+    allow_missing_tools) is not: its step stays planned, the reversal reports it failed, not
+    attempted, so it gates what waits for it (rule 3) and can be retried with the tool back."""
+    return (
+        catalog is not None
+        and tool in catalog
+        and catalog.get(tool).reversibility is Reversibility.READ_ONLY
+    )
+
+
 def _classify(
     step: StepRecord,
     catalog: ToolDirectory | None,
     now: float,
-    read_only: dict[str, bool] | None = None,
+    read_only: dict[str, bool],
 ) -> tuple[Action, Reversibility, str, Inverse | None]:
-    """``read_only``: per inverse tool in ``catalog``, whether it is read-only, as far as one
-    plan asked already (issue 29: two catalog calls per step otherwise)."""
     declared = _REVERSIBILITY.get(step.declared) or Reversibility(step.declared)
     effective = (
         (_REVERSIBILITY.get(step.effective) or Reversibility(step.effective))
@@ -349,18 +359,9 @@ def _classify(
         )
         return "acknowledge", Reversibility.IRREVERSIBLE, why, None
     inverse = _inverse(step.inverse)
-    # An inverse tool missing from this catalog (renamed in an upgrade; undo runs without it only
-    # when asked to, allow_missing_tools) stays planned: the reversal reports it failed, not
-    # attempted, so it gates what waits for it (rule 3) and can be retried with the tool back.
-    tool = inverse.tool
-    if catalog is None:
-        reads = False
-    elif read_only is not None and tool in read_only:
-        reads = read_only[tool]
-    else:
-        reads = tool in catalog and catalog.get(tool).reversibility is Reversibility.READ_ONLY
-        if read_only is not None:
-            read_only[tool] = reads
+    reads = read_only.get(inverse.tool)
+    if reads is None:  # issue 29: the catalog asked once per inverse tool per plan
+        reads = read_only[inverse.tool] = _read_only(inverse.tool, catalog)
     if reads:
         # rule 2 / rule 8: a read-only tool changes nothing; calling it and saying "reverted"
         # would be a lie.
@@ -443,6 +444,18 @@ def undo_cycle(steps: Iterable[tuple[str, Sequence[str], Sequence[str]]]) -> lis
     return [sid for sid, _, _ in items if sid in waits.get(sid, ())]
 
 
+def _waits(steps: Sequence[StepRecord]) -> dict[str, set[str]]:
+    """:func:`undo_waits` of ``steps``. Issue 29: a saga whose steps neither depend on others
+    nor declare an undo order (most sagas of sequential calls) has none to work out: none
+    waits, none is on a cycle (``{}``)."""
+    if not any(s.deps or (s.inverse and s.inverse.get("undo_after")) for s in steps):
+        return {}
+    return undo_waits(
+        (s.step_id, s.deps, tuple(s.inverse.get("undo_after", ())) if s.inverse else ())
+        for s in steps
+    )
+
+
 def plan(
     saga: SagaRecord, catalog: ToolDirectory | None = None, *, now: float | None = None
 ) -> Plan:
@@ -461,21 +474,7 @@ def plan(
     # the plan keeps that one, not a second decode of the same record)
     read_only: dict[str, bool] = {}
     classified = {s.step_id: _classify(s, catalog, at, read_only) for s in steps}
-    # issue 29: a saga whose steps neither depend on others nor declare an undo order (most
-    # sagas of sequential calls) has no waits to work out: none waits, none is on a cycle
-    ordered = any(s.deps or (s.inverse and s.inverse.get("undo_after")) for s in steps)
-    waits_all = (
-        undo_waits(
-            (
-                s.step_id,
-                s.deps,
-                tuple(s.inverse.get("undo_after", ())) if s.inverse else (),
-            )
-            for s in steps
-        )
-        if ordered
-        else {}
-    )
+    waits_all = _waits(steps)
     for sid, (act, cls, _, inv) in list(classified.items()) if waits_all else ():
         if sid in waits_all.get(sid, ()) and act in ("revert", "compensate"):
             # a log written outside saga.call (which refuses cycles) must not deadlock undo
