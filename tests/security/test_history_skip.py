@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,14 +19,6 @@ from test_read_cache import _EDIT_FIRST_INTENT, _forged_intent
 from test_tamper_evidence import Psp, psp_catalog
 
 import amends
-
-
-@pytest.fixture
-async def mem() -> AsyncIterator[tuple[amends.Engine, Psp]]:
-    psp = Psp()
-    engine = amends.Engine(psp_catalog(psp), log=amends.SqliteLog(":memory:"))
-    yield engine, psp
-    await engine.close()
 
 
 def _private(engine: amends.Engine) -> sqlite3.Connection:

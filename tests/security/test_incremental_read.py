@@ -9,28 +9,14 @@ read fetches every row again and returns what the log now holds, not what the ca
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from test_history_skip import _private
 from test_read_cache import _EDIT_FIRST_INTENT, _forged_intent
-from test_tamper_evidence import Psp, psp_catalog
+from test_tamper_evidence import Psp
 
 import amends
-
-
-@pytest.fixture
-async def mem() -> AsyncIterator[tuple[amends.Engine, Psp]]:
-    psp = Psp()
-    engine = amends.Engine(psp_catalog(psp), log=amends.SqliteLog(":memory:"))
-    yield engine, psp
-    await engine.close()
-
-
-def _private(engine: amends.Engine) -> sqlite3.Connection:
-    conn: sqlite3.Connection = engine.log.db._connection  # type: ignore[attr-defined]
-    return conn
 
 
 async def _read(engine: amends.Engine, saga_id: str) -> tuple[list[int], list[str]]:
