@@ -252,13 +252,13 @@ class Inverse:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Inverse:
         landed = data.get("landed")
-        return cls(
-            tool=data["tool"],
-            args=dict(data["args"]),
-            deadline=data.get("deadline"),
-            landed=Expectation.from_dict(landed) if landed else None,
-            no_drift_check=data.get("no_drift_check"),
-            undo_after=tuple(data.get("undo_after", ())),
+        return cls(  # by position, in the fields' order (issue 29: the planner's, once a step)
+            data["tool"],
+            dict(data["args"]),
+            data.get("deadline"),
+            Expectation.from_dict(landed) if landed else None,
+            data.get("no_drift_check"),
+            tuple(data.get("undo_after", ())),
         )
 
     def deadline_passed(self, now: float) -> bool:

@@ -302,20 +302,6 @@ _REVERSIBILITY: dict[str, Reversibility] = {r.value: r for r in Reversibility}
 step per plan); a name not in it goes to the constructor, which says what is wrong."""
 
 
-def _inverse(data: Mapping[str, Any]) -> Inverse:
-    """``Inverse.from_dict(data)``, every field by position (issue 29: once per planned step;
-    binding six keywords was ~3 k instructions of it)."""
-    landed = data.get("landed")
-    return Inverse(
-        data["tool"],
-        dict(data["args"]),
-        data.get("deadline"),
-        Expectation.from_dict(landed) if landed else None,
-        data.get("no_drift_check"),
-        tuple(data.get("undo_after", ())),
-    )
-
-
 def _read_only(tool: str, catalog: ToolDirectory | None) -> bool:
     """Whether ``tool`` is a read-only tool of ``catalog``. An inverse tool missing from the
     catalog (renamed in an upgrade; undo runs without it only when asked to,
@@ -358,7 +344,7 @@ def _classify(
             "irreversible: no call can take it back" if step.explicit else NOT_DECLARED
         )
         return "acknowledge", Reversibility.IRREVERSIBLE, why, None
-    inverse = _inverse(step.inverse)
+    inverse = Inverse.from_dict(step.inverse)
     reads = read_only.get(inverse.tool)
     if reads is None:  # issue 29: the catalog asked once per inverse tool per plan
         reads = read_only[inverse.tool] = _read_only(inverse.tool, catalog)

@@ -312,13 +312,19 @@ async def test_a_compensation_recorded_with_no_secret_is_logged_as_given_and_wit
         },
     ],
 )
-def test_the_planners_inverse_is_the_one_inverse_from_dict_reads(logged: dict[str, Any]) -> None:
-    """Issue 29: the planner builds a step's inverse by position; field for field it is
-    ``Inverse.from_dict``'s, its arguments a copy of the logged ones."""
-    from amends._planner import _inverse
-
-    got = _inverse(logged)
-    assert got == amends.Inverse.from_dict(logged)
+def test_inverse_from_dict_puts_each_logged_field_in_its_own_place(logged: dict[str, Any]) -> None:
+    """Issue 29: ``Inverse.from_dict`` (the planner's, once a step) builds by position; field
+    for field it is the inverse built by keywords, its arguments a copy of the logged ones."""
+    got = amends.Inverse.from_dict(logged)
+    landed = logged.get("landed")
+    assert got == amends.Inverse(
+        tool=logged["tool"],
+        args=logged["args"],
+        deadline=logged.get("deadline"),
+        landed=amends.Expectation.from_dict(landed) if landed else None,
+        no_drift_check=logged.get("no_drift_check"),
+        undo_after=tuple(logged.get("undo_after", ())),
+    )
     assert got.args is not logged["args"]
 
 
