@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "EAGER",
+    "EAGER_TASKS",
     "INSERT_FORWARD",
     "INSERT_RECORD",
     "MAX_BATCH",
@@ -18,6 +21,7 @@ __all__ = [
     "Database",
     "Tx",
     "redact",
+    "started_eagerly",
     "take_batch",
 ]
 
@@ -161,3 +165,25 @@ def redact(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]  # as written: ``parts.port`` raises on "host:x"
     user = parts.username or ""
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+EAGER: Final = hasattr(asyncio, "eager_task_factory")
+"""Python 3.12+: tasks may start eagerly (``eager_task_factory``, or any task factory)."""
+EAGER_TASKS: Final[set[asyncio.Task[Any]] | None] = getattr(asyncio.tasks, "_eager_tasks", None)
+
+
+def started_eagerly(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the current task is running its first steps inside the ``create_task`` that
+    made it (Python 3.12's eager tasks), not as a callback of the loop.
+
+    ``SqliteLog`` commits a write inline only when the loop's ready queue is empty: then no
+    other task can write in this pass, so no batch can form. That holds only while tasks start
+    lazily. An eagerly started task runs inside whoever created it, before the ready queue
+    sees anything: a 1,000-step fan-out under ``eager_task_factory`` committed every intent
+    and outcome inline, one fsync each and the event loop blocked meanwhile (2 commits per step
+    instead of ~0.01), and an undo of 100 compensations 112 commits instead of 4. Such a
+    write goes to the writer's batch. Where asyncio keeps no set of the tasks being started
+    eagerly, every task of a loop with a task factory counts as one."""
+    if EAGER_TASKS is None:
+        return True
+    return asyncio.current_task(loop) in EAGER_TASKS

@@ -29,7 +29,7 @@ from .._errors import (
     LogReadOnlyError,
 )
 from .._native import mypyc_attr
-from .database import take_batch
+from .database import EAGER, started_eagerly, take_batch
 from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 from .sqlite_cursor import Cursor as _Cursor
@@ -630,6 +630,7 @@ class _SqliteDatabase(Database):
                 ready is not None
                 and not ready
                 and self._jobs.empty()
+                and not (EAGER and loop.get_task_factory() is not None and started_eagerly(loop))
                 and self._writing.acquire(blocking=False)
             ):
                 # issue 12: nothing else is waiting to write and the event loop has nothing
