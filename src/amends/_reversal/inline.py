@@ -89,7 +89,7 @@ def _as_tasks(
     those due, then those parked (each waits for its step's future again in its task)."""
     for entries in (ready, *parked.values()):
         for coro, ctx, waiting, _ in entries:
-            tasks.append(asyncio.create_task(_resumed(coro, ctx, waiting, taken=True)))
+            tasks.append(asyncio.create_task(_in_task(coro, ctx, waiting)))
     ready.clear()
     parked.clear()
 
@@ -120,6 +120,14 @@ async def cancelled(
     for f in futures.values():
         if f.done() and not f.cancelled():
             f.exception()  # mark retrieved
+
+
+async def _in_task(coro: Coroutine[Any, Any, None], ctx: contextvars.Context, waiting: Any) -> None:
+    """:func:`_resumed` as a task's coroutine: since Python 3.12 a task takes only a native
+    coroutine, not a generator-based one (``asyncio.iscoroutine`` is false for a generator),
+    and ``create_task`` of ``_resumed`` itself raised TypeError, so an undo whose steps had to
+    leave the lead task raised instead of reporting."""
+    await _resumed(coro, ctx, waiting, taken=True)
 
 
 @types.coroutine
