@@ -6,8 +6,8 @@ stalled inverse off where it waits."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import contextvars
+import inspect
 from collections.abc import Coroutine
 from typing import Any
 
