@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ async def heads(tmp_path: Path) -> dict[str, str | None]:
         await _writes(log)
     finally:
         await log.close()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:  # sqlite3's own `with` commits, never closes
         stored = _stored(conn)
     assert len(stored) == 4 and all(stored.values())
     return stored

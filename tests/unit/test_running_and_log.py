@@ -78,8 +78,8 @@ async def test_sqlite_log_uses_wal_full_sync_and_a_schema_version(tmp_path: Path
     await relaxed.close()
 
 
-def test_reading_one_saga_uses_indexes_not_scans(tmp_path: Path) -> None:
-    amends.SqliteLog(tmp_path / "q.db")
+async def test_reading_one_saga_uses_indexes_not_scans(tmp_path: Path) -> None:
+    await amends.SqliteLog(tmp_path / "q.db").close()
     conn = sqlite3.connect(tmp_path / "q.db")
     queries = [
         "SELECT * FROM steps WHERE saga_id=? ORDER BY seq",
@@ -93,6 +93,7 @@ def test_reading_one_saga_uses_indexes_not_scans(tmp_path: Path) -> None:
         )
         assert "SCAN" not in plan, (q, plan)
         assert "USING" in plan, (q, plan)
+    conn.close()
 
 
 async def test_history_is_append_only_one_row_per_event(

@@ -11,6 +11,7 @@ This module must never report a write as durable before its transaction has comm
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import os
 import queue
@@ -177,6 +178,9 @@ class _SqliteDatabase(Database):
         self.read_only = read_only and not self.memory
         self._key = key
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queued: collections.deque[None] = collections.deque()
+        """Writes handed to the writer, not committed yet (one in ``get``'s hands too: 3.13's
+        ``put`` hands it over, the queue reads empty); while any is, no write goes inline."""
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -390,6 +394,8 @@ class _SqliteDatabase(Database):
             batch = take_batch(self._jobs, job)
             with self._writing:
                 outcomes = self._commit(batch)
+                for _ in batch:
+                    self._queued.pop()
             _settle_all(outcomes)
 
     def _commit(self, batch: list[_Job]) -> list[tuple[_Job, bool, Any]]:
@@ -629,7 +635,7 @@ class _SqliteDatabase(Database):
             if (
                 ready is not None
                 and not ready
-                and self._jobs.empty()
+                and not self._queued
                 and not (EAGER and loop.get_task_factory() is not None and started_eagerly(loop))
                 and self._writing.acquire(blocking=False)
             ):
@@ -637,7 +643,7 @@ class _SqliteDatabase(Database):
                 # else ready to run, so no batch can form: commit here, without the two thread
                 # hops of the writer thread (the same transaction and fsync, synchronous=FULL)
                 try:
-                    if self._jobs.empty():
+                    if not self._queued:
                         ((_job, ok, value),) = self._commit([(fn, None, None, size)])
                         if not ok:
                             raise value
@@ -648,6 +654,7 @@ class _SqliteDatabase(Database):
         except Exception as exc:
             fut.set_exception(exc)
             return fut
+        self._queued.append(None)
         self._jobs.put((fn, loop, fut, size))
         return fut
 
