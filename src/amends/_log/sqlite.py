@@ -35,6 +35,7 @@ from .schema import stored_version
 from .sql import SCHEMA_VERSION, Database, SqlSagaLog, Tx, upgrade, write_heads
 from .sqlite_cursor import Cursor as _Cursor
 from .sqlite_cursor import PrivateConnection
+from .sqlite_readers import Readers
 
 __all__ = ["SqliteLog", "switch_to_wal"]
 
@@ -181,12 +182,9 @@ class _SqliteDatabase(Database):
         self._queued: collections.deque[None] = collections.deque()
         """Writes handed to the writer, not committed yet (one in ``get``'s hands too: 3.13's
         ``put`` hands it over, the queue reads empty); while any is, no write goes inline."""
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._reads = 0
-        """Reads running on reader threads; ``close`` waits for them (see ``_read_sync``)."""
-        self._reads_done = threading.Condition(self._lock)
+        self._readers = Readers(self._lock)
+        """One connection per reading thread, and the reads running (``_read_sync``)."""
         self._closed = False
         self._immutable = False
         self._writing = threading.Lock()  # one transaction at a time on the writer connection
@@ -336,15 +334,6 @@ class _SqliteDatabase(Database):
             if isinstance(exc, sqlite3.Error):
                 raise translate(exc, self.path) from exc
             raise
-        return conn
-
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._readers.append(conn)
         return conn
 
     def _version(self) -> int:
@@ -617,9 +606,8 @@ class _SqliteDatabase(Database):
     def write(
         self, fn: Callable[[Tx], T], size: int = 0, *, one_change: bool = False
     ) -> Awaitable[T]:
-        # issue 12: a future, not a coroutine (one object and one frame fewer per write); every
-        # outcome, an error too, is delivered when it is awaited, as a coroutine would deliver it
-        loop = asyncio.get_running_loop()
+        # issue 12: a future, not a coroutine (one object, one frame fewer); every outcome is
+        loop = asyncio.get_running_loop()  # delivered when awaited, as a coroutine's would be
         fut: asyncio.Future[T] = loop.create_future()
         try:
             if self.memory:
@@ -659,13 +647,12 @@ class _SqliteDatabase(Database):
         return fut
 
     def _read_sync(self, fn: Callable[[Tx], T]) -> T:
-        # sqlite3 lets one thread close a connection another thread is executing on, and the C
-        # library then crashes the process: a read counts itself in, and close waits for it.
+        readers = self._readers  # a read counts itself in; close waits for it (Readers)
         with self._lock:
             self._check_open()
-            self._reads += 1
+            readers.reads += 1
         try:
-            conn = self._reader()
+            conn = readers.get(self._connect)
             conn.execute("BEGIN")
             try:
                 return fn(_Cursor(conn))
@@ -675,9 +662,9 @@ class _SqliteDatabase(Database):
             raise translate(exc, self.path) from exc
         finally:
             with self._lock:
-                self._reads -= 1
-                if self._reads == 0:
-                    self._reads_done.notify_all()
+                readers.reads -= 1
+                if readers.reads == 0:
+                    readers.done.notify_all()
 
     def quick_check(self) -> list[str]:
         """``PRAGMA quick_check`` on a connection of its own, outside a transaction (inside one,
@@ -694,14 +681,6 @@ class _SqliteDatabase(Database):
             return [str(translate(exc, self.path))]
         finally:
             conn.close()
-
-    def _close_readers(self) -> None:
-        """Close the reader connections once no read is running on them."""
-        with self._reads_done:
-            self._reads_done.wait_for(lambda: self._reads == 0)
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
 
     async def read(self, fn: Callable[[Tx], T]) -> T:
         if self.memory:
@@ -722,8 +701,8 @@ class _SqliteDatabase(Database):
                     self._write_heads()
             finally:
                 self._connection.close()
-        if self._readers or self._reads:
-            await asyncio.to_thread(self._close_readers)
+        if self._readers:  # reader connections, or a read still running (counted in)
+            await asyncio.to_thread(self._readers.close_all)
 
 
 def signing_key_from_env(key: bytes | None) -> bytes | None:
