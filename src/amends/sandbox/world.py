@@ -22,6 +22,7 @@ import os
 import random
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -329,6 +330,9 @@ class _Store:
                     with contextlib.suppress(FileExistsError):
                         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                # closed by close(), or when the store is collected: a catalog made over a world
+                # (``demo_catalog``, a CLI's catalog factory) has nobody to call close()
+                self._closer = weakref.finalize(self, self._db.close)
                 self._db.execute("PRAGMA busy_timeout=5000")
                 switch_to_wal(self._db, 5.0)  # another process may be creating the same file
                 self._db.execute("PRAGMA synchronous=NORMAL")
@@ -341,6 +345,7 @@ class _Store:
                     "value TEXT NOT NULL)"
                 )
             except (sqlite3.Error, OSError) as exc:
+                self.close()  # never leak the file a world we refuse to open held
                 raise ConfigError(
                     f"cannot open sandbox world file {path!r}: {exc}; pass a writable path "
                     f"or None for an in-memory world"
@@ -518,7 +523,7 @@ class _Store:
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
-                self._db.close()
+                self._closer()  # closes the connection, once
                 self._db = None
 
 
