@@ -49,6 +49,10 @@ def lookup_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
+OPENED: list[amends.Engine] = []
+"""Engines :func:`new_engine` made, closed after each test (``conftest.close_engines``)."""
+
+
 def new_engine(world: World | None = None) -> tuple[World, amends.Engine]:
     world = world or World()
     engine = amends.Engine(
@@ -56,6 +60,7 @@ def new_engine(world: World | None = None) -> tuple[World, amends.Engine]:
         log=amends.SqliteLog(":memory:"),
         retry=amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01),
     )
+    OPENED.append(engine)
     return world, engine
 
 
