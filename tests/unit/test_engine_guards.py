@@ -49,6 +49,7 @@ async def test_undo_with_a_catalog_missing_the_sagas_tools_is_refused_and_starts
     # the right catalog still undoes it: the refusal left nothing stuck (rule 6)
     report = await amends.Engine(catalog, log=log).undo(saga.id)
     assert report.status == "partially_reversed"
+    await log.close()
 
 
 async def test_a_finished_reversals_report_is_readable_with_any_catalog(
@@ -61,6 +62,7 @@ async def test_a_finished_reversals_report_is_readable_with_any_catalog(
     again = await amends.Engine(catalog_without(catalog, "pay.refund"), log=log).undo(saga.id)
     assert again.reversal_id == first.reversal_id
     assert again.to_dict()["steps"] == first.to_dict()["steps"]
+    await log.close()
 
 
 async def test_recover_carries_on_past_a_reversal_it_cannot_resume() -> None:
@@ -90,3 +92,4 @@ async def test_recover_carries_on_past_a_reversal_it_cannot_resume() -> None:
     assert result.failed == ()
     assert [r.saga_id for r in result.resumed] == [deal.id]
     assert [c["refunded"] for c in world.charges.values()] == [5000]
+    await log.close()

@@ -9,6 +9,7 @@ import json
 import math
 import sqlite3
 import struct
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -634,14 +635,11 @@ async def test_a_file_log_binds_no_none_for_forward_records_and_names_each_steps
     report = await engine.undo(saga.id)
     assert report.status == "fully_reversed"
     assert any(params[2] == report.reversal_id for _sql, params in bound[forward:])
-    rows = (
-        sqlite3.connect(str(tmp_path / "fan.db"))
-        .execute(
+    with closing(sqlite3.connect(str(tmp_path / "fan.db"))) as conn:
+        rows = conn.execute(
             "SELECT kind, reversal_id IS NULL FROM records WHERE saga_id=? ORDER BY rec_id",
             (saga.id,),
-        )
-        .fetchall()
-    )
+        ).fetchall()
     assert [k for k, null in rows if not null] == [k for k, _n in rows[42:]]
     assert all(null for _k, null in rows[:42])
     assert await log.verify(saga.id) == []

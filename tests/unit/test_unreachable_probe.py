@@ -48,3 +48,4 @@ async def test_a_check_that_never_got_through_names_the_server_when_the_budget_r
     assert "could not reach upstream 'notes': it stopped" in step.detail, step.detail
     assert "someone changed" not in step.detail
     assert world["note"] == "v2"  # not touched
+    await engine.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,8 @@ def test_switch_to_wal_gives_up_at_its_timeout_with_sqlite_s_own_error(tmp_path:
 def test_a_sandbox_world_file_opens_while_another_process_holds_it(tmp_path: Path) -> None:
     path = tmp_path / "world.db"
     thread = _hold_write_lock(path, 0.3)
-    World(path=str(path))
+    World(path=str(path)).close()
     thread.join()
-    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    with closing(sqlite3.connect(path)) as conn:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
