@@ -90,6 +90,7 @@ async def main() -> amends.UndoReport:
 
     report = await engine.undo(undoable.last_saga_id)
     print(report.render("text"))
+    await engine.close()  # its log's connection
     return report
 
 

@@ -74,6 +74,7 @@ async def main() -> amends.UndoReport:
 
     report = await engine.undo(outcome.saga_id)
     print(report.render("text"))
+    await engine.close()  # its log's connection
     return report
 
 

@@ -70,6 +70,7 @@ def main() -> amends.UndoReport:
     assert undoable.last_saga_id is not None
     report = engine.undo_sync(undoable.last_saga_id)
     print(report.render("text"))
+    amends.run(engine.close())  # its log's connection
     return report
 
 
