@@ -61,3 +61,29 @@ def test_empty_tenant_is_refused_with_the_value_named() -> None:
 def test_auth_without_a_token_store_is_a_config_error() -> None:
     with pytest.raises(amends.ConfigError, match="needs settings.tokens"):
         create_app(lambda: amends.Engine(amends.Catalog(), log=":memory:"), ServerSettings())
+
+
+def test_a_token_file_that_is_not_a_database_is_refused_and_its_connection_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token file sqlite3 opens but cannot read (not a database) is a ConfigError naming the
+    file, and the connection the store opened on it is closed, not left to the garbage
+    collector (a long-running server retrying a bad path would keep one open file per try)."""
+    from amends.server import auth
+
+    bad = tmp_path / "tokens.db"
+    bad.write_bytes(b"not a database at all" * 200)
+    opened: list[sqlite3.Connection] = []
+    connect = sqlite3.connect
+
+    def tracking(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)  # type: ignore[arg-type]
+        opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(auth.sqlite3, "connect", tracking)
+    with pytest.raises(amends.ConfigError, match="cannot open the token file"):
+        TokenStore(str(bad))
+    assert len(opened) == 1
+    with pytest.raises(sqlite3.ProgrammingError):
+        opened[0].execute("SELECT 1")

@@ -201,6 +201,8 @@ class TokenStore:
                 " key_sha256 TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL)"
             )
         except sqlite3.Error as exc:
+            if hasattr(self, "_conn"):
+                self._conn.close()  # never leak the file of a token store we refuse to open
             raise ConfigError(
                 f"cannot open the token file {path!r}: {exc}; pass a writable --tokens path"
             ) from exc
