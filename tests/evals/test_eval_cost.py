@@ -103,7 +103,8 @@ async def test_a_shared_catalog_tool_reads_the_bound_world_once_per_call(
 
     monkeypatch.setattr(catalog_module, "current_world", counted)
     world = World(seed=3)
-    _, _ = await _saga(world, sandbox_catalog())
+    engine, _ = await _saga(world, sandbox_catalog())
+    await engine.close()
     assert len(reads) == 4 and all(w is world for w in reads)
     assert world.crm.read_field("acme", "stage") == "won"
 

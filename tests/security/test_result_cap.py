@@ -86,9 +86,11 @@ async def test_the_cap_is_an_engine_option_and_a_bad_one_is_refused() -> None:
         assert rec is not None and len(rec.steps[0].result["content"]) == BIG  # no cap: whole
     finally:
         await engine.close()
+    log = amends.SqliteLog(":memory:")  # the caller's: a refused engine leaves it open
     for bad in (0, -1, 1.5, "1MB", True):
         with pytest.raises(amends.ConfigError, match="max_result_bytes must be a positive"):
-            amends.Engine(amends.Catalog(), log=amends.SqliteLog(":memory:"), max_result_bytes=bad)  # type: ignore[arg-type]
+            amends.Engine(amends.Catalog(), log=log, max_result_bytes=bad)  # type: ignore[arg-type]
+    await log.close()
 
 
 @pytest.fixture

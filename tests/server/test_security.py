@@ -75,8 +75,10 @@ def noauth(tmp_path: Path) -> Iterator[App]:
     world, catalog = fresh()
     sagas = asyncio.run(_seed(db, catalog, world))
     app = create_app(lambda: amends.Engine(catalog, log=db), ServerSettings(no_auth=True))
+    tokens = TokenStore(":memory:")
     with TestClient(app, base_url=BASE) as client:
-        yield App(client, db, world, TokenStore(":memory:"), sagas, "", "")
+        yield App(client, db, world, tokens, sagas, "", "")
+    tokens.close()
 
 
 # --- 6. headers -------------------------------------------------------------------------------
