@@ -33,6 +33,7 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	bash scripts/test-deps.sh
 	$(BIN)/python -m pytest -q
+	bash scripts/test-newer-python.sh
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -66,4 +67,4 @@ screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py
 
 clean:
-	rm -rf site $(VENV) .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site $(VENV) .venv-py3.* .amends-demo.db* amends-demo-report.html .pytest_cache .mypy_cache .ruff_cache
