@@ -606,8 +606,9 @@ class _SqliteDatabase(Database):
     def write(
         self, fn: Callable[[Tx], T], size: int = 0, *, one_change: bool = False
     ) -> Awaitable[T]:
-        # issue 12: a future, not a coroutine (one object, one frame fewer); every outcome is
-        loop = asyncio.get_running_loop()  # delivered when awaited, as a coroutine's would be
+        # issue 12: a future, not a coroutine (one object and one frame fewer per write); every
+        # outcome, an error too, is delivered when it is awaited, as a coroutine would deliver it
+        loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         try:
             if self.memory:

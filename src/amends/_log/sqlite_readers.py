@@ -58,12 +58,6 @@ class Readers:
                 conn.close()
         self._open = kept
 
-    def open_count(self) -> int:
-        """How many reader connections are open (threads ended since the last new one's
-        included)."""
-        with self.lock:
-            return len(self._open)
-
     def close_all(self) -> None:
         """Close every reader connection once no read is running on it (the log's ``close``,
         which refused new reads first)."""
