@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends.sandbox",),
     ("amends.evals",),
     ("amends.testing", "amends.server", "amends.integrations"),
-    ("amends.cli",),
+    ("amends.cli", "amends.__main__"),  # `python -m amends` is the command line
 )
 
 

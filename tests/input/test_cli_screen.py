@@ -83,6 +83,21 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out.strip() == f"amends {amends.__version__}"
 
 
+def test_python_dash_m_amends_is_the_amends_command() -> None:
+    """``python -m amends`` (what a user types without the console script on PATH) runs the
+    same command line as ``amends`` and ``python -m amends.cli``."""
+    for module in ("amends", "amends.cli"):
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--version"],
+            capture_output=True, text=True, timeout=60, env=_env(),
+        )  # fmt: skip
+        assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (
+            0,
+            f"amends {amends.__version__}",
+            "",
+        )
+
+
 @pytest.mark.slow
 def test_help_imports_no_server_or_optional_extra() -> None:
     proc = subprocess.run(
