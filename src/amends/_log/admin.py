@@ -14,6 +14,7 @@ from .cache import SagaCache
 from .database import Database, Tx
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
+from .unreadable import UNREADABLE, unreadable_problem
 
 __all__ = ["AdminQueries"]
 
@@ -232,7 +233,24 @@ def _saga_problems(
     done: int = 0,
 ) -> list[ChainProblem]:
     """One saga's chain, report, row, head and reversal row (``done``: how many leading
-    records an earlier check found intact, :meth:`SagaCache.verified`)."""
+    records an earlier check found intact, :meth:`SagaCache.verified`). A record whose text
+    cannot be read is reported as edited, never raised (rule 12: ``doctor --verify`` must
+    report a forged record, not crash on it)."""
+    try:
+        return _checked(key, sid, records, saga_row, rev, done)
+    except UNREADABLE as exc:
+        return [unreadable_problem(sid, exc)]
+
+
+def _checked(
+    key: bytes | None,
+    sid: str,
+    records: list[tuple[Any, ...]],
+    saga_row: tuple[Any, ...] | None,
+    rev: tuple[Any, ...] | None,
+    done: int,
+) -> list[ChainProblem]:
+    """:func:`_saga_problems`, raising what decoding a record of the wrong shape raises."""
     chain = verify_saga(key, sid, records, rev[:3] if rev else None, verified=done)
     if saga_row is None and not records:
         chain = []  # no such saga at all

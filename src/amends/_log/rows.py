@@ -10,6 +10,7 @@ from . import leases
 from .base import Resolution, ReversalRecord, SagaRecord
 from .database import Tx
 from .records import dumps, loads, spent
+from .unreadable import UNREADABLE
 
 __all__ = [
     "N_SAGA",
@@ -40,6 +41,16 @@ REV_COLS = (
 def rev_select(tx: Tx) -> str:
     """``SELECT`` of a reversal row as :func:`reversal_of` reads it."""
     return f"SELECT {REV_COLS.format(now=tx.now_sql)} FROM reversals r"
+
+
+def listed_reversal(row: Sequence[Any]) -> ReversalRecord:
+    """:func:`reversal_of` for a listing: a latest compensation record that cannot be read
+    (an altered one) counts nothing spent, so one altered saga does not hide every other one
+    from the listing; its own check marks it (rule 12), and nothing acts on it."""
+    try:
+        return reversal_of(row)
+    except UNREADABLE:
+        return reversal_of([*row[:11], None, *row[12:]])
 
 
 def reversal_of(row: Sequence[Any]) -> ReversalRecord:

@@ -60,11 +60,13 @@ from .rows import REV_COLS as _REV_COLS
 from .rows import SAGA_COLS as _SAGA_COLS
 from .rows import Selection as _Selection
 from .rows import budget_text as _budget_text
+from .rows import listed_reversal as _listed
 from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 from .texts import step_intent_text
+from .unreadable import readable
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "SqlSagaLog", "Tx", "upgrade", "write_heads"]
 
@@ -640,7 +642,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
 
     # --- reads ----------------------------------------------------------------------------
     async def get_saga(self, saga_id: str) -> SagaRecord | None:
-        return await self.db.read(lambda tx: _read_saga(tx, saga_id, self.reads))
+        read = self.db.read(lambda tx: _read_saga(tx, saga_id, self.reads))
+        return await readable(saga_id, read, self.url)  # rule 12: an unreadable record
 
     async def get_reversal(
         self, *, saga_id: str | None = None, reversal_id: str | None = None
@@ -652,7 +655,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             return _reversal(rows[0]) if rows else None
 
-        return await self.db.read(fn)
+        return await readable(saga_id, self.db.read(fn), self.url)
 
     async def get_compensations(self, reversal_id: str) -> dict[str, CompensationRecord]:
         def fn(tx: Tx) -> dict[str, CompensationRecord]:
@@ -663,7 +666,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             )
             return fold_compensations(reversal_id, rows)
 
-        return await self.db.read(fn)
+        return await readable(None, self.db.read(fn), self.url)
 
     async def events(self, saga_id: str, *, after: int = 0) -> list[Event]:
         def fn(tx: Tx) -> list[Event]:
@@ -676,7 +679,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 for r in rows
             ]
 
-        return await self.db.read(fn)
+        return await readable(saga_id, self.db.read(fn), self.url)
 
     async def list_sagas(
         self,
@@ -709,11 +712,11 @@ class SqlSagaLog(AdminQueries, SagaLog):
             params.append(limit)
             out = []
             for row in tx.execute(sql, params):
-                rev = _reversal(row[_N_SAGA:]) if row[_N_SAGA] is not None else None
+                rev = _listed(row[_N_SAGA:]) if row[_N_SAGA] is not None else None
                 out.append(_saga(row[:_N_SAGA], (), rev, db_now=row[-1]))
             return out
 
-        return await self.db.read(fn)
+        return await readable(None, self.db.read(fn), self.url)
 
     async def expired_reversals(self, now: float) -> list[ReversalRecord]:
         def fn(tx: Tx) -> list[ReversalRecord]:

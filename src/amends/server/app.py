@@ -30,6 +30,7 @@ from amends import (
     ChainProblem,
     ConfigError,
     Engine,
+    HistoryAlteredError,
     LeaseLostError,
     LogError,
     LogLockedError,
@@ -186,8 +187,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AmendsError)
     async def _amends_error(request: Request, exc: AmendsError) -> JSONResponse:
         status, headers = _status_of(exc)
+        # rule 12: an altered saga is the documented 409 history_does_not_verify, wherever the
+        # read that found it (a record that cannot be read) happened
+        name = _ERROR_NAMES.get(type(exc), type(exc).__name__)
         return JSONResponse(
-            {"error": type(exc).__name__, "detail": str(exc)}, status_code=status, headers=headers
+            {"error": name, "detail": str(exc)}, status_code=status, headers=headers
         )
 
 
@@ -200,6 +204,10 @@ _STATUS: tuple[tuple[type[AmendsError], int], ...] = (
     (AmendsError, 409),
 )
 """Issue 21.16: the one table from an engine error to its HTTP status (first match wins)."""
+
+
+_ERROR_NAMES: dict[type[AmendsError], str] = {HistoryAlteredError: "history_does_not_verify"}
+"""The ``error`` of an engine error whose name the API documents otherwise."""
 
 
 def _status_of(exc: AmendsError) -> tuple[int, dict[str, str]]:

@@ -103,8 +103,9 @@ class LogMetrics:
         only numbered."""
         async with self._lock:  # concurrent scrapes share one refresh
             heads = await self.log.reversal_heads()
-            await self._refresh(heads)
             skip = set(unverified)
+            # rule 12: an altered saga's records are not read (one of them may not even decode)
+            await self._refresh([h for h in heads if h.saga_id not in skip])
             totals = _Totals()
             for h in heads:
                 if h.saga_id in skip:
