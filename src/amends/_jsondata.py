@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_REPR", "as_repr", "may_not_keep", "problem"]
+__all__ = ["MAX_DEPTH", "MAX_DETAIL", "MAX_REPR", "as_repr", "bounded", "may_not_keep", "problem"]
 
 MAX_DEPTH = 100
 """How deeply lists and objects may nest in one value the log keeps. JSON APIs rarely pass 20;
@@ -66,3 +66,17 @@ def as_repr(value: Any, why: str) -> dict[str, str]:
         text = f"<{type(value).__name__}>"
     cut = text if len(text) <= MAX_REPR else text[:MAX_REPR] + "…"
     return {"repr": cut, "amends_note": f"not kept as data: {why}"}
+
+
+MAX_DETAIL = 4000
+"""The most characters of a sentence amends keeps from what a tool said (an error message, a
+compensation's detail): a tool that raises with a 20 MB message gets its first characters in
+the log and the report, never all of it (rule 12: what amends reads is bounded)."""
+
+
+def bounded(text: str, limit: int = MAX_DETAIL) -> str:
+    """``text``, or its first ``limit`` characters and how long it was. Cut only after secrets
+    were scrubbed (rule 11): a cut through a secret would leave part of it unmatched."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters; the rest was not kept)"

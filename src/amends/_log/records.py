@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from .._errors import ConfigError, LogCorruptedError
-from .._jsondata import MAX_DEPTH, as_repr, may_not_keep, problem
+from .._jsondata import MAX_DEPTH, MAX_DETAIL, as_repr, bounded, may_not_keep, problem
 from .._secrets import Redaction, redactions_from
 from .base import (
     ChainProblem,
@@ -322,6 +322,10 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
     only, so a blob within ``limit`` characters has a result within ``limit`` bytes, and only a
     larger one is measured on its own.
     """
+    if (finish.error is not None and len(finish.error) > MAX_DETAIL) or (
+        finish.violation is not None and len(finish.violation) > MAX_DETAIL
+    ):
+        finish = _bounded_words(finish)
     try:
         text = _finish_text(finish)
         # issue 21: may be too deep for a reader to load back (_jsondata.may_not_keep, inline:
@@ -349,6 +353,16 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
         result=summary,
         redacted=tuple(r for r in finish.redacted if r.at[:1] != ("result",)),
     )
+
+
+def _bounded_words(finish: StepFinish) -> StepFinish:
+    """``finish`` with its error and violation cut to :data:`MAX_DETAIL` characters (they were
+    scrubbed already, rule 11); marker positions past the cut go with the text."""
+    error = None if finish.error is None else bounded(finish.error)
+    violation = None if finish.violation is None else bounded(finish.violation)
+    cut = {k for k, v in (("error", error), ("violation", violation)) if v is not None}
+    redacted = tuple(r for r in finish.redacted if not r.at or r.at[0] not in cut)
+    return dataclasses.replace(finish, error=error, violation=violation, redacted=redacted)
 
 
 def _kept(finish: StepFinish, text: str | None) -> tuple[StepFinish, str]:

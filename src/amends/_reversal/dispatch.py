@@ -24,6 +24,7 @@ from .._errors import (
     PreconditionFailed,
     TransientError,
 )
+from .._jsondata import bounded
 from .._log.base import SagaRecord, StepRecord
 from .._native import python_class
 from .._report import StepState
@@ -164,7 +165,9 @@ class Caller:
                 tool, real, phase, key, step_id, precondition, counter, prepaid, at
             )
         except Stop as stop:
-            raise Stop(stop.state, vault.scrub(stop.detail)) from None
+            # rule 11, then rule 12: scrubbed of secrets first, then bounded (a cut through a
+            # secret would leave part of it unmatched); a manual action quotes this detail
+            raise Stop(stop.state, bounded(vault.scrub(stop.detail))) from None
         if vault:
             call.recorded_residue = [scrub_record(vault, r) for r in call.recorded_residue]
         return result, call

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._budget import BudgetMeter
 from .._contracts import FollowUp, ManualAction, Residue
+from .._jsondata import MAX_DETAIL, bounded
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._manual import Wording, did, missing_follow_ups
 from .._planner import PlannedStep
@@ -63,6 +64,8 @@ class Recorder:
             logged, where = vault.scrub_at(data)  # rule 12: and where it put each marker
             detail = vault.scrub(detail)  # rule 11: no resolved secret in the log
             data, redacted = logged, tuple(where)
+        if len(detail) > MAX_DETAIL:  # rule 12: what a tool said is bounded (after the scrub)
+            detail = bounded(detail)
         # issue 29: every field by position, in CompensationWrite's order (binding ten keywords
         # cost ~3 k instructions of each record, two per compensation)
         return self.ports.log.record_compensation(
@@ -99,6 +102,8 @@ class Recorder:
                 manual_action = scrub_record(vault, manual_action)
             if residue:
                 residue = tuple(scrub_record(vault, r) for r in residue)
+        if len(detail) > MAX_DETAIL:  # rule 12: what a tool said is bounded (after the scrub)
+            detail = bounded(detail)
         step, describe = p.step, self.describe
         # issue 29: described as it is built (no copy per step to describe it), every field by
         # position, in StepOutcome's order

@@ -1,0 +1,113 @@
+"""Rule 12: what a tool says when it fails is bounded before the log or a report keeps it.
+
+Issue 21 item 13 capped a step's stored *result*; a tool (or a vendor it relays) that raises
+with a 20 MB message still had all of it written to the log, into the step's record, the
+compensation's record, the stored report and every rendering of it. Now an error, a contract
+violation and a compensation's detail keep their first :data:`amends._jsondata.MAX_DETAIL`
+characters and say how long they were; secrets are scrubbed before the cut, so a cut never
+leaves part of one behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import amends
+
+MAX_DETAIL = 4000
+"""amends._jsondata.MAX_DETAIL: the characters kept of what a tool said."""
+
+HUGE = 5_000_000
+CARD = "4242424242424242"
+
+
+@pytest.fixture
+async def engine(tmp_path: Any) -> AsyncIterator[tuple[amends.Engine, str, list[str]]]:
+    refunds: list[str] = []
+    catalog = amends.Catalog()
+
+    @catalog.tool("pay.status", reversibility="read_only")
+    async def status(call: amends.Call, charge_id: str) -> str:
+        return "captured"
+
+    @catalog.tool("pay.charge", reversibility="compensable", sensitive=["card"])
+    async def charge(call: amends.Call, card: str, fail: bool = False) -> Any:
+        call.inverse("pay.refund", charge_id="ch_1", card=card)
+        call.expect("pay.status", {"charge_id": "ch_1"}, equals="captured")
+        return {"id": "ch_1"}
+
+    @catalog.tool("pay.refund", sensitive=["card"], resolve_secret=lambda req: CARD)
+    async def refund(call: amends.Call, charge_id: str, card: str) -> Any:
+        refunds.append(charge_id)
+        # a vendor that echoes the whole request, the card included, in a huge error
+        raise amends.PermanentError(f"card {card} refused: " + "E" * HUGE)
+
+    @catalog.tool("mail.send")
+    async def send(call: amends.Call, to: str) -> Any:
+        raise amends.PermanentError("X" * HUGE)
+
+    @catalog.tool("crm.write")
+    async def write(call: amends.Call) -> Any:
+        raise RuntimeError("Y" * HUGE)
+
+    path = str(tmp_path / "log.db")
+    eng = amends.Engine(catalog, log=path)
+    yield eng, path, refunds
+    await eng.close()
+
+
+def _biggest_row(path: str) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        sizes = [
+            conn.execute("SELECT max(length(body)) FROM records").fetchone()[0],
+            conn.execute("SELECT coalesce(max(length(report)), 0) FROM reversals").fetchone()[0],
+        ]
+    finally:
+        conn.close()
+    return max(sizes)
+
+
+async def test_a_forward_error_of_megabytes_is_kept_as_its_first_characters(
+    engine: tuple[amends.Engine, str, list[str]],
+) -> None:
+    eng, path, _ = engine
+    for tool, sid in (("mail.send", "mail"), ("crm.write", "crm")):
+        with pytest.raises(amends.AmendsError):
+            async with eng.saga(f"Saga {sid}", saga_id=sid) as saga:
+                saga.call(tool, **({"to": "a@b.c"} if tool == "mail.send" else {}))
+    mail = (await eng.log.get_saga("mail")).steps[0]  # type: ignore[union-attr]
+    assert mail.error is not None
+    assert mail.error.startswith("X" * 100)
+    assert mail.error.endswith(f"… ({HUGE:,} characters; the rest was not kept)")
+    assert len(mail.error) < MAX_DETAIL + 100
+    for sid in ("mail", "crm"):
+        report = await eng.undo(sid)
+        assert len(report.to_json()) < 4 * MAX_DETAIL + 20_000
+        assert len(report.render("text")) < 4 * MAX_DETAIL + 20_000
+    assert _biggest_row(path) < 4 * MAX_DETAIL + 20_000
+
+
+async def test_a_compensation_error_of_megabytes_is_cut_after_its_secret_is_scrubbed(
+    engine: tuple[amends.Engine, str, list[str]],
+) -> None:
+    eng, path, refunds = engine
+    async with eng.saga("Charge", saga_id="paid") as saga:
+        saga.call("pay.charge", card=CARD)
+    report = await eng.undo("paid")
+    assert refunds == ["ch_1"]
+    (step,) = report.steps
+    assert step.state == "failed"
+    assert "[redacted:card]" in step.detail and CARD not in step.detail
+    assert "characters; the rest was not kept" in step.detail
+    assert len(step.detail) < MAX_DETAIL + 500
+    text = report.to_json()
+    assert CARD not in text and len(text) < 4 * MAX_DETAIL + 20_000
+    assert _biggest_row(path) < 4 * MAX_DETAIL + 20_000
+    comps = await eng.log.get_compensations(report.reversal_id)
+    assert all(len(c.detail or "") < MAX_DETAIL + 500 for c in comps.values())
