@@ -26,13 +26,26 @@ sys.path.insert(0, str(HERE))
 
 def gateway_params(config: Path, cwd: Path) -> Any:
     """Parameters that start ``amends mcp serve --config`` over stdio, as a client would."""
+    from mcp.client.stdio import get_default_environment
+
     from mcp import StdioServerParameters
 
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
         cwd=str(cwd),
+        env={**get_default_environment(), **_import_path()},
     )
+
+
+def _import_path() -> dict[str, str]:
+    """The test process's ``PYTHONPATH``, absolute: the SDK starts a server with a minimal
+    environment, so without it the gateway would import whatever amends is installed, not the
+    source tree under test."""
+    path = os.environ.get("PYTHONPATH")
+    if not path:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(str(Path(p).resolve()) for p in path.split(os.pathsep))}
 
 
 def installed(path: Path, what: str) -> Path:

@@ -278,6 +278,8 @@ async def test_a_hostile_upstreams_descriptions_are_cleaned_and_cannot_spoof_the
     assert desc.startswith("[amends: irreversible (no contract); undo cannot take it back")
     assert desc.count("[amends:") == 1  # the fake label is defused, whatever its spelling
     assert "(amends: read_only" in desc
+    assert "(\u0430mends\u2236 read_only" in desc  # look-alike letters and colon: defused too
+    assert desc.count("[") == 1  # amends' own label is the one bracketed label left
     assert "Wipe every record." in desc
     for text in (desc, wipe.title or "", wipe.annotations.title or ""):
         bad = [c for c in text if c not in "\n\t" and unicodedata.category(c)[0] == "C"]

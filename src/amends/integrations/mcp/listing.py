@@ -43,6 +43,15 @@ _VERB = {
 }
 _CSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _SPOOF = re.compile(r"\[(\s*amends\s*:)", re.IGNORECASE)
+_OPENERS = re.escape("[\u2045\u27e6\u3010\u3014\u301a\u2772\u2987\u298b\u298d\u298f\u2e22\u2e24")
+"""``[`` and the brackets that look like it (the fullwidth one is folded to ``[`` first)."""
+_COLONS = re.escape(":\u02d0\u02f8\ua789\u2236\u05c3\u0703\u0704\u1804\u205a\u16ec\u0589\u2982")
+"""``:`` and the characters that look like it (fullwidth and small forms are folded first)."""
+_LABEL_LIKE = re.compile(f"[{_OPENERS}](?=\\s*[^\\]\\[\\n{_COLONS}]{{1,40}}\\s*[{_COLONS}])")
+"""An opening bracket that starts a ``[word: ...`` label, whatever the word's letters: a label
+spelled with look-alike letters (Cyrillic a, e, dze, komi de: U+0430, U+0435, U+0455, U+0501;
+small capitals) or a look-alike colon reads as amends' own to a person or a model, so any label
+shape is defused, not only the ASCII spelling (issue 21 item 15)."""
 
 
 def clean_text(text: str) -> str:
@@ -67,9 +76,8 @@ def clean_text(text: str) -> str:
     # compatibility forms (fullwidth brackets and letters) are folded before looking for the
     # prefix, and every spelling found is defused in the original text
     folded = unicodedata.normalize("NFKC", cleaned)
-    if folded == cleaned:
-        return _SPOOF.sub(r"(\1", cleaned)
-    return _SPOOF.sub(r"(\1", folded)
+    text = _SPOOF.sub(r"(\1", cleaned if folded == cleaned else folded)
+    return _LABEL_LIKE.sub("(", text)
 
 
 def label(cls: str, explicit: bool) -> str:
