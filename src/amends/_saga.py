@@ -182,6 +182,21 @@ def _refs(value: Any, found: list[Step]) -> None:
             _refs(v, found)
 
 
+def _too_deep(saga_id: str, step_id: str, tool: str) -> ContractError:
+    return ContractError(
+        f"an argument of {tool!r} is nested too deeply to walk (or contains itself); nothing "
+        f"was called. Pass it flatter, or as JSON text",
+        saga_id=saga_id,
+        step_id=step_id,
+        tool=tool,
+    )
+
+
+def _foreign(saga_id: str, step_id: str, other: str) -> ContractError:
+    why = f"argument refers to step {other!r} of another saga"
+    return ContractError(why, saga_id=saga_id, step_id=step_id)
+
+
 def _resolve(value: Any) -> Any:
     if isinstance(value, Step):
         return value.result
@@ -581,14 +596,16 @@ class Saga:
                 )
             deps.append(d)
         explicit = len(deps)
-        for v in args.values():  # _refs(args, deps), without a call for the dict itself
-            if type(v) not in _SCALARS:
-                _refs(v, deps)
+        try:
+            for v in args.values():  # _refs(args, deps), without a call for the dict itself
+                if type(v) not in _SCALARS:
+                    _refs(v, deps)
+        except RecursionError:  # rule 12: an argument the caller chose never crashes the saga
+            raise _too_deep(self.id, sid, tool) from None
         has_refs = len(deps) > explicit
         for d in deps:
             if d.saga is not self:
-                why = f"argument refers to step {d.id!r} of another saga"
-                raise ContractError(why, saga_id=self.id, step_id=sid)
+                raise _foreign(self.id, sid, d.id)
         resources = spec.resources_for(args)  # steps sharing one are ordered (both ways)
         unique, direct = (  # issue 29: no call for a step with one dependency at most
             with_resources(deps, resources, self._last_by_resource)
