@@ -606,7 +606,7 @@ class _PgDatabase(Database):
                     with conn.transaction(), conn.cursor() as cur:
                         tx = _Cursor(conn, cur)
                         version = self._version(tx)
-                        upgrade(tx, version, "postgres", self._key)
+                        upgrade(tx, version, "postgres", self._key, self.safe_url)
                         tx.flush()
                 finally:
                     conn.execute(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})")

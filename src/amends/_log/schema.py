@@ -12,12 +12,13 @@ spreads the sagas over shards whose count and rolling hash make a deleted saga v
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .._errors import SchemaVersionError
-from .integrity import SHARDS, head_of, shard_of, shard_step
+from .integrity import SHARDS, head_of, shard_of, shard_step, started_shard
 from .records import (
     COMPENSATION,
     FINISH,
@@ -398,12 +399,16 @@ def _heads_v4(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
     last: dict[str, str] = {}
     counts = [0] * SHARDS
     rolling = [""] * SHARDS
-    for saga_id, kind, digest in tx.execute(
-        "SELECT saga_id, kind, hash FROM records ORDER BY rec_id"
+    for saga_id, kind, digest, body in tx.execute(
+        "SELECT saga_id, kind, hash, CASE WHEN kind='saga.started' THEN body END FROM records "
+        "ORDER BY rec_id"
     ):
         last[saga_id] = str(digest or "")
         if kind == "saga.started":
-            shard = shard_of(saga_id)
+            # the shard the record names, as verify_shards reads it (else its id's)
+            shard = started_shard(saga_id, body)
+            if shard is None:
+                shard = shard_of(saga_id)
             counts[shard] += 1
             rolling[shard] = shard_step(key, shard, rolling[shard], str(digest or ""))
     for saga_id, digest in sorted(last.items()):
@@ -499,8 +504,47 @@ def stored_version(raw: object, tables: Callable[[str], bool], where: str) -> in
     return version
 
 
-def upgrade(tx: _Tx, version: int, dialect: Dialect, key: bytes | None) -> None:
-    """Bring a log at ``version`` to :data:`SCHEMA_VERSION` inside the caller's transaction."""
+SIGN_OLD_HISTORY = "AMENDS_SIGN_OLD_HISTORY"
+"""The environment variable by which an operator agrees, for one run, that an old log's history
+be signed with the log's key as it is (:func:`upgrade`)."""
+_SIGNED_FROM = 4
+"""The first schema version whose history carries every anchor of rule 12 (chains since 2,
+records since 3, saga heads and the log's shards since 4): upgrading a log below it computes
+anchors over records nothing authenticates yet."""
+
+
+def upgrade(
+    tx: _Tx, version: int, dialect: Dialect, key: bytes | None, where: str = "<the log>"
+) -> None:
+    """Bring a log at ``version`` to :data:`SCHEMA_VERSION` inside the caller's transaction.
+
+    Rule 12: the data steps of versions 2 to 4 compute the tamper-evident history (hash
+    chains, the re-hashed records, saga heads, the log's shards) over what the log holds. With a
+    signing key that would bless whatever someone who can write the log put there: rewrite a
+    log into the format of version 3 (drop ``log_heads`` and ``sagas.head``, set the version)
+    with an undone saga's reversal cut off, and the upgrade computed a head that verifies, so a
+    second undo sent the refund again; a forged version-1 log came out fully signed. So with a
+    key, a log below version 4 that holds sagas is upgraded only when the operator says so.
+
+    Raises:
+        SchemaVersionError: A signing key is set, the log is below version 4 and holds sagas,
+            and ``$AMENDS_SIGN_OLD_HISTORY`` is not ``1``.
+    """
+    if (
+        key
+        and 1 <= version < _SIGNED_FROM
+        and os.environ.get(SIGN_OLD_HISTORY) != "1"
+        and tx.execute("SELECT 1 FROM sagas LIMIT 1")
+    ):
+        raise SchemaVersionError(
+            f"saga log {where!r} stores schema version {version}, and upgrading it would sign "
+            f"its history with your AMENDS_LOG_KEY as it is: its hash chains and saga heads "
+            f"would be computed now, over records nothing authenticates yet, so a log "
+            f"rewritten into an older format by someone who can write it would verify. If "
+            f"an older amends really wrote this log, upgrade it once on purpose: "
+            f"{SIGN_OLD_HISTORY}=1 amends recover --db {where} (rule 12)",
+            path=where,
+        )
     for target in range(version + 1, SCHEMA_VERSION + 1):
         for stmt in MIGRATIONS[target](dialect):
             tx.execute(stmt)

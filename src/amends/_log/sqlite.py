@@ -366,7 +366,7 @@ class _SqliteDatabase(Database):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = self._version()  # another process may have migrated meanwhile
-                upgrade(_Cursor(conn), version, "sqlite", self._key)
+                upgrade(_Cursor(conn), version, "sqlite", self._key, self.path)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
