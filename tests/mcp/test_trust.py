@@ -288,3 +288,37 @@ async def test_a_hostile_upstreams_descriptions_are_cleaned_and_cannot_spoof_the
     assert wipe.annotations.read_only_hint is False  # the server's claim is not a contract
     assert wipe.annotations.destructive_hint is True
     assert wipe.annotations.idempotent_hint is False
+
+
+# --- malformed arguments of amends' own tools -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"saga_id": {"x": 1}}, {"saga_id": ["a"]}, {"saga_id": 5}, {"continue": "false"}],
+    ids=["dict-id", "list-id", "number-id", "string-continue"],
+)
+async def test_a_malformed_undo_request_is_refused_and_undoes_nothing(
+    kv: KvSetup, args: dict[str, Any]
+) -> None:
+    """Rule 12: ``amends_undo`` with a saga_id that is no id (a table, a list, a number) used
+    to undo this connection's current saga, as if no id had been given; ``continue: "false"``
+    was a yes. Each is now refused with what was wrong, and the write stands."""
+    from mcp import Client
+
+    async with Client(gateway_params(kv.config, kv.dir)) as c:
+        done = await c.call_tool("kv_kv_set", {"key": "a", "value": "1"})
+        assert not done.is_error
+        saga = done.meta["amends/step"]["saga_id"]
+        r = await c.call_tool("amends_undo", args)
+        status = await c.call_tool("amends_status", {"saga_id": saga})
+    assert r.is_error
+    said = text_of(r)
+    if "saga_id" in args:
+        assert "saga_id must be a saga id (text), got " in said, said
+        assert "omit saga_id for this connection's saga" in said
+    else:
+        assert "continue must be true or false, got 'false'" in said, said
+    assert kv.world()["kv"] == {"a": "1"}  # nothing was undone
+    assert "Undo: 0 of 1 taken back" not in text_of(status)
+    assert "rev_" not in text_of(status)

@@ -131,12 +131,20 @@ class Sessions:
             AmendsError: ``given`` is not one of this agent's sagas (the same words whether or
                 not it exists, so ids of other agents are not confirmed), or there is no saga yet.
         """
+        if given is not None and given != "" and not isinstance(given, str):
+            # rule 12: a malformed id is refused, never read as "this connection's saga" (an
+            # undo of the wrong saga)
+            raise ConfigError(
+                f"saga_id must be a saga id (text), got {type(given).__name__} "
+                f"{str(given)[:100]!r}; pass the id amends_status shows, or omit saga_id for "
+                f"this connection's saga"
+            )
         if isinstance(given, str) and given:
             if self.gw.config.share_sagas or given in self._owned.get(self.owner(ctx), ()):
                 return given
             raise AmendsError(
-                f"no saga {given!r} among the sagas this connection started; an agent acts only "
-                f"on its own sagas (the gateway's operator can set share_sagas = true)"
+                f"no saga {given[:200]!r} among the sagas this connection started; an agent "
+                f"acts only on its own sagas (the gateway's operator can set share_sagas = true)"
             )
         slot = self.slot(ctx)
         if slot.last_id is None:

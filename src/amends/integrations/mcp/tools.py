@@ -357,7 +357,10 @@ async def _undo_question(r: _Request, continuing: bool) -> str | None:
 async def _undo(r: _Request) -> Any:
     gw, engine = r.gw, r.gw.engine
     budget = _budget(r.args)
-    continuing = bool(r.args.get("continue"))
+    continuing = r.args.get("continue")
+    if continuing not in (None, True, False):  # rule 12: "false" is not a yes
+        raise ConfigError(f"continue must be true or false, got {continuing!r:.100}")
+    continuing = bool(continuing)
     chosen = _selection(r, continuing)
     if gw.config.approval != "off":
         question = await _undo_question(r, continuing)
