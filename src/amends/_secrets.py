@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote, quote_plus
 
 from ._errors import ConfigError, ContractError
 
@@ -215,6 +216,14 @@ def _key(key: Any) -> str:
     return key if isinstance(key, str) else json.dumps(key)
 
 
+def _encoded_forms(text: str) -> set[str]:
+    """The ways ``text`` is echoed when a URL, a form or a JSON text carries it (other than as
+    itself): percent-encoded (path and query), form-encoded, JSON-escaped."""
+    forms = {quote(text, safe=""), quote(text), quote_plus(text), json.dumps(text)[1:-1]}
+    forms.discard(text)
+    return forms
+
+
 class Vault:
     """The secret values seen in one saga (memory only): value -> sensitive argument name."""
 
@@ -222,6 +231,8 @@ class Vault:
         self._names: dict[Any, str] = {}
         self._pattern: re.Pattern[str] | None = None
         self._texts: dict[str, str] = {}
+        self._encoded: set[str] = set()
+        """Texts of :attr:`_texts` that are a secret's encoded form, not the secret itself."""
         self._stale = False
 
     def add(self, name: str, value: Any) -> None:
@@ -282,6 +293,14 @@ class Vault:
                 shown = str(secret)
                 if len(shown) >= _MIN_SUBSTRING:
                     self._texts.setdefault(shown, name)
+            self._encoded = set()
+            for shown, name in list(self._texts.items()):
+                # rule 11: a tool or a vendor echoes a secret as a URL or JSON carries it (an
+                # HTTP client's error names the URL, percent-encoded): those forms go too
+                for form in _encoded_forms(shown):
+                    if form not in self._texts:
+                        self._texts[form] = name
+                        self._encoded.add(form)
             # longest first, so a secret that contains another is replaced whole
             ordered = sorted(self._texts, key=lambda s: -len(s))
             self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
@@ -304,7 +323,9 @@ class Vault:
             pieces.append(text[pos : m.start()])
             length += m.start() - pos
             name = self._texts[m.group()]
-            if found is not None:
+            if found is not None and m.group() not in self._encoded:
+                # rule 12: only the secret's own text is a place undo gives it back at; an
+                # encoded form's marker stays data (it would be given back unencoded)
                 found.append(Redaction(at, name, length))
             shown = marker(name)
             pieces.append(shown)
