@@ -338,8 +338,12 @@ async def list_sagas(
     status: str | None = Query(
         None, max_length=32, description="forward state: running|completed|failed"
     ),
-    since: float | None = Query(None, description="created at or after (unix seconds)"),
-    until: float | None = Query(None, description="created before (unix seconds)"),
+    since: float | None = Query(
+        None, allow_inf_nan=False, description="created at or after (unix seconds)"
+    ),
+    until: float | None = Query(
+        None, allow_inf_nan=False, description="created before (unix seconds)"
+    ),
     limit: int = Query(100, ge=1, le=1000),
 ) -> dict[str, Any]:
     own = authenticate(request).tenant
