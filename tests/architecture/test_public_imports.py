@@ -86,6 +86,10 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.cli.core", "amends._describe"): (
         "`amends show` prints the same plain-language sentence of a step the report uses"
     ),
+    ("amends.server.web", "amends._report"): (
+        "rule 12: the web page shows control characters and bidi overrides an agent or a vendor "
+        "wrote as escapes by the reports' one function (`visible`), not a second list"
+    ),
     ("amends.sandbox.world", "amends._log"): (
         "a world file is shared between processes like the saga log, and switches to WAL the "
         "log's one way (switch_to_wal: SQLite skips its busy handler there), not a copy of it"

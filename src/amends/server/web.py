@@ -23,6 +23,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from amends import AmendsError, Residue, StepOutcome, UndoReport
+from amends._report import visible
 
 from .api import (
     ID_PATTERN,
@@ -50,6 +51,19 @@ __all__ = ["router"]
 
 _LOGIN_COOKIE = "amends_login_csrf"
 _templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+
+
+def _shown(value: Any) -> Any:
+    """Every value the page prints, with control characters and bidi overrides shown as
+    escapes (:func:`amends._report.visible`), as the text and HTML reports show them: a title
+    or an argument an agent or a vendor chose never reverses the words a person reads
+    ("Refund \u202egnp.exe"). Markup amends built itself passes unchanged."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible(value)
+    return value
+
+
+_templates.env.finalize = _shown
 router = APIRouter(include_in_schema=False)
 
 
@@ -108,7 +122,7 @@ def _vendor_when(value: str | None) -> Markup:
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return Markup("{0}").format(text)
+        return Markup("{0}").format(visible(text))
     if when.tzinfo is None:  # a day ("2026-12-10"), or a time with no zone to convert
         shown = f"{when.day} {when:%b %Y}" + ("" if len(text) == 10 else f" {when:%H:%M}")
         return Markup("{0}").format(shown)
