@@ -152,3 +152,21 @@ async def test_the_http_api_marks_an_unreadable_saga_and_keeps_serving_the_other
         assert client.get("/").status_code == 200
         assert client.get("/sagas/other").status_code == 200
     assert psp.refunds == ["ch_1"]
+
+
+async def test_recover_reports_an_unreadable_running_reversal_and_sends_nothing(
+    undone: tuple[amends.Engine, Psp, str],
+) -> None:
+    """A reversal made to look unfinished (running, lease expired) whose latest compensation
+    record cannot be read: ``recover`` once crashed on it (stopping every other reversal's
+    recovery); now it lists the saga as not resumed, because its history was altered."""
+    engine, psp, _ = undone
+    await _replace(engine, "compensation.compensated", "[]")
+    await _tamper(
+        engine, ("UPDATE reversals SET state='running', lease_until=0 WHERE saga_id='paid'", ())
+    )
+    got = await engine.recover()
+    assert [saga_id for saga_id, _ in got.failed] == ["paid"]
+    assert "this saga's history was altered" in got.failed[0][1]
+    assert got.resumed == ()
+    assert psp.refunds == ["ch_1"]

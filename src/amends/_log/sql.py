@@ -726,7 +726,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
                 "ORDER BY r.requested_at",
                 leases.db(now),
             )
-            return [_reversal(r) for r in rows]
+            return [_listed(r) for r in rows]  # one altered reversal stops no other's recovery
 
         return await self.db.read(fn)
 
