@@ -272,8 +272,8 @@ class HttpTransport:
         if body is None:  # issue 21.13: never read a 50 MB answer into memory, nor the log
             return self._too_large(resp, shown)
         read = httpx.Response(
-            resp.status_code, headers=resp.headers, content=body, request=resp.request
-        )  # read within the limit: judged as any other answer
+            resp.status_code, headers=_decoded(resp.headers), content=body, request=resp.request
+        )  # read within the limit (decompressed): judged as any other answer
         return self._judge(read, shown)
 
     def _too_large(self, resp: Any, shown: str) -> TransportResult:
@@ -287,7 +287,7 @@ class HttpTransport:
         if 200 <= code < 300:
             summary = f"{self.name}: {shown}: HTTP {code}, answer over {limit}; not read"
             return TransportResult("ok", structured={"amends_summary": summary})
-        judged = self._judge(httpx.Response(code, headers=resp.headers), shown)
+        judged = self._judge(httpx.Response(code, headers=_decoded(resp.headers)), shown)
         return dataclasses.replace(
             judged,
             error_text=None,
@@ -334,6 +334,14 @@ class HttpTransport:
 
 MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
 """The most bytes of an HTTP answer a TOML tool reads (issue 21 item 13): the log's cap."""
+
+
+def _decoded(headers: Any) -> list[tuple[str, str]]:
+    """The answer's headers for a response built from bytes already decompressed: without
+    ``Content-Encoding`` (httpx would decompress them again and raise ``DecodingError``, so a
+    gzipped 200 read as an unknown outcome) and ``Content-Length``."""
+    drop = ("content-encoding", "content-length")
+    return [(k, v) for k, v in headers.multi_items() if k.lower() not in drop]
 
 
 async def _read_limited(resp: Any, limit: int) -> bytes | None:
