@@ -87,6 +87,7 @@ from .contract_file.transport import (
     TransportResult,
     failed_as,
     result_of,
+    strict_json,
 )
 
 __all__ = ["MAX_RESPONSE_BYTES", "METHODS", "OutcomeUnknownError", "load_toml_catalog"]
@@ -248,8 +249,15 @@ class HttpTransport:
                 f"'amends[http]'); nothing was sent",
             )
         headers = {**self.headers, "Idempotency-Key": request.idempotency_key}
-        if request.precondition is not None:
-            headers["X-Amends-Precondition"] = json.dumps(request.precondition.to_dict())
+        try:  # rule 9: what cannot be encoded is never sent, and that is known, not in doubt
+            json.dumps(dict(request.args), allow_nan=False)
+            if request.precondition is not None:
+                precondition = request.precondition.to_dict()
+                headers["X-Amends-Precondition"] = json.dumps(precondition, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return TransportResult(
+                "refused", detail=f"{shown}: its arguments are not JSON ({exc}); nothing was sent"
+            )
         try:
             async with (
                 httpx.AsyncClient(
@@ -325,8 +333,8 @@ class HttpTransport:
             return TransportResult("refused", error_text=body, detail=f"{shown}: HTTP {code}")
         if not resp.content:
             return TransportResult("ok")
-        try:
-            return TransportResult("ok", structured=resp.json())
+        try:  # strict JSON: NaN and Infinity from a vendor never reach a template (rule 12)
+            return TransportResult("ok", structured=strict_json(resp.text))
         except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: the
             # vendor did act (a 2xx); its answer is kept as text (issue 21)
             return TransportResult("ok", text=resp.text)

@@ -37,6 +37,7 @@ __all__ = [
     "TransportRequest",
     "TransportResult",
     "raise_for",
+    "strict_json",
 ]
 
 Kind = Literal["ok", "refused", "transient", "drift", "unknown"]
@@ -77,6 +78,22 @@ class TransportRequest:
     """Arguments the contract declares secret: a transport never echoes their values (rule 11)."""
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(text: str) -> Any:
+    """``text`` parsed as JSON as the standard defines it: ``NaN``, ``Infinity`` and
+    ``-Infinity`` (which Python's parser accepts) are refused, so a vendor's answer never puts
+    a value in a template, an inverse or the log that no JSON encoder can send back.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+        RecursionError: ``text`` is nested too deeply to parse.
+    """
+    return json.loads(text, parse_constant=_no_constant)
+
+
 @dataclass(frozen=True)
 class TransportResult:
     """What one call did, as data."""
@@ -111,7 +128,7 @@ class TransportResult:
             return None
         if text[:1] in ("{", "["):
             try:
-                return json.loads(text)
+                return strict_json(text)
             except (ValueError, RecursionError):  # not JSON, or nested too deep: the text
                 pass
         return self.text
