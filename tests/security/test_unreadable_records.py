@@ -170,3 +170,22 @@ async def test_recover_reports_an_unreadable_running_reversal_and_sends_nothing(
     assert "this saga's history was altered" in got.failed[0][1]
     assert got.resumed == ()
     assert psp.refunds == ["ch_1"]
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("sagas", "meta"), ("reversals", "budget"), ("reversals", "report")],
+)
+async def test_an_unreadable_saga_or_reversal_row_hides_no_other_saga_from_the_listing(
+    undone: tuple[amends.Engine, Psp, str], table: str, column: str
+) -> None:
+    """A saga row's ``meta`` or a reversal row's ``budget``/``report`` edited into text that is
+    not JSON: the listing (``amends show``, ``GET /sagas``, the page) failed for every saga;
+    it now lists them all, and the altered saga is refused where it would be acted on."""
+    engine, psp, _ = undone
+    await _tamper(engine, (f"UPDATE {table} SET {column}=? WHERE saga_id='paid'", ("{nope",)))
+    listed = {s.saga_id for s in await engine.log.list_sagas()}
+    assert listed == {"paid", "other"}
+    assert "paid" in {p.saga_id for p in await engine.log.verify()}
+    assert await _refused(engine.undo("paid")) == "HistoryAlteredError"
+    assert psp.refunds == ["ch_1"]

@@ -19,6 +19,8 @@ __all__ = [
     "SELECTION_KEY",
     "Selection",
     "budget_text",
+    "listed_reversal",
+    "listed_saga",
     "rev_select",
     "reversal_of",
     "saga_of",
@@ -49,8 +51,17 @@ def listed_reversal(row: Sequence[Any]) -> ReversalRecord:
     from the listing; its own check marks it (rule 12), and nothing acts on it."""
     try:
         return reversal_of(row)
+    except UNREADABLE:  # budget, report and spend as if unset: the saga is marked altered
+        return reversal_of([*row[:3], "{}", *row[4:9], None, row[10], None, *row[12:]])
+
+
+def listed_saga(row: Sequence[Any], reversal: ReversalRecord | None, db_now: Any) -> SagaRecord:
+    """:func:`saga_of` for a listing: a ``meta`` that cannot be read counts as empty, so one
+    altered saga row does not hide every other saga (rule 12: its check marks it)."""
+    try:
+        return saga_of(row, (), reversal, db_now=db_now)
     except UNREADABLE:
-        return reversal_of([*row[:11], None, *row[12:]])
+        return saga_of([*row[:9], None, *row[10:]], (), reversal, db_now=db_now)
 
 
 def reversal_of(row: Sequence[Any]) -> ReversalRecord:

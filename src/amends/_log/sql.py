@@ -61,6 +61,7 @@ from .rows import SAGA_COLS as _SAGA_COLS
 from .rows import Selection as _Selection
 from .rows import budget_text as _budget_text
 from .rows import listed_reversal as _listed
+from .rows import listed_saga as _listed_saga
 from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
@@ -713,7 +714,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             out = []
             for row in tx.execute(sql, params):
                 rev = _listed(row[_N_SAGA:]) if row[_N_SAGA] is not None else None
-                out.append(_saga(row[:_N_SAGA], (), rev, db_now=row[-1]))
+                out.append(_listed_saga(row[:_N_SAGA], rev, row[-1]))
             return out
 
         return await readable(None, self.db.read(fn), self.url)
