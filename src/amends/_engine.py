@@ -52,7 +52,14 @@ from ._report import (
     current_report,
     current_resolutions,
 )
-from ._resolution import RETRY, check_who_and_note, continuable, resolvable, retryable
+from ._resolution import (
+    RETRY,
+    check_who_and_note,
+    continuable,
+    rechecks,
+    resolvable,
+    retryable,
+)
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan, sentences
 from ._reversal.follow_up_methods import FollowUpMethods
 from ._reversal.late import late_cancelled
@@ -402,9 +409,13 @@ class Engine(FollowUpMethods):
         if rev is None or rev.state != "done":
             return []
         comps = await self.log.get_compensations(rev.reversal_id)
-        asked = [k for k, c in comps.items() if c.state == RETRY]
-        waits = {p.step_id: p.waits_for for p in self.planner(saga, self.catalog).steps}
         resolved = current_resolutions(saga.resolutions, comps)
+        asked = [
+            k
+            for k, c in comps.items()
+            if c.state == RETRY or (rechecks(c) and k not in resolved)  # cut off: look again
+        ]
+        waits = {p.step_id: p.waits_for for p in self.planner(saga, self.catalog).steps}
         return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked]))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:

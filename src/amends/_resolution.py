@@ -22,6 +22,7 @@ __all__ = [
     "check_who_and_note",
     "continuable",
     "outcome_of",
+    "rechecks",
     "resolvable",
     "retryable",
 ]
@@ -29,6 +30,14 @@ __all__ = [
 RETRY = "retry"
 """A compensation record's state after a person asked to retry a failed step: the next
 continuation attempts it again, through the drift check (never a state a report shows)."""
+
+
+def rechecks(rec: CompensationRecord | None) -> bool:
+    """Whether a continuation looks again at this step (rules 5-7): its inverse was cut off in
+    flight (the time budget ran out, its answer was lost) with no budget left to look with its
+    probes, so it is ``in_doubt`` only for want of budget. A continuation checks whether it
+    landed before anything is sent again, as after a crash."""
+    return rec is not None and rec.state == "in_doubt" and bool(rec.data.get("recheck"))
 
 
 MAX_BY = 200
@@ -169,7 +178,8 @@ def continuable(
     """The steps a continuation of the finished reversal ``rev`` would attempt (rule 6): over
     budget, and blocked ones whose every step to wait for is now undone or resolved by a person
     (``waits_for``: the plan's; ``resolved``: steps with a current resolution). A step blocked
-    behind a failure nobody handled would only be blocked again: not counted."""
+    behind a failure nobody handled would only be blocked again: not counted. (In doubt steps a
+    continuation looks at again, :func:`rechecks`, are judged on their records.)"""
     if rev is None or rev.report is None:
         return []
     steps = UndoReport.from_dict(rev.report).steps

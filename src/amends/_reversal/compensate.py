@@ -47,6 +47,8 @@ class Compensator:
         counter = [0]
         key = idempotency_key(self.saga_id, p.step_id, "undo")
         in_flight = prior is not None and prior.state == "dispatched"
+        if in_flight and prior is not None and prior.data.get("lost"):
+            self.lost.setdefault(p.step_id, str(prior.data["lost"]))  # rule 8: the real cause
         if prior is not None and in_flight and prior.data.get("returned"):
             return await self._after_return(p, prior, key)
         resent = False
@@ -79,7 +81,10 @@ class Compensator:
                 self.caller.meter.calls -= 1  # paid for, never made (no resolver, unknown tool)
             stop = _after_crash(p, stop, in_flight, resent, self._lost(p))
             if stop.state is StepState.IN_DOUBT and paid_at is not None and not in_flight:
-                seen = await self._reobserve(p, counter[0], stop.detail)
+                try:
+                    seen = await self._reobserve(p, counter[0], stop.detail)
+                except Stop as cut:  # rules 6, 7: no budget left to look; continuable
+                    return await self._unlooked(p, stop.detail, cut.detail, counter[0])
                 if seen is not None:
                     return seen
                 stop = Stop(StepState.IN_DOUBT, f"{stop.detail}; {self._unseen(p)}")
@@ -92,6 +97,23 @@ class Compensator:
                 residue = self.expected(p)
             return await self._succeeded(p, counter[0], residue)
         return await self._returned(p, call, counter[0], key)
+
+    async def _unlooked(self, p: PlannedStep, cause: str, spent: str, attempts: int) -> StepOutcome:
+        """Rules 6, 7, 8: the inverse's outcome is unknown (cut off by the time budget, its
+        answer lost) and the budget leaves no call to look with its probes: ``in_doubt``, but
+        only for want of budget, so the reversal can be continued (``rechecks``): the
+        continuation checks whether it landed before anything is sent again (rule 5), as after
+        a crash; ``lost`` names what cut it off, in that continuation's words."""
+        assert p.inverse is not None
+        detail = (
+            f"{cause}; no budget was left to look with its probes ({spent}): continuing with a "
+            f"new budget checks whether it took effect before anything is sent again"
+        )
+        lost = _cut_off(cause)
+        self.lost[p.step_id] = lost
+        return await self.recorder.stopped(
+            p, StepState.IN_DOUBT, detail, attempts=attempts, in_flight=True, lost=lost
+        )
 
     async def _no_tool(self, p: PlannedStep, in_flight: bool) -> StepOutcome:
         """The inverse's tool is not in this catalog (``allow_missing_tools``): not attempted."""
@@ -165,7 +187,8 @@ class Compensator:
         after sending): look with the step's probes. The inverse's landed value shows, or the
         agent's value is gone since the check just before: it took effect. The agent's value
         still shows: it did not, the step is ``failed`` (nothing was undone, so undoing it by
-        hand makes no second effect). Anything else: ``None`` (in doubt)."""
+        hand makes no second effect). Anything else: ``None`` (in doubt). Raises ``Stop``
+        (over budget) when the budget leaves no call to look."""
         inv = p.inverse
         assert inv is not None
         try:
@@ -184,7 +207,9 @@ class Compensator:
                 return None  # neither the undo nor the agent's write shows: someone else wrote
             seen = f"{p.expectation.probe} no longer shows the agent's write"
             return await self._succeeded(p, attempts, self.expected(p), after=(cause, seen))
-        except Stop:
+        except Stop as stop:
+            if stop.state is StepState.OVER_BUDGET:
+                raise  # no budget to look: the caller makes the step continuable
             return None
 
     @staticmethod
@@ -357,6 +382,13 @@ class Compensator:
             f"write ({p.expectation.probe}), so someone changed it since; not sent again, "
             f"needs review",
         )
+
+
+def _cut_off(cause: str) -> str:
+    """What cut an inverse off, as "the attempt in flight when ..." finishes it (rule 8)."""
+    if cause.startswith("the time budget"):
+        return cause.split(" while ", 1)[0] + " while it was running"
+    return "its answer was lost and the budget left no call to ask again"
 
 
 def _missing(tool: str) -> str:

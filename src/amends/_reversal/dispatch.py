@@ -275,10 +275,12 @@ class Caller:
         except Stop as stop:
             if lost is None:
                 raise
+            # rule 8: the cap alone; the vendor refused nothing, its answer was lost
+            spent = stop.detail.partition(f" before {tool} could")[0]
             raise Stop(
                 StepState.IN_DOUBT,
                 f"{tool} raised {type(lost).__name__}: {lost} (its answer was lost) and "
-                f"the budget leaves no call to ask again ({stop.detail}); whether it "
+                f"the budget leaves no call to ask again ({spent}); whether it "
                 f"took effect is unknown",
             ) from None
 

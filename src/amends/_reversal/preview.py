@@ -25,7 +25,8 @@ from .._contracts import Call, Expectation, ToolSpec
 from .._fields import field_values
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, ToolDirectory
-from .._report import NEUTRALISED, StepOutcome, StepState, verb_for
+from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions, verb_for
+from .._resolution import rechecks
 from .._secrets import Redaction, SecretRequest, marker
 from .dispatch import Unchecked
 from .ports import BaseDispatcher, ReversalPorts
@@ -64,9 +65,12 @@ async def simulate(inp: PreviewInput) -> Preview:
     )
     outcomes = await run_plan(RunInput(ports, inp.saga, rev, inp.plan, meter, inp.retry, inp.done))
     now = datetime.fromtimestamp(ports.clock(), UTC)
+    again = {  # cut off in flight for want of budget: looked at again, as undo will (rule 6)
+        k for k, c in inp.done.items() if rechecks(c)
+    } - set(current_resolutions(inp.saga.resolutions, inp.done))
     steps = tuple(
         _settled(p, o, inp.done[p.step_id], rev)
-        if _final(inp.done.get(p.step_id))
+        if _final(inp.done.get(p.step_id)) and p.step_id not in again
         else _entry(p, o, sim.checks.get(p.step_id), now)
         for p, o in zip(inp.plan.steps, outcomes, strict=True)
     )

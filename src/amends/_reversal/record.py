@@ -152,13 +152,17 @@ class Recorder:
         *,
         attempts: int = 0,
         in_flight: bool | None = None,
+        lost: str | None = None,
     ) -> StepOutcome:
         """The step's effect still stands: record its state with a manual action, and report
-        it. ``in_flight`` (logged when given) says whether a call was in flight at the stop."""
+        it. ``in_flight`` (logged when given) says whether a call was in flight at the stop;
+        ``lost``, what cut it off (a continuation names it, rule 8)."""
         manual = self.manual(p, state, detail)
         data: dict[str, Any] = {"manual_action": manual.to_dict()}
         if in_flight is not None:
             data["in_flight"] = in_flight
+        if lost is not None:
+            data["lost"], data["recheck"] = lost, True  # _resolution.rechecks
         await self.record(
             p, state._value_, attempts=attempts, detail=detail, data=data,
             event=f"compensation.{state._value_}",

@@ -25,6 +25,7 @@ from .._log.base import CompensationRecord, ReversalRecord, SagaRecord, StepReco
 from .._native import python_class
 from .._planner import Plan, PlannedStep, PreviewStep, ToolDirectory
 from .._report import NEUTRALISED, StepOutcome, StepState, current_resolutions
+from .._resolution import rechecks
 from .._secrets import vault_for
 from .compensate import Compensator
 from .dispatch import Caller, CallLost, Unchecked
@@ -226,7 +227,11 @@ class _Runner:
         not attempted (over budget) or may now be unblocked; an attempt that was in flight
         before stays in flight (rule 5)."""
         prior = self.done.get(p.step_id)
-        if prior is not None and prior.state in _RETRY:
+        if prior is None:
+            return None
+        if prior.state == "in_doubt" and rechecks(prior) and not self._resolved(p.step_id):
+            return dataclasses.replace(prior, state="dispatched")  # cut off in flight: look
+        if prior.state in _RETRY:
             return (
                 dataclasses.replace(prior, state="dispatched")
                 if prior.data.get("in_flight")
@@ -259,6 +264,8 @@ class _Runner:
         unresolved, so this one will be blocked."""
         rec = self.done.get(dep)
         if rec is not None and rec.state in _FINAL and rec.state not in _RETRY:
+            if rechecks(rec) and not self._resolved(dep):
+                return False  # looked at again first: it may end undone
             return StepState(rec.state) not in NEUTRALISED and not self._resolved(dep)
         action = self.inp.plan[dep].action
         return action in ("review", "in_doubt") and not self._resolved(dep)
