@@ -355,8 +355,8 @@ def _with(
     for kind in kinds:
         i = len(out) + 1
         after = (rng.choice(out).step_id,) if out and rng.random() < 0.4 else ()
-        if kind == "chain":
-            for s in _chain(rng, i, after):
+        if kind in ("chain", "gates"):
+            for s in (_chain if kind == "chain" else _gates)(rng, i, after):
                 drawn.add(s)
             continue
         if kind == "finance_lock":
@@ -388,6 +388,24 @@ def _chain(rng: random.Random, i: int, after: tuple[str, ...]) -> list[StepSpec]
     if rng.random() < 0.5:
         other = rng.choice([f for f in FIELDS if f != fld])
         args = {"record_id": rid, "field": other, "value": f"gate{i}"}
+        out.append(StepSpec(f"s{i + len(out)}", "crm.update_field", args))
+    return out
+
+
+def _gates(rng: random.Random, i: int, after: tuple[str, ...]) -> list[StepSpec]:
+    """Issue 23: a gate behind a gate. Writes to two or three different records, each one's
+    inverse declared to wait for the one before it (``undo_after``), sometimes with the first
+    one written again later (a same-resource chain behind the gates): a drifted step anywhere
+    in it blocks every step behind it, in the preview as in undo."""
+    records = rng.sample(RECORDS, rng.randint(2, 3))
+    out: list[StepSpec] = []
+    for k, rid in enumerate(records):
+        args = {"record_id": rid, "field": rng.choice(FIELDS), "value": f"gate{i}-{k}"}
+        waits = (out[-1].step_id,) if out else ()
+        out.append(StepSpec(f"s{i + k}", "crm.update_field", args, after if k == 0 else (), waits))
+    if rng.random() < 0.5:
+        first = out[0].args
+        args = {**first, "value": f"chain{i}-again"}
         out.append(StepSpec(f"s{i + len(out)}", "crm.update_field", args))
     return out
 
@@ -573,7 +591,7 @@ def generate(seed: int, index: int) -> Scenario:
                  if rng.random() < 0.5]  # fmt: skip
         kw["mutations"] = tuple(edits)
     if family == "one_plan":  # rule 10: same-resource chains, drift behind a gate, budget cuts
-        steps = _with(rng, steps, ("chain",) * rng.randint(1, 3))
+        steps = _with(rng, steps, ("chain",) * rng.randint(1, 3) + ("gates",) * rng.randint(0, 2))
         chained = [s for s in steps if str(s.args.get("value", "")).startswith(("chain", "gate"))]
         last = {(s.args["record_id"], s.args["field"]): s for s in chained}
         if rng.random() < 0.6:  # another actor edits a later write: the earlier ones wait for it
