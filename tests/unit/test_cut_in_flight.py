@@ -49,6 +49,11 @@ async def test_an_inverse_cut_off_by_the_time_budget_is_continued_not_left_in_do
         "budget of 0.5s spent before crm.read_field could run): continuing with a new budget "
         "checks whether it took effect before anything is sent again"
     )
+    manual = report.step("s2").manual_action
+    assert manual is not None and manual.what.endswith(
+        f"Or continue with a new budget, which looks first: amends undo {saga_id} --continue "
+        f"--budget-calls N --budget-seconds S"
+    )
     assert await engine.continuable(saga_id) == ["s2"]  # s1 follows it
     assert world.crm["r1"]["stage"] == "b"
     del world.hooks["crm.update_field"]  # the vendor is fast again

@@ -7,6 +7,7 @@ reversal never reaches the log or the report (rule 11).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from .._budget import BudgetMeter
 from .._contracts import FollowUp, ManualAction, Residue
 from .._jsondata import MAX_DETAIL, bounded
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
-from .._manual import Wording, did, missing_follow_ups
+from .._manual import CONTINUE_HINT, Wording, did, missing_follow_ups
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState, verb_for
 from .._secrets import Vault, scrub_record
@@ -158,6 +159,13 @@ class Recorder:
         it. ``in_flight`` (logged when given) says whether a call was in flight at the stop;
         ``lost``, what cut it off (a continuation names it, rule 8)."""
         manual = self.manual(p, state, detail)
+        if lost is not None:  # rule 6: a continuation looks first; the person may let it
+            w = self.wording
+            how = (w.continue_hint or CONTINUE_HINT).replace("{saga_id}", w.saga_id)
+            manual = dataclasses.replace(
+                manual,
+                what=f"{manual.what} Or continue with a new budget, which looks first: {how}",
+            )
         data: dict[str, Any] = {"manual_action": manual.to_dict()}
         if in_flight is not None:
             data["in_flight"] = in_flight
