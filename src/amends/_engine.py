@@ -56,6 +56,7 @@ from ._resolution import (
     RETRY,
     check_who_and_note,
     continuable,
+    finished_since,
     rechecks,
     resolvable,
     retryable,
@@ -415,8 +416,10 @@ class Engine(FollowUpMethods):
             for k, c in comps.items()
             if c.state == RETRY or (rechecks(c) and k not in resolved)  # cut off: look again
         ]
-        waits = {p.step_id: p.waits_for for p in self.planner(saga, self.catalog).steps}
-        return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked]))
+        plan = self.planner(saga, self.catalog).steps
+        waits = {p.step_id: p.waits_for for p in plan}
+        late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
+        return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late]))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something

@@ -21,6 +21,7 @@ __all__ = [
     "RETRY",
     "check_who_and_note",
     "continuable",
+    "finished_since",
     "outcome_of",
     "rechecks",
     "resolvable",
@@ -168,6 +169,28 @@ def retryable(
             )
         out.append(step_id)
     return out
+
+
+def finished_since(
+    rev: ReversalRecord | None,
+    actions: Mapping[str, str],
+    comps: Mapping[str, CompensationRecord],
+    resolved: Collection[str],
+) -> list[str]:
+    """Steps whose forward call was still running when the reversal ``rev`` ran (reported
+    ``in_doubt``, nothing attempted: no record in ``comps``) and has since finished with an
+    inverse (``actions``: the plan's now, ``revert``/``compensate``): a continuation undoes
+    them (rules 6, 7), as the preview predicts. A step a person resolved is theirs."""
+    if rev is None or rev.report is None:
+        return []
+    return [
+        s.step_id
+        for s in UndoReport.from_dict(rev.report).steps
+        if s.state is StepState.IN_DOUBT
+        and s.step_id not in comps
+        and s.step_id not in resolved
+        and actions.get(s.step_id) in ("revert", "compensate")
+    ]
 
 
 def continuable(

@@ -126,3 +126,49 @@ async def test_a_cut_off_inverse_a_person_resolved_is_not_looked_at_again(
     assert world.crm["r1"]["stage"] == "lead"
     undos = [e for e in world.effects if e[2].endswith(":undo")]
     assert [e[1] for e in undos] == ["r1.stage=b", "r1.stage=lead"]
+
+
+async def test_a_step_still_running_when_the_budget_ran_out_is_undone_by_a_continuation(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Rule 7 bounds waiting for a forward step still in flight: undo reports it ``in_doubt``.
+    Once it has finished (the charge went through, its refund recorded), a continuation undoes
+    it, as the preview predicts. Before, the preview said "compensated" while ``resume``
+    answered "nothing to continue" and ``undo`` kept "in_doubt": the charge stood for good."""
+    release = asyncio.Event()
+
+    async def held() -> None:  # the processor answers the charge late
+        world.hooks.pop("pay.charge")
+        await release.wait()
+
+    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def agent() -> None:
+        async with engine.saga("deal") as saga:
+            started.set_result(saga.id)
+            await saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+            world.hooks["pay.charge"] = held
+            await saga.call("pay.charge", customer="c1", cents=5000)
+
+    forward = asyncio.create_task(agent())
+    saga_id = await started
+    while not world.calls or world.calls[-1][0] != "pay.charge":  # the charge is in flight
+        await asyncio.sleep(0.01)
+    report = await engine.undo(saga_id, budget=amends.Budget(seconds=0.3))
+    assert states(report) == {"s1": StepState.REVERTED, "s2": StepState.IN_DOUBT}
+    assert report.step("s2").detail == (
+        "the call's outcome is unknown (it was still running when the time budget of 0.3 s ran "
+        "out; once it has finished, continuing the reversal undoes it); check whether it happened"
+    )
+    release.set()
+    await forward  # the charge went through after all
+    assert world.charges["ch_1"]["refunded"] == 0
+    assert await engine.continuable(saga_id) == ["s2"]
+    preview = await engine.preview(saga_id)
+    assert preview["s2"].predicted is StepState.COMPENSATED
+    done = await engine.resume(saga_id)
+    assert states(done) == {"s1": StepState.REVERTED, "s2": StepState.COMPENSATED}
+    assert done.reversal_id == report.reversal_id
+    assert world.charges["ch_1"]["refunded"] == 5000
+    again = await engine.undo(saga_id)
+    assert states(again) == states(done)

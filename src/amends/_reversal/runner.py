@@ -386,7 +386,8 @@ class _Runner:
             elif meter.remaining_seconds() <= 0:
                 why = (
                     f"it was still running when the time budget of "
-                    f"{meter.budget.seconds:g} s ran out"
+                    f"{meter.budget.seconds:g} s ran out; once it has finished, continuing the "
+                    f"reversal undoes it"
                 )
             if why is not None:
                 return dataclasses.replace(
