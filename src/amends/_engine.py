@@ -22,6 +22,7 @@ from ._engine_api import (
     check_budget,
     check_catalog,
     check_history,
+    missing_tools,
     owner_id,
 )
 from ._errors import (
@@ -52,15 +53,7 @@ from ._report import (
     current_report,
     current_resolutions,
 )
-from ._resolution import (
-    RETRY,
-    check_who_and_note,
-    continuable,
-    finished_since,
-    rechecks,
-    resolvable,
-    retryable,
-)
+from ._resolution import RETRY, check_who_and_note, continuable_now, resolvable, retryable
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan, sentences
 from ._reversal.follow_up_methods import FollowUpMethods
 from ._reversal.late import late_cancelled
@@ -177,7 +170,9 @@ class Engine(FollowUpMethods):
         else dispatched, no secret resolved, nothing written. Each step carries the state undo
         is predicted to report (``PreviewStep.predicted``); with the world unchanged in between,
         undo reports exactly those. A saga whose reversal ran already is previewed as its
-        continuation (``resume``) would take it up.
+        continuation (``resume``) would take it up. With a catalog that lacks tools the saga's
+        undo needs, ``Preview.missing_tools`` names them: undo refuses unless asked with
+        ``allow_missing_tools=True``, whose undo the predicted states are.
 
         Args:
             saga_id: The saga.
@@ -208,7 +203,10 @@ class Engine(FollowUpMethods):
         index = {s.step_id: s for s in saga.steps}
         described = tuple(self._described(saga, p, index) for p in got.steps)
         return dataclasses.replace(
-            got, steps=described, selection=chosen.to_dict() if chosen else None
+            got,
+            steps=described,
+            selection=chosen.to_dict() if chosen else None,
+            missing_tools=tuple(missing_tools(self.catalog, saga)),  # rule 10: undo refuses
         )
 
     def preview_sync(
@@ -410,16 +408,8 @@ class Engine(FollowUpMethods):
         if rev is None or rev.state != "done":
             return []
         comps = await self.log.get_compensations(rev.reversal_id)
-        resolved = current_resolutions(saga.resolutions, comps)
-        asked = [
-            k
-            for k, c in comps.items()
-            if c.state == RETRY or (rechecks(c) and k not in resolved)  # cut off: look again
-        ]
         plan = self.planner(saga, self.catalog).steps
-        waits = {p.step_id: p.waits_for for p in plan}
-        late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
-        return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late]))
+        return continuable_now(rev, plan, comps, current_resolutions(saga.resolutions, comps))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something

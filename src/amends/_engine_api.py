@@ -100,10 +100,15 @@ async def check_history(log: SagaLog, saga_id: str) -> None:
         )
 
 
+def missing_tools(catalog: Catalog, saga: SagaRecord) -> list[str]:
+    """The tools the saga's undo needs that ``catalog`` does not have."""
+    return [t for t in needed_tools(saga.steps) if t not in catalog]
+
+
 def check_catalog(catalog: Catalog, saga: SagaRecord) -> None:
     """Refuse to run a reversal with a catalog that lacks tools the saga's undo needs: the
     wrong catalog would fail those steps, and rule 6 would then return that report forever."""
-    missing = [t for t in needed_tools(saga.steps) if t not in catalog]
+    missing = missing_tools(catalog, saga)
     if missing:
         raise ContractError(
             f"saga {saga.saga_id!r} needs tools this engine's catalog does not have: "

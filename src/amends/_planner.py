@@ -213,6 +213,10 @@ class Preview(Plan):
     (``asked``), every step it covers (``steps``), each step its closure added with the reason
     (``added``: ``step_id``, ``because_of``, ``why``, ``reason``), and the steps kept as they
     are (``kept``); ``None``: the whole saga."""
+    missing_tools: tuple[str, ...] = ()
+    """Tools the saga's undo needs that this catalog does not have (renamed in an upgrade?).
+    Undo refuses such a saga unless asked with ``allow_missing_tools=True``; the predicted
+    states are that undo's (rule 10: the preview never promises an undo that will refuse)."""
 
     @property
     def needs_review(self) -> list[str]:
@@ -250,6 +254,7 @@ class Preview(Plan):
             "retry_reserve": self.retry_reserve,
             "would": self.would,
             "selection": dict(self.selection) if self.selection is not None else None,
+            "missing_tools": list(self.missing_tools),
             "undo_windows": [
                 {"step_id": p.step_id, "closes_at": p.inverse.deadline}
                 for p in self.steps

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from ._errors import ConfigError, ContractError, SagaStateError
 from ._log.base import CompensationRecord, ReversalRecord, SagaRecord
+from ._planner import PlannedStep
 from ._report import NEUTRALISED, StepState, UndoReport
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RETRY",
     "check_who_and_note",
     "continuable",
+    "continuable_now",
     "finished_since",
     "outcome_of",
     "rechecks",
@@ -217,3 +219,20 @@ def continuable(
         if s.state is StepState.OVER_BUDGET
         or (s.state is StepState.BLOCKED and all(clear(d) for d in waits_for.get(s.step_id, ())))
     ]
+
+
+def continuable_now(
+    rev: ReversalRecord,
+    plan: Sequence[PlannedStep],
+    comps: Mapping[str, CompensationRecord],
+    resolved: Collection[str],
+) -> list[str]:
+    """The steps a continuation of the finished reversal ``rev`` would attempt now (rule 6):
+    :func:`continuable`'s, those a person asked to retry, those cut off in flight for want of
+    budget (:func:`rechecks`), and those still running when it ran that finished since
+    (:func:`finished_since`). ``plan``: the saga's plan now; ``resolved``: steps with a current
+    resolution."""
+    asked = [k for k, c in comps.items() if c.state == RETRY or (rechecks(c) and k not in resolved)]
+    waits = {p.step_id: p.waits_for for p in plan}
+    late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
+    return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late]))

@@ -278,6 +278,9 @@ def test_allow_missing_tools_undoes_the_rest_over_http(tmp_path: Path) -> None:
     with TestClient(app, base_url=BASE) as client:
         sid = sagas["acme1"]
         before = log_snapshot(db)
+        # rule 10: the preview says undo will refuse for this tool (it said nothing before)
+        preview = client.get(f"/sagas/{sid}/preview", headers=auth).json()
+        assert preview["missing_tools"] == ["pay.refund"]
         r = client.post(f"/sagas/{sid}/undo", headers=auth)
         assert (r.status_code, r.json()["error"]) == (409, "catalog_mismatch")
         assert "allow_missing_tools=true" in r.json()["detail"]
