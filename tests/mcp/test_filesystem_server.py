@@ -198,3 +198,42 @@ async def test_a_file_written_then_edited_by_the_agent_is_previewed_as_undo_then
         (tool, state) for tool, state, _ in predicted
     ]
     assert (files / "plan.txt").read_text() == "plan: keep"
+
+
+async def test_a_file_written_then_moved_by_the_agent_is_previewed_as_undo_then_does_it(
+    tmp_path: Path, fs_server: Path
+) -> None:
+    """Issue 23, a variation: fs_write_file then fs_move_file of that file. The write's probe
+    cannot read the old path now (the agent's own move took it), so the preview said the write
+    "needs review" while undo moved the file back and restored it. The move's inverse declares
+    what it lands (the old path shows the content again): both predicted as undone, as undo
+    reports them; the files are as they were."""
+    from mcp import Client
+
+    params, files = fs_gateway(tmp_path, fs_server)
+    (files / "plan.txt").write_text("plan: keep")
+    async with Client(params) as c:
+        steps = [
+            await c.call_tool(
+                "fs_write_file", {"path": str(files / "plan.txt"), "content": "plan: agent"}
+            ),
+            await c.call_tool(
+                "fs_move_file",
+                {"source": str(files / "plan.txt"), "destination": str(files / "done.txt")},
+            ),
+        ]
+        assert [s.is_error for s in steps] == [False] * 2, [s.content for s in steps]
+        preview = (await c.call_tool("amends_preview", {})).structured_content
+        undo = await c.call_tool("amends_undo", {})
+    assert preview["needs_review"] == [], preview["steps"][0]  # it was ["s1"]
+    predicted = [(s["tool"], s["predicted"], s["needs_review"]) for s in preview["steps"]]
+    assert predicted == [
+        ("fs.write_file", "compensated", False),
+        ("fs.move_file", "reverted", False),
+    ]
+    report = undo.structured_content
+    assert [(s["tool"], s["state"]) for s in report["steps"]] == [
+        (tool, state) for tool, state, _ in predicted
+    ]
+    assert (files / "plan.txt").read_text() == "plan: keep"
+    assert not (files / "done.txt").exists()

@@ -242,6 +242,13 @@ class Compensator:
         except Stop as stop:
             if stop.state is StepState.OVER_BUDGET:
                 raise
+            model = self.caller.ports.model  # rule 10: the probe cannot read it until then
+            later = model.restorer(p, exp, NOTHING) if model is not None else None
+            if later is not None:
+                return (
+                    f"{exp.probe} cannot read it now ({stop.detail}), after {later} of this "
+                    f"saga; undo reverts {later} first, whose inverse puts {exp.equals!r} back"
+                )
             raise Stop(
                 StepState.DRIFTED,
                 f"could not check the world before undoing ({stop.detail}); not touched, "

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._budget import Budget, BudgetMeter
 from .._calls import RetryPolicy, invoke
-from .._contracts import Call, Expectation, ToolSpec
+from .._contracts import Call, Expectation, ToolSpec, same_value
 from .._fields import field_values
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._planner import VERBS, Plan, PlannedStep, Preview, PreviewStep, ToolDirectory
@@ -179,14 +179,21 @@ class _Simulation(BaseDispatcher):
         return await invoke(spec.fn, call, args, bound)
 
     def restorer(self, p: PlannedStep, exp: Expectation, observed: Any) -> str | None:
+        """A step ``p`` waits for, whose simulated inverse puts back what ``exp`` expects: what
+        ``observed`` shows is that step's own write (its expectation, on the same probe), or
+        its inverse declared that it lands exactly ``exp`` (``call.landed``: a file moved back
+        to the path ``p`` wrote, which the probe cannot read now)."""
         for dep in reversed(p.waits_for):
-            other = self.plan[dep].expectation
+            if dep not in self.sent:
+                continue
+            q = self.plan[dep]
+            other, landed = q.expectation, q.inverse.landed if q.inverse else None
+            if other is not None and _same_probe(other, exp) and other.holds(observed):
+                return dep
             if (
-                dep in self.sent
-                and other is not None
-                and (other.probe, dict(other.args), other.path)
-                == (exp.probe, dict(exp.args), exp.path)
-                and other.holds(observed)
+                landed is not None
+                and _same_probe(landed, exp)
+                and same_value(landed.equals, exp.equals)
             ):
                 return dep
         return None
@@ -214,6 +221,11 @@ class _SecretFree:
 
     def describe(self, tool: str, args: Mapping[str, Any], /) -> str:
         return self.catalog.describe(tool, args)
+
+
+def _same_probe(a: Expectation, b: Expectation) -> bool:
+    """Whether ``a`` and ``b`` look at the same thing (probe, arguments, path)."""
+    return (a.probe, dict(a.args), a.path) == (b.probe, dict(b.args), b.path)
 
 
 def _marker_of(request: SecretRequest) -> str:
