@@ -322,6 +322,10 @@ async def test_stalled_forward_step_undo_returns_within_the_seconds_budget() -> 
     assert states.get("s3", "cancelled") in ("cancelled", "not_needed")
     assert ("s2:forward", "charge") in _ops(r.effects)  # it acted after the undo answered
     assert not any(check(r).values()), check(r)
+    # issue 23 (finish): once the charge went through, a continuation refunds it
+    assert isinstance(r.continued, amends.UndoReport), r.continued
+    assert {o.step_id: o.state.value for o in r.continued.steps}["s2"] == "compensated"
+    assert ("s2:compensate", "refund") in _ops(r.continued_effects)
     bad = await run_scenario(sc, engine_factory=WaitsForInFlightEngine)
     assert bad.durations[0] > 1.0  # it waited for the stalled call
     assert check(bad)["bounded"] == [

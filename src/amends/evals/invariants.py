@@ -30,6 +30,7 @@ INVARIANTS: tuple[str, ...] = (
     "bounded",
     "preview",
     "forward",
+    "finish",
 )
 """The invariants. ``preview`` (rule 10, issue 23): with the world unchanged between preview and
 undo, every step's predicted state equals the reported one; it applies to the sagas whose world
@@ -37,7 +38,11 @@ does not change in between (:func:`applicable`). ``forward`` (rule 9): the forwa
 exactly the steps rule 9 lets run -- a retry after a refused call on the same resource ran, a
 step behind an in-doubt one or named ``after=`` a step that did not end done never did (the
 world shows no effect of it, the report says it never ran); it applies where the scenario says
-which step each forward fault hits."""
+which step each forward fault hits. ``finish`` (rules 6, 7, issue 23): a step still running when
+undo's seconds budget ran out (the ``stall`` family) that acted since is undone by a
+continuation with a new budget, never left ``in_doubt`` for good, and the world shows the
+inverse the continuation reports; it applies to the sagas whose reversal was continued
+(``SagaResult.continued``)."""
 
 
 def applicable(r: SagaResult) -> tuple[str, ...]:
@@ -47,6 +52,8 @@ def applicable(r: SagaResult) -> tuple[str, ...]:
     skip: tuple[str, ...] = () if r.preview is not None else ("preview",)
     if _grouped(r.scenario).expected is None:
         skip += ("forward",)
+    if r.continued is None:
+        skip += ("finish",)
     return tuple(i for i in INVARIANTS if i not in skip) if skip else INVARIANTS
 
 
@@ -517,6 +524,10 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         for name, msgs in check_cascade(sc, r.cascade, r.effects, r.world).items():
             v[name] += msgs
 
+    # --- finish: what was still running when the budget ran out is undone by a continuation ---
+    if r.continued is not None:
+        _check_finish(r, tags, v["finish"])
+
     # --- bounded ----------------------------------------------------------------------------
     for rep in r.reports:
         if rep.tool_calls > sc.budget_calls:
@@ -594,3 +605,24 @@ def _check_forward(
             if o is not None and not o.detail.startswith("never ran"):
                 said = f"{o.state.value} ({o.detail!r})"
                 out.append(f"{sid}: the report says {said}, not that it never ran ({why})")
+
+
+def _check_finish(r: SagaResult, tags: dict[str, list[int]], out: list[str]) -> None:
+    """Rules 6, 7 (issue 23): each stalled step that acted after undo answered, with a tool that
+    records an inverse, was taken up by the continuation: not left in doubt, not refused."""
+    tools = {s.step_id: s.tool for s in r.scenario.steps}
+    acted = [s for s in r.stalled if tags.get(f"{s}:forward") and tools.get(s) in _WITH_INVERSE]
+    if not acted:
+        return
+    if not isinstance(r.continued, UndoReport):
+        out.append(f"{acted[0]} acted after undo answered; continuing was refused: {r.continued}")
+        return
+    after = _Scan(r.continued_effects).tags
+    for o in r.continued.steps:
+        if o.step_id not in acted:
+            continue
+        if o.state is _IN_DOUBT:
+            out.append(f"{o.step_id} acted after undo answered; the continuation left it in doubt")
+        undone = bool(after.get(f"{o.step_id}:compensate"))
+        if (o.state in (StepState.REVERTED, StepState.COMPENSATED)) != undone:
+            out.append(f"{o.step_id}: the continuation says {o.state}, world: undone={undone}")

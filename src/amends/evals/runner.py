@@ -139,6 +139,11 @@ class SagaResult:
     ``None`` otherwise (rule 10)."""
     cascade: CascadeRun | None = None
     """What the scripted cascading agent did after the undo (``cascading_apology``)."""
+    continued: UndoReport | str | None = None
+    """The stall family (issue 23): once the stalled call finished, the reversal continued with
+    a new budget (``engine.resume``): its report, or why it refused; ``None``: not asked."""
+    continued_effects: list[dict[str, Any]] = field(default_factory=list)
+    """The world's effect journal after that continuation (``effects``: before it)."""
 
 
 def _mutate(
@@ -430,9 +435,20 @@ async def _run_both(
         if sc.stall:  # the stalled call acts late: the oracle judges the final world
             await fwd
             out[0].effects, out[0].world = world.effects(), world.snapshot()
+            with use_world(world):  # issue 23: what it left can be finished
+                out[0].continued = await _continue(current[0], saga.id)
+            out[0].continued_effects = world.effects()
     world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
     await fwd
     return out
+
+
+async def _continue(eng: Engine, saga_id: str) -> UndoReport | str:
+    """The reversal continued with a new budget, or why it was refused (rule 6)."""
+    try:
+        return await eng.resume(saga_id, budget=Budget())
+    except AmendsError as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _selected(sc: Scenario) -> dict[str, Any]:
