@@ -356,6 +356,31 @@ def _ops(effects: list[dict[str, object]]) -> list[tuple[object, object]]:
     return [(e["tag"], e["op"]) for e in effects if e.get("tag")]
 
 
+async def test_an_inverse_the_budget_cut_off_in_flight_is_finished_by_a_continuation() -> None:
+    """Issue 23 (finish): s1's inverse stalls at its vendor; the 0.3 s budget cuts it off in
+    flight with no time left to look: in doubt for want of budget. The eval continues the
+    reversal once the stalled charge acted: s1 is looked at, reverted, and the charge refunded.
+    Before, continuing answered "nothing to continue"."""
+    steps = [
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "a"}),
+        StepSpec("s2", "payments.charge", {"customer": "cus_acme", "cents": 300}),
+    ]
+    sc = _sc(
+        steps, stall="payments.charge", stall_seconds=1.5, budget_seconds=0.3,
+        inverse_stalls=("s1",),
+    )  # fmt: skip
+    r = await run_scenario(sc)
+    first = r.reports[0].step("s1")
+    assert first.state.value == "in_doubt"
+    assert "no budget was left to look with its probes" in first.detail
+    assert isinstance(r.continued, amends.UndoReport), r.continued
+    assert {o.step_id: o.state.value for o in r.continued.steps} == {
+        "s1": "reverted",
+        "s2": "compensated",
+    }
+    assert not any(check(r).values()), check(r)
+
+
 async def test_idempotency_invariant_catches_engine_that_ignores_idempotency_keys() -> None:
     steps = [
         StepSpec("s1", "docs.create_draft", {"title": "Plan", "text": "t"}),

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "FAMILIES",
+    "INVERSE_OF",
     "STALL_BUDGET",
     "STALL_SECONDS",
     "Mutation",
@@ -113,7 +114,7 @@ INVERSE_OPS = (
     "chat.announce",
     "crm.log_activity",
 )
-_INVERSE_OF = {
+INVERSE_OF = {
     "crm.update_field": "crm.update_field",
     "crm.add_note": "crm.delete_note",
     "payments.charge": "payments.refund",
@@ -127,6 +128,7 @@ _INVERSE_OF = {
     "docs.share": "docs.unshare",
     "ledger.post": "ledger.reverse",
 }
+"""Each eval tool's inverse tool."""
 PROBES = (
     "crm.read_field",
     "crm.get_record",
@@ -192,6 +194,10 @@ class Scenario:
     recovery_mutations: tuple[Mutation, ...] = ()
     """What other actors do after the crash, before a fresh engine recovers (``crash`` only)."""
     stall_seconds: float = STALL_SECONDS
+    inverse_stalls: tuple[str, ...] = ()
+    """Steps whose inverse stalls at its vendor (a ``timeout`` fault of ``INVERSE_STALL``
+    seconds) when the reversal first sends it: the seconds budget cuts it off in flight
+    (issue 23: in doubt for want of budget, finished by a continuation)."""
     budget_calls: int = 200
     budget_seconds: float = 20.0
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -602,6 +608,9 @@ def generate(seed: int, index: int) -> Scenario:
     if family == "stall":  # rule 7: the seconds budget bounds waiting for an in-flight step
         kw["stall"] = rng.choice(sorted({s.tool for s in steps}))
         kw["budget_seconds"] = STALL_BUDGET
+        probed = [s.step_id for s in steps if s.tool in ("crm.update_field", "payments.charge")]
+        if probed and rng.random() < 0.5:  # issue 23: an inverse the budget cuts off in flight
+            kw["inverse_stalls"] = (rng.choice(probed),)
     if family == "drift":  # a flag or a count the agent set, retyped by a person
         steps = _with(rng, steps, ("numeric",))
     forward_ops = tuple(sorted({s.tool for s in steps}))
@@ -636,7 +645,7 @@ def generate(seed: int, index: int) -> Scenario:
         kw["recovery_mutations"] = _mutations(rng, steps, 1) + retyped
     if family == "crash" or (family == "mixed" and rng.random() < 0.3):
         kw["crash"] = (rng.randint(1, max(1, 2 * n)), rng.random() < 0.5)
-        inverses = sorted({_INVERSE_OF[s.tool] for s in steps if s.tool in _INVERSE_OF})
+        inverses = sorted({INVERSE_OF[s.tool] for s in steps if s.tool in INVERSE_OF})
         if inverses and rng.random() < 0.5:  # die in the middle of one compensation
             kw["crash"] = (1, rng.random() < 0.7)
             kw["crash_op"] = rng.choice(inverses)

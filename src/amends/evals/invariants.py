@@ -538,6 +538,8 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         # world, not the wall clock (a loaded machine stretches both): the answer must come
         # before the stalled call acted, i.e. the engine did not wait for it.
         for sid in r.stalled:
+            if sid in sc.inverse_stalls:
+                continue  # its inverse stalled, not its forward call
             landed = tags.get(f"{sid}:forward", [])
             if landed and r.answered_at and min(landed) < r.answered_at[0]:
                 v["bounded"].append(
@@ -609,9 +611,11 @@ def _check_forward(
 
 def _check_finish(r: SagaResult, tags: dict[str, list[int]], out: list[str]) -> None:
     """Rules 6, 7 (issue 23): each stalled step that acted after undo answered, with a tool that
-    records an inverse, was taken up by the continuation: not left in doubt, not refused."""
+    records an inverse, and each step whose inverse the budget cut off in flight
+    (``inverse_stalls``), was taken up by the continuation: not left in doubt, not refused."""
     tools = {s.step_id: s.tool for s in r.scenario.steps}
     acted = [s for s in r.stalled if tags.get(f"{s}:forward") and tools.get(s) in _WITH_INVERSE]
+    acted += [s for s in r.scenario.inverse_stalls if tags.get(f"{s}:forward") and s not in acted]
     if not acted:
         return
     if not isinstance(r.continued, UndoReport):

@@ -38,12 +38,13 @@ from amends import (
 from ..sandbox import World, current_world, sandbox_catalog, use_world
 from ..sandbox.world import SimulatedCrash
 from .cascade import CascadeRun, run_cascade
-from .generator import Mutation, Scenario
+from .generator import INVERSE_OF, Mutation, Scenario
 from .naive import NaiveUndoStack
 
 __all__ = [
     "EVAL_TIMEOUT",
     "FAST_RETRY",
+    "INVERSE_STALL",
     "SagaResult",
     "eval_catalog",
     "previewable",
@@ -59,6 +60,9 @@ EVAL_TIMEOUT = 10.0
 STALL_HOLD = EVAL_TIMEOUT - 1.0
 """The most a stalled forward call is held, should nothing cut it (it is cut once the undo has
 answered, or ``Scenario.stall_seconds`` after the undo was asked): inside the tool timeout."""
+INVERSE_STALL = 1.0
+"""Seconds an inverse of ``Scenario.inverse_stalls`` stalls before its vendor gives up (a
+``TransientError``): far past the ``stall`` family's seconds budget, so undo cuts it off."""
 SLOW_ANSWER = 0.02
 """Seconds a ``slow`` reversal fault holds its call before it acts (the undo_order family's
 processor slow to refund): long enough for whatever does not wait for it to run first."""
@@ -488,6 +492,9 @@ async def _reversal(
     for tool, kind, times in sc.reversal_faults:
         delay = SLOW_ANSWER if kind == "slow" else 0.0
         world.faults.add(tool, kind, times=times, delay=delay)  # type: ignore[arg-type]
+    tools = {s.step_id: s.tool for s in sc.steps}
+    for sid in sc.inverse_stalls:  # cut off in flight by the seconds budget (issue 23)
+        world.faults.add(INVERSE_OF[tools[sid]], "timeout", delay=INVERSE_STALL, step=sid)
     if sc.crash:
         world.faults.arm_crash(sc.crash[0], after_effect=sc.crash[1], op=sc.crash_op)
     with use_world(world):
