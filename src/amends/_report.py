@@ -458,10 +458,44 @@ async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
     saga = await log.get_saga(report.saga_id)
     if saga is None:
         return report
-    if not saga.resolutions:  # none now (a withdrawn one is no longer shown as handled)
+    spent = _spent_after(report, saga.reversal)
+    if not saga.resolutions and not spent:  # none now (a withdrawn one is no longer handled)
         return report.with_resolutions({}) if report.resolutions else report
     comps = await log.get_compensations(report.reversal_id)
+    report = with_follow_up_cost(report, comps)
     return report.with_resolutions(current_resolutions(saga.resolutions, comps))
+
+
+FOLLOW_UP_KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
+"""A follow-up's key in a reversal's history: ``s3+f1``, the first follow-up of step ``s3``."""
+
+
+def _spent_after(report: UndoReport, rev: ReversalRecord | None) -> bool:
+    """Whether the reversal may hold follow-ups the stored report cannot count (issue 27): it
+    spent more than its latest run's report says (sent after it finished), or it was continued
+    (sent before a continuation, whose run starts its own count)."""
+    if rev is None or rev.reversal_id != report.reversal_id:
+        return False
+    if report.continuations:
+        return True
+    last = report.runs[-1] if report.runs else report.to_dict()
+    return (rev.calls_spent, rev.tokens_spent) != (int(last["tool_calls"]), int(last["tokens"]))
+
+
+def with_follow_up_cost(report: UndoReport, comps: Mapping[str, CompensationRecord]) -> UndoReport:
+    """``report`` with the cost of the follow-ups sent after it (issue 27, rule 7): every call
+    the reversal made counts in ``tool_calls``, follow-ups included, and the tokens an agent
+    spent on them in ``tokens``."""
+    calls = tokens = 0
+    for key, rec in comps.items():
+        if FOLLOW_UP_KEY.match(key) and "tool" in rec.data:
+            calls += int(rec.data.get("calls", 1))  # written before the cost was kept: one call
+            tokens += int(rec.data.get("tokens", 0))
+    if not calls and not tokens:
+        return report
+    return dataclasses.replace(
+        report, tool_calls=report.tool_calls + calls, tokens=report.tokens + tokens
+    )
 
 
 _FOLLOW_UP_NOTE = re.compile(r"follow-up \S+ of reversal \S+: sent\b.*", re.DOTALL)

@@ -165,7 +165,10 @@ async def test_a_send_in_flight_at_a_crash_is_in_doubt_for_every_later_engine(
     later = engine_for(sw, log=db)
     [f] = await later.follow_ups(saga_id)
     assert (f.follow_up_id, f.state) == ("s1+f1", "in_doubt")
-    assert f.detail.startswith("mail.send was being sent when its process stopped")
+    assert f.detail.startswith(
+        "mail.send was being sent by ann and no outcome is recorded yet: it is being sent now, "
+        "or its process stopped while sending it; it may have gone out"
+    )
     with pytest.raises(amends.SagaStateError, match="is in doubt"):
         await later.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="ann")
     assert len(mails(sw)) == 2

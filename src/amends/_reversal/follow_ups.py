@@ -15,7 +15,6 @@ it cannot vouch for as ``sent``.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from .._log.base import (
     SagaRecord,
 )
 from .._manual import did
-from .._report import UndoReport, current_resolutions
+from .._report import FOLLOW_UP_KEY, UndoReport, current_resolutions
 from .._resolution import resolvable
 from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
@@ -41,7 +40,7 @@ from .ports import ReversalPorts
 
 __all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of"]
 
-_KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
+_KEY = FOLLOW_UP_KEY
 _OPEN = ("dispatched", "in_doubt")
 """States of a send that may have gone out: the manual action is never sent again (rule 5)."""
 
@@ -107,10 +106,14 @@ def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list
         d = rec.data
         state = "in_doubt" if rec.state == "dispatched" else rec.state
         detail = rec.detail or ""
-        if rec.state == "dispatched":  # rule 5: its process stopped while it was in flight
+        if rec.state == "dispatched":  # rule 5: it may be in flight, or its process stopped
+            # rule 8: the log cannot tell a send on its way from one whose process died, so
+            # the words claim neither
             detail = (
-                f"{d['tool']} was being sent when its process stopped; it may have gone out: "
-                f"check with the recipients, then resolve the manual action by hand"
+                f"{d['tool']} was being sent by {d.get('by') or 'someone'} and no outcome is "
+                f"recorded yet: it is being sent now, or its process stopped while sending it; "
+                f"it may have gone out: check with the recipients, then resolve the manual "
+                f"action by hand"
             )
         out.append(
             _made(saga_id, rec.reversal_id, key, m["step"], d, state, detail, rec.updated_at)
@@ -304,6 +307,10 @@ class _Writer:
         redacted: tuple[Redaction, ...] = (),
     ) -> None:
         rev, meter = self.rev, self.meter
+        # its own cost, kept with it: the report counts it (issue 27: follow-ups are calls
+        # of the reversal), whatever runs or continuations come after
+        data = {**data, "calls": meter.calls - rev.calls_spent,
+                "tokens": meter.tokens - rev.tokens_spent}  # fmt: skip
         try:
             await self.log.record_compensation(
                 CompensationWrite(
