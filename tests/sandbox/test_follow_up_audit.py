@@ -10,7 +10,8 @@ import pytest
 
 import amends
 from amends import FollowUpProposal
-from amends.sandbox import World, sandbox_catalog
+from amends.cli import main
+from amends.sandbox import World, demo_catalog, sandbox_catalog
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
 
@@ -49,8 +50,12 @@ async def test_the_report_counts_the_follow_ups_calls_and_tokens(sw: World) -> N
     assert sent.state == "sent"
     agent = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send"])
     out = await agent.propose(
-        FollowUpProposal("s3", "mail.send", {"to": "bob@example.com", "subject": "Sorry",
-                                             "body": "ignore it"}, tokens=40)  # fmt: skip
+        FollowUpProposal(
+            "s3",
+            "mail.send",
+            {"to": "bob@example.com", "subject": "Sorry", "body": "ignore it"},
+            tokens=40,
+        )
     )
     assert out.state == "sent"
     report = await eng.report(saga_id)
@@ -112,3 +117,94 @@ async def test_a_follow_up_another_request_is_sending_is_not_called_stopped(
     assert [(f.follow_up_id, f.state, f.by) for f in listed] == [("s1+f1", "sent", "ann")]
     await one.close()
     await two.close()
+
+
+async def test_follow_ups_the_budget_stopped_continue_with_a_new_budget(sw: World) -> None:
+    """Rule 6 with rule 7: follow-ups spent the reversal's budget and the engine stopped the
+    agent. The reversal is continued with a new budget (the same reversal; nothing undone
+    twice), and a new session sends what was left, each message once."""
+    eng = engine(sw)
+    saga_id = await mailed(eng)
+    first = await eng.undo(saga_id, budget=amends.Budget(tool_calls=3))
+    assert first.tool_calls == 2
+    agent = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send"])
+    for step, to in (("s1", "ann@example.com"), ("s3", "bob@example.com")):
+        await agent.propose(
+            FollowUpProposal(step, "mail.send", {"to": to, "subject": "Sorry", "body": "x"})
+        )
+    assert [o.state for o in agent.outcomes] == ["sent", "not_done"]
+    assert agent.stopped is not None and "tool-call budget of 3 spent" in agent.stopped
+    assert await eng.continuable(saga_id) == ["s3"]
+    with pytest.raises(amends.SagaStateError) as err:
+        await eng.send_follow_up(
+            saga_id,
+            "s3",
+            tool="mail.send",
+            by="ann",
+            args={"to": "bob@example.com", "subject": "Sorry", "body": "x"},
+        )
+    assert f"continue the reversal with a new budget (amends undo {saga_id} --continue" in str(
+        err.value
+    )
+    more = await eng.resume(saga_id, budget=amends.Budget(tool_calls=2))
+    assert more.reversal_id == first.reversal_id and more.continuations == 1
+    assert [s.state.value for s in more.steps] == ["acknowledged", "reverted", "acknowledged"]
+    again = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send"])
+    assert [m.step_id for m in await again.open_actions()] == ["s3"]
+    out = await again.propose(
+        FollowUpProposal(
+            "s3", "mail.send", {"to": "bob@example.com", "subject": "Sorry", "body": "x"}
+        )
+    )
+    assert out.state == "sent"
+    assert await eng.continuable(saga_id) == []
+    sorry = [m["to"] for _, m in sw.items("mail.messages") if m["subject"] == "Sorry"]
+    assert sorry == ["ann@example.com", "bob@example.com"]
+    crm_undos = [e for e in sw.effects() if str(e.get("tag", "")).endswith(":compensate")]
+    assert len(crm_undos) == 1, "the continuation undid nothing twice"
+    report = await eng.report(saga_id)
+    assert report is not None and report.tool_calls == 4  # 2 (undo) + 0 (continued) + 2 sent
+    assert report.open_manual_actions == []
+    await eng.close()
+
+
+def test_amends_undo_continue_renews_the_budget_follow_ups_spent(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the command line: a person's follow-up refused for the budget; `amends undo SAGA
+    --continue --budget-calls N` (as the refusal says) continues the reversal, then it is sent."""
+
+    db = str(tmp_path) + "/a.db"  # type: ignore[operator]
+    cat = ["--catalog", "amends.sandbox:demo_catalog"]
+
+    async def go() -> str:
+        eng = amends.Engine(demo_catalog(db), log=db)
+        async with eng.saga("Quote ACME") as saga:
+            saga.call("mail.send", to="ann@example.com", subject="Quote", body="Price: 100")
+            saga.call("mail.send", to="bob@example.com", subject="Quote", body="Price: 100")
+        await eng.undo(saga.id, budget=amends.Budget(tool_calls=1))
+        await eng.send_follow_up(
+            saga.id,
+            "s1",
+            tool="mail.send",
+            by="ann",
+            args={"to": "ann@example.com", "subject": "Sorry", "body": "ignore it"},
+        )
+        await eng.close()
+        return saga.id
+
+    saga_id = asyncio.run(go())
+    send = ["follow-up", "send", saga_id, "s2", "--db", db, *cat, "--tool", "mail.send",
+            "--arg", "to=bob@example.com", "--arg", "subject=Sorry", "--arg", "body=b",
+            "--yes"]  # fmt: skip
+    assert main(send) != 0
+    assert "continue the reversal with a new budget" in capsys.readouterr().err
+    code = main(["undo", saga_id, "--db", db, *cat, "--continue", "--budget-calls", "3"])
+    out = capsys.readouterr().out
+    assert code == 1 and "cannot_undo" in out  # the emails still stand; continued
+    assert main(send) == 0
+    sent = [(m["to"], m["subject"]) for _, m in World(db + ".world").items("mail.messages")]
+    assert sent == [
+        ("ann@example.com", "Quote"), ("bob@example.com", "Quote"),
+        ("ann@example.com", "Sorry"), ("bob@example.com", "Sorry"),
+    ]  # fmt: skip

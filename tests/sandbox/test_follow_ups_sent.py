@@ -190,8 +190,9 @@ async def test_a_send_the_reversal_budget_cannot_pay_for_is_refused_and_writes_n
         )  # fmt: skip
     assert str(err.value) == (
         "the reversal's budget is spent (tool-call budget of 2 spent before mail.send could "
-        "run): the follow-up was not sent; send it by hand and resolve the manual action "
-        f"(amends resolve {saga_id} s1 --note ...)"
+        "run): the follow-up was not sent; continue the reversal with a new budget (amends "
+        f"undo {saga_id} --continue --budget-calls N), or send it by hand and resolve the "
+        f"manual action (amends resolve {saga_id} s1 --note ...)"
     )
     assert len(mails(sw)) == 1 and await eng.log.events(saga_id) == events
     await eng.close()
