@@ -208,3 +208,35 @@ def test_amends_undo_continue_renews_the_budget_follow_ups_spent(
         ("ann@example.com", "Quote"), ("bob@example.com", "Quote"),
         ("ann@example.com", "Sorry"), ("bob@example.com", "Sorry"),
     ]  # fmt: skip
+
+
+async def test_a_withdrawn_follow_up_resolution_stays_withdrawn_and_a_new_one_can_be_sent(
+    sw: World,
+) -> None:
+    """A follow-up was sent and resolved the manual action; a person withdraws that ("it went
+    to the wrong address"). The manual action is open: a new follow-up is sent (``s1+f2``),
+    and the withdrawal is never overwritten by the first send's resolution written again."""
+    eng = engine(sw)
+    saga_id = await mailed(eng)
+    await eng.undo(saga_id)
+    mail = {"to": "ann@example.com", "subject": "Sorry", "body": "ignore it"}
+    first = await eng.send_follow_up(saga_id, "s1", tool="mail.send", args=mail, by="ann")
+    assert first.state == "sent"
+    await eng.withdraw_resolution(saga_id, "s1", by="bea", note="wrong address, not handled")
+    agent = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send"])
+    assert [m.step_id for m in await agent.open_actions()] == ["s1", "s3"]
+    fixed = {**mail, "to": "ann@example.org"}
+    out = await agent.propose(FollowUpProposal("s1", "mail.send", fixed))
+    assert (out.state, out.follow_up and out.follow_up.follow_up_id) == ("sent", "s1+f2")
+    report = await eng.report(saga_id)
+    assert report is not None
+    handled = report.handled("s1")
+    assert handled is not None and handled["by"] == "agent:apology"
+    assert handled["note"].startswith("follow-up s1+f2 of reversal ")
+    assert [(e["by"], bool(e.get("withdrawn"))) for e in handled["earlier"]] == [
+        ("ann", False),
+        ("bea", True),
+    ]
+    sorry = [m["to"] for _, m in sw.items("mail.messages") if m["subject"] == "Sorry"]
+    assert sorry == ["ann@example.com", "ann@example.org"]
+    await eng.close()

@@ -286,6 +286,8 @@ class FollowUpSender:
                 )
         last = earlier[-1] if earlier else None
         if last is not None and last.state == "sent" and (current is None or current.at < last.at):
+            if await self._withdrawn_since(saga.saga_id, step_id, last.at):
+                return  # a person withdrew the resolution it wrote: open again, may be sent
             # sent, and its resolution not written yet (its process stopped in between, or it
             # is being written now): written here if missing, and this request refused
             await self._resolve(saga, step_id, last.follow_up_id, last.reversal_id, last.detail,
@@ -296,6 +298,16 @@ class FollowUpSender:
                 saga_id=saga.saga_id,
                 step_id=step_id,
             )
+
+    async def _withdrawn_since(self, saga_id: str, step_id: str, sent_at: float) -> bool:
+        """Whether a resolution of ``step_id`` was written after the follow-up sent at
+        ``sent_at``: with none current now, a person withdrew it (the manual action is open
+        again), so it was not lost to a stopped process — and is never written again over
+        that person's withdrawal."""
+        return any(
+            e.kind == "step.resolved" and e.step_id == step_id and e.at >= sent_at
+            for e in await self.log.events(saga_id)
+        )
 
     async def _resolve(
         self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
