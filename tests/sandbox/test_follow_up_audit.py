@@ -24,7 +24,17 @@ def engine(sw: World, log: amends.SagaLog | str | None = None) -> amends.Engine:
         await asyncio.sleep(0.3)
         return {"id": f"m-{text}"}
 
+    @cat.tool("pager.send")  # honours no idempotency key; the first answer is lost (rule 5)
+    async def pager_send(call: amends.Call, to: str, text: str) -> dict[str, str]:
+        PAGES.append(to)  # the vendor acts ...
+        if len(PAGES) == 1:
+            raise ConnectionResetError("connection reset by peer")  # ... the answer is lost
+        return {"id": f"page-{len(PAGES)}"}
+
     return amends.Engine(cat, log=log or amends.SqliteLog(":memory:"), retry=FAST)
+
+
+PAGES: list[str] = []
 
 
 async def mailed(eng: amends.Engine) -> str:
@@ -239,4 +249,32 @@ async def test_a_withdrawn_follow_up_resolution_stays_withdrawn_and_a_new_one_ca
     ]
     sorry = [m["to"] for _, m in sw.items("mail.messages") if m["subject"] == "Sorry"]
     assert sorry == ["ann@example.com", "ann@example.org"]
+    await eng.close()
+
+
+async def test_an_agents_failed_or_unknown_follow_up_is_left_never_sent_again(sw: World) -> None:
+    """The agent's follow-up tool call fails (the vendor refused) or its outcome is unknown
+    (the vendor acted, its answer was lost): neither is ``sent``, both are listed in
+    ``agent.left`` (every proposal is sent or listed), the in-doubt one is never sent again,
+    and the failed one's manual action stays open and can be sent."""
+    eng = engine(sw)
+    saga_id = await mailed(eng)
+    await eng.undo(saga_id)
+    PAGES.clear()
+    agent = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send", "pager.send"])
+    ann = {"to": "ann@example.com", "subject": "Sorry", "body": "x"}
+    sw.faults.add("mail.send", "permanent", times=1)
+    failed = await agent.propose(FollowUpProposal("s1", "mail.send", ann))
+    page = {"to": "bob", "text": "sorry"}
+    unknown = await agent.propose(FollowUpProposal("s3", "pager.send", page))
+    again = await agent.propose(FollowUpProposal("s3", "pager.send", page))
+    retried = await agent.propose(FollowUpProposal("s1", "mail.send", ann))
+    assert [o.state for o in agent.outcomes] == ["failed", "in_doubt", "not_done", "sent"]
+    assert agent.left == [failed, unknown, again]
+    assert "never send it again" in unknown.detail
+    assert retried.follow_up is not None and retried.follow_up.follow_up_id == "s1+f2"
+    assert PAGES == ["bob"]  # the unknown one went out, once
+    sorry = [m["to"] for _, m in sw.items("mail.messages") if m["subject"] == "Sorry"]
+    assert sorry == ["ann@example.com"]
+    assert [m.step_id for m in await agent.open_actions()] == ["s3"]  # a person checks it
     await eng.close()

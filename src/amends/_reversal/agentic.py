@@ -120,8 +120,11 @@ class FollowUpAgent:
 
     @property
     def left(self) -> list[FollowUpOutcome]:
-        """Proposals not done (the budget stopped the agent, or they were refused)."""
-        return [o for o in self.outcomes if o.state in ("not_done", "refused")]
+        """Proposals not sent, in order: ``not_done`` (the budget stopped the agent, or the
+        manual action no longer needs it), ``refused``, ``failed`` (not made: the manual
+        action stays open) and ``in_doubt`` (it may have been made: a person checks before
+        acting, never repeats it). Every proposal is sent or listed here (issue 27)."""
+        return [o for o in self.outcomes if o.state != "sent"]
 
     async def propose(self, proposal: FollowUpProposal) -> FollowUpOutcome:
         """Pass ``proposal`` through the gate and the budget, then send it (see the module).
