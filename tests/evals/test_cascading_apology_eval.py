@@ -96,3 +96,28 @@ async def test_the_oracle_catches_a_dropped_proposal_and_one_sent_twice() -> Non
         f"proposal p{sent['n']} reported sent, the world holds 2 of it"
         in check_cascade(sc, run, r.effects, world)["honesty"]
     )
+
+
+async def test_follow_ups_that_fail_or_lose_their_answer_are_accounted_for() -> None:
+    """The family also draws faults on the agent's own tool calls (a vendor refusing, failing
+    for a while, acting with its answer lost): across the seed's first 30 sagas some proposals
+    end ``failed`` and one ``in_doubt``; each is listed in ``agent.left``, a failed one is not
+    in the world, an in-doubt one at most once, and every invariant holds."""
+    seen: Counter[str] = Counter()
+    for sc in family(30):
+        if not sc.follow_up_faults:
+            continue
+        r = await run_scenario(sc)
+        run = r.cascade
+        assert run is not None
+        assert not any(check(r).values()), (sc.ref, check(r))
+        for o in run.outcomes:
+            seen[o["state"]] += 1
+            if o["state"] in ("failed", "in_doubt"):
+                assert o["n"] in run.left, (sc.ref, o)
+    assert seen["failed"] >= 3 and seen["in_doubt"] >= 1, seen
+    assert {f[1] for sc in family(30) for f in sc.follow_up_faults} == {
+        "transient",
+        "permanent",
+        "act_then_raise",
+    }

@@ -130,13 +130,16 @@ def check_cascade(
 
 
 def _accounted(sc: Scenario, run: CascadeRun, found: Counter[int]) -> list[str]:
-    """Every proposal ends sent (once, in the world), refused by a person, or not done."""
+    """Every proposal ends sent (once, in the world), refused by a person, or listed as not
+    done: not made (``failed``: not in the world) or unknown (``in_doubt``: at most once in
+    the world, and nothing sent for its manual action after it)."""
     out: list[str] = []
     by_n = {o["n"]: o for o in run.outcomes}
     if len(by_n) != len(run.proposals) or len(run.outcomes) != len(run.proposals):
         out.append(f"{len(run.proposals)} proposals, {len(run.outcomes)} outcomes")
     stopped_at = next((i for i, o in enumerate(run.outcomes) if o["state"] == "not_done"
                        and "stopped the agent" in o["detail"]), None)  # fmt: skip
+    doubt: set[str] = set()
     for i, p in enumerate(run.proposals):
         o = by_n.get(p["n"])
         if o is None:
@@ -145,14 +148,18 @@ def _accounted(sc: Scenario, run: CascadeRun, found: Counter[int]) -> list[str]:
         state, n = o["state"], p["n"]
         if state == "sent" and found[n] != 1:
             out.append(f"proposal p{n} reported sent, the world holds {found[n]} of it")
-        elif state != "sent" and found[n]:
+        elif state != "sent" and found[n] > (state == "in_doubt"):  # unknown: once at most
             out.append(f"proposal p{n} reported {state}, the world holds {found[n]} of it")
         if state == "refused" and not (p["shown"] and p["approved"] is False):
             out.append(f"proposal p{n} refused, but no person refused it")
-        if state in ("refused", "not_done") and n not in run.left:
+        if state != "sent" and n not in run.left:
             out.append(f"proposal p{n} is {state} but not listed as left")
-        if state not in ("sent", "refused", "not_done"):
+        if state not in ("sent", "refused", "not_done", "failed", "in_doubt"):
             out.append(f"proposal p{n} ended {state}")
+        if state == "sent" and p["step_id"] in doubt:  # rule 5: never a second message
+            out.append(f"proposal p{n} sent for {p['step_id']} after one in doubt")
+        if state == "in_doubt":
+            doubt.add(p["step_id"])
         if stopped_at is not None and i > stopped_at and state != "not_done":
             out.append(f"proposal p{n} {state} after the engine stopped the agent")
         if p["tool"] in sc.allow_tools and p["shown"]:

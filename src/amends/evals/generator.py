@@ -60,8 +60,9 @@ one or two chosen steps (``engine.undo(steps=...)``), sometimes asked twice at o
 the budget; exactly the chosen steps and what depends on them are undone, the rest stands, and
 the preview of the selection predicts every state. ``cascading_apology`` is issue 27 part 3's:
 the undo leaves mails to apologise for, a scripted agent answers each apology sent with two
-more, the operator allows some tools and a person refuses some of the rest, and the reversal's
-budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`).
+more, the operator allows some tools and a person refuses some of the rest, the agent's own
+calls sometimes fail or lose their answer, and the reversal's budget (tool calls, tokens) must
+stop it (:mod:`amends.evals.cascade`).
 ``retry_after_refusal`` is rule 9's retry (:func:`_retries`): a call on a record the vendor
 refuses, then the agent's retry of it on the same resource, which runs; or the first call's
 outcome is unknown (``in_doubt``), or it failed for the agent after acting and recording its
@@ -213,6 +214,9 @@ class Scenario:
     """Tokens the agent spends on each proposal."""
     refuse_every: int = 1
     """The person refuses every n-th proposal shown to them (1: every one)."""
+    follow_up_faults: tuple[tuple[str, str, int], ...] = ()
+    """(tool, fault kind, times) active while that agent's follow-ups are sent (after the
+    undo): a vendor refusing, failing for a while, or acting with its answer lost."""
     """CRM records created before the saga (record id -> fields)."""
 
     @property
@@ -665,6 +669,10 @@ def generate(seed: int, index: int) -> Scenario:
                   allow_tools=rng.choice([(), ("mail.send",), ("mail.send", "sms.send")]),
                   budget_tokens=rng.choice([100_000, rng.randint(100, 2000)]),
                   budget_calls=rng.randint(len(steps), 3 * len(steps) + 6))  # fmt: skip
+        if rng.random() < 0.5:  # the agent's tool calls fail too: failed, retried, answer lost
+            kinds = ("transient", "permanent", "act_then_raise")
+            kw["follow_up_faults"] = _faults(rng, ("mail.send", "sms.send"), rng.randint(1, 3),
+                                             kinds)  # fmt: skip
     if family == "retry_after_refusal":  # rule 9: a refused call retried; an unknown one waits
         steps, kw["step_faults"] = _retries(rng, steps, rng.randint(1, 2))
     return Scenario(seed, index, family, steps, records=records, **kw)

@@ -433,6 +433,8 @@ async def _run_both(
             # something a preview can see without sending the inverse (rule 10)
             out[0].preview = predicted
         if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
+            for tool, kind, times in sc.follow_up_faults:
+                world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
             with use_world(world):
                 out[0].cascade = await run_cascade(current[0], saga.id, sc)
             out[0].effects, out[0].world = world.effects(), world.snapshot()
