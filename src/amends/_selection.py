@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._budget import Budget
-from ._errors import ConfigError, ContractError
+from ._errors import ConfigError, ContractError, SagaStateError
 from ._log.base import ReversalRecord, SagaRecord, StepRecord
 from ._planner import Plan
 
@@ -75,10 +75,12 @@ def select(
     Raises:
         ConfigError: Both ``steps`` and ``since``, an empty or malformed ``steps``, or a
             ``since`` with no step after it.
+        SagaStateError: The saga is still running (its later steps are not known yet).
         ContractError: The saga has no such step.
     """
     if steps is None and since is None:
         return None
+    _finished(saga)
     if steps is not None and since is not None:
         raise ConfigError(
             f"give steps= or since=, not both (got steps={steps!r}, since={since!r}); "
@@ -108,6 +110,20 @@ def select(
     for sid in steps:
         _known(saga, ids, sid)
     return tuple(sid for sid in ids if sid in set(steps))
+
+
+def _finished(saga: SagaRecord) -> None:
+    """A selection needs the saga's every step: one the agent has not run yet may depend on a
+    chosen one, and a reversal claimed now stops the agent's later steps, the kept ones too.
+    Joining a reversal already running (recovery) is not a new selection."""
+    if saga.state == "running" and (saga.reversal is None or saga.reversal.state == "done"):
+        raise SagaStateError(
+            f"saga {saga.saga_id!r} is still running: undoing only some steps takes back what "
+            f"depends on them, and a step the agent has not run yet may; wait until it "
+            f"finishes (if its process stopped, `amends recover` ends it), or undo the whole "
+            f"saga now (what it has not run yet is then cancelled)",
+            saga_id=saga.saga_id,
+        )
 
 
 def _known(saga: SagaRecord, ids: Sequence[str], step_id: object) -> None:

@@ -67,3 +67,33 @@ def test_a_bad_selection_is_a_422_and_writes_nothing(ctx: Ctx, query: str, words
     assert words in r.json()["detail"]
     assert log_snapshot(ctx.db) == before
     assert not [c for c in ctx.world.calls if c[1] == "compensate"]
+
+
+def test_a_selection_of_a_saga_still_running_is_a_409_that_writes_nothing(ctx: Ctx) -> None:
+    """The agent's process is still running the saga (its lease live): ``?steps=`` and
+    ``?since=`` are refused before anything is written, and the preview too — the steps it has
+    not run yet could depend on the chosen ones."""
+    import asyncio
+
+    import amends
+    from core_world import make_catalog
+
+    async def half_run() -> str:
+        eng = amends.Engine(make_catalog(ctx.world), log=ctx.db, lease_seconds=600)
+        saga = eng.saga("Still running", tenant="acme")
+        await saga.__aenter__()
+        await saga.call("crm.update_field", record_id="r2", field="stage", value="won")
+        await eng.log.close()  # the agent goes on elsewhere; its saga stays running
+        return saga.id
+
+    sid = asyncio.run(half_run())
+    before = log_snapshot(ctx.db)
+    for query in ("steps=s1", "since=s1"):
+        r = ctx.client.post(f"/sagas/{sid}/undo?{query}", headers=ctx.auth)
+        assert r.status_code == 409, r.text
+        assert r.json()["error"] == "saga_running"
+        assert r.json()["detail"].startswith(f"saga {sid!r} is still running")
+    r = ctx.client.get(f"/sagas/{sid}/preview?steps=s1", headers=ctx.auth)
+    assert r.status_code == 409 and r.json()["error"] == "saga_running", r.text
+    assert log_snapshot(ctx.db) == before
+    assert ctx.world.crm["r2"]["stage"] == "won"
