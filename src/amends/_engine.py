@@ -190,7 +190,7 @@ class Engine(FollowUpMethods):
         """
         budget = check_budget(budget)
         saga = await self._saga_or_raise(saga_id)
-        asked = select(saga, steps, since)
+        asked = select(saga, steps, since, running_here=saga_id in self.live_sagas)
         await self._check_history(saga_id)
         rev = saga.reversal
         comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
@@ -316,7 +316,8 @@ class Engine(FollowUpMethods):
         if steps is None and since is None:
             return await self._joined(f"undo:{saga_id}", lambda: self._undo(saga_id, budget, allow))
         saga = await self._saga_or_raise(saga_id)
-        want = Want(saga, select(saga, steps, since), budget, allow)  # before any write
+        here = saga_id in self.live_sagas  # issue 27: only the run itself, while it runs
+        want = Want(saga, select(saga, steps, since, running_here=here), budget, allow)
         key = f"undo:{saga_id}:{','.join(want.asked or ())}"  # rule 6: one run per selection
         return await self._joined(key, lambda: self._undo(saga_id, budget, allow, want))
 

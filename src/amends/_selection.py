@@ -67,10 +67,15 @@ class Selection:
 
 
 def select(
-    saga: SagaRecord, steps: Sequence[str] | None = None, since: str | None = None
+    saga: SagaRecord,
+    steps: Sequence[str] | None = None,
+    since: str | None = None,
+    *,
+    running_here: bool = False,
 ) -> tuple[str, ...] | None:
     """The steps asked for, checked against the saga; ``None`` when neither ``steps`` nor
-    ``since`` is given (the whole saga).
+    ``since`` is given (the whole saga). ``running_here``: the asking engine runs the saga
+    forward itself (the run takes back part of what it did, e.g. an agent's undo tool).
 
     Raises:
         ConfigError: Both ``steps`` and ``since``, an empty or malformed ``steps``, or a
@@ -80,7 +85,8 @@ def select(
     """
     if steps is None and since is None:
         return None
-    _finished(saga)
+    if not running_here:
+        _finished(saga)
     if steps is not None and since is not None:
         raise ConfigError(
             f"give steps= or since=, not both (got steps={steps!r}, since={since!r}); "
@@ -113,9 +119,11 @@ def select(
 
 
 def _finished(saga: SagaRecord) -> None:
-    """A selection needs the saga's every step: one the agent has not run yet may depend on a
-    chosen one, and a reversal claimed now stops the agent's later steps, the kept ones too.
-    Joining a reversal already running (recovery) is not a new selection."""
+    """A selection asked from outside a saga still running is refused: its closure needs the
+    saga's every step (one the agent has not run yet may depend on a chosen one), and a
+    reversal claimed now stops the agent's later steps, the kept ones too. The run itself
+    may (``running_here``); joining a reversal already running (recovery) is no new
+    selection."""
     if saga.state == "running" and (saga.reversal is None or saga.reversal.state == "done"):
         raise SagaStateError(
             f"saga {saga.saga_id!r} is still running: undoing only some steps takes back what "

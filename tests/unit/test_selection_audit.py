@@ -1,12 +1,14 @@
-"""Issue 27, re-checked: a selective undo asked while the agent is still running. Its closure
-needs the saga's every step (a step the agent has not run yet may depend on a chosen one), and a
-reversal claimed now would stop the agent's later steps — the kept ones too. So it is refused,
-nothing written, the agent runs on; once the saga finished, the same selection undoes exactly
-its closure."""
+"""Issue 27, re-checked: a selective undo asked from outside a saga the agent is still running
+(a person's CLI, the HTTP server: another engine on the same log). Its closure needs the saga's
+every step (a step the agent has not run yet may depend on a chosen one), and a reversal claimed
+now would stop the agent's later steps — the kept ones too. So it is refused, nothing written,
+the agent runs on; once the saga finished, the same selection undoes exactly its closure. The
+run itself (its own engine: an agent's undo tool) may still take back part of what it did."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -14,32 +16,36 @@ import amends
 from core_world import CoreWorld
 
 pytestmark = pytest.mark.asyncio
+FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01)
 
 
-async def test_a_selection_asked_while_the_saga_runs_is_refused_and_the_agent_runs_on(
-    engine: amends.Engine, world: CoreWorld
+async def test_a_selection_asked_from_outside_a_running_saga_is_refused_and_it_runs_on(
+    world: CoreWorld, catalog: amends.Catalog, tmp_path: Path
 ) -> None:
+    db = str(tmp_path / "log.db")
+    agent_engine = amends.Engine(catalog, log=db, retry=FAST)
+    person = amends.Engine(catalog, log=db, retry=FAST)  # the person's CLI or server
     world.crm["r2"]["charge"] = None
-    started = asyncio.Event()
+    started, asked = asyncio.Event(), asyncio.Event()
     ids: list[str] = []
 
     async def agent() -> None:
-        async with engine.saga("Charge and record") as saga:
+        async with agent_engine.saga("Charge and record") as saga:
             ids.append(saga.id)
             charge = saga.call("pay.charge", customer="c1", cents=5000)
             await charge
             started.set()
-            await asyncio.sleep(0.1)  # the person clicks "Undo only this" on the charge now
+            await asyncio.wait_for(asked.wait(), 5)  # "Undo only this" on the charge, now
             saga.call("crm.update_field", record_id="r2", field="charge", value=charge["id"])
             saga.call("crm.update_field", record_id="r1", field="stage", value="won")
 
     running = asyncio.ensure_future(agent())
     await started.wait()
     sid = ids[0]
-    before = await engine.log.events(sid)
+    before = await person.log.events(sid)
     for ask in ({"steps": ["s1"]}, {"since": "s1"}):
         with pytest.raises(amends.SagaStateError) as err:
-            await engine.undo(sid, **ask)  # type: ignore[arg-type]
+            await person.undo(sid, **ask)  # type: ignore[arg-type]
         assert str(err.value) == (
             f"saga {sid!r} is still running: undoing only some steps takes back what depends "
             f"on them, and a step the agent has not run yet may; wait until it finishes (if "
@@ -47,13 +53,14 @@ async def test_a_selection_asked_while_the_saga_runs_is_refused_and_the_agent_ru
             f"it has not run yet is then cancelled)"
         )
         with pytest.raises(amends.SagaStateError):
-            await engine.preview(sid, **ask)  # type: ignore[arg-type]
-    assert await engine.log.events(sid) == before, "nothing written"
+            await person.preview(sid, **ask)  # type: ignore[arg-type]
+    assert await person.log.events(sid) == before, "nothing written"
+    asked.set()
     await running
-    saga = await engine.log.get_saga(sid)
+    saga = await person.log.get_saga(sid)
     assert saga is not None and [s.state for s in saga.steps] == ["done", "done", "done"]
     assert world.crm["r1"]["stage"] == "won" and world.crm["r2"]["charge"] == "ch_1"
-    report = await engine.undo(sid, steps=["s1"])  # finished: the closure is known
+    report = await person.undo(sid, steps=["s1"])  # finished: the closure is known
     assert [(s.step_id, s.state.value) for s in report.steps] == [
         ("s1", "compensated"),
         ("s2", "reverted"),
@@ -61,3 +68,17 @@ async def test_a_selection_asked_while_the_saga_runs_is_refused_and_the_agent_ru
     assert report.selection is not None and report.selection["kept"] == ["s3"]
     assert world.crm["r2"]["charge"] is None and world.crm["r1"]["stage"] == "won"
     assert world.charges["ch_1"]["refunded"] == 5000
+    await agent_engine.close()
+    await person.close()
+
+
+async def test_the_run_itself_may_take_back_part_of_what_it_did(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Inside the run (its own engine, as an agent's undo tool): the selection is undone."""
+    async with engine.saga("Charge and win") as saga:
+        await saga.call("pay.charge", customer="c1", cents=5000)
+        await saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        report = await engine.undo(saga.id, steps=["s1"])
+    assert [(s.step_id, s.state.value) for s in report.steps] == [("s1", "compensated")]
+    assert world.charges["ch_1"]["refunded"] == 5000 and world.crm["r1"]["stage"] == "won"

@@ -523,7 +523,7 @@ def _asked(
         )
     listed = [s.strip() for s in steps.split(",") if s.strip()] if steps is not None else None
     try:
-        return select(saga, listed, since)
+        return select(saga, listed, since, running_here=False)  # the agent runs elsewhere
     except SagaStateError as exc:  # still running: a selection waits for it (issue 27)
         raise ApiError(409, "saga_running", str(exc)) from exc
     except (ConfigError, ContractError) as exc:

@@ -319,7 +319,7 @@ class TemporalRunner:
                 saga_id=saga_id,
             )
         if steps is not None:  # checked, and in the saga's order, as Engine.undo has them
-            steps = list(select(saga, steps) or ())
+            steps = list(select(saga, steps, running_here=True) or ())  # Engine.undo judged
         seen = None
         if resume:
             rev = await engine.log.get_reversal(saga_id=saga_id)
