@@ -284,9 +284,15 @@ class UndoReport:
         such (never "undone": a refund is not never having charged); "handled by a person" the
         steps whose effect stands and whose manual action a person resolved; "needs your
         attention" every manual action still open."""
+        kept = len(self.selection.get("kept", ())) if self.selection else 0
+        # issue 27: a selection never reads as the whole saga undone, nor as nothing to undo
+        others = (
+            f"{kept} other step{'s' if kept != 1 else ''} kept as "
+            f"{'they are' if kept != 1 else 'it is'}"
+        )
         acting = [s for s in self.steps if s.state is not StepState.NOT_NEEDED]
         if not acting:
-            return "Nothing to take back"
+            return "Nothing to take back" + (f" · {others}" if kept else "")
         back = [s for s in acting if s.state in NEUTRALISED]
         comp = [s for s in back if s.state is StepState.COMPENSATED]
         head = f"{len(back)} of {len(acting)} taken back"
@@ -296,18 +302,18 @@ class UndoReport:
         elif trace:
             head += " (leaving a trace)"
         parts = [head]
-        handled = sum(1 for s in acting if s.state in STANDING and s.step_id in self.resolutions)
-        if handled:
-            parts.append(f"{handled} handled by a person")
+        by = [str(self.resolutions[s.step_id].get("by", "")) for s in acting
+              if s.state in STANDING and s.step_id in self.resolutions]  # fmt: skip
+        agents = sum(1 for who in by if who.startswith("agent:"))  # issue 27: an agent's
+        if len(by) > agents:  # follow-up is not a person's (rule 8)
+            parts.append(f"{len(by) - agents} handled by a person")
+        if agents:
+            parts.append(f"{agents} handled by an agent")
         attention = len(self.open_manual_actions)
         if attention:
             parts.append(f"{attention} need{'s' if attention == 1 else ''} your attention")
-        kept = len(self.selection.get("kept", ())) if self.selection else 0
-        if kept:  # issue 27: a selection never reads as the whole saga undone
-            parts.append(
-                f"{kept} other step{'s' if kept != 1 else ''} kept as "
-                f"{'they are' if kept != 1 else 'it is'}"
-            )
+        if kept:
+            parts.append(others)
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -278,3 +278,22 @@ async def test_an_agents_failed_or_unknown_follow_up_is_left_never_sent_again(sw
     assert sorry == ["ann@example.com"]
     assert [m.step_id for m in await agent.open_actions()] == ["s3"]  # a person checks it
     await eng.close()
+
+
+async def test_the_headline_never_calls_an_agents_follow_up_a_persons(sw: World) -> None:
+    """Rule 8: a manual action an agent handled (its follow-up sent) is "handled by an agent";
+    one a person handled, "handled by a person"."""
+    eng = engine(sw)
+    saga_id = await mailed(eng)
+    await eng.undo(saga_id)
+    await eng.send_follow_up(
+        saga_id, "s1", tool="mail.send", by="ann",
+        args={"to": "ann@example.com", "subject": "Sorry", "body": "x"},
+    )  # fmt: skip
+    agent = eng.follow_up_agent(saga_id, by="agent:apology", allow=["mail.send"])
+    mail = {"to": "bob@example.com", "subject": "Sorry", "body": "x"}
+    assert (await agent.propose(FollowUpProposal("s3", "mail.send", mail))).state == "sent"
+    report = await eng.report(saga_id)
+    assert report is not None
+    assert report.headline == ("1 of 3 taken back · 1 handled by a person · 1 handled by an agent")
+    await eng.close()

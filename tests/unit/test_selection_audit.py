@@ -82,3 +82,17 @@ async def test_the_run_itself_may_take_back_part_of_what_it_did(
         report = await engine.undo(saga.id, steps=["s1"])
     assert [(s.step_id, s.state.value) for s in report.steps] == [("s1", "compensated")]
     assert world.charges["ch_1"]["refunded"] == 5000 and world.crm["r1"]["stage"] == "won"
+
+
+async def test_a_selection_with_nothing_to_take_back_still_says_what_it_kept(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Undoing only a read (nothing to take back) never reads as the whole saga having nothing
+    to take back: the CRM write it kept still stands, and the headline says so."""
+    async with engine.saga("Read then write") as saga:
+        saga.call("crm.read_field", record_id="r1", field="stage")
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won")
+    report = await engine.undo(saga.id, steps=["s1"])
+    assert [(s.step_id, s.state.value) for s in report.steps] == [("s1", "not_needed")]
+    assert report.headline == "Nothing to take back · 1 other step kept as it is"
+    assert world.crm["r2"]["stage"] == "won"
