@@ -117,8 +117,7 @@ def resolvable(saga: SagaRecord, comps: dict[str, CompensationRecord], step_id: 
     if state is None:
         raise SagaStateError(
             f"step {step_id!r} of saga {saga.saga_id!r} has no outcome to resolve yet: "
-            f"{'undo it first' if saga.reversal is None else 'its reversal is still running'}"
-            f" (`amends undo {saga.saga_id}`); a manual action exists only for an effect undo "
+            f"{_why_no_outcome(saga, step_id)}; a manual action exists only for an effect undo "
             f"left standing",
             saga_id=saga.saga_id,
             step_id=step_id,
@@ -130,6 +129,18 @@ def resolvable(saga: SagaRecord, comps: dict[str, CompensationRecord], step_id: 
             saga_id=saga.saga_id,
             step_id=step_id,
         )
+
+
+def _why_no_outcome(saga: SagaRecord, step_id: str) -> str:
+    rev = saga.reversal
+    if rev is None:
+        return f"undo it first (`amends undo {saga.saga_id}`)"
+    if rev.state == "done" and rev.selection is not None:  # issue 27: outside the selection
+        return (
+            f"a selective undo kept it as it is; undo it first "
+            f"(`amends undo {saga.saga_id} --steps {step_id}`)"
+        )
+    return f"its reversal is still running (`amends undo {saga.saga_id}`)"
 
 
 def retryable(

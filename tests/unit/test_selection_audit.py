@@ -96,3 +96,28 @@ async def test_a_selection_with_nothing_to_take_back_still_says_what_it_kept(
     assert [(s.step_id, s.state.value) for s in report.steps] == [("s1", "not_needed")]
     assert report.headline == "Nothing to take back · 1 other step kept as it is"
     assert world.crm["r2"]["stage"] == "won"
+
+
+async def test_a_step_a_selection_kept_has_no_manual_action_and_the_refusal_says_why(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Resolving (or sending a follow-up for) a step the selective undo kept is refused, and
+    the words are true: it was kept, not "its reversal is still running"; nothing written."""
+    async with engine.saga("Mail and charge") as saga:
+        saga.call("mail.send", to="ann@x.test", subject="Hi")
+        saga.call("pay.charge", customer="c1", cents=5)
+    await engine.undo(saga.id, steps=["s2"])
+    before = await engine.log.events(saga.id)
+    with pytest.raises(amends.SagaStateError) as err:
+        await engine.resolve(saga.id, "s1", by="ann", note="told Ann by phone")
+    assert str(err.value) == (
+        f"step 's1' of saga {saga.id!r} has no outcome to resolve yet: a selective undo kept "
+        f"it as it is; undo it first (`amends undo {saga.id} --steps s1`); a manual action "
+        f"exists only for an effect undo left standing"
+    )
+    with pytest.raises(amends.SagaStateError, match="a selective undo kept it as it is"):
+        await engine.send_follow_up(
+            saga.id, "s1", tool="mail.send", args={"to": "ann@x.test", "subject": "x"}, by="ann"
+        )
+    assert await engine.log.events(saga.id) == before
+    assert len(world.outbox) == 1
