@@ -4,6 +4,7 @@ selection predicts every state, and an engine that undoes more than it was asked
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -69,3 +70,28 @@ async def test_an_engine_that_undoes_more_than_it_was_asked_is_caught() -> None:
             break
     assert len(found) == 3
     assert all(any("undone although the selection did not need it" in m for m in h) for h in found)
+
+
+async def test_the_rest_undone_later_is_judged_as_a_whole_saga_nothing_undone_twice() -> None:
+    """Issue 27: "undo only this", then "undo the rest". The family does both for some sagas;
+    the result after the rest is checked by every invariant as any whole-saga undo (with both
+    runs' effects: a refund made twice is caught), in the same reversal."""
+    k = FAMILIES.index("selective")
+    later = [sc for j in range(40) if (sc := generate(5, k + len(FAMILIES) * j)).rest_later]
+    assert len(later) >= 10
+    refunded = 0
+    for sc in later[:10]:
+        r = await run_scenario(sc)
+        assert r.rest is not None and r.rest.reports, sc.ref
+        assert not any(check(r).values()), (sc.ref, check(r))
+        whole = r.rest.reports[0]
+        assert whole.selection is None and whole.reversal_id == r.reports[0].reversal_id
+        assert {o.step_id for o in whole.steps} == {s.step_id for s in sc.steps}
+        refunds = [e for e in r.rest.effects if e["op"] == "refund"]
+        if not refunds:
+            continue
+        refunded += 1
+        twice = dataclasses.replace(r.rest, effects=[*r.rest.effects, dict(refunds[0])])
+        found = check(dataclasses.replace(r, rest=twice))["never_worse"]
+        assert f"after the rest was undone: {refunds[0]['key']} refunded 2 times" in found
+    assert refunded, "a charge was refunded in one of the two runs"

@@ -58,11 +58,12 @@ on one resource), another actor's edit behind that gate, and tool-call budgets t
 undo short; the preview must predict every step's state. ``selective`` is issue 27's: undo only
 one or two chosen steps (``engine.undo(steps=...)``), sometimes asked twice at once or cut by
 the budget; exactly the chosen steps and what depends on them are undone, the rest stands, and
-the preview of the selection predicts every state. ``cascading_apology`` is issue 27 part 3's:
-the undo leaves mails to apologise for, a scripted agent answers each apology sent with two
-more, the operator allows some tools and a person refuses some of the rest, the agent's own
-calls sometimes fail or lose their answer, and the reversal's budget (tool calls, tokens) must
-stop it (:mod:`amends.evals.cascade`).
+the preview of the selection predicts every state; sometimes the rest is undone later, and the
+saga as a whole must then be judged as any undone saga, nothing undone twice.
+``cascading_apology`` is issue 27 part 3's: the undo leaves mails to apologise for, a scripted
+agent answers each apology sent with two more, the operator allows some tools and a person
+refuses some of the rest, the agent's own calls sometimes fail or lose their answer, and the
+reversal's budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`).
 ``retry_after_refusal`` is rule 9's retry (:func:`_retries`): a call on a record the vendor
 refuses, then the agent's retry of it on the same resource, which runs; or the first call's
 outcome is unknown (``in_doubt``), or it failed for the agent after acting and recording its
@@ -214,6 +215,9 @@ class Scenario:
     """Tokens the agent spends on each proposal."""
     refuse_every: int = 1
     """The person refuses every n-th proposal shown to them (1: every one)."""
+    rest_later: bool = False
+    """After the selective undo, the rest of the saga is undone too (a whole-saga undo, which
+    extends the same reversal): nothing the selection neutralised is undone twice."""
     follow_up_faults: tuple[tuple[str, str, int], ...] = ()
     """(tool, fault kind, times) active while that agent's follow-ups are sent (after the
     undo): a vendor refusing, failing for a while, or acting with its answer lost."""
@@ -662,6 +666,7 @@ def generate(seed: int, index: int) -> Scenario:
             kw["requests"], kw["n_requests"] = "concurrent", 2
         if rng.random() < 0.3:
             kw["budget_calls"] = rng.randint(1, 2 * len(steps))
+        kw["rest_later"] = rng.random() < 0.4  # then undo the rest (one reversal, extended)
     if family == "cascading_apology":  # issue 27 part 3: only the budget stops the agent
         steps = _with(rng, steps, ("mail",) * rng.randint(2, 6))
         kw.update(cascade=True, agent_tokens=rng.choice([0, 50, 300]),

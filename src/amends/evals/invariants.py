@@ -519,6 +519,14 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     if grouped.expected is not None:
         _check_forward(r, grouped.expected, tags, checked, v["forward"])
 
+    # --- every invariant, again, for the saga as a whole once its rest was undone (issue 27) -
+    if r.rest is not None:
+        for name, msgs in check(r.rest).items():
+            v[name] += [f"after the rest was undone: {m}" for m in msgs]
+        ids = {rep.reversal_id for rep in (*r.reports, *r.rest.reports)}
+        if len(ids) > 1:  # rule 6: one reversal per saga, extended by the later undo
+            v["idempotency"].append(f"the selection and the rest: {len(ids)} reversals")
+
     # --- bounded and honesty: an agent's cascade of follow-ups (issue 27 part 3, rule 7) -----
     if r.cascade is not None:
         for name, msgs in check_cascade(sc, r.cascade, r.effects, r.world).items():

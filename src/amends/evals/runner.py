@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -148,6 +149,9 @@ class SagaResult:
     a new budget (``engine.resume``): its report, or why it refused; ``None``: not asked."""
     continued_effects: list[dict[str, Any]] = field(default_factory=list)
     """The world's effect journal after that continuation (``effects``: before it)."""
+    rest: SagaResult | None = None
+    """The saga after its rest was undone too (``rest_later``): the whole-saga undo's report,
+    with the world's effects since the forward pass (the selection's and the rest's)."""
 
 
 def _mutate(
@@ -438,6 +442,8 @@ async def _run_both(
             with use_world(world):
                 out[0].cascade = await run_cascade(current[0], saga.id, sc)
             out[0].effects, out[0].world = world.effects(), world.snapshot()
+        if sc.rest_later and not out[0].crashed:  # issue 27: the rest of the saga, later
+            out[0].rest = await _the_rest(out[0], current[0], saga.id, budget, world)
         if sc.stall:  # the stalled call acts late: the oracle judges the final world
             await fwd
             out[0].effects, out[0].world = world.effects(), world.snapshot()
@@ -455,6 +461,28 @@ async def _continue(eng: Engine, saga_id: str) -> UndoReport | str:
         return await eng.resume(saga_id, budget=Budget())
     except AmendsError as exc:
         return f"{type(exc).__name__}: {exc}"
+
+
+async def _the_rest(
+    first: SagaResult, eng: Engine, saga_id: str, budget: Budget, world: World
+) -> SagaResult:
+    """Undo the whole saga after its selection (issue 27): the result a whole-saga undo is
+    judged by (every invariant), with both runs' effects; each run has its own budget."""
+    reports: list[UndoReport] = []
+    errors: list[str] = []
+    with use_world(world):
+        try:
+            reports.append(await eng.undo(saga_id, budget=budget))
+        except Exception as exc:  # an engine must answer, not raise
+            errors.append(f"{type(exc).__name__}: {exc}")
+    whole = dataclasses.replace(
+        first.scenario, select=(), rest_later=False, requests="single", n_requests=1,
+        budget_calls=2 * first.scenario.budget_calls,
+    )  # fmt: skip
+    return dataclasses.replace(
+        first, scenario=whole, effects=world.effects(), world=world.snapshot(),
+        reports=reports, errors=errors, preview=None, rest=None,
+    )  # fmt: skip
 
 
 def _selected(sc: Scenario) -> dict[str, Any]:
