@@ -61,11 +61,14 @@ def test_a_follow_up_sent_over_http_is_recorded_with_the_tokens_identity(ctx: Ct
         ),
         ("s3", {"tool": "mail.send"}, 422, "invalid_follow_up", '{"tool": "mail.send", "args"'),
         ("s3", {"tool": "fax.send", "args": {}}, 404, "not_found", "no tool 'fax.send'"),
+        # a list of objects is no set of field names: a 422, never a 500 (it was a TypeError)
+        ("s3", [{"tool": "mail.send"}], 422, "invalid_follow_up", "got [{'tool': 'mail.send'}]"),
+        ("s3", [["tool", "args"]], 422, "invalid_follow_up", "got [['tool', 'args']]"),
         ("s1", {"tool": "mail.send", "args": {}}, 409, "not_sendable", "no longer stands"),
     ],
 )
 def test_a_bad_follow_up_request_gets_a_clear_error_and_writes_nothing(
-    ctx: Ctx, step: str, body: dict[str, object], status: int, error: str, says: str
+    ctx: Ctx, step: str, body: object, status: int, error: str, says: str
 ) -> None:
     sid = undone(ctx)
     before = log_snapshot(ctx.db)

@@ -57,7 +57,8 @@ def _body(data: Any) -> tuple[str, dict[str, Any]]:
     tool = data.get("tool") if isinstance(data, dict) else None
     args = data.get("args") if isinstance(data, dict) else None
     if (
-        set(data or ()) != {"tool", "args"}
+        not isinstance(data, dict)  # a list of objects is no set of names: never a 500
+        or set(data) != {"tool", "args"}
         or not isinstance(tool, str)
         or not isinstance(args, dict)
     ):
