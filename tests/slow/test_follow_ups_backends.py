@@ -125,3 +125,43 @@ async def test_two_processes_sending_the_same_manual_action_send_it_once(
     assert [f.state for f in await engine.follow_ups(saga_id)] == ["sent"]
     assert await engine.log.verify(saga_id) == []
     await engine.close()
+
+
+async def test_follow_ups_the_budget_stopped_continue_and_a_withdrawal_stands_on_every_backend(
+    log_url: str, tmp_path: Path
+) -> None:
+    """Issue 27 re-checked on both backends: follow-ups spent the reversal's budget, the
+    reversal is continued with a new budget (nothing undone twice) and the rest is sent; a
+    person withdraws a sent follow-up's resolution and a new one is sent (``s2+f2``), the
+    withdrawal never written over; the report counts every follow-up's call."""
+    world = World(str(tmp_path / "w.world"))
+    eng = amends.Engine(sandbox_catalog(world), log=log_url)
+    async with eng.saga("Quote two") as saga:
+        saga.call("mail.send", to="bob@example.com", subject="Quote", body="Price: 100")
+        saga.call("mail.send", to="cy@example.com", subject="Quote", body="Price: 100")
+    await eng.undo(saga.id, budget=amends.Budget(tool_calls=1))
+    agent = eng.follow_up_agent(saga.id, by="agent:apology", allow=["mail.send"])
+    for step, to in (("s1", "bob@example.com"), ("s2", "cy@example.com")):
+        await agent.propose(
+            amends.FollowUpProposal(step, "mail.send", {"to": to, "subject": "Sorry", "body": "x"})
+        )
+    assert [o.state for o in agent.outcomes] == ["sent", "not_done"]
+    assert await eng.continuable(saga.id) == ["s2"]
+    other = amends.Engine(sandbox_catalog(world), log=log_url)  # another process's engine
+    more = await other.resume(saga.id, budget=amends.Budget(tool_calls=5))
+    assert more.continuations == 1
+    mail = {"to": "cy@example.com", "subject": "Sorry", "body": "x"}
+    first = await other.send_follow_up(saga.id, "s2", tool="mail.send", args=mail, by="ann")
+    await eng.withdraw_resolution(saga.id, "s2", by="bea", note="wrong text, not handled")
+    again = await eng.send_follow_up(saga.id, "s2", tool="mail.send", args=mail, by="bea")
+    assert (first.follow_up_id, again.follow_up_id, again.state) == ("s2+f1", "s2+f2", "sent")
+    report = await other.report(saga.id)
+    assert report is not None and report.tool_calls == 3 and report.open_manual_actions == []
+    handled = report.handled("s2")
+    assert handled is not None and handled["by"] == "bea"
+    assert [bool(e.get("withdrawn")) for e in handled["earlier"]] == [False, True]
+    sorry = [m["to"] for _, m in world.items("mail.messages") if m["subject"] == "Sorry"]
+    assert sorry == ["bob@example.com", "cy@example.com", "cy@example.com"]
+    assert await eng.log.verify(saga.id) == []
+    await eng.close()
+    await other.close()
