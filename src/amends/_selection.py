@@ -104,7 +104,8 @@ def select(
                 step_id=since,
             )
         return tuple(after)
-    if isinstance(steps, str) or not isinstance(steps, Sequence | set | frozenset):
+    text = isinstance(steps, str | bytes | bytearray)  # a sequence of letters, not of ids
+    if text or not isinstance(steps, Sequence | set | frozenset):
         raise ConfigError(
             f"steps= must be a list of step ids, got {steps!r}; e.g. steps=['s3', 's5']"
         )

@@ -121,3 +121,15 @@ async def test_a_step_a_selection_kept_has_no_manual_action_and_the_refusal_says
         )
     assert await engine.log.events(saga.id) == before
     assert len(world.outbox) == 1
+
+
+@pytest.mark.parametrize("steps", [b"s1", bytearray(b"s1")])
+async def test_bytes_are_no_list_of_step_ids(
+    engine: amends.Engine, world: CoreWorld, steps: object
+) -> None:
+    """A byte string is refused as a string is (it named "step 115", its first byte)."""
+    async with engine.saga("One write") as saga:
+        saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+    with pytest.raises(amends.ConfigError, match=r"steps= must be a list of step ids, got b"):
+        await engine.undo(saga.id, steps=steps)  # type: ignore[arg-type]
+    assert await engine.log.get_reversal(saga_id=saga.id) is None
