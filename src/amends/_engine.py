@@ -397,8 +397,9 @@ class Engine(FollowUpMethods):
 
     async def continuable(self, saga_id: str) -> list[str]:
         """The steps a continuation (:meth:`resume`) of the saga's finished reversal would
-        attempt now: over budget, blocked (perhaps unblocked since), asked to be retried; empty
-        when there is nothing to continue (or no finished reversal).
+        attempt now: over budget, blocked (perhaps unblocked since), asked to be retried, or
+        whose follow-ups wait for a new budget (issue 27); empty when there is nothing to
+        continue (or no finished reversal).
 
         Raises:
             SagaNotFoundError: No such saga in the log.
