@@ -484,7 +484,8 @@ def _spent_after(report: UndoReport, rev: ReversalRecord | None) -> bool:
         return False
     if report.continuations:
         return True
-    last = report.runs[-1] if report.runs else report.to_dict()
+    last = report.runs[-1] if report.runs else {"tool_calls": report.tool_calls,
+                                                  "tokens": report.tokens}  # fmt: skip
     return (rev.calls_spent, rev.tokens_spent) != (int(last["tool_calls"]), int(last["tokens"]))
 
 
