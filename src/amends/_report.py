@@ -457,18 +457,22 @@ def current_resolutions(
     return out
 
 
-async def current_report(log: SagaLog, report: UndoReport) -> UndoReport:
+async def current_report(
+    log: SagaLog, report: UndoReport, *, follow_ups: bool = True
+) -> UndoReport:
     """``report`` (as stored) with the resolutions that still speak for its steps' outcomes:
     the one way every reader — the engine, the CLI, a Temporal worker — shows manual actions as
-    open or handled (rule 6; rule 8: a stale resolution never marks a newer failure handled)."""
+    open or handled (rule 6; rule 8: a stale resolution never marks a newer failure handled),
+    and with the cost of the follow-ups sent in the reversal (issue 27). ``follow_ups=False``:
+    without that cost, for a report about to be stored (each reader adds it, once)."""
     saga = await log.get_saga(report.saga_id)
     if saga is None:
         return report
-    spent = _spent_after(report, saga.reversal)
+    spent = follow_ups and _spent_after(report, saga.reversal)
     if not saga.resolutions and not spent:  # none now (a withdrawn one is no longer handled)
         return report.with_resolutions({}) if report.resolutions else report
     comps = await log.get_compensations(report.reversal_id)
-    report = with_follow_up_cost(report, comps)
+    report = with_follow_up_cost(report, comps) if follow_ups else report
     return report.with_resolutions(current_resolutions(saga.resolutions, comps))
 
 

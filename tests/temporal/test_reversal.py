@@ -195,3 +195,43 @@ async def test_retry_on_temporal_tries_a_failed_refund_again_in_the_same_reversa
         assert report.tool_calls == sum(r["tool_calls"] for r in report.runs)
     finally:
         await engine.close()
+
+
+async def test_follow_ups_the_budget_stopped_continue_on_temporal(
+    temporal_client: Client, task_queue: str, pg_url: str
+) -> None:
+    """Issue 27 re-checked on Temporal: a person's follow-up spent the reversal's budget; the
+    reversal is continued there with a new budget (one workflow id, nothing undone twice) and
+    the next follow-up is sent; the report counts both follow-ups' calls."""
+    world, catalog = fresh()
+    runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    try:
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            async with engine.saga("Mail two", saga_id="saga-fu") as saga:
+                saga.call("mail.send", to="a@acme.test", subject="Hi")
+                saga.call("mail.send", to="b@acme.test", subject="Hi")
+            await engine.undo("saga-fu", budget=amends.Budget(tool_calls=1))
+            mail = {"to": "a@acme.test", "subject": "Sorry"}
+            sent = await engine.send_follow_up(
+                "saga-fu", "s1", tool="mail.send", args=mail, by="ann"
+            )
+            assert sent.state == "sent"
+            assert await engine.continuable("saga-fu") == ["s2"]
+            more = await engine.resume("saga-fu", budget=amends.Budget(tool_calls=3))
+            assert more.continuations == 1
+            mail = {"to": "b@acme.test", "subject": "Sorry"}
+            sent = await engine.send_follow_up(
+                "saga-fu", "s2", tool="mail.send", args=mail, by="ann"
+            )
+            assert sent.state == "sent"
+        report = await engine.report("saga-fu")
+        assert report is not None and report.tool_calls == 2 and report.open_manual_actions == []
+        assert [m["to"] for m in world.outbox] == [
+            "a@acme.test", "b@acme.test", "a@acme.test", "b@acme.test",
+        ]  # fmt: skip
+        wid = workflow_id("saga-fu")
+        runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{wid}'")]
+        assert len(runs) == 2  # the undo, then the continuation: one workflow id
+    finally:
+        await engine.close()

@@ -753,7 +753,9 @@ class ReversalActivities:
         await self._write_all(inp.writes, seen)
         # as the local engine stores it: with the resolutions that still speak for each step's
         # outcome (the one reader every report goes through; the workflow described the steps)
-        report = await current_report(self.log, UndoReport.from_dict(inp.report))
+        report = await current_report(  # stored: the follow-ups' cost is added by readers
+            self.log, UndoReport.from_dict(inp.report), follow_ups=False
+        )
         final = report.to_dict()
         try:
             await self.log.finish_reversal(inp.reversal_id, inp.generation, final, now=time.time())
