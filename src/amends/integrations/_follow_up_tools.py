@@ -164,7 +164,7 @@ class FollowUpSession:
         if agent.stopped is not None:
             lines.append(f"Stopped: {agent.stopped}. Make no more follow-up calls.")
         for o in agent.left:
-            state = o.state.replace("_", " ")  # not done, refused
+            state = o.state.replace("_", " ")  # not done, refused, failed, in doubt
             lines.append(f"- {state}: step {o.proposal.step_id} {o.proposal.tool}: {o.detail}")
         still = await agent.open_actions()
         lines.append(
