@@ -836,3 +836,36 @@ async def test_a_retry_after_a_refused_call_on_the_same_record_runs_and_is_undon
         "update_field",
         "update_field",
     ]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_after_the_agents_own_selective_undo_its_next_call_is_refused_in_those_words(
+    framework: str,
+) -> None:
+    """Issue 27 re-checked: the agent undoes only one of its calls (amends_undo with steps),
+    then calls another tool. The saga's one reversal has begun, so that call is refused — in
+    words naming the agent's own selection, not "a request from outside this agent run" —
+    nothing reaches the vendor, and the step the selection kept stands."""
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    turns = [
+        [  # one turn: the two calls are independent
+            ("c1", "set_stage", {"deal": "acme", "stage": "closed_won"}),
+            ("c2", "post_message", {"channel": "#sales", "text": "ACME is won!"}),
+        ],
+        [("c3", "amends_undo", {"steps": ["s1"]})],
+        [("c4", "post_message", {"channel": "#sales", "text": "Undone, sorry"})],
+    ]
+    played = await play(
+        framework, engine, turns, world_tools(world), extra_tools=[undo_tool_for(framework)]
+    )
+    assert played.output == FINAL
+    assert "Kept as they are: s2" in played.answers["c3"], played.answers["c3"]
+    refused = played.answers["c4"]
+    assert refused.startswith(
+        "amends: this request was undone by this agent in part (its amends_undo call of s1) at "
+    ), refused
+    assert refused.endswith(f"so post_message was not called and nothing was done. {AFTER_UNDO}")
+    posted = [e["key"] for e in world.effects() if e["vendor"] == "chat" and e["op"] == "post"]
+    assert len(posted) == 1, "only the kept message, never the refused one"
+    assert world.crm.read_field("acme", "stage") == "negotiation"

@@ -565,7 +565,9 @@ class AgentRun:
     ) -> amends.UndoReport:
         """Undo everything this run recorded so far (the saga's one reversal, rule 6); the
         run's later tool calls are refused with a message the model reads (issue 25).
-        ``steps``: undo only those steps and what depends on them (issue 27); the run goes on.
+        ``steps``: undo only those steps and what depends on them (issue 27); the rest stays
+        and the run goes on, but its later tool calls are refused as after a whole undo (the
+        saga's one reversal has begun: no step joins it), with words naming the selection.
 
         Raises:
             AmendsError: ``steps`` names no step of this run (the message lists them).
@@ -578,9 +580,13 @@ class AgentRun:
         except RuntimeError:
             here = None
         if here is self.loop:
-            return await undo
-        # the saga's live steps belong to its own loop: undo there
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(undo, self.loop))
+            report = await undo
+        else:  # the saga's live steps belong to its own loop: undo there
+            report = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(undo, self.loop))
+        if self._undone is None and report.selection is not None:  # issue 27: in part, by it
+            asked = ", ".join(report.selection.get("asked", ()))
+            self._undone = (f"this agent in part (its amends_undo call of {asked})", time.time())
+        return report
 
     def undo_sync(
         self, budget: amends.Budget | None = None, steps: Sequence[str] | None = None
