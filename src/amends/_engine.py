@@ -56,7 +56,6 @@ from ._report import (
 from ._resolution import RETRY, check_who_and_note, continuable_now, resolvable, retryable
 from ._reversal import InFlightWait, ReversalPorts, RunInput, described, run_plan, sentences
 from ._reversal.follow_up_methods import FollowUpMethods
-from ._reversal.follow_ups import need_budget
 from ._reversal.late import late_cancelled
 from ._reversal.preview import PreviewInput, simulate
 from ._saga import Ref, Saga, Step, new_id
@@ -412,9 +411,7 @@ class Engine(FollowUpMethods):
             return []
         comps = await self.log.get_compensations(rev.reversal_id)
         plan = self.planner(saga, self.catalog).steps
-        resolved = current_resolutions(saga.resolutions, comps)
-        more = need_budget(rev, resolved)  # issue 27: follow-ups the budget stopped
-        return list(dict.fromkeys([*continuable_now(rev, plan, comps, resolved), *more]))
+        return continuable_now(rev, plan, comps, current_resolutions(saga.resolutions, comps))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something

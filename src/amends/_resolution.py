@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from ._budget import Budget
 from ._errors import ConfigError, ContractError, SagaStateError
 from ._log.base import CompensationRecord, ReversalRecord, SagaRecord
 from ._planner import PlannedStep
@@ -241,9 +242,27 @@ def continuable_now(
     """The steps a continuation of the finished reversal ``rev`` would attempt now (rule 6):
     :func:`continuable`'s, those a person asked to retry, those cut off in flight for want of
     budget (:func:`rechecks`), and those still running when it ran that finished since
-    (:func:`finished_since`). ``plan``: the saga's plan now; ``resolved``: steps with a current
+    (:func:`finished_since`), and those whose follow-ups the spent budget stopped
+    (:func:`need_budget`). ``plan``: the saga's plan now; ``resolved``: steps with a current
     resolution."""
     asked = [k for k, c in comps.items() if c.state == RETRY or (rechecks(c) and k not in resolved)]
     waits = {p.step_id: p.waits_for for p in plan}
     late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
-    return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late]))
+    more = need_budget(rev, resolved)  # issue 27: follow-ups the budget stopped
+    return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late, *more]))
+
+
+def need_budget(rev: ReversalRecord | None, resolved: Collection[str]) -> list[str]:
+    """The steps whose manual actions are open while the finished reversal's budget is spent
+    (by its follow-ups, or by the undo itself): no follow-up can be sent for them until the
+    reversal is continued with a new budget (rule 6: what stopped short for the budget can be
+    continued; rule 7: follow-ups spend the reversal's budget), so a continuation may renew it.
+    ``resolved``: steps with a current resolution."""
+    if rev is None or rev.state != "done" or rev.report is None:
+        return []
+    budget = Budget.from_dict(rev.budget)
+    tokens_spent = 0 < budget.tokens <= rev.tokens_spent  # as take_call judges it
+    if rev.calls_spent < budget.tool_calls and not tokens_spent:
+        return []
+    actions = UndoReport.from_dict(rev.report).manual_actions
+    return [m.step_id for m in actions if m.step_id not in resolved]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
 
-__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of", "need_budget"]
+__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of"]
 
 _KEY = FOLLOW_UP_KEY
 _OPEN = ("dispatched", "in_doubt")
@@ -119,22 +119,6 @@ def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list
             _made(saga_id, rec.reversal_id, key, m["step"], d, state, detail, rec.updated_at)
         )
     return sorted(out, key=lambda f: (f.step_id, int(f.follow_up_id.rsplit("+f", 1)[1])))
-
-
-def need_budget(rev: ReversalRecord | None, resolved: Collection[str]) -> list[str]:
-    """The steps whose manual actions are open while the finished reversal's budget is spent
-    (by its follow-ups, or by the undo itself): no follow-up can be sent for them until the
-    reversal is continued with a new budget (rule 6: what stopped short for the budget can be
-    continued; rule 7: follow-ups spend the reversal's budget), so a continuation may renew it.
-    ``resolved``: steps with a current resolution."""
-    if rev is None or rev.state != "done" or rev.report is None:
-        return []
-    budget = Budget.from_dict(rev.budget)
-    tokens_spent = 0 < budget.tokens <= rev.tokens_spent  # as take_call judges it
-    if rev.calls_spent < budget.tool_calls and not tokens_spent:
-        return []
-    actions = UndoReport.from_dict(rev.report).manual_actions
-    return [m.step_id for m in actions if m.step_id not in resolved]
 
 
 class FollowUpSender:
