@@ -22,30 +22,23 @@ ROOT = HERE.parent.parent
 KV_SERVER = HERE / "upstream_kv.py"
 KV_CONTRACTS = HERE / "kv_contracts.toml"
 sys.path.insert(0, str(HERE))
+TREE_ENV = {"PYTHONPATH": str(ROOT / "src")}
+"""The gateway subprocess imports amends from this tree's ``src``, not from wherever the venv's
+editable install points (a worktree's tests would otherwise run another checkout's gateway:
+the SDK passes a child only HOME, PATH and a few more, and a relative PYTHONPATH would not
+survive the child's own working directory)."""
 
 
 def gateway_params(config: Path, cwd: Path) -> Any:
     """Parameters that start ``amends mcp serve --config`` over stdio, as a client would."""
-    from mcp.client.stdio import get_default_environment
-
     from mcp import StdioServerParameters
 
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
         cwd=str(cwd),
-        env={**get_default_environment(), **_import_path()},
+        env=TREE_ENV,
     )
-
-
-def _import_path() -> dict[str, str]:
-    """The test process's ``PYTHONPATH``, absolute: the SDK starts a server with a minimal
-    environment, so without it the gateway would import whatever amends is installed, not the
-    source tree under test."""
-    path = os.environ.get("PYTHONPATH")
-    if not path:
-        return {}
-    return {"PYTHONPATH": os.pathsep.join(str(Path(p).resolve()) for p in path.split(os.pathsep))}
 
 
 def installed(path: Path, what: str) -> Path:
@@ -162,6 +155,7 @@ class HttpGateway:
                 *flag,
             ],
             cwd=str(cwd),
+            env={**os.environ, **TREE_ENV},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its upstream child dies with its group on SIGKILL
