@@ -21,8 +21,8 @@ from inspect import CO_COROUTINE
 from types import FunctionType
 from typing import Any, Literal, TypeVar
 
+from ._arguments import call_arguments
 from ._contracts import Call
-from ._errors import ContractError
 from ._telemetry import call_span
 
 __all__ = ["RetryPolicy", "call_arguments", "current_call", "idempotency_key", "invoke", "run"]
@@ -245,30 +245,3 @@ def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(main())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop is running in this thread
         return pool.submit(asyncio.run, main()).result()
-
-
-def call_arguments(
-    tool: str, arguments: Mapping[str, Any] | None, args: dict[str, Any]
-) -> dict[str, Any]:
-    """A step's arguments from ``saga.call``'s mapping and keywords (issue 25: the mapping
-    carries names amends' own options use, ``after`` included).
-
-    Raises:
-        ContractError: ``arguments`` is not a mapping of names, or repeats a keyword.
-    """
-    if arguments is None:
-        return args
-    if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
-        raise ContractError(
-            f"the arguments of {tool!r} must be a mapping of names to values, got "
-            f"{arguments!r}; e.g. saga.call({tool!r}, {{'after': '2026-01-01'}})",
-            tool=tool if isinstance(tool, str) else None,
-        )
-    both = sorted(set(arguments) & set(args))
-    if both:
-        raise ContractError(
-            f"argument {both[0]!r} of {tool!r} is given twice, in the mapping and by keyword; "
-            f"give it once",
-            tool=tool if isinstance(tool, str) else None,
-        )
-    return {**arguments, **args}

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Final, Literal
 
+from ._arguments import call_arguments
+from ._arguments import check_tool_args as _check_tool_args
 from ._dates import deadline_iso as _deadline_iso
 from ._dates import settles_at as _settles_at
 from ._dates import timestamp as _timestamp
@@ -698,44 +700,6 @@ def _check_undo_after(name: str, undo_after: Any) -> tuple[str, ...]:
     return tuple(undo_after)
 
 
-def _check_tool_args(name: str, fn: Any, resources: Any, timeout: Any, idempotent: Any) -> None:
-    """Validate what :meth:`Catalog.register` is given (besides the name and the class)."""
-    if not callable(fn):
-        raise ContractError(f"tool {name!r} must be a function, got {fn!r}", tool=name)
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    if params and params[0].kind not in (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        inspect.Parameter.VAR_POSITIONAL,
-    ):
-        params = []
-    if not params:
-        raise ContractError(
-            f"tool {name!r} must take the amends.Call as its first positional parameter, "
-            f"e.g. 'async def {getattr(fn, '__name__', 'tool')}(call, ...)'",
-            tool=name,
-        )
-    if resources is not None and not callable(resources):
-        raise ContractError(
-            f"resources of tool {name!r} must be a function of the arguments, got "
-            f"{resources!r}; e.g. resources=lambda args: [f\"crm:{{args['record_id']}}\"]",
-            tool=name,
-        )
-    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
-        raise ContractError(
-            f"timeout of tool {name!r} must be a positive number of seconds, got {timeout!r}",
-            tool=name,
-        )
-    if not isinstance(idempotent, bool):
-        raise ContractError(
-            f"idempotent= of tool {name!r} must be True or False, got {idempotent!r}",
-            tool=name,
-        )
-
-
 def _check_sensitive(
     name: str, sensitive: Sequence[str], resolve_secret: SecretResolver | None
 ) -> tuple[str, ...]:
@@ -801,7 +765,13 @@ class Call:
         self.tokens = 0
 
     def inverse(
-        self, tool: str, /, *, deadline: datetime | str | float | None = None, **args: Any
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        /,
+        *,
+        deadline: datetime | str | float | None = None,
+        **args: Any,
     ) -> None:
         """Record the call that takes this step back, with concrete arguments observed now.
 
@@ -809,14 +779,14 @@ class Call:
 
         Args:
             tool: Catalog name of the inverse tool.
+            arguments: The inverse's arguments as one mapping (one named ``deadline`` too).
             deadline: When the undo window closes (a wire recall window, a grace period): a
                 datetime, an ISO-8601 string or seconds since the epoch. After it the step is
-                Acknowledge in the preview and at undo (rule 10). ``deadline`` is therefore not
-                available as an argument name of an inverse.
+                Acknowledge in the preview and at undo (rule 10).
             **args: The inverse's arguments, as JSON data.
 
         Raises:
-            ContractError: Called twice, or with arguments that are not JSON.
+            ContractError: Called twice, arguments not JSON, or one given twice.
         """
         if self.phase != "forward":
             # A tool that is its own inverse (crm.update_field) records one while compensating;
@@ -831,6 +801,8 @@ class Call:
             )
         if not isinstance(tool, str) or not tool:
             raise ContractError(f"inverse tool name must be a string, got {tool!r}", tool=self.tool)
+        if arguments is not None:  # no call on the hot path (tests/unit/test_hot_path.py)
+            args = call_arguments(tool, arguments, args, "call.inverse")
         self.recorded_inverse = Inverse(
             tool,
             _check_json(args, f"inverse arguments of {self.tool!r}", tool=self.tool),

@@ -13,7 +13,7 @@ import pytest
 
 import amends
 from amends import StepState
-from amends.contract_file import TransportRequest, TransportResult, read_file
+from amends.contract_file import TransportRequest, TransportResult
 from contract_setup import file_catalog
 
 CONTRACTS = """
@@ -86,16 +86,41 @@ async def test_an_inverse_whose_residue_cannot_be_described_is_still_compensated
     assert list(report.manual_actions) == []
 
 
-def test_an_inverse_argument_named_deadline_is_refused_when_the_file_loads(tmp_path: Path) -> None:
-    """``deadline`` is the undo window's key, never an inverse argument (it used to collide
-    with it when the step ran, after the effect)."""
-    path = tmp_path / "c.toml"
-    path.write_text(
-        '[[tool]]\nname = "a"\nreversibility = "reversible"\nno_drift_check = "mine"\n'
-        'inverse = { tool = "a", args = { deadline = "{args.when}" } }\n'
+async def test_an_inverse_argument_named_deadline_reaches_the_inverse_apart_from_the_undo_window(
+    tmp_path: Path,
+) -> None:
+    """An upstream's own argument may be named ``deadline`` (or ``call``): the contract file
+    cannot rename it. ``inverse.args.deadline`` is the tool's argument, ``inverse.deadline``
+    the undo window; neither swallows the other (it used to collide with the window's key when
+    the step ran, after the effect, so the file was refused and the tool could get no
+    contract)."""
+    world = {"due": "2026-01-01"}
+    sent: list[dict[str, Any]] = []
+
+    async def tasks(request: TransportRequest) -> TransportResult:
+        sent.append({"tool": request.tool, **request.args})
+        if request.tool == "set_due":
+            before = world["due"]
+            world["due"] = request.args["deadline"]
+            return TransportResult("ok", structured={"old": before})
+        return TransportResult("ok", structured={"deadline": world["due"]})
+
+    text = (
+        '[[tool]]\nname = "get_due"\nreversibility = "read_only"\n\n'
+        '[[tool]]\nname = "set_due"\nreversibility = "reversible"\n'
+        'inverse = { tool = "set_due", deadline = "2999-01-01T00:00:00+00:00", '
+        'args = { call = "{args.call}", deadline = "{result.old}" } }\n'
+        'expect = { probe = "get_due", path = "deadline", equals = "{args.deadline}" }\n'
     )
-    with pytest.raises(amends.ConfigError, match="inverse.args has an argument named 'deadline'"):
-        read_file(path, transport="mcp")
+    catalog = file_catalog(tmp_path / "c.toml", text, tasks)
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("due") as saga:
+        await saga.call("set_due", {"call": "c1", "deadline": "2026-02-02"})
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert [s.state for s in report.steps] == [StepState.REVERTED]
+    assert world == {"due": "2026-01-01"}
+    assert sent[-1] == {"tool": "set_due", "call": "c1", "deadline": "2026-01-01"}
 
 
 PROSE = """

@@ -189,7 +189,8 @@ def _declarations(
         tool = binding.catalog_name(inv["tool"])
         args = templates.fill(dict(inv.get("args", {})), scope, f"{where} inverse")
         deadline = templates.fill(inv.get("deadline"), scope, f"{where} inverse deadline")
-        out.append(lambda c: c.inverse(tool, deadline=deadline, **args))
+        # one mapping: an upstream's own argument may be named ``deadline`` (or ``tool``)
+        out.append(lambda c: c.inverse(tool, args, deadline=deadline))
     for key in ("expect", "landed"):
         table = getattr(effects, key)
         if table is None:
@@ -347,7 +348,8 @@ def tool_function(
     errors = contract.errors if contract is not None else (rules or ErrorRules())
     sensitive = contract.sensitive if contract is not None else ()
 
-    async def run(call: Call, **args: Any) -> Any:
+    # ``call`` positional-only: a tool outside Python may have an argument named ``call``
+    async def run(call: Call, /, **args: Any) -> Any:
         scope: dict[str, Any] = {"args": args}
         captured = _NOTHING_CAPTURED
         if call.phase == "forward" and contract is not None and contract.captures:

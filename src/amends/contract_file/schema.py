@@ -325,11 +325,6 @@ def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
     if "inverse" in entry:
         inverse = _table(entry["inverse"], where, "inverse", {"tool"}, {"args", "deadline"})
         templates.check(inverse, roots, f"{where} inverse")
-        if "deadline" in inverse.get("args", {}):
-            raise ConfigError(
-                f"{where}: inverse.args has an argument named 'deadline', which is the key of "
-                f"the undo window (inverse.deadline); rename the tool's argument"
-            )
     if "expect" in entry:
         expect = _table(entry["expect"], where, "expect", {"probe", "equals"}, {"args", "path"})
         templates.check(expect, roots, f"{where} expect")

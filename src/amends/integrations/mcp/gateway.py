@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,9 +68,11 @@ META_PHASE = "amends/phase"
 META_PRECONDITION = "amends/precondition"
 """Sent upstream in ``_meta`` with a compensation: the expectation, for compare-and-set (rule 4)."""
 
+_AGENT_REQUEST: ContextVar[Any] = ContextVar("amends_mcp_agent_request", default=None)
+"""The agent's ``tools/call`` context a step's forward call was started from (the step's task
+inherits it): where the upstream's progress notifications for that call are passed on."""
 _OUTCOME_NEXT = frozenset({"forward", "compensate", "follow_up"})
 """Phases whose answer the engine records next (a step's or an inverse's outcome)."""
-_RESERVED_ARGS = frozenset({"after", "step_id", "undo_after"})
 CONTINUE_HINT = (
     'amends_undo {"saga_id": "{saga_id}", "continue": true, "tool_calls": N, "seconds": S}'
 )
@@ -135,6 +138,7 @@ class Gateway:
         # capture reads started while the step's intent is being made durable (see call_tool)
         self._early: dict[tuple[str, str], asyncio.Task[Captured]] = {}
         self._bindings: dict[str, Binding] = {}  # upstream name -> how its contracts reach it
+        self._refresh_lock: list[asyncio.Lock] = []  # made in the loop that first refreshes
         self._stack = AsyncExitStack()
 
     @property
@@ -239,44 +243,81 @@ class Gateway:
         )
         self._bindings[up.name] = binding
         for tool_name in sorted(up.tools):
-            if any(a in _RESERVED_ARGS for a in self._arg_names(up.tools[tool_name])):
-                print(
-                    f"amends mcp: upstream {up.name!r} tool {tool_name!r} has an argument named "
-                    f"one of {sorted(_RESERVED_ARGS)}, which amends reserves; it is not exported",
-                    file=sys.stderr,
-                )
-                continue
-            agent_name, catalog_name = self._names(up.config, tool_name)
-            if agent_name.startswith("amends_"):
-                raise ConfigError(
-                    f"upstream {up.name!r} lists a tool {tool_name!r}, which would hide the "
-                    f"gateway's own amends_* tools; set prefix = true for this upstream"
-                )
-            clash = self._by_catalog.get(catalog_name)
-            if clash is not None or catalog_name in self.catalog:
-                other = clash.upstream.name if clash is not None else "the catalog"
-                raise ConfigError(
-                    f"tool {tool_name!r} of upstream {up.name!r} has the same name as one of "
-                    f"{other!r}; set prefix = true on one of them"
-                )
-            contract = contracts.get(tool_name)
-            exp = Exported(agent_name, catalog_name, up, tool_name, contract)
-            kwargs = registration(contract, binding) if contract is not None else {}
-            kwargs["description"] = (
-                kwargs.get("description")
-                or ((up.tools[tool_name].description or "").strip().split("\n")[0])
-            )
-            # a hung upstream must not hold a step forever: it times out as in_doubt
-            kwargs["timeout"] = kwargs.get("timeout") or self.config.call_timeout
-            fn = tool_function(contract, binding, tool_name, early=self._early_capture)
-            self.catalog.register(catalog_name, fn, **kwargs)
-            self.exported[agent_name] = exp
-            self._by_catalog[catalog_name] = exp
+            self._export(up, tool_name, contracts.get(tool_name), binding)
 
-    @staticmethod
-    def _arg_names(tool: types.Tool) -> list[str]:
-        props = (tool.input_schema or {}).get("properties") or {}
-        return list(props) if isinstance(props, dict) else []
+    def _export(
+        self, up: Upstream, tool_name: str, contract: ToolContract | None, binding: Binding
+    ) -> None:
+        """Register one upstream tool in the catalog and export it to the agent.
+
+        Raises:
+            ConfigError: Its name would hide an amends tool or another upstream's tool.
+        """
+        # every tool is exported whatever its arguments are named (``after``, ``call``,
+        # ``deadline``...): they reach saga.call as one mapping, never as amends' options
+        agent_name, catalog_name = self._names(up.config, tool_name)
+        if agent_name.startswith("amends_"):
+            raise ConfigError(
+                f"upstream {up.name!r} lists a tool {tool_name!r}, which would hide the "
+                f"gateway's own amends_* tools; set prefix = true for this upstream"
+            )
+        clash = self._by_catalog.get(catalog_name)
+        if clash is not None or catalog_name in self.catalog:
+            other = clash.upstream.name if clash is not None else "the catalog"
+            raise ConfigError(
+                f"tool {tool_name!r} of upstream {up.name!r} has the same name as one of "
+                f"{other!r}; set prefix = true on one of them"
+            )
+        exp = Exported(agent_name, catalog_name, up, tool_name, contract)
+        kwargs = registration(contract, binding) if contract is not None else {}
+        kwargs["description"] = (
+            kwargs.get("description")
+            or ((up.tools[tool_name].description or "").strip().split("\n")[0])
+        )
+        # a hung upstream must not hold a step forever: it times out as in_doubt
+        kwargs["timeout"] = kwargs.get("timeout") or self.config.call_timeout
+        fn = tool_function(contract, binding, tool_name, early=self._early_capture)
+        self.catalog.register(catalog_name, fn, **kwargs)
+        self.exported[agent_name] = exp
+        self._by_catalog[catalog_name] = exp
+
+    async def refresh_tools(self) -> None:
+        """Read each upstream's tools again: a server may add, change or drop tools while the
+        gateway runs (``notifications/tools/list_changed``, a redeploy behind a URL).
+
+        Runs before every ``tools/list`` of the agent and when it calls a tool the gateway does
+        not export. A tool new since start-up has no contract (contracts naming unlisted tools
+        are refused at start-up), so it is exported as irreversible; a dropped tool leaves the
+        agent's list but stays in the catalog, so undo of earlier steps still finds it. An
+        upstream that cannot be reached keeps the tools it listed last.
+        """
+        if not self._refresh_lock:
+            self._refresh_lock.append(asyncio.Lock())
+        async with self._refresh_lock[0]:
+            for up in self.upstreams:
+                if up.name not in self._bindings:
+                    continue
+                try:
+                    await up.relist()
+                except Exception:  # unreachable now: it keeps its last list
+                    continue
+                self._reexport(up)
+
+    def _reexport(self, up: Upstream) -> None:
+        """Make the exported tools of ``up`` match what it lists now (:meth:`refresh_tools`)."""
+        for agent_name, exp in list(self.exported.items()):
+            if exp.upstream is up and exp.tool not in up.tools:
+                del self.exported[agent_name]
+        for tool_name in sorted(up.tools):
+            agent_name, catalog_name = self._names(up.config, tool_name)
+            known = self._by_catalog.get(catalog_name)
+            if known is not None and known.upstream is up and known.tool == tool_name:
+                self.exported[agent_name] = known  # listed before (maybe dropped meanwhile)
+                continue
+            try:
+                self._export(up, tool_name, None, self._bindings[up.name])
+            except ConfigError as exc:  # a new name that clashes: not exported, said why
+                print(f"amends mcp: {exc}; it is not exported", file=sys.stderr)
 
     # --- the transport of each upstream (the contract language's MCP transport) -----------
     def _transport(self, up: Upstream, contracts: dict[str, ToolContract]) -> Transport:
@@ -292,7 +333,12 @@ class Gateway:
             contract = contracts.get(request.tool)
             try:
                 # Upstream.call copies the arguments (a JSON round trip): no copy here
-                res = await up.call(request.tool, request.args, _request_meta(request))
+                res = await up.call(
+                    request.tool,
+                    request.args,
+                    _request_meta(request),
+                    progress=_progress_to_agent() if request.phase == "forward" else None,
+                )
             except UpstreamGone as exc:
                 if contract is not None and contract.reversibility == "read_only":
                     # a read has no effect: trying it again is safe (the server restarts)
@@ -381,6 +427,9 @@ class Gateway:
         if name.startswith("amends_"):
             return await run_amends_tool(self, ctx, name, arguments, input_responses, request_state)
         exp = self.exported.get(name)
+        if exp is None:  # maybe new since the agent's last list: read the upstreams' again
+            await self.refresh_tools()
+            exp = self.exported.get(name)
         if exp is None:
             return error_result(
                 f"unknown tool {name!r}; the gateway exports: {', '.join(sorted(self.exported))}"
@@ -405,12 +454,15 @@ class Gateway:
                 cls = self.catalog.get(exp.catalog_name).reversibility.value
                 return error_result(refusal_text(f"{exp.catalog_name} ({cls})", answer, self))
         saga = await self.sessions.open_saga(slot, self.sessions.title(ctx))
+        _AGENT_REQUEST.set(ctx)  # the step's task inherits it (progress, _transport)
+        # the upstream's arguments as one mapping: an argument named after, step_id or
+        # undo_after is the tool's, never amends' option (issue 24)
         try:
-            step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
+            step = saga.call(exp.catalog_name, arguments, **self._undo_after(saga, exp))
         except amends.SagaClosedError:  # undone meanwhile: start a new saga
             slot.saga = None
             saga = await self.sessions.open_saga(slot, self.sessions.title(ctx))
-            step = saga.call(exp.catalog_name, **arguments, **self._undo_after(saga, exp))
+            step = saga.call(exp.catalog_name, arguments, **self._undo_after(saga, exp))
         if answer is not None:
             await self.record_answer(ctx, saga.id, step.id, answer, self._what(exp, arguments))
         return await self._finish(saga, step, exp, arguments)
@@ -449,6 +501,16 @@ class Gateway:
             self._start_capture(exp, exp.contract, saga.id, step.id, arguments)
         try:
             await step
+        except asyncio.CancelledError:
+            # The agent cancelled the call (notifications/cancelled), or its connection ended:
+            # the call it no longer waits for is cancelled too, upstream included (the SDK
+            # sends the upstream notifications/cancelled), rather than left running unseen.
+            # Cancelled after it began, its outcome is unknown: the step is in_doubt (rule 9),
+            # never reverted as if known. Its task logs that itself; nothing here awaits.
+            self._raw.pop((saga.id, step.id), None)
+            if step.task is not None and not step.task.done():
+                step.task.cancel()
+            raise
         except StepFailedError as exc:
             raw = self._raw.pop((saga.id, step.id), None)
             info["state"] = exc.state
@@ -495,6 +557,7 @@ class Gateway:
         from mcp.server import Server
 
         async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            await self.refresh_tools()  # an upstream's list may have changed (issue 24)
             return types.ListToolsResult(tools=self.list_tools())
 
         async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
@@ -534,6 +597,23 @@ class _Before:
     step_id: str
     idempotency_key: str
     precondition: None = None
+
+
+def _progress_to_agent() -> Any:
+    """A progress callback passing the upstream's progress on to the agent whose call this is,
+    or ``None`` when it asked for none (``report_progress`` is then a no-op anyway)."""
+    ctx = _AGENT_REQUEST.get()
+    report = getattr(getattr(ctx, "session", None), "report_progress", None)
+    if report is None:
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await report(progress, total, message)
+        except Exception:  # progress is advisory: the agent may have gone
+            pass
+
+    return forward
 
 
 def _request_meta(request: TransportRequest) -> dict[str, Any]:

@@ -387,6 +387,25 @@ class Upstream:
         else:
             await conn.close()
 
+    async def relist(self) -> None:
+        """List the server's tools again, replacing :attr:`tools` (the gateway re-exports).
+
+        Raises:
+            TransientError: The server could not be reached.
+            Exception: Whatever the SDK raised for an answer that is not a tools list.
+        """
+        tools: dict[str, mcp_types.Tool] = {}
+        async with self._connection() as conn:
+            cursor: str | None = None
+            while True:
+                page = await conn.client.list_tools(cursor=cursor)
+                for t in page.tools:
+                    tools[t.name] = t
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        self.tools = tools
+
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -509,9 +528,15 @@ class Upstream:
         )
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], meta: dict[str, Any] | None = None
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: dict[str, Any] | None = None,
+        *,
+        progress: Any = None,
     ) -> UpstreamResult:
-        """Forward one ``tools/call``.
+        """Forward one ``tools/call``; ``progress``, if given, receives the upstream's progress
+        notifications for it (the gateway passes them on to the agent).
 
         Raises:
             TransientError: The server could not be reached: nothing was sent.
@@ -521,16 +546,28 @@ class Upstream:
         """
         args = json.loads(json.dumps(arguments))
         if self._keep:  # issue 29: the kept connection, without a context manager per call
-            return await self._call(await self._live(), tool, args, meta)
+            return await self._call(await self._live(), tool, args, meta, progress)
         async with self._connection() as conn:
-            return await self._call(conn, tool, args, meta)
+            return await self._call(conn, tool, args, meta, progress)
 
     async def _call(
-        self, conn: _Connection, tool: str, args: dict[str, Any], meta: dict[str, Any] | None
+        self,
+        conn: _Connection,
+        tool: str,
+        args: dict[str, Any],
+        meta: dict[str, Any] | None,
+        progress: Any = None,
     ) -> UpstreamResult:
         mark = conn.errlog.mark if conn.errlog is not None else 0
         try:
-            result: mcp_types.CallToolResult = await conn.client.call_tool(tool, args, meta=meta)
+            if progress is None:
+                result: mcp_types.CallToolResult = await conn.client.call_tool(
+                    tool, args, meta=meta
+                )
+            else:
+                result = await conn.client.call_tool(
+                    tool, args, progress_callback=progress, meta=meta
+                )
         except Exception as exc:
             raise self._failed(conn, tool, exc) from exc
         text = error_text(result)

@@ -1,0 +1,189 @@
+"""What an ordinary server's tools look like through the gateway, and what a client may do to
+a call (issue 24, variations the issue did not list): arguments named like amends' own
+options, an argument named ``deadline`` in an inverse, a call the client cancels mid-flight,
+progress notifications, and a tool list that changes while the gateway runs. A real
+``mcp.Client`` talks to ``amends mcp serve`` (stdio and streamable HTTP), which runs
+``upstream_shapes.py`` as users run their servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import HERE, gateway_params, text_of
+
+pytestmark = pytest.mark.slow
+
+SHAPES_SERVER = HERE / "upstream_shapes.py"
+SHAPES_CONTRACTS = HERE / "shapes_contracts.toml"
+
+
+@dataclass
+class ShapesSetup:
+    dir: Path
+    config: Path
+    state: Path
+
+    def world(self) -> dict[str, Any]:
+        """The upstream's keys as it wrote them."""
+        if not self.state.exists():
+            return {}
+        data: dict[str, Any] = json.loads(self.state.read_text())
+        return data
+
+    def gateway(self) -> Any:
+        return gateway_params(self.config, self.dir)
+
+
+def write_shapes(tmp_path: Path, *contracts: Path) -> ShapesSetup:
+    """A gateway config over upstream_shapes.py with ``contracts`` (default: the shared file)."""
+    files = [str(c) for c in contracts or (SHAPES_CONTRACTS,)]
+    state = tmp_path / "shapes.json"
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f"""
+[gateway]
+log = "saga.db"
+title = "shapes session"
+
+[[upstream]]
+name = "sh"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SHAPES_SERVER))}]
+env = {{ SHAPES_STATE = {json.dumps(str(state))} }}
+contracts = {json.dumps(files)}
+"""
+    )
+    return ShapesSetup(tmp_path, config, state)
+
+
+@pytest.fixture
+def shapes(tmp_path: Path) -> ShapesSetup:
+    return write_shapes(tmp_path)
+
+
+def _states(undo: Any) -> list[tuple[str, str]]:
+    return [(s["tool"], s["state"]) for s in undo.structured_content["steps"]]
+
+
+async def test_arguments_named_like_amends_options_reach_the_upstream_as_given(
+    shapes: ShapesSetup, connect: Any
+) -> None:
+    """``call``, ``after``, ``step_id``, ``undo_after`` and ``tool`` are the server's own
+    argument names: the tool is listed, its call reaches the server with every argument as
+    given, and undo reverts it (it used to be hidden from the agent, or fail with "got
+    multiple values for argument 'call'")."""
+    args = {"call": "c1", "after": "9:00", "step_id": "x", "undo_after": "y", "tool": "phone"}
+    async with connect(shapes) as c:
+        listed = {t.name for t in (await c.list_tools()).tools}
+        assert "sh_schedule" in listed
+        r = await c.call_tool("sh_schedule", args)
+        assert not r.is_error, text_of(r)
+        assert r.meta["amends/step"]["state"] == "done"
+        assert shapes.world() == {"slot:c1": ["9:00", "x", "y", "phone"]}
+        undo = await c.call_tool("amends_undo", {})
+    assert _states(undo) == [("sh.schedule", "reverted")]
+    assert undo.structured_content["status"] == "fully_reversed"
+    assert shapes.world() == {}
+
+
+async def test_an_inverse_argument_named_deadline_is_the_tools_own(
+    tmp_path: Path, connect: Any
+) -> None:
+    """A contract's ``inverse.args.deadline`` is the server's argument, not the undo window: the
+    file loads, and undo moves the deadline back (the file used to be refused at start-up,
+    "rename the tool's argument", which a user cannot do to someone else's server)."""
+    shapes = write_shapes(tmp_path, SHAPES_CONTRACTS, HERE / "shapes_due_contracts.toml")
+    shapes.state.write_text(json.dumps({"due:t1": "2026-01-01"}))
+    async with connect(shapes) as c:
+        r = await c.call_tool("sh_set_due", {"task": "t1", "deadline": "2026-02-02"})
+        assert not r.is_error, text_of(r)
+        assert shapes.world() == {"due:t1": "2026-02-02"}
+        undo = await c.call_tool("amends_undo", {})
+    assert _states(undo) == [("sh.set_due", "reverted")]
+    assert shapes.world() == {"due:t1": "2026-01-01"}
+
+
+async def _until(path: Path, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await asyncio.to_thread(path.exists):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_call_the_client_cancels_is_cancelled_upstream_and_in_doubt(
+    shapes: ShapesSetup, connect: Any
+) -> None:
+    """The client cancels a call mid-flight (``notifications/cancelled``): the gateway cancels
+    the upstream call too, rather than let it land unseen minutes later, and the step is in
+    doubt, never reverted as if its outcome were known; undo leaves it to a person."""
+    async with connect(shapes) as c:
+        call = asyncio.create_task(
+            c.call_tool("sh_slow_put", {"key": "k", "value": "v", "seconds": 6})
+        )
+        await _until(Path(f"{shapes.state}.inside"))
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.sleep(8)  # past the time the upstream would have written
+        assert shapes.world() == {}  # the upstream stopped
+        undo = await c.call_tool("amends_undo", {})
+    (step,) = undo.structured_content["steps"]
+    assert step["tool"] == "sh.slow_put"
+    assert step["state"] == "in_doubt"
+    assert "cancelled while the tool was running" in step["detail"]
+    assert undo.structured_content["status"] == "cannot_undo"
+    (action,) = undo.structured_content["manual_actions"]
+    assert action["what"].startswith("Check whether sh.slow_put(key='k'")
+    assert shapes.world() == {}
+
+
+async def test_the_upstreams_progress_reaches_the_agent(shapes: ShapesSetup, connect: Any) -> None:
+    """Progress the upstream reports for a call reaches the agent that asked for it (a client
+    that resets its timeout on progress would otherwise give up on a long call)."""
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with connect(shapes) as c:
+        r = await c.call_tool(
+            "sh_progress_put", {"key": "k", "value": "v"}, progress_callback=on_progress
+        )
+    assert not r.is_error, text_of(r)
+    assert seen == [(1, 3, "part 1 of 3"), (2, 3, "part 2 of 3"), (3, 3, "part 3 of 3")]
+    assert shapes.world() == {"k": "v"}
+
+
+async def test_a_tool_list_that_changes_mid_session_is_what_the_agent_sees(
+    shapes: ShapesSetup, connect: Any
+) -> None:
+    """The upstream adds a tool and drops one while the gateway runs: the agent's next list
+    shows the new tool, labelled irreversible (it has no contract), and not the dropped one;
+    the new tool can be called at once, even before a list; undo still reverts a step of the
+    tool that was dropped and acknowledges the new one."""
+    async with connect(shapes) as c:
+        before = await c.call_tool("sh_progress_put", {"key": "p", "value": "1"})
+        assert not before.is_error, text_of(before)
+        r = await c.call_tool("sh_deploy", {"add": "fresh", "drop": "progress_put"})
+        assert not r.is_error, text_of(r)
+        fresh = await c.call_tool("sh_fresh", {"value": "new"})
+        assert not fresh.is_error, text_of(fresh)
+        assert fresh.meta["amends/step"]["reversibility"] == "irreversible"
+        listed = {t.name: t for t in (await c.list_tools()).tools}
+        undo = await c.call_tool("amends_undo", {})
+    assert "sh_fresh" in listed and "sh_progress_put" not in listed
+    assert listed["sh_fresh"].description.startswith("[amends: irreversible (no contract);")
+    assert shapes.world() == {"fresh": "new"}
+    assert _states(undo) == [
+        ("sh.progress_put", "reverted"),
+        ("sh.deploy", "acknowledged"),
+        ("sh.fresh", "acknowledged"),
+    ]
