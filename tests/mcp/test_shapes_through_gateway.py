@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -187,3 +188,38 @@ async def test_a_tool_list_that_changes_mid_session_is_what_the_agent_sees(
         ("sh.deploy", "acknowledged"),
         ("sh.fresh", "acknowledged"),
     ]
+
+
+def test_two_upstream_tools_listed_under_one_name_are_refused_at_start(tmp_path: Path) -> None:
+    """Upstream ``sh`` lists ``slow_put`` and upstream ``sh_slow`` lists ``put``: both would be
+    ``sh_slow_put`` to the agent (their catalog names differ). The gateway refuses to start and
+    names both, instead of listing one and silently hiding the other."""
+    import subprocess
+
+    from conftest import TREE_ENV
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[gateway]\nlog = "saga.db"\n'
+        + "".join(
+            f"\n[[upstream]]\nname = {json.dumps(name)}\ncommand = {json.dumps(sys.executable)}\n"
+            f"args = [{json.dumps(str(SHAPES_SERVER))}]\n"
+            f"env = {{ SHAPES_STATE = {json.dumps(str(tmp_path / (name + '.json')))} }}\n"
+            for name in ("sh", "sh_slow")
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "amends.integrations.mcp", "serve", "--config", str(config)],
+        cwd=tmp_path,
+        env={**os.environ, **TREE_ENV},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        "tool 'put' of upstream 'sh_slow' and tool 'slow_put' of upstream 'sh' would both be "
+        "listed to the agent as 'sh_slow_put'; rename one of the upstreams"
+    ) in done.stderr
+    assert "Traceback" not in done.stderr

@@ -268,6 +268,13 @@ class Gateway:
                 f"tool {tool_name!r} of upstream {up.name!r} has the same name as one of "
                 f"{other!r}; set prefix = true on one of them"
             )
+        seen = self.exported.get(agent_name)
+        if seen is not None:  # another catalog name, the same agent name: one would be hidden
+            raise ConfigError(
+                f"tool {tool_name!r} of upstream {up.name!r} and tool {seen.tool!r} of upstream "
+                f"{seen.upstream.name!r} would both be listed to the agent as {agent_name!r}; "
+                f"rename one of the upstreams, or set prefix = true on the one without it"
+            )
         exp = Exported(agent_name, catalog_name, up, tool_name, contract)
         kwargs = registration(contract, binding) if contract is not None else {}
         kwargs["description"] = (

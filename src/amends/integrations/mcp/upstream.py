@@ -161,6 +161,24 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def _transport_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` from the SDK means the connection itself failed (the server is gone or
+    its stream broke), as opposed to an answer that arrived but is not valid MCP."""
+    import anyio
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(
+        exc,
+        OSError
+        | EOFError
+        | anyio.ClosedResourceError
+        | anyio.BrokenResourceError
+        | anyio.EndOfStream
+        | TimeoutError,
+    )
+
+
 _UPSTREAM_LOG = logging.getLogger("amends.upstream")
 
 
@@ -504,6 +522,16 @@ class Upstream:
 
         from mcp import MCPError
 
+        if not isinstance(exc, MCPError) and not _transport_failure(exc):
+            # The connection is fine; the answer is not MCP (a content block of no known
+            # type, structuredContent its own outputSchema refuses): the tool ran, its outcome
+            # is unknown. The server is not restarted for it, which would cut the other calls
+            # it is running (issue 24: a malformed response is survived, not spread).
+            return UpstreamError(
+                f"upstream {self.name!r} answered {tool} with a result that is not valid MCP "
+                f"({_cause(exc)}); whether the call took effect is unknown",
+                tool=tool,
+            )
         if not isinstance(exc, MCPError):  # a broken pipe, a closed stream: it may have landed
             conn.dead = True
             return UpstreamGone(
