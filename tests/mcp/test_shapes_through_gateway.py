@@ -223,3 +223,36 @@ def test_two_upstream_tools_listed_under_one_name_are_refused_at_start(tmp_path:
         "listed to the agent as 'sh_slow_put'; rename one of the upstreams"
     ) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_a_failed_step_is_retried_from_mcp_once_its_cause_is_fixed(
+    shapes: ShapesSetup, connect: Any
+) -> None:
+    """The inverse is refused (the key is locked): the step is ``failed``. Asked to continue,
+    the gateway's answer says how to retry *in MCP* (it used to name only the CLI, ``amends undo
+    SAGA --retry STEP``, and amends_undo had no way to retry); once a person unlocks the key,
+    ``amends_undo {"retry": ["s1"]}`` reverts it through the drift check, in the same
+    reversal."""
+    lock = Path(f"{shapes.state}.locked")
+    async with connect(shapes) as c:
+        r = await c.call_tool("sh_put", {"key": "k", "value": "v"})
+        assert not r.is_error, text_of(r)
+        saga_id = r.meta["amends/step"]["saga_id"]
+        await asyncio.to_thread(lock.write_text, "")
+        first = await c.call_tool("amends_undo", {})
+        nothing = await c.call_tool("amends_undo", {"continue": True})
+        await asyncio.to_thread(lock.unlink)
+        retried = await c.call_tool("amends_undo", {"saga_id": saga_id, "retry": ["s1"]})
+        bad = await c.call_tool("amends_undo", {"retry": "s1"})
+    assert _states(first) == [("sh.put", "failed")]
+    assert "Refused: k is locked" in first.structured_content["steps"][0]["detail"]
+    assert nothing.is_error
+    assert f'amends_undo {{"saga_id": "{saga_id}", "retry": ["STEP"]}}' in text_of(nothing)
+    assert "--retry" not in text_of(nothing)
+    assert not retried.is_error, text_of(retried)
+    assert _states(retried) == [("sh.put", "reverted")]
+    assert retried.structured_content["reversal_id"] == first.structured_content["reversal_id"]
+    assert retried.structured_content["status"] == "fully_reversed"
+    assert shapes.world() == {}
+    assert bad.is_error
+    assert "retry must be a list of step ids such as [\"s2\"], got 's1'" in text_of(bad)

@@ -1,7 +1,8 @@
 """An ordinary mcp 2.x server whose tools stress what the gateway must pass through unchanged
 (issue 24): arguments named like amends' own options (``call``, ``after``, ``step_id``,
 ``undo_after``, ``deadline``), a slow async write a client cancels, progress notifications,
-and a tool list that changes while the gateway runs.
+a tool list that changes while the gateway runs, and a ``delete`` refused while
+``$SHAPES_STATE.locked`` exists.
 
 Its world lives in the JSON file named by $SHAPES_STATE; ``$SHAPES_STATE.inside`` appears when
 ``slow_put`` has started (a test cancels it then).
@@ -17,6 +18,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 STATE = Path(os.environ["SHAPES_STATE"])
 app = MCPServer("shapes")
@@ -59,7 +61,9 @@ def put(key: str, value: Any) -> dict[str, Any]:
 
 @app.tool()
 def delete(key: str) -> dict[str, Any]:
-    """Delete one key."""
+    """Delete one key; refused while ``$SHAPES_STATE.locked`` exists (a cause a person fixes)."""
+    if Path(f"{STATE}.locked").exists():
+        raise ToolError(f"Refused: {key} is locked")
     with _LOCK:
         data = _load()
         data.pop(key, None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
 
-from amends import AmendsError, Budget, ConfigError
+from amends import AmendsError, Budget, ConfigError, SagaStateError
 
 from .approval import Answer, refusal_text
 from .ports import GatewayView  # a base class: needed at run time
@@ -94,7 +94,8 @@ AMENDS_TOOLS = [
         "twice gives the same report. Optional budget: tool_calls, tokens, seconds; "
         "continue=true continues a reversal that stopped short with a new budget; "
         'steps=["s3"] undoes only s3 and what depends on it (since="s7": every step after s7), '
-        "keeping the rest, which a later undo can still take back.",
+        'keeping the rest, which a later undo can still take back; retry=["s2"] tries failed '
+        "steps again once their cause is fixed (through the drift check again).",
         input_schema={
             "type": "object",
             "properties": {
@@ -104,6 +105,7 @@ AMENDS_TOOLS = [
                 "tokens": {"type": "integer", "minimum": 0},
                 "seconds": {"type": "number", "exclusiveMinimum": 0},
                 "continue": {"type": "boolean"},
+                "retry": {"type": "array", "items": {"type": "string"}},
             },
         },
         annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
@@ -354,6 +356,54 @@ async def _undo_question(r: _Request, continuing: bool) -> str | None:
     return "\n".join(lines)
 
 
+def _retry_steps(r: _Request) -> list[str] | None:
+    """``retry``: the failed steps to try again (engine.retry), alone: it is a continuation of
+    the same reversal, with its own budget."""
+    steps = r.args.get("retry")
+    if steps is None:
+        return None
+    if not isinstance(steps, list) or not steps or not all(isinstance(x, str) for x in steps):
+        raise ConfigError(f'retry must be a list of step ids such as ["s2"], got {steps!r:.200}')
+    if r.args.get("continue") or _selection(r):
+        raise ConfigError(
+            "retry tries failed steps again as a continuation of the same reversal; call "
+            "amends_undo with retry alone (and a budget, if you like), without continue, steps "
+            "or since"
+        )
+    return steps
+
+
+async def _retry(r: _Request, steps: list[str], budget: Budget | None) -> Any:
+    """amends_undo ``retry``: MCP users retry failed steps without the CLI (issue 24)."""
+    gw = r.gw
+    if gw.config.approval != "off":
+        question = (
+            f"The agent asks to try again the undo of step(s) {', '.join(steps)} of "
+            f"'{r.rec.title}' (saga {r.saga_id}), whose inverse failed before: each is checked "
+            f"for drift again and, if unchanged, its inverse is sent. Allow?"
+        )
+        what = {"action": f"retrying the undo of {', '.join(steps)}", "undo": r.saga_id}
+        stop = await r.approve(f"retry:{r.saga_id}:{','.join(steps)}", question, what)
+        if stop is not None:
+            return stop
+    report = await gw.engine.retry(r.saga_id, steps, budget=budget, by=gw.sessions.principal(r.ctx))
+    return await _answer(r, report)
+
+
+async def _answer(r: _Request, report: Any) -> Any:
+    """An undo report as the agent reads it, with the saga's approvals."""
+    data = report.to_dict()
+    approvals = await _approvals(r.gw, r.saga_id)
+    data["approvals"] = approvals
+    text = report.render("text")
+    if approvals:
+        text += "\nApprovals:\n" + "\n".join(_approval_lines(approvals))
+    return _ok(text, data)
+
+
+_CLI_RETRY = "(amends undo {saga} --retry STEP)"
+
+
 async def _undo(r: _Request) -> Any:
     gw, engine = r.gw, r.gw.engine
     budget = _budget(r.args)
@@ -361,6 +411,9 @@ async def _undo(r: _Request) -> Any:
     if continuing not in (None, True, False):  # rule 12: "false" is not a yes
         raise ConfigError(f"continue must be true or false, got {continuing!r:.100}")
     continuing = bool(continuing)
+    retry = _retry_steps(r)
+    if retry is not None:
+        return await _retry(r, retry, budget)
     chosen = _selection(r, continuing)
     if gw.config.approval != "off":
         question = await _undo_question(r, continuing)
@@ -374,16 +427,19 @@ async def _undo(r: _Request) -> Any:
                 return stop
     await gw.sessions.close_saga_id(r.saga_id)  # rule 6: no new step joins a saga being undone
     if continuing:
-        report = await engine.resume(r.saga_id, budget=budget or Budget())
+        try:
+            report = await engine.resume(r.saga_id, budget=budget or Budget())
+        except SagaStateError as exc:  # its advice, in MCP words: no CLI needed
+            cli = _CLI_RETRY.format(saga=r.saga_id)
+            raise SagaStateError(
+                str(exc).replace(
+                    cli, f'(amends_undo {{"saga_id": "{r.saga_id}", "retry": ["STEP"]}})'
+                ),
+                saga_id=r.saga_id,
+            ) from exc
     else:
         report = await engine.undo(r.saga_id, budget=budget, **chosen)
-    data = report.to_dict()
-    approvals = await _approvals(gw, r.saga_id)
-    data["approvals"] = approvals
-    text = report.render("text")
-    if approvals:
-        text += "\nApprovals:\n" + "\n".join(_approval_lines(approvals))
-    return _ok(text, data)
+    return await _answer(r, report)
 
 
 async def _resolve(r: _Request) -> Any:
