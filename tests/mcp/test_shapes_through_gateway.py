@@ -256,3 +256,38 @@ async def test_a_failed_step_is_retried_from_mcp_once_its_cause_is_fixed(
     assert shapes.world() == {}
     assert bad.is_error
     assert "retry must be a list of step ids such as [\"s2\"], got 's1'" in text_of(bad)
+
+
+async def test_two_clients_at_once_one_cancels_the_other_is_untouched(
+    shapes: ShapesSetup, http_gateway: Any
+) -> None:
+    """Two agents on one HTTP gateway run slow writes at once, each asking for progress; one
+    cancels its call. Only that call is cancelled upstream and in doubt; the other lands, is
+    done, and its undo reverts exactly its own key. (Each sends its own saga key: stateless
+    HTTP clients without one would share a saga, docs/mcp.md.)"""
+    from mcp import Client
+
+    A, B = {"amends/saga": "agent-a"}, {"amends/saga": "agent-b"}
+    gw = http_gateway(shapes)
+    async with Client(gw.url) as a, Client(gw.url) as b:
+        a_call = asyncio.create_task(
+            a.call_tool("sh_slow_put", {"key": "a", "value": "1", "seconds": 4}, meta=A)
+        )
+        b_call = asyncio.create_task(
+            b.call_tool("sh_slow_put", {"key": "b", "value": "2", "seconds": 2}, meta=B)
+        )
+        await _until(Path(f"{shapes.state}.inside"))
+        await asyncio.sleep(0.5)  # both are running
+        a_call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await a_call
+        b_done = await b_call
+        await asyncio.sleep(4)
+        assert shapes.world() == {"b": "2"}
+        a_status = await a.call_tool("amends_status", {}, meta=A)
+        b_undo = await b.call_tool("amends_undo", {}, meta=B)
+    assert not b_done.is_error, text_of(b_done)
+    assert b_done.meta["amends/step"]["state"] == "done"
+    assert "in_doubt" in text_of(a_status) and "sh.slow_put" in text_of(a_status)
+    assert _states(b_undo) == [("sh.slow_put", "reverted")]
+    assert shapes.world() == {}
