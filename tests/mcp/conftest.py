@@ -23,6 +23,11 @@ KV_SERVER = HERE / "upstream_kv.py"
 KV_CONTRACTS = HERE / "kv_contracts.toml"
 sys.path.insert(0, str(HERE))
 TREE_ENV = {"PYTHONPATH": str(ROOT / "src")}
+# Every subprocess these tests start inherits it (``amends`` CLI runs, HTTP gateways): a
+# relative PYTHONPATH=src would not survive their own working directories.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [TREE_ENV["PYTHONPATH"], *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+)
 """The gateway subprocess imports amends from this tree's ``src``, not from wherever the venv's
 editable install points (a worktree's tests would otherwise run another checkout's gateway:
 the SDK passes a child only HOME, PATH and a few more, and a relative PYTHONPATH would not

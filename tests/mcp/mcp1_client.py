@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp.client.stdio import stdio_client
@@ -13,8 +14,10 @@ from mcp import ClientSession, StdioServerParameters
 
 
 async def main(python: str, config: str) -> None:
-    params = StdioServerParameters(
-        command=python, args=["-m", "amends.integrations.mcp", "serve", "--config", config]
+    params = StdioServerParameters(  # the whole environment: its PYTHONPATH names the tree
+        command=python,
+        args=["-m", "amends.integrations.mcp", "serve", "--config", config],
+        env=dict(os.environ),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         init = await session.initialize()

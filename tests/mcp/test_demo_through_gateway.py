@@ -13,6 +13,7 @@ import pytest
 
 from amends.sandbox import World, run_demo_async
 from amends.sandbox.demo import DEMO_TITLE, HUMAN_STAGE
+from conftest import TREE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -113,6 +114,7 @@ async def test_demo_scene_through_the_gateway_equals_the_in_process_report(
         command=sys.executable,
         args=["-m", "amends.integrations.mcp", "serve", "--config", str(config)],
         cwd=str(tmp_path),
+        env=TREE_ENV,
     )
     async with Client(params) as c:
         ids: dict[str, str] = {}
