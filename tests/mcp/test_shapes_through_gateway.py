@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -291,3 +292,61 @@ async def test_two_clients_at_once_one_cancels_the_other_is_untouched(
     assert "in_doubt" in text_of(a_status) and "sh.slow_put" in text_of(a_status)
     assert _states(b_undo) == [("sh.slow_put", "reverted")]
     assert shapes.world() == {}
+
+
+async def test_an_http_upstream_restarted_behind_its_url_is_reached_again_by_undo(
+    tmp_path: Path,
+) -> None:
+    """The upstream is a streamable HTTP server (``url =``) that is killed and started again
+    on the same address between two calls: the next call and undo reach the new process, and
+    undo reverts the writes made before and after the restart."""
+    import subprocess
+
+    from conftest import free_port
+    from mcp import Client
+
+    port, state = free_port(), tmp_path / "shapes.json"
+    state.write_text(json.dumps({"a": "0", "b": "0"}))
+
+    def start() -> subprocess.Popen[bytes]:
+        env = {**os.environ, "SHAPES_STATE": str(state), "SHAPES_PORT": str(port)}
+        proc = subprocess.Popen(
+            [sys.executable, str(SHAPES_SERVER)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return proc
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        raise AssertionError("the HTTP upstream did not listen within 30 s")
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[gateway]\nlog = "saga.db"\n\n[[upstream]]\nname = "sh"\n'
+        f'url = "http://127.0.0.1:{port}/mcp"\ncontracts = [{json.dumps(str(SHAPES_CONTRACTS))}]\n'
+    )
+    first = await asyncio.to_thread(start)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        async with Client(gateway_params(config, tmp_path)) as c:
+            a = await c.call_tool("sh_put", {"key": "a", "value": "1"})
+            first.kill()
+            await asyncio.to_thread(first.wait)
+            second = await asyncio.to_thread(start)
+            b = await c.call_tool("sh_put", {"key": "b", "value": "1"})
+            undo = await c.call_tool("amends_undo", {})
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not a.is_error, text_of(a)
+    assert not b.is_error, text_of(b)
+    assert _states(undo) == [("sh.put", "reverted"), ("sh.put", "reverted")]
+    assert json.loads(state.read_text()) == {"a": "0", "b": "0"}

@@ -115,4 +115,7 @@ async def deploy(add: str, drop: str, ctx: Context) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    app.run()
+    if os.environ.get("SHAPES_PORT"):  # streamable HTTP (a test restarts it behind its URL)
+        app.run("streamable-http", host="127.0.0.1", port=int(os.environ["SHAPES_PORT"]))
+    else:
+        app.run()

@@ -165,6 +165,7 @@ def _transport_failure(exc: BaseException) -> bool:
     """Whether ``exc`` from the SDK means the connection itself failed (the server is gone or
     its stream broke), as opposed to an answer that arrived but is not valid MCP."""
     import anyio
+    import httpx  # the SDK's HTTP transport: a dependency of mcp
 
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -175,7 +176,8 @@ def _transport_failure(exc: BaseException) -> bool:
         | anyio.ClosedResourceError
         | anyio.BrokenResourceError
         | anyio.EndOfStream
-        | TimeoutError,
+        | TimeoutError
+        | httpx.TransportError,
     )
 
 
