@@ -350,3 +350,38 @@ async def test_an_http_upstream_restarted_behind_its_url_is_reached_again_by_und
     assert not b.is_error, text_of(b)
     assert _states(undo) == [("sh.put", "reverted"), ("sh.put", "reverted")]
     assert json.loads(state.read_text()) == {"a": "0", "b": "0"}
+
+
+async def test_an_upstream_that_prints_a_banner_on_stdout_works_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Some servers print a banner on stdout before serving. The SDK skips the line; the
+    gateway's stderr says so in one line, never with a traceback, and the calls work."""
+    from mcp.client.stdio import stdio_client
+
+    from mcp import Client
+
+    state = tmp_path / "shapes.json"
+    state.write_text(json.dumps({"k": "0"}))
+    banner = (
+        f"print('shapes server starting'); import runpy; "
+        f"runpy.run_path({str(SHAPES_SERVER)!r}, run_name='__main__')"
+    )
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[gateway]\nlog = "saga.db"\n\n[[upstream]]\nname = "sh"\n'
+        f"command = {json.dumps(sys.executable)}\nargs = ['-c', {json.dumps(banner)}]\n"
+        f"env = {{ SHAPES_STATE = {json.dumps(str(state))} }}\n"
+        f"contracts = [{json.dumps(str(SHAPES_CONTRACTS))}]\n"
+    )
+    err_path = tmp_path / "gateway.err"
+    with err_path.open("w") as err:
+        async with Client(stdio_client(gateway_params(config, tmp_path), errlog=err)) as c:
+            r = await c.call_tool("sh_put", {"key": "k", "value": "1"})
+            undo = await c.call_tool("amends_undo", {})
+    said = err_path.read_text()
+    assert not r.is_error, text_of(r)
+    assert _states(undo) == [("sh.put", "reverted")]
+    assert json.loads(state.read_text()) == {"k": "0"}
+    assert "mcp: Failed to parse JSONRPC message from server (ValidationError" in said
+    assert "Traceback" not in said, said

@@ -104,8 +104,34 @@ def _serve(args: argparse.Namespace) -> int:
     _need_sdk()
     # issue 28: on stderr (stdout is the MCP channel on stdio)
     configure_logging(args.log_format)
+    if args.log_format == "text":
+        _sdk_lines_without_tracebacks()
     asyncio.run(serve(args.config, http=address))
     return 0
+
+
+class _OneLine(logging.Formatter):
+    """An SDK record as one line: its message and the exception's type and text, no traceback
+    (an upstream that prints a banner on stdout made the SDK log one per line it could not
+    parse; a user reads "never a traceback", issue 24)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"mcp: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            first = str(exc).strip().splitlines()[:1]
+            text += f" ({type(exc).__name__}{': ' + first[0] if first else ''})"
+        return text
+
+
+def _sdk_lines_without_tracebacks() -> None:
+    """Text logs: the SDK's warnings and errors reach stderr as one line each (``_OneLine``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    handler.setLevel(logging.WARNING)
+    sdk = logging.getLogger("mcp")
+    sdk.addHandler(handler)
+    sdk.propagate = False
 
 
 async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> None:

@@ -381,9 +381,12 @@ class Upstream:
                 f"command or URL in the gateway config"
             ) from exc
         except Exception as exc:
+            # the SDK wraps the cause in exception groups: name the innermost, not "unhandled
+            # errors in a TaskGroup"; a server that exited at start said why on its stderr
+            said = "; its own words, if any, are on stderr above" if self.config.command else ""
             raise ConfigError(
-                f"upstream {self.name!r} ({self.where}) did not answer as an MCP server: "
-                f"{type(exc).__name__}: {exc}; check the command or URL in the gateway config"
+                f"upstream {self.name!r} ({self.where}) did not answer as an MCP server "
+                f"({_cause(exc)}){said}; check the command or URL in the gateway config"
             ) from exc
         try:
             self.capabilities = conn.client.server_capabilities
