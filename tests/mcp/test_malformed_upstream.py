@@ -78,3 +78,25 @@ async def test_a_malformed_answer_is_in_doubt_and_cuts_no_other_call(
 
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+async def test_an_answer_that_is_not_utf8_is_read_and_the_connection_lives_on(
+    tmp_path: Path,
+) -> None:
+    """A stdio server answers in Latin-1: the bytes that are not UTF-8 read as U+FFFD, the call
+    is done, and the next call works (the SDK's strict reader used to die on them: this call and
+    every later one on the connection hung until ``call_timeout`` and were left in doubt)."""
+    from mcp import Client
+
+    config, state = _config(tmp_path)
+    config.write_text(
+        config.read_text().replace('log = "saga.db"', 'log = "saga.db"\ncall_timeout = 10')
+    )
+    async with Client(gateway_params(config, tmp_path)) as c:
+        odd = await c.call_tool("raw_latin1", {})
+        after = await c.call_tool("raw_write", {})
+    assert not odd.is_error, text_of(odd)
+    assert odd.meta["amends/step"]["state"] == "done"
+    assert text_of(odd) == "caf\ufffd \ufffd"
+    assert not after.is_error, text_of(after)
+    assert _text(state).split() == ["latin1", "write"]

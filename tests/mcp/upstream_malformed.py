@@ -4,9 +4,9 @@ client: ``initialize``, ``tools/list``, ``tools/call``; each call runs in a thre
 overlap, and it exits at once when its stdin closes, as a server whose client went away.
 
 Tools: ``bad_shape`` answers ``structuredContent`` its own ``outputSchema`` refuses;
-``bad_content`` a content block of no known type; ``slow`` answers after 2 s; ``write``
-answers well. Every call is appended to ``$MALFORMED_STATE``; the pid is in
-``$MALFORMED_STATE.pid``.
+``bad_content`` a content block of no known type; ``latin1`` a line that is not UTF-8;
+``slow`` answers after 2 s; ``write`` answers well. Every call is appended to
+``$MALFORMED_STATE``; the pid is in ``$MALFORMED_STATE.pid``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ TOOLS = [
     {"name": "bad_content", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "slow", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "write", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "latin1", "inputSchema": {"type": "object", "properties": {}}},
 ]
 ANSWERS = {
     "bad_shape": {"content": [{"type": "text", "text": "x"}], "structuredContent": {"count": "x"}},
@@ -50,6 +51,14 @@ def send(message: dict[str, object]) -> None:
 def call(mid: object, name: str) -> None:
     with _OUT, open(STATE, "a") as f:
         f.write(name + "\n")
+    if name == "latin1":  # its text in Latin-1, not UTF-8: bytes no UTF-8 decoder accepts
+        text = '{"content": [{"type": "text", "text": "caf\u00e9 \u00ff"}]}'
+        line = f'{{"jsonrpc": "2.0", "id": {json.dumps(mid)}, "result": {text}}}\n'
+        with _OUT:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(line.encode("latin-1"))
+            sys.stdout.buffer.flush()
+        return
     if name == "slow":
         time.sleep(2)
     send({"jsonrpc": "2.0", "id": mid, "result": ANSWERS[name]})

@@ -349,8 +349,15 @@ class Upstream:
         if cfg.command is not None:
             env = get_default_environment()
             env.update(cfg.env or {})
+            # Bytes that are not UTF-8 on the server's stdout become U+FFFD: with the SDK's
+            # default ("strict") its reader died on them and every call of the connection
+            # hung until call_timeout (issue 24: non-UTF-8 output survived).
             return StdioServerParameters(
-                command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd
+                command=cfg.command,
+                args=list(cfg.args),
+                env=env,
+                cwd=cfg.cwd,
+                encoding_error_handler="replace",
             )
         assert cfg.url is not None
         return cfg.url
