@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import HERE, gateway_params, text_of
+from conftest import HERE, TREE_ENV, free_port, gateway_params, text_of
 
 pytestmark = pytest.mark.slow
 
@@ -197,8 +197,6 @@ def test_two_upstream_tools_listed_under_one_name_are_refused_at_start(tmp_path:
     names both, instead of listing one and silently hiding the other."""
     import subprocess
 
-    from conftest import TREE_ENV
-
     config = tmp_path / "gateway.toml"
     config.write_text(
         '[gateway]\nlog = "saga.db"\n'
@@ -302,7 +300,6 @@ async def test_an_http_upstream_restarted_behind_its_url_is_reached_again_by_und
     undo reverts the writes made before and after the restart."""
     import subprocess
 
-    from conftest import free_port
     from mcp import Client
 
     port, state = free_port(), tmp_path / "shapes.json"

@@ -568,7 +568,15 @@ class _PgDatabase(Database):
         """The log's schema version (0: no amends tables yet), checked (``stored_version``)."""
 
         def has(table: str) -> bool:
-            found = tx.execute("SELECT to_regclass(?) IS NOT NULL", (table,))
+            # pg_class read by a query, under the transaction's snapshot like the version row
+            # below: to_regclass looks in the catalog's latest state, which can hold the tables
+            # of a migration committed after this snapshot while its version row is not in it
+            found = tx.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace"
+                " n ON n.oid = c.relnamespace WHERE c.relname = ? AND n.nspname = ANY"
+                " (current_schemas(false)))",
+                (table,),
+            )
             return bool(found and found[0][0])
 
         if not has("amends_meta"):
