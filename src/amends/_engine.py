@@ -786,16 +786,16 @@ class Engine(FollowUpMethods):
         return saga, outcomes
 
     # --- recovery -------------------------------------------------------------------------
-    async def recover(self) -> RecoveryReport:
-        """After a crash: mark forward steps left with intent but no result ``in_doubt``, and
-        resume every reversal whose worker's lease has expired, without re-sending any
-        compensation already logged done.
+    async def recover(self, *, resume: bool = True) -> RecoveryReport:
+        """After a crash: mark forward steps left with intent but no result ``in_doubt``,
+        resume every reversal whose worker's lease has expired (``resume=False``: not these;
+        ``amends recover`` resumes each with its own catalog), without re-sending any
+        compensation already logged done, and write the resolution of every follow-up logged
+        sent whose process stopped before writing it (issue 27).
         """
-        now = time.time()
-        in_doubt = await self.log.mark_in_doubt(now)
-        resumed = []
-        failed = []
-        for rev in await self.log.expired_reversals(now):
+        in_doubt = await self.log.mark_in_doubt(now := time.time())
+        resumed, failed = [], []
+        for rev in await self.log.expired_reversals(now) if resume else ():
             try:  # one reversal that cannot be resumed must not stop the others
                 resumed.append(
                     await self.undo(
@@ -804,7 +804,8 @@ class Engine(FollowUpMethods):
                 )
             except AmendsError as exc:
                 failed.append((rev.saga_id, str(exc)))
-        return RecoveryReport(tuple(in_doubt), tuple(resumed), tuple(failed))
+        lost = await self._resolve_lost_sends()  # issue 27: a sent follow-up's resolution
+        return RecoveryReport(tuple(in_doubt), tuple(resumed), tuple(failed), tuple(lost))
 
     def recover_sync(self) -> RecoveryReport:
         return run(self.recover())

@@ -57,6 +57,9 @@ class RecoveryReport:
     failed: tuple[tuple[str, str], ...] = ()
     """(saga_id, why) of reversals that could not be resumed here (e.g. a catalog lacking their
     tools); the others were resumed all the same."""
+    resolved: tuple[tuple[str, str], ...] = ()
+    """(saga_id, step_id) of manual actions whose follow-up was logged sent but whose
+    resolution its process stopped before writing (issue 27), written now by the sender."""
 
 
 class ReversalRunner(Protocol):

@@ -21,6 +21,7 @@ from typing import Any
 from ._budget import BudgetMeter
 from ._contracts import ManualAction, Residue
 from ._describe import when_words
+from ._follow_up_state import follow_up_cost, follow_up_standing
 from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 
 __all__ = [
@@ -228,6 +229,10 @@ class UndoReport:
     asked for so far (``asked``), every step it covers (``steps``; :attr:`steps` lists only
     these), each step the closure added with the reason (``added``), and the steps kept as they
     are (``kept``: not undone, still undoable later); ``None``: the whole saga."""
+    in_doubt: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """step_id -> the follow-up sent for its manual action whose outcome is unknown (issue 27:
+    ``by``, ``at``, ``note``): it may have gone out, so the manual action is neither open nor
+    handled; a person checks whether it went out before acting, then resolves it."""
 
     @staticmethod
     def note_for_people(note: str) -> str:
@@ -244,13 +249,16 @@ class UndoReport:
         return dataclasses.replace(self, resolutions=found)
 
     def handled(self, step_id: str) -> Mapping[str, Any] | None:
-        """Who handled ``step_id``'s manual action, when and how; ``None`` while it is open."""
+        """Who handled ``step_id``'s manual action, when and how; ``None`` while it is open
+        (or while a follow-up for it is in doubt: :attr:`in_doubt`)."""
         return self.resolutions.get(step_id)
 
     @property
     def open_manual_actions(self) -> list[ManualAction]:
-        """Manual actions no one has resolved yet."""
-        return [m for m in self.manual_actions if m.step_id not in self.resolutions]
+        """Manual actions no one has resolved yet, nor sent a follow-up for that went out or
+        may have (issue 27: in doubt is not open)."""
+        taken = {*self.resolutions, *self.in_doubt}
+        return [m for m in self.manual_actions if m.step_id not in taken]
 
     @property
     def status(self) -> Outcome:
@@ -309,6 +317,9 @@ class UndoReport:
             parts.append(f"{len(by) - agents} handled by a person")
         if agents:
             parts.append(f"{agents} handled by an agent")
+        if doubt := len(self.in_doubt):  # issue 27: a follow-up that may have gone out
+            parts.append(f"{doubt} follow-up{'s' if doubt > 1 else ''} in doubt: check whether "
+                         f"{'they' if doubt > 1 else 'it'} went out before acting")  # fmt: skip
         attention = len(self.open_manual_actions)
         if attention:
             parts.append(f"{attention} need{'s' if attention == 1 else ''} your attention")
@@ -326,7 +337,7 @@ class UndoReport:
             "steps": [s.to_dict() for s in self.steps],
             "residue": [r.to_dict() for r in self.residue],
             "manual_actions": [
-                {**m.to_dict(), "handled": self.resolutions.get(m.step_id)}
+                {**m.to_dict(), "handled": self.resolutions.get(m.step_id), **self._doubt(m)}
                 for m in self.manual_actions
             ],
             "violations": self.violations,
@@ -340,7 +351,18 @@ class UndoReport:
             "resolutions": {k: dict(v) for k, v in self.resolutions.items()},
             "runs": [dict(r) for r in self.runs],
             "selection": dict(self.selection) if self.selection is not None else None,
+            **(
+                {"in_doubt": {k: dict(v) for k, v in self.in_doubt.items()}}
+                if self.in_doubt
+                else {}
+            ),
         }
+
+    def _doubt(self, m: ManualAction) -> dict[str, Any]:
+        """A manual action's ``in_doubt`` entry, when a follow-up for it may have gone out (the
+        key is absent otherwise: a report without one reads as before)."""
+        doubt = self.in_doubt.get(m.step_id)
+        return {"in_doubt": dict(doubt)} if doubt is not None else {}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> UndoReport:
@@ -359,6 +381,7 @@ class UndoReport:
             {k: dict(v) for k, v in (d.get("resolutions") or {}).items()},
             tuple(dict(r) for r in d.get("runs") or ()),
             dict(d["selection"]) if d.get("selection") is not None else None,
+            {k: dict(v) for k, v in (d.get("in_doubt") or {}).items()},
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -473,11 +496,15 @@ async def current_report(
         return report.with_resolutions({}) if report.resolutions else report
     comps = await log.get_compensations(report.reversal_id)
     report = with_follow_up_cost(report, comps) if follow_ups else report
-    return report.with_resolutions(current_resolutions(saga.resolutions, comps))
-
-
-FOLLOW_UP_KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
-"""A follow-up's key in a reversal's history: ``s3+f1``, the first follow-up of step ``s3``."""
+    found: dict[str, Any] = current_resolutions(saga.resolutions, comps)
+    if not follow_ups:
+        return report.with_resolutions(found)
+    # issue 27: a follow-up sent, or that may have gone out, is never shown open (rule 8)
+    standing = await follow_up_standing(log, saga.saga_id, comps, found)
+    found.update({k: v for k, v in standing.items() if not v.get("in_doubt")})
+    doubt = {k: {n: v[n] for n in ("by", "at", "note")} for k, v in standing.items()
+             if v.get("in_doubt")}  # fmt: skip
+    return dataclasses.replace(report.with_resolutions(found), in_doubt=doubt)
 
 
 def _spent_after(report: UndoReport, rev: ReversalRecord | None) -> bool:
@@ -497,11 +524,7 @@ def with_follow_up_cost(report: UndoReport, comps: Mapping[str, CompensationReco
     """``report`` with the cost of the follow-ups sent after it (issue 27, rule 7): every call
     the reversal made counts in ``tool_calls``, follow-ups included, and the tokens an agent
     spent on them in ``tokens``."""
-    calls = tokens = 0
-    for key, rec in comps.items():
-        if FOLLOW_UP_KEY.match(key) and "tool" in rec.data:
-            calls += int(rec.data.get("calls", 1))  # written before the cost was kept: one call
-            tokens += int(rec.data.get("tokens", 0))
+    calls, tokens = follow_up_cost(comps)
     if not calls and not tokens:
         return report
     return dataclasses.replace(
@@ -525,6 +548,22 @@ def _handled_text(res: Mapping[str, Any] | None, *, people: bool = False) -> str
         return "open"
     earlier = "; ".join(_one_resolution(e, people) for e in res.get("earlier") or ())
     return _one_resolution(res, people) + (f" (earlier: {earlier})" if earlier else "")
+
+
+def _html_handled(r: UndoReport, step_id: str, e: Any) -> str:
+    """A manual action's state on the standalone page: in doubt, handled, or open."""
+    if step_id in r.in_doubt:
+        return f"<p>{e(_in_doubt_text(r.in_doubt[step_id], people=True))}</p>"
+    if r.resolutions:
+        return f"<p>{e(_handled_text(r.handled(step_id), people=True))}</p>"
+    return ""
+
+
+def _in_doubt_text(doubt: Mapping[str, Any], *, people: bool = False) -> str:
+    """A follow-up that may have gone out (issue 27): not open, not handled."""
+    at = datetime.fromtimestamp(float(doubt["at"]), UTC)
+    when = when_words(at.isoformat()) if people else at.strftime("%Y-%m-%d %H:%M UTC")
+    return f"in doubt ({doubt['by']} at {when}): {doubt['note']}"
 
 
 def _one_resolution(res: Mapping[str, Any], people: bool = False) -> str:
@@ -647,7 +686,9 @@ def _render_text(r: UndoReport) -> str:
             )
             if m.draft:
                 out += _wrapped(f"draft: {m.draft}", 4)
-            if r.resolutions:
+            if m.step_id in r.in_doubt:
+                out += _wrapped(_in_doubt_text(r.in_doubt[m.step_id]), 4)
+            elif r.resolutions:
                 out += _wrapped(_handled_text(r.handled(m.step_id)), 4)
     return "\n".join(out) + "\n"
 
@@ -716,7 +757,7 @@ def _render_html(r: UndoReport) -> str:
         + (f"; affected: {e(', '.join(m.parties))}" if m.parties else "")
         + "</p>"
         + (f"<p>Draft message:</p><pre class='draft'>{e(m.draft)}</pre>" if m.draft else "")
-        + (f"<p>{e(_handled_text(r.handled(m.step_id), people=True))}</p>" if r.resolutions else "")
+        + _html_handled(r, m.step_id, e)
         + "</li>"
         for m in r.manual_actions
     )

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amends._secrets", "amends._describe", "amends._telemetry", "amends._dates"),
     ("amends._contracts", "amends._budget"),
     ("amends._calls", "amends._catalog_ref", "amends._joins"),
-    ("amends._log", "amends._report", "amends._manual"),
+    ("amends._log", "amends._report", "amends._manual", "amends._follow_up_state"),
     ("amends._saga", "amends._outcome", "amends._planner", "amends._observe", "amends._resolution"),
     (
         "amends._reversal",

@@ -110,13 +110,24 @@ class FollowUpAgent:
         """Why the engine stopped the agent (its budget spent), or ``None``."""
 
     async def open_actions(self) -> list[ManualAction]:
-        """The reversal's manual actions nobody has handled yet."""
-        saga = await self.load()
-        rev = saga.reversal
-        if rev is None or rev.report is None:
+        """The reversal's manual actions nobody has handled yet, nor sent a follow-up for that
+        may have gone out (issue 27: never proposed again; :meth:`in_doubt` lists those)."""
+        report = await self._report()
+        return list(report.open_manual_actions) if report is not None else []
+
+    async def in_doubt(self) -> list[ManualAction]:
+        """The manual actions a follow-up may have gone out for (its outcome unknown): a
+        person checks whether it went out before acting; never sent again (rule 5)."""
+        report = await self._report()
+        if report is None:
             return []
-        report = await current_report(self.sender.log, UndoReport.from_dict(rev.report))
-        return list(report.open_manual_actions)
+        return [m for m in report.manual_actions if m.step_id in report.in_doubt]
+
+    async def _report(self) -> UndoReport | None:
+        rev = (await self.load()).reversal
+        if rev is None or rev.report is None:
+            return None
+        return await current_report(self.sender.log, UndoReport.from_dict(rev.report))
 
     @property
     def left(self) -> list[FollowUpOutcome]:

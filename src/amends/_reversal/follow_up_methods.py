@@ -15,7 +15,7 @@ from .._contracts import Catalog
 from .._log.base import SagaLog, SagaRecord
 from .._resolution import check_who_and_note
 from .agentic import Approve, FollowUpAgent
-from .follow_ups import FollowUpSender, SentFollowUp, follow_ups_of
+from .follow_ups import FollowUpSender, SentFollowUp, follow_ups_of, resolve_lost_sends
 
 __all__ = ["FollowUpMethods"]
 
@@ -86,6 +86,11 @@ class FollowUpMethods:
         if saga.reversal is None:
             return []
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
+
+    async def _resolve_lost_sends(self) -> list[tuple[str, str]]:
+        """``recover``'s part: the resolutions of follow-ups sent whose process stopped before
+        writing them (:func:`.follow_ups.resolve_lost_sends`)."""
+        return await resolve_lost_sends(self.log)
 
     def follow_up_agent(
         self,

@@ -24,6 +24,7 @@ from .._budget import Budget, BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
 from .._contracts import Catalog, Residue
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaStateError
+from .._follow_up_state import FOLLOW_UP_KEY, follow_up_standing, sent_note
 from .._log.base import (
     CompensationRecord,
     CompensationWrite,
@@ -32,13 +33,13 @@ from .._log.base import (
     SagaRecord,
 )
 from .._manual import did
-from .._report import FOLLOW_UP_KEY, UndoReport, current_resolutions
+from .._report import UndoReport, current_resolutions
 from .._resolution import resolvable
 from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
 
-__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of"]
+__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of", "resolve_lost_sends"]
 
 _KEY = FOLLOW_UP_KEY
 _OPEN = ("dispatched", "in_doubt")
@@ -119,6 +120,30 @@ def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list
             _made(saga_id, rec.reversal_id, key, m["step"], d, state, detail, rec.updated_at)
         )
     return sorted(out, key=lambda f: (f.step_id, int(f.follow_up_id.rsplit("+f", 1)[1])))
+
+
+async def resolve_lost_sends(log: SagaLog) -> list[tuple[str, str]]:
+    """``recover``'s part (issue 27): write the resolution of every follow-up logged ``sent``
+    whose process stopped before writing it (the log converges to what the send would have
+    written). One in doubt is left as it is: nothing the engine cannot vouch for is written.
+    A saga whose history does not verify is left untouched (rule 12). Returns (saga_id,
+    step_id) of each resolution written."""
+    out = []
+    for head in await log.reversal_heads():
+        saga = await log.get_saga(head.saga_id) if head.state == "done" else None
+        if saga is None or saga.reversal is None:
+            continue
+        comps = await log.get_compensations(saga.reversal.reversal_id)
+        current = current_resolutions(saga.resolutions, comps)
+        lost = {k: v for k, v in (await follow_up_standing(log, saga.saga_id, comps, current)
+                                  ).items() if not v.get("in_doubt")}  # fmt: skip
+        if not lost or await log.verify(saga.saga_id):
+            continue
+        for step_id, res in sorted(lost.items()):
+            await log.resolve_step(saga.saga_id, step_id, by=res["by"], note=res["note"],
+                                   now=time.time())  # fmt: skip
+            out.append((saga.saga_id, step_id))
+    return out
 
 
 class FollowUpSender:
@@ -296,7 +321,7 @@ class FollowUpSender:
     async def _resolve(
         self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
     ) -> None:
-        note = f"follow-up {key} of reversal {rev_id}: {detail}"
+        note = sent_note(key, rev_id, detail)
         now = await self.log.get_saga(saga.saga_id)
         res = now.resolutions.get(step_id) if now is not None else None
         if res is not None and not res.withdrawn and (res.by, res.note) == (by, note):

@@ -417,6 +417,13 @@ def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
     """A manual action open or handled (who, when, note; the earlier resolutions too), and
     what to run next (issue 23)."""
     res = report.handled(step_id)
+    doubt = report.in_doubt.get(step_id)
+    if doubt is not None:  # issue 27: a follow-up that may have gone out: check first
+        when = dt.datetime.fromtimestamp(float(doubt["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M")
+        resolve = command("resolve", report.saga_id, step_id, "--note", "what you found")
+        said = f"({markup(doubt['by'])} at {when}Z): {markup(doubt['note'])}"
+        print_item(console, f"[yellow]in doubt[/yellow] {said}; once checked: {markup(resolve)}", 4)
+        return
     if res is None:
         resolve = command("resolve", report.saga_id, step_id, "--note", "what you did")
         hint = f"open — when done: {markup(resolve)}"

@@ -104,7 +104,12 @@ def _print_recovery(out: dict[str, Any]) -> None:
             f"NOT recovered: reversal {safe(f['reversal_id'])} of saga {safe(f['saga_id'])}: "
             f"{safe(f['error'])}\n"
         )
-    if not out["in_doubt"] and not out["resumed"] and not out["failed"]:
+    for r in out.get("resolved", ()):
+        sys.stdout.write(
+            f"resolved: saga {safe(r['saga_id'])} step {safe(r['step_id'])} (its follow-up was "
+            f"sent; the resolution its process stopped before writing is written now)\n"
+        )
+    if not any(out.get(k) for k in ("in_doubt", "resumed", "failed", "resolved")):
         sys.stdout.write("nothing to recover\n")
 
 
@@ -120,7 +125,7 @@ async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
         LogError: The log does not exist or cannot be opened.
         LogCorruptedError: The log's storage is damaged (nothing is recovered).
     """
-    from amends import Budget, Engine
+    from amends import Budget, Catalog, Engine
 
     from ._common import allowed_catalogs, catalog_for_saga, open_existing_log
 
@@ -161,6 +166,10 @@ async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
                     "status": report.status.value,
                 }
             )
+        # issue 27: a follow-up logged sent whose process stopped before its resolution
+        done = await Engine(Catalog(), log=log).recover(resume=False)
+        if done.resolved:  # the key only when there is one: the JSON reads as before otherwise
+            out["resolved"] = [{"saga_id": s, "step_id": st} for s, st in done.resolved]
         return out
     finally:
         await log.close()

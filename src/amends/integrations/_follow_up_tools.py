@@ -171,6 +171,11 @@ class FollowUpSession:
             "Manual actions still open: "
             + (", ".join(f"{m.step_id} ({m.who})" for m in still) if still else "none")
         )
+        if doubt := await agent.in_doubt():  # issue 27: may have gone out: a person checks
+            lines.append(
+                "In doubt (a follow-up may have gone out; a person checks, never send again): "
+                + ", ".join(m.step_id for m in doubt)
+            )
         return Answer("\n".join(lines))
 
 

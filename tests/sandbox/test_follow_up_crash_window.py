@@ -1,0 +1,229 @@
+"""Issue 27, re-checked: a follow-up whose process died between its send and what comes after
+it (a real process, SIGKILLed; a SQLite file log and a sandbox world file).
+
+Died after the send was logged ``sent`` but before its resolution was written: every reader of
+the report (library, ``amends show``, HTTP) shows the manual action handled by the sender, never
+open (rule 8: a person reading "open" could send a second apology); an agent's follow-up loop
+never proposes it again; ``recover`` writes the missing resolution (the log converges).
+Died after the send, before its outcome was logged: the manual action reads "in doubt: check
+before acting", never open, and nothing sends it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import amends
+from amends.sandbox import World, sandbox_catalog
+
+EDITED = "Hello Bob, please ignore my earlier email: the price was wrong. Ann"
+SRC = str(Path(amends.__file__).resolve().parent.parent)
+CHILD = """
+import asyncio, os, signal, sys
+import amends
+from amends.sandbox import World, sandbox_catalog
+
+db, wpath, saga_id, where, body = sys.argv[1:6]
+
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def main():
+    eng = amends.Engine(sandbox_catalog(World(path=wpath)), log=db)
+    log = eng.log
+    if where == "before_resolution":
+        async def resolve_step(*args, **kwargs):
+            die()
+        log.resolve_step = resolve_step
+    else:  # the mail went out; the process dies before its outcome is written
+        record = log.record_compensation
+        async def record_compensation(write):
+            if write.state != "dispatched":
+                die()
+            return await record(write)
+        log.record_compensation = record_compensation
+    args = {"to": "bob@example.com", "subject": "Correction", "body": body}
+    await eng.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="ann")
+
+
+asyncio.run(main())
+"""
+
+
+def engine(tmp: Path) -> amends.Engine:
+    cat = sandbox_catalog(World(path=str(tmp / "world.db")), timeout=2.0)
+    return amends.Engine(cat, log=str(tmp / "log.db"))
+
+
+def mails(tmp: Path) -> list[str]:
+    w = World(path=str(tmp / "world.db"))
+    return [m["body"] for _, m in w.items("mail.messages") if m["to"] == "bob@example.com"]
+
+
+async def undone_then_killed(tmp: Path, where: str) -> str:
+    """A saga that emailed Bob and set a CRM field, undone; then a child process sends the
+    follow-up and is SIGKILLed at ``where``."""
+    eng = engine(tmp)
+    async with eng.saga("Quote ACME") as saga:
+        saga.call("mail.send", to="bob@example.com", subject="Quote", body="Price: 100")
+        saga.call("crm.update_field", record_id="acme", field="stage", value="quoted")
+    report = await eng.undo(saga.id)
+    assert report.headline == "1 of 2 taken back · 1 needs your attention"
+    await eng.close()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", CHILD, str(tmp / "log.db"), str(tmp / "world.db"), saga.id, where,
+         EDITED],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == -9, proc.stderr  # SIGKILLed, not an error
+    assert mails(tmp) == ["Price: 100", EDITED]  # it went out, once
+    return saga.id
+
+
+def cli(tmp: Path, *argv: str) -> str:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.run(
+        [sys.executable, "-m", "amends", *argv, "--db", str(tmp / "log.db")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return " ".join(proc.stdout.split())  # unwrapped
+
+
+def http(tmp: Path, saga_id: str) -> tuple[str, str]:
+    """The HTTP listing's headline of the saga, and its web page."""
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    app = create_app(lambda: engine(tmp), ServerSettings(no_auth=True))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        listed = client.get("/sagas")
+        page = client.get(f"/ui/sagas/{saga_id}")
+    assert listed.status_code == page.status_code == 200, (listed.text, page.text)
+    body = listed.json()
+    [saga] = [s for s in body.get("sagas", body) if s["saga_id"] == saga_id]
+    return str(saga["reversal"]["headline"]), page.text
+
+
+async def test_a_send_logged_sent_whose_process_died_reads_handled_everywhere(
+    tmp_path: Path,
+) -> None:
+    saga_id = await undone_then_killed(tmp_path, "before_resolution")
+    eng = engine(tmp_path)
+    saga = await eng.log.get_saga(saga_id)
+    assert saga is not None and saga.resolutions == {}  # the resolution was never written
+    [f] = await eng.follow_ups(saga_id)
+    report = await eng.report(saga_id)
+    assert report is not None
+    assert report.open_manual_actions == []
+    assert report.headline == "1 of 2 taken back · 1 handled by a person"
+    handled = report.handled("s1")
+    assert f.detail == "sent with mail.send (id msg_2)"
+    note = f"follow-up s1+f1 of reversal {report.reversal_id}: {f.detail}"
+    assert handled == {"step_id": "s1", "by": "ann", "note": note, "at": f.at}
+    [shown] = report.to_dict()["manual_actions"]
+    assert shown["handled"] == handled
+    text = " ".join(report.render("text").split())  # unwrapped
+    assert "handled by ann at " in text and text.endswith(f": {note}")
+    # amends show (the CLI reader) says the same
+    out = cli(tmp_path, "show", saga_id)
+    assert "1 of 2 taken back · 1 handled by a person" in out
+    assert "handled by ann at " in out and f": {note} " in out
+    headline, page = await asyncio.to_thread(http, tmp_path, saga_id)
+    assert headline == "1 of 2 taken back · 1 handled by a person"
+    assert '<p class="handled">Handled by ann at ' in page
+    assert ": sent the follow-up message</p>" in page
+    assert 'class="send secondary"' not in page and 'class="resolve"' not in page
+    # an agent's follow-up loop has nothing to propose
+    agent = eng.follow_up_agent(saga_id, by="agent:helper", allow=["mail.send"])
+    assert await agent.open_actions() == []
+    # recover writes what is missing: the log converges to what the send would have written
+    rec = await eng.recover()
+    assert rec.resolved == ((saga_id, "s1"),)
+    saga = await eng.log.get_saga(saga_id)
+    assert saga is not None
+    assert [(r.by, r.note) for r in saga.resolutions.values()] == [("ann", note)]
+    assert (await eng.recover()).resolved == ()  # once
+    report = await eng.report(saga_id)
+    assert report is not None and report.open_manual_actions == []
+    assert report.handled("s1") == saga.resolutions["s1"].to_dict()
+    assert mails(tmp_path) == ["Price: 100", EDITED]  # nothing sent twice
+    await eng.close()
+
+
+async def test_a_send_whose_outcome_was_never_written_reads_in_doubt_never_open(
+    tmp_path: Path,
+) -> None:
+    saga_id = await undone_then_killed(tmp_path, "before_outcome")
+    eng = engine(tmp_path)
+    [f] = await eng.follow_ups(saga_id)
+    assert (f.follow_up_id, f.state) == ("s1+f1", "in_doubt")
+    report = await eng.report(saga_id)
+    assert report is not None
+    assert report.open_manual_actions == []
+    assert report.headline == (
+        "1 of 2 taken back · 1 follow-up in doubt: check whether it went out before acting"
+    )
+    note = (
+        "follow-up s1+f1 of reversal " + report.reversal_id + ": in doubt: mail.send may have "
+        "gone out; check with the recipients before acting, then resolve the manual action by "
+        "hand"
+    )
+    doubt = {"by": "ann", "note": note, "at": f.at}
+    assert report.handled("s1") is None  # never claimed as handled
+    assert report.in_doubt == {"s1": doubt}
+    [shown] = report.to_dict()["manual_actions"]
+    assert (shown["handled"], shown["in_doubt"]) == (None, doubt)
+    assert report.to_dict()["in_doubt"] == {"s1": doubt}
+    assert amends.UndoReport.from_dict(report.to_dict()) == report
+    text = " ".join(report.render("text").split())  # unwrapped
+    assert "in doubt (ann at " in text and text.endswith(f"): {note}")
+    out = cli(tmp_path, "show", saga_id)
+    assert "1 follow-up in doubt: check whether it went out before acting" in out
+    assert "needs your attention" not in out and "open — when done" not in out
+    assert "in doubt (ann at " in out and f": {note}; once checked: amends resolve " in out
+    headline, page = await asyncio.to_thread(http, tmp_path, saga_id)
+    assert headline == report.headline
+    assert '<p class="in-doubt"><strong>In doubt:</strong> a follow-up ann sent at ' in page
+    assert 'class="send secondary"' not in page and 'class="handled"' not in page
+    agent = eng.follow_up_agent(saga_id, by="agent:helper", allow=["mail.send"])
+    assert await agent.open_actions() == []
+    assert (await eng.recover()).resolved == ()  # nothing it can vouch for is written
+    saga = await eng.log.get_saga(saga_id)
+    assert saga is not None and saga.resolutions == {}
+    # a person checks with Bob and resolves it by hand: handled, no longer in doubt
+    await eng.resolve(saga_id, "s1", by="bea", note="Bob got the correction")
+    report = await eng.report(saga_id)
+    assert report is not None and report.in_doubt == {}
+    assert (report.handled("s1") or {}).get("by") == "bea"
+    assert report.headline == "1 of 2 taken back · 1 handled by a person"
+    assert mails(tmp_path) == ["Price: 100", EDITED]
+    await eng.close()
+
+
+async def test_amends_recover_writes_the_lost_resolution_once(tmp_path: Path) -> None:
+    """The CLI's own recovery (each reversal resumed with its saga's catalog) converges the log
+    too: the resolution the stopped send did not write, by its sender, once."""
+    saga_id = await undone_then_killed(tmp_path, "before_resolution")
+    out = cli(tmp_path, "recover")
+    assert out == (
+        f"resolved: saga {saga_id} step s1 (its follow-up was sent; the resolution its process "
+        f"stopped before writing is written now)"
+    )
+    assert cli(tmp_path, "recover") == "nothing to recover"
+    eng = engine(tmp_path)
+    saga = await eng.log.get_saga(saga_id)
+    assert saga is not None and [r.by for r in saga.resolutions.values()] == ["ann"]
+    report = await eng.report(saga_id)
+    assert report is not None and report.open_manual_actions == [] and report.in_doubt == {}
+    assert mails(tmp_path) == ["Price: 100", EDITED]
+    await eng.close()
