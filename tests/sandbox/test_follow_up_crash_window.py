@@ -227,3 +227,25 @@ async def test_amends_recover_writes_the_lost_resolution_once(tmp_path: Path) ->
     assert report is not None and report.open_manual_actions == [] and report.in_doubt == {}
     assert mails(tmp_path) == ["Price: 100", EDITED]
     await eng.close()
+
+
+async def test_a_lost_resolution_shown_handled_can_be_withdrawn_and_then_reads_open(
+    tmp_path: Path,
+) -> None:
+    """What every report shows as handled (the send's resolution, lost with its process) can
+    be withdrawn like any resolution; withdrawn, the manual action is open again (a person's
+    later word stands) and may be sent once more."""
+    saga_id = await undone_then_killed(tmp_path, "before_resolution")
+    eng = engine(tmp_path)
+    res = await eng.withdraw_resolution(saga_id, "s1", by="bea", note="Bob never got it")
+    assert res.withdrawn and [e.by for e in res.earlier] == ["ann"]
+    report = await eng.report(saga_id)
+    assert report is not None and report.handled("s1") is None and report.in_doubt == {}
+    assert [m.step_id for m in report.open_manual_actions] == ["s1"]
+    assert report.headline == "1 of 2 taken back · 1 needs your attention"
+    assert (await eng.recover()).resolved == ()  # never written again over the withdrawal
+    args = {"to": "bob@example.com", "subject": "Correction", "body": "again"}
+    sent = await eng.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="bea")
+    assert (sent.follow_up_id, sent.state) == ("s1+f2", "sent")
+    assert mails(tmp_path) == ["Price: 100", EDITED, "again"]
+    await eng.close()

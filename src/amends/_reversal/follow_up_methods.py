@@ -7,12 +7,15 @@ engine module stays within its size.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from .._calls import RetryPolicy, run
 from .._contracts import Catalog
+from .._follow_up_state import follow_up_standing
 from .._log.base import SagaLog, SagaRecord
+from .._report import current_resolutions
 from .._resolution import check_who_and_note
 from .agentic import Approve, FollowUpAgent
 from .follow_ups import FollowUpSender, SentFollowUp, follow_ups_of, resolve_lost_sends
@@ -86,6 +89,25 @@ class FollowUpMethods:
         if saga.reversal is None:
             return []
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
+
+    async def _saga_with_lost_resolution(self, saga_id: str, step_id: str) -> SagaRecord:
+        """The saga, its history checked (rule 12), with the resolution of a follow-up logged
+        sent for ``step_id`` whose process stopped before writing it written now (issue 27):
+        what every report already shows as handled can be withdrawn."""
+        saga = await self._saga_or_raise(saga_id)
+        await self._check_history(saga_id)
+        rev = saga.reversal
+        if step_id in saga.resolutions or rev is None:
+            return saga
+        comps = await self.log.get_compensations(rev.reversal_id)
+        current = current_resolutions(saga.resolutions, comps)
+        lost = (await follow_up_standing(self.log, saga_id, comps, current)).get(step_id)
+        if lost is None or lost.get("in_doubt"):
+            return saga
+        await self.log.resolve_step(
+            saga_id, step_id, by=lost["by"], note=lost["note"], now=time.time()
+        )
+        return await self._saga_or_raise(saga_id)
 
     async def _resolve_lost_sends(self) -> list[tuple[str, str]]:
         """``recover``'s part: the resolutions of follow-ups sent whose process stopped before
