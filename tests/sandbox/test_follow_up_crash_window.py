@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import amends
 from amends.sandbox import World, sandbox_catalog
 
@@ -56,9 +58,10 @@ asyncio.run(main())
 """
 
 
-def engine(tmp: Path) -> amends.Engine:
+def engine(tmp: Path, log: str | None = None) -> amends.Engine:
+    """An engine on the world file and the log (``log``: a URL, else the SQLite file)."""
     cat = sandbox_catalog(World(path=str(tmp / "world.db")), timeout=2.0)
-    return amends.Engine(cat, log=str(tmp / "log.db"))
+    return amends.Engine(cat, log=log or str(tmp / "log.db"))
 
 
 def mails(tmp: Path) -> list[str]:
@@ -66,10 +69,10 @@ def mails(tmp: Path) -> list[str]:
     return [m["body"] for _, m in w.items("mail.messages") if m["to"] == "bob@example.com"]
 
 
-async def undone_then_killed(tmp: Path, where: str) -> str:
+async def undone_then_killed(tmp: Path, where: str, log: str | None = None) -> str:
     """A saga that emailed Bob and set a CRM field, undone; then a child process sends the
     follow-up and is SIGKILLed at ``where``."""
-    eng = engine(tmp)
+    eng = engine(tmp, log)
     async with eng.saga("Quote ACME") as saga:
         saga.call("mail.send", to="bob@example.com", subject="Quote", body="Price: 100")
         saga.call("crm.update_field", record_id="acme", field="stage", value="quoted")
@@ -79,12 +82,12 @@ async def undone_then_killed(tmp: Path, where: str) -> str:
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-c", CHILD, str(tmp / "log.db"), str(tmp / "world.db"), saga.id, where,
-         EDITED],
+        [sys.executable, "-c", CHILD, log or str(tmp / "log.db"), str(tmp / "world.db"),
+         saga.id, where, EDITED],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == -9, proc.stderr  # SIGKILLed, not an error
-    assert mails(tmp) == ["Price: 100", EDITED]  # it went out, once
+    assert mails(tmp)[-1] == EDITED  # it went out, once
     return saga.id
 
 
@@ -248,4 +251,28 @@ async def test_a_lost_resolution_shown_handled_can_be_withdrawn_and_then_reads_o
     sent = await eng.send_follow_up(saga_id, "s1", tool="mail.send", args=args, by="bea")
     assert (sent.follow_up_id, sent.state) == ("s1+f2", "sent")
     assert mails(tmp_path) == ["Price: 100", EDITED, "again"]
+    await eng.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_the_same_crash_window_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """Both windows on the PostgreSQL log: sent (handled, recover writes it once) and outcome
+    never written (in doubt, nothing written, nothing sent again)."""
+    sent = await undone_then_killed(tmp_path, "before_resolution", pg_url)
+    doubt = await undone_then_killed(tmp_path, "before_outcome", pg_url)
+    assert mails(tmp_path) == ["Price: 100", EDITED, "Price: 100", EDITED]
+    eng = engine(tmp_path, pg_url)
+    one, two = await eng.report(sent), await eng.report(doubt)
+    assert one is not None and two is not None
+    assert one.open_manual_actions == two.open_manual_actions == []
+    assert (one.handled("s1") or {}).get("by") == "ann" and one.in_doubt == {}
+    assert two.handled("s1") is None and set(two.in_doubt) == {"s1"}
+    assert (await eng.recover()).resolved == ((sent, "s1"),)
+    assert (await eng.recover()).resolved == ()
+    saga = await eng.log.get_saga(doubt)
+    assert saga is not None and saga.resolutions == {}
+    with pytest.raises(amends.SagaStateError, match="is in doubt"):
+        await eng.send_follow_up(doubt, "s1", tool="mail.send", args={"to": "x"}, by="bea")
+    assert mails(tmp_path) == ["Price: 100", EDITED, "Price: 100", EDITED]
     await eng.close()
