@@ -363,7 +363,7 @@ class Engine(FollowUpMethods):
         saga = await self._saga_or_raise(saga_id)
         if not allow_missing_tools:
             check_catalog(self.catalog, saga)
-        await self._check_history(saga_id)
+        saga = await self._converged(saga)  # rule 12 checked; issue 27: a lost resolution
         await self._check_continuable(saga)
         seen = saga.reversal.continuations if saga.reversal else None  # rule 6: as judged
         return await self._continue(saga_id, budget, seen)
@@ -411,7 +411,7 @@ class Engine(FollowUpMethods):
             return []
         comps = await self.log.get_compensations(rev.reversal_id)
         plan = self.planner(saga, self.catalog).steps
-        return continuable_now(rev, plan, comps, current_resolutions(saga.resolutions, comps))
+        return continuable_now(rev, plan, comps, await self._resolutions_now(saga, comps))
 
     async def _check_continuable(self, saga: SagaRecord) -> None:
         """Rule 6: a finished reversal continues only if a continuation would attempt something

@@ -190,6 +190,7 @@ async def test_a_send_whose_outcome_was_never_written_reads_in_doubt_never_open(
     assert amends.UndoReport.from_dict(report.to_dict()) == report
     text = " ".join(report.render("text").split())  # unwrapped
     assert "in doubt (ann at " in text and text.endswith(f"): {note}")
+    assert "<p>in doubt (ann at " in report.render("html")
     out = cli(tmp_path, "show", saga_id)
     assert "1 follow-up in doubt: check whether it went out before acting" in out
     assert "needs your attention" not in out and "open — when done" not in out

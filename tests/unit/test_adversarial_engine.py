@@ -258,6 +258,44 @@ async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the
     assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
 
 
+async def test_a_sent_follow_up_whose_resolution_was_lost_unblocks_a_continuation(
+    kv: Kv, kv_engine: amends.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 re-check: Ann's follow-up for failed s2 was sent and logged, and her process
+    stopped before writing its resolution. Every report shows s2 handled by Ann; a
+    continuation must see the same (rule 3: s1, which waited for s2, is undone), never keep s1
+    blocked behind what the report calls handled."""
+    kv.data.update(a=0, b=0)
+    async with kv_engine.saga("two writes") as saga:
+        a = saga.call("kv.set", key="a", value=1)
+        saga.call("kv.set", key="b", value=2, after=[a])
+    await kv_engine.undo(saga.id, budget=amends.Budget(tool_calls=0))
+    kv.refuse_undo.add("b")
+    second = await kv_engine.resume(saga.id, budget=amends.Budget())
+    assert second.step("s2").state is StepState.FAILED
+    assert second.step("s1").state is StepState.BLOCKED
+    assert await kv_engine.continuable(saga.id) == []
+
+    async def stopped(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("process stopped")
+
+    with monkeypatch.context() as m:
+        m.setattr(kv_engine.log, "resolve_step", stopped)
+        with pytest.raises(RuntimeError, match="process stopped"):
+            await kv_engine.send_follow_up(
+                saga.id, "s2", tool="kv.set", args={"key": "note", "value": "b"}, by="ann"
+            )
+    kv.data["b"] = 0  # what Ann's follow-up asked for was done
+    shown = await kv_engine.report(saga.id)
+    assert shown is not None and (shown.handled("s2") or {}).get("by") == "ann"
+    assert await kv_engine.continuable(saga.id) == ["s1"]
+    third = await kv_engine.resume(saga.id, budget=amends.Budget())
+    assert third.step("s1").state is StepState.REVERTED
+    assert kv.data == {"a": 0, "b": 0, "note": "b"}
+    assert third.headline == "1 of 2 taken back · 1 handled by a person"
+    assert (third.handled("s2") or {}).get("note", "").startswith("follow-up s2+f1 of reversal ")
+
+
 # --- rule 10: the preview after an undo shows what happened ---------------------------------
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from .._calls import RetryPolicy, run
 from .._contracts import Catalog
 from .._follow_up_state import follow_up_standing
-from .._log.base import SagaLog, SagaRecord
+from .._log.base import CompensationRecord, Resolution, SagaLog, SagaRecord
 from .._report import current_resolutions
 from .._resolution import check_who_and_note
 from .agentic import Approve, FollowUpAgent
@@ -91,23 +91,47 @@ class FollowUpMethods:
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
 
     async def _saga_with_lost_resolution(self, saga_id: str, step_id: str) -> SagaRecord:
-        """The saga, its history checked (rule 12), with the resolution of a follow-up logged
-        sent for ``step_id`` whose process stopped before writing it written now (issue 27):
-        what every report already shows as handled can be withdrawn."""
-        saga = await self._saga_or_raise(saga_id)
-        await self._check_history(saga_id)
+        """The saga, its history checked (rule 12), with the resolutions of follow-ups logged
+        sent whose process stopped before writing them written now (issue 27): what every
+        report already shows as handled can be withdrawn."""
+        return await self._converged(await self._saga_or_raise(saga_id))
+
+    async def _converged(self, saga: SagaRecord) -> SagaRecord:
+        """``saga``, its history checked (rule 12), after writing the resolution of each
+        follow-up logged sent whose process stopped before writing it (issue 27): a
+        continuation's runner then sees the manual action handled, as every report shows it."""
+        await self._check_history(saga.saga_id)
+        lost = await self._lost_resolutions(saga)
+        for step_id, res in sorted(lost.items()):
+            await self.log.resolve_step(
+                saga.saga_id, step_id, by=res.by, note=res.note, now=time.time()
+            )
+        return await self._saga_or_raise(saga.saga_id) if lost else saga
+
+    async def _resolutions_now(
+        self, saga: SagaRecord, comps: dict[str, CompensationRecord]
+    ) -> dict[str, Resolution]:
+        """The current resolutions (:func:`current_resolutions`) with those of follow-ups
+        logged sent whose process stopped before writing them (issue 27), as reports show."""
+        return {
+            **current_resolutions(saga.resolutions, comps),
+            **await self._lost_resolutions(saga),
+        }
+
+    async def _lost_resolutions(self, saga: SagaRecord) -> dict[str, Resolution]:
+        """Per step: the resolution a follow-up logged sent writes, lost with its process
+        (issue 27); none for one in doubt (nothing the engine cannot vouch for)."""
         rev = saga.reversal
-        if step_id in saga.resolutions or rev is None:
-            return saga
+        if rev is None:
+            return {}
         comps = await self.log.get_compensations(rev.reversal_id)
         current = current_resolutions(saga.resolutions, comps)
-        lost = (await follow_up_standing(self.log, saga_id, comps, current)).get(step_id)
-        if lost is None or lost.get("in_doubt"):
-            return saga
-        await self.log.resolve_step(
-            saga_id, step_id, by=lost["by"], note=lost["note"], now=time.time()
-        )
-        return await self._saga_or_raise(saga_id)
+        standing = await follow_up_standing(self.log, saga.saga_id, comps, current)
+        return {
+            k: Resolution(k, v["by"], v["note"], v["at"])
+            for k, v in standing.items()
+            if not v.get("in_doubt")
+        }
 
     async def _resolve_lost_sends(self) -> list[tuple[str, str]]:
         """``recover``'s part: the resolutions of follow-ups sent whose process stopped before
