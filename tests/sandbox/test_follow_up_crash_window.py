@@ -201,6 +201,17 @@ async def test_a_send_whose_outcome_was_never_written_reads_in_doubt_never_open(
     assert 'class="send secondary"' not in page and 'class="handled"' not in page
     agent = eng.follow_up_agent(saga_id, by="agent:helper", allow=["mail.send"])
     assert await agent.open_actions() == []
+    assert [m.step_id for m in await agent.in_doubt()] == ["s1"]
+    from amends.integrations._follow_up_tools import FollowUpSession
+
+    tools = FollowUpSession(agent)  # what the frameworks' and MCP's follow-up tools answer
+    opened = (await tools.open_actions()).text
+    assert opened == f"No open manual actions in the undo of saga {saga_id}."
+    assert (await tools.left()).text == (
+        "Follow-ups proposed in this session: none yet.\n"
+        "Manual actions still open: none\n"
+        "In doubt (a follow-up may have gone out; a person checks, never send again): s1"
+    )
     assert (await eng.recover()).resolved == ()  # nothing it can vouch for is written
     saga = await eng.log.get_saga(saga_id)
     assert saga is not None and saga.resolutions == {}
