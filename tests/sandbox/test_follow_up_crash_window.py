@@ -244,6 +244,37 @@ async def test_amends_recover_writes_the_lost_resolution_once(tmp_path: Path) ->
     await eng.close()
 
 
+async def test_recover_reads_only_the_reversals_a_follow_up_was_sent_for(tmp_path: Path) -> None:
+    """``recover`` runs at every MCP gateway start: it asks the SQL log, in one query, which
+    reversals hold a follow-up (0.69 s for 2,000 undone sagas when it read every saga), and
+    still writes the lost resolution of the one whose send was cut off."""
+    eng = engine(tmp_path)
+    others = []
+    for i in range(3):  # undone sagas no follow-up was sent for
+        async with eng.saga(f"Note {i}") as saga:
+            saga.call("crm.update_field", record_id="acme", field="note", value=f"n{i}")
+        await eng.undo(saga.id)
+        others.append(saga.id)
+    await eng.close()
+    saga_id = await undone_then_killed(tmp_path, "before_resolution")
+    eng = engine(tmp_path)
+    saga = await eng.log.get_saga(saga_id)
+    assert saga is not None and saga.reversal is not None
+    assert await eng.log.follow_up_reversals() == {saga.reversal.reversal_id}  # type: ignore[attr-defined]
+    read: list[str] = []
+    real = eng.log.get_saga
+
+    async def counted(sid: str) -> amends.SagaRecord | None:
+        read.append(sid)
+        return await real(sid)
+
+    eng.log.get_saga = counted  # type: ignore[method-assign]
+    recovered = await eng.recover()
+    assert recovered.resolved == ((saga_id, "s1"),)
+    assert set(read).isdisjoint(others)
+    await eng.close()
+
+
 async def test_a_lost_resolution_shown_handled_can_be_withdrawn_and_then_reads_open(
     tmp_path: Path,
 ) -> None:

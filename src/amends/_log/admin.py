@@ -60,6 +60,20 @@ class AdminQueries:
 
         return await self.db.read(fn)
 
+    async def follow_up_reversals(self) -> set[str]:
+        """The reversals that hold a follow-up's record (issue 27: what ``recover`` looks at for
+        a send whose resolution was never written), in one query: a follow-up's key is
+        ``<step>+f<n>`` (``_follow_up_state.FOLLOW_UP_KEY``)."""
+
+        def fn(tx: Tx) -> set[str]:
+            rows = tx.execute(
+                "SELECT DISTINCT reversal_id FROM records WHERE phase='c' AND step_id LIKE ?",
+                ("%+f%",),
+            )
+            return {str(r[0]) for r in rows}
+
+        return await self.db.read(fn)
+
     # --- HTTP idempotency keys ------------------------------------------------------------
     async def idem_get(self, tenant: str, key: str, now: float) -> IdemRecord | None:
         def fn(tx: Tx) -> IdemRecord | None:
