@@ -21,6 +21,7 @@ __all__ = [
     "MAX_BY",
     "MAX_NOTE",
     "RETRY",
+    "UNCHECKED",
     "check_who_and_note",
     "continuable",
     "continuable_now",
@@ -29,6 +30,7 @@ __all__ = [
     "rechecks",
     "resolvable",
     "retryable",
+    "unchecked",
 ]
 
 RETRY = "retry"
@@ -144,11 +146,28 @@ def _why_no_outcome(saga: SagaRecord, step_id: str) -> str:
     return f"its reversal is still running (`amends undo {saga.saga_id}`)"
 
 
+UNCHECKED = "could not check the world before undoing"
+"""How the detail of a step whose drift check could not run begins (:func:`unchecked`)."""
+
+
+def unchecked(rec: CompensationRecord | None, state: StepState | None) -> bool:
+    """Whether the step is ``drifted`` only because its drift check could not run (its probe
+    raised: the vendor unreachable): amends never saw the value and sent nothing, so a retry
+    checks again (issue 23). Drift amends observed is never retried blindly (rule 4)."""
+    return (
+        state is StepState.DRIFTED
+        and rec is not None
+        and rec.state == StepState.DRIFTED.value
+        and bool(rec.data.get("unchecked"))
+    )
+
+
 def retryable(
     saga: SagaRecord, comps: dict[str, CompensationRecord], step_ids: Sequence[str]
 ) -> list[str]:
     """The steps to retry, checked: each known, ``failed`` (an inverse that verifiably did not
-    take effect: trying it again is no second effect), and not handled by a person since."""
+    take effect: trying it again is no second effect) or ``drifted`` with a drift check that
+    could not run (:func:`unchecked`: nothing sent), and not handled by a person since."""
     if isinstance(step_ids, str) or not step_ids:
         raise ConfigError(
             f"retry needs a list of step ids, got {step_ids!r}; e.g. retry(saga_id, ['s2'])"
@@ -163,12 +182,13 @@ def retryable(
     for step_id in dict.fromkeys(step_ids):
         _known(saga, step_id)
         state = outcome_of(saga, comps, step_id)
-        if state is not StepState.FAILED:
+        if state is not StepState.FAILED and not unchecked(comps.get(step_id), state):
             raise SagaStateError(
                 f"step {step_id!r} of saga {saga.saga_id!r} is "
                 f"{state.value if state else 'not undone yet'}, not failed: only a failed "
-                f"compensation is retried (a blocked or over-budget one: continue the reversal; "
-                f"an in-doubt one may have acted: check it by hand)",
+                f"compensation, or one whose drift check could not run, is retried (a blocked "
+                f"or over-budget one: continue the reversal; a drifted one: someone changed the "
+                f"world, review it by hand; an in-doubt one may have acted: check it by hand)",
                 saga_id=saga.saga_id,
                 step_id=step_id,
             )
@@ -214,7 +234,8 @@ def continuable(
 ) -> list[str]:
     """The steps a continuation of the finished reversal ``rev`` would attempt (rule 6): over
     budget, and blocked ones whose every step to wait for is now undone or resolved by a person
-    (``waits_for``: the plan's; ``resolved``: steps with a current resolution). A step blocked
+    (``waits_for``: the plan's; ``resolved``: steps with a current resolution, never attempted
+    while it stands: the person may have done by hand what the inverse does). A step blocked
     behind a failure nobody handled would only be blocked again: not counted. (In doubt steps a
     continuation looks at again, :func:`rechecks`, are judged on their records.)"""
     if rev is None or rev.report is None:
@@ -228,8 +249,13 @@ def continuable(
     return [
         s.step_id
         for s in steps
-        if s.state is StepState.OVER_BUDGET
-        or (s.state is StepState.BLOCKED and all(clear(d) for d in waits_for.get(s.step_id, ())))
+        if s.step_id not in resolved  # a person handled it: not attempted while that stands
+        and (
+            s.state is StepState.OVER_BUDGET
+            or (
+                s.state is StepState.BLOCKED and all(clear(d) for d in waits_for.get(s.step_id, ()))
+            )
+        )
     ]
 
 
@@ -245,7 +271,7 @@ def continuable_now(
     (:func:`finished_since`), and those whose follow-ups the spent budget stopped
     (:func:`need_budget`). ``plan``: the saga's plan now; ``resolved``: steps with a current
     resolution."""
-    asked = [k for k, c in comps.items() if c.state == RETRY or (rechecks(c) and k not in resolved)]
+    asked = [k for k, c in comps.items() if (c.state == RETRY or rechecks(c)) and k not in resolved]
     waits = {p.step_id: p.waits_for for p in plan}
     late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
     more = need_budget(rev, resolved)  # issue 27: follow-ups the budget stopped

@@ -68,6 +68,10 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.server.api", "amends._resolution"): (
         "the HTTP retry answers with the engine's one check of which steps can be retried"
     ),
+    ("amends.cli._common", "amends._resolution"): (
+        "issue 23: the CLI prints `--retry STEP` under the steps engine.retry accepts, a drift "
+        "check that could not run told by the detail the engine writes (`UNCHECKED`), not a copy"
+    ),
     ("amends.cli._hints", "amends._log"): (
         "rule 11: a printed hint's --db hides a password by the log's one function, the one its "
         "error messages use (not a second parser that could miss a form the other catches)"

@@ -105,3 +105,64 @@ async def test_resolve_records_who_handled_a_manual_action(
     assert code == 2
     assert "must name who handled the manual action" in capsys.readouterr().err
     assert rows(db) == before
+
+
+async def test_continue_never_attempts_a_step_a_person_resolved_until_it_is_withdrawn(
+    saga_db: tuple[str, str], rows: Rows, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23: `--continue` after `amends resolve` of an over-budget step sent its inverse
+    anyway (the person may have done it by hand); now it leaves the step to the person until the
+    resolution is withdrawn. (The continuation still runs: the spent budget stopped the email's
+    follow-up, issue 27.)"""
+    db, saga_id = saga_db
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--budget-calls", "0"])
+    assert code == 1
+    argv = ["resolve", saga_id, "s1", "--db", db, "--by", "ann", "--note", "set back by hand"]
+    assert await asyncio.to_thread(main, argv) == 0
+    capsys.readouterr()
+    writes = len(WORLD.effects)
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--continue", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    s1 = report["steps"][0]
+    assert (s1["step_id"], s1["state"], s1["attempts"]) == ("s1", "over_budget", 0)
+    assert report["resolutions"]["s1"]["by"] == "ann"
+    assert [m["step_id"] for m in report["manual_actions"] if not m.get("handled")] == ["s2"]
+    assert len(WORLD.effects) == writes and WORLD.crm["r1"]["stage"] == "won"  # the person's
+    argv = ["resolve", saga_id, "s1", "--db", db, "--withdraw", "--by", "ann", "--note", "no"]
+    assert await asyncio.to_thread(main, argv) == 0
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--continue", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [(s["step_id"], s["state"]) for s in report["steps"]] == [
+        ("s1", "reverted"),
+        ("s2", "acknowledged"),
+    ]
+    assert WORLD.crm["r1"]["stage"] == "lead"
+
+
+async def test_a_drift_check_the_crm_could_not_answer_is_retried_from_the_cli(
+    saga_db: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: a probe that could not reach the CRM left s1 `drifted` and `--retry s1` was
+    refused ("not failed"); now the CLI offers the retry and it checks again."""
+    db, saga_id = saga_db
+    monkeypatch.setenv("COLUMNS", "200")
+    WORLD.faults["crm.read_field"] = [ConnectionError("connection refused")] * 10
+    try:
+        assert await asyncio.to_thread(main, ["undo", saga_id, "--db", db]) == 1
+    finally:
+        WORLD.faults.clear()  # the CRM is back
+    out = " ".join(capsys.readouterr().out.split())
+    assert "could not check the world before undoing (" in out
+    assert f"once its cause is fixed: amends undo {saga_id} --retry s1" in out
+    assert WORLD.crm["r1"]["stage"] == "won"
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--retry", "s1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1  # the email stands
+    assert [(s["step_id"], s["state"]) for s in report["steps"]] == [
+        ("s1", "reverted"),
+        ("s2", "acknowledged"),
+    ]
+    assert WORLD.crm["r1"]["stage"] == "lead"

@@ -257,6 +257,31 @@ async def test_a_failed_step_is_retried_from_mcp_once_its_cause_is_fixed(
     assert "retry must be a list of step ids such as [\"s2\"], got 's1'" in text_of(bad)
 
 
+async def test_a_step_whose_drift_check_could_not_run_is_retried_from_mcp(
+    shapes: ShapesSetup, connect: Any
+) -> None:
+    """Issue 23: the store did not answer the drift check, so the step was ``drifted`` and
+    ``amends_undo {"retry": [...]}`` refused it ("not failed"): nothing in amends could finish
+    it. Now the retry checks again once the store is back, and reverts it."""
+    down = Path(f"{shapes.state}.down")
+    async with connect(shapes) as c:
+        r = await c.call_tool("sh_put", {"key": "k", "value": "v"})
+        assert not r.is_error, text_of(r)
+        saga_id = r.meta["amends/step"]["saga_id"]
+        await asyncio.to_thread(down.write_text, "")
+        first = await c.call_tool("amends_undo", {})
+        await asyncio.to_thread(down.unlink)
+        retried = await c.call_tool("amends_undo", {"saga_id": saga_id, "retry": ["s1"]})
+    assert _states(first) == [("sh.put", "drifted")]
+    detail = first.structured_content["steps"][0]["detail"]
+    assert detail.startswith("could not check the world before undoing (")
+    assert "Service unavailable" in detail and "someone changed" not in detail
+    assert not retried.is_error, text_of(retried)
+    assert _states(retried) == [("sh.put", "reverted")]
+    assert retried.structured_content["reversal_id"] == first.structured_content["reversal_id"]
+    assert shapes.world() == {}
+
+
 async def test_two_clients_at_once_one_cancels_the_other_is_untouched(
     shapes: ShapesSetup, http_gateway: Any
 ) -> None:

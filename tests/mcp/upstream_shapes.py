@@ -1,8 +1,9 @@
 """An ordinary mcp 2.x server whose tools stress what the gateway must pass through unchanged
 (issue 24): arguments named like amends' own options (``call``, ``after``, ``step_id``,
 ``undo_after``, ``deadline``), a slow async write a client cancels, progress notifications,
-a tool list that changes while the gateway runs, and a ``delete`` refused while
-``$SHAPES_STATE.locked`` exists.
+a tool list that changes while the gateway runs, a ``delete`` refused while
+``$SHAPES_STATE.locked`` exists, and a ``get`` that cannot reach its store while
+``$SHAPES_STATE.down`` exists.
 
 Its world lives in the JSON file named by $SHAPES_STATE; ``$SHAPES_STATE.inside`` appears when
 ``slow_put`` has started (a test cancels it then).
@@ -40,7 +41,9 @@ def _save(data: dict[str, Any]) -> None:
 
 @app.tool()
 def get(key: str) -> dict[str, Any]:
-    """Read one key."""
+    """Read one key; unavailable while ``$SHAPES_STATE.down`` exists (the store unreachable)."""
+    if Path(f"{STATE}.down").exists():
+        raise ToolError("Service unavailable: the store did not answer")
     with _LOCK:
         data = _load()
     if key not in data:

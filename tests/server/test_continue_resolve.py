@@ -297,3 +297,79 @@ def test_allow_missing_tools_undoes_the_rest_over_http(tmp_path: Path) -> None:
         "mail.send": "acknowledged",
     }
     assert world.charges["ch_1"]["refunded"] == 0
+
+
+def test_a_step_a_person_resolved_is_not_continued_over_http_until_withdrawn(ctx: Ctx) -> None:
+    """The refund stopped for the budget; a person refunded by bank transfer (the ledger shows
+    nothing) and resolved it. Before: continue refunded a second time."""
+    sid = ctx.sagas["acme1"]
+    r = ctx.client.post(f"/sagas/{sid}/undo", json={"tool_calls": 0}, headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    first = ctx.wait_done(sid)
+    assert _states(first)["pay.charge"] == "over_budget"
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/s2/resolve", json={"note": "refunded by bank transfer"},
+        headers=ctx.auth,
+    )  # fmt: skip
+    assert r.status_code == 200, r.text
+    r = ctx.client.post(f"/sagas/{sid}/undo?continue=true", headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    done = _wait_continued(ctx, str(first["reversal_id"]), 1)
+    assert _states(done) == {
+        "crm.update_field": "reverted",
+        "pay.charge": "over_budget",
+        "mail.send": "acknowledged",
+    }
+    assert ctx.world.charges["ch_1"]["refunded"] == 0
+    assert not [e for e in ctx.world.effects if e[0] == "pay.refund"]
+    before = log_snapshot(ctx.db)
+    r = ctx.client.post(f"/sagas/{sid}/undo?continue=true", headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "nothing_to_continue")
+    assert log_snapshot(ctx.db) == before
+    r = ctx.client.post(
+        f"/sagas/{sid}/steps/s2/withdraw", json={"note": "the transfer bounced"}, headers=ctx.auth
+    )
+    assert r.status_code == 200, r.text
+    r = ctx.client.post(f"/sagas/{sid}/undo?continue=true", headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    again = _wait_continued(ctx, str(first["reversal_id"]), 2)
+    assert _states(again)["pay.charge"] == "compensated"
+    assert ctx.world.charges["ch_1"]["refunded"] == 5000
+
+
+def test_a_drift_check_the_vendor_could_not_answer_is_retried_over_http(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme1"]
+    ctx.world.faults["pay.get_charge"] = [ConnectionError("connection refused")] * 10
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    first = ctx.wait_done(sid)
+    assert _states(first)["pay.charge"] == "drifted"
+    (s2,) = [s for s in first["report"]["steps"] if s["step_id"] == "s2"]  # type: ignore[index]
+    assert s2["detail"].startswith("could not check the world before undoing (")
+    sign_in(ctx.client, ctx.auth["Authorization"][7:], BASE)
+    page = ctx.client.get(f"/ui/sagas/{sid}")
+    assert page.text.count('class="retry secondary" data-step-id="s2"') == 1
+    ctx.world.faults.clear()  # the vendor is back
+    r = ctx.client.post(f"/sagas/{sid}/retry", json={"steps": ["s2"]}, headers=ctx.auth)
+    assert r.status_code in (200, 202), r.text
+    done = _wait_continued(ctx, str(first["reversal_id"]), 1)
+    assert _states(done) == {
+        "crm.update_field": "reverted",
+        "pay.charge": "compensated",
+        "mail.send": "acknowledged",
+    }
+    assert ctx.world.charges["ch_1"]["refunded"] == 5000
+    assert len([e for e in ctx.world.effects if e[0] == "pay.refund"]) == 1
+
+
+def test_observed_drift_is_not_retried_over_http(ctx: Ctx) -> None:
+    sid = ctx.sagas["acme1"]
+    ctx.world.charges["ch_1"]["refunded"] = 100  # someone refunded part of it by hand
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    assert _states(ctx.wait_done(sid))["pay.charge"] == "drifted"
+    sign_in(ctx.client, ctx.auth["Authorization"][7:], BASE)
+    assert 'class="retry secondary"' not in ctx.client.get(f"/ui/sagas/{sid}").text
+    before = log_snapshot(ctx.db)
+    r = ctx.client.post(f"/sagas/{sid}/retry", json={"steps": ["s2"]}, headers=ctx.auth)
+    assert (r.status_code, r.json()["error"]) == (409, "not_retryable")
+    assert log_snapshot(ctx.db) == before
+    assert ctx.world.charges["ch_1"]["refunded"] == 100

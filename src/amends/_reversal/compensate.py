@@ -17,6 +17,7 @@ from .._log.base import CompensationRecord
 from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState
+from .._resolution import UNCHECKED
 from .._secrets import redactions_from, under
 from .dispatch import Caller, Stop, Unchecked
 from .record import Recorder
@@ -89,8 +90,9 @@ class Compensator:
                     return seen
                 stop = Stop(StepState.IN_DOUBT, f"{stop.detail}; {self._unseen(p)}")
             return await self.recorder.stopped(
-                p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight
-            )
+                p, stop.state, stop.detail, attempts=counter[0], in_flight=in_flight,
+                unchecked=stop.unchecked,
+            )  # fmt: skip
         if not call.recorded_follow_ups:  # issue 29: the common inverse asks for none
             residue = list(call.recorded_residue)  # what it observed supersedes the forward's
             if not residue and p.expected_residue:
@@ -251,8 +253,8 @@ class Compensator:
                 )
             raise Stop(
                 StepState.DRIFTED,
-                f"could not check the world before undoing ({stop.detail}); not touched, "
-                f"needs review",
+                f"{UNCHECKED} ({stop.detail}); not touched, needs review",
+                unchecked=True,
             ) from None
         except Unchecked as unchecked:
             return _unchecked(unchecked)

@@ -80,10 +80,13 @@ class Unchecked(BaseException):
 class Stop(Exception):
     """The call could not be completed; carries the step state and a plain-language detail."""
 
-    def __init__(self, state: StepState, detail: str) -> None:
+    def __init__(self, state: StepState, detail: str, *, unchecked: bool = False) -> None:
         super().__init__(detail)
         self.state = state
         self.detail = detail
+        self.unchecked = unchecked
+        """The drift check could not run (its probe raised): nothing was observed and nothing
+        sent, so a retry may check again (issue 23; never set for drift amends saw)."""
 
 
 class Caller:

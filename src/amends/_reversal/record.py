@@ -154,10 +154,12 @@ class Recorder:
         attempts: int = 0,
         in_flight: bool | None = None,
         lost: str | None = None,
+        unchecked: bool = False,
     ) -> StepOutcome:
         """The step's effect still stands: record its state with a manual action, and report
         it. ``in_flight`` (logged when given) says whether a call was in flight at the stop;
-        ``lost``, what cut it off (a continuation names it, rule 8)."""
+        ``lost``, what cut it off (a continuation names it, rule 8); ``unchecked``, that its
+        drift check could not run (``engine.retry`` may check again, issue 23)."""
         manual = self.manual(p, state, detail)
         if lost is not None:  # rule 6: a continuation looks first; the person may let it
             w = self.wording
@@ -171,6 +173,8 @@ class Recorder:
             data["in_flight"] = in_flight
         if lost is not None:
             data["lost"], data["recheck"] = lost, True  # _resolution.rechecks
+        if unchecked:
+            data["unchecked"] = True  # _resolution.retryable
         await self.record(
             p, state._value_, attempts=attempts, detail=detail, data=data,
             event=f"compensation.{state._value_}",

@@ -224,14 +224,18 @@ class _Runner:
 
     def _prior(self, p: PlannedStep) -> CompensationRecord | None:
         """The step's record as this run takes it up (rule 6): a continuation attempts what was
-        not attempted (over budget) or may now be unblocked; an attempt that was in flight
-        before stays in flight (rule 5)."""
+        not attempted (over budget) or may now be unblocked, unless a person resolved it (they
+        may have done by hand what its inverse does, in a way no probe sees: attempted again
+        only once the resolution is withdrawn); an attempt that was in flight before stays in
+        flight (rule 5)."""
         prior = self.done.get(p.step_id)
         if prior is None:
             return None
         if prior.state == "in_doubt" and rechecks(prior) and not self._resolved(p.step_id):
             return dataclasses.replace(prior, state="dispatched")  # cut off in flight: look
         if prior.state in _RETRY:
+            if self._resolved(p.step_id):  # a person handled it: theirs while that stands
+                return prior
             return (
                 dataclasses.replace(prior, state="dispatched")
                 if prior.data.get("in_flight")

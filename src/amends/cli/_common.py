@@ -40,6 +40,7 @@ from amends import (
 )
 
 from .._catalog_ref import Loader, choose_catalog, needed_tools
+from .._resolution import UNCHECKED
 from ._hints import command
 
 Handler = Callable[[argparse.Namespace], int]
@@ -427,7 +428,10 @@ def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
     if res is None:
         resolve = command("resolve", report.saga_id, step_id, "--note", "what you did")
         hint = f"open — when done: {markup(resolve)}"
-        if report.step(step_id).state.value == "failed":
+        step = report.step(step_id)
+        if step.state.value == "failed" or (
+            step.state.value == "drifted" and step.detail.startswith(UNCHECKED)
+        ):  # issue 23: as engine.retry judges it (a drift check that could not run)
             retry = command("undo", report.saga_id, "--retry", step_id)
             hint += f"; once its cause is fixed: {markup(retry)}"
         print_item(console, hint, indent=4)

@@ -30,12 +30,13 @@ from amends import (
     SagaNotFoundError,
     SagaRecord,
     SagaStateError,
+    StepState,
     UndoReport,
     current_report,
 )
 
 from .._catalog_ref import needed_tools
-from .._resolution import retryable
+from .._resolution import retryable, unchecked
 from .._selection import covers, select
 from .security import Principal, authenticate, guard_write
 from .state import ApiError, _Asking, _State
@@ -679,6 +680,20 @@ async def retry(request: Request, saga_id: str = SagaId) -> JSONResponse:
         )
         await _await_reversal(st, saga.saga_id, prior, task)
     return await _answer(st, saga.saga_id, prior, task)
+
+
+async def retry_steps(st: _State, saga: SagaRecord, report: dict[str, Any] | None) -> list[str]:
+    """The steps the web page offers **Retry…** for (issue 23): failed, or drifted only because
+    the drift check could not run; the judge ``engine.retry`` applies (:func:`retryable`)."""
+    rev = saga.reversal
+    if not report or rev is None:
+        return []
+    comps = await st.engine.log.get_compensations(rev.reversal_id)
+    return [
+        s["step_id"]
+        for s in report["steps"]
+        if s["state"] == "failed" or unchecked(comps.get(s["step_id"]), StepState(s["state"]))
+    ]
 
 
 def _retry_body(data: Any) -> tuple[list[str], Budget]:

@@ -32,6 +32,7 @@ from .api import (
     load_reversal,
     load_saga,
     missing_tools,
+    retry_steps,
     saga_detail,
 )
 from .follow_ups import send_forms
@@ -336,6 +337,7 @@ async def saga_page(request: Request, saga_id: str) -> Response:
         report=report,
         resolutions=detail["resolutions"],
         can_continue=await _can_continue(st, saga.saga_id, report),
+        retry_steps=await retry_steps(st, saga, report),
         missing_tools=missing_tools(st, saga),
         sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
         sentences=sentences,
@@ -506,6 +508,7 @@ async def outcome_fragment(request: Request, reversal_id: str) -> Response:
         resolutions=resolutions,
         saga={"saga_id": saga.saga_id, "integrity": {"verified": not problems}},
         can_continue=await _can_continue(st, saga.saga_id, report),
+        retry_steps=await retry_steps(st, saga, report),
         sends=send_forms(saga),  # issue 27: "Send…" on a manual action with a draft
         sentences=_sentences(st, saga),
     )

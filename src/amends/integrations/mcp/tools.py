@@ -95,7 +95,8 @@ AMENDS_TOOLS = [
         "continue=true continues a reversal that stopped short with a new budget; "
         'steps=["s3"] undoes only s3 and what depends on it (since="s7": every step after s7), '
         'keeping the rest, which a later undo can still take back; retry=["s2"] tries failed '
-        "steps again once their cause is fixed (through the drift check again).",
+        "steps (or steps whose drift check could not run) again once their cause is fixed "
+        "(through the drift check again).",
         input_schema={
             "type": "object",
             "properties": {
@@ -379,8 +380,9 @@ async def _retry(r: _Request, steps: list[str], budget: Budget | None) -> Any:
     if gw.config.approval != "off":
         question = (
             f"The agent asks to try again the undo of step(s) {', '.join(steps)} of "
-            f"'{r.rec.title}' (saga {r.saga_id}), whose inverse failed before: each is checked "
-            f"for drift again and, if unchanged, its inverse is sent. Allow?"
+            f"'{r.rec.title}' (saga {r.saga_id}), whose inverse failed (or whose drift check "
+            f"could not run) before: each is checked for drift again and, if unchanged, its "
+            f"inverse is sent. Allow?"
         )
         what = {"action": f"retrying the undo of {', '.join(steps)}", "undo": r.saga_id}
         stop = await r.approve(f"retry:{r.saga_id}:{','.join(steps)}", question, what)
