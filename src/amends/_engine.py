@@ -507,8 +507,8 @@ class Engine(FollowUpMethods):
         authenticated (the HTTP API passes its token's subject, the CLI the OS user). A second
         resolution never erases the first (both stay in the history); the same one sent again
         writes nothing. The report keeps the engine's outcome and lists the manual action as
-        handled (who, when, note); steps that waited for this one are unblocked for
-        :meth:`resume` (rule 6). :meth:`withdraw_resolution` takes it back.
+        handled (who, when, note); :meth:`resume` unblocks the steps that waited for this one
+        (rule 6) and leaves this one to the person until :meth:`withdraw_resolution`.
 
         Raises:
             ConfigError: ``by`` or ``note`` is empty.

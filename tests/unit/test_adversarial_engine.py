@@ -218,12 +218,14 @@ async def test_terminal_escapes_and_bidi_overrides_in_agent_text_cannot_repaint_
 # --- rules 3 and 6: a resolution speaks for the outcome a person saw, not a later one ---------
 
 
-async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the_retrys_failure(
+async def test_a_resolution_withdrawn_before_a_retry_neither_unblocks_nor_handles_its_failure(
     kv: Kv, kv_engine: amends.Engine
 ) -> None:
-    """Ann resolves s2 while it is over budget; the continuation retries it and its inverse
-    fails. s1 (which must wait for s2) stays blocked, and the failure is an open manual action.
-    Once Ann resolves the failure, a further continuation proceeds past it."""
+    """Ann resolves s2 while it is over budget: the continuation leaves it to her (issue 23: she
+    may have written it back by hand; before, it was attempted anyway) and undoes s1, which
+    waited for it. She withdraws it; the next continuation attempts s2 and its inverse fails:
+    the failure is an open manual action, her earlier resolution handles nothing. Once she
+    resolves the failure, nothing is left to continue."""
     kv.data.update(a=0, b=0)
     async with kv_engine.saga("two writes") as saga:
         a = saga.call("kv.set", key="a", value=1)
@@ -234,28 +236,31 @@ async def test_a_resolution_made_before_a_retry_neither_unblocks_nor_handles_the
     kv.refuse_undo.add("b")
 
     second = await kv_engine.resume(saga.id, budget=amends.Budget())
-    assert second.step("s2").state is StepState.FAILED
-    assert second.step("s1").state is StepState.BLOCKED
-    assert second.step("s1").detail == (
-        "not attempted: it must wait for s2 (kv.set) to be undone first, and that step is failed"
-    )
-    assert kv.data == {"a": 1, "b": 2}  # s1 was not written back behind s2's failure
-    assert second.resolutions == {}
-    assert [m.step_id for m in second.open_manual_actions] == ["s1", "s2"]
+    assert second.step("s2").state is StepState.OVER_BUDGET
+    assert second.step("s2").attempts == 0
+    assert second.step("s1").state is StepState.REVERTED
+    assert kv.data == {"a": 0, "b": 2}  # s2 left to Ann
+    assert second.headline == "1 of 2 taken back · 1 handled by a person"
+
+    await kv_engine.withdraw_resolution(saga.id, "s2", by="ann", note="not handled after all")
+    third = await kv_engine.resume(saga.id, budget=amends.Budget())
+    assert third.step("s2").state is StepState.FAILED
+    assert kv.data == {"a": 0, "b": 2}
+    assert third.resolutions == {}
+    assert [m.step_id for m in third.open_manual_actions] == ["s2"]
     stored = await kv_engine.report(saga.id)
-    assert stored is not None and stored.to_dict() == second.to_dict()
+    assert stored is not None and stored.to_dict() == third.to_dict()
+    assert third.headline == "1 of 2 taken back · 1 needs your attention"
 
     await kv_engine.resolve(saga.id, "s2", by="ann", note="wrote b back by hand")
     kv.data["b"] = 0
-    third = await kv_engine.resume(saga.id, budget=amends.Budget())
-    assert third.step("s1").state is StepState.REVERTED
-    assert third.step("s2").state is StepState.FAILED
-    assert kv.data == {"a": 0, "b": 0}
-    assert [m.step_id for m in third.open_manual_actions] == []
-    # rule 8: the headline counts what still needs a person, not what was handled
-    assert second.headline == "0 of 2 taken back · 2 need your attention"
-    assert third.headline == "1 of 2 taken back · 1 handled by a person"
-    assert third.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
+    with pytest.raises(amends.SagaStateError, match="nothing to continue"):
+        await kv_engine.resume(saga.id, budget=amends.Budget())
+    fourth = await kv_engine.report(saga.id)
+    assert fourth is not None and fourth.step("s2").state is StepState.FAILED
+    assert [m.step_id for m in fourth.open_manual_actions] == []
+    assert fourth.headline == "1 of 2 taken back · 1 handled by a person"
+    assert fourth.handled("s2")["note"] == "wrote b back by hand"  # type: ignore[index]
 
 
 async def test_a_sent_follow_up_whose_resolution_was_lost_unblocks_a_continuation(

@@ -1026,6 +1026,8 @@ def test_preview_resume_and_resolve_have_sync_twins() -> None:
     assert first.step("s1").state is StepState.OVER_BUDGET
     res = engine.resolve_sync(saga.id, "s1", by="ann", note="looked at it")
     assert res.by == "ann"
+    # issue 23: a resolved step is the person's until the resolution is withdrawn
+    engine.withdraw_resolution_sync(saga.id, "s1", by="ann", note="not handled after all")
     report = engine.resume_sync(saga.id, budget=amends.Budget())
     assert report.step("s1").state is StepState.REVERTED
     assert world.crm["r1"]["stage"] == "lead"

@@ -221,6 +221,12 @@ class Scenario:
     follow_up_faults: tuple[tuple[str, str, int], ...] = ()
     """(tool, fault kind, times) active while that agent's follow-ups are sent (after the
     undo): a vendor refusing, failing for a while, or acting with its answer lost."""
+    finish: str = ""
+    """What a person does after the undo (issue 23): ``resolve``: resolves every other step the
+    budget stopped (over budget, blocked), having handled it by hand in a way no probe sees, then
+    continues the reversal (a resolved step must never be attempted); ``retry``: once the
+    vendors answer again, retries every step whose drift check could not run (it must be
+    checked again). Empty: nothing."""
     """CRM records created before the saga (record id -> fields)."""
 
     @property
@@ -659,6 +665,10 @@ def generate(seed: int, index: int) -> Scenario:
             kw["crash_op"] = rng.choice(inverses)
     if family == "budget":
         kw["budget_calls"] = rng.randint(1, max(1, n))
+        if rng.random() < 0.5:  # issue 23: a person resolves stopped steps, then continues
+            kw["finish"] = "resolve"
+    if family == "reversal_faults":  # issue 23: a probe that raised is checked again by retry
+        kw["finish"] = "retry"
     if family == "selective":  # issue 27: only the chosen steps and what depends on them
         ids = [s.step_id for s in steps]
         kw["select"] = tuple(sorted(rng.sample(ids, min(len(ids), rng.randint(1, 2)))))

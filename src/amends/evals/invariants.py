@@ -41,7 +41,9 @@ world shows no effect of it, the report says it never ran); it applies where the
 which step each forward fault hits. ``finish`` (rules 6, 7, issue 23): a step still running when
 undo's seconds budget ran out (the ``stall`` family) that acted since is undone by a
 continuation with a new budget, never left ``in_doubt`` for good, and the world shows the
-inverse the continuation reports; it applies to the sagas whose reversal was continued
+inverse the continuation reports; where a person finished the reversal (``Scenario.finish``), a
+step they resolved is never attempted by the continuation, and a step whose drift check could
+not run is checked again by a retry; it applies to the sagas whose reversal was continued
 (``SagaResult.continued``)."""
 
 
@@ -617,10 +619,43 @@ def _check_forward(
                 out.append(f"{sid}: the report says {said}, not that it never ran ({why})")
 
 
+def _check_finished(r: SagaResult, out: list[str]) -> None:
+    """Issue 23 (``Scenario.finish``): a step a person resolved is never attempted by the
+    continuation (no inverse effect for it since, its state kept); a step whose drift check could
+    not run, retried once the vendors answer, is checked again (not left unchecked), and its
+    state agrees with the world."""
+    if not isinstance(r.continued, UndoReport):
+        if r.scenario.finish == "retry":  # resolving leaves nothing to continue, sometimes
+            out.append(f"retrying {', '.join(r.finished)} was refused: {r.continued}")
+        return
+    before, after = _Scan(r.effects).tags, _Scan(r.continued_effects).tags
+    was = {o.step_id: o.state for o in r.reports[-1].steps}
+    for o in r.continued.steps:
+        if o.step_id not in r.finished:
+            continue
+        sent = len(after.get(f"{o.step_id}:compensate", [])) - len(
+            before.get(f"{o.step_id}:compensate", [])
+        )
+        if r.scenario.finish == "resolve":
+            if sent or o.state is not was[o.step_id]:
+                out.append(
+                    f"{o.step_id} was resolved by a person, yet the continuation attempted it "
+                    f"({sent} inverse effect(s), {was[o.step_id].value} -> {o.state.value})"
+                )
+            continue
+        if o.state is StepState.DRIFTED and o.detail.startswith("could not check the world"):
+            out.append(f"{o.step_id} was retried with the vendors back, still unchecked")
+        undone = bool(after.get(f"{o.step_id}:compensate"))
+        if (o.state in (StepState.REVERTED, StepState.COMPENSATED)) != undone:
+            out.append(f"{o.step_id}: the retry says {o.state}, world: undone={undone}")
+
+
 def _check_finish(r: SagaResult, tags: dict[str, list[int]], out: list[str]) -> None:
     """Rules 6, 7 (issue 23): each stalled step that acted after undo answered, with a tool that
     records an inverse, and each step whose inverse the budget cut off in flight
     (``inverse_stalls``), was taken up by the continuation: not left in doubt, not refused."""
+    if r.finished:
+        _check_finished(r, out)
     tools = {s.step_id: s.tool for s in r.scenario.steps}
     acted = [s for s in r.stalled if tags.get(f"{s}:forward") and tools.get(s) in _WITH_INVERSE]
     acted += [s for s in r.scenario.inverse_stalls if tags.get(f"{s}:forward") and s not in acted]

@@ -149,6 +149,9 @@ class SagaResult:
     a new budget (``engine.resume``): its report, or why it refused; ``None``: not asked."""
     continued_effects: list[dict[str, Any]] = field(default_factory=list)
     """The world's effect journal after that continuation (``effects``: before it)."""
+    finished: tuple[str, ...] = ()
+    """The steps a person resolved before ``continued`` (``finish == "resolve"``), or asked to
+    retry (``finish == "retry"``)."""
     rest: SagaResult | None = None
     """The saga after its rest was undone too (``rest_later``): the whole-saga undo's report,
     with the world's effects since the forward pass (the selection's and the rest's)."""
@@ -444,6 +447,8 @@ async def _run_both(
             out[0].effects, out[0].world = world.effects(), world.snapshot()
         if sc.rest_later and not out[0].crashed:  # issue 27: the rest of the saga, later
             out[0].rest = await _the_rest(out[0], current[0], saga.id, budget, world)
+        if sc.finish and not out[0].crashed and out[0].reports and not sc.stall:
+            await _finish(out[0], current[0], saga.id, world)
         if sc.stall:  # the stalled call acts late: the oracle judges the final world
             await fwd
             out[0].effects, out[0].world = world.effects(), world.snapshot()
@@ -453,6 +458,38 @@ async def _run_both(
     world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
     await fwd
     return out
+
+
+UNCHECKED = "could not check the world before undoing"
+"""How a report's detail says a step's drift check could not run (the oracle's own copy)."""
+
+
+async def _finish(r: SagaResult, eng: Engine, saga_id: str, world: World) -> None:
+    """Issue 23, ``Scenario.finish``: a person resolves every other step the budget stopped and
+    continues, or retries every step whose drift check could not run once the vendors answer;
+    ``r.continued`` is the continuation's report (or why it was refused)."""
+    last = r.reports[-1].steps
+    if r.scenario.finish == "resolve":
+        stopped = [o.step_id for o in last if o.state.value in ("over_budget", "blocked")]
+        r.finished = tuple(stopped[::2])
+        for sid in r.finished:
+            await eng.resolve(saga_id, sid, by="eval:person", note="handled by hand")
+    else:
+        r.finished = tuple(
+            o.step_id for o in last if o.state.value == "drifted" and o.detail.startswith(UNCHECKED)
+        )
+    if not r.finished:
+        return
+    world.faults.clear()  # the vendors answer again
+    with use_world(world):
+        if r.scenario.finish == "resolve":
+            r.continued = await _continue(eng, saga_id)
+        else:
+            try:
+                r.continued = await eng.retry(saga_id, list(r.finished), budget=Budget())
+            except AmendsError as exc:
+                r.continued = f"{type(exc).__name__}: {exc}"
+    r.continued_effects = world.effects()
 
 
 async def _continue(eng: Engine, saga_id: str) -> UndoReport | str:
