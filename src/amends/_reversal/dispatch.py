@@ -301,6 +301,8 @@ class Caller:
         if isinstance(exc, TransientError):
             after = cast(Any, exc).retry_after  # untyped: a vendor may put anything there
             return self._again(tool, exc, attempt, after, StepState.FAILED)
+        # rule 8: a read-only probe has no effect to be unsure of; what it lacks is the value
+        unknown = "no value was read" if phase == "probe" else "whether it took effect is unknown"
         if isinstance(exc, TimeoutError):
             cause = (
                 f"{tool} timed out after {timeout:.2f} s"
@@ -310,7 +312,7 @@ class Caller:
             )
             if isinstance(exc, _TimedOutAfter):
                 cause += f", tried again after: {exc.earlier}"
-            raise Stop(StepState.IN_DOUBT, f"{cause}; whether it took effect is unknown") from None
+            raise Stop(StepState.IN_DOUBT, f"{cause}; {unknown}") from None
         if isinstance(exc, PreconditionFailed):
             raise Stop(
                 StepState.DRIFTED,
@@ -330,8 +332,7 @@ class Caller:
         # Any other exception (an answer lost, a 5xx after acting) leaves the outcome unknown
         # (DESIGN.md): the vendor may have acted. The compensation re-observes it (rule 8).
         raise Stop(
-            StepState.IN_DOUBT,
-            f"{tool} raised {type(exc).__name__}: {exc}; whether it took effect is unknown",
+            StepState.IN_DOUBT, f"{tool} raised {type(exc).__name__}: {exc}; {unknown}"
         ) from exc
 
     def _again(
