@@ -197,6 +197,48 @@ async def test_retry_on_temporal_tries_a_failed_refund_again_in_the_same_reversa
         await engine.close()
 
 
+async def test_on_temporal_a_resolved_step_is_left_and_an_unchecked_one_is_retried(
+    temporal_client: Client, task_queue: str, pg_url: str
+) -> None:
+    """Issue 23 on Temporal, as locally: the refund stopped for the budget and a person resolved
+    it (refunded by bank transfer, invisible to the probe): the continuation leaves it and
+    reverts the CRM write; a second saga's drift check could not reach the payment vendor: once
+    it answers, retry checks again and refunds."""
+    world, catalog = fresh()
+    world.crm["r1"] = {"stage": "lead", "version": 1}
+    world.crm["r2"] = {"stage": "lead", "version": 1}
+    runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, retry=FAST, runner=runner)
+    try:
+        for sid, rec in (("saga-res", "r1"), ("saga-unc", "r2")):
+            async with engine.saga("deal", saga_id=sid) as saga:
+                a = saga.call("crm.update_field", record_id=rec, field="stage", value="won")
+                saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            first = await engine.undo("saga-res", budget=amends.Budget(tool_calls=0))
+            assert first.step("s2").state is amends.StepState.OVER_BUDGET
+            await engine.resolve("saga-res", "s2", by="ann", note="refunded by bank transfer")
+            resumed = await engine.resume("saga-res", budget=amends.Budget())
+            world.faults["pay.get_charge"] = [ConnectionError("connection refused")] * 10
+            unchecked = await engine.undo("saga-unc")
+            world.faults.clear()
+            retried = await engine.retry("saga-unc", ["s2"], by="ann")
+        assert {s.step_id: s.state.value for s in resumed.steps} == {
+            "s1": "reverted",
+            "s2": "over_budget",
+        }
+        assert world.charges["ch_1"]["refunded"] == 0 and world.crm["r1"]["stage"] == "lead"
+        assert unchecked.step("s2").state is amends.StepState.DRIFTED
+        assert unchecked.step("s2").detail.startswith("could not check the world before undoing")
+        assert {s.step_id: s.state.value for s in retried.steps} == {
+            "s1": "reverted",
+            "s2": "compensated",
+        }
+        assert world.charges["ch_2"]["refunded"] == 5000 and world.crm["r2"]["stage"] == "lead"
+    finally:
+        await engine.close()
+
+
 async def test_follow_ups_the_budget_stopped_continue_on_temporal(
     temporal_client: Client, task_queue: str, pg_url: str
 ) -> None:
