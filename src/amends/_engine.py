@@ -550,7 +550,7 @@ class Engine(FollowUpMethods):
             SagaStateError: The step has no resolution to withdraw.
         """
         by, text = check_who_and_note(by, note, "withdraw_resolution")
-        saga = await self._saga_with_lost_resolution(saga_id, step_id)  # issue 27
+        saga = await self._converged(await self._saga_or_raise(saga_id))  # issue 27
         if step_id not in saga.resolutions:
             raise SagaStateError(
                 f"step {step_id!r} of saga {saga_id!r} has no resolution to withdraw",

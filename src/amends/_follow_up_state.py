@@ -18,12 +18,18 @@ follow-up stands).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._log.base import CompensationRecord, SagaLog
+from ._log.base import CompensationRecord, Event, SagaLog
 
-__all__ = ["FOLLOW_UP_KEY", "follow_up_cost", "follow_up_standing", "sent_note"]
+__all__ = [
+    "FOLLOW_UP_KEY",
+    "follow_up_cost",
+    "follow_up_standing",
+    "resolved_since",
+    "sent_note",
+]
 
 FOLLOW_UP_KEY = re.compile(r"^(?P<step>.+)\+f(?P<n>[0-9]+)$")
 """A follow-up's key in a reversal's history: ``s3+f1``, the first follow-up of step ``s3``."""
@@ -44,6 +50,12 @@ def follow_up_cost(comps: Mapping[str, CompensationRecord]) -> tuple[int, int]:
 def sent_note(key: str, reversal_id: str, detail: str) -> str:
     """The note of the resolution a sent follow-up writes (the one place it is worded)."""
     return f"follow-up {key} of reversal {reversal_id}: {detail}"
+
+
+def resolved_since(events: Iterable[Event], step_id: str, at: float) -> bool:
+    """Whether a resolution of ``step_id`` (or its withdrawal) was written at or after ``at``,
+    a follow-up's time: a person's word that came after the follow-up, which stands over it."""
+    return any(e.kind == "step.resolved" and e.step_id == step_id and e.at >= at for e in events)
 
 
 def _latest(
@@ -83,8 +95,7 @@ async def follow_up_standing(
     events = await log.events(saga_id)
     out: dict[str, dict[str, Any]] = {}
     for step, (key, rec) in found.items():
-        if any(e.kind == "step.resolved" and e.step_id == step and e.at >= rec.updated_at
-               for e in events):  # fmt: skip
+        if resolved_since(events, step, rec.updated_at):
             continue  # a person's later word (a withdrawal): the manual action is open again
         by = str(rec.data.get("by") or "someone")
         if rec.state == "sent":

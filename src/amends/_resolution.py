@@ -206,20 +206,18 @@ def retryable(
 
 
 def finished_since(
-    rev: ReversalRecord | None,
+    report: UndoReport,
     actions: Mapping[str, str],
     comps: Mapping[str, CompensationRecord],
     resolved: Collection[str],
 ) -> list[str]:
-    """Steps whose forward call was still running when the reversal ``rev`` ran (reported
-    ``in_doubt``, nothing attempted: no record in ``comps``) and has since finished with an
-    inverse (``actions``: the plan's now, ``revert``/``compensate``): a continuation undoes
-    them (rules 6, 7), as the preview predicts. A step a person resolved is theirs."""
-    if rev is None or rev.report is None:
-        return []
+    """Steps whose forward call was still running when the reversal that stored ``report`` ran
+    (reported ``in_doubt``, nothing attempted: no record in ``comps``) and has since finished
+    with an inverse (``actions``: the plan's now, ``revert``/``compensate``): a continuation
+    undoes them (rules 6, 7), as the preview predicts. A step a person resolved is theirs."""
     return [
         s.step_id
-        for s in UndoReport.from_dict(rev.report).steps
+        for s in report.steps
         if s.state is StepState.IN_DOUBT
         and s.step_id not in comps
         and s.step_id not in resolved
@@ -228,19 +226,18 @@ def finished_since(
 
 
 def continuable(
-    rev: ReversalRecord | None,
+    report: UndoReport,
     waits_for: Mapping[str, Sequence[str]],
     resolved: Collection[str],
 ) -> list[str]:
-    """The steps a continuation of the finished reversal ``rev`` would attempt (rule 6): over
-    budget, and blocked ones whose every step to wait for is now undone or resolved by a person
-    (``waits_for``: the plan's; ``resolved``: steps with a current resolution, never attempted
-    while it stands: the person may have done by hand what the inverse does). A step blocked
-    behind a failure nobody handled would only be blocked again: not counted. (In doubt steps a
-    continuation looks at again, :func:`rechecks`, are judged on their records.)"""
-    if rev is None or rev.report is None:
-        return []
-    steps = UndoReport.from_dict(rev.report).steps
+    """The steps a continuation of the finished reversal that stored ``report`` would attempt
+    (rule 6): over budget, and blocked ones whose every step to wait for is now undone or
+    resolved by a person (``waits_for``: the plan's; ``resolved``: steps with a current
+    resolution, never attempted while it stands: the person may have done by hand what the
+    inverse does). A step blocked behind a failure nobody handled would only be blocked again:
+    not counted. (In doubt steps a continuation looks at again, :func:`rechecks`, are judged on
+    their records.)"""
+    steps = report.steps
     state = {s.step_id: s.state for s in steps}
 
     def clear(dep: str) -> bool:
@@ -270,25 +267,27 @@ def continuable_now(
     budget (:func:`rechecks`), and those still running when it ran that finished since
     (:func:`finished_since`), and those whose follow-ups the spent budget stopped
     (:func:`need_budget`). ``plan``: the saga's plan now; ``resolved``: steps with a current
-    resolution."""
+    resolution. The stored report is decoded once, for all of them."""
     asked = [k for k, c in comps.items() if (c.state == RETRY or rechecks(c)) and k not in resolved]
+    if rev.report is None:
+        return asked
+    report = UndoReport.from_dict(rev.report)
     waits = {p.step_id: p.waits_for for p in plan}
-    late = finished_since(rev, {p.step_id: p.action for p in plan}, comps, resolved)
-    more = need_budget(rev, resolved)  # issue 27: follow-ups the budget stopped
-    return list(dict.fromkeys([*continuable(rev, waits, resolved), *asked, *late, *more]))
+    late = finished_since(report, {p.step_id: p.action for p in plan}, comps, resolved)
+    more = need_budget(rev, report, resolved)  # issue 27: follow-ups the budget stopped
+    return list(dict.fromkeys([*continuable(report, waits, resolved), *asked, *late, *more]))
 
 
-def need_budget(rev: ReversalRecord | None, resolved: Collection[str]) -> list[str]:
-    """The steps whose manual actions are open while the finished reversal's budget is spent
-    (by its follow-ups, or by the undo itself): no follow-up can be sent for them until the
-    reversal is continued with a new budget (rule 6: what stopped short for the budget can be
-    continued; rule 7: follow-ups spend the reversal's budget), so a continuation may renew it.
-    ``resolved``: steps with a current resolution."""
-    if rev is None or rev.state != "done" or rev.report is None:
+def need_budget(rev: ReversalRecord, report: UndoReport, resolved: Collection[str]) -> list[str]:
+    """The steps whose manual actions (in ``report``, as ``rev`` stored it) are open while the
+    finished reversal's budget is spent (by its follow-ups, or by the undo itself): no
+    follow-up can be sent for them until the reversal is continued with a new budget (rule 6:
+    what stopped short for the budget can be continued; rule 7: follow-ups spend the reversal's
+    budget), so a continuation may renew it. ``resolved``: steps with a current resolution."""
+    if rev.state != "done":
         return []
     budget = Budget.from_dict(rev.budget)
     tokens_spent = 0 < budget.tokens <= rev.tokens_spent  # as take_call judges it
     if rev.calls_spent < budget.tool_calls and not tokens_spent:
         return []
-    actions = UndoReport.from_dict(rev.report).manual_actions
-    return [m.step_id for m in actions if m.step_id not in resolved]
+    return [m.step_id for m in report.manual_actions if m.step_id not in resolved]

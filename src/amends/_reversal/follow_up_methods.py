@@ -7,18 +7,23 @@ engine module stays within its size.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from .._calls import RetryPolicy, run
 from .._contracts import Catalog
-from .._follow_up_state import follow_up_standing
 from .._log.base import CompensationRecord, Resolution, SagaLog, SagaRecord
 from .._report import current_resolutions
 from .._resolution import check_who_and_note
 from .agentic import Approve, FollowUpAgent
-from .follow_ups import FollowUpSender, SentFollowUp, follow_ups_of, resolve_lost_sends
+from .follow_ups import (
+    FollowUpSender,
+    SentFollowUp,
+    follow_ups_of,
+    lost_resolutions,
+    resolve_lost_sends,
+    write_resolutions,
+)
 
 __all__ = ["FollowUpMethods"]
 
@@ -90,47 +95,30 @@ class FollowUpMethods:
             return []
         return follow_ups_of(saga_id, await self.log.get_compensations(saga.reversal.reversal_id))
 
-    async def _saga_with_lost_resolution(self, saga_id: str, step_id: str) -> SagaRecord:
-        """The saga, its history checked (rule 12), with the resolutions of follow-ups logged
-        sent whose process stopped before writing them written now (issue 27): what every
-        report already shows as handled can be withdrawn."""
-        return await self._converged(await self._saga_or_raise(saga_id))
-
     async def _converged(self, saga: SagaRecord) -> SagaRecord:
         """``saga``, its history checked (rule 12), after writing the resolution of each
         follow-up logged sent whose process stopped before writing it (issue 27): a
-        continuation's runner then sees the manual action handled, as every report shows it."""
+        continuation's runner then sees the manual action handled, as every report shows it,
+        and what every report shows handled can be withdrawn."""
         await self._check_history(saga.saga_id)
-        lost = await self._lost_resolutions(saga)
-        for step_id, res in sorted(lost.items()):
-            await self.log.resolve_step(
-                saga.saga_id, step_id, by=res.by, note=res.note, now=time.time()
-            )
+        rev = saga.reversal
+        if rev is None:
+            return saga
+        lost = await lost_resolutions(
+            self.log, saga, await self.log.get_compensations(rev.reversal_id)
+        )
+        await write_resolutions(self.log, saga.saga_id, lost)
         return await self._saga_or_raise(saga.saga_id) if lost else saga
 
     async def _resolutions_now(
         self, saga: SagaRecord, comps: dict[str, CompensationRecord]
     ) -> dict[str, Resolution]:
         """The current resolutions (:func:`current_resolutions`) with those of follow-ups
-        logged sent whose process stopped before writing them (issue 27), as reports show."""
+        logged sent whose process stopped before writing them (issue 27), as reports show.
+        ``comps``: the records of the saga's reversal."""
         return {
             **current_resolutions(saga.resolutions, comps),
-            **await self._lost_resolutions(saga),
-        }
-
-    async def _lost_resolutions(self, saga: SagaRecord) -> dict[str, Resolution]:
-        """Per step: the resolution a follow-up logged sent writes, lost with its process
-        (issue 27); none for one in doubt (nothing the engine cannot vouch for)."""
-        rev = saga.reversal
-        if rev is None:
-            return {}
-        comps = await self.log.get_compensations(rev.reversal_id)
-        current = current_resolutions(saga.resolutions, comps)
-        standing = await follow_up_standing(self.log, saga.saga_id, comps, current)
-        return {
-            k: Resolution(k, v["by"], v["note"], v["at"])
-            for k, v in standing.items()
-            if not v.get("in_doubt")
+            **await lost_resolutions(self.log, saga, comps),
         }
 
     async def _resolve_lost_sends(self) -> list[tuple[str, str]]:

@@ -24,10 +24,11 @@ from .._budget import Budget, BudgetMeter
 from .._calls import RetryPolicy, idempotency_key
 from .._contracts import Catalog, Residue
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaStateError
-from .._follow_up_state import FOLLOW_UP_KEY, follow_up_standing, sent_note
+from .._follow_up_state import FOLLOW_UP_KEY, follow_up_standing, resolved_since, sent_note
 from .._log.base import (
     CompensationRecord,
     CompensationWrite,
+    Resolution,
     ReversalRecord,
     SagaLog,
     SagaRecord,
@@ -39,9 +40,15 @@ from .._secrets import Redaction, Vault, redact_args
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
 
-__all__ = ["FollowUpSender", "SentFollowUp", "follow_ups_of", "resolve_lost_sends"]
+__all__ = [
+    "FollowUpSender",
+    "SentFollowUp",
+    "follow_ups_of",
+    "lost_resolutions",
+    "resolve_lost_sends",
+    "write_resolutions",
+]
 
-_KEY = FOLLOW_UP_KEY
 _OPEN = ("dispatched", "in_doubt")
 """States of a send that may have gone out: the manual action is never sent again (rule 5)."""
 
@@ -101,7 +108,7 @@ def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list
     """The follow-ups people sent in a reversal, from its records, oldest key first."""
     out = []
     for key, rec in comps.items():
-        m = _KEY.match(key)
+        m = FOLLOW_UP_KEY.match(key)
         if m is None or "tool" not in rec.data:
             continue
         d = rec.data
@@ -120,6 +127,28 @@ def follow_ups_of(saga_id: str, comps: Mapping[str, CompensationRecord]) -> list
             _made(saga_id, rec.reversal_id, key, m["step"], d, state, detail, rec.updated_at)
         )
     return sorted(out, key=lambda f: (f.step_id, int(f.follow_up_id.rsplit("+f", 1)[1])))
+
+
+async def lost_resolutions(
+    log: SagaLog, saga: SagaRecord, comps: Mapping[str, CompensationRecord]
+) -> dict[str, Resolution]:
+    """Per step: the resolution a follow-up logged ``sent`` writes, lost with its process
+    (issue 27); none for one in doubt (nothing the engine cannot vouch for). ``comps``: the
+    records of the saga's reversal."""
+    current = current_resolutions(saga.resolutions, comps)
+    standing = await follow_up_standing(log, saga.saga_id, comps, current)
+    return {
+        k: Resolution(k, v["by"], v["note"], v["at"])
+        for k, v in standing.items()
+        if not v.get("in_doubt")
+    }
+
+
+async def write_resolutions(log: SagaLog, saga_id: str, lost: Mapping[str, Resolution]) -> None:
+    """Write ``lost`` (:func:`lost_resolutions`): the log converges to what each send would
+    have written."""
+    for step_id, res in sorted(lost.items()):
+        await log.resolve_step(saga_id, step_id, by=res.by, note=res.note, now=time.time())
 
 
 async def resolve_lost_sends(log: SagaLog) -> list[tuple[str, str]]:
@@ -143,15 +172,11 @@ async def resolve_lost_sends(log: SagaLog) -> list[tuple[str, str]]:
         saga = await log.get_saga(head.saga_id)
         if saga is None or saga.reversal is None or saga.reversal.reversal_id != head.reversal_id:
             continue
-        current = current_resolutions(saga.resolutions, comps)
-        lost = {k: v for k, v in (await follow_up_standing(log, saga.saga_id, comps, current)
-                                  ).items() if not v.get("in_doubt")}  # fmt: skip
+        lost = await lost_resolutions(log, saga, comps)
         if not lost or await log.verify(saga.saga_id):
             continue
-        for step_id, res in sorted(lost.items()):
-            await log.resolve_step(saga.saga_id, step_id, by=res["by"], note=res["note"],
-                                   now=time.time())  # fmt: skip
-            out.append((saga.saga_id, step_id))
+        await write_resolutions(log, saga.saga_id, lost)
+        out += [(saga.saga_id, step_id) for step_id in sorted(lost)]
     return out
 
 
@@ -322,10 +347,7 @@ class FollowUpSender:
         ``sent_at``: with none current now, a person withdrew it (the manual action is open
         again), so it was not lost to a stopped process — and is never written again over
         that person's withdrawal."""
-        return any(
-            e.kind == "step.resolved" and e.step_id == step_id and e.at >= sent_at
-            for e in await self.log.events(saga_id)
-        )
+        return resolved_since(await self.log.events(saga_id), step_id, sent_at)
 
     async def _resolve(
         self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
