@@ -138,7 +138,7 @@ class Gateway:
         # capture reads started while the step's intent is being made durable (see call_tool)
         self._early: dict[tuple[str, str], asyncio.Task[Captured]] = {}
         self._bindings: dict[str, Binding] = {}  # upstream name -> how its contracts reach it
-        self._refresh_lock: list[asyncio.Lock] = []  # made in the loop that first refreshes
+        self._refresh_lock = asyncio.Lock()  # bound to a loop on its first contended use
         self._stack = AsyncExitStack()
 
     @property
@@ -298,9 +298,7 @@ class Gateway:
         agent's list but stays in the catalog, so undo of earlier steps still finds it. An
         upstream that cannot be reached keeps the tools it listed last.
         """
-        if not self._refresh_lock:
-            self._refresh_lock.append(asyncio.Lock())
-        async with self._refresh_lock[0]:
+        async with self._refresh_lock:
             for up in self.upstreams:
                 if up.name not in self._bindings:
                     continue

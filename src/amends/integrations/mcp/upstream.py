@@ -181,6 +181,28 @@ def _transport_failure(exc: BaseException) -> bool:
     )
 
 
+_PAGED = {
+    "list_tools": "tools",
+    "list_resources": "resources",
+    "list_resource_templates": "resource_templates",
+    "list_prompts": "prompts",
+}
+"""The SDK client's paginated list methods, and the field of a page that holds the items."""
+
+
+async def _all_pages(client: Any, method: str) -> list[Any]:
+    """Every item of the paginated list the client's ``method`` answers, page by page."""
+    field = _PAGED[method]
+    items: list[Any] = []
+    cursor: str | None = None
+    while True:
+        got = await getattr(client, method)(cursor=cursor)
+        items += getattr(got, field)
+        cursor = got.next_cursor
+        if not cursor:
+            return items
+
+
 _UPSTREAM_LOG = logging.getLogger("amends.upstream")
 
 
@@ -397,14 +419,8 @@ class Upstream:
             ) from exc
         try:
             self.capabilities = conn.client.server_capabilities
-            cursor: str | None = None
-            while True:
-                page = await conn.client.list_tools(cursor=cursor)
-                for t in page.tools:
-                    self.tools[t.name] = t
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            for t in await _all_pages(conn.client, "list_tools"):
+                self.tools[t.name] = t
         except Exception as exc:
             await conn.close()
             raise ConfigError(
@@ -424,17 +440,9 @@ class Upstream:
             TransientError: The server could not be reached.
             Exception: Whatever the SDK raised for an answer that is not a tools list.
         """
-        tools: dict[str, mcp_types.Tool] = {}
         async with self._connection() as conn:
-            cursor: str | None = None
-            while True:
-                page = await conn.client.list_tools(cursor=cursor)
-                for t in page.tools:
-                    tools[t.name] = t
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-        self.tools = tools
+            tools: list[mcp_types.Tool] = await _all_pages(conn.client, "list_tools")
+        self.tools = {t.name: t for t in tools}
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
@@ -513,20 +521,8 @@ class Upstream:
 
     async def page(self, method: str) -> list[Any]:
         """Every item of a paginated list (``list_resources``, ``list_prompts``, ...)."""
-        items: list[Any] = []
-        cursor: str | None = None
         async with self._connection() as conn:
-            while True:
-                got = await getattr(conn.client, method)(cursor=cursor)
-                field = {
-                    "list_resources": "resources",
-                    "list_resource_templates": "resource_templates",
-                    "list_prompts": "prompts",
-                }[method]
-                items += getattr(got, field)
-                cursor = got.next_cursor
-                if not cursor:
-                    return items
+            return await _all_pages(conn.client, method)
 
     def _failed(self, conn: _Connection, tool: str, exc: Exception) -> Exception:
         """What a ``tools/call`` that raised ``exc`` raises (the one table, module docstring)."""
