@@ -18,7 +18,7 @@ from amends import StepState, UndoReport
 
 from .cascade import check_cascade
 from .generator import Scenario
-from .runner import FAST_RETRY, SagaResult
+from .runner import FAST_RETRY, UNCHECKED, SagaResult
 
 __all__ = ["INVARIANTS", "applicable", "check", "dependents", "selection_scope", "true_outcome"]
 
@@ -643,7 +643,7 @@ def _check_finished(r: SagaResult, out: list[str]) -> None:
                     f"({sent} inverse effect(s), {was[o.step_id].value} -> {o.state.value})"
                 )
             continue
-        if o.state is StepState.DRIFTED and o.detail.startswith("could not check the world"):
+        if o.state is StepState.DRIFTED and o.detail.startswith(UNCHECKED):
             out.append(f"{o.step_id} was retried with the vendors back, still unchecked")
         undone = bool(after.get(f"{o.step_id}:compensate"))
         if (o.state in (StepState.REVERTED, StepState.COMPENSATED)) != undone:

@@ -18,7 +18,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -481,20 +481,18 @@ async def _finish(r: SagaResult, eng: Engine, saga_id: str, world: World) -> Non
     if not r.finished:
         return
     world.faults.clear()  # the vendors answer again
+    retry = r.finished if r.scenario.finish == "retry" else ()
     with use_world(world):
-        if r.scenario.finish == "resolve":
-            r.continued = await _continue(eng, saga_id)
-        else:
-            try:
-                r.continued = await eng.retry(saga_id, list(r.finished), budget=Budget())
-            except AmendsError as exc:
-                r.continued = f"{type(exc).__name__}: {exc}"
+        r.continued = await _continue(eng, saga_id, retry)
     r.continued_effects = world.effects()
 
 
-async def _continue(eng: Engine, saga_id: str) -> UndoReport | str:
-    """The reversal continued with a new budget, or why it was refused (rule 6)."""
+async def _continue(eng: Engine, saga_id: str, retry: Sequence[str] = ()) -> UndoReport | str:
+    """The reversal continued with a new budget (``retry``: those steps retried), or why it
+    was refused (rule 6)."""
     try:
+        if retry:
+            return await eng.retry(saga_id, list(retry), budget=Budget())
         return await eng.resume(saga_id, budget=Budget())
     except AmendsError as exc:
         return f"{type(exc).__name__}: {exc}"
