@@ -191,3 +191,16 @@ def without(catalog: amends.Catalog, name: str) -> amends.Catalog:
                 resources=t.resources, timeout=t.timeout, idempotent=t.idempotent,
             )  # fmt: skip
     return out
+
+
+async def close_deal(engine: amends.Engine) -> amends.Saga:
+    """The deal saga the issue 23 tests undo: a CRM write, then a charge that waits for it."""
+    async with engine.saga("Close the ACME deal", actor="agent:sales") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+    return saga
+
+
+def refunds(world: CoreWorld) -> int:
+    """How many refunds the payment vendor made."""
+    return sum(1 for e in world.effects if e[0] == "pay.refund")

@@ -10,19 +10,7 @@ import pytest
 
 import amends
 from amends import StepState
-from core_world import CoreWorld, without
-
-
-async def close_deal(engine: amends.Engine) -> amends.Saga:
-    async with engine.saga("Close the ACME deal", actor="agent:sales") as saga:
-        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
-        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
-    return saga
-
-
-def refunds(world: CoreWorld) -> int:
-    return sum(1 for e in world.effects if e[0] == "pay.refund")
-
+from core_world import CoreWorld, close_deal, refunds, without
 
 # --- a retry cut by the budget is over_budget, and resume finishes it -----------------------
 

@@ -10,7 +10,7 @@ import pytest
 
 import amends
 from amends import StepState
-from core_world import CoreWorld
+from core_world import CoreWorld, close_deal, refunds
 
 
 @pytest.fixture
@@ -24,17 +24,6 @@ async def file_engine(
     )
     yield eng
     await eng.close()
-
-
-async def close_deal(engine: amends.Engine) -> amends.Saga:
-    async with engine.saga("Close the ACME deal", actor="agent:sales") as saga:
-        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
-        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
-    return saga
-
-
-def refunds(world: CoreWorld) -> int:
-    return sum(1 for e in world.effects if e[0] == "pay.refund")
 
 
 async def test_a_resolved_over_budget_step_is_not_attempted_until_the_resolution_is_withdrawn(

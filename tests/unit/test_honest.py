@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import amends
 from amends import StepState
 from amends._report import STANDING, verb_for
-from core_world import CoreWorld, fresh
+from core_world import CoreWorld, fresh, refunds
 
 
 def charge_tool(catalog: amends.Catalog, world: CoreWorld, name: str, **behave: Any) -> None:
@@ -832,10 +832,6 @@ async def test_after_the_undo_window_closes_the_step_is_acknowledged_in_preview_
 
 
 # --- rule 6: continue and resolve ------------------------------------------------------------
-
-
-def refunds(world: CoreWorld) -> int:
-    return sum(1 for e in world.effects if e[0] == "pay.refund")
 
 
 async def test_resume_continues_an_over_budget_reversal_as_the_same_reversal(
