@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from .._calls import idempotency_key
 from .._contracts import NOTHING, Call, FollowUp, Residue, same_value
+from .._describe import EMPTY
 from .._log.base import CompensationRecord
 from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
@@ -267,13 +269,14 @@ class Compensator:
             return "the world still shows the agent's write"
         model = self.caller.ports.model
         later = model.restorer(p, exp, observed) if model is not None else None
-        shown = "nothing" if value is NOTHING else repr(value)
+        shown = "nothing" if value is NOTHING else _value_words(value)
         if later is not None:
             return (
                 f"the world shows {shown}, written by {later} of this saga; undo reverts {later} "
-                f"first, then finds {exp.equals!r} again"
+                f"first, then finds {_value_words(exp.equals)} again"
             )
-        why = f"someone changed it since the agent acted: expected {exp.equals!r}, found {shown}"
+        wanted = _value_words(exp.equals)
+        why = f"someone changed it since the agent acted: expected {wanted}, found {shown}"
         if model is not None:
             model.noted(p.step_id, why)
         raise Stop(StepState.DRIFTED, f"{why}; left as it is")
@@ -437,3 +440,9 @@ def _after_crash(p: PlannedStep, stop: Stop, in_flight: bool, resent: bool, lost
             f"not complete ({stop.detail}); whether the earlier attempt took effect is unknown",
         )
     return stop
+
+
+def _value_words(value: Any) -> str:
+    """A value a drift detail names, for the person who reads it (issue 26 item 2): an empty
+    one is "an empty value", never Python's ``None``; anything else as written (quoted text)."""
+    return EMPTY if value is None else repr(value)

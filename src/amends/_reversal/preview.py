@@ -138,7 +138,9 @@ def _entry(p: PlannedStep, o: StepOutcome, check: str | None, now: datetime) -> 
 
 
 def _check_of(p: PlannedStep, o: StepOutcome) -> str:
-    if p.action == "wait":
+    if p.action in ("wait", "review"):
+        # a step the plan already sends to a person (a contract violation, an undo-order
+        # cycle): its check is why, never "not needed" under "needs review" (issue 26 item 2)
         return p.reason
     if p.action in ("revert", "compensate") and o.state in (
         StepState.BLOCKED,

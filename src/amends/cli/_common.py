@@ -423,7 +423,9 @@ def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
         when = dt.datetime.fromtimestamp(float(doubt["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M")
         resolve = command("resolve", report.saga_id, step_id, "--note", "what you found")
         said = f"({markup(doubt['by'])} at {when}Z): {markup(doubt['note'])}"
-        print_item(console, f"[yellow]in doubt[/yellow] {said}; once checked: {markup(resolve)}", 4)
+        print_command(
+            console, f"[yellow]in doubt[/yellow] {said}; once checked: {markup(resolve)}", 4
+        )
         return
     if res is None:
         resolve = command("resolve", report.saga_id, step_id, "--note", "what you did")
@@ -434,13 +436,21 @@ def _print_handled(console: Console, report: UndoReport, step_id: str) -> None:
         ):  # issue 23: as engine.retry judges it (a drift check that could not run)
             retry = command("undo", report.saga_id, "--retry", step_id)
             hint += f"; once its cause is fixed: {markup(retry)}"
-        print_item(console, hint, indent=4)
+        print_command(console, hint, indent=4)
         return
     for r in [*res.get("earlier", ()), res]:
         when = dt.datetime.fromtimestamp(float(r["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M")
         note = f": {r['note']}" if r.get("note") else ""
         verb = "[yellow]withdrawn[/yellow]" if r.get("withdrawn") else "[green]handled[/green]"
         print_item(console, f"{verb} by {markup(r['by'])} at {when}Z{markup(note)}", indent=4)
+
+
+def print_command(console: Console, text: str, indent: int = 0) -> None:
+    """A line that holds a command to paste (rich markup): never broken by a newline amends
+    inserts, whatever the width; the terminal folds it, and a copy of it is one line, so it
+    pastes as printed (issue 26 item 3: at 80 columns `--note` and its text landed on the next
+    line, and the pasted command ran without them)."""
+    console.print(" " * indent + text, soft_wrap=True)
 
 
 def print_item(console: Console, text: str, indent: int = 2) -> None:

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from amends import SagaRecord
 
-from ._common import StepRows, markup, print_item
+from ._common import StepRows, markup, print_command, print_item
 from ._hints import command
 
 __all__ = ["preview_details", "print_planned", "print_preview"]
@@ -42,8 +42,8 @@ def print_planned(
     console.print(f"[bold]Undo would:[/bold] {markup(preview['would'])}")
     dry, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
     # one command a line: at 80 columns each stays whole, and pastes as printed (issue 26 item 3)
-    console.print(f"In detail: {markup(dry)}")
-    console.print(f"Undo it: {markup(undo)}")
+    print_command(console, f"In detail: {markup(dry)}")
+    print_command(console, f"Undo it: {markup(undo)}")
 
 
 _GROUPS = (

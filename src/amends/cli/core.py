@@ -52,6 +52,7 @@ from ._common import (
     load_catalog,
     markup,
     open_existing_log,
+    print_command,
     print_item,
     print_json,
     print_report,
@@ -277,7 +278,9 @@ def _print_unverified(console: Console, saga: SagaRecord, problems: list[ChainPr
         where = "" if p.event_id is None else f" (event {p.event_id})"
         print_item(console, f"{markup(p.what)}{markup(where)}: {markup(p.detail)}")
     fix = command("doctor", "--verify")
-    console.print(f"Check the whole log with `{markup(fix)}` and restore it from a backup.")
+    print_command(
+        console, f"Check the whole log with `{markup(fix)}` and restore it from a backup."
+    )
 
 
 def _saga_json(
@@ -339,7 +342,7 @@ def _print_saga(
         console.print()
         print_report(report, console)
         hint = command("show", saga.saga_id, "--history")
-        console.print(f"[dim]The event log: {markup(hint)}[/dim]")
+        print_command(console, f"[dim]The event log: {markup(hint)}[/dim]")
         return
     if preview is not None:
         print_planned(console, saga, preview, _when(preview.get("checked_at")))
@@ -347,7 +350,8 @@ def _print_saga(
     console.print("[bold]Steps[/bold]")
     rows = StepRows()
     for s in saga.steps:
-        cls = s.effective or s.declared
+        # issue 26 item 1: a tool with no declared class is not "irreversible" by its owner's word
+        cls = (s.effective or s.declared) if s.explicit else "not declared"
         details = []
         if s.deps:
             details.append(f"after: {markup(', '.join(s.deps))}")
@@ -359,15 +363,17 @@ def _print_saga(
         rows.add(s.step_id, cls, s.state, sentence(s.tool, s.args), details)
     rows.print(console)
     if rev is None:
-        dry, undo = command("undo", saga.saga_id, "--dry-run"), command("undo", saga.saga_id)
-        # issue 26 item 6: the preview needs the catalog, and only the operator names one
-        # (rule 12: never the one the log records); the command runs once it is allowed
+        # issue 26 items 3, 6: the preview and undo need the catalog, and only the operator
+        # names one (rule 12: the log's reference is only a hint); without one allowed,
+        # `undo` refuses, so no undo command is printed: none would run as printed
         see = command("show", saga.saga_id)
+        named = f" (this log names {markup(repr(ref))}: check it is yours)" if ref else ""
         console.print(
-            f"What undo would do: `{markup(see)}` once the catalog that ran it is allowed "
-            f"(--catalog MODULE:ATTR or AMENDS_CATALOGS)"
+            f"Not undone. What undo would do needs the catalog that ran it: allow it with "
+            f"--catalog MODULE:ATTR or AMENDS_CATALOGS{named}, then"
         )
-        console.print(f"Not undone. Preview: {markup(dry)}; undo: {markup(undo)}")
+        print_command(console, f"{markup(see)}", indent=2)
+        console.print("shows it, with the commands that preview and undo it.")
     else:
         console.print(f"Reversal {markup(rev.reversal_id)}: {markup(rev.state)}")
 
@@ -391,7 +397,7 @@ def _print_history(console: Console, events: list[Event], details: bool) -> None
             print_item(console, f"[dim]{data}[/dim]", indent=6)
     if not details:
         more = command("show", events[0].saga_id, "--history", "--details") if events else ""
-        console.print(f"[dim]Each event's data: {markup(more)}[/dim]")
+        print_command(console, f"[dim]Each event's data: {markup(more)}[/dim]")
 
 
 def _summary(data: Any) -> str:
@@ -649,10 +655,11 @@ def _resolve(args: argparse.Namespace) -> int:
             f"by {markup(res.by)}; its manual action is open again"
         )
     else:
-        Console().print(
+        print_command(
+            Console(),
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
             f"{markup(res.by)}. Continue the reversal with: "
-            f"{markup(command('undo', args.saga_id, '--continue'))}"
+            f"{markup(command('undo', args.saga_id, '--continue'))}",
         )
     return 0
 
