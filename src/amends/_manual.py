@@ -14,7 +14,7 @@ from typing import Any
 
 from ._contracts import Acknowledgement, FollowUp, ManualAction, Residue
 from ._log.base import StepRecord
-from ._report import StepState
+from ._report import StepState, people_detail
 
 __all__ = ["UNKNOWN_FOLLOW_UP", "Wording", "did", "missing_follow_ups"]
 
@@ -232,8 +232,11 @@ def _over_budget(w: Wording, step: StepRecord, shown: str, detail: str, _: StepS
 
 def _undo_by_hand(w: Wording, step: StepRecord, shown: str, detail: str, st: StepState) -> _Words:
     reason = "its inverse failed" if st is StepState.FAILED else "it was not attempted"
+    # issue 26 item 2: said once ("it was not attempted (not attempted: ...)"), and a blocked
+    # step's wait in words, not the other step's id and tool
+    why = people_detail(st.value, detail, "").removeprefix("not attempted: ")
     return (
-        f"Undo {shown} by hand: {reason} ({detail})",
+        f"Undo {shown} by hand: {reason} ({why})",
         f"Hello {_to(step)}: {shown}, done by an assistant acting for us, could not be undone "
         f"automatically. Please undo it on your side or tell us how to proceed.",
         w.asker(),

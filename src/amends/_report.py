@@ -732,11 +732,24 @@ _DONE_WORDS = {
 }
 
 
+# the gate's detail (reversal runner, rule 3): the step waited for, by id and tool
+_WAITED = re.compile(
+    r"not attempted: it must wait for \S+ \([^()]*\) to be undone first, and that step is "
+    r"(?P<state>[a-z_]+)$"
+)
+
+
 def people_detail(state: str, detail: str, inverse_description: str) -> str:
-    """:attr:`StepOutcome.outcome_text` of a step in this state (issue 26 item 2)."""
+    """:attr:`StepOutcome.outcome_text` of a step in this state (issue 26 item 2): a blocked
+    step says it waited for another step's undo, without that step's id and tool (the
+    engineers' details name them)."""
     done = _DONE_WORDS.get(state)
     if done is None:
-        return detail
+        waited = _WAITED.match(detail) if state == StepState.BLOCKED.value else None
+        if waited is None:
+            return detail
+        other = waited["state"].replace("_", " ")
+        return f"not attempted: it must wait for another step's undo, and that step is {other}"
     return f"{done}: {inverse_description}" if inverse_description else done
 
 

@@ -40,6 +40,7 @@ from amends import (
 )
 
 from .._catalog_ref import Loader, choose_catalog, needed_tools
+from .._report import state_label
 from .._resolution import UNCHECKED
 from ._hints import command
 
@@ -329,6 +330,7 @@ STATE_STYLE = {
     "blocked": "red",
     "over_budget": "yellow",
     "in_doubt": "yellow",
+    "not checked": "yellow",
 }
 """Colour of each step state; the state is always printed as a word too (issue 17)."""
 
@@ -390,7 +392,9 @@ def print_report(report: UndoReport, console: Console | None = None) -> None:
             details.append(markup(s.detail))
         if s.violation:
             details.append(f"[red]contract violation:[/red] {markup(s.violation)}")
-        rows.add(s.step_id, s.verb or "—", s.state.value, s.sentence, details)
+        # issue 26 item 2: a step its broken contract left unchecked is "not checked", as the
+        # text and HTML reports and the web page say (nothing drifted); --json keeps the state
+        rows.add(s.step_id, s.verb or "—", state_label(s), s.sentence, details)
     rows.print(console)
     if report.residue:
         console.print("[bold]Residue[/bold] (what remains after compensation)")

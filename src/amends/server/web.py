@@ -23,7 +23,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from amends import AmendsError, Residue, StepOutcome, UndoReport
-from amends._report import visible
+from amends._report import state_label, visible
 
 from .api import (
     ID_PATTERN,
@@ -87,6 +87,7 @@ def _page(
     ctx["settles"] = _settles
     ctx["vendor_when"] = _vendor_when
     ctx["outcome_text"] = _outcome_text
+    ctx["step_state"] = _step_state
     ctx["iso"] = _iso
     ctx["name_steps"] = _name_steps
     ctx["note_words"] = UndoReport.note_for_people
@@ -155,6 +156,12 @@ def _state_words(state: str) -> str:
 def _outcome_text(step: dict[str, Any]) -> str:
     """A report step's outcome in a person's words (the report's own wording, issue 26)."""
     return StepOutcome.from_dict(step).outcome_text
+
+
+def _step_state(step: dict[str, Any]) -> str:
+    """A report step's state in a person's words: "not checked" for a step its tool's broken
+    contract left unchecked (nothing drifted, issue 26 item 2), as the standalone report says."""
+    return state_label(StepOutcome.from_dict(step))
 
 
 def asker(actor: str | None) -> str:
