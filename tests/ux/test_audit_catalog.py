@@ -74,3 +74,21 @@ def test_audit_of_two_allowed_catalogs_shows_each_under_its_name(
     assert by == {SPEC, "amends.sandbox:demo_catalog"}
     assert main([*argv[:-1], "--strict"]) == 1  # mail.send declares no class
     assert "1 tool(s) not declared — treated as irreversible" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_audit_at_60_and_80_columns_keeps_every_word_whole(
+    width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 5 for audit: below, the table broke "reversibili/ty", "irreversibl/e"
+    and "treated as irreversibl/e" at 60 columns (and the sandbox's descriptions at 80)."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["audit", "--catalog", SPEC, "--catalog", "amends.sandbox:demo_catalog"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= width for line in lines), "\n".join(lines)
+    text = "\n".join(lines)
+    assert "  mail.send · not declared — treated as irreversible" in lines, text
+    assert "  crm.update_field · reversible" in lines, text
+    assert "  calendar.create_event · compensable" in lines, text
+    words = set(text.split())
+    assert not {"irreversibl", "reversibili", "ty", "e"} & words, text

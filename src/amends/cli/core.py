@@ -699,16 +699,29 @@ def _print_audit(console: Console, name: str, catalog: Catalog) -> None:
     """One catalog's tools, titled with the catalog's name (and saying so when it is the
     sandbox's simulated vendors, not the user's)."""
     whose = " — the sandbox's simulated vendors, not yours" if name == SANDBOX_REF else ""
-    table = Table(title=f"Catalog {markup(name)}{whose}: {len(catalog)} tools", header_style="bold")
-    table.add_column("tool", no_wrap=True)
-    for col in ("reversibility", "declared", "description"):
-        table.add_column(col, overflow="fold")
-    for t in catalog:
-        # issue 26: "not declared" is its own answer, never shown as a declared class
-        declared = "yes" if t.explicit else "[red]not declared[/red]"
-        cls = t.reversibility.value if t.explicit else "treated as irreversible"
-        table.add_row(markup(t.name), cls, declared, markup(t.description))
-    console.print(table)
+    title = f"Catalog {markup(name)}{whose}: {len(catalog)} tools"
+    if console.width < _WIDE:  # issue 26 item 5: below, the table broke "irreversibl/e"
+        console.print(f"[bold]{title}[/bold]")
+        for t in catalog:
+            said = (
+                t.reversibility.value
+                if t.explicit
+                else "[red]not declared[/red] — treated as irreversible"
+            )
+            print_item(console, f"[bold]{markup(t.name)}[/bold] · {said}")
+            if t.description:
+                print_item(console, markup(t.description), indent=4)
+    else:
+        table = Table(title=title, header_style="bold")
+        table.add_column("tool", no_wrap=True)
+        for col in ("reversibility", "declared", "description"):
+            table.add_column(col, overflow="fold")
+        for t in catalog:
+            # issue 26: "not declared" is its own answer, never shown as a declared class
+            declared = "yes" if t.explicit else "[red]not declared[/red]"
+            cls = t.reversibility.value if t.explicit else "treated as irreversible"
+            table.add_row(markup(t.name), cls, declared, markup(t.description))
+        console.print(table)
     implicit = [t.name for t in catalog if not t.explicit]
     if implicit:
         console.print(
