@@ -107,3 +107,93 @@ def test_make_demo_installs_only_the_demo_extra(tmp_path: Path) -> None:
         "optional-dependencies"
     ]
     assert extras["demo"] == ["amends[server]"]
+
+
+def _answered_codes() -> set[str]:
+    """Every error code the HTTP API can answer, read from its source: each ``ApiError``
+    (``_api_error``, ``_failed``) raised with a code written out, each error body written out,
+    and the routing errors."""
+    import ast
+
+    codes = {"not_found", "method_not_allowed"}  # app.py: Starlette's 404 and 405
+    for path in (ROOT / "src" / "amends" / "server").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):  # a body written out: {"error": "invalid_request"}
+                for key, value in zip(node.keys, node.values, strict=True):
+                    if (
+                        isinstance(key, ast.Constant)
+                        and key.value == "error"
+                        and isinstance(value, ast.Constant)
+                        and isinstance(value.value, str)
+                    ):
+                        codes.add(value.value)
+            if not isinstance(node, ast.Call) or len(node.args) < 2:
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if name not in ("ApiError", "_api_error", "_failed"):
+                continue
+            arg = node.args[1]
+            for value in [arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg]:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    codes.add(value.value)
+    return codes
+
+
+def test_the_documented_error_codes_are_the_ones_the_api_answers() -> None:
+    """docs/server.md lists every error code; each one listed is answered somewhere. Before,
+    `invalid_follow_up`, `invalid_selection`, `not_sendable`, `saga_running`,
+    `reversal_not_started`, `not_found` and `method_not_allowed` were missing from the list."""
+    text = (DOCS / "server.md").read_text()
+    listed = text[text.index("Errors are JSON") : text.index("A rejected request writes nothing")]
+    documented = set(re.findall(r"`([a-z_]+)`", listed))
+    answered = _answered_codes()
+    assert len(answered) > 25, answered
+    assert answered - documented == set()
+    assert documented - answered == set()
+
+
+async def test_a_follow_up_to_an_unknown_step_and_an_unknown_path_say_so(tmp_path: Path) -> None:
+    """An unknown step is `step_not_found` for a follow-up as for resolve (it was `not_found`,
+    the code of an unknown tool); a path the API does not have names the path and where the
+    paths are (it was Starlette's bare "Not Found")."""
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import paste_tools
+
+    db = str(tmp_path / "a.db")
+    engine = amends.Engine(paste_tools.CATALOG, log=db)
+    async with engine.saga("Look up", saga_id="S") as saga:
+        saga.call("lookup.weather", city="Paris")
+    await engine.undo("S")
+    await engine.close()
+    app = create_app(
+        lambda: amends.Engine(paste_tools.CATALOG, log=db), ServerSettings(no_auth=True)
+    )
+    body = {"tool": "settings.set", "args": {"key": "k", "value": "v"}}
+    with TestClient(app) as c:
+        step = c.post("/sagas/S/steps/s9/follow-up", json=body)
+        for method, path, allow in (("get", "/no/such/path", None), ("delete", "/sagas", "GET")):
+            routing = getattr(c, method)(path)
+            assert routing.status_code == (405 if allow else 404)
+            assert routing.headers.get("allow") == allow
+            said = routing.json()["detail"]
+            if allow:
+                assert said == "DELETE '/sagas' is not allowed; this path takes GET"
+            else:
+                assert said == (
+                    "no such path: GET '/no/such/path'; the API's paths are in /openapi.json "
+                    "and docs/http-api.md"
+                )
+        tool = c.post("/sagas/S/steps/s1/follow-up", json={"tool": "fax.send", "args": {}})
+    assert step.status_code == 404
+    assert step.json() == {
+        "error": "step_not_found",
+        "detail": "saga 'S' has no step 's9'; its steps are s1",
+    }
+    assert tool.status_code == 404 and tool.json()["error"] == "not_found"
+    assert paste_tools.SETTINGS == {}  # nothing was sent

@@ -162,6 +162,18 @@ async def _verify_periodically(st: _State) -> None:
         await asyncio.sleep(st.settings.verify_interval)
 
 
+def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
+    """A routing error as a sentence naming the value and the fix (issue 26 item 9: it was
+    Starlette's bare "Not Found" / "Method Not Allowed"); any other detail as it is."""
+    where = f"{request.method} {request.url.path[:200]!r}"
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        return f"no such path: {where}; the API's paths are in /openapi.json and docs/http-api.md"
+    if exc.status_code == 405 and exc.detail == "Method Not Allowed":
+        allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        return f"{where} is not allowed" + (f"; this path takes {allow}" if allow else "")
+    return str(exc.detail)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -174,7 +186,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         name = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         # issue 13.7: a 405 keeps the Allow header Starlette computed
         return JSONResponse(
-            {"error": name, "detail": exc.detail},
+            {"error": name, "detail": _http_detail(request, exc)},
             status_code=exc.status_code,
             headers=dict(exc.headers or {}),
         )

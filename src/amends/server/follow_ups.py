@@ -100,6 +100,14 @@ async def send_follow_up(
     saga, who = await load_saga(request, saga_id)
     guard_write(request, who)
     tool, args = _body(await read_json(request, "follow-up"))
+    steps = [s.step_id for s in saga.steps]
+    if step_id not in steps:  # the code resolve and retry answer for an unknown step
+        raise ApiError(
+            404,
+            "step_not_found",
+            f"saga {saga.saga_id!r} has no step {step_id[:130]!r}; its steps are "
+            f"{', '.join(steps) or 'none'}",
+        )
     engine = _state(request).engine
     try:
         sent = await engine.send_follow_up(saga.saga_id, step_id, tool=tool, args=args, by=who.who)
