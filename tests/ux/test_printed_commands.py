@@ -153,15 +153,19 @@ async def test_show_of_a_saga_not_undone_hints_preview_and_undo_that_run(tmp_pat
     saga_id = await _saga(db)
     shown = _amends("show", saga_id, "--db", db)
     assert shown.returncode == 0, shown.stderr
-    # issue 26 item 6: first, how to see what undo would do (show, with the catalog allowed)
-    expect = {
-        f" show {saga_id}": ({0}, "Undo would: revert 1 · ask a person about 1"),
-        "--dry-run": ({0}, "What undo would do now"),
-        "undo": ({1}, "taken back"),
-    }
+    # issue 26 item 6: first, how to see what undo would do (show, with the catalog allowed);
+    # no catalog is allowed here, so no `undo` command is printed: each paste would exit 2
+    expect = {f" show {saga_id}": ({0}, "Undo would: revert 1 · ask a person about 1")}
     found = _each_runs(shown.stdout, db, tmp_path, expect, HINT_STAGE="won", AMENDS_CATALOGS=SPEC)
+    assert found == [f"{PROGRAM} show {saga_id} --db {db}"]
+    # with the catalog allowed, show prints the preview and undo commands, and each runs
+    shown = _amends("show", saga_id, "--db", db, AMENDS_CATALOGS=SPEC, HINT_STAGE="won")
+    assert shown.returncode == 0, shown.stderr
+    expect = {"--dry-run": ({0}, "What undo would do now"), "undo": ({1}, "taken back")}
+    found = _each_runs(
+        shown.stdout, db, tmp_path / "b", expect, HINT_STAGE="won", AMENDS_CATALOGS=SPEC
+    )
     assert found == [
-        f"{PROGRAM} show {saga_id} --db {db}",
         f"{PROGRAM} undo {saga_id} --dry-run --db {db}",
         f"{PROGRAM} undo {saga_id} --db {db}",
     ]
