@@ -420,7 +420,7 @@ class Engine(FollowUpMethods):
         if rev is None or rev.state != "done" or await self._continuable(saga):
             return
         raise SagaStateError(
-            f"nothing to continue: saga {saga.saga_id!r}'s reversal {rev.reversal_id} finished "
+            f"nothing to continue: saga {saga.saga_id}'s reversal {rev.reversal_id} finished "
             f"with no step over budget, none blocked by a step undone or resolved since, none "
             f"asked to be retried; a failed step can be retried once its cause is fixed (amends "
             f"undo {saga.saga_id} --retry STEP), or resolved by a person",

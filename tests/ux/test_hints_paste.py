@@ -84,17 +84,67 @@ def test_a_hint_under_a_report_is_one_line_at_80_columns_and_runs_as_pasted(
     out = _out(["undo", SAGA, "--db", db, "--catalog", SPEC], capsys, 1)
     where = shlex.quote(db)
     for step in ("s2", "s3"):
-        hint = f"amends resolve {SAGA} {step} --note 'what you did' --db {where}"
+        hint = f"amends resolve {SAGA} {step} --note 'what you did' --db {where} --catalog {SPEC}"
         assert f"    open — when done: {hint}" in out.splitlines(), out
     resolve = next(c for c in _commands(out) if " s2 " in c)
-    # pasted: the shell's words, run here
+    assert resolve.endswith(f"--db {where} --catalog {SPEC}"), resolve
+    # pasted: the shell's words, run here; nothing waited for s2, so no continue command (it
+    # was printed, and its paste answered "nothing to continue", exit 2)
     printed = _out(shlex.split(resolve)[1:], capsys, 0)
-    assert f"step s2 of saga {SAGA}: handled by " in printed, printed
-    (again,) = [c for c in _commands(printed) if "--continue" in c]
-    assert again == f"amends undo {SAGA} --continue --db {where}", printed
+    assert " ".join(printed.split()) == (
+        f"step s2 of saga {SAGA}: handled by {_me()}. No step waited for it: the reversal has "
+        f"nothing to continue."
+    ), printed
     shown = _out(["show", SAGA, "--db", db], capsys, 0)
     assert f"The event log: amends show {SAGA} --history --db {where}" in shown.splitlines()
     assert "handled by " in shown and ": what you did" in shown, shown
+
+
+def _me() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def test_a_resolution_that_unblocks_a_step_prints_a_continue_command_that_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s1's inverse waits for s2's, which amends cannot check: s1 is blocked until a person
+    resolves s2. The resolve command printed under the report carries --catalog, and so does
+    the continue command it prints; pasted, it takes s1 back."""
+    for name in [k for k in os.environ if k.startswith("AMENDS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(tmp_path)
+    paste_tools.reset()
+    db = "blocked log.db"
+
+    async def run() -> None:
+        engine = amends.Engine(paste_tools.CATALOG, log=db)
+        try:
+            async with engine.saga("Turn on the beta", saga_id=SAGA) as saga:
+                a = saga.call("settings.set", key="plan", value="gold")
+                saga.call("settings.flag", key="beta", after=[a])
+        finally:
+            await engine.close()
+
+    asyncio.run(run())
+    out = _out(["undo", SAGA, "--db", db, "--catalog", SPEC], capsys, 1)
+    assert re.search(r"^  s1 Acknowledge blocked ", out, re.M), out
+    (resolve,) = [c for c in _commands(out) if " s2 " in c]
+    assert resolve == (
+        f"amends resolve {SAGA} s2 --note 'what you did' --db 'blocked log.db' --catalog {SPEC}"
+    )
+    printed = _out(shlex.split(resolve)[1:], capsys, 0)
+    (again,) = _commands(printed)
+    assert again == f"amends undo {SAGA} --continue --db 'blocked log.db' --catalog {SPEC}"
+    assert "(it would attempt s1)" in printed, printed
+    assert paste_tools.SETTINGS["plan"] == "gold"
+    continued = _out(shlex.split(again)[1:], capsys, 1)  # s2 stands, handled by a person
+    assert continued.startswith("1 of 2 taken back · 1 handled by a person — cannot_undo")
+    assert re.search(r"^  s1 Revert +reverted ", continued, re.M), continued
+    assert paste_tools.SETTINGS["plan"] is None  # taken back
+    _out(shlex.split(again)[1:], capsys, 2)  # and now nothing is left to continue
 
 
 def test_show_without_a_catalog_prints_no_command_that_would_fail_and_says_not_declared(

@@ -32,7 +32,7 @@ DEFAULT_DB = "amends.db"
 """The ``--db`` every log-reading command defaults to; a hint leaves it out."""
 
 _TAKES_DB = frozenset({"show", "undo", "resolve", "recover", "doctor", "serve", "token", "audit"})
-_TAKES_CATALOG = frozenset({"undo", "recover", "serve", "audit"})
+_TAKES_CATALOG = frozenset({"undo", "recover", "serve", "audit", "resolve"})
 
 
 @dataclass(frozen=True)

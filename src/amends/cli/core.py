@@ -179,6 +179,13 @@ def register(sub: Any) -> None:
         help="withdraw the step's resolution (it was not handled after all); --note says why",
     )
     resolve.add_argument("--json", action="store_true", help="print JSON")
+    resolve.add_argument(
+        "--catalog",
+        action="append",
+        metavar="REF",
+        help="the catalog that ran the saga, repeated in the `undo --continue` command printed "
+        "when the resolution unblocks a step (resolve itself calls no tool); repeatable",
+    )
     resolve.set_defaults(handler=_resolve)
 
     audit = sub.add_parser(
@@ -633,20 +640,22 @@ def _os_user() -> str:
 def _resolve(args: argparse.Namespace) -> int:
     by = args.by if args.by is not None else _os_user()
 
-    async def go() -> Any:
+    async def go() -> tuple[Any, list[str]]:
         log = open_existing_log(args.db)
-        # resolve() calls no tool: an empty catalog suffices, whatever ran the saga.
+        # resolve() calls no tool: an empty catalog suffices, whatever ran the saga; what a
+        # continuation would attempt is judged from the log (the steps' recorded dependencies)
         engine = Engine(Catalog(), log=log)
         try:
             if args.withdraw:
                 return await engine.withdraw_resolution(
                     args.saga_id, args.step_id, by=by, note=args.note
-                )
-            return await engine.resolve(args.saga_id, args.step_id, by=by, note=args.note)
+                ), []
+            res = await engine.resolve(args.saga_id, args.step_id, by=by, note=args.note)
+            return res, await engine.continuable(args.saga_id)
         finally:
             await engine.close()
 
-    res = run_async(go())
+    res, unblocked = run_async(go())
     if args.json:
         print_json(res.to_dict())
     elif res.withdrawn:
@@ -654,12 +663,18 @@ def _resolve(args: argparse.Namespace) -> int:
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: resolution withdrawn "
             f"by {markup(res.by)}; its manual action is open again"
         )
-    else:
+    elif unblocked:  # issue 26 item 3: a continue hint only when continuing would do something
         print_command(
             Console(),
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
-            f"{markup(res.by)}. Continue the reversal with: "
+            f"{markup(res.by)}. Continue the reversal (it would attempt "
+            f"{markup(', '.join(unblocked))}) with: "
             f"{markup(command('undo', args.saga_id, '--continue'))}",
+        )
+    else:
+        Console().print(
+            f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
+            f"{markup(res.by)}. No step waited for it: the reversal has nothing to continue."
         )
     return 0
 
@@ -700,7 +715,7 @@ def _print_audit(console: Console, name: str, catalog: Catalog) -> None:
     sandbox's simulated vendors, not the user's)."""
     whose = " — the sandbox's simulated vendors, not yours" if name == SANDBOX_REF else ""
     title = f"Catalog {markup(name)}{whose}: {len(catalog)} tools"
-    if console.width < _WIDE:  # issue 26 item 5: below, the table broke "irreversibl/e"
+    if console.width < _audit_table_width(catalog):  # issue 26 item 5: "irreversibl/e"
         console.print(f"[bold]{title}[/bold]")
         for t in catalog:
             said = (
@@ -713,9 +728,9 @@ def _print_audit(console: Console, name: str, catalog: Catalog) -> None:
                 print_item(console, markup(t.description), indent=4)
     else:
         table = Table(title=title, header_style="bold")
-        table.add_column("tool", no_wrap=True)
-        for col in ("reversibility", "declared", "description"):
-            table.add_column(col, overflow="fold")
+        for col in ("tool", "reversibility", "declared"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("description", overflow="fold", ratio=1)
         for t in catalog:
             # issue 26: "not declared" is its own answer, never shown as a declared class
             declared = "yes" if t.explicit else "[red]not declared[/red]"
@@ -730,6 +745,17 @@ def _print_audit(console: Console, name: str, catalog: Catalog) -> None:
             f"they did; declare reversibility=... on each (read_only for a tool that only "
             f"reads)."
         )
+
+
+def _audit_table_width(catalog: Catalog) -> int:
+    """The columns the audit table needs to keep every name and class whole (its borders and
+    a 12-column description); narrower, each tool is a line of its own."""
+    names = max((len(t.name) for t in catalog), default=4)
+    classes = max(
+        (len(t.reversibility.value if t.explicit else "treated as irreversible") for t in catalog),
+        default=13,
+    )
+    return names + max(classes, len("reversibility")) + len("not declared") + 13 + 12
 
 
 def _audit_mcp(args: argparse.Namespace) -> int:
