@@ -14,6 +14,7 @@ reports say "not checked".
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 from pathlib import Path
@@ -117,3 +118,56 @@ def test_the_cli_report_says_not_checked_for_an_unchecked_step(
     assert re.search(r"^  s1 Acknowledge blocked +Set plan to 'gold' *$", out, re.M), out
     flat = " ".join(out.split())
     assert "it was not attempted (it must wait for another step's undo, and that" in flat, out
+
+
+async def test_the_web_page_continues_a_budget_cut_with_its_button_not_a_cli_command(
+    tmp_path: Path,
+) -> None:
+    """A reversal the budget cut off (run by the agent's own engine, or by the web page): the
+    manual action said "continue with a larger budget: amends undo saga_… --continue
+    --budget-calls N --budget-seconds S" on the page, a saga id and a terminal command for a
+    person who has a "Continue undo" button; before undo, the preview named the other step's id
+    and tool for a step predicted blocked. The JSON keeps the report's words."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    paste_tools.reset()
+    db = str(tmp_path / "amends.db")
+    engine = amends.Engine(paste_tools.CATALOG, log=db)
+    try:
+        async with engine.saga("Turn on the beta", saga_id=SAGA) as saga:
+            a = saga.call("settings.set", key="plan", value="gold")
+            saga.call("settings.set", key="plan", value="platinum", after=[a])
+        async with engine.saga("Flag it", saga_id="saga_g3other") as other:
+            b = other.call("settings.set", key="tier", value="1")
+            other.call("settings.flag", key="tier", after=[b])
+        report = await engine.undo(SAGA, budget=amends.Budget(tool_calls=0))
+    finally:
+        await engine.close()
+    assert [s.state for s in report.steps] == ["blocked", "over_budget"]
+    (action,) = [m for m in report.manual_actions if m.step_id == "s2"]
+    assert f"amends undo {SAGA} --continue" in action.what  # the report's words, for a terminal
+    app = create_app(
+        lambda: amends.Engine(paste_tools.CATALOG, log=db), ServerSettings(no_auth=True)
+    )
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get(f"/ui/sagas/{SAGA}")
+        before = client.get("/ui/sagas/saga_g3other")
+        body = client.get(f"/reversals/{report.reversal_id}").json()["report"]
+    people = _outside_the_fold(page.text)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", people))  # what the page shows
+    assert "amends undo" not in text and SAGA not in text, text
+    assert (
+        "Undo \"Set plan to 'platinum'\", which was not attempted (tool-call budget of 0 spent "
+        "before settings.read could run): continue with a larger budget: “Continue undo” on "
+        "this page, or undo it by hand"
+    ) in text, text
+    assert 'id="continue"' in people
+    assert body["manual_actions"][1]["what"] == action.what  # the JSON: as the report holds it
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", _outside_the_fold(before.text)))
+    assert "settings.flag)" not in shown and "it must wait for s2" not in shown
+    assert "not attempted: it must wait for another step's undo, and that step is drifted" in (
+        shown
+    ), shown

@@ -11,6 +11,7 @@ says who is signed in. Pages carry no inline script (CSP).
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import time
 from datetime import datetime
@@ -23,7 +24,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from amends import AmendsError, Residue, StepOutcome, UndoReport
-from amends._report import state_label, visible
+from amends._report import people_detail, state_label, visible
 
 from .api import (
     ID_PATTERN,
@@ -88,6 +89,7 @@ def _page(
     ctx["vendor_when"] = _vendor_when
     ctx["outcome_text"] = _outcome_text
     ctx["step_state"] = _step_state
+    ctx["action_text"] = _action_text
     ctx["iso"] = _iso
     ctx["name_steps"] = _name_steps
     ctx["note_words"] = UndoReport.note_for_people
@@ -156,6 +158,20 @@ def _state_words(state: str) -> str:
 def _outcome_text(step: dict[str, Any]) -> str:
     """A report step's outcome in a person's words (the report's own wording, issue 26)."""
     return StepOutcome.from_dict(step).outcome_text
+
+
+# a manual action of a step cut off by the budget (amends._manual): its continue command
+_CONTINUE = re.compile(r"(: continue with a larger budget: ).*(, or undo it by hand)$", re.S)
+
+
+def _action_text(action: dict[str, Any], step: dict[str, Any] | None) -> str:
+    """What a manual action asks, as the page says it (issue 26 item 2): a step cut off by the
+    budget is continued with this page's "Continue undo", not with the CLI command (and its
+    saga id) the report holds for a terminal; the JSON keeps the report's words."""
+    what = str(action.get("what") or "")
+    if step is None or step.get("state") != "over_budget":
+        return what
+    return _CONTINUE.sub(r"\1“Continue undo” on this page\2", what)
 
 
 def _step_state(step: dict[str, Any]) -> str:
@@ -318,7 +334,6 @@ async def _would(st: _State, saga_id: str) -> str | None:
 
 @router.get("/ui/sagas/{saga_id}")
 async def saga_page(request: Request, saga_id: str) -> Response:
-    import re
 
     if not re.match(ID_PATTERN, saga_id):
         raise ApiError(404, "saga_not_found", f"no saga {saga_id[:130]!r} for this token")
@@ -391,7 +406,8 @@ def _why(p: dict[str, Any]) -> str:
     if p.get("needs_review"):
         return str(p.get("check") or p.get("reason") or "")
     if p.get("predicted") in ("blocked", "over_budget", "failed") and p.get("detail"):
-        return str(p["detail"])
+        # in a person's words, as the report will say it (a blocked step names no id or tool)
+        return people_detail(str(p["predicted"]), str(p["detail"]), "")
     return str(p.get("reason") or "")
 
 
