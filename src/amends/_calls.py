@@ -25,7 +25,15 @@ from ._arguments import call_arguments
 from ._contracts import Call
 from ._telemetry import call_span
 
-__all__ = ["RetryPolicy", "call_arguments", "current_call", "idempotency_key", "invoke", "run"]
+__all__ = [
+    "RetryPolicy",
+    "call_arguments",
+    "current_call",
+    "idempotency_key",
+    "invoke",
+    "ran",
+    "run",
+]
 
 T = TypeVar("T")
 
@@ -245,3 +253,19 @@ def run(awaitable: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(main())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop is running in this thread
         return pool.submit(asyncio.run, main()).result()
+
+
+def ran(fn: Any, exc: BaseException) -> bool:
+    """Whether ``exc``'s traceback passes through the tool function ``fn`` itself (its own code
+    ran). A tool whose code cannot be told (a callable object, a partial) counts as run. A
+    ``TypeError`` that did not is Python refusing the arguments: the tool was not called (rule
+    9 is about calls that began), on the forward side and the undo side alike."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False

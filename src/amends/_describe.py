@@ -13,6 +13,7 @@ redaction marker (rule 11), whatever the template says.
 from __future__ import annotations
 
 import functools
+import re
 import string
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
@@ -20,7 +21,7 @@ from typing import Any
 
 from ._errors import ContractError
 
-__all__ = ["check_template", "sentence"]
+__all__ = ["DONE_WORDS", "check_template", "people_detail", "sentence"]
 
 _MAX_VALUE = 60
 """Longest argument value shown in a default sentence, in characters (longer ones are cut)."""
@@ -250,3 +251,28 @@ def _argument(name: str, value: Any) -> str:
     if type(value) is int and -_SHORT_INT < value < _SHORT_INT:
         return f"{name}={value!r}"  # issue 29: _show of a short int is its repr
     return f"{name}={_show(value)}"
+
+
+DONE_WORDS = {"reverted": "Taken back", "compensated": "Compensated", "cancelled": "Cancelled"}
+"""How an undone step's outcome begins for people, by its state (issue 26 item 2)."""
+
+# the gate's detail (reversal runner, rule 3): the step waited for, by id and tool
+_WAITED = re.compile(
+    r"not attempted: it must wait for \S+ \([^()]*\) to be undone first, and that step is "
+    r"(?P<state>[a-z_]+)$"
+)
+
+
+def people_detail(state: str, detail: str, inverse_description: str) -> str:
+    """:attr:`StepOutcome.outcome_text` of a step in this state (issue 26 item 2): an undone
+    step says what undo did, in its inverse's sentence; a blocked step says it waited for
+    another step's undo, without that step's id and tool (the engineers' details name them);
+    any other, its detail."""
+    done = DONE_WORDS.get(state)
+    if done is None:
+        waited = _WAITED.match(detail) if state == "blocked" else None
+        if waited is None:
+            return detail
+        other = waited["state"].replace("_", " ")
+        return f"not attempted: it must wait for another step's undo, and that step is {other}"
+    return f"{done}: {inverse_description}" if inverse_description else done

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._contracts import Acknowledgement, FollowUp, ManualAction, Residue
+from ._describe import people_detail
 from ._log.base import StepRecord
-from ._report import StepState, people_detail
+from ._report import StepState
 
 __all__ = ["UNKNOWN_FOLLOW_UP", "Wording", "did", "missing_follow_ups"]
 

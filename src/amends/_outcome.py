@@ -15,6 +15,7 @@ import functools
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from ._calls import ran
 from ._contracts import _JSON_SCALARS as _SCALARS
 from ._contracts import Call, Catalog, Inverse, Reversibility, ToolSpec, inverse_dict, json_copy
 from ._errors import ContractError, PermanentError, StepFailedError, ToolError, TransientError
@@ -160,7 +161,7 @@ def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception)
     """Rule 9: only the vendor's refusal means no effect; anything else is in doubt."""
     if isinstance(exc, Refused):
         return finish_failed(catalog, step, calls, "failed", str(exc))
-    if isinstance(exc, TypeError) and not _ran(step.spec.fn, exc):
+    if isinstance(exc, TypeError) and not ran(step.spec.fn, exc):
         # the arguments did not bind: Python refused the call before any line of the tool
         # ran, so nothing happened (rule 9 is about calls that began)
         return StepFinish(
@@ -199,20 +200,6 @@ def failure(catalog: Catalog, step: StepView, calls: list[Call], exc: Exception)
         f"{step.tool} raised {type(exc).__name__}: {exc}; only amends.PermanentError or "
         f"amends.TransientError say the vendor refused, so whether it took effect is unknown",
     )
-
-
-def _ran(fn: Any, exc: BaseException) -> bool:
-    """Whether ``exc``'s traceback passes through the tool function ``fn`` itself (its own code
-    ran). A tool whose code cannot be told (a callable object, a partial) counts as run."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return True
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 class _Recorded(Protocol):

@@ -20,7 +20,8 @@ from typing import Any
 
 from ._budget import BudgetMeter
 from ._contracts import ManualAction, Residue
-from ._describe import when_words
+from ._describe import DONE_WORDS, when_words
+from ._describe import people_detail as people_detail  # the web page says it as the report
 from ._follow_up_state import follow_up_cost, follow_up_standing
 from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
 
@@ -725,34 +726,6 @@ def state_label(s: StepOutcome) -> str:
     return s.state.value.replace("_", " ")
 
 
-_DONE_WORDS = {
-    StepState.REVERTED.value: "Taken back",
-    StepState.COMPENSATED.value: "Compensated",
-    StepState.CANCELLED.value: "Cancelled",
-}
-
-
-# the gate's detail (reversal runner, rule 3): the step waited for, by id and tool
-_WAITED = re.compile(
-    r"not attempted: it must wait for \S+ \([^()]*\) to be undone first, and that step is "
-    r"(?P<state>[a-z_]+)$"
-)
-
-
-def people_detail(state: str, detail: str, inverse_description: str) -> str:
-    """:attr:`StepOutcome.outcome_text` of a step in this state (issue 26 item 2): a blocked
-    step says it waited for another step's undo, without that step's id and tool (the
-    engineers' details name them)."""
-    done = _DONE_WORDS.get(state)
-    if done is None:
-        waited = _WAITED.match(detail) if state == StepState.BLOCKED.value else None
-        if waited is None:
-            return detail
-        other = waited["state"].replace("_", " ")
-        return f"not attempted: it must wait for another step's undo, and that step is {other}"
-    return f"{done}: {inverse_description}" if inverse_description else done
-
-
 def _when_utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "—"
 
@@ -785,7 +758,7 @@ def _render_html(r: UndoReport) -> str:
         f"<td>{e(s.outcome_text)}"
         + (
             f"<br>Undo: {e(s.inverse_description)}"
-            if s.inverse_description and s.state.value not in _DONE_WORDS
+            if s.inverse_description and s.state.value not in DONE_WORDS
             else ""
         )
         + "</td></tr>"
@@ -812,7 +785,7 @@ def _engineer_fold(r: UndoReport, e: Any) -> str:
     steps = "".join(
         f"<li><code>{e(s.step_id)}</code> <code>{e(s.tool)}</code> {e(s.state.value)}"
         + ("" if s.declared else " (not declared — treated as irreversible)")
-        + (f": {e(s.detail)}" if s.state.value in _DONE_WORDS else "")
+        + (f": {e(s.detail)}" if s.state.value in DONE_WORDS else "")
         + "</li>"
         for s in r.steps
     )

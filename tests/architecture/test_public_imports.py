@@ -72,6 +72,10 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
         "issue 23: the CLI prints `--retry STEP` under the steps engine.retry accepts, a drift "
         "check that could not run told by the detail the engine writes (`UNCHECKED`), not a copy"
     ),
+    ("amends.cli._common", "amends._report"): (
+        "issue 26 item 2: the CLI's step list says a step's state in the reports' own words "
+        "(`state_label`: 'not checked' where nothing drifted), not a copy of the rule"
+    ),
     ("amends.cli._hints", "amends._log"): (
         "rule 11: a printed hint's --db hides a password by the log's one function, the one its "
         "error messages use (not a second parser that could miss a form the other catches)"

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from .._budget import BudgetMeter
-from .._calls import RetryPolicy, idempotency_key, invoke
+from .._calls import RetryPolicy, idempotency_key, invoke, ran
 from .._contracts import Call, Expectation, Reversibility, ToolSpec
 from .._errors import (
     AmendsError,
@@ -47,6 +47,18 @@ class _TimedOutAfter(TimeoutError):
     def __init__(self, earlier: Exception) -> None:
         super().__init__(str(earlier))
         self.earlier = earlier
+
+
+def _not_called(spec: ToolSpec, exc: Exception) -> None:
+    """Raise :class:`Stop` (``failed``) when Python refused the arguments of a call made in
+    this process before any line of the tool ran: nothing happened, never "its answer was
+    lost" (rule 9 is about calls that began; the forward side says the same)."""
+    if isinstance(exc, TypeError) and not ran(spec.fn, exc):
+        raise Stop(
+            StepState.FAILED,
+            f"{spec.name} was not called: its arguments do not fit its signature ({exc}); "
+            f"nothing happened",
+        ) from None
 
 
 def _lost_answer(exc: Exception) -> bool:
@@ -216,6 +228,8 @@ class Caller:
                     )
             except Exception as exc:
                 self.meter.tokens += call.tokens
+                if self._local_calls:
+                    _not_called(spec, exc)
                 if isinstance(exc, TimeoutError) and isinstance(lost_reach, TransientError):
                     exc = _TimedOutAfter(lost_reach)  # rule 8: say why it never got through
                 try:

@@ -14,6 +14,7 @@ it cannot vouch for as ``sent``.
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from collections.abc import Mapping
@@ -204,6 +205,7 @@ class FollowUpSender:
         rev, comps = await self._finished(saga, step_id)
         earlier = [f for f in follow_ups_of(saga.saga_id, comps) if f.step_id == step_id]
         await self._settled(saga, step_id, earlier, comps)
+        _check_signature(tool, self.catalog.get(tool).fn, args)  # before anything is written
         assert rev.report is not None
         report = UndoReport.from_dict(rev.report)
         action = next((m for m in report.manual_actions if m.step_id == step_id), None)
@@ -443,3 +445,36 @@ def _reference(result: Any) -> str | None:
             if isinstance(result.get(k), str | int):
                 return f"{k} {result[k]}"
     return None
+
+
+def _check_signature(tool: str, fn: Any, args: Mapping[str, Any]) -> None:
+    """A follow-up whose arguments the tool cannot take is refused before anything is written
+    (a person's typo, ``body`` for ``text``): sent, Python would refuse the call, and an answer
+    taken for lost would leave the manual action in doubt for good (rule 5)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable amends cannot read: the call itself decides
+        return
+    try:
+        signature.bind(None, **args)
+    except TypeError as exc:
+        params = list(signature.parameters.values())[1:]
+        named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        takes = {p.name for p in named}
+        unknown = [repr(k) for k in args if k not in takes]
+        missing = [repr(p.name) for p in named if p.default is p.empty and p.name not in args]
+        why = (
+            " and ".join(
+                part
+                for part in (
+                    f"does not take {', '.join(unknown)}" if unknown else "",
+                    f"needs {', '.join(missing)}" if missing else "",
+                )
+                if part
+            )
+            or f"cannot take these arguments ({exc})"
+        )
+        raise ConfigError(
+            f"tool {tool!r} {why}; it takes {', '.join(p.name for p in named) or 'no arguments'}"
+            f": the follow-up was not sent"
+        ) from None
