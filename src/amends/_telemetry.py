@@ -439,22 +439,45 @@ def say(text: str, *, level: int = logging.INFO) -> None:
         sys.stderr.flush()
 
 
+_VOUCHED = ("amends", "uvicorn")
+"""Loggers whose INFO records the JSON lines carry: amends' own (events, messages, an MCP
+upstream's stderr) and the server's (its access line redacted by ``RedactCredentials``)."""
+
+
+class _OnlyVouched(logging.Filter):
+    """Below WARNING, only the records of :data:`_VOUCHED` loggers: another library's INFO line
+    is not amends' to publish (httpx logs each request's full URL, an ``api_key`` query
+    parameter filled from a secret included; rule 11)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        return record.levelno >= logging.WARNING or any(
+            name == v or name.startswith(v + ".") for v in _VOUCHED
+        )
+
+
 def configure_logging(fmt: str, *, level: int = logging.INFO) -> Callable[[], None]:
-    """``--log-format``: ``json`` sends every record (amends' events, the server's lines) to
-    stderr as JSON lines; ``text`` leaves logging as it is. Returns a function undoing it."""
+    """``--log-format``: ``json`` sends amends' records (its events, a command's messages) and
+    the server's lines to stderr as JSON lines, and every other library's warnings and errors
+    as they would reach stderr without it; ``text`` leaves logging as it is. Returns a
+    function undoing it."""
     if fmt == "text":
         return lambda: None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines())
+    handler.addFilter(_OnlyVouched())
     root = logging.getLogger()
-    old = root.level
+    # rule 11: the root's level stays (WARNING unless the application set one), so no other
+    # library's INFO record is even made; amends' own loggers are lowered to ``level``
+    ours = logging.getLogger("amends")
+    old = ours.level
     root.addHandler(handler)
-    root.setLevel(min(level, old) if old != logging.NOTSET else level)
+    ours.setLevel(min(level, old) if old != logging.NOTSET else level)
     _JSON.append(True)
 
     def undo() -> None:
         root.removeHandler(handler)
-        root.setLevel(old)
+        ours.setLevel(old)
         _JSON.pop()
 
     return undo
