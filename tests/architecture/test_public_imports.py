@@ -65,6 +65,10 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
         "issue 28: /metrics shows the figures the engine's own spans and log records derive "
         "from one place (_observe), not a second derivation"
     ),
+    ("amends.server.metrics", "amends._log"): (
+        "rule 12: /metrics reads a record it cannot decode (a report, a reversal.done) as the "
+        "log's own readers do, by the one translation to HistoryAlteredError (_log.unreadable)"
+    ),
     ("amends.server.api", "amends._resolution"): (
         "the HTTP retry answers with the engine's one check of which steps can be retried"
     ),

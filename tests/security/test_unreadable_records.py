@@ -189,3 +189,75 @@ async def test_an_unreadable_saga_or_reversal_row_hides_no_other_saga_from_the_l
     assert "paid" in {p.saga_id for p in await engine.log.verify()}
     assert await _refused(engine.undo("paid")) == "HistoryAlteredError"
     assert psp.refunds == ["ch_1"]
+
+
+async def _forge_resolution(engine: amends.Engine) -> None:
+    """Append a ``step.resolved`` record without its fields to ``paid`` (its head moves)."""
+    last = await engine.log.db.read(  # type: ignore[attr-defined]
+        lambda tx: tx.execute(
+            "SELECT hash FROM records WHERE saga_id='paid' ORDER BY rec_id DESC LIMIT 1"
+        )
+    )
+    await _tamper(
+        engine,
+        (
+            "INSERT INTO records (saga_id, step_id, reversal_id, kind, phase, at, body, "
+            "prev_hash, hash) VALUES ('paid', 's1', NULL, 'step.resolved', 'r', 1.0, '{}', ?, "
+            "'f')",
+            (last[0][0],),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "alter",
+    [
+        "step.done",
+        "compensation.compensated",
+        "reversal.done",
+        "stored report",
+        "resolution appended later",
+    ],
+)
+async def test_metrics_altered_after_the_last_check_number_that_saga_and_count_the_others(
+    undone: tuple[amends.Engine, Psp, str], alter: str
+) -> None:
+    """A record altered where the server's hash-chain check has not looked (here the periodic
+    check is off; by default it runs every 5 minutes): before a server starts, or appended
+    while it runs. ``/metrics`` once answered 409 for every saga, a dashboard blinded by one
+    edit; now the altered saga is numbered unverified and the intact one still counted."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    engine, psp, url = undone
+    assert (await engine.undo("other")).status == "fully_reversed"
+    if alter == "stored report":
+        await _tamper(engine, ("UPDATE reversals SET report='[]' WHERE saga_id='paid'", ()))
+    elif alter != "resolution appended later":
+        await _replace(engine, alter, "[]")
+    app = create_app(
+        lambda: amends.Engine(psp_catalog(psp), log=url),
+        ServerSettings(no_auth=True, verify_interval=0),
+    )
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+        if alter == "resolution appended later":
+            first = client.get("/metrics")
+            assert first.status_code == 200, first.text
+            assert 'amends_reversals{outcome="fully_reversed"} 2' in first.text
+            await _forge_resolution(engine)
+        got = client.get("/metrics")
+    assert got.status_code == 200, got.text
+    assert [
+        line
+        for line in got.text.splitlines()
+        if line.startswith(("amends_reversals{", "amends_reversal_steps", "amends_sagas_unv"))
+    ] == [
+        'amends_reversals{outcome="fully_reversed"} 1',
+        'amends_reversals{outcome="partially_reversed"} 0',
+        'amends_reversals{outcome="cannot_undo"} 0',
+        'amends_reversal_steps{state="compensated",tool="pay.charge"} 1',
+        "amends_sagas_unverified 1",
+    ]
+    assert psp.refunds == ["ch_1", "ch_2"]

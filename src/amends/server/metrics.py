@@ -24,8 +24,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from amends import Event, Outcome, ReversalHead, SagaLog, UndoReport, current_report
+from amends import (
+    Event,
+    HistoryAlteredError,
+    Outcome,
+    ReversalHead,
+    SagaLog,
+    UndoReport,
+    current_report,
+)
 
+from .._log.unreadable import readable
 from .._observe import Figures, LatencyPairs, figures
 from .._telemetry import clean
 
@@ -56,6 +65,8 @@ class _Reversal:
     latencies: tuple[tuple[str, float], ...] = ()
     """(tool, seconds) of each compensation: from its dispatch to its final state."""
     residue: bool = False
+    altered: bool = False
+    """A record of its saga could not be read (rule 12): numbered as unverified, not counted."""
 
 
 @dataclass
@@ -73,6 +84,9 @@ class _Totals:
     unverified: int = 0
 
     def add(self, r: _Reversal) -> None:
+        if r.altered:
+            self.unverified += 1
+            return
         self.runs.update(r.runs)
         for tool, seconds in r.latencies:
             self.latencies.setdefault(tool, []).append(seconds)
@@ -127,6 +141,14 @@ class LogMetrics:
                 self.known[h.reversal_id] = r
 
     async def _read(self, h: ReversalHead) -> _Reversal:
+        try:
+            return await readable(h.saga_id, self._decode(h))
+        except HistoryAlteredError:
+            # rule 12: a record altered since the last hash-chain check (or with the periodic
+            # check off) costs that saga its figures, never every other saga's scrape
+            return _Reversal(h.head, h.tenant, None, altered=True)
+
+    async def _decode(self, h: ReversalHead) -> _Reversal:
         events = await self.log.events(h.saga_id)
         rev = await self.log.get_reversal(reversal_id=h.reversal_id)
         if h.state != "done" or rev is None or rev.report is None:
