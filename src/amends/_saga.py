@@ -409,10 +409,16 @@ class Saga:
                 # issue 11: which catalog ran the saga, so undo uses the same tools.
                 meta={"catalog": catalog_meta(e.catalog), **self.trace.meta()},
             )
-        except LogError:
+        except BaseException as exc:
+            # issue 28: whatever stopped the saga here (a log error, the agent's task cancelled
+            # while the entry was written) ends its span; no __aexit__ will
             self.trace.end("not_started")
             # another process took the same chosen id between the check and the insert
-            if self._chosen_id and await e.log.get_saga(self.id) is not None:
+            if (
+                isinstance(exc, LogError)
+                and self._chosen_id
+                and await e.log.get_saga(self.id) is not None
+            ):
                 raise self._reused(e.log.url) from None
             raise
         self._entered = True

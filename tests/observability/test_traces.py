@@ -8,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import pytest
 from opentelemetry import trace
 from otel_capture import Spans, attrs, everything, span_id
 from otel_world import CARD, otel_world, scene
@@ -235,3 +237,47 @@ async def test_a_traced_step_cancelled_before_it_started_leaves_no_coroutine_nev
             await asyncio.sleep(0)
         gc.collect()
     assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+
+
+async def test_a_saga_cancelled_while_its_log_entry_is_written_ends_its_span(
+    spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's task is cancelled while ``engine.saga(...)`` writes the saga's entry: its
+    span was started and nothing ended it (only a log error did; ``__aexit__`` never runs), so
+    the saga span stayed open for the life of the process and never reached the collector. It
+    ends now, ``not_started``, and nothing else is left open."""
+    import asyncio
+
+    _, catalog = otel_world()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    writing = asyncio.Event()
+    real = engine.log.create_saga
+
+    async def slow_create(*args: Any, **kwargs: Any) -> None:
+        writing.set()
+        await asyncio.sleep(30)  # a log slow to answer
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.log, "create_saga", slow_create)
+    ended: list[str] = []
+    recording: list[Any] = []
+
+    async def agent() -> None:
+        saga = engine.saga("Cancelled while it starts", tenant="acme")
+        try:
+            async with saga:
+                ended.append("entered")  # never: the entry was not written
+        finally:
+            recording.append(saga.trace.span)
+
+    task = asyncio.create_task(agent())
+    await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await engine.close()
+    assert ended == []
+    (saga_span,) = spans.named("amends.saga")
+    assert recording[0] is not None and not recording[0].otel.is_recording()  # ended
+    assert attrs(saga_span)["amends.state"] == "not_started"
+    assert saga_span.end_time is not None
