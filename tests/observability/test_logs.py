@@ -129,6 +129,8 @@ def test_the_json_formatter_writes_any_record_as_one_clean_line() -> None:
         ("\x1b[31mred", "\\x1b[31mred"),
         ("a\u202eb", "a\\u202eb"),
         ({"k\n": ["\x00", 1, None]}, {"k\\n": ["\\x00", 1, None]}),
+        ("a\u2028b\u2029", "a\\u2028b\\u2029"),  # a line break to many readers
+        ("t\ud800x", "t\\ud800x"),  # a lone surrogate: no UTF-8 encoder can write it
     ],
 )
 def test_clean_shows_control_characters_as_text_in_keys_and_values(

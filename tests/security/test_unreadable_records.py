@@ -261,3 +261,37 @@ async def test_metrics_altered_after_the_last_check_number_that_saga_and_count_t
         "amends_sagas_unverified 1",
     ]
     assert psp.refunds == ["ch_1", "ch_2"]
+
+
+async def test_a_stored_report_altered_to_name_an_unwritable_tool_never_fails_the_scrape(
+    undone: tuple[amends.Engine, Psp, str],
+) -> None:
+    """A report whose tool name holds a lone surrogate (valid JSON, ``"\\ud800"``) decodes, so
+    it is counted until the hash-chain check finds it; its label could not be encoded as UTF-8
+    and ``/metrics`` answered 500 for everyone. The label shows it as a visible escape."""
+    pytest.importorskip("fastapi")
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    engine, psp, url = undone
+    rows = await engine.log.db.read(  # type: ignore[attr-defined]
+        lambda tx: tx.execute("SELECT report FROM reversals WHERE saga_id='paid'")
+    )
+    report = json.loads(rows[0][0])
+    report["steps"][0]["tool"] = "pay.charge\ud800"
+    await _tamper(
+        engine, ("UPDATE reversals SET report=? WHERE saga_id='paid'", (json.dumps(report),))
+    )
+    app = create_app(
+        lambda: amends.Engine(psp_catalog(psp), log=url),
+        ServerSettings(no_auth=True, verify_interval=0),
+    )
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+        got = client.get("/metrics")
+    assert got.status_code == 200, got.text
+    assert [line for line in got.text.splitlines() if line.startswith("amends_reversal_steps")] == [
+        'amends_reversal_steps{state="compensated",tool="pay.charge\\\\ud800"} 1'
+    ]
