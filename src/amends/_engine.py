@@ -44,7 +44,7 @@ from ._log.base import (
 )
 from ._log.records import MAX_RESULT_BYTES
 from ._native import python_class
-from ._observe import ReversalObserver, remote_reversal
+from ._observe import ReversalObserver, observed, remote_reversal
 from ._planner import Plan, Preview, PreviewStep, plan
 from ._report import (
     StepOutcome,
@@ -467,9 +467,10 @@ class Engine(FollowUpMethods):
         assert rev is not None
         if not allow_missing_tools:
             check_catalog(self.catalog, saga)  # before anything is written
+        log = observed(self.log)  # issue 28: a retry asked is a reversal event's JSON line
         try:
             for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
-                await self.log.record_compensation(
+                await log.record_compensation(
                     CompensationWrite(
                         rev.reversal_id, rev.generation, step_id, state=RETRY,
                         attempts=comps[step_id].attempts if step_id in comps else 0,

@@ -16,16 +16,19 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ._follow_up_state import FOLLOW_UP_KEY
 from ._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from ._report import StepOutcome, StepState, UndoReport
 from ._telemetry import EVENTS, NO_SPAN, Span, emit, instruments, span, tracer
 
 __all__ = [
+    "CompensationLog",
     "Figures",
     "LatencyPairs",
     "ObservedLog",
     "ReversalObserver",
     "figures",
+    "observed",
     "remote_reversal",
     "reversal_finished",
     "reversal_started",
@@ -141,7 +144,9 @@ def reversal_finished(report: UndoReport) -> Figures | None:
     return f
 
 
-class _CompensationLog(Protocol):
+class CompensationLog(Protocol):
+    """What writes a reversal's compensation records (a log, or one observed)."""
+
     async def record_compensation(self, write: CompensationWrite, /) -> None: ...
 
     async def get_compensations(self, reversal_id: str, /) -> dict[str, CompensationRecord]: ...
@@ -163,7 +168,7 @@ class ObservedLog:
     ``reader``: where the saga of a reversal not introduced with :meth:`knows` is read (a
     Temporal worker sees reversal ids only)."""
 
-    def __init__(self, inner: _CompensationLog, reader: _SagaReader | None = None) -> None:
+    def __init__(self, inner: CompensationLog, reader: _SagaReader | None = None) -> None:
         self.inner = inner
         self.reader = reader
         self.names: dict[str, tuple[str, dict[str, str]]] = {}
@@ -183,7 +188,8 @@ class ObservedLog:
 
     async def _observe(self, w: CompensationWrite) -> None:
         saga_id, tools = await self._names(w.reversal_id)
-        tool = tools.get(w.step_id)
+        follow_up = FOLLOW_UP_KEY.match(w.step_id)  # ``s3+f1``: a follow-up of step s3's
+        tool = tools.get(w.step_id if follow_up is None else follow_up["step"])
         seconds = self.pairs.feed(w.reversal_id, w.step_id, w.event, w.now)
         inst = instruments()
         if seconds is not None and inst is not None:
@@ -220,6 +226,17 @@ class ObservedLog:
         return self.names[reversal_id]
 
 
+class _ReadingLog(CompensationLog, _SagaReader, Protocol):
+    pass
+
+
+def observed(log: _ReadingLog) -> CompensationLog:
+    """``log`` for a reversal record written outside a run of the reversal (a follow-up a
+    person or an agent sends, a retry asked): observed when anyone watches, so each such event
+    is a record of :data:`EVENTS` too (``follow_up.<state>``, ``compensation.retry_asked``)."""
+    return ObservedLog(log, reader=log) if _watching() else log
+
+
 class ReversalObserver:
     """One run of a reversal in this process, observed: its span (current while it runs, so
     the steps' spans are its children, linked to the saga's span), the ``reversal.started``
@@ -245,7 +262,7 @@ class ReversalObserver:
             reversal_started(self.saga_id, rev)
             yield self
 
-    def log(self, inner: _CompensationLog, saga: SagaRecord) -> _CompensationLog:
+    def log(self, inner: CompensationLog, saga: SagaRecord) -> CompensationLog:
         """The compensation log of this run: ``inner``, observed when anyone watches."""
         self.span.link(saga.meta.get("trace"))  # the forward side's span (any process)
         if not _watching():

@@ -51,8 +51,8 @@ TRACER_NAME = "amends"
 
 EVENTS = logging.getLogger("amends.events")
 """One record per reversal event (``reversal.started``, ``compensation.<state>``,
-``reversal.finished``), its fields in ``record.amends``. Silent unless a handler is configured:
-``--log-format json`` or the application's own logging setup."""
+``follow_up.<state>``, ``reversal.finished``), its fields in ``record.amends``. Silent unless
+a handler is configured: ``--log-format json`` or the application's own logging setup."""
 
 _SPAN_NAMES = {
     "forward": "amends.call",

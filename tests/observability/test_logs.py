@@ -137,3 +137,57 @@ def test_clean_shows_control_characters_as_text_in_keys_and_values(
     value: object, shown: object
 ) -> None:
     assert clean(value) == shown
+
+
+async def test_a_retry_asked_and_a_follow_up_a_person_sends_are_json_lines_too(
+    lines: Lines,
+) -> None:
+    """Every reversal event the log gets has its line, not only those of a run: a person's
+    ``retry`` (``compensation.retry_asked``) and a follow-up a person sends after the reversal
+    finished (``follow_up.dispatched``, ``follow_up.sent``) were in the log and on no line."""
+    world, catalog = otel_world()
+    world.release_error = "issuer down for card {card}"
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    saga_id = await scene(engine)
+    first = await engine.undo(saga_id)
+    assert (first.step("s3").state.value, first.step("s1").state.value) == ("failed", "blocked")
+    world.release_error = None  # a person fixed the issuer's side
+    retried = await engine.retry(saga_id, ["s3"], by="ann")
+    assert (retried.step("s3").state.value, retried.step("s1").state.value) == (
+        "reverted",
+        "reverted",
+    )
+    sent = await engine.send_follow_up(
+        saga_id, "s5", tool="mail.send", by="ann@example.com",
+        args={"to": "c1@acme.test", "subject": "Please disregard my welcome"},
+    )  # fmt: skip
+    assert sent.state == "sent"
+    history = [e for e in await engine.log.events(saga_id) if e.reversal_id is not None]
+    await engine.close()
+
+    starts = {"reversal.requested", "reversal.continued"}
+    want = [
+        "reversal.started" if e.kind in starts else
+        "reversal.finished" if e.kind == "reversal.done" else e.kind
+        for e in history
+    ]  # fmt: skip
+    got = lines.parsed()
+    assert [e["event"] for e in got] == want
+    assert [e["event"] for e in got if not e["event"].startswith("reversal.")][-3:] == [
+        "compensation.reverted",
+        "follow_up.dispatched",
+        "follow_up.sent",
+    ]
+    (asked,) = lines.events("compensation.retry_asked")
+    assert (asked["step_id"], asked["tool"], asked["detail"]) == (
+        "s3",
+        "card.hold",
+        "retry asked by ann",
+    )
+    follow_ups = [e for e in got if e["event"].startswith("follow_up.")]
+    assert [(e["step_id"], e["tool"], e["state"]) for e in follow_ups] == [
+        ("s5+f1", "mail.send", "dispatched"),
+        ("s5+f1", "mail.send", "sent"),
+    ]
+    assert {e["reversal_id"] for e in got} == {first.reversal_id}
+    assert CARD not in "\n".join(lines.raw())

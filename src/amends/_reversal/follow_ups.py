@@ -35,6 +35,7 @@ from .._log.base import (
     SagaRecord,
 )
 from .._manual import did
+from .._observe import CompensationLog, observed
 from .._report import UndoReport, current_resolutions
 from .._resolution import resolvable
 from .._secrets import Redaction, Vault, redact_args
@@ -214,7 +215,7 @@ class FollowUpSender:
         logged, redacted = redact_args(self.catalog.get(tool).sensitive, dict(args), caller.vault)
         parties = action.parties if action is not None else ()
         data: dict[str, Any] = {"tool": tool, "args": logged, "by": by, "parties": list(parties)}
-        write = _Writer(self.log, rev, key, caller.meter)
+        write = _Writer(observed(self.log), rev, key, caller.meter)  # issue 28: a JSON line each
         await write("dispatched", data, f"sending {tool} for {step_id}'s manual action",
                     first=True, redacted=tuple(redacted))  # fmt: skip
         try:
@@ -365,7 +366,9 @@ class FollowUpSender:
 class _Writer:
     """Writes one follow-up's records (fenced by the reversal's generation, rule 6)."""
 
-    def __init__(self, log: SagaLog, rev: ReversalRecord, key: str, meter: BudgetMeter) -> None:
+    def __init__(
+        self, log: CompensationLog, rev: ReversalRecord, key: str, meter: BudgetMeter
+    ) -> None:
         self.log, self.rev, self.key, self.meter = log, rev, key, meter
 
     async def __call__(
