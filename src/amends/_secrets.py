@@ -46,6 +46,7 @@ __all__ = [
     "from_env",
     "marker",
     "markers_in",
+    "masked",
     "redact_args",
     "redactions_from",
     "resolve_call_args",
@@ -130,6 +131,28 @@ def under(redactions: Iterable[Redaction], prefix: Sequence[PathPart]) -> tuple[
     n = len(prefix)
     want = tuple(prefix)
     return tuple(Redaction(r.at[n:], r.name, r.offset) for r in redactions if r.at[:n] == want)
+
+
+def masked(value: Any, places: Iterable[Redaction]) -> Any:
+    """``value`` with each place (a path relative to it) shown as that secret's marker, whatever
+    it holds now: what the world shows where a secret was expected is one too (a rotated key),
+    and no vault knows it (rule 11). A path ``value`` does not have masks the part it stops at."""
+    for r in places:
+        value = _masked_at(value, r.at, marker(r.name))
+    return value
+
+
+def _masked_at(value: Any, at: tuple[PathPart, ...], shown: str) -> Any:
+    if not at:
+        return shown
+    head, rest = at[0], at[1:]
+    if isinstance(value, Mapping):
+        keys = [k for k in value if _key(k) == head]
+        if keys:
+            return {k: _masked_at(v, rest, shown) if k in keys else v for k, v in value.items()}
+    elif isinstance(value, list | tuple) and isinstance(head, int) and 0 <= head < len(value):
+        return [_masked_at(v, rest, shown) if i == head else v for i, v in enumerate(value)]
+    return shown  # not the shape the secret was logged in: none of it is shown
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
 import pytest
 from otel_capture import Lines
@@ -191,3 +192,68 @@ async def test_a_retry_asked_and_a_follow_up_a_person_sends_are_json_lines_too(
     ]
     assert {e["reversal_id"] for e in got} == {first.reversal_id}
     assert CARD not in "\n".join(lines.raw())
+
+
+@pytest.mark.parametrize(
+    ("shape", "found"),
+    [
+        ("whole", "another value (not shown: the value expected there is a secret)"),
+        ("inside", "{'name': 'api_key', 'value': '[redacted:value]', 'rotations': 2}"),
+    ],
+)
+async def test_a_drift_where_a_secret_was_expected_never_quotes_what_the_world_shows_instead(
+    lines: Lines, shape: str, found: str
+) -> None:
+    """The agent set an API key (a sensitive argument, expected back at undo time); an admin
+    rotated it since. The drift detail quoted the world's value -- the new key -- in the
+    report, the log and the JSON line: a secret no vault knows (rule 11). Expected as the whole
+    value, it is not shown; inside a structure, its place shows the marker and the rest shows."""
+    agent_key, rotated = "sk_agent_set_7Hq2", "sk_rotated_by_admin_9Zx4"
+    store = {"api_key": "sk_before_agent_1Aa1"}
+    rotations = {"api_key": 1}
+    catalog = amends.Catalog()
+
+    @catalog.tool("keys.read", reversibility="read_only")
+    async def read(call: amends.Call, name: str) -> Any:
+        if shape == "whole":
+            return store[name]
+        return {"name": name, "value": store[name], "rotations": rotations[name]}
+
+    @catalog.tool(
+        "keys.set",
+        reversibility="reversible",
+        sensitive=["value"],
+        resolve_secret=lambda request: agent_key,  # the expectation's value, given back
+    )
+    async def set_key(call: amends.Call, name: str, value: str) -> None:
+        call.inverse("keys.set", name=name, value=store[name])
+        store[name] = value
+        expected: Any = value
+        if shape == "inside":
+            expected = {"name": name, "value": value, "rotations": rotations[name]}
+        call.expect("keys.read", {"name": name}, equals=expected)
+
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    async with engine.saga("Rotate the key") as saga:
+        saga.call("keys.set", name="api_key", value=agent_key)
+    store["api_key"], rotations["api_key"] = rotated, 2  # an admin rotated it since
+    report = await engine.undo(saga.id)
+    history = await engine.log.events(saga.id)
+    await engine.close()
+
+    step = report.step("s1")
+    assert step.state.value == "drifted"
+    expected = (
+        "'[redacted:value]'"
+        if shape == "whole"
+        else "{'name': 'api_key', 'rotations': 1, 'value': '[redacted:value]'}"
+    )
+    assert step.detail == (
+        f"someone changed it since the agent acted: expected {expected}, found {found}; left "
+        f"as it is"
+    )
+    assert store["api_key"] == rotated  # rule 4: never overwritten
+    (drifted,) = lines.events("compensation.drifted")
+    assert drifted["detail"] == step.detail
+    everything = "\n".join([*lines.raw(), report.to_json(), repr([e.data for e in history])])
+    assert rotated not in everything and agent_key not in everything

@@ -20,7 +20,7 @@ from .._manual import UNKNOWN_FOLLOW_UP
 from .._planner import PlannedStep
 from .._report import StepOutcome, StepState
 from .._resolution import UNCHECKED
-from .._secrets import redactions_from, under
+from .._secrets import Redaction, masked, redactions_from, under
 from .dispatch import Caller, Stop, Unchecked
 from .record import Recorder
 
@@ -260,6 +260,7 @@ class Compensator:
             ) from None
         except Unchecked as unchecked:
             return _unchecked(unchecked)
+        logged = exp  # as the log keeps it: a secret in it is its marker (rule 11)
         try:
             exp = await self.caller.with_secrets(exp, p.step_id)
         except Unchecked as unchecked:
@@ -269,13 +270,14 @@ class Compensator:
             return "the world still shows the agent's write"
         model = self.caller.ports.model
         later = model.restorer(p, exp, observed) if model is not None else None
-        shown = "nothing" if value is NOTHING else _value_words(value)
+        places = self.caller.secret_places(p.step_id)
+        shown = "nothing" if value is NOTHING else _shown(value, places)
         if later is not None:
             return (
                 f"the world shows {shown}, written by {later} of this saga; undo reverts {later} "
-                f"first, then finds {_value_words(exp.equals)} again"
+                f"first, then finds {_value_words(logged.equals)} again"
             )
-        wanted = _value_words(exp.equals)
+        wanted = _value_words(logged.equals)
         why = f"someone changed it since the agent acted: expected {wanted}, found {shown}"
         if model is not None:
             model.noted(p.step_id, why)
@@ -446,3 +448,13 @@ def _value_words(value: Any) -> str:
     """A value a drift detail names, for the person who reads it (issue 26 item 2): an empty
     one is "an empty value", never Python's ``None``; anything else as written (quoted text)."""
     return EMPTY if value is None else repr(value)
+
+
+def _shown(value: object, places: Sequence[Redaction]) -> str:
+    """What the world shows, as a drift detail quotes it. Rule 11: where a secret was expected,
+    what is there instead is one too (a rotated key), which no vault knows: shown as the
+    secret's marker inside a structure, and not at all when the whole value was the secret
+    (the marker alone would read as the value expected)."""
+    if any(len(r.at) == 1 for r in places):  # ("equals",): the whole value
+        return "another value (not shown: the value expected there is a secret)"
+    return _value_words(masked(value, under(places, ("equals",))))

@@ -412,15 +412,20 @@ class Caller:
         observed = await self.observe(exp, step_id, kind)
         return (await self.with_secrets(exp, step_id, kind)).holds(observed)
 
+    def secret_places(self, step_id: str, kind: str = "probe") -> tuple[Redaction, ...]:
+        """Where amends put a marker in the expected value of step ``step_id``'s expectation
+        (paths from the expectation: ``("equals", ...)``)."""
+        return tuple(
+            r for r in self.redactions(step_id, *_EXPECTATION_AT[kind]) if r.at[:1] == ("equals",)
+        )
+
     async def with_secrets(
         self, exp: Expectation, step_id: str, kind: str = "probe"
     ) -> Expectation:
         """``exp`` with the secrets its expected value held resolved again (rule 11 redacted
         them in the log; compared with the marker, the world would never match), at the
         positions amends recorded (rule 12)."""
-        at = tuple(
-            r for r in self.redactions(step_id, *_EXPECTATION_AT[kind]) if r.at[:1] == ("equals",)
-        )
+        at = self.secret_places(step_id, kind)
         if not at:
             return exp
         if self.ports.model is not None:  # a preview never resolves a secret (rule 11)
