@@ -182,6 +182,45 @@ async def test_a_saga_whose_history_does_not_verify_is_numbered_not_counted(
     assert by(got, "amends_sagas_unverified") == {(): 1}
 
 
+async def test_a_saga_edited_before_its_undo_is_numbered_unverified_for_its_tenant(
+    tmp_path: Path,
+) -> None:
+    """Rule 12: ``amends_sagas_unverified`` is what an operator alerts on ("has someone edited
+    the history?"). It numbered only the altered sagas that had a reversal: a saga edited
+    before anyone undid it (its charge's record changed so undo would not refund it) read 0.
+    Now every saga the check found is numbered, for its own tenant and for every tenant."""
+    _, catalog = otel_world()
+    engine = amends.Engine(catalog, log=str(tmp_path / "a.db"), retry=FAST)
+    undone = await scene(engine)
+    await engine.undo(undone)
+    edited = {}
+    for tenant in ("acme", "globex"):
+        async with engine.saga(f"{tenant} charge", tenant=tenant) as saga:
+            saga.call("pay.charge", customer="c1", cents=100)
+        edited[tenant] = saga.id
+
+    def tamper(tx: Any) -> None:
+        for saga_id in edited.values():
+            tx.execute(
+                "UPDATE records SET at = at + 1 WHERE saga_id = ? AND kind = 'step.done'",
+                (saga_id,),
+            )
+
+    await engine.log.db.write(tamper)  # type: ignore[attr-defined]
+    problems = {p.saga_id for p in await engine.log.verify()}
+    assert problems == set(edited.values())
+    metrics = LogMetrics(engine.log)
+    unverified = {
+        tenant: by(parse(await metrics.scrape(tenant=tenant, unverified=problems)),
+                   "amends_sagas_unverified")
+        for tenant in ("acme", "globex", "initech", None)
+    }  # fmt: skip
+    everyone = parse(await metrics.scrape(unverified=problems))
+    await engine.close()
+    assert unverified == {"acme": {(): 1}, "globex": {(): 1}, "initech": {}, None: {(): 2}}
+    assert by(everyone, "amends_reversals") == {("cannot_undo",): 1}  # the intact one counted
+
+
 def test_label_values_from_the_log_are_escaped_and_cleaned() -> None:
     """A tool name is data from the log: quotes, backslashes, newlines and escape sequences
     cannot break a line of the exposition or reach a dashboard raw."""

@@ -109,12 +109,14 @@ class LogMetrics:
     def __init__(self, log: SagaLog) -> None:
         self.log = log
         self.known: dict[str, _Reversal] = {}
+        self.tenants: dict[str, str | None] = {}
+        """Saga id -> tenant, of the altered sagas without a reversal (read once)."""
         self._lock = asyncio.Lock()
 
     async def scrape(self, *, tenant: str | None = None, unverified: Iterable[str] = ()) -> str:
         """The Prometheus text of the reversals of ``tenant`` (``None``: every tenant). Sagas in
         ``unverified`` (their history failed the hash-chain check, rule 12) are not counted,
-        only numbered."""
+        only numbered, whether or not they were undone."""
         async with self._lock:  # concurrent scrapes share one refresh
             heads = await self.log.reversal_heads()
             skip = set(unverified)
@@ -122,14 +124,29 @@ class LogMetrics:
             await self._refresh([h for h in heads if h.saga_id not in skip])
             totals = _Totals()
             for h in heads:
-                if h.saga_id in skip:
-                    if tenant is None or h.tenant == tenant:
-                        totals.unverified += 1
-                    continue
-                r = self.known.get(h.reversal_id)
+                r = None if h.saga_id in skip else self.known.get(h.reversal_id)
                 if r is not None and (tenant is None or r.tenant == tenant):
                     totals.add(r)
+            # an altered saga is numbered whether or not it was undone: one edited before its
+            # undo (a step record deleted so its charge is never refunded) is what to alert on
+            totals.unverified += await self._unverified(skip, heads, tenant)
         return render(totals)
+
+    async def _unverified(
+        self, sagas: set[str], heads: list[ReversalHead], tenant: str | None
+    ) -> int:
+        """How many of ``sagas`` are ``tenant``'s (``None``: all of them), by the tenant their
+        row names (read once per saga; one that cannot be read is no tenant's)."""
+        if tenant is None:
+            return len(sagas)
+        tenants = {h.saga_id: h.tenant for h in heads}
+        for saga_id in sagas - tenants.keys() - self.tenants.keys():
+            try:
+                saga = await self.log.get_saga(saga_id)
+            except HistoryAlteredError:
+                saga = None
+            self.tenants[saga_id] = None if saga is None else saga.tenant
+        return sum(1 for s in sagas if tenants.get(s, self.tenants.get(s)) == tenant)
 
     async def _refresh(self, heads: list[ReversalHead]) -> None:
         stale = [
