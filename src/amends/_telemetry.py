@@ -467,7 +467,7 @@ def configure_logging(fmt: str, *, level: int = logging.INFO) -> Callable[[], No
     the server's lines to stderr as JSON lines, and every other library's warnings and errors
     as they would reach stderr without it; ``text`` leaves logging as it is. Returns a
     function undoing it."""
-    if fmt == "text":
+    if fmt == "text" or _JSON:  # text, or json already in force: nothing (more) to do
         return lambda: None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines())

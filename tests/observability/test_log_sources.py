@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 
 import amends
-from amends._telemetry import configure_logging
+from amends._telemetry import JsonLines, configure_logging
 from contract_setup import Vendor, http_vendor, reply
 
 KEY = "sk_live_7Qx2PzR8vT4mW"
@@ -82,3 +82,35 @@ async def test_json_lines_carry_no_other_librarys_info_line_with_a_secret_url(
     for secret in (KEY, CARD, quote(KEY), quote(CARD)):
         assert secret not in err
     assert logging.getLogger("amends").level == logging.NOTSET  # undone as it was
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["undo", "nope"], "amends: error: saga log '{db}' does not exist; check the path "
+         "(--db) or $AMENDS_DB. A read command never creates an empty log"),
+        (["undo", "nope", "--continue", "--dry-run"],
+         "amends: error: --continue and --dry-run exclude each other; give one of them"),
+    ],
+)  # fmt: skip
+def test_the_error_that_stops_a_command_is_a_json_line_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """Under ``--log-format json`` every line on stderr is JSON: the error that stops
+    ``amends undo`` was the one plain-text line (a collector parsing JSON lines dropped it, or
+    stopped there), also when it is found before the command starts its work."""
+    from amends.cli import main
+
+    db = tmp_path / "a.db"
+    code = main([*args, "--db", str(db), "--log-format", "json"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert [json.loads(line) for line in err.splitlines()] == [
+        {
+            "ts": json.loads(err)["ts"],
+            "level": "error",
+            "logger": "amends",
+            "message": message.format(db=db),
+        }
+    ]
+    assert not any(isinstance(h.formatter, JsonLines) for h in logging.getLogger().handlers)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
+import logging
 from collections.abc import Sequence
 from typing import NoReturn
 
 from amends import AmendsError
 
+from .._telemetry import configure_logging, say
 from ._common import Handler, safe
 from ._hints import complete, invoked
 
@@ -76,17 +77,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(handler: Handler, args: argparse.Namespace) -> int:
+    # issue 28: under --log-format json every line on stderr is JSON, the error that stops the
+    # command included (configured before the command checks anything)
+    undo_logging = configure_logging(getattr(args, "log_format", "text"))
     try:
         return handler(args)
     except AmendsError as exc:
         # a command the message quotes runs as printed (issue 26 item 3)
-        sys.stderr.write(f"amends: error: {complete(safe(exc, keep_newlines=True))}\n")
+        say(f"amends: error: {complete(safe(exc, keep_newlines=True))}", level=logging.ERROR)
         return 2
     except BrokenPipeError:
         raise  # main() says nothing about it
     except OSError as exc:  # a file or port the user named: one line, never a traceback
-        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
+        say(f"amends: error: {safe(exc, keep_newlines=True)}", level=logging.ERROR)
         return 2
+    finally:
+        undo_logging()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -107,7 +108,7 @@ def _worker(args: argparse.Namespace) -> int:
         # under load): a worker that fails writes its one line and exits at once (issue 25).
         from ._common import safe
 
-        sys.stderr.write(f"amends: error: {safe(exc, keep_newlines=True)}\n")
+        say(f"amends: error: {safe(exc, keep_newlines=True)}", level=logging.ERROR)  # issue 28
         sys.stderr.flush()
         os._exit(2)
     return 0

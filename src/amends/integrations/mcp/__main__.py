@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from amends import AmendsError
+from amends._telemetry import configure_logging, say
 
 from .cli import register
 
@@ -17,10 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     # "serve ..." is "mcp serve ..."; "sandbox mcp ..." stays as it is.
     args = parser.parse_args(given if given[:1] == ["sandbox"] else ["mcp", *given])
+    configure_logging(getattr(args, "log_format", "text"))  # issue 28: the error a JSON line too
     try:
         return int(args.handler(args))
     except AmendsError as exc:
-        sys.stderr.write(f"amends: error: {exc}\n")
+        say(f"amends: error: {exc}", level=logging.ERROR)
         return 2
     except KeyboardInterrupt:
         return 130
