@@ -391,7 +391,7 @@ class JsonLines(logging.Formatter):
             ),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
         }
         fields = getattr(record, "amends", None)
         if isinstance(fields, Mapping):
@@ -402,6 +402,16 @@ class JsonLines(logging.Formatter):
             out["error"] = record.exc_info[0].__name__  # the type: a message may hold a secret
         # ensure_ascii: non-ASCII is escaped too, so the line is plain printable ASCII
         return json.dumps(clean(out), ensure_ascii=True, default=str)
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message; its format string alone when its arguments do not fit it (else
+    logging prints a traceback and the arguments themselves on stderr: not JSON, and the
+    arguments may hold what the format would have left out)."""
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError, KeyError):
+        return str(record.msg)
 
 
 def _access(args: tuple[Any, ...]) -> dict[str, Any]:

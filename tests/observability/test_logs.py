@@ -123,6 +123,20 @@ def test_the_json_formatter_writes_any_record_as_one_clean_line() -> None:
     assert CARD not in fmt.format(rec)
 
 
+def test_a_record_whose_arguments_do_not_fit_its_format_is_still_one_json_line() -> None:
+    """A library's record with one argument too many (or too few): logging's own error path
+    printed a traceback and the arguments (a card, here) on stderr, in no JSON."""
+    rec = logging.LogRecord(
+        "some.library", logging.WARNING, __file__, 1, "charged %s", (CARD, "extra"), None
+    )
+    out = json.loads(JsonLines().format(rec))
+    assert (out["logger"], out["level"], out["message"]) == (
+        "some.library",
+        "warning",
+        "charged %s",
+    )
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
