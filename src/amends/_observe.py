@@ -73,6 +73,11 @@ class LatencyPairs:
     """Pairs a step's ``compensation.dispatched`` event with the final event that follows it:
     the latency of that compensation (retries and follow-ups included)."""
 
+    MAX_OPEN = 10_000
+    """Dispatches kept waiting for their final event. A Temporal worker's pairs live as long as
+    the worker, and the final event of a compensation it dispatched may be written by another
+    worker: without a bound, each such dispatch stayed here for good."""
+
     def __init__(self) -> None:
         self.open: dict[tuple[str, str], float] = {}
 
@@ -81,6 +86,8 @@ class LatencyPairs:
         no dispatch seen: a step blocked or over budget was never sent)."""
         key = (reversal_id, step_id)
         if event == "compensation.dispatched":
+            if key not in self.open and len(self.open) >= self.MAX_OPEN:
+                del self.open[next(iter(self.open))]  # the oldest: its final went elsewhere
             self.open.setdefault(key, at)  # a second "dispatched" (follow-ups) keeps the first
             return None
         started = self.open.pop(key, None)

@@ -14,6 +14,7 @@ from otel_world import otel_world, scene
 from prometheus_client.parser import text_string_to_metric_families
 
 import amends
+from amends._observe import LatencyPairs
 from amends.server.metrics import LogMetrics, _Totals, render
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01, jitter=0.0)
@@ -219,6 +220,20 @@ async def test_a_saga_edited_before_its_undo_is_numbered_unverified_for_its_tena
     await engine.close()
     assert unverified == {"acme": {(): 1}, "globex": {(): 1}, "initech": {}, None: {(): 2}}
     assert by(everyone, "amends_reversals") == {("cannot_undo",): 1}  # the intact one counted
+
+
+def test_a_long_lived_workers_latency_pairs_stay_bounded() -> None:
+    """On Temporal the final event of a compensation one worker dispatched may be written by
+    another: each such dispatch waited in the first worker's pairs for good (a worker's pairs
+    live as long as it does). The oldest go past the bound; a pair still pairs."""
+    pairs, bound = LatencyPairs(), 10_000
+    for i in range(bound + 5):
+        assert pairs.feed("rev_a", f"s{i}", "compensation.dispatched", float(i)) is None
+    assert len(pairs.open) == bound
+    assert ("rev_a", "s0") not in pairs.open and ("rev_a", "s5") in pairs.open
+    last = bound + 4
+    assert pairs.feed("rev_a", f"s{last}", "compensation.reverted", last + 0.25) == 0.25
+    assert pairs.feed("rev_a", "s0", "compensation.reverted", 1.0) is None  # dropped: unpaired
 
 
 def test_label_values_from_the_log_are_escaped_and_cleaned() -> None:
