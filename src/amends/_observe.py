@@ -1,7 +1,7 @@
 """A reversal as operators watch it (issue 28): its span, one log record per event, its figures.
 
 :func:`figures` is the one derivation of what a finished reversal counts for (outcome, step
-states by tool, residue, manual actions open or handled, budget exhaustion, drift), and
+states by tool, residue, manual actions open, handled or in doubt, budget exhaustion, drift), and
 :class:`LatencyPairs` the one definition of a compensation's latency (from its ``dispatched``
 event to the final event that follows). Both feed the OpenTelemetry metrics a process records as
 its reversals finish, and the Prometheus endpoint of ``amends serve``, which reads them from the
@@ -46,7 +46,7 @@ class Figures:
     residue: Counter[str] = field(default_factory=Counter)
     """tool -> residue items its steps' compensations left."""
     manual: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """(``open`` or ``handled``, tool) -> manual actions."""
+    """(``open``, ``handled`` or ``in_doubt``, tool) -> manual actions."""
     drift: Counter[str] = field(default_factory=Counter)
     """tool -> steps found drifted."""
     over_budget: bool = False
@@ -61,12 +61,20 @@ def figures(report: UndoReport) -> Figures:
         steps=Counter((s.state.value, s.tool) for s in report.steps),
         residue=Counter(s.tool for s in report.steps for _ in s.residue),
         manual=Counter(
-            ("handled" if report.handled(m.step_id) else "open", tools.get(m.step_id, "?"))
-            for m in report.manual_actions
+            (_status(report, m.step_id), tools.get(m.step_id, "?")) for m in report.manual_actions
         ),
         drift=Counter(s.tool for s in report.steps if s.state is StepState.DRIFTED),
         over_budget=any(s.state is StepState.OVER_BUDGET for s in report.steps),
     )
+
+
+def _status(report: UndoReport, step_id: str) -> str:
+    """A manual action as the report counts it: ``handled`` (a person resolved it, or a
+    follow-up went out), ``in_doubt`` (a follow-up may have gone out: check before acting,
+    never send again), else ``open`` (issue 27: in doubt is not open)."""
+    if report.handled(step_id) is not None:
+        return "handled"
+    return "in_doubt" if step_id in report.in_doubt else "open"
 
 
 class LatencyPairs:

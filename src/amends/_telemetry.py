@@ -119,7 +119,8 @@ class Instruments:
         self.manual_actions = meter.create_counter(
             "amends.manual_actions",
             unit="{action}",
-            description="manual actions in finished reversals, by status (open or handled)",
+            description="manual actions in finished reversals, by status (open, handled or "
+            "in_doubt)",
         )
         self.budget_exhausted = meter.create_counter(
             "amends.budget.exhausted",

@@ -53,8 +53,16 @@ def report_counts(reports: list[amends.UndoReport]) -> dict[str, dict[Any, float
                 out["drift"][(s.tool,)] = out["drift"].get((s.tool,), 0) + 1
             if s.residue:
                 out["residue"][(s.tool,)] = out["residue"].get((s.tool,), 0) + len(s.residue)
+        opened = {m.step_id for m in r.open_manual_actions}  # the report's own categories
         for m in r.manual_actions:
-            key = ("handled" if r.handled(m.step_id) else "open", tools[m.step_id])
+            status = (
+                "open"
+                if m.step_id in opened
+                else "in_doubt"
+                if m.step_id in r.in_doubt
+                else "handled"
+            )
+            key = (status, tools[m.step_id])
             out["manual"][key] = out["manual"].get(key, 0) + 1
     return out
 
@@ -315,3 +323,34 @@ async def test_log_metrics_read_a_postgresql_log_as_they_read_sqlite(
         assert by(got, "amends_reversal_steps") == report_counts([report])["steps"]
         texts.append({k: v for k, v in got.items() if "seconds" not in k[0]})
     assert texts[0] == texts[1]
+
+
+async def test_a_manual_action_whose_follow_up_is_in_doubt_counts_as_the_report_counts_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 27: a follow-up whose answer was lost may have gone out, so its manual action is
+    neither open nor handled: the report says "1 follow-up in doubt" and lists no open action.
+    ``/metrics`` and the OpenTelemetry figures counted it ``open`` (an invitation to send the
+    apology again by hand); they count it ``in_doubt`` now."""
+    from amends._observe import figures
+
+    _, catalog = otel_world()
+
+    @catalog.tool("pager.send")  # a vendor that acts, then loses the answer (rule 9)
+    async def pager_send(call: amends.Call, to: str, text: str) -> None:
+        raise ConnectionResetError("connection reset by peer")
+
+    engine = amends.Engine(catalog, log=str(tmp_path / "a.db"), retry=FAST)
+    saga_id = await scene(engine)
+    await engine.undo(saga_id)
+    sent = await engine.send_follow_up(
+        saga_id, "s5", tool="pager.send", by="ann", args={"to": "c1", "text": "sorry"}
+    )
+    assert sent.state == "in_doubt"
+    report = await engine.report(saga_id)
+    got = parse(await LogMetrics(engine.log).scrape())
+    await engine.close()
+    assert report is not None
+    assert (len(report.open_manual_actions), sorted(report.in_doubt)) == (0, ["s5"])
+    assert by(got, "amends_manual_actions") == {("in_doubt", "mail.send"): 1}
+    assert figures(report).manual == {("in_doubt", "mail.send"): 1}

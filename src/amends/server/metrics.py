@@ -309,7 +309,10 @@ def render(t: _Totals) -> str:
     )
     out.sample("amends_reversals_with_residue", {}, t.with_residue)
     out.family(
-        "amends_manual_actions", "gauge", "Manual actions of finished reversals, open or handled."
+        "amends_manual_actions",
+        "gauge",
+        "Manual actions of finished reversals: open, handled, or in_doubt (a follow-up that may "
+        "have gone out).",
     )
     for (status, tool), n in sorted(t.manual.items()):
         out.sample("amends_manual_actions", {"status": status, "tool": tool}, n)
