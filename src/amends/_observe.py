@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ._follow_up_state import FOLLOW_UP_KEY
 from ._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from ._report import StepOutcome, StepState, UndoReport
+from ._resolution import UNCHECKED
 from ._telemetry import EVENTS, NO_SPAN, Span, emit, instruments, span, tracer
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "LatencyPairs",
     "ObservedLog",
     "ReversalObserver",
+    "drift_found",
     "figures",
     "observed",
     "remote_reversal",
@@ -48,7 +50,7 @@ class Figures:
     manual: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(``open``, ``handled`` or ``in_doubt``, tool) -> manual actions."""
     drift: Counter[str] = field(default_factory=Counter)
-    """tool -> steps found drifted."""
+    """tool -> steps whose drift check found another value (:func:`drift_found`)."""
     over_budget: bool = False
     """A step was not attempted because the budget was spent (rule 7)."""
 
@@ -63,9 +65,16 @@ def figures(report: UndoReport) -> Figures:
         manual=Counter(
             (_status(report, m.step_id), tools.get(m.step_id, "?")) for m in report.manual_actions
         ),
-        drift=Counter(s.tool for s in report.steps if s.state is StepState.DRIFTED),
+        drift=Counter(s.tool for s in report.steps if drift_found(s)),
         over_budget=any(s.state is StepState.OVER_BUDGET for s in report.steps),
     )
+
+
+def drift_found(outcome: StepOutcome) -> bool:
+    """Whether the drift check ran and the world showed another value (rule 4). A check that
+    could not run leaves the step ``drifted`` too (unsure is never ``reverted``), but nobody
+    was seen changing anything: a probe's outage is not a drift detection."""
+    return outcome.state is StepState.DRIFTED and not outcome.detail.startswith(UNCHECKED)
 
 
 def _status(report: UndoReport, step_id: str) -> str:
@@ -352,6 +361,6 @@ def _outcome_attrs(o: StepOutcome) -> dict[str, Any]:
         "amends.state": o.state.value,
         "amends.verb": o.verb,
         "amends.attempts": o.attempts,
-        "amends.drift_found": o.state is StepState.DRIFTED,
+        "amends.drift_found": drift_found(o),
         "amends.residue": len(o.residue),
     }

@@ -128,7 +128,9 @@ class Instruments:
             description="reversal runs that stopped with a step over budget",
         )
         self.drift = meter.create_counter(
-            "amends.drift.detections", unit="{step}", description="steps found drifted"
+            "amends.drift.detections",
+            unit="{step}",
+            description="steps whose drift check found another value",
         )
         self.latency = meter.create_histogram(
             "amends.compensation.duration",

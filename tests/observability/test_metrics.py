@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from otel_capture import Points
+from otel_capture import Points, Spans
+from otel_capture import attrs as span_attrs
 from otel_world import otel_world, scene
 from prometheus_client.parser import text_string_to_metric_families
 
 import amends
 from amends._observe import LatencyPairs
+from amends._resolution import UNCHECKED
 from amends.server.metrics import LogMetrics, _Totals, render
 
 FAST = amends.RetryPolicy(initial_backoff=0.001, max_backoff=0.01, jitter=0.0)
@@ -49,7 +51,7 @@ def report_counts(reports: list[amends.UndoReport]) -> dict[str, dict[Any, float
         for s in r.steps:
             key = (s.state.value, s.tool)
             out["steps"][key] = out["steps"].get(key, 0) + 1
-            if s.state.value == "drifted":
+            if s.state.value == "drifted" and not s.detail.startswith(UNCHECKED):
                 out["drift"][(s.tool,)] = out["drift"].get((s.tool,), 0) + 1
             if s.residue:
                 out["residue"][(s.tool,)] = out["residue"].get((s.tool,), 0) + len(s.residue)
@@ -354,3 +356,32 @@ async def test_a_manual_action_whose_follow_up_is_in_doubt_counts_as_the_report_
     assert (len(report.open_manual_actions), sorted(report.in_doubt)) == (0, ["s5"])
     assert by(got, "amends_manual_actions") == {("in_doubt", "mail.send"): 1}
     assert figures(report).manual == {("in_doubt", "mail.send"): 1}
+
+
+async def test_a_drift_check_that_could_not_run_is_no_drift_detection(
+    points: Points, spans: Spans
+) -> None:
+    """The CRM's read API is down at undo time: both CRM steps stay ``drifted`` ("could not
+    check the world before undoing"), but nobody was seen changing anything. They counted as
+    drift detections, so "where do people change what the agent wrote?" blamed people for a
+    probe's outage; only a check that ran and found another value is one (and only its undo
+    step span says ``amends.drift_found``)."""
+    world, catalog = otel_world()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    saga_id = await scene(engine)
+    world.core.faults["crm.read_field"] = [amends.PermanentError("crm read API down")] * 2
+    report = await engine.undo(saga_id)
+    scraped = parse(await LogMetrics(engine.log).scrape())
+    await engine.close()
+
+    crm = [s for s in report.steps if s.tool == "crm.update_field"]
+    assert [(s.step_id, s.state.value) for s in crm] == [("s1", "drifted"), ("s2", "drifted")]
+    assert all(s.detail.startswith(UNCHECKED) for s in crm)
+    assert by(scraped, "amends_reversal_steps")[("drifted", "crm.update_field")] == 2
+    assert by(scraped, "amends_drift_detections") == {}
+    assert points.counts("amends.drift.detections") == {}
+    found = {
+        span_attrs(s)["amends.step_id"]: span_attrs(s)["amends.drift_found"]
+        for s in spans.named("amends.undo_step")
+    }
+    assert (found["s1"], found["s2"]) == (False, False)

@@ -322,7 +322,9 @@ def render(t: _Totals) -> str:
         "Finished reversals that stopped with a step over budget (budget exhaustion).",
     )
     out.sample("amends_reversals_over_budget", {}, t.over_budget)
-    out.family("amends_drift_detections", "gauge", "Steps found drifted, by tool.")
+    out.family(
+        "amends_drift_detections", "gauge", "Steps whose drift check found another value, by tool."
+    )
     for tool, n in sorted(t.drift.items()):
         out.sample("amends_drift_detections", {"tool": tool}, n)
     _histogram(out, t.latencies)
