@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import amends
@@ -18,14 +18,17 @@ from amends import Catalog
 
 __all__ = [
     "APPROVAL_MODES",
+    "SHOWN_VALUE",
     "approval_message",
     "catalog_tool_function",
     "check_approval",
     "declare",
     "framework_name",
     "needs_approval",
+    "quoted",
     "refusal_text",
     "resolve_tool_name",
+    "shown_call",
     "spend",
     "title_from",
     "tokens_of",
@@ -229,14 +232,47 @@ def needs_approval(catalog: Catalog, tool: str, mode: str) -> bool:
     return cls == "irreversible" or (mode == "residue" and cls == "compensable")
 
 
+SHOWN_VALUE = 1000
+"""Characters of one argument's value an approval question shows; a longer value is cut, saying
+how long it is. No argument is ever left out of the question."""
+
+
+def quoted(text: str, limit: int = SHOWN_VALUE) -> str:
+    """``text`` -- a title, a residue, a value an agent or a vendor wrote -- as data on one line
+    of an approval question: line breaks, control characters and bidi overrides shown as
+    escapes (so it can never form a line of amends' own, nor reverse the words around it),
+    bounded to ``limit`` characters with how long it was."""
+    if not text.isprintable():
+        text = "".join(
+            c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+        )
+    if len(text) > limit:
+        return f"{text[:limit]}… ({len(text):,} characters; the rest is not shown)"
+    return text
+
+
+def shown_call(tool: str, args: Mapping[str, Any], sensitive: Collection[str] = ()) -> str:
+    """``tool(name=value, ...)`` as the person asked to approve it reads it: what is shown is
+    what is sent (rule 12). Every argument, in the order given (an agent once hid ``to=`` behind
+    a 300-character ``body``: the question was cut, the call was not); each value as a Python
+    literal (its control characters escaped) and bounded by :func:`quoted`; a sensitive one as
+    its marker, never its value (rule 11)."""
+    shown = []
+    for k, v in args.items():
+        name = k if isinstance(k, str) and k.isidentifier() else repr(k)
+        value = repr(f"[redacted:{k}]") if k in sensitive else repr(v)
+        shown.append(f"{name}={quoted(value)}")
+    return f"{quoted(tool, 200)}({', '.join(shown)})"
+
+
 def approval_message(catalog: Catalog, tool: str, args: Mapping[str, Any]) -> str:
     """The question put to the person: the call, its class, what undo can and cannot do."""
     cls, explicit = _class_of(catalog, tool)
     label = cls if explicit else "irreversible (no contract)"
-    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    secret = catalog.get(tool).sensitive if tool in catalog else ()
     return "\n".join(
         [
-            f"The agent wants to call {tool}({shown[:300]}).",
+            f"The agent wants to call {shown_call(tool, args, secret)}.",
             f"Class: {label}. {_UNDO_SAYS.get(cls, '')}".rstrip(),
             "Allow this call?",
         ]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from amends import AmendsError
 
+from .._agent_parts import quoted, shown_call
 from .contracts import render
 
 if TYPE_CHECKING:
@@ -207,14 +208,15 @@ def approval_message(gw: GatewayView, exp: ExportedTool, args: dict[str, Any]) -
     cls = spec.reversibility.value
     label = cls if spec.explicit else "irreversible (no contract)"
     parties = _parties(exp, args)
-    # rule 11: a sensitive argument is never shown, not even to the person being asked
-    shown = ", ".join(f"{k}={v!r}" for k, v in shown_args(exp, args).items())
+    # rule 11: a sensitive argument is never shown, not even to the person being asked;
+    # rule 12: every other one is, whole or saying how much was cut (shown_call)
+    secret = exp.contract.sensitive if exp.contract is not None else ()
     lines = [
-        f"The agent wants to call {exp.catalog_name}({shown[:300]}).",
+        f"The agent wants to call {shown_call(exp.catalog_name, args, secret)}.",
         f"Class: {label}. {_UNDO_SAYS.get(cls, '')}",
     ]
     if parties:
-        lines.append(f"Affected: {', '.join(parties)}.")
+        lines.append(f"Affected: {quoted(', '.join(parties))}.")
     lines.append("Allow this call?")
     return "\n".join(lines)
 

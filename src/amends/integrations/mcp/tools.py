@@ -16,6 +16,7 @@ import mcp_types as types
 
 from amends import AmendsError, Budget, ConfigError, SagaStateError
 
+from .._agent_parts import quoted, shown_call
 from .approval import Answer, refusal_text
 from .ports import GatewayView  # a base class: needed at run time
 from .sessions import META_STEP
@@ -347,12 +348,19 @@ async def _undo_question(r: _Request, continuing: bool) -> str | None:
         return None
     lines = [
         f"The agent asks to {'continue undoing' if continuing else 'undo'} "
-        f"'{r.rec.title}' (saga {r.saga_id}). This will act on the world:"
+        f"{_title(r)} (saga {r.saga_id}). This will act on the world:"
     ]
     for p in acting:
-        what = p.get("inverse_description") or (p.get("inverse") or {}).get("tool", "")
+        # rule 12: the exact call each inverse sends (its arguments may come from a vendor's
+        # answer), not only the contract's sentence for it
+        inverse = p.get("inverse") or {}
+        sent = shown_call(str(inverse.get("tool", "")), inverse.get("args") or {})
+        said = p.get("inverse_description")
+        what = f"{quoted(said)}, sent as {sent}" if said else sent
         lines.append(f"- {p.get('verb')} {p['step_id']} {p['tool']}: calls {what}")
-        lines += [f"  leaves residue: {res['what']}" for res in p.get("expected_residue", [])]
+        lines += [
+            f"  leaves residue: {quoted(res['what'])}" for res in p.get("expected_residue", [])
+        ]
     lines.append("Allow this undo?")
     return "\n".join(lines)
 
@@ -379,8 +387,8 @@ async def _retry(r: _Request, steps: list[str], budget: Budget | None) -> Any:
     gw = r.gw
     if gw.config.approval != "off":
         question = (
-            f"The agent asks to try again the undo of step(s) {', '.join(steps)} of "
-            f"'{r.rec.title}' (saga {r.saga_id}), whose inverse failed (or whose drift check "
+            f"The agent asks to try again the undo of step(s) {quoted(', '.join(steps))} of "
+            f"{_title(r)} (saga {r.saga_id}), whose inverse failed (or whose drift check "
             f"could not run) before: each is checked for drift again and, if unchanged, its "
             f"inverse is sent. Allow?"
         )
@@ -401,6 +409,11 @@ async def _answer(r: _Request, report: Any) -> Any:
     if approvals:
         text += "\nApprovals:\n" + "\n".join(_approval_lines(approvals))
     return _ok(text, data)
+
+
+def _title(r: _Request) -> str:
+    """The saga's title in a question: the agent wrote it, so it is quoted data (rule 12)."""
+    return quoted(repr(r.rec.title), 200)
 
 
 _CLI_RETRY = "(amends undo {saga} --retry STEP)"
@@ -462,9 +475,9 @@ async def _resolve(r: _Request) -> Any:
     if gw.config.approval != "off":
         step = next((s for s in r.rec.steps if s.step_id == step_id), None)
         question = (
-            f"The agent asks to record that {by} handled step {step_id} "
-            f"({step.tool if step else 'unknown step'}) of '{r.rec.title}' (saga {r.saga_id}), "
-            f"with the note: {note!r}. This closes its manual action. Allow?"
+            f"The agent asks to record that {by} handled step {quoted(step_id, 100)} "
+            f"({step.tool if step else 'unknown step'}) of {_title(r)} (saga {r.saga_id}), "
+            f"with the note: {quoted(repr(note))}. This closes its manual action. Allow?"
         )
         what = {"action": f"recording step {step_id} as handled", "step_id": step_id}
         stop = await r.approve(f"resolve:{r.saga_id}:{step_id}:{note}", question, what)
@@ -501,10 +514,12 @@ async def _follow_up(r: _Request) -> Any:
     assert isinstance(step_id, str) and isinstance(tool, str) and isinstance(call_args, dict)
     by = r.gw.sessions.principal(r.ctx)
     if r.gw.config.approval != "off":
+        catalog = r.gw.engine.catalog
+        secret = catalog.get(tool).sensitive if tool in catalog else ()
         question = (
-            f"The agent asks to send a follow-up for step {step_id} of '{r.rec.title}' (saga "
-            f"{r.saga_id}): {tool} with {call_args!r:.300}. A sent message cannot be taken "
-            f"back. Allow?"
+            f"The agent asks to send a follow-up for step {quoted(step_id, 100)} of "
+            f"{_title(r)} (saga {r.saga_id}): {shown_call(tool, call_args, secret)}. A sent "
+            f"message cannot be taken back. Allow?"
         )
         what = {"action": f"the follow-up {tool} for step {step_id}", "step_id": step_id}
         stop = await r.approve(
