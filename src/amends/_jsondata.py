@@ -14,9 +14,21 @@ This module is the lowest floor: it imports nothing from amends.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_DETAIL", "MAX_REPR", "as_repr", "bounded", "may_not_keep", "problem"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DETAIL",
+    "MAX_PARTIES",
+    "MAX_REPR",
+    "as_repr",
+    "bounded",
+    "bounded_words",
+    "may_not_keep",
+    "problem",
+    "wordy",
+]
 
 MAX_DEPTH = 100
 """How deeply lists and objects may nest in one value the log keeps. JSON APIs rarely pass 20;
@@ -80,3 +92,46 @@ def bounded(text: str, limit: int = MAX_DETAIL) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text):,} characters; the rest was not kept)"
+
+
+MAX_PARTIES = 100
+"""The most parties a residue or an acknowledgement keeps (each one bounded like a sentence);
+the rest are counted in one last entry."""
+_WORDS = ("what", "who", "draft", "settles")
+
+
+def wordy(data: Any) -> bool:
+    """Whether residue or an acknowledgement (as data) says more than :func:`bounded_words`
+    keeps: cheap, for every step that records one."""
+    if not isinstance(data, Mapping):
+        return False
+    for key in _WORDS:
+        text = data.get(key)
+        if isinstance(text, str) and len(text) > MAX_DETAIL:
+            return True
+    parties = data.get("parties")
+    if isinstance(parties, list | tuple):
+        if len(parties) > MAX_PARTIES:
+            return True
+        return any(isinstance(p, str) and len(p) > MAX_DETAIL for p in parties)
+    return False
+
+
+def bounded_words(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Residue or an acknowledgement (as data) with its words bounded (rule 12): a contract
+    fills them from a vendor's answer (``{result.notified|join}``), and a vendor that answers
+    megabytes would have them written to the log, the report and every screen. Each sentence
+    keeps its first :data:`MAX_DETAIL` characters and says how long it was; at most
+    :data:`MAX_PARTIES` parties are kept and the rest counted. Cut only after the scrub."""
+    out = dict(data)
+    for key in _WORDS:
+        text = out.get(key)
+        if isinstance(text, str):
+            out[key] = bounded(text)
+    parties = out.get("parties")
+    if isinstance(parties, list | tuple):
+        kept = [bounded(p) if isinstance(p, str) else p for p in parties[:MAX_PARTIES]]
+        if len(parties) > MAX_PARTIES:
+            kept.append(f"… and {len(parties) - MAX_PARTIES:,} more (not kept)")
+        out["parties"] = kept
+    return out

@@ -111,3 +111,67 @@ async def test_a_compensation_error_of_megabytes_is_cut_after_its_secret_is_scru
     assert _biggest_row(path) < 4 * MAX_DETAIL + 20_000
     comps = await eng.log.get_compensations(report.reversal_id)
     assert all(len(c.detail or "") < MAX_DETAIL + 500 for c in comps.values())
+
+
+async def test_residue_and_an_acknowledgement_filled_from_a_vendors_answer_are_bounded(
+    tmp_path: Any,
+) -> None:
+    """Rule 12: a contract fills residue and an acknowledgement from the vendor's answer (who
+    was notified, when it was delivered); a vendor answering megabytes had all of it written to
+    the log, the stored report and every rendering (12 MB of text for one saga). Each sentence
+    now keeps its first characters and says how long it was; at most 100 parties are kept."""
+    notified = [f"member{i}@example.com" for i in range(1000)]
+    stamp = "09:00 " + "Z" * HUGE  # what the vendor answered as its delivery time
+    catalog = amends.Catalog()
+
+    @catalog.tool("chat.get", reversibility="read_only")
+    async def get(call: amends.Call, message_id: str) -> str:
+        return "posted"
+
+    @catalog.tool("chat.post", reversibility="compensable")
+    async def post(call: amends.Call, text: str) -> Any:
+        call.inverse("chat.delete", message_id="m1")
+        call.expect("chat.get", {"message_id": "m1"}, equals="posted")
+        call.residue(f"Notified at {stamp}", parties=notified)
+        return {"id": "m1"}
+
+    @catalog.tool("chat.delete")
+    async def delete(call: amends.Call, message_id: str) -> Any:
+        call.residue(f"Deleted at {stamp}", parties=["the channel"])
+        return {}
+
+    @catalog.tool("mail.send", reversibility="irreversible")
+    async def send(call: amends.Call, to: str) -> Any:
+        call.acknowledge(
+            who="the sender", parties=notified, what=f"Delivered {stamp}", draft=f"Sorry {stamp}"
+        )
+        return {}
+
+    path = str(tmp_path / "log.db")
+    eng = amends.Engine(catalog, log=path)
+    try:
+        async with eng.saga("Post and mail", saga_id="chat") as saga:
+            saga.call("chat.post", text="hi")
+            saga.call("mail.send", to="a@b.c")
+        report = await eng.undo("chat")
+    finally:
+        await eng.close()
+    cut = f"… ({len('Deleted at ' + stamp):,} characters; the rest was not kept)"
+    post_step, mail_step = report.steps
+    assert post_step.state == "compensated"
+    assert [r.what for r in post_step.residue] == [f"Deleted at {stamp}"[:MAX_DETAIL] + cut]
+    action = mail_step.manual_action
+    assert action is not None
+    assert action.draft == f"Sorry {stamp}"[:MAX_DETAIL] + (
+        f"… ({len('Sorry ' + stamp):,} characters; the rest was not kept)"
+    )
+    assert list(action.parties) == [*notified[:100], "… and 900 more (not kept)"]
+    assert len(report.to_json()) < 20 * MAX_DETAIL + 20_000
+    assert len(report.render("text")) < 20 * MAX_DETAIL + 20_000
+    assert _biggest_row(path) < 20 * MAX_DETAIL + 20_000
+    eng = amends.Engine(catalog, log=path)
+    try:  # the bounded records are the history: it verifies, and the stored report reads back
+        stored = await eng.report("chat")
+        assert stored is not None and stored.to_dict() == report.to_dict()
+    finally:
+        await eng.close()

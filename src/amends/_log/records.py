@@ -18,7 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from .._errors import ConfigError, LogCorruptedError
-from .._jsondata import MAX_DEPTH, MAX_DETAIL, as_repr, bounded, may_not_keep, problem
+from .._jsondata import (
+    MAX_DEPTH,
+    MAX_DETAIL,
+    as_repr,
+    bounded,
+    bounded_words,
+    may_not_keep,
+    problem,
+    wordy,
+)
 from .._secrets import Redaction, redactions_from
 from .base import (
     ChainProblem,
@@ -322,8 +331,11 @@ def cap_result(finish: StepFinish, limit: int | None) -> StepFinish:
     only, so a blob within ``limit`` characters has a result within ``limit`` bytes, and only a
     larger one is measured on its own.
     """
-    if (finish.error is not None and len(finish.error) > MAX_DETAIL) or (
-        finish.violation is not None and len(finish.violation) > MAX_DETAIL
+    if (
+        (finish.error is not None and len(finish.error) > MAX_DETAIL)
+        or (finish.violation is not None and len(finish.violation) > MAX_DETAIL)
+        or (finish.residue and any(wordy(r) for r in finish.residue))
+        or (finish.acknowledgement is not None and wordy(finish.acknowledgement))
     ):
         finish = _bounded_words(finish)
     try:
@@ -361,8 +373,23 @@ def _bounded_words(finish: StepFinish) -> StepFinish:
     error = None if finish.error is None else bounded(finish.error)
     violation = None if finish.violation is None else bounded(finish.violation)
     cut = {k for k, v in (("error", error), ("violation", violation)) if v is not None}
+    # rule 12: residue and an acknowledgement a contract filled from a vendor's answer too
+    residue = tuple(bounded_words(r) if wordy(r) else r for r in finish.residue)
+    ack = finish.acknowledgement
+    if ack is not None and wordy(ack):
+        ack = bounded_words(ack)
+        cut.add("acknowledgement")
+    if any(r is not o for r, o in zip(residue, finish.residue, strict=True)):
+        cut.add("residue")
     redacted = tuple(r for r in finish.redacted if not r.at or r.at[0] not in cut)
-    return dataclasses.replace(finish, error=error, violation=violation, redacted=redacted)
+    return dataclasses.replace(
+        finish,
+        error=error,
+        violation=violation,
+        residue=residue,
+        acknowledgement=ack,
+        redacted=redacted,
+    )
 
 
 def _kept(finish: StepFinish, text: str | None) -> tuple[StepFinish, str]:

@@ -22,7 +22,7 @@ from .._report import StepOutcome, StepState
 from .._resolution import UNCHECKED
 from .._secrets import Redaction, masked, redactions_from, under
 from .dispatch import Caller, Stop, Unchecked
-from .record import Recorder
+from .record import Recorder, bounded_residue
 
 __all__ = ["Compensator"]
 
@@ -132,6 +132,7 @@ class Compensator:
         assert p.inverse is not None
         # what the compensation observed supersedes what the forward call expected
         residue = list(call.recorded_residue) or (self.expected(p) if p.expected_residue else [])
+        residue = bounded_residue(self.recorder.vault, residue)  # rule 12, before it is logged
         counter = [attempts]
         if call.recorded_follow_ups:
             # rule 5: the inverse has acted; log that (and what it asked for) before the

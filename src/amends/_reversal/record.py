@@ -13,7 +13,7 @@ from typing import Any
 
 from .._budget import BudgetMeter
 from .._contracts import FollowUp, ManualAction, Residue
-from .._jsondata import MAX_DETAIL, bounded
+from .._jsondata import MAX_DETAIL, bounded, bounded_words, wordy
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._manual import CONTINUE_HINT, Wording, did, missing_follow_ups
 from .._planner import PlannedStep
@@ -21,7 +21,7 @@ from .._report import StepOutcome, StepState, verb_for
 from .._secrets import Vault, scrub_record
 from .ports import ReversalPorts
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "bounded_residue"]
 
 
 class Recorder:
@@ -197,6 +197,8 @@ class Recorder:
             residue = residue + missing_follow_ups(p.step, missing)
             manual = self.wording.follow_ups(p.step, missing)
             detail += f"; {len(missing)} follow-up(s) missing"
+        if residue:  # rule 12: what an inverse said it left is bounded (after the scrub)
+            residue = bounded_residue(self.vault, residue)
         data: dict[str, Any] = {"residue": [r.to_dict() for r in residue] if residue else []}
         if manual:
             data["manual_action"] = manual.to_dict()
@@ -224,3 +226,16 @@ class Recorder:
             if ma
             else None,
         )
+
+
+def bounded_residue(vault: Vault | None, residue: list[Residue]) -> list[Residue]:
+    """``residue`` with the words of each bounded (:func:`amends._jsondata.bounded_words`): an
+    inverse fills them from a vendor's answer, which may be megabytes."""
+    out = []
+    for r in residue:
+        data = r.to_dict()
+        if wordy(data):
+            kept = scrub_record(vault, r) if vault else r
+            r = Residue.from_dict(bounded_words(kept.to_dict()))
+        out.append(r)
+    return out
