@@ -614,16 +614,16 @@ def visible(text: str, *, keep: str = "\t\n") -> str:
     return "".join(_visible_char(c, keep) for c in text)
 
 
-def _wrapped(text: str, indent: int = 7, first: str | None = None, width: int = 80) -> list[str]:
-    """``text`` wrapped at ``width`` columns under ``first`` (default: ``indent`` spaces);
-    words -- ids, URLs -- are never broken, only moved to the next line (issue 17); control
-    characters are shown as escapes (:func:`visible`)."""
+def _wrapped(text: str, indent: int = 7, first: str | None = None, nl: bool = False) -> list[str]:
+    """``text`` wrapped at 80 columns under ``first`` (else ``indent`` spaces), words never
+    broken (issue 17); control characters and, unless ``nl`` (a draft), line breaks escaped
+    (rule 12: a vendor's words stay inside their item, never a line of the report's own)."""
     out: list[str] = []
-    for i, line in enumerate(visible(text).split("\n")):  # a draft keeps its line breaks
+    for i, line in enumerate(visible(text, keep="\t\n" if nl else "\t").split("\n")):
         lead = (" " * indent if first is None else first) if i == 0 else " " * indent
         out += textwrap.wrap(
             line,
-            width,
+            80,
             initial_indent=lead,
             subsequent_indent=" " * indent,
             break_long_words=False,
@@ -686,7 +686,7 @@ def _render_text(r: UndoReport) -> str:
                 f"who: {m.who}" + (f"; affected: {', '.join(m.parties)}" if m.parties else ""), 4
             )
             if m.draft:
-                out += _wrapped(f"draft: {m.draft}", 4)
+                out += _wrapped(f"draft: {m.draft}", 4, nl=True)  # under its item
             if m.step_id in r.in_doubt:
                 out += _wrapped(_in_doubt_text(r.in_doubt[m.step_id]), 4)
             elif r.resolutions:

@@ -303,10 +303,10 @@ async def _status(r: _Request) -> types.CallToolResult:
         "report": report.to_dict() if report is not None else None,
         "approvals": approvals,
     }
-    lines = [f"Saga {r.saga_id} '{r.rec.title}' ({r.rec.state}), {len(steps)} step(s):"]
-    lines += [
+    lines = [f"Saga {r.saga_id} {_title(r)} ({r.rec.state}), {len(steps)} step(s):"]
+    lines += [  # rule 12: a vendor's error is quoted on its step's line, never lines of its own
         f"- {s['step_id']} {s['tool']}: {s['state']}, {s['reversibility']}"
-        + (f" ({s['error']})" if s["error"] else "")
+        + (f" ({quoted(s['error'])})" if s["error"] else "")
         for s in steps
     ]
     if approvals:
