@@ -25,7 +25,7 @@ from .._secrets import SecretResolver
 from . import templates
 from .schema import Capture, Effects, ToolContract
 from .secret_env import file_resolver
-from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for
+from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for, says
 
 __all__ = [
     "Binding",
@@ -126,7 +126,8 @@ async def read_captures(
             raise PermanentError(f"{exc}; the write was not sent") from None
         request = _request(cap.tool, cargs, who, "before", who.idempotency_key + ":before")
         result = await binding.transport(request)
-        if not result.ok and cap.absent_when is not None and cap.absent_when.search(result.said()):
+        absent_when = cap.absent_when
+        if not result.ok and absent_when is not None and says(absent_when, result.said(), cargs):
             values[cap.name] = None
             absent.add(cap.name)
             continue
@@ -360,7 +361,7 @@ def tool_function(
                 scope["before"] = captured.values.get("before")
         request = _request(name, args, call, call.phase, call.idempotency_key, sensitive)
         result = await binding.transport(request)
-        raise_for(result, errors, tool)
+        raise_for(result, errors, tool, args)
         value = result.value()
         if contract is None or call.phase == "probe":
             return value

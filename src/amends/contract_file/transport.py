@@ -37,6 +37,7 @@ __all__ = [
     "TransportRequest",
     "TransportResult",
     "raise_for",
+    "says",
     "strict_json",
 ]
 
@@ -162,8 +163,9 @@ class ErrorRules:
     drift: re.Pattern[str] | None = None
     """Text of an error that means a compensation's precondition failed (drift, rule 4)."""
 
-    def judge(self, result: TransportResult) -> Kind:
-        """The kind of ``result`` once these patterns have read its words."""
+    def judge(self, result: TransportResult, args: Mapping[str, Any] | None = None) -> Kind:
+        """The kind of ``result`` once these patterns have read its words; ``args``: the call's
+        arguments, whose words the tool may echo (:func:`says`)."""
         if result.ok:
             return "ok"
         said = result.said()
@@ -172,13 +174,51 @@ class ErrorRules:
             ("transient", self.transient),
             ("refused", self.refused),
         ):
-            if pattern is not None and pattern.search(said):
+            if pattern is not None and says(pattern, said, args):
                 return kind  # type: ignore[return-value]
         return result.kind
 
 
-def raise_for(result: TransportResult, rules: ErrorRules, tool: str) -> None:
+def says(pattern: re.Pattern[str], said: str, args: Mapping[str, Any] | None) -> bool:
+    """Whether the tool's own words in ``said`` match ``pattern``.
+
+    Rules 9 and 12: a tool's error often echoes what it was sent ("timed out while saving note
+    'Access denied: see memo'"), and an agent, or a vendor whose answer filled an inverse,
+    chooses those words. A match found inside one of the call's argument values (its text, any
+    case) is theirs, not the tool's verdict: it is passed over, and the error keeps the
+    transport's judgement (unknown, for a write that may have landed). A verdict of the tool's
+    own that the agent's text happens to contain is passed over too: unknown, the safe side.
+    """
+    echoed: list[str] | None = None
+    for m in pattern.finditer(said):
+        if echoed is None:
+            echoed = [t.casefold() for t in _texts(args)] if args else []
+        found = m.group().casefold()
+        if not any(found in t for t in echoed):
+            return True
+    return False
+
+
+def _texts(value: Any, depth: int = 0) -> list[str]:
+    """The strings inside an argument value (keys and JSON forms included), for :func:`says`."""
+    if isinstance(value, str):
+        return [value, json.dumps(value)[1:-1]]
+    if depth > 20:
+        return []
+    if isinstance(value, Mapping):
+        return [t for k, v in value.items() for t in (*_texts(k, depth + 1), *_texts(v, depth + 1))]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _texts(v, depth + 1)]
+    return [str(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
+
+
+def raise_for(
+    result: TransportResult, rules: ErrorRules, tool: str, args: Mapping[str, Any] | None = None
+) -> None:
     """Raise what the engine understands for a result that is not ``ok`` (rule 9).
+
+    ``args``: the call's arguments; words of theirs a tool echoes are not its verdict
+    (:func:`says`).
 
     Raises:
         PreconditionFailed: ``drift``: a compare-and-set refused the write.
@@ -186,7 +226,7 @@ def raise_for(result: TransportResult, rules: ErrorRules, tool: str) -> None:
         PermanentError: ``refused``: nothing happened.
         OutcomeUnknownError: ``unknown``: whether the call took effect is unknown.
     """
-    kind = rules.judge(result)
+    kind = rules.judge(result, args)
     if kind == "ok":
         return
     detail = result.explained()
