@@ -21,7 +21,7 @@ from typing import Any
 
 from ._errors import ContractError
 
-__all__ = ["DONE_WORDS", "check_template", "people_detail", "sentence"]
+__all__ = ["DONE_WORDS", "check_template", "left_out", "named", "people_detail", "sentence"]
 
 _MAX_VALUE = 60
 """Longest argument value shown in a default sentence, in characters (longer ones are cut)."""
@@ -276,3 +276,23 @@ def people_detail(state: str, detail: str, inverse_description: str) -> str:
         other = waited["state"].replace("_", " ")
         return f"not attempted: it must wait for another step's undo, and that step is {other}"
     return f"{done}: {inverse_description}" if inverse_description else done
+
+
+def left_out(spec: Any, args: Mapping[str, Any], names: Sequence[str]) -> str:
+    """Arguments ``names`` of a call of tool ``spec`` (a ``ToolSpec``) that its ``describe=``
+    template leaves out (:func:`named`), as ``name=value``, a sensitive one as its marker: for
+    a sentence about a call amends is about to *send* (an inverse). Rule 12: what a person is
+    shown before undo is what undo sends; "Refund 12500 cents" hid which charge, and "Cancel
+    event evt_1" a channel the cancellation is then posted to."""
+    safe = _safe_args(args, spec.sensitive)
+    return ", ".join(_argument(k, safe[k]) for k in sorted(names))
+
+
+@functools.lru_cache(maxsize=512)
+def named(template: str) -> frozenset[str]:
+    """The argument names ``template`` fills (``""`` when it does not parse: none)."""
+    try:
+        fields = [name for _, name, _, _ in _PARSER.parse(template) if name]
+    except ValueError:
+        return frozenset()
+    return frozenset(f.split(".", 1)[0].split("[", 1)[0] for f in fields)
