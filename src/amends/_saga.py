@@ -371,6 +371,13 @@ class Saga:
             raise ConfigError(
                 f"a saga needs a title saying what the agent was asked, got {title!r}"
             )
+        for what, text in (("title", title), ("tenant", tenant), ("actor", actor)):
+            # bad input is refused alike on every log (PostgreSQL cannot store a NUL)
+            if text is not None and (not isinstance(text, str) or "\x00" in text):
+                raise ConfigError(
+                    f"a saga's {what} must be text without NUL (\\x00) characters, got "
+                    f"{text!r:.200}; remove them (an agent's words are data, rule 12)"
+                )
         self.engine = engine
         self.title = title
         self.tenant = tenant
