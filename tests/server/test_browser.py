@@ -267,9 +267,23 @@ def test_continue_and_mark_handled_on_the_page(browser: Any, live: Live) -> None
     assert page.locator("#outcome .state-over_budget").count() >= 1
     assert "over budget" in page.locator("#outcome").inner_text()  # the state in words too
     assert serious_violations(page) == []
-    page.get_by_role("button", name="Continue undo").click()
+    # rule 12: the click asks first, naming each step the continuation attempts and what
+    # its undo sends; Cancel sends nothing
+    page.get_by_role("button", name="Continue undo…", exact=True).click()
+    panel = page.locator("#continue-confirm")
+    assert panel.is_visible()
+    listed = panel.locator("li").all_inner_texts()
+    assert listed == [
+        "pay.charge(cents=5000, customer='cust-acme2') — undo: "
+        "pay.refund(cents=5000, charge_id='ch_2')"
+    ]
+    page.get_by_role("button", name="Cancel").last.click()
+    assert not panel.is_visible()
+    assert live.world.charges["ch_2"]["refunded"] == 0
+    page.get_by_role("button", name="Continue undo…", exact=True).click()
+    page.get_by_role("button", name="Yes: continue undo").click()
     page.locator(".state-compensated").wait_for(timeout=30_000)
-    assert page.get_by_role("button", name="Continue undo").count() == 0
+    assert page.get_by_role("button", name="Continue undo…", exact=True).count() == 0
     assert page.locator("ul.steps-out .state-over_budget").count() == 0
     assert live.world.crm["r2"]["stage"] == "lead"
     assert live.world.charges["ch_2"]["refunded"] == 5000

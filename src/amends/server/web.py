@@ -544,7 +544,9 @@ async def _shown_report(st: _State, saga_id: str) -> dict[str, Any] | None:
     return None if report is None else report.to_dict()
 
 
-async def _can_continue(st: _State, saga_id: str, report: dict[str, Any] | None) -> bool:
+async def _can_continue(st: _State, saga_id: str, report: dict[str, Any] | None) -> list[str]:
     """Rule 6: a reversal that stopped short (over budget, blocked by a step undone or resolved
-    since, a step asked to be retried) may continue; the same question the engine answers."""
-    return bool(report) and bool(await st.engine.continuable(saga_id))
+    since, a step asked to be retried) may continue; the same question the engine answers.
+    The steps a continuation would attempt, which the page's confirmation names before the
+    click (rule 12: what a person confirms is what is sent); empty: nothing to continue."""
+    return list(await st.engine.continuable(saga_id)) if report else []

@@ -182,11 +182,23 @@
         start("");
       });
     }
+    // "Continue undo…": confirm first, naming each step the continuation will attempt and
+    // what its undo sends (as Undo and Retry do), then the same reversal continues.
     var cont = root.querySelector("#continue");
     if (cont) {
+      var contPanel = root.querySelector("#continue-confirm");
       cont.addEventListener("click", function () {
+        contPanel.hidden = false;
+        contPanel.querySelector(".continue-yes").focus();
+      });
+      contPanel.querySelector(".continue-no").addEventListener("click", function () {
+        contPanel.hidden = true;
+        cont.focus();
+      });
+      contPanel.querySelector(".continue-yes").addEventListener("click", function (ev) {
+        ev.target.disabled = true;
         cont.disabled = true;
-        cont.textContent = "Continuing…";
+        ev.target.textContent = "Continuing…";
         start("?continue=true");
       });
     }
