@@ -116,6 +116,43 @@ async def test_a_tool_parameter_named_after_or_step_id_is_the_tools_own(framewor
     ]
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_tool_parameter_named_like_any_amends_internal_is_the_tools_own(
+    framework: str,
+) -> None:
+    """Item 1's class: parameters named like the adapters' and the engine's own internals
+    (``call``, the name the step's forward function gave amends' Call, crashed the step in
+    every framework: "got multiple values for argument 'call'") reach the tool as given."""
+    _, engine = new_engine()
+    got: list[tuple[str, ...]] = []
+
+    def book_room(
+        call: str, saga: str, run: str, tool: str, budget: str, approval: str, undo_after: str
+    ) -> str:
+        """Book a meeting room."""
+        got.append((call, saga, run, tool, budget, approval, undo_after))
+        return f"booked {call}"
+
+    args = {
+        "call": "kickoff",
+        "saga": "s",
+        "run": "r",
+        "tool": "t",
+        "budget": "b",
+        "approval": "a",
+        "undo_after": "u",
+    }
+    played = await play(framework, engine, [[("c1", "book_room", args)]], [book_room])
+    assert played.output == FINAL
+    assert got == [("kickoff", "s", "r", "t", "b", "a", "u")]
+    assert played.answers["c1"] == "booked kickoff"
+    saga = await engine.log.get_saga(played.saga_id or "")
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.args, s.state) for s in saga.steps] == [
+        ("s1", "book_room", args, "done")
+    ]
+
+
 async def test_the_plain_api_takes_a_tools_arguments_as_one_mapping() -> None:
     """Item 1 in the plain API: ``saga.call(tool, {...})`` gives the tool arguments named like
     amends' own options (``after``, ``step_id``, ``undo_after``); amends' options still work

@@ -94,7 +94,7 @@ def declare(
             class, a bad ``sensitive``, ``describe`` or ``undo_after``).
     """
 
-    async def runs_in_the_framework(call: amends.Call, **args: Any) -> Any:
+    async def runs_in_the_framework(call: amends.Call, /, **args: Any) -> Any:
         # The adapter runs the framework's own tool in its place; amends never calls this.
         raise amends.ConfigError(
             f"tool {name!r} is declared for an agent framework and runs only through its "

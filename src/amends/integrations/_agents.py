@@ -405,7 +405,7 @@ class AgentRun:
         if _is_async(run):
             coro_fn = run
 
-            async def forward(call: amends.Call, **_: Any) -> Any:
+            async def forward(call: amends.Call, /, **_: Any) -> Any:
                 if box.cancelled:
                     box.check_not_cancelled(tool)
                 box.running = True
@@ -424,7 +424,7 @@ class AgentRun:
         else:
             sync_fn = run
 
-            def forward(call: amends.Call, **_: Any) -> Any:  # type: ignore[misc]
+            def forward(call: amends.Call, /, **_: Any) -> Any:  # type: ignore[misc]
                 if box.cancelled:
                     box.check_not_cancelled(tool)
                 box.running = True
@@ -440,8 +440,10 @@ class AgentRun:
                     return value
                 return finish(value)
 
-        # the tool's arguments as one mapping: none of them is taken for amends' own options
-        # after: what dependencies() returns (self._seen), read without its call
+        # the tool's arguments as one mapping: none of them is taken for amends' own options,
+        # and forward's ``call`` is positional-only, so a tool argument named ``call`` is the
+        # tool's too (issue 25 item 1); after: what dependencies() returns (self._seen), read
+        # without its call
         return self.saga.call_with(forward, tool, args, after=self._seen)
 
     async def _undone_meanwhile(self, exc: amends.StepFailedError) -> bool:

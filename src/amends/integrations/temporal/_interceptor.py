@@ -190,7 +190,7 @@ class _ToolActivity(ActivityInboundInterceptor):
         raised: list[BaseException] = []
         running = [False]
 
-        async def run(call: Any, **_: Any) -> Any:
+        async def run(call: Any, /, **_: Any) -> Any:  # `call`: an activity argument's name too
             running[0] = True
             try:
                 return await self.next.execute_activity(input)
