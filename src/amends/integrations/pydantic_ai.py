@@ -29,6 +29,7 @@ from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import to_jsonable_python
 
 import amends
 from amends import Catalog, Engine
@@ -101,9 +102,20 @@ def _turn_of(ctx: RunContext[Any]) -> tuple[Hashable, int | None, ToolCallPart |
     return ("pydantic_ai", ctx.run_id, ctx.run_step), None, None  # one response per run step
 
 
-def _sent(tool_args: dict[str, Any], part: ToolCallPart | None) -> dict[str, Any]:
-    """The arguments the model sent (validated), without the defaults it never sent (issue 25
-    item 9: the step reads as in every other framework)."""
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _sent(
+    tool_args: dict[str, Any], part: ToolCallPart | None, schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The arguments the model sent, by the tool's parameter names, without the defaults it
+    never sent (issue 25 item 9: the step reads as in every other framework).
+
+    Plain values are the validated ones; any other (a Pydantic model, a date) is the JSON the
+    model sent for it, as the other frameworks log it, not a ``repr``. ``schema`` is the tool's
+    JSON schema: a parameter it does not name was sent under another name (an alias, or the
+    fields of a tool's one model argument, which Pydantic AI lets the model send unwrapped), so
+    it is kept, never mistaken for a default; ``None``: the schema names every parameter."""
     if part is None:
         return dict(tool_args)
     sent = part.args
@@ -112,9 +124,19 @@ def _sent(tool_args: dict[str, Any], part: ToolCallPart | None) -> dict[str, Any
             sent = part.args_as_dict()
         except Exception:  # arguments Pydantic AI could read are in tool_args anyway
             return dict(tool_args)
-    if sent.keys() >= tool_args.keys():  # the model sent them all: no default to drop
-        return dict(tool_args)
-    return {k: v for k, v in tool_args.items() if k in sent}
+    named = tool_args if schema is None else schema.get("properties") or {}
+    out: dict[str, Any] = {}
+    for name, value in tool_args.items():
+        if name in sent:
+            out[name] = value if type(value) in _PLAIN else sent[name]
+        elif name not in named:  # sent under another name: never a default
+            if type(value) in _PLAIN:  # under its alias
+                out[name] = value
+            elif len(tool_args) == 1:  # the tool's one model argument, its fields unwrapped
+                out[name] = dict(sent)
+            else:
+                out[name] = to_jsonable_python(value)
+    return out
 
 
 @dataclasses.dataclass
@@ -289,7 +311,7 @@ class AmendsToolset(WrapperToolset[Any]):
             )
         return await run.call_tool(
             catalog_name,
-            _sent(tool_args, part),
+            _sent(tool_args, part, tool.tool_def.parameters_json_schema),
             call,
             answers=_ANSWERS,
             turn=turn,
