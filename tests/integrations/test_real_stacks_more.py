@@ -3,12 +3,16 @@ models (stacks.py), for tools, runs and failures the first tests did not try."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import pytest
 from agent_scene import new_engine
 from pydantic import BaseModel, Field
 from stacks import FINAL, FRAMEWORKS, play
+
+import amends
+from amends.integrations.langchain import declare
 
 
 class Order(BaseModel):
@@ -79,3 +83,99 @@ async def test_pydantic_ai_an_argument_sent_under_its_alias_is_logged() -> None:
     assert [(s.tool, s.args, s.state) for s in saga.steps] == [
         ("tag_deal", {"deal_id": "acme"}, "done")
     ]
+
+
+CARD = "4111 1111 1111 1111"
+
+
+def charge_card(customer: str, cents: int, card_number: str, memo: str) -> str:
+    """Charge the customer's card."""
+    raise AssertionError("the approval gate stops the call before it runs")
+
+
+async def approval_questions(framework: str, engine: amends.Engine, args: dict[str, Any]) -> Any:
+    """The approval gate's question(s) for one charge_card call, as the person sees them."""
+    if framework == "langchain":
+        from langchain.agents import create_agent
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        from langchain_core.messages import AIMessage
+        from langchain_core.tools import tool
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from amends.integrations.langchain import AmendsMiddleware
+
+        class Scripted(GenericFakeChatModel):
+            def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+                return self
+
+        call = {"name": "charge_card", "args": args, "id": "c1", "type": "tool_call"}
+        agent = create_agent(
+            Scripted(messages=iter([AIMessage(content="", tool_calls=[call])])),
+            [tool(charge_card)],
+            middleware=[AmendsMiddleware(engine, approval="residue")],
+            checkpointer=InMemorySaver(),
+        )
+        out = await agent.ainvoke(
+            {"messages": [("user", "Charge")]}, {"configurable": {"thread_id": "t"}}
+        )
+        [pause] = out["__interrupt__"]
+        return pause.value
+    if framework == "pydantic_ai":
+        from pydantic_ai import Agent, DeferredToolRequests
+        from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+        from pydantic_ai.models.function import AgentInfo, FunctionModel
+        from pydantic_ai.toolsets import FunctionToolset
+
+        from amends.integrations.pydantic_ai import AmendsToolset
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            return ModelResponse(parts=[ToolCallPart("charge_card", args, tool_call_id="c1")])
+
+        toolset = AmendsToolset(FunctionToolset([charge_card]), engine=engine, approval="residue")
+        agent = Agent(
+            FunctionModel(respond), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+        )
+        out = await agent.run("Charge")
+        assert isinstance(out.output, DeferredToolRequests)
+        return out.output.metadata["c1"]["amends_approval"]
+    from agents import Agent as OAgent
+    from agents import function_tool
+    from agents.testing import ModelStep, ScriptedModel, function_call
+
+    from amends.integrations.openai_agents import approval_requests, run_agent
+
+    model = ScriptedModel([ModelStep(output=[function_call("charge_card", args, call_id="c1")])])
+    oagent = OAgent(name="a", model=model, tools=[function_tool(charge_card)])
+    outcome = await run_agent(engine, oagent, "Charge", approval="residue")
+    [(_, question)] = approval_requests(engine, outcome.result)
+    return question
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_the_approval_question_never_shows_a_sensitive_argument(framework: str) -> None:
+    """Rule 11 on the approval gate: a card number the tool declared sensitive is shown as
+    ``[redacted:card_number]`` in the question put to the person (and in LangChain's interrupt
+    payload), also where another argument repeats it, as the MCP gateway's gate shows it;
+    every adapter showed it in full."""
+    _, engine = new_engine()
+    declare(engine.catalog, "charge_card", reversibility="compensable", sensitive=["card_number"])
+    args = {
+        "customer": "cus_acme",
+        "cents": 900,
+        "card_number": CARD,
+        "memo": f"ACME, card {CARD}",
+    }
+    asked = await approval_questions(framework, engine, args)
+    question = asked["amends_approval"] if framework == "langchain" else asked
+    assert question.splitlines()[0] == (
+        "The agent wants to call charge_card(customer='cus_acme', cents=900, "
+        "card_number='[redacted:card_number]', memo='ACME, card [redacted:card_number]')."
+    )
+    assert CARD not in json.dumps(asked)
+    if framework == "langchain":
+        assert asked["args"] == {
+            "customer": "cus_acme",
+            "cents": 900,
+            "card_number": "[redacted:card_number]",
+            "memo": "ACME, card [redacted:card_number]",
+        }

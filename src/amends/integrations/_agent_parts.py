@@ -28,6 +28,7 @@ __all__ = [
     "quoted",
     "refusal_text",
     "resolve_tool_name",
+    "shown_args",
     "shown_call",
     "spend",
     "title_from",
@@ -265,14 +266,33 @@ def shown_call(tool: str, args: Mapping[str, Any], sensitive: Collection[str] = 
     return f"{quoted(tool, 200)}({', '.join(shown)})"
 
 
+def shown_args(catalog: Catalog, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as amends shows them to a person: each argument the tool declared
+    sensitive as ``[redacted:NAME]``, and its value inside any other text argument too (rule
+    11, as the log and the MCP gateway's approval show them)."""
+    secret = catalog.get(tool).sensitive if tool in catalog else ()
+    if not secret:
+        return dict(args)
+    values = {str(args[k]): k for k in secret if k in args and len(str(args[k])) >= 3}
+    out: dict[str, Any] = {}
+    for k, v in args.items():
+        if k in secret:
+            v = f"[redacted:{k}]"
+        elif isinstance(v, str):
+            for value, name in values.items():
+                v = v.replace(value, f"[redacted:{name}]")
+        out[k] = v
+    return out
+
+
 def approval_message(catalog: Catalog, tool: str, args: Mapping[str, Any]) -> str:
-    """The question put to the person: the call, its class, what undo can and cannot do."""
+    """The question put to the person: the call, its class, what undo can and cannot do; a
+    sensitive argument is never shown (:func:`shown_args`)."""
     cls, explicit = _class_of(catalog, tool)
     label = cls if explicit else "irreversible (no contract)"
-    secret = catalog.get(tool).sensitive if tool in catalog else ()
     return "\n".join(
         [
-            f"The agent wants to call {shown_call(tool, args, secret)}.",
+            f"The agent wants to call {shown_call(tool, shown_args(catalog, tool, args))}.",
             f"Class: {label}. {_UNDO_SAYS.get(cls, '')}".rstrip(),
             "Allow this call?",
         ]

@@ -59,6 +59,7 @@ from ._agent_parts import (
     needs_approval,
     refusal_text,
     resolve_tool_name,
+    shown_args,
     spend,
     title_from,
 )
@@ -552,7 +553,7 @@ class AmendsMiddleware(AgentMiddleware):
             {
                 "amends_approval": approval_message(self.engine.catalog, tool, args),
                 "tool": tool,
-                "args": args,
+                "args": shown_args(self.engine.catalog, tool, args),  # rule 11
                 "tool_call_id": tc.get("id"),
             }
         )
