@@ -223,3 +223,118 @@ async def test_cancelling_the_workflow_while_a_tool_activity_runs_starts_the_rev
     world = ledger.state(ledger_path)
     assert world["kv"] == {"k0": "before0"}
     assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]
+
+
+async def wait_for_report(engine: amends.Engine, saga_id: str) -> amends.UndoReport | None:
+    for _ in range(400):
+        report = await engine.report(saga_id)
+        if report is not None:
+            return report
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def test_a_workflow_that_continues_as_new_is_one_saga_and_its_cancel_undoes_every_run(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """The agent's workflow continues as new after each tool call and is cancelled in a run
+    that has called no tool yet: every run's step is in the one saga (the later run's activity
+    id restarts at 1, and its call failed as a duplicate step id "a1" before its tool ran), and
+    the cancellation starts the reversal (it started none: that run had called no tool)."""
+    from continue_flow import AgentContinues
+
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentContinues],
+            activities=agent_activities(catalog),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        handle = await temporal_client.start_workflow(
+            AgentContinues.run, args=[["k0", "k1"], 300.0], id=wid, task_queue=task_queue
+        )
+        for _ in range(200):  # until the third run waits: both writes logged done
+            desc = await handle.describe()
+            saga = await engine.log.get_saga(wid)
+            done = saga is not None and [s.state for s in saga.steps] == ["done", "done"]
+            if done and desc.run_id != handle.result_run_id:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the third run's first workflow task is done
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result(follow_runs=True)
+        report = await wait_for_report(engine, wid)
+    await icpt.close()
+    saga = await engine.log.get_saga(wid)
+    assert saga is not None
+    assert [(s.step_id, s.args, s.deps) for s in saga.steps] == [
+        ("a1", {"k": "k0", "v": "agent"}, ()),
+        ("r2.a1", {"k": "k1", "v": "agent"}, ("a1",)),
+    ]
+    assert report is not None, "no reversal ran after the cancellation"
+    assert [(s.step_id, s.state.value) for s in report.steps] == [
+        ("a1", "reverted"),
+        ("r2.a1", "reverted"),
+    ]
+    assert ledger.state(ledger_path)["kv"] == {"k0": "before0", "k1": ""}
+
+
+@pytest.mark.parametrize("how", ["terminate", "execution_timeout"])
+async def test_a_terminated_or_timed_out_workflow_is_undone_on_request(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+    how: str,
+) -> None:
+    """Terminating the agent's workflow, or its execution timeout, while its charge activity
+    runs: Temporal runs no workflow code then, so no reversal starts by itself (the docs say
+    so); the saga keeps both steps, and engine.undo through Temporal takes both back."""
+    from datetime import timedelta
+
+    from agent_flow import AgentChargesSlowly
+
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    charged = asyncio.Event()
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentChargesSlowly],
+            activities=agent_activities(catalog, charged=charged),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        limit = {"execution_timeout": timedelta(seconds=3)} if how != "terminate" else {}
+        handle = await temporal_client.start_workflow(
+            AgentChargesSlowly.run, "k0", id=wid, task_queue=task_queue, **limit
+        )
+        await asyncio.wait_for(charged.wait(), 30)
+        if how == "terminate":
+            await handle.terminate("the agent went astray")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        assert await engine.report(wid) is None  # no reversal started by itself
+        runner = TemporalRunner(temporal_client, task_queue=task_queue + "-rev")
+        report = await runner.undo(engine, wid, amends.Budget(seconds=30))
+    await icpt.close()
+    assert [(s.tool, s.state.value) for s in report.steps] == [
+        ("kv.put", "reverted"),
+        ("pay.charge", "compensated"),
+    ]
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "before0"}
+    assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]

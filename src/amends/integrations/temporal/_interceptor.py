@@ -16,12 +16,13 @@ import contextlib
 import inspect
 from collections.abc import Callable, Collection
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 from temporalio.worker import (
     ActivityInboundInterceptor,
+    ContinueAsNewInput,
     ExecuteActivityInput,
     ExecuteWorkflowInput,
     Interceptor,
@@ -89,6 +90,8 @@ class AmendsInterceptor(Interceptor):
         self.local_batch_seconds = float(local_batch_seconds)
         self._sagas: dict[str, Saga] = {}
         self._done: dict[str, list[Step]] = {}
+        self._runs: dict[str, dict[str, int]] = {}
+        """Per saga, the workflow runs whose activities it records, numbered in the order seen."""
         self._lock = asyncio.Lock()
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
@@ -143,6 +146,7 @@ class AmendsInterceptor(Interceptor):
                     ) from None
                 self._sagas[sid] = saga
                 self._done[sid] = []
+                self._runs[sid] = {}
             return saga
 
     async def close(self) -> None:
@@ -173,6 +177,16 @@ def _named(fn: Callable[..., Any], args: Any) -> dict[str, Any]:
     return {params[i] if i < len(params) else f"arg{i}": a for i, a in enumerate(args)}
 
 
+def _step_id(info: activity.Info, runs: dict[str, int]) -> str:
+    """The step id of one activity attempt, unique in its saga: activity ids restart at 1 in
+    each workflow run, so a run after the first (continue-as-new, or another workflow that
+    ``saga_id=`` puts in the same saga) prefixes its own number (``r2.a1``); its first activity
+    failed as a duplicate step id before its tool ran."""
+    n = runs.setdefault(info.workflow_run_id or "", len(runs) + 1)
+    own = f"a{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
+    return own if n == 1 else f"r{n}.{own}"
+
+
 class _ToolActivity(ActivityInboundInterceptor):
     def __init__(self, next: ActivityInboundInterceptor, root: AmendsInterceptor) -> None:
         super().__init__(next)
@@ -201,7 +215,7 @@ class _ToolActivity(ActivityInboundInterceptor):
                 running[0] = False
 
         done = self.root._done[saga.id]
-        step_id = f"a{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
+        step_id = _step_id(info, self.root._runs[saga.id])
         step = saga.call_with(
             run,
             info.activity_type,
@@ -242,6 +256,8 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
         super().init(_SeeTools(outbound, self))
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        if _USED in input.headers:  # an earlier run of this workflow called tools (continue-as-new)
+            self.used = True
         try:
             return await super().execute_workflow(input)
         except BaseException as exc:
@@ -263,6 +279,10 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
             )
         except WorkflowAlreadyStartedError:
             pass  # rule 6: a reversal of this saga is already under way (someone asked for undo)
+
+
+_USED = "amends-tools-used"
+"""The header a workflow run that called tool activities hands the run it continues as."""
 
 
 def _cancelled(exc: BaseException) -> bool:
@@ -292,3 +312,10 @@ class _SeeTools(WorkflowOutboundInterceptor):
         if input.activity in self.root.tools:
             self.root.used = True
         return super().start_activity(input)
+
+    def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
+        # the saga (the workflow id) goes on in the next run: so does what cancelling it must
+        # undo, even before that run calls a tool of its own
+        if self.root.used:
+            input.headers = {**input.headers, _USED: workflow.payload_converter().to_payload(True)}
+        super().continue_as_new(input)

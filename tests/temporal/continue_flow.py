@@ -1,0 +1,28 @@
+"""An agent workflow that continues as new between tool calls (issue 25, Temporal)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+
+@workflow.defn(name="AgentContinues")
+class AgentContinues:
+    """Each run writes one key, then continues as new with the rest; the last run calls no tool
+    and waits (the agent thinks): a person may cancel it then. A tool call is tried once, so a
+    call amends refuses fails the workflow."""
+
+    @workflow.run
+    async def run(self, keys: list[str], wait: float) -> str:
+        opts = {
+            "start_to_close_timeout": timedelta(seconds=30),
+            "retry_policy": RetryPolicy(maximum_attempts=1),
+        }
+        if keys:
+            await workflow.execute_activity("kv.put", args=[keys[0], "agent"], **opts)  # type: ignore[call-overload]
+            workflow.continue_as_new(args=[keys[1:], wait])
+        await asyncio.sleep(wait)
+        return "done"
