@@ -244,7 +244,7 @@ async def test_a_workflow_that_continues_as_new_is_one_saga_and_its_cancel_undoe
     that has called no tool yet: every run's step is in the one saga (the later run's activity
     id restarts at 1, and its call failed as a duplicate step id "a1" before its tool ran), and
     the cancellation starts the reversal (it started none: that run had called no tool)."""
-    from continue_flow import AgentContinues
+    from more_flows import AgentContinues
 
     catalog, engine = setup
     icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
@@ -338,3 +338,47 @@ async def test_a_terminated_or_timed_out_workflow_is_undone_on_request(
     world = ledger.state(ledger_path)
     assert world["kv"] == {"k0": "before0"}
     assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]
+
+
+async def test_an_activity_parameter_named_call_is_the_activitys_own(
+    temporal_client: Client,
+    task_queue: str,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Issue 25 item 1 on Temporal: a tool activity whose parameter is named ``call`` runs with
+    its own argument, recorded as given (the step's forward function took ``call`` for amends'
+    Call: "got multiple values for argument 'call'", and the tool never ran)."""
+    from more_flows import AgentCallsOne
+
+    catalog, engine = setup
+    got: list[tuple[str, str]] = []
+
+    @catalog.tool("meet.book", reversibility="irreversible")
+    async def book_contract(c: amends.Call, call: str, room: str) -> str:
+        raise AssertionError("the activity is the tool; this only declares its contract")
+
+    @activity.defn(name="meet.book")
+    async def book(call: str, room: str) -> str:
+        got.append((call, room))
+        return f"booked {room} for {call}"
+
+    icpt = AmendsInterceptor(engine, tools=["meet.book"], undo_on_cancel=False)
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[AgentCallsOne],
+        activities=[book],
+        interceptors=[icpt],
+    ):
+        out = await temporal_client.execute_workflow(
+            AgentCallsOne.run, args=["meet.book", ["kickoff", "r1"]], id=wid, task_queue=task_queue
+        )
+    await icpt.close()
+    assert out == "booked r1 for kickoff"
+    assert got == [("kickoff", "r1")]
+    saga = await engine.log.get_saga(wid)
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.args, s.state) for s in saga.steps] == [
+        ("a1", "meet.book", {"call": "kickoff", "room": "r1"}, "done")
+    ]

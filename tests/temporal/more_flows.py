@@ -1,9 +1,11 @@
-"""An agent workflow that continues as new between tool calls (issue 25, Temporal)."""
+"""More agent workflows for the interceptor tests (issue 25): one that continues as new between
+tool calls, one that makes a single tool call given by name."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -26,3 +28,17 @@ class AgentContinues:
             workflow.continue_as_new(args=[keys[1:], wait])
         await asyncio.sleep(wait)
         return "done"
+
+
+@workflow.defn(name="AgentCallsOne")
+class AgentCallsOne:
+    """One tool activity, by name, with the given positional arguments, tried once."""
+
+    @workflow.run
+    async def run(self, tool: str, args: list[Any]) -> Any:
+        return await workflow.execute_activity(
+            tool,
+            args=args,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
