@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import ActivityEnvironment
@@ -17,7 +21,7 @@ from amends._budget import BudgetMeter
 from amends._planner import plan
 from amends._reversal import CallLost, ReversalPorts, RunInput, run_plan
 from amends.cli.worker import register
-from amends.integrations.temporal import TemporalRunner, connect
+from amends.integrations.temporal import TemporalRunner, connect, make_worker
 from amends.integrations.temporal._activities import (
     CallBatch,
     CallBatchResult,
@@ -438,3 +442,63 @@ def test_budget_meter_measures_time_on_the_clock_it_is_given() -> None:
     now[0] += 6
     assert meter.exhausted() == "time budget of 10s spent"
     assert meter.take_call() == "time budget of 10s spent" and meter.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"heartbeat_timeout": math.inf}, "heartbeat_timeout must be positive, got inf"),
+        ({"heartbeat_timeout": math.nan}, "heartbeat_timeout must be positive, got nan"),
+        ({"task_timeout": math.nan}, "task_timeout must be positive, got nan"),
+        ({"task_timeout": -1.0}, "task_timeout must be positive, got -1.0"),
+        ({"lease_seconds": math.inf}, "lease_seconds must be positive, got inf"),
+        ({"task_queue": " "}, "task_queue must name a Temporal task queue, got ' '"),
+    ],
+)
+def test_a_runner_refuses_a_duration_or_queue_it_cannot_use_when_it_is_made(
+    options: dict[str, Any], said: str
+) -> None:
+    """An infinite heartbeat timeout raised OverflowError (a NaN task timeout ValueError) from
+    engine.undo, a negative one a refusal from the server, and a blank queue was refused only
+    when a reversal started: each is a ConfigError naming the value, before anything runs."""
+    with pytest.raises(amends.ConfigError, match=re.escape(said)):
+        TemporalRunner("127.0.0.1:7233", **options)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"heartbeat_seconds": math.inf}, "heartbeat_seconds must be positive, got inf"),
+        ({"heartbeat_seconds": 0}, "heartbeat_seconds must be positive, got 0"),
+        ({"task_queue": ""}, "task_queue must name a Temporal task queue, got ''"),
+    ],
+)
+def test_make_worker_refuses_a_heartbeat_or_queue_it_cannot_use(
+    options: dict[str, Any], said: str
+) -> None:
+    """A worker that never heartbeats (inf) has every tool call taken for lost, one that
+    heartbeats without pause (0) floods the server, and one on a blank queue serves nothing:
+    make_worker refuses them before opening the log or polling."""
+    with pytest.raises(amends.ConfigError, match=re.escape(said)):
+        make_worker(object(), amends.Catalog(), "sqlite:///never-opened.db", **options)  # type: ignore[arg-type]
+    assert not Path("never-opened.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--heartbeat", "inf"], "--heartbeat must be a positive number of seconds, got inf"),
+        (["--heartbeat", "nan"], "--heartbeat must be a positive number of seconds, got nan"),
+        (["--task-queue", ""], "--task-queue must name a Temporal task queue, got ''"),
+    ],
+)
+def test_worker_command_refuses_a_heartbeat_or_queue_it_cannot_use(
+    flags: list[str], said: str
+) -> None:
+    """``amends worker --heartbeat inf`` (or nan, or an empty --task-queue) started serving and
+    then never heartbeat, or served nothing; it says what is wrong before connecting."""
+    parser = argparse.ArgumentParser(prog="amends")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["worker", "--temporal", "127.0.0.1:1", "--db", "x.db", *flags])
+    with pytest.raises(amends.ConfigError, match=re.escape(said)):
+        args.handler(args)

@@ -65,10 +65,12 @@ def register(sub: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from ..integrations.temporal import connect, make_worker
+    from ..integrations.temporal._runner import check_task_queue, finite_positive
     from ._common import load_catalog
 
-    if args.heartbeat <= 0:
+    if not finite_positive(args.heartbeat):  # nan and inf too: never a heartbeat, or a crash
         raise ConfigError(f"--heartbeat must be a positive number of seconds, got {args.heartbeat}")
+    check_task_queue("--task-queue", args.task_queue)
     catalog = load_catalog(args.catalog, args.db)
     configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
 

@@ -35,7 +35,7 @@ from temporalio.worker import (
 with workflow.unsafe.imports_passed_through():
     from amends import Budget, ConfigError, Engine, Saga, Step, StepFailedError
 
-    from ._runner import check_timing, default_task_timeout, reversal_settings
+    from ._runner import check_task_queue, check_timing, default_task_timeout, reversal_settings
     from ._workflow import WORKFLOW_NAME, ReversalInput, workflow_id
 
 __all__ = ["AmendsInterceptor"]
@@ -80,6 +80,7 @@ class AmendsInterceptor(Interceptor):
         local_batch_seconds: float = 300.0,
     ) -> None:
         check_timing(heartbeat_timeout, local_batch_seconds)
+        check_task_queue("reversal_task_queue", reversal_task_queue)
         self.engine = engine
         self.tools = frozenset(tools if tools is not None else (s.name for s in engine.catalog))
         self.saga_id = saga_id

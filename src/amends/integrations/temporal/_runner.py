@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -155,14 +156,51 @@ def tracing_interceptors(client: Client | None = None) -> list[Any]:
     return [TracingInterceptor()]
 
 
+def finite_positive(value: object) -> bool:
+    """Whether ``value`` is a finite number above 0 (a duration in seconds)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and value > 0
+        and math.isfinite(value)
+    )
+
+
+def check_seconds(name: str, value: object) -> None:
+    """A duration in seconds given to the Temporal integration: a finite number above 0.
+
+    Raises:
+        ConfigError: Anything else (0, negative, NaN, infinite, not a number): an infinite
+            heartbeat timeout raised ``OverflowError`` at undo time, and an infinite heartbeat
+            interval never heartbeats, so every tool call would be taken for lost.
+    """
+    if not finite_positive(value):
+        raise ConfigError(
+            f"{name} must be positive, got {value!r}; give a finite number of seconds above 0"
+        )
+
+
+def check_task_queue(name: str, value: object) -> None:
+    """A Temporal task queue name: a non-blank string (Temporal refuses an empty one only when
+    a reversal is started, and a worker polling it serves nothing).
+
+    Raises:
+        ConfigError: Anything else.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            f"{name} must name a Temporal task queue, got {value!r}; e.g. {DEFAULT_TASK_QUEUE!r}"
+        )
+
+
 def check_timing(heartbeat_timeout: float, local_batch_seconds: float) -> None:
     """The reversal workflow's timing settings, checked where they are given.
 
     Raises:
-        ConfigError: A heartbeat timeout that is not positive, or a negative batch bound.
+        ConfigError: A heartbeat timeout that is not a finite positive number, or a negative
+            batch bound.
     """
-    if not heartbeat_timeout > 0:
-        raise ConfigError(f"heartbeat_timeout must be positive, got {heartbeat_timeout!r}")
+    check_seconds("heartbeat_timeout", heartbeat_timeout)
     if not local_batch_seconds >= 0:
         raise ConfigError(
             f"local_batch_seconds must be 0 (never) or a positive number of seconds, got "
@@ -230,6 +268,10 @@ class TemporalRunner:
         local_batch_seconds: float = 300.0,
     ) -> None:
         check_timing(heartbeat_timeout, local_batch_seconds)
+        check_seconds("lease_seconds", lease_seconds)
+        if task_timeout is not None:
+            check_seconds("task_timeout", task_timeout)
+        check_task_queue("task_queue", task_queue)
         self._client = client if isinstance(client, Client) else None
         self._target = client if isinstance(client, str) else None
         self.task_queue = task_queue
@@ -552,6 +594,8 @@ def make_worker(
     """
     if not isinstance(catalog, Catalog):
         raise ConfigError(f"make_worker needs an amends.Catalog, got {catalog!r}")
+    check_seconds("heartbeat_seconds", heartbeat_seconds)
+    check_task_queue("task_queue", task_queue)
     opened = open_log(log)
     acts = ReversalActivities(
         catalog,
