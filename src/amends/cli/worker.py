@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -65,12 +66,17 @@ def register(sub: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from ..integrations.temporal import connect, make_worker
-    from ..integrations.temporal._runner import check_task_queue, finite_positive
     from ._common import load_catalog
 
-    if not finite_positive(args.heartbeat):  # nan and inf too: never a heartbeat, or a crash
+    # as make_worker checks them, but before connecting: nan and inf too (a worker that never
+    # heartbeats has every tool call taken for lost), and a blank queue serves nothing
+    if not (args.heartbeat > 0 and math.isfinite(args.heartbeat)):
         raise ConfigError(f"--heartbeat must be a positive number of seconds, got {args.heartbeat}")
-    check_task_queue("--task-queue", args.task_queue)
+    if not args.task_queue.strip():
+        raise ConfigError(
+            f"--task-queue must name a Temporal task queue, got {args.task_queue!r}; e.g. "
+            f"{DEFAULT_TASK_QUEUE!r}"
+        )
     catalog = load_catalog(args.catalog, args.db)
     configure_logging(args.log_format)  # issue 28: a JSON line per reversal event, on stderr
 
