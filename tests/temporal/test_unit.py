@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import re
 import subprocess
@@ -502,3 +503,37 @@ def test_worker_command_refuses_a_heartbeat_or_queue_it_cannot_use(
     args = parser.parse_args(["worker", "--temporal", "127.0.0.1:1", "--db", "x.db", *flags])
     with pytest.raises(amends.ConfigError, match=re.escape(said)):
         args.handler(args)
+
+
+def test_a_large_list_argument_crosses_temporal_by_reference_and_resolves_from_the_saga() -> None:
+    """Issue 25 item 13's class: an inverse argument that is a 1 MB list of short names becomes
+    a short reference in the saga the workflow gets (it crossed whole: three such failed the
+    workflow task with TMPRL1103), and resolves to the list from the saga as logged; a reference
+    the saga does not hold is refused, and a small argument crosses as it is."""
+    from amends.integrations.temporal._refs import (
+        REF_JSON_CHARS,
+        expand,
+        has_refs,
+        shrink_saga,
+        values_of,
+    )
+
+    people = [f"p-{i:06d}" for i in range(70_000)]
+    step = {
+        "step_id": "s1",
+        "args": {"team": "t1", "people": ["new"]},
+        "inverse": {"tool": "roster.set", "args": {"team": "t1", "people": people}},
+        "expectation": {"probe": "roster.get", "args": {"team": "t1"}, "equals": ["new"]},
+    }
+    saga = {"saga_id": "x", "steps": [step]}
+    sent = shrink_saga(saga)
+    crossing = sent["steps"][0]["inverse"]["args"]
+    assert crossing["team"] == "t1" and has_refs(crossing)
+    assert len(json.dumps(sent)) < 1024 < REF_JSON_CHARS
+    assert sent["steps"][0]["args"] == step["args"]  # small: as it is
+    assert saga["steps"][0]["inverse"]["args"]["people"] is people  # the logged saga unchanged
+    table = values_of(saga)
+    assert expand(crossing, lambda d, n: table.get((d, n))) == {"team": "t1", "people": people}
+    other = values_of({"steps": [{"args": {"people": [*people[:-1], "someone else"]}}]})
+    with pytest.raises(LookupError, match="the saga log does not hold"):
+        expand(crossing, lambda d, n: other.get((d, n)))

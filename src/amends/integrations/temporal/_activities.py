@@ -45,7 +45,7 @@ from amends._secrets import Vault, redactions_from, resolve_call_args
 from amends._selection import covers, selection_of, widen
 
 from ._codec import spec_to_dict, to_dict
-from ._refs import expand, has_refs, shrink, values_of
+from ._refs import expand, has_refs, shrink, shrink_saga, values_of
 
 __all__ = [
     "CallBatch",
@@ -450,7 +450,7 @@ class ReversalActivities:
         return ClaimResult(
             claim.outcome,
             to_dict(rev),
-            shrink(to_dict(saga)),  # long values by reference (_refs)
+            shrink_saga(to_dict(saga)),  # long values by reference (_refs)
             {k: to_dict(v) for k, v in comps.items()},
             [spec_to_dict(s) for s in self.catalog],
             now=time.time(),
@@ -498,7 +498,7 @@ class ReversalActivities:
         )
         comps = await self.log.get_compensations(rev.reversal_id) if rev else {}
         return ReadResult(
-            None if saga is None else shrink(to_dict(saga)),
+            None if saga is None else shrink_saga(to_dict(saga)),
             None if rev is None else to_dict(rev),
             {k: to_dict(v) for k, v in comps.items()},
             time.time(),

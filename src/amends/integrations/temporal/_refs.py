@@ -11,6 +11,11 @@ SHA-256 of the whole string and its length. The workflow never needs the content
   equal exactly when the strings are (the probe's answer is referenced the same way);
 * a step's sentence shows at most 60 characters of a value, which the reference keeps.
 
+A tool's argument that is a large list or object of short values (a roster of 70,000 names)
+goes the same way when its JSON is longer than :data:`REF_JSON_CHARS`: a step's, its inverse's
+and its expectation's arguments are data the workflow only hands on to the activity that makes
+the call (:func:`shrink_saga`); such a reference names the SHA-256 of the value's canonical JSON.
+
 The activity that makes a call resolves each reference in its arguments (and its precondition)
 from the saga in the log, right before the call, by digest and length: a reference resolves only
 to a value of the same saga whose digest it names, so text that merely looks like one cannot bring
@@ -20,18 +25,34 @@ anything in that the saga does not already hold (rule 12). This module never doe
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["REF_CHARS", "expand", "has_refs", "shrink", "values_of"]
+__all__ = [
+    "REF_CHARS",
+    "REF_JSON_CHARS",
+    "expand",
+    "has_refs",
+    "shrink",
+    "shrink_saga",
+    "values_of",
+]
 
 REF_CHARS = 4096
 """Strings longer than this many characters cross Temporal as references."""
 
+REF_JSON_CHARS = 64 * 1024
+"""A tool's list or object argument whose JSON is longer than this crosses as a reference."""
+
 _HEAD = 64
 _TAG = "\u2063amends:ref:"
 _REF = re.compile(rf"(?s)(.{{0,{_HEAD}}})\u2063amends:ref:([0-9a-f]{{64}}):(\d+)\u2063")
+_JTAG = "\u2063amends:json:"
+_JREF = re.compile(rf"(?s)(.{{0,{_HEAD}}})\u2063amends:json:([0-9a-f]{{64}}):(\d+)\u2063")
+_DATA_ARGS = ("inverse", "expectation")
+"""The parts of a logged step whose ``args`` the workflow only hands on to an activity."""
 
 
 def _digest(text: str) -> str:
@@ -40,6 +61,70 @@ def _digest(text: str) -> str:
 
 def _ref(text: str) -> str:
     return f"{text[:_HEAD]}{_TAG}{_digest(text)}:{len(text)}\u2063"
+
+
+def _json(value: Any) -> str | None:
+    """``value``'s canonical JSON (the text its reference names), or ``None`` if not JSON."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _big(value: Any) -> str | None:
+    """The canonical JSON of a list or object argument too long to cross Temporal, else None."""
+    if not isinstance(value, Mapping | list | tuple):
+        return None
+    text = _json(value)
+    return text if text is not None and len(text) > REF_JSON_CHARS else None
+
+
+def _args_by_ref(args: Any) -> Any:
+    """``args`` with each argument :func:`_big` names replaced by its reference."""
+    if not isinstance(args, Mapping):
+        return args
+    out: dict[str, Any] | None = None
+    for name, value in args.items():
+        text = _big(value)
+        if text is not None:
+            out = dict(args) if out is None else out
+            out[name] = f"{text[:_HEAD]}{_JTAG}{_digest(text)}:{len(text)}\u2063"
+    return args if out is None else out
+
+
+def _data_args(step: Mapping[str, Any]) -> list[Any]:
+    """The argument mappings of one logged step that the workflow only hands on."""
+    found = [step.get("args")]
+    for part in _DATA_ARGS:
+        if isinstance(step.get(part), Mapping):
+            found.append(step[part].get("args"))
+    return found
+
+
+def shrink_saga(saga: dict[str, Any]) -> dict[str, Any]:
+    """A saga (as :func:`to_dict` gives it) as it crosses into the workflow: every long string
+    by reference (:func:`shrink`), and before that every list or object argument of a step, its
+    inverse or its expectation whose JSON is longer than :data:`REF_JSON_CHARS` (three 1 MB
+    rosters failed the workflow task with TMPRL1103 as long strings did)."""
+    steps = saga.get("steps")
+    if isinstance(steps, list) and any(
+        _big(v) is not None
+        for s in steps
+        if isinstance(s, Mapping)
+        for args in _data_args(s)
+        if isinstance(args, Mapping)
+        for v in args.values()
+    ):
+        new_steps = []
+        for s in steps:
+            if isinstance(s, Mapping):
+                s = {**s, "args": _args_by_ref(s.get("args"))}
+                for part in _DATA_ARGS:
+                    if isinstance(s.get(part), Mapping):
+                        s[part] = {**s[part], "args": _args_by_ref(s[part].get("args"))}
+            new_steps.append(s)
+        saga = {**saga, "steps": new_steps}
+    return shrink(saga)  # type: ignore[no-any-return]
 
 
 def shrink(value: Any) -> Any:
@@ -87,7 +172,9 @@ def _shrink(value: Any) -> Any:
 def has_refs(value: Any) -> bool:
     """Whether ``value`` holds a reference anywhere."""
     if isinstance(value, str):
-        return _TAG in value and _REF.fullmatch(value) is not None
+        if _TAG in value:
+            return _REF.fullmatch(value) is not None
+        return _JTAG in value and _JREF.fullmatch(value) is not None
     if isinstance(value, Mapping):
         return any(has_refs(v) for v in value.values())
     if isinstance(value, list | tuple):
@@ -95,9 +182,11 @@ def has_refs(value: Any) -> bool:
     return False
 
 
-def values_of(*sources: Any) -> dict[tuple[str, int], str]:
-    """The long strings in ``sources`` (a saga as logged), by (digest, length)."""
-    found: dict[tuple[str, int], str] = {}
+def values_of(*sources: Any) -> dict[tuple[str, int], Any]:
+    """The values ``sources`` (a saga as logged) may be referred to by, by (digest, length):
+    every long string, and every list or object argument :func:`shrink_saga` sends by
+    reference (by the digest and length of its canonical JSON)."""
+    found: dict[tuple[str, int], Any] = {}
 
     def walk(v: Any) -> None:
         if isinstance(v, str):
@@ -112,26 +201,40 @@ def values_of(*sources: Any) -> dict[tuple[str, int], str]:
 
     for s in sources:
         walk(s)
+        steps = s.get("steps") if isinstance(s, Mapping) else None
+        for step in steps if isinstance(steps, list) else ():
+            for args in _data_args(step) if isinstance(step, Mapping) else ():
+                for value in args.values() if isinstance(args, Mapping) else ():
+                    text = _big(value)
+                    if text is not None:
+                        found[(_digest(text), len(text))] = value
     return found
 
 
-def expand(value: Any, lookup: Callable[[str, int], str | None]) -> Any:
-    """``value`` with each reference replaced by the string it names (``lookup(digest,
+def expand(value: Any, lookup: Callable[[str, int], Any]) -> Any:
+    """``value`` with each reference replaced by the value it names (``lookup(digest,
     length)``).
 
     Raises:
-        LookupError: A reference names a string ``lookup`` does not know.
+        LookupError: A reference names a value ``lookup`` does not know.
     """
     if isinstance(value, str):
         m = _REF.fullmatch(value) if _TAG in value else None
-        if m is None:
-            return value
-        found = lookup(m.group(2), int(m.group(3)))
-        if found is None or not found.startswith(m.group(1)):
-            raise LookupError(
-                f"a reference to a {m.group(3)}-character value the saga log does not hold"
-            )
-        return found
+        if m is not None:
+            found = lookup(m.group(2), int(m.group(3)))
+            if isinstance(found, str) and found.startswith(m.group(1)):
+                return found
+        else:
+            m = _JREF.fullmatch(value) if _JTAG in value else None
+            if m is None:
+                return value
+            found = lookup(m.group(2), int(m.group(3)))
+            text = _json(found) if isinstance(found, Mapping | list | tuple) else None
+            if text is not None and text.startswith(m.group(1)):
+                return found
+        raise LookupError(
+            f"a reference to a {m.group(3)}-character value the saga log does not hold"
+        )
     if isinstance(value, dict):
         return {k: expand(v, lookup) for k, v in value.items()}
     if isinstance(value, list | tuple):
