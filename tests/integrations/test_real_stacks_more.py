@@ -3,6 +3,7 @@ models (stacks.py), for tools, runs and failures the first tests did not try."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any
 
@@ -10,9 +11,11 @@ import pytest
 from agent_scene import new_engine
 from pydantic import BaseModel, Field
 from stacks import FINAL, FRAMEWORKS, play
+from test_real_stacks import declare_set_stage, world_tools
 
 import amends
 from amends.integrations.langchain import declare
+from amends.sandbox import World
 
 
 class Order(BaseModel):
@@ -179,3 +182,101 @@ async def test_the_approval_question_never_shows_a_sensitive_argument(framework:
             "card_number": "[redacted:card_number]",
             "memo": "ACME, card [redacted:card_number]",
         }
+
+
+def paused_agent(engine: amends.Engine, world: World, saver: Any, skip: int = 0) -> Any:
+    """A LangChain agent with the approval gate: it wins the deal, then asks before posting."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    from amends.integrations.langchain import AmendsMiddleware
+
+    class Scripted(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    turns = [
+        [("c1", "set_stage", {"deal": "acme", "stage": "closed_won"})],
+        [("c2", "post_message", {"channel": "#sales", "text": "ACME is won!"})],
+    ]
+    msgs = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": n, "args": a, "id": i, "type": "tool_call"} for i, n, a in t],
+        )
+        for t in turns
+    ][skip:]
+    return create_agent(
+        Scripted(messages=iter([*msgs, AIMessage(content=FINAL)])),
+        [tool(t) for t in world_tools(world)],
+        middleware=[AmendsMiddleware(engine, approval="irreversible")],
+        checkpointer=saver,
+    )
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["ainvoke", "invoke"])
+async def test_a_paused_run_resumed_through_a_rebuilt_agent_goes_on_in_its_saga(
+    sync: bool,
+) -> None:
+    """The approval gate pauses a LangChain run; the application builds its agent again for the
+    next request (a new AmendsMiddleware, the same checkpointer) and resumes it: the approved
+    call is a step of the paused run's saga, which the resumed run's end closes. Before, the
+    resume crashed with ConfigError ("called outside an agent run") and the saga stayed
+    running."""
+    from langchain_core.messages import ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    saver, cfg = InMemorySaver(), {"configurable": {"thread_id": "t1"}}
+
+    async def invoke(agent: Any, arg: Any) -> Any:
+        if sync:
+            return await asyncio.to_thread(agent.invoke, arg, cfg)
+        return await agent.ainvoke(arg, cfg)
+
+    first = await invoke(paused_agent(engine, world, saver), {"messages": [("user", "Win")]})
+    assert first["__interrupt__"]
+    out = await invoke(paused_agent(engine, world, saver, skip=2), Command(resume=True))
+    assert out["messages"][-1].content == FINAL
+    assert out["amends_saga_id"] == first["amends_saga_id"]
+    answers = {m.tool_call_id: m.content for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert answers == {"c1": "acme is closed_won", "c2": "chat_1"}
+    saga = await engine.log.get_saga(first["amends_saga_id"])
+    assert saga is not None and saga.state == "completed"
+    assert [(s.step_id, s.tool, s.state, s.deps) for s in saga.steps] == [
+        ("s1", "set_stage", "done", ()),
+        ("s2", "post_message", "done", ("s1",)),
+    ]
+    report = await engine.undo(saga.saga_id)
+    assert [(s.step_id, s.state.value) for s in report.steps] == [
+        ("s1", "reverted"),
+        ("s2", "acknowledged"),
+    ]
+    assert world.crm.read_field("acme", "stage") == "negotiation"
+
+
+async def test_a_paused_run_resumed_where_its_saga_is_not_open_is_refused_in_words() -> None:
+    """Resumed where its saga is not open (the process that paused it ended; here: another
+    engine), the call is not made, and the error names the saga and what to do instead of
+    "called outside an agent run"."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    world, engine = new_engine()
+    declare_set_stage(engine)
+    _, elsewhere = new_engine(world)
+    declare_set_stage(elsewhere)
+    saver, cfg = InMemorySaver(), {"configurable": {"thread_id": "t1"}}
+    first = await paused_agent(engine, world, saver).ainvoke({"messages": [("user", "Win")]}, cfg)
+    sid = first["amends_saga_id"]
+    with pytest.raises(amends.ConfigError) as refused:
+        await paused_agent(elsewhere, world, saver, skip=2).ainvoke(Command(resume=True), cfg)
+    assert str(refused.value).startswith(
+        f"this run was paused (an interrupt) as saga {sid!r}, which is not open in this "
+        f"process for this engine"
+    )
+    assert [e for e in world.effects() if e["vendor"] == "chat"] == []

@@ -528,17 +528,35 @@ class AmendsMiddleware(AgentMiddleware):
         run = current_run()
         if run is not None:
             return run
-        own = self._open.get(_saga_of(request.state) or "")
+        named = _saga_of(request.state) or ""
+        own = self._open.get(named)
         if own is None:
-            raise amends.ConfigError(
-                "an amends-wrapped tool was called outside an agent run; use the middleware "
-                "with create_agent, or wrap the graph run in 'async with agent_run(engine, "
-                "title)' (agent_run_sync for invoke)"
-            )
+            # a run paused by an interrupt and resumed through another AmendsMiddleware (the
+            # agent rebuilt for the next request, as a web server does): the saga it opened is
+            # still open in this process, and the resumed run goes on adding to it
+            own = _OPEN.get(named)
+            if own is None or own.middleware.engine is not self.engine:
+                raise amends.ConfigError(self._not_open(named), saga_id=named or None)
         root = _ROOT.get()  # a run resumed after an interrupt is a new root run
         if root is not None and not root.ended and own not in root.owned:
             root.owned.append(own)
         return own.run
+
+    @staticmethod
+    def _not_open(named: str) -> str:
+        """Why a tool call has no saga to be a step of."""
+        if not named:
+            return (
+                "an amends-wrapped tool was called outside an agent run; use the middleware "
+                "with create_agent, or wrap the graph run in 'async with agent_run(engine, "
+                "title)' (agent_run_sync for invoke)"
+            )
+        return (
+            f"this run was paused (an interrupt) as saga {named!r}, which is not open in this "
+            f"process for this engine: the process that paused it ended or used another "
+            f"engine, so the resumed call is not made. `amends recover` closes that saga "
+            f"(`amends show {named}`, then undo it if needed); start a new run for the request"
+        )
 
     # --- each tool call is a step ---------------------------------------------------------
     def _gate(self, request: ToolCallRequest, tool: str) -> ToolMessage | None:
