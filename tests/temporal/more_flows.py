@@ -1,5 +1,6 @@
 """More agent workflows for the interceptor tests (issue 25): one that continues as new between
-tool calls, one that makes a single tool call given by name."""
+tool calls, one that makes a single tool call given by name, one that runs its tools as local
+activities."""
 
 from __future__ import annotations
 
@@ -42,3 +43,22 @@ class AgentCallsOne:
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_attempts=1),
         )
+
+
+@workflow.defn(name="AgentCallsLocally")
+class AgentCallsLocally:
+    """Writes two keys and charges, each tool call a local activity, then waits (the agent
+    thinks): a person may cancel it then."""
+
+    @workflow.run
+    async def run(self, keys: list[str], wait: float) -> str:
+        opts = {"start_to_close_timeout": timedelta(seconds=30)}
+        for i, k in enumerate(keys):
+            await workflow.execute_local_activity("kv.put", args=[k, f"agent{i}"], **opts)  # type: ignore[call-overload]
+        await workflow.execute_local_activity(
+            "pay.charge",
+            args=["c0@acme.test", 1500],
+            **opts,  # type: ignore[call-overload]
+        )
+        await asyncio.sleep(wait)
+        return "done"

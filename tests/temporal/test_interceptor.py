@@ -382,3 +382,60 @@ async def test_an_activity_parameter_named_call_is_the_activitys_own(
     assert [(s.step_id, s.tool, s.args, s.state) for s in saga.steps] == [
         ("a1", "meet.book", {"call": "kickoff", "room": "r1"}, "done")
     ]
+
+
+async def test_tool_calls_run_as_local_activities_are_steps_and_undone(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """The agent's workflow runs its tools as local activities, then is cancelled: each call
+    is a step of the saga (``l1``, ``l2``, ``l3``) and the reversal the cancellation starts
+    takes all three back. Before, local activities passed through unrecorded: no saga, no
+    reversal, the writes and the charge stood."""
+    from more_flows import AgentCallsLocally
+
+    catalog, engine = setup
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with (
+        Worker(
+            temporal_client,
+            task_queue=task_queue,
+            workflows=[AgentCallsLocally],
+            activities=agent_activities(catalog),
+            interceptors=[icpt],
+        ),  # fmt: skip
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):
+        handle = await temporal_client.start_workflow(
+            AgentCallsLocally.run, args=[["k0", "k1"], 300.0], id=wid, task_queue=task_queue
+        )
+        for _ in range(200):  # until the charge is logged done
+            saga = await engine.log.get_saga(wid)
+            if saga is not None and [s.state for s in saga.steps] == ["done"] * 3:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the workflow task that recorded the charge is complete
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        report = await wait_for_report(engine, wid)
+    await icpt.close()
+    saga = await engine.log.get_saga(wid)
+    assert saga is not None
+    assert [(s.step_id, s.tool, s.deps) for s in saga.steps] == [
+        ("l1", "kv.put", ()),
+        ("l2", "kv.put", ("l1",)),
+        ("l3", "pay.charge", ("l1", "l2")),
+    ]
+    assert report is not None, "no reversal ran after the cancellation"
+    assert [(s.step_id, s.state.value) for s in report.steps] == [
+        ("l1", "reverted"),
+        ("l2", "reverted"),
+        ("l3", "compensated"),
+    ]
+    world = ledger.state(ledger_path)
+    assert world["kv"] == {"k0": "before0", "k1": ""}
+    assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]

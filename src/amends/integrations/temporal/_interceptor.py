@@ -27,6 +27,7 @@ from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
     StartActivityInput,
+    StartLocalActivityInput,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
     WorkflowOutboundInterceptor,
@@ -178,14 +179,23 @@ def _named(fn: Callable[..., Any], args: Any) -> dict[str, Any]:
     return {params[i] if i < len(params) else f"arg{i}": a for i, a in enumerate(args)}
 
 
-def _step_id(info: activity.Info, runs: dict[str, int]) -> str:
+def _step_id(info: activity.Info, runs: dict[str, int], saga: Saga) -> str:
     """The step id of one activity attempt, unique in its saga: activity ids restart at 1 in
     each workflow run, so a run after the first (continue-as-new, or another workflow that
     ``saga_id=`` puts in the same saga) prefixes its own number (``r2.a1``); its first activity
-    failed as a duplicate step id before its tool ran."""
+    failed as a duplicate step id before its tool ran. A local activity is ``l<id>``; it runs
+    again when its workflow task is retried (a second call, so a step of its own: ``l1-2``)."""
     n = runs.setdefault(info.workflow_run_id or "", len(runs) + 1)
-    own = f"a{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
-    return own if n == 1 else f"r{n}.{own}"
+    kind = "l" if info.is_local else "a"
+    own = f"{kind}{info.activity_id}" + (f".{info.attempt}" if info.attempt > 1 else "")
+    own = own if n == 1 else f"r{n}.{own}"
+    if info.is_local:
+        taken = {s.id for s in saga.steps}
+        again = 1
+        while (f"{own}-{again}" if again > 1 else own) in taken:
+            again += 1
+        own = f"{own}-{again}" if again > 1 else own
+    return own
 
 
 class _ToolActivity(ActivityInboundInterceptor):
@@ -195,7 +205,8 @@ class _ToolActivity(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
-        if info.is_local or info.activity_type not in self.root.tools:
+        # local activities too: a tool the workflow runs as one is an effect like any other
+        if info.activity_type not in self.root.tools:
             return await self.next.execute_activity(input)
         try:
             saga = await self.root.saga_for(info)
@@ -216,7 +227,7 @@ class _ToolActivity(ActivityInboundInterceptor):
                 running[0] = False
 
         done = self.root._done[saga.id]
-        step_id = _step_id(info, self.root._runs[saga.id])
+        step_id = _step_id(info, self.root._runs[saga.id], saga)
         step = saga.call_with(
             run,
             info.activity_type,
@@ -313,6 +324,11 @@ class _SeeTools(WorkflowOutboundInterceptor):
         if input.activity in self.root.tools:
             self.root.used = True
         return super().start_activity(input)
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
+        if input.activity in self.root.tools:  # a tool run as a local activity is a step too
+            self.root.used = True
+        return super().start_local_activity(input)
 
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
         # the saga (the workflow id) goes on in the next run: so does what cancelling it must
