@@ -537,3 +537,26 @@ def test_a_large_list_argument_crosses_temporal_by_reference_and_resolves_from_t
     other = values_of({"steps": [{"args": {"people": [*people[:-1], "someone else"]}}]})
     with pytest.raises(LookupError, match="the saga log does not hold"):
         expand(crossing, lambda d, n: other.get((d, n)))
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"engine": None}, "AmendsInterceptor needs an amends.Engine, got None"),
+        ({"tools": "crm.update_field"}, "tools must be a list of activity types, got 'crm."),
+        ({"tools": [1, 2]}, "tools must be a list of activity types, got [1, 2]"),
+        ({"budget": 30}, "budget must be an amends.Budget, got 30"),
+    ],
+)
+def test_the_interceptor_refuses_options_that_would_record_nothing(
+    options: dict[str, Any], said: str
+) -> None:
+    """``tools="crm.update_field"`` was taken as the set of its characters (no activity
+    recorded, silently), no engine was an AttributeError, and a budget that is no Budget failed
+    only when the worker started: each is a ConfigError naming the value."""
+    from amends.integrations.temporal import AmendsInterceptor
+
+    engine = amends.Engine(amends.Catalog(), log=amends.SqliteLog(":memory:"))
+    given = {"engine": engine, **options}
+    with pytest.raises(amends.ConfigError, match=re.escape(said)):
+        AmendsInterceptor(given.pop("engine"), **given)

@@ -42,6 +42,35 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["AmendsInterceptor"]
 
 
+def _check_options(engine: object, tools: object, budget: object) -> None:
+    """Refuse what would record nothing, or fail only when the worker starts.
+
+    Raises:
+        ConfigError: No :class:`amends.Engine`; ``tools`` a string (it was taken as a set of
+            its characters: no activity recorded, silently) or not a collection of activity
+            types; ``budget`` not an :class:`amends.Budget`.
+    """
+    if not isinstance(engine, Engine):
+        raise ConfigError(
+            f"AmendsInterceptor needs an amends.Engine, got {engine!r}; e.g. "
+            f"AmendsInterceptor(amends.Engine(catalog, log='postgresql://...'))"
+        )
+    if tools is not None and (
+        isinstance(tools, str | bytes)
+        or not isinstance(tools, Collection)
+        or not all(isinstance(t, str) for t in tools)
+    ):
+        raise ConfigError(
+            f"tools must be a list of activity types, got {tools!r}; e.g. "
+            f"tools=['crm.update_field', 'payments.charge']"
+        )
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigError(
+            f"budget must be an amends.Budget, got {budget!r}; e.g. budget=amends.Budget("
+            f"tool_calls=50, seconds=60)"
+        )
+
+
 def _default_saga_id(info: activity.Info) -> str:
     return info.workflow_id or info.activity_id
 
@@ -82,6 +111,7 @@ class AmendsInterceptor(Interceptor):
     ) -> None:
         check_timing(heartbeat_timeout, local_batch_seconds)
         check_task_queue("reversal_task_queue", reversal_task_queue)
+        _check_options(engine, tools, budget)
         self.engine = engine
         self.tools = frozenset(tools if tools is not None else (s.name for s in engine.catalog))
         self.saga_id = saga_id
