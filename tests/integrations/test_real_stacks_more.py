@@ -280,3 +280,33 @@ async def test_a_paused_run_resumed_where_its_saga_is_not_open_is_refused_in_wor
         f"process for this engine"
     )
     assert [e for e in world.effects() if e["vendor"] == "chat"] == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("names", ["crm.update_field", ["set_stage"], {"set_stage": 1}])
+def test_names_that_map_no_tool_are_refused_when_the_adapter_is_made(
+    framework: str, names: Any
+) -> None:
+    """``names=`` must map framework tool names to catalog names: a string was accepted by
+    Pydantic AI and OpenAI Agents (and failed at the first tool call), and LangChain raised a
+    raw ValueError; every adapter now says what it wants."""
+    _, engine = new_engine()
+    with pytest.raises(amends.ConfigError) as refused:
+        if framework == "langchain":
+            from amends.integrations.langchain import AmendsMiddleware
+
+            AmendsMiddleware(engine, names=names)
+        elif framework == "pydantic_ai":
+            from pydantic_ai.toolsets import FunctionToolset
+
+            from amends.integrations.pydantic_ai import AmendsToolset
+
+            AmendsToolset(FunctionToolset([]), engine=engine, names=names)
+        else:
+            from amends.integrations.openai_agents import wrap_tools
+
+            wrap_tools([], engine, names=names)
+    assert str(refused.value) == (
+        f"names must map framework tool names to catalog names, got {names!r}; e.g. "
+        f"names={{'set_stage': 'crm.update_field'}}"
+    )

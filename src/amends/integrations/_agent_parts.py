@@ -22,6 +22,7 @@ __all__ = [
     "approval_message",
     "catalog_tool_function",
     "check_approval",
+    "check_names",
     "declare",
     "framework_name",
     "needs_approval",
@@ -201,6 +202,26 @@ _UNDO_SAYS = {
     "irreversible": "Undo CANNOT take this back: a person would have to follow up.",
     "compensable": "Undo can compensate this, but not without trace: residue remains.",
 }
+
+
+def check_names(names: object) -> dict[str, str]:
+    """``names`` (framework tool name -> catalog name) as a dict; ``None`` is no names.
+
+    Raises:
+        ConfigError: Anything but a mapping of names to names (a string was taken for one by
+            Pydantic AI and OpenAI Agents and failed at the first tool call; LangChain raised a
+            raw ``ValueError``).
+    """
+    if names is None:
+        return {}
+    if not isinstance(names, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in names.items()
+    ):
+        raise amends.ConfigError(
+            f"names must map framework tool names to catalog names, got {names!r}; e.g. "
+            f"names={{'set_stage': 'crm.update_field'}}"
+        )
+    return dict(names)
 
 
 def check_approval(mode: str) -> str:

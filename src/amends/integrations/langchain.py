@@ -54,6 +54,7 @@ from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
+    check_names,
     declare,
     framework_name,
     needs_approval,
@@ -472,7 +473,7 @@ class AmendsMiddleware(AgentMiddleware):
             )
         self.engine = engine
         self.title = title
-        self.names = dict(names or {})
+        self.names = check_names(names)
         self.approval = check_approval(approval)
         self.last_saga_id: str | None = None
         """The saga of the latest run (the one it opened or the enclosing one it joined)."""

@@ -41,6 +41,7 @@ from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
+    check_names,
     declare,
     framework_name,
     needs_approval,
@@ -199,6 +200,7 @@ def wrap_tools(
     if not isinstance(engine, Engine):
         raise amends.ConfigError(f"wrap_tools needs an amends.Engine, got {engine!r}")
     check_approval(approval)
+    names = check_names(names) or None
     return [
         _wrap(t, engine.catalog, names, approval)
         if isinstance(t, FunctionTool) and t.name not in NOT_STEPS  # undo, follow-ups: no steps
@@ -229,7 +231,12 @@ def approval_requests(
 
     Each call is worded with the contract of the catalog tool its calls are recorded under:
     ``names`` (as given to :func:`run_agent`), else the name the wrapped tool was given, else
-    the default (dots written as underscores)."""
+    the default (dots written as underscores).
+
+    Raises:
+        ConfigError: ``names`` is not a mapping of framework tool names to catalog names.
+    """
+    names = check_names(names) or None
     out = []
     for item in result.interruptions:
         raw = item.raw_item

@@ -38,6 +38,7 @@ from ._agent_parts import (
     approval_message,
     catalog_tool_function,
     check_approval,
+    check_names,
     declare,
     needs_approval,
     resolve_tool_name,
@@ -189,6 +190,7 @@ class AmendsToolset(WrapperToolset[Any]):
                 f"AmendsToolset(FunctionToolset([...]), engine=engine)"
             )
         check_approval(self.approval)
+        self.names = check_names(self.names) or None
 
     @property
     def _engine(self) -> Engine:
