@@ -304,10 +304,17 @@ class Vault:
                 found.append(Redaction(at, name))
             return marker(name)
         if isinstance(value, Mapping):
-            return {k: self._walk(v, (*at, _key(k)), found) for k, v in value.items()}
+            # rule 11: a vendor may echo a secret as a key ({"sk_live_...": "invalid"}); a key
+            # is scrubbed too, but never a place undo gives a secret back (rule 12)
+            return {
+                self._scrub_key(k): self._walk(v, (*at, _key(k)), found) for k, v in value.items()
+            }
         if isinstance(value, list | tuple):
             return [self._walk(v, (*at, i), found) for i, v in enumerate(value)]
         return value
+
+    def _scrub_key(self, key: Any) -> Any:
+        return self._scrub_text(key, (), None) if isinstance(key, str) else key
 
     def _texts_pattern(self) -> re.Pattern[str] | None:
         if self._stale:

@@ -57,6 +57,9 @@ _ENV = re.compile(r"\$\{env:([^}]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(f"{_ENV.pattern}|{_FIELD.pattern}")
 _MISSING = object()
+_INDEX = re.compile(r"[0-9]{1,18}")
+"""A list index in a path: a few ASCII digits (``"²".isdigit()`` is true and ``int`` refuses it;
+``int`` refuses 5,000 digits too): anything else is a key, missing from a list."""
 
 
 def _money(value: Any) -> str:
@@ -97,10 +100,10 @@ def _walk(value: Any, path: tuple[str, ...], shown: str) -> Any:
     for key in path:
         if isinstance(value, Mapping) and key in value:
             value = value[key]
-        elif isinstance(value, list | tuple) and key.isdigit() and int(key) < len(value):
+        elif isinstance(value, list | tuple) and _INDEX.fullmatch(key) and int(key) < len(value):
             value = value[int(key)]
         else:
-            raise _Missing(f"template '{shown}' found no {key!r} in {str(value)[:200]!r}")
+            raise _Missing(f"template '{shown}' found no {key[:80]!r} in {str(value)[:200]!r}")
     return value
 
 
@@ -293,7 +296,7 @@ def dig(value: Any, path: tuple[str, ...], where: str) -> Any:
         try:
             value = _walk(value, (key,), key)
         except _Missing:
-            raise ConfigError(f"{where}: no {key!r} in {str(value)[:200]!r}") from None
+            raise ConfigError(f"{where}: no {key[:80]!r} in {str(value)[:200]!r}") from None
     return value
 
 
@@ -329,6 +332,29 @@ def expand_env(text: str, where: str, environ: Mapping[str, str]) -> dict[str, s
 def substitute_env(text: str, env: Mapping[str, str]) -> str:
     """``text`` with each ``${env:NAME}`` replaced by its value (read at load)."""
     return _ENV.sub(lambda m: env[m.group(1)], text)
+
+
+def _url_text(value: Any, m: re.Match[str], where: str) -> str:
+    """What one field puts in a URL: text or a number, as JSON writes it. A null, a list or a
+    table has no one spelling in a URL ("None", "['a', 'b']" would address another record), so
+    the call is refused before anything is sent."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or (isinstance(value, int | float) and value == value):
+        return json.dumps(value)
+    kind = "null" if value is None else f"a {type(value).__name__} ({str(value)[:80]!r})"
+    raise ValueFieldError(
+        f"{where}: http.url field '{m.group(0)}' is {kind}; a URL takes text or a number: pass "
+        + (
+            f"one, or give the field a default, e.g. '{m.group(0)[:-1]}|default:...}}'"
+            if value is None
+            else "one (a list can be joined into text with '|join')"
+        )
+    )
+
+
+class ValueFieldError(ContractError):
+    """An argument cannot be written into a URL (a null, a list or a table)."""
 
 
 class SegmentError(ContractError):
@@ -404,8 +430,7 @@ class UrlTemplate:
                 return self.env[m.group(1)]
             field_match = _FIELD.fullmatch(m.group(0))
             assert field_match is not None
-            value = _value(_field(field_match), scope, where)
-            return quote(value if isinstance(value, str) else str(value), safe="")
+            return quote(_url_text(_value(_field(field_match), scope, where), m, where), safe="")
 
         return _TOKEN.sub(one, text)
 
@@ -478,8 +503,10 @@ class Redactor:
             return self.text(value)
         if isinstance(value, int | float) and not isinstance(value, bool):
             return self.labels.get(str(value), value)
-        if isinstance(value, Mapping):
-            return {k: self.data(v) for k, v in value.items()}
+        if isinstance(value, Mapping):  # a vendor may echo a secret as a key, too
+            return {
+                (self.text(k) if isinstance(k, str) else k): self.data(v) for k, v in value.items()
+            }
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
         return value

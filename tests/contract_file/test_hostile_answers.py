@@ -1,0 +1,205 @@
+"""What an agent's arguments or a vendor's answer hold cannot make a contract-file tool lie or
+leak, against a loopback vendor and the real engine with a SQLite log file:
+
+- a secret a vendor echoes back as a *key* of its answer (``{"sk_live_...": "invalid"}``)
+  never reaches the log (rule 11), whether it is a credential read from the environment or a
+  ``sensitive`` argument, through the HTTP transport or any other (the engine's own scrub);
+- a null, a list or a table never fills a URL (it was sent as ``/items/None``, another
+  record), and a boolean is written as JSON writes it (``true``, not ``True``);
+- a capture path that an argument fills with a non-ASCII digit (``"²"``) or 5,000 digits is a
+  missing key: the write is refused, not left ``in_doubt`` (it raised ``ValueError`` from
+  ``int()`` before the write was sent, rule 9)."""
+
+from __future__ import annotations
+
+import sqlite3
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import amends
+from amends import StepState
+from amends.contract_file import TransportRequest, TransportResult
+from contract_setup import Vendor, file_catalog, http_vendor, reply
+
+KEY = "sk_live_7Qw2Xe9Rt4Yu"
+TOKEN = "tok_3Fh8Jk1Lm6Np"
+ROWS = [{"v": 1}, {"v": 2}]
+
+
+def _dump(db: Path) -> str:
+    con = sqlite3.connect(db)
+    try:
+        return "\n".join(con.iterdump())
+    finally:
+        con.close()
+
+
+def _echo(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+    with vendor.lock:
+        body = vendor.bodies[-1] or {}
+    if req.path.startswith("/rows"):
+        return reply(req, 200, {"rows": ROWS})
+    if req.path.startswith("/hooks"):  # echoes the key and the header, as keys
+        auth = req.headers.get("Authorization") or ""
+        return reply(req, 200, {"id": "h1", "invalid": {body.get("api_key", ""): 1, auth: 2}})
+    return reply(req, 200, {"path": req.path})
+
+
+def _catalog(tmp_path: Path, base: str) -> amends.Catalog:
+    path = tmp_path / "vendor.toml"
+    path.write_text(f'''
+[[tool]]
+name = "hooks.create"
+reversibility = "irreversible"
+sensitive = ["api_key"]
+http = {{ url = "{base}/hooks", headers = {{ Authorization = "Bearer ${{env:VENDOR_TOKEN}}" }} }}
+
+[[tool]]
+name = "items.get"
+reversibility = "read_only"
+http = {{ url = "{base}/items/{{args.id}}?full={{args.full|default:false}}", method = "GET" }}
+
+[[tool]]
+name = "items.drop"
+reversibility = "irreversible"
+http = {{ url = "{base}/items/{{args.id}}", method = "DELETE" }}
+
+[[tool]]
+name = "rows.list"
+reversibility = "read_only"
+http = {{ url = "{base}/rows", method = "GET" }}
+
+[[tool]]
+name = "items.pick"
+reversibility = "reversible"
+no_drift_check = "a pick only this saga can see"
+http = {{ url = "{base}/items/pick" }}
+inverse = {{ tool = "items.drop", args = {{ id = "{{capture.row}}" }} }}
+[[tool.capture]]
+name = "row"
+tool = "rows.list"
+path = ["rows", "{{args.row}}", "v"]
+''')
+    return amends.load_toml_catalog(path, environ={"VENDOR_TOKEN": TOKEN})
+
+
+async def test_a_secret_a_vendor_echoes_as_a_key_never_reaches_the_log(tmp_path: Path) -> None:
+    db = tmp_path / "saga.db"
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(str(db)))
+        async with engine.saga("hook") as saga:
+            await saga.call("hooks.create", api_key=KEY, url="https://example.test/in")
+        report = await engine.undo(saga.id)
+        await engine.close()
+    assert vendor.bodies[0]["api_key"] == KEY  # the vendor did receive it
+    logged = _dump(db)
+    assert KEY not in logged and TOKEN not in logged
+    assert '"invalid":{"${env:VENDOR_TOKEN}":2,"[redacted:api_key]":1}' in logged.replace(
+        "Bearer ", ""
+    )
+    assert KEY not in report.to_json() and TOKEN not in report.to_json()
+
+
+async def test_the_engine_scrubs_a_sensitive_value_echoed_as_a_key_by_any_transport(
+    tmp_path: Path,
+) -> None:
+    """No HTTP redactor here (an MCP-style transport): the engine's own scrub does it."""
+
+    async def transport(request: TransportRequest) -> TransportResult:
+        echoed = {str(v): "seen" for v in request.args.values()}
+        return TransportResult("ok", structured={"id": "h1", "echo": echoed})
+
+    catalog = file_catalog(
+        tmp_path / "hooks.toml",
+        '[[tool]]\nname = "hooks_create"\nreversibility = "irreversible"\n'
+        'sensitive = ["api_key"]\n',
+        transport,
+    )
+    db = tmp_path / "saga.db"
+    engine = amends.Engine(catalog, log=amends.SqliteLog(str(db)))
+    async with engine.saga("hook") as saga:
+        await saga.call("hooks_create", api_key=KEY, name="n1")
+    rec = await engine.log.get_saga(saga.id)
+    await engine.close()
+    assert rec is not None
+    assert rec.steps[0].result == {"id": "h1", "echo": {"[redacted:api_key]": "seen", "n1": "seen"}}
+    assert KEY not in _dump(db)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (
+            None,
+            "http.url field '{args.id}' is null; a URL takes text or a number: pass one, "
+            "or give the field a default, e.g. '{args.id|default:...}'; nothing was sent",
+        ),
+        (
+            ["a", "b"],
+            "http.url field '{args.id}' is a list (\"['a', 'b']\"); a URL takes text "
+            "or a number: pass one (a list can be joined into text with '|join'); nothing was sent",
+        ),
+        ({"k": 1}, "http.url field '{args.id}' is a dict (\"{'k': 1}\")"),
+    ],
+)
+async def test_a_null_list_or_table_never_fills_a_url(
+    tmp_path: Path, value: Any, said: str
+) -> None:
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("read") as saga:
+            step = saga.call("items.get", id=value)
+            with pytest.raises(amends.StepFailedError) as exc:
+                await step
+        assert exc.value.state == "failed"  # refused: nothing was sent
+        rec = await engine.log.get_saga(saga.id)
+        await engine.close()
+    assert vendor.requests == []
+    assert rec is not None and said in (rec.steps[0].error or "")
+
+
+async def test_numbers_and_booleans_fill_a_url_as_json_writes_them(tmp_path: Path) -> None:
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("read") as saga:
+            await saga.call("items.get", id=7, full=True)
+            await saga.call("items.get", id=2.5, full=False)
+            await saga.call("items.get", id="x y")
+        await engine.close()
+    assert vendor.paths() == [
+        "/items/7?full=true",
+        "/items/2.5?full=false",
+        "/items/x%20y?full=false",
+    ]
+
+
+@pytest.mark.parametrize("row", ["²", "0" * 5000, "1"], ids=["superscript", "5000-digits", "1"])
+async def test_a_capture_path_an_argument_fills_is_a_key_never_an_error_in_doubt(
+    tmp_path: Path, row: str
+) -> None:
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("pick") as saga:
+            step = saga.call("items.pick", row=row)
+            if row == "1":
+                await step
+            else:
+                with pytest.raises(amends.StepFailedError) as exc:
+                    await step
+                assert exc.value.state == "failed", str(exc.value)
+        report = await engine.undo(saga.id)
+        await engine.close()
+    if row == "1":  # a real index: the second row's value, read before the write
+        assert vendor.paths() == ["/rows", "/items/pick", "/items/2"]
+        assert report.step("s1").state is StepState.REVERTED
+        return
+    assert vendor.paths() == ["/rows"]  # the write was never sent
+    step_report = report.step("s1")
+    assert step_report.state is StepState.NOT_NEEDED
+    assert report.status == amends.Outcome.FULLY_REVERSED
+    said = f"contract of 'items.pick' capture 'row': no {row[:80]!r} in {str(ROWS)!r}"
+    assert said in step_report.detail
+    assert "the write was not sent" in step_report.detail
