@@ -343,13 +343,15 @@ def test_bad_contract_keys_are_refused_at_load(tmp_path: Path, body: str, fragme
 
 def test_contracts_must_name_declared_tools_and_probes_must_be_read_only(tmp_path: Path) -> None:
     path = tmp_path / "refs.toml"
+    # a reversible tool: an irreversible one may declare neither an inverse nor an expectation
+    base = BASE.replace("'irreversible'", "'reversible'") + "http = { url = 'http://x/' }\n"
     path.write_text(
-        BASE + "http = { url = 'http://x/' }\n[tool.expect]\nprobe = 'a.b'\nequals = 1\n"
+        base + "[tool.inverse]\ntool = 'a.b'\n[tool.expect]\nprobe = 'a.b'\nequals = 1\n"
     )
     with pytest.raises(amends.ConfigError) as exc:
         amends.load_toml_catalog(path)
     assert f"{path}: tool 'a.b': expect.probe 'a.b' must be a read_only tool" in str(exc.value)
-    path.write_text(BASE + "http = { url = 'http://x/' }\n[tool.inverse]\ntool = 'nope.x'\n")
+    path.write_text(base + "no_drift_check = 'a draft'\n[tool.inverse]\ntool = 'nope.x'\n")
     with pytest.raises(amends.ConfigError) as exc:
         amends.load_toml_catalog(path)
     assert "inverse.tool is 'nope.x', which is not a tool of this catalog (known: a.b)" in str(

@@ -27,10 +27,12 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import ConfigError
+from .._dates import deadline_iso
+from .._errors import ConfigError, ContractError
 from .._secrets import SecretResolver
 from . import templates
 from .transport import ErrorRules
@@ -318,6 +320,91 @@ def _reason(value: Any, where: str) -> str | None:
     return value
 
 
+_TEXT = "a sentence"
+_TEXTS = "a list of names"
+_NUMBER = "a number of days"
+_WHOLE = "a whole number of days"
+_DEADLINE = "an ISO-8601 time with an offset or seconds since the epoch"
+_DATE = "a date as text"
+_WHO = "who can act, as text"
+_KINDS: dict[str, dict[str, str]] = {
+    "inverse": {"deadline": _DEADLINE},
+    "residue": {
+        "what": _TEXT,
+        "parties": _TEXTS,
+        "settles_in_days": _NUMBER,
+        "settles_in_business_days": _WHOLE,
+        "settles_at": _DATE,
+    },
+    "acknowledge": {"who": _WHO, "parties": _TEXTS, "draft": _TEXT, "what": _TEXT},
+}
+_KINDS["compensate_residue"] = _KINDS["residue"]
+_EXAMPLES = {
+    _TEXT: '"Refund of {args.cents|money} to {args.customer}"',
+    _TEXTS: '["{args.customer}"]',
+    _NUMBER: "3",
+    _WHOLE: "3",
+    _DEADLINE: '"{result.refundable_until}" or "2030-01-01T12:00:00+00:00"',
+    _DATE: '"2030-01-05"',
+    _WHO: '"the sender"',
+}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind in (_TEXT, _WHO):
+        return isinstance(value, str) and bool(value.strip())
+    if kind == _DATE:
+        return isinstance(value, str)
+    if kind == _TEXTS:
+        return isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        )
+    if kind == _NUMBER:
+        return number and math.isfinite(value) and value >= 0
+    if kind == _WHOLE:
+        return number and value == int(value) and value >= 0
+    try:  # a deadline: what the engine will accept when the step runs (rule 10)
+        deadline_iso(value, "")
+    except ContractError:
+        return False
+    return True
+
+
+def _check_kinds(table: Mapping[str, Any], key: str, where: str) -> None:
+    """The literal values of an effect table have the type the engine records: a file whose
+    ``settles_in_days = "three"`` would have every step's contract refused *after* its effect
+    (the step irreversible), so it is refused when it is loaded. A string holding a field is
+    filled when the step runs, and checked then."""
+    for name, kind in _KINDS[key].items():
+        value = table.get(name)
+        if value is None or (isinstance(value, str) and templates.has_fields(value)):
+            continue
+        if not _fits(value, kind):
+            raise ConfigError(
+                f"{where}: {key}.{name} must be {kind}, got {value!r}; e.g. {name} = "
+                f"{_EXAMPLES[kind]}"
+            )
+    _check_json(table, where, key)
+
+
+def _check_json(value: Any, where: str, key: str) -> None:
+    """No TOML date or time inside a template table: arguments and values are JSON data, which
+    has none (write the time as a string)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not (key == "inverse" and k == "deadline"):
+                _check_json(v, where, f"{key}.{k}")
+    elif isinstance(value, list):
+        for v in value:
+            _check_json(v, where, key)
+    elif isinstance(value, datetime | date | time):
+        raise ConfigError(
+            f"{where}: {key} is the TOML date/time {value!r}, which is not JSON data; write it "
+            f'as a string, e.g. "{value.isoformat()}"'
+        )
+
+
 # --- the parts of a tool ----------------------------------------------------------------------
 def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
     """The effect tables of a tool (or of its ``if_absent``), their templates checked."""
@@ -325,20 +412,21 @@ def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
     if "inverse" in entry:
         inverse = _table(entry["inverse"], where, "inverse", {"tool"}, {"args", "deadline"})
         templates.check(inverse, roots, f"{where} inverse")
+        _check_kinds(inverse, "inverse", where)
     if "expect" in entry:
-        expect = _table(entry["expect"], where, "expect", {"probe", "equals"}, {"args", "path"})
-        templates.check(expect, roots, f"{where} expect")
+        expect = _observation(entry["expect"], where, "expect", roots)
     if "landed" in entry:
-        landed = _table(entry["landed"], where, "landed", {"probe", "equals"}, {"args", "path"})
-        templates.check(landed, roots, f"{where} landed")
+        landed = _observation(entry["landed"], where, "landed", roots)
     if "residue" in entry:
         residue = _table(entry["residue"], where, "residue", {"what"}, _RESIDUE_KEYS)
         templates.check(residue, roots, f"{where} residue")
+        _check_kinds(residue, "residue", where)
     if "acknowledge" in entry:
         ack = _table(
             entry["acknowledge"], where, "acknowledge", {"who"}, {"parties", "draft", "what"}
         )
         templates.check(ack, roots, f"{where} acknowledge")
+        _check_kinds(ack, "acknowledge", where)
     reason = _reason(entry.get("no_drift_check"), where)
     if expect is not None and reason is not None:
         raise ConfigError(
@@ -346,6 +434,15 @@ def _effects(entry: Mapping[str, Any], where: str, roots: set[str]) -> Effects:
             f"drift is checked) or say why none is needed, not both"
         )
     return Effects(inverse, expect, residue, ack, reason, landed)
+
+
+def _observation(raw: Any, where: str, key: str, roots: set[str]) -> dict[str, Any]:
+    """An ``expect`` or ``landed`` table: a probe, its arguments, a path and a value."""
+    table = _table(raw, where, key, {"probe", "equals"}, {"args", "path"})
+    templates.check(table, roots, f"{where} {key}")
+    _path(table.get("path"), f"{where} {key}")
+    _check_json(table, where, key)
+    return table
 
 
 def _captures(raw: Any, where: str, key: str, roots: set[str]) -> tuple[Capture, ...]:
@@ -368,6 +465,7 @@ def _captures(raw: Any, where: str, key: str, roots: set[str]) -> tuple[Capture,
 
 def _capture(c: Mapping[str, Any], name: str, where: str, roots: set[str]) -> Capture:
     templates.check(c.get("args", {}), roots, where)
+    _check_json(c.get("args", {}), where, "args")
     path = _path(c.get("path"), where)
     templates.check(list(path), roots, where)
     absent = c.get("absent_when")
@@ -406,6 +504,7 @@ def _follow_ups(raw: Any, where: str) -> tuple[Mapping[str, Any], ...]:
     for fu in raw:
         fu = _table(fu, where, "compensate_follow_up", {"tool"}, {"args", "when"})
         templates.check(fu, {"args", "result"}, f"{where} compensate_follow_up")
+        _check_json(fu, where, "compensate_follow_up")
         out.append(fu)
     return tuple(out)
 
@@ -443,6 +542,40 @@ def _class(entry: Mapping[str, Any], where: str) -> str | None:
             f"irreversible, and amends audit flags it)"
         )
     return cls
+
+
+_UNDO_KEYS = ("inverse", "expect", "landed", "no_drift_check")
+"""What only a reversible or compensable tool's undo uses."""
+_FORWARD_KEYS = ("residue", "acknowledge", "if_absent", "undo_after")
+"""What a tool with an effect records; a read_only tool has none."""
+
+
+def _check_contradictions(cls: str | None, entry: Mapping[str, Any], where: str) -> None:
+    """A tool whose class says undo never calls anything does not declare how undo would call
+    it: such a file says two things, and amends would silently act on one of them (a
+    ``read_only`` tool with an inverse is reported "nothing to take back" while its effect
+    stands)."""
+    if cls in ("reversible", "compensable"):
+        return
+    declared = [k for k in _UNDO_KEYS if k in entry]
+    ia = entry.get("if_absent")
+    if isinstance(ia, dict):
+        declared += [f"if_absent.{k}" for k in _UNDO_KEYS if k in ia]
+    if cls == "read_only":
+        declared += [k for k in _FORWARD_KEYS if k in entry]
+    if not declared:
+        return
+    shown = "not declared (treated as irreversible)" if cls is None else repr(cls)
+    fix = (
+        "a read_only tool changes nothing, so there is nothing to take back"
+        if cls == "read_only"
+        else "undo never calls anything for an irreversible tool"
+    )
+    raise ConfigError(
+        f"{where} is {shown} but declares {', '.join(declared)}; {fix}: declare "
+        f'reversibility = "reversible" or "compensable" if a call can take it back, or '
+        f"remove {', '.join(declared)}"
+    )
 
 
 def _check_claim(cls: str | None, effects: Effects, where: str) -> None:
@@ -518,6 +651,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules, transport: Transport
                 f"[[tool.capture]] with absent_when"
             )
         if_absent = (ia["capture"], _effects(ia, f"{where} if_absent", roots))
+    _check_contradictions(cls, entry, where)
     _check_claim(cls, effects, where)
     comp_residue = None
     if "compensate_residue" in entry:
@@ -525,6 +659,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules, transport: Transport
             entry["compensate_residue"], where, "compensate_residue", {"what"}, _RESIDUE_KEYS
         )
         templates.check(comp_residue, {"args", "result"}, f"{where} compensate_residue")
+        _check_kinds(comp_residue, "compensate_residue", where)
     sensitive, secret_env = _secret_env(entry, where)
     return ToolContract(
         name=name,

@@ -261,6 +261,7 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
                 f"{where}: {text!r} reads the environment; ${{env:...}} is allowed only in "
                 f"http.url and http.headers (arguments are logged, credentials must not be)"
             )
+        _check_openings(text, where)
         for m in _FIELD.finditer(text):
             root = m.group(1).split(".")[0]
             if root not in available:
@@ -284,6 +285,27 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
                             else f"filter {name!r} takes no ':' argument"
                         )
                     )
+
+
+_OPENING = re.compile(r"(?<!\$)\{(?=\s*[A-Za-z_])")
+"""Where a field seems to start: ``{`` then a name (``${env:...}`` is the environment's)."""
+
+
+def _check_openings(text: str, where: str) -> None:
+    """Every ``{name`` of ``text`` starts a well-formed field: a field with a typo
+    (``{args.record-id}``, ``{args.to|Join}``, ``{result.id``) is not filled but sent as it is
+    written, so it is refused when the file is loaded, like an unknown root or filter."""
+    for m in _OPENING.finditer(text):
+        if _FIELD.match(text, m.start()):
+            continue
+        end = text.find("}", m.start())
+        shown = text[m.start() : end + 1] if end >= 0 else text[m.start() :]
+        raise ConfigError(
+            f"{where}: {shown[:80]!r} in {text[:200]!r} is not a template field, so it would be "
+            f"sent as written; a field is {{root.path}} with optional filters "
+            f"({', '.join(_ALL_FILTERS)}), e.g. '{{args.record_id}}' or '{{args.to|join}}'"
+            + ("" if end >= 0 else "; it has no closing '}'")
+        )
 
 
 def dig(value: Any, path: tuple[str, ...], where: str) -> Any:
