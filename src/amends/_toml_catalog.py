@@ -305,7 +305,7 @@ class HttpTransport:
     @staticmethod
     def _judge(resp: Any, shown: str) -> TransportResult:
         code = resp.status_code
-        body = resp.text.strip()[:300]
+        body = resp.text.strip()  # whole (within MAX_RESPONSE_BYTES): redacted, then cut
         if code == 504:
             return TransportResult(
                 "unknown",

@@ -200,6 +200,74 @@ async def test_a_capture_path_an_argument_fills_is_a_key_never_an_error_in_doubt
     step_report = report.step("s1")
     assert step_report.state is StepState.NOT_NEEDED
     assert report.status == amends.Outcome.FULLY_REVERSED
-    said = f"contract of 'items.pick' capture 'row': no {row[:80]!r} in {str(ROWS)!r}"
+    key = repr(row) if len(row) < 80 else "key of 5,000 characters"
+    said = f"contract of 'items.pick' capture 'row': no {key} in {str(ROWS)!r}"
     assert said in step_report.detail
     assert "the write was not sent" in step_report.detail
+
+
+def _prefixes(secret: str, text: str) -> list[str]:
+    """Every prefix of ``secret`` (6 characters or more) found in ``text``."""
+    return [secret[:n] for n in range(6, len(secret) + 1) if secret[:n] in text]
+
+
+@pytest.mark.parametrize("pad", [270, 280])
+async def test_a_secret_a_vendor_echoes_across_the_cut_of_its_error_is_not_half_logged(
+    tmp_path: Path, pad: int
+) -> None:
+    """The vendor's error text was cut to 300 characters *before* redaction: a key echoed
+    across the cut left its first characters in the log, where no redaction knew them."""
+
+    def refuse(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        with vendor.lock:
+            body = vendor.bodies[-1] or {}
+        reply(req, 400, "invalid: " + "x" * pad + f" key {body['api_key']} refused")
+
+    db = tmp_path / "saga.db"
+    with http_vendor(refuse) as (base, _vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(str(db)))
+        async with engine.saga("hook") as saga:
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("hooks.create", api_key=KEY)
+        report = await engine.undo(saga.id)
+        await engine.close()
+    assert _prefixes(KEY, _dump(db)) == []
+    assert _prefixes(KEY, str(exc.value)) == []
+    assert _prefixes(KEY, report.to_json()) == []
+    assert "HTTP 400: invalid: xxx" in report.step("s1").detail
+
+
+async def test_a_template_error_never_quotes_half_of_a_secret_the_answer_holds(
+    tmp_path: Path,
+) -> None:
+    """An inverse template that cannot be filled names what it found; a long value is named by
+    its shape, never cut, so a secret inside it is never half quoted (any transport)."""
+
+    async def transport(request: TransportRequest) -> TransportResult:
+        note = "x" * 185 + str(request.args.get("api_key")) + "y" * 100
+        return TransportResult("ok", structured={"note": note, "meta": {"k": "v"}})
+
+    catalog = file_catalog(
+        tmp_path / "notes.toml",
+        '[[tool]]\nname = "notes_add"\nreversibility = "reversible"\nsensitive = ["api_key"]\n'
+        'no_drift_check = "a private note"\n'
+        '[tool.inverse]\ntool = "notes_delete"\nargs = { id = "{result.note.id}" }\n\n'
+        '[[tool]]\nname = "notes_delete"\nreversibility = "irreversible"\n',
+        transport,
+    )
+    db = tmp_path / "saga.db"
+    engine = amends.Engine(catalog, log=amends.SqliteLog(str(db)))
+    async with engine.saga("note") as saga:
+        await saga.call("notes_add", api_key=KEY, title="t")
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert _prefixes(KEY, _dump(db)) == []
+    assert _prefixes(KEY, report.to_json()) == []
+    step = report.step("s1")
+    assert step.state is StepState.ACKNOWLEDGED
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert (
+        "notes_add ran, but its contract could not be applied (contract of 'notes_add' "
+        "inverse: template '{result.note.id}' found no 'id' in a text of 305 characters); "
+        "its effect stands and undo cannot take it back"
+    ) in report.to_json()

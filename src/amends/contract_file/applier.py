@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._contracts import Call, ToolFn
 from .._errors import ConfigError, ContractError, PermanentError, TransientError
-from .._secrets import SecretResolver
+from .._secrets import SecretResolver, marker
 from . import templates
 from .schema import Capture, Effects, ToolContract
 from .secret_env import file_resolver
@@ -104,6 +104,16 @@ def _request(
     )
 
 
+Redact = Callable[[str], str]
+
+
+def _redact(sensitive: tuple[str, ...], args: Mapping[str, Any]) -> Redact | None:
+    """Replaces the call's sensitive values in a tool's words, before a message cuts them to
+    length (the engine scrubs what is logged, but cannot recognise half a secret)."""
+    values = {args[n]: marker(n) for n in sensitive if n in args}
+    return templates.Redactor().adding(values).text if values else None
+
+
 async def read_captures(
     contract: ToolContract, binding: Binding, who: Who, args: Mapping[str, Any]
 ) -> Captured:
@@ -133,9 +143,10 @@ async def read_captures(
             continue
         if not result.ok:
             err = TransientError if result.kind == "transient" else PermanentError
+            said = result.explained(_redact(contract.sensitive, args))
             raise err(
                 f"{tool}: reading the state before the write ({cap.tool}) failed, so the write "
-                f"was not sent: {result.explained()}"
+                f"was not sent: {said}"
             )
         try:
             values[cap.name] = _read(cap, result.value(), path, where)
@@ -157,7 +168,7 @@ def _read(cap: Capture, value: Any, path: tuple[str, ...], where: str) -> Any:
     found = cap.match.search(value if isinstance(value, str) else str(value))
     if found is None:
         raise ConfigError(
-            f"{where}: match {cap.match.pattern!r} found nothing in {str(value)[:200]!r}"
+            f"{where}: match {cap.match.pattern!r} found nothing in {templates.quoted(value)}"
         )
     return found.group(1) if found.re.groups else found.group(0)
 
@@ -175,7 +186,8 @@ async def _observe(
         request = _request(ob.tool, oargs, call, "after", call.idempotency_key + ":after")
         result = await binding.transport(request)
         if not result.ok:
-            raise ConfigError(f"{where}: the read after the write failed: {result.explained()}")
+            said = result.explained(_redact(contract.sensitive, scope["args"]))
+            raise ConfigError(f"{where}: the read after the write failed: {said}")
         observed[ob.name] = _read(ob, result.value(), path, where)
     return observed
 
@@ -361,7 +373,8 @@ def tool_function(
                 scope["before"] = captured.values.get("before")
         request = _request(name, args, call, call.phase, call.idempotency_key, sensitive)
         result = await binding.transport(request)
-        raise_for(result, errors, tool, args)
+        if not result.ok:
+            raise_for(result, errors, tool, args, _redact(sensitive, args))
         value = result.value()
         if contract is None or call.phase == "probe":
             return value

@@ -49,6 +49,7 @@ __all__ = [
     "expand_env",
     "fill",
     "has_fields",
+    "quoted",
 ]
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)((?:\|[a-z_]+(?::[^|{}]*)?)*)\}")
@@ -91,6 +92,26 @@ def _filters(text: str) -> list[tuple[str, str | None]]:
     return [(m.group(1), m.group(2)) for m in _FILTER.finditer(text)]
 
 
+def quoted(value: Any, limit: int = 200) -> str:
+    """``value`` as a message quotes it: whole, or -- when longer than ``limit`` -- by its shape
+    only, never cut. A value cut in the middle of a secret it holds (an API key a vendor echoed)
+    would leave the secret's first characters where no redaction recognises them (rule 11)."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(text)
+    if isinstance(value, Mapping):
+        keys = [repr(k) for k in value if isinstance(k, str) and len(k) <= 40][:10]
+        more = ", ..." if len(keys) < len(value) else ""
+        return f"a table of {len(value)} keys ({', '.join(keys)}{more})"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)}"
+    return f"a text of {len(text):,} characters"
+
+
+def _key(key: str) -> str:
+    return repr(key) if len(key) <= 80 else f"key of {len(key):,} characters"
+
+
 def has_fields(text: str) -> bool:
     """Whether ``text`` holds at least one template field."""
     return _FIELD.search(text) is not None
@@ -103,7 +124,7 @@ def _walk(value: Any, path: tuple[str, ...], shown: str) -> Any:
         elif isinstance(value, list | tuple) and _INDEX.fullmatch(key) and int(key) < len(value):
             value = value[int(key)]
         else:
-            raise _Missing(f"template '{shown}' found no {key[:80]!r} in {str(value)[:200]!r}")
+            raise _Missing(f"template '{shown}' found no {_key(key)} in {quoted(value)}")
     return value
 
 
@@ -227,7 +248,7 @@ def _each(template: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> 
     if not isinstance(items, list | tuple):
         raise ConfigError(
             f"{where}: each = {template['each']!r} must give a list to map, but gave "
-            f"{str(items)[:200]!r}; point it at a list, e.g. each = '{{result.entities}}'"
+            f"{quoted(items)}; point it at a list, e.g. each = '{{result.entities}}'"
         )
     return [fill(template["as"], {**scope, "item": item}, where) for item in items]
 
@@ -318,7 +339,7 @@ def dig(value: Any, path: tuple[str, ...], where: str) -> Any:
         try:
             value = _walk(value, (key,), key)
         except _Missing:
-            raise ConfigError(f"{where}: no {key[:80]!r} in {str(value)[:200]!r}") from None
+            raise ConfigError(f"{where}: no {_key(key)} in {quoted(value)}") from None
     return value
 
 
@@ -364,7 +385,7 @@ def _url_text(value: Any, m: re.Match[str], where: str) -> str:
         return value
     if isinstance(value, bool) or (isinstance(value, int | float) and value == value):
         return json.dumps(value)
-    kind = "null" if value is None else f"a {type(value).__name__} ({str(value)[:80]!r})"
+    kind = "null" if value is None else f"a {type(value).__name__} ({quoted(value, 80)})"
     raise ValueFieldError(
         f"{where}: http.url field '{m.group(0)}' is {kind}; a URL takes text or a number: pass "
         + (

@@ -134,9 +134,12 @@ class TransportResult:
                 pass
         return self.text
 
-    def explained(self) -> str:
-        """What happened, for a message: the detail and the tool's own words (each once)."""
-        said = (self.error_text or self.text or "").strip()[:500]
+    def explained(self, redact: Callable[[str], str] | None = None) -> str:
+        """What happened, for a message: the detail and the tool's own words (each once, the
+        words cut to 500 characters only after ``redact`` replaced the call's secrets: a
+        secret cut in two is recognised by no redaction, rule 11)."""
+        said = (self.error_text or self.text or "").strip()
+        said = (redact(said) if redact is not None else said)[:500]
         detail = self.detail or said or f"({self.kind}, no message)"
         return f"{detail}: {said}" if said and said not in detail else detail
 
@@ -213,9 +216,14 @@ def _texts(value: Any, depth: int = 0) -> list[str]:
 
 
 def raise_for(
-    result: TransportResult, rules: ErrorRules, tool: str, args: Mapping[str, Any] | None = None
+    result: TransportResult,
+    rules: ErrorRules,
+    tool: str,
+    args: Mapping[str, Any] | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> None:
-    """Raise what the engine understands for a result that is not ``ok`` (rule 9).
+    """Raise what the engine understands for a result that is not ``ok`` (rule 9); ``redact``
+    replaces the call's secrets in the tool's words before they are cut to length.
 
     ``args``: the call's arguments; words of theirs a tool echoes are not its verdict
     (:func:`says`).
@@ -229,7 +237,7 @@ def raise_for(
     kind = rules.judge(result, args)
     if kind == "ok":
         return
-    detail = result.explained()
+    detail = result.explained(redact)
     if kind == "drift":
         raise PreconditionFailed(f"{tool}: {detail}")
     if kind == "transient":
