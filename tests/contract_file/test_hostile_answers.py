@@ -271,3 +271,42 @@ async def test_a_template_error_never_quotes_half_of_a_secret_the_answer_holds(
         "inverse: template '{result.note.id}' found no 'id' in a text of 305 characters); "
         "its effect stands and undo cannot take it back"
     ) in report.to_json()
+
+
+async def test_a_null_the_vendor_answers_never_addresses_the_inverse(tmp_path: Path) -> None:
+    """The vendor changed the shape of its answer (``"id": null``): the inverse's
+    ``"item-{result.id}"`` would have addressed ``item-None`` at undo. The contract cannot be
+    applied: nothing is sent at undo, the effect stands and the report says why."""
+
+    def answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        reply(req, 200, {"id": None, "created": True})
+
+    path = tmp_path / "items.toml"
+    with http_vendor(answer) as (base, vendor):
+        path.write_text(f'''
+[[tool]]
+name = "items.add"
+reversibility = "reversible"
+no_drift_check = "an item only this saga can see"
+http = {{ url = "{base}/items" }}
+inverse = {{ tool = "items.drop", args = {{ key = "item-{{result.id}}" }} }}
+
+[[tool]]
+name = "items.drop"
+reversibility = "irreversible"
+http = {{ url = "{base}/items/{{args.key}}", method = "DELETE" }}
+''')
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("add") as saga:
+            await saga.call("items.add", name="x")
+        report = await engine.undo(saga.id)
+        await engine.close()
+    assert [(m, p) for m, p, _h in vendor.requests] == [("POST", "/items")]
+    assert report.step("s1").state is StepState.ACKNOWLEDGED
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert (
+        "items.add ran, but its contract could not be applied (contract of 'items.add' "
+        "inverse: template 'item-{result.id}' found null at '{result.id}', which would be "
+        "written as 'None'; give the field a default if one is right, e.g. "
+        "'{result.id|default:...}'); its effect stands and undo cannot take it back"
+    ) in report.manual_actions[0].what

@@ -130,8 +130,8 @@ async def read_captures(
     for cap in contract.captures:
         where = f"{binding.label} of {tool!r} capture {cap.name!r}"
         try:
-            cargs = templates.fill(dict(cap.args), scope, where)
-            path = tuple(str(p) for p in templates.fill(list(cap.path), scope, where))
+            cargs = templates.fill(dict(cap.args), scope, where, call=True)
+            path = tuple(str(p) for p in templates.fill(list(cap.path), scope, where, call=True))
         except ConfigError as exc:
             raise PermanentError(f"{exc}; the write was not sent") from None
         request = _request(cap.tool, cargs, who, "before", who.idempotency_key + ":before")
@@ -181,8 +181,8 @@ async def _observe(
     observed: dict[str, Any] = {}
     for ob in contract.observes:
         where = f"{binding.label} of {tool!r} observe {ob.name!r}"
-        oargs = templates.fill(dict(ob.args), scope, where)
-        path = tuple(str(p) for p in templates.fill(list(ob.path), scope, where))
+        oargs = templates.fill(dict(ob.args), scope, where, call=True)
+        path = tuple(str(p) for p in templates.fill(list(ob.path), scope, where, call=True))
         request = _request(ob.tool, oargs, call, "after", call.idempotency_key + ":after")
         result = await binding.transport(request)
         if not result.ok:
@@ -200,7 +200,7 @@ def _declarations(
     if effects.inverse is not None:
         inv = effects.inverse
         tool = binding.catalog_name(inv["tool"])
-        args = templates.fill(dict(inv.get("args", {})), scope, f"{where} inverse")
+        args = templates.fill(dict(inv.get("args", {})), scope, f"{where} inverse", call=True)
         deadline = templates.fill(inv.get("deadline"), scope, f"{where} inverse deadline")
         # one mapping: an upstream's own argument may be named ``deadline`` (or ``tool``)
         out.append(lambda c: c.inverse(tool, args, deadline=deadline))
@@ -209,10 +209,10 @@ def _declarations(
         if table is None:
             continue
         probe = binding.catalog_name(table["probe"])
-        path = templates.fill(table.get("path", []), scope, f"{where} {key} path")
+        path = templates.fill(table.get("path", []), scope, f"{where} {key} path", call=True)
         keys = (path,) if isinstance(path, str | int) else tuple(path)
-        pargs = templates.fill(dict(table.get("args", {})), scope, f"{where} {key}")
-        equals = templates.fill(table["equals"], scope, f"{where} {key}")
+        pargs = templates.fill(dict(table.get("args", {})), scope, f"{where} {key}", call=True)
+        equals = templates.fill(table["equals"], scope, f"{where} {key}", call=True)
         out.append(partial(_observation, key, probe, pargs, equals, keys))
     if effects.expect is None and effects.no_drift_check is not None:
         reason = effects.no_drift_check
@@ -318,7 +318,7 @@ def _as_inverse(
             _residue(call, filled)
     for fu in contract.compensate_follow_ups:
         try:
-            filled = templates.fill(dict(fu), scope, f"{where} compensate_follow_up")
+            filled = templates.fill(dict(fu), scope, f"{where} compensate_follow_up", call=True)
             if "when" in filled and not filled["when"]:
                 continue
             follow = (binding.catalog_name(filled["tool"]), dict(filled.get("args", {})))

@@ -203,17 +203,21 @@ def _value(f: _Field, scope: Mapping[str, Any], where: str) -> Any:
     return value
 
 
-def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
+def fill(template: Any, scope: Mapping[str, Any], where: str, *, call: bool = False) -> Any:
     """Fill ``template`` (a string, list or table of them) from ``scope``.
 
     Args:
         template: The template; anything that is not a string, list or table is returned as is.
         scope: The roots and their values (``{"args": {...}, "result": ...}``).
         where: Names the file, tool and key in error messages.
+        call: The template is a call's arguments (an inverse, a probe, a capture, a follow-up):
+            a null written into text is refused, as a missing value is -- ``"notes/{result.id}"``
+            would address ``notes/None``, another thing than the step touched.
 
     Raises:
         ConfigError: A field's value is missing and has no ``default``, or a filter cannot
-            format its value (the message names the template and the fix).
+            format its value, or (``call``) a field inside text is null (the message names the
+            template and the fix).
     """
     if isinstance(template, str):
         parsed = _parse(template)
@@ -221,14 +225,27 @@ def fill(template: Any, scope: Mapping[str, Any], where: str) -> Any:
             return template
         if isinstance(parsed, _Field):
             return _value(parsed, scope, where)  # keeps the value's type
-        return "".join(p if isinstance(p, str) else str(_value(p, scope, where)) for p in parsed)
+        return "".join(
+            p if isinstance(p, str) else _text(p, scope, where, template, call) for p in parsed
+        )
     if isinstance(template, list):
-        return [fill(t, scope, where) for t in template]
+        return [fill(t, scope, where, call=call) for t in template]
     if isinstance(template, dict):
         if _is_each(template):
-            return _each(template, scope, where)
-        return {k: fill(v, scope, where) for k, v in template.items()}
+            return _each(template, scope, where, call)
+        return {k: fill(v, scope, where, call=call) for k, v in template.items()}
     return template
+
+
+def _text(f: _Field, scope: Mapping[str, Any], where: str, template: str, call: bool) -> str:
+    value = _value(f, scope, where)
+    if value is None and call:
+        raise ConfigError(
+            f"{where}: template {template!r} found null at '{f.shown}', which would be written "
+            f"as 'None'; give the field a default if one is right, e.g. "
+            f"'{f.shown[:-1]}|default:...}}'"
+        )
+    return str(value)
 
 
 EACH_KEYS = frozenset({"each", "as"})
@@ -241,8 +258,10 @@ def _is_each(template: Mapping[str, Any]) -> bool:
     return template.keys() == EACH_KEYS
 
 
-def _each(template: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> list[Any]:
-    items = fill(template["each"], scope, where)
+def _each(
+    template: Mapping[str, Any], scope: Mapping[str, Any], where: str, call: bool = False
+) -> list[Any]:
+    items = fill(template["each"], scope, where, call=call)
     if items is None:
         items = []
     if not isinstance(items, list | tuple):
@@ -250,7 +269,7 @@ def _each(template: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> 
             f"{where}: each = {template['each']!r} must give a list to map, but gave "
             f"{quoted(items)}; point it at a list, e.g. each = '{{result.entities}}'"
         )
-    return [fill(template["as"], {**scope, "item": item}, where) for item in items]
+    return [fill(template["as"], {**scope, "item": item}, where, call=call) for item in items]
 
 
 def _strings(template: Any, roots: frozenset[str]) -> Iterator[tuple[str, frozenset[str]]]:
