@@ -42,9 +42,10 @@ HTTP tools send the arguments as a JSON object (``POST`` unless ``method`` says 
 headers ``Idempotency-Key`` and, for compensations with an expectation, ``X-Amends-Precondition``
 (JSON). The response's JSON body is the result (a body that is not JSON is its text). Only a
 2xx is success. Redirects are never followed: a 3xx is a refusal (the vendor did not do the work
-at this address). 429 and 5xx are transient, 412 means the precondition failed (drift), other
-4xx are refusals. An ambiguous outcome -- a timeout or a connection lost after the request was
-sent, a 504 -- is unknown: the forward step is ``in_doubt`` (rule 9), an inverse ``failed``,
+at this address), except a 303 See Other answering a write, which is unknown (rule 9). 429 and
+5xx are transient, 412 means the precondition failed (drift), other 4xx are refusals. An
+ambiguous outcome -- a timeout or a connection lost after the request was sent, a 504 -- is
+unknown: the forward step is ``in_doubt`` (rule 9), an inverse ``failed``,
 never ``reverted``. An answer over :data:`MAX_RESPONSE_BYTES` is not read (issue 21 item 13): it
 is judged by its status alone, and a 2xx's result is a summary saying so.
 
@@ -295,7 +296,9 @@ class HttpTransport:
         if 200 <= code < 300:
             summary = f"{self.name}: {shown}: HTTP {code}, answer over {limit}; not read"
             return TransportResult("ok", structured={"amends_summary": summary})
-        judged = self._judge(httpx.Response(code, headers=_decoded(resp.headers)), shown)
+        judged = self._judge(
+            httpx.Response(code, headers=_decoded(resp.headers), request=resp.request), shown
+        )
         return dataclasses.replace(
             judged,
             error_text=None,
@@ -320,6 +323,15 @@ class HttpTransport:
                 error_text=body or None,
                 detail=f"{shown}: HTTP {code}",
                 retry_after=float(retry) if retry and retry.isdigit() else None,
+            )
+        if code == 303 and resp.request.method != "GET":
+            # rule 9: "See Other" is how a server answers a write it has done (POST, then
+            # redirect to the result): it is no refusal, and amends does not follow it
+            where_to = resp.headers.get("Location", "no Location header")
+            return TransportResult(
+                "unknown",
+                detail=f"{shown}: HTTP 303 See Other to {where_to}: the vendor may have done "
+                f"the work (redirects are not followed, so its result was not read)",
             )
         if 300 <= code < 400:
             where_to = resp.headers.get("Location", "no Location header")

@@ -310,3 +310,35 @@ http = {{ url = "{base}/items/{{args.key}}", method = "DELETE" }}
         "written as 'None'; give the field a default if one is right, e.g. "
         "'{result.id|default:...}'); its effect stands and undo cannot take it back"
     ) in report.manual_actions[0].what
+
+
+async def test_a_write_answered_303_see_other_is_in_doubt_never_refused(tmp_path: Path) -> None:
+    """POST, then "303 See Other" to the result is how a server answers a write it has done:
+    it was read as a refusal ("failed", no effect) and the item stood unreported (rule 9)."""
+    created: list[Any] = []
+
+    def answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        with vendor.lock:
+            created.append(vendor.bodies[-1])
+        reply(req, 303, {}, Location=f"/items/i{len(created)}")
+
+    path = tmp_path / "items.toml"
+    with http_vendor(answer) as (base, _vendor):
+        path.write_text(f'''
+[[tool]]
+name = "items.add"
+reversibility = "irreversible"
+http = {{ url = "{base}/items" }}
+''')
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("add") as saga:
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("items.add", name="x")
+        report = await engine.undo(saga.id)
+        await engine.close()
+    assert created == [{"name": "x"}]
+    assert exc.value.state == "in_doubt"
+    step = report.step("s1")
+    assert step.state is StepState.IN_DOUBT
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert "HTTP 303 See Other to /items/i1: the vendor may have done the work" in step.detail
