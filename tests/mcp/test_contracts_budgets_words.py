@@ -132,3 +132,51 @@ async def test_an_in_doubt_step_is_explained_in_mcp_words(kv: KvSetup) -> None:
         assert "connection reset while committing" in text
         assert (text.count("whether it took effect is unknown") + text.count("may have taken")) == 1
     assert "its contract does not read as a refusal, so it may have taken effect" in detail
+
+
+@pytest.mark.parametrize(
+    ("second_file", "shown"),
+    [
+        ("", "'peek' has no contract"),
+        ('[[tool]]\nname = "peek"\nreversibility = "irreversible"\n', "'peek' is 'irreversible'"),
+    ],
+    ids=["probe-without-contract", "probe-irreversible-in-another-file"],
+)
+async def test_a_probe_must_be_a_read_only_tool_across_an_upstreams_contract_files(
+    tmp_path: Path, second_file: str, shown: str
+) -> None:
+    """An HTTP file refuses a probe that is not read_only; the gateway checked only that the
+    server lists it, so an MCP contract could probe a tool with no contract (irreversible) or
+    one another file declares irreversible: a 'probe' that may change the world (rule 4)."""
+    from amends.integrations.mcp import Gateway, load_config
+
+    first = tmp_path / "contracts.toml"
+    first.write_text(
+        KV_CONTRACTS.read_text().replace(
+            'probe = "kv_get"\nargs = { key = "{args.key}" }',
+            'probe = "peek"\nargs = { key = "{args.key}" }',
+            1,
+        )
+    )
+    second = tmp_path / "more.toml"
+    second.write_text(second_file or '[[tool]]\nname = "kv_get"\nreversibility = "read_only"\n')
+    if not second_file:  # kv_get's contract moves to the second file: it is still known
+        first.write_text(
+            first.read_text().replace(
+                '[[tool]]\nname = "kv_get"\nreversibility = "read_only"\n', ""
+            )
+        )
+    setup = write_kv_config(tmp_path)
+    setup.config.write_text(
+        setup.config.read_text().replace(
+            json.dumps(str(KV_CONTRACTS)), f"{json.dumps(str(first))}, {json.dumps(str(second))}"
+        )
+    )
+    with pytest.raises(ConfigError) as exc:
+        async with Gateway(load_config(setup.config)):
+            pass
+    assert str(exc.value) == (
+        "upstream 'kv': the contract of 'kv_set': expect.probe 'peek' must be a read_only tool "
+        f"(a probe never changes the world), and {shown}; give it a contract with "
+        'reversibility = "read_only"'
+    )

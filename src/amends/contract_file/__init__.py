@@ -19,7 +19,15 @@ reference). The package has four parts, each the only one of its kind:
 from __future__ import annotations
 
 from .applier import Binding, Captured, read_captures, registration, tool_function, undo_after
-from .schema import MAX_TIMEOUT, Capture, ContractFile, Effects, ToolContract, read_file
+from .schema import (
+    MAX_TIMEOUT,
+    Capture,
+    ContractFile,
+    Effects,
+    ToolContract,
+    probe_problems,
+    read_file,
+)
 from .transport import (
     ErrorRules,
     OutcomeUnknownError,
@@ -41,6 +49,7 @@ __all__ = [
     "Transport",
     "TransportRequest",
     "TransportResult",
+    "probe_problems",
     "read_captures",
     "read_file",
     "registration",

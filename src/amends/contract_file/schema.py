@@ -45,6 +45,7 @@ __all__ = [
     "Effects",
     "ToolContract",
     "parse_errors",
+    "probe_problems",
     "read_file",
 ]
 
@@ -756,6 +757,24 @@ def read_file(
     from .secret_env import with_resolvers
 
     return ContractFile(source if source is not None else str(path), with_resolvers(tools))
+
+
+def probe_problems(tools: Mapping[str, ToolContract]) -> list[str]:
+    """Each probe among ``tools`` (every contract one MCP upstream has, whatever its file) that
+    names a tool without a ``read_only`` contract among them: a tool with no contract is
+    irreversible, and a probe never changes the world (rule 4)."""
+    out: list[str] = []
+    for c in tools.values():
+        for key, name, probe in c.references():
+            other = tools.get(name)
+            if probe and (other is None or other.reversibility != "read_only"):
+                shown = "has no contract" if other is None else f"is {other.reversibility!r}"
+                out.append(
+                    f"the contract of {c.name!r}: {key} {name!r} must be a read_only tool (a "
+                    f"probe never changes the world), and {name!r} {shown}; give it a contract "
+                    f'with reversibility = "read_only"'
+                )
+    return out
 
 
 def _check_probes(tools: Mapping[str, ToolContract], src: str) -> None:

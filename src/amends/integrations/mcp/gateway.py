@@ -35,6 +35,7 @@ from amends.contract_file import (
     Transport,
     TransportRequest,
     TransportResult,
+    probe_problems,
     read_captures,
     registration,
     tool_function,
@@ -234,6 +235,10 @@ class Gateway:
                     f"{', '.join(sorted(set(missing)))} that the server does not list; fix the "
                     f"contract or the upstream (it lists: {', '.join(sorted(up.tools)) or 'none'})"
                 )
+        for problem in probe_problems(contracts):  # across the upstream's files (rule 4)
+            if not self._audit:
+                raise ConfigError(f"upstream {up.name!r}: {problem}")
+            self.problems.append(f"upstream {up.name!r}: {problem}")
         # One binding per upstream: its contracts reach it through _transport, under the
         # catalog names the prefix gives (secrets resolved across all its files, issue 24).
         binding = Binding(
