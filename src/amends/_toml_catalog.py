@@ -180,6 +180,12 @@ def _check_headers(
                 f"{where}: http.headers.{name}: the environment variable's value contains "
                 f"control characters (CR/LF); fix the variable"
             )
+        if not expanded.isascii():  # no HTTP client sends it: every call would fail unsent
+            raise ConfigError(
+                f"{where}: http.headers.{name} is not ASCII"
+                + (" once the environment is read" if used else "")
+                + "; header values are ASCII text: percent-encode or drop the other characters"
+            )
         out[name] = expanded
         env.update(used)
     return out, env
@@ -230,6 +236,8 @@ class HttpTransport:
         except AmendsError as exc:  # a path that would change shape, a missing argument
             return TransportResult("refused", detail=redact.text(f"{exc}; nothing was sent"))
         shown = redact.text(f"{self.method} {url}")
+        if len(shown) > 300:  # cut only once redacted: a secret is never cut in two (rule 11)
+            shown = f"{shown[:200]}… (a URL of {len(url):,} characters)"
         result = await self._send(request, url, shown)
         return TransportResult(
             result.kind,
@@ -267,6 +275,13 @@ class HttpTransport:
                 client.stream(self.method, url, json=dict(request.args), headers=headers) as resp,
             ):
                 body = await _read_limited(resp, MAX_RESPONSE_BYTES)
+        except (httpx.InvalidURL, UnicodeEncodeError) as exc:
+            # raised while the request is built, before anything is sent (a URL over httpx's
+            # 65,536 characters): known to have had no effect, never in doubt (rule 9)
+            return TransportResult(
+                "refused",
+                detail=f"{shown}: the request could not be made ({exc}); nothing was sent",
+            )
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # nothing reached the vendor: safe to retry
             return TransportResult("transient", detail=f"{shown} could not connect: {exc!r}")

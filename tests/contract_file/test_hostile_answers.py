@@ -342,3 +342,35 @@ http = {{ url = "{base}/items" }}
     assert step.state is StepState.IN_DOUBT
     assert report.status == amends.Outcome.CANNOT_UNDO
     assert "HTTP 303 See Other to /items/i1: the vendor may have done the work" in step.detail
+
+
+async def test_a_request_httpx_cannot_build_is_refused_unsent_not_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """An argument of 70,000 characters makes a URL httpx refuses to build (InvalidURL): the
+    step was `in_doubt` ("whether it took effect is unknown") though nothing was sent."""
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("read") as saga:
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("items.get", id="a" * 70_000)
+        await engine.close()
+    assert vendor.requests == []
+    assert exc.value.state == "failed"
+    assert "the request could not be made (URL too long); nothing was sent" in str(exc.value)
+
+
+def test_a_header_that_is_not_ascii_is_refused_when_the_file_loads(tmp_path: Path) -> None:
+    """No HTTP client sends it: every call failed unsent, reported `in_doubt`."""
+    path = tmp_path / "vendor.toml"
+    path.write_text(
+        '[[tool]]\nname = "items.get"\nreversibility = "read_only"\n'
+        'http = { url = "http://127.0.0.1:9/items", headers = { X-Tenant = "${env:TENANT}" } }\n'
+    )
+    with pytest.raises(amends.ConfigError) as exc:
+        amends.load_toml_catalog(path, environ={"TENANT": "müller"})
+    assert str(exc.value) == (
+        f"{path}: tool 'items.get': http.headers.X-Tenant is not ASCII once the environment is "
+        "read; header values are ASCII text: percent-encode or drop the other characters"
+    )
+    amends.load_toml_catalog(path, environ={"TENANT": "muller"})
