@@ -138,6 +138,23 @@ CASES = [
         id="acknowledge-parties-numbers",
     ),
     pytest.param(
+        REVERSIBLE
+        + '[[tool.capture]]\nname = "old"\ntool = "notes.get"\nargs = { id = "{args.id}" }\n'
+        + '[tool.inverse]\ntool = "notes.delete"\nargs = { id = "{capture.olde.id}" }\n',
+        "tool 'notes.add': template '{capture.olde.id}' reads capture 'olde', which this tool "
+        "does not declare (declared: old); fix the name or declare it in [[tool.capture]]",
+        id="undeclared-capture-name",
+    ),
+    pytest.param(
+        REVERSIBLE
+        + INVERSE
+        + '[[tool.observe]]\nname = "after"\ntool = "notes.get"\nargs = { id = "{result.id}" }\n'
+        + '[tool.residue]\nwhat = "Note {observed.afterr.text} stays in the history"\n',
+        "template '{observed.afterr.text}' reads observed 'afterr', which this tool does not "
+        "declare (declared: after); fix the name or declare it in [[tool.observe]]",
+        id="undeclared-observation-name",
+    ),
+    pytest.param(
         'reversibility = "reversible"\n'
         + INVERSE
         + '[tool.expect]\nprobe = "notes.get"\nargs = { id = "{result.id}" }\nequals = 1\n'

@@ -579,6 +579,23 @@ def _check_contradictions(cls: str | None, entry: Mapping[str, Any], where: str)
     )
 
 
+def _check_read_names(
+    effects: Effects,
+    if_absent: tuple[str, Effects] | None,
+    reads: tuple[Capture, ...],
+    n_captures: int,
+    where: str,
+) -> None:
+    """``{capture.NAME}`` and ``{observed.NAME}`` name reads the tool declares: a typo is
+    found when the file loads, not after a write whose contract then cannot be applied."""
+    names = {"capture": {c.name for c in reads[:n_captures]}}
+    names["observed"] = {o.name for o in reads[n_captures:]}
+    for eff in (effects, if_absent[1] if if_absent else None):
+        if eff is not None:
+            tables = (eff.inverse, eff.expect, eff.landed, eff.residue, eff.acknowledge)
+            templates.check_names([t for t in tables if t is not None], names, where)
+
+
 def _check_claim(cls: str | None, effects: Effects, where: str) -> None:
     """A reversible or compensable tool records an inverse (rule 2) and an expectation or a
     reason for none (rule 4): a file that cannot keep its claim is refused before any call."""
@@ -652,6 +669,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules, transport: Transport
                 f"[[tool.capture]] with absent_when"
             )
         if_absent = (ia["capture"], _effects(ia, f"{where} if_absent", roots))
+    _check_read_names(effects, if_absent, captures + observes, len(captures), where)
     _check_contradictions(cls, entry, where)
     _check_claim(cls, effects, where)
     comp_residue = None

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "SegmentError",
     "UrlTemplate",
     "check",
+    "check_names",
     "dig",
     "env_names",
     "expand_env",
@@ -325,6 +326,26 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
                             else f"filter {name!r} takes no ':' argument"
                         )
                     )
+
+
+def check_names(template: Any, names: Mapping[str, Collection[str]], where: str) -> None:
+    """Every ``{capture.NAME}`` / ``{observed.NAME}`` of ``template`` names a read the tool
+    declares (``names``: root -> declared names): a typo would be found only after the write,
+    when the contract can no longer be applied.
+
+    Raises:
+        ConfigError: A field names a capture or observation the tool does not declare.
+    """
+    for text, _available in _strings(template, frozenset()):
+        for m in _FIELD.finditer(text):
+            root, *keys = m.group(1).split(".")
+            if root in names and keys and keys[0] not in names[root]:
+                declared = ", ".join(sorted(names[root])) or "none"
+                raise ConfigError(
+                    f"{where}: template '{m.group(0)}' reads {root} {keys[0]!r}, which this tool "
+                    f"does not declare (declared: {declared}); fix the name or declare it in "
+                    f"[[tool.{'capture' if root == 'capture' else 'observe'}]]"
+                )
 
 
 _OPENING = re.compile(r"(?<!\$)\{(?=\s*[A-Za-z_])")
