@@ -374,3 +374,96 @@ def test_a_header_that_is_not_ascii_is_refused_when_the_file_loads(tmp_path: Pat
         "read; header values are ASCII text: percent-encode or drop the other characters"
     )
     amends.load_toml_catalog(path, environ={"TENANT": "muller"})
+
+
+def _refusing_world(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+    """Creates items; its DELETE answers 200 with an error body (a Slack-style API)."""
+    if req.command == "DELETE":
+        return reply(req, 200, {"ok": False, "error": "not_allowed"})
+    with vendor.lock:
+        body = vendor.bodies[-1] or {}
+    if body.get("name") == "refuse-me":
+        return reply(req, 200, {"ok": False, "error": "name_taken"})
+    return reply(req, 200, {"ok": True, "id": "i1"})
+
+
+ITEMS = """
+[errors]
+refused_answer = '"ok": false'
+
+[[tool]]
+name = "items_add"
+reversibility = "reversible"
+no_drift_check = "an item only this saga can see"
+inverse = { tool = "items_drop", args = { id = "{result.id}" } }
+HTTP_ADD
+
+[[tool]]
+name = "items_drop"
+reversibility = "irreversible"
+HTTP_DROP
+"""
+
+
+async def test_an_inverse_answered_200_with_an_error_body_is_never_reported_reverted(
+    tmp_path: Path,
+) -> None:
+    """Without a way to read it, 200 {"ok": false} from the inverse was a success: the step
+    'reverted', the saga 'fully_reversed', the item still there (rule 8). ``refused_answer``
+    says which ok answers are refusals, forward and inverse alike."""
+    path = tmp_path / "items.toml"
+    with http_vendor(_refusing_world) as (base, vendor):
+        path.write_text(
+            ITEMS.replace("HTTP_ADD", f'http = {{ url = "{base}/items" }}').replace(
+                "HTTP_DROP", f'http = {{ url = "{base}/items/{{args.id}}", method = "DELETE" }}'
+            )
+        )
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("add") as saga:
+            await saga.call("items_add", name="x")
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("items_add", name="refuse-me")
+        report = await engine.undo(saga.id)
+        await engine.close()
+    assert exc.value.state == "failed"  # the vendor refused: no effect
+    assert [(m, p) for m, p, _h in vendor.requests] == [
+        ("POST", "/items"),
+        ("POST", "/items"),
+        ("DELETE", "/items/i1"),
+    ]
+    assert report.step("s1").state is StepState.FAILED
+    assert report.step("s2").state is StepState.NOT_NEEDED
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert report.step("s1").detail == (
+        'items_drop failed permanently: items_drop refused: it answered: {"error": '
+        '"not_allowed", "ok": false}'
+    )
+
+
+async def test_refused_answer_reads_an_mcp_text_answer_in_the_same_words(tmp_path: Path) -> None:
+    """The same contract through an MCP-style transport (a server answering its refusal as a
+    result, not ``isError``): the same states and the same words."""
+
+    async def transport(request: TransportRequest) -> TransportResult:
+        if request.tool == "items_drop":
+            return TransportResult("ok", structured={"ok": False, "error": "not_allowed"})
+        if request.args.get("name") == "refuse-me":
+            return TransportResult("ok", structured={"ok": False, "error": "name_taken"})
+        return TransportResult("ok", structured={"ok": True, "id": "i1"})
+
+    text = ITEMS.replace("HTTP_ADD", "").replace("HTTP_DROP", "")
+    engine = amends.Engine(
+        file_catalog(tmp_path / "items.toml", text, transport), log=amends.SqliteLog(":memory:")
+    )
+    async with engine.saga("add") as saga:
+        await saga.call("items_add", name="x")
+        with pytest.raises(amends.StepFailedError) as exc:
+            await saga.call("items_add", name="refuse-me")
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert exc.value.state == "failed"
+    assert [report.step(s).state for s in ("s1", "s2")] == [StepState.FAILED, StepState.NOT_NEEDED]
+    assert report.step("s1").detail == (
+        'items_drop failed permanently: items_drop refused: it answered: {"error": '
+        '"not_allowed", "ok": false}'
+    )

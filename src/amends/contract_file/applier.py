@@ -373,7 +373,7 @@ def tool_function(
                 scope["before"] = captured.values.get("before")
         request = _request(name, args, call, call.phase, call.idempotency_key, sensitive)
         result = await binding.transport(request)
-        if not result.ok:
+        if not result.ok or errors.refused_answer is not None:
             raise_for(result, errors, tool, args, _redact(sensitive, args))
         value = result.value()
         if contract is None or call.phase == "probe":

@@ -253,7 +253,8 @@ def _regex(value: Any, where: str) -> re.Pattern[str]:
 
 
 def parse_errors(data: Any, where: str, base: ErrorRules | None = None) -> ErrorRules:
-    """An ``[errors]`` table (``refused``, ``transient``, ``drift`` patterns) over ``base``.
+    """An ``[errors]`` table (``refused``, ``transient``, ``drift``, ``refused_answer``
+    patterns) over ``base``.
 
     Raises:
         ConfigError: Not a table, an unknown key, or a pattern that is not a regular expression.
@@ -263,17 +264,18 @@ def parse_errors(data: Any, where: str, base: ErrorRules | None = None) -> Error
         return base
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: 'errors' must be a table, got {data!r}")
-    unknown = set(data) - {"refused", "transient", "drift"}
+    unknown = set(data) - {"refused", "transient", "drift", "refused_answer"}
     if unknown:
         raise ConfigError(
             f"{where}: 'errors' has unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: drift, refused, transient"
+            f"known: drift, refused, refused_answer, transient"
         )
     got = {k: _regex(v, f"{where} errors.{k}") for k, v in data.items()}
     return ErrorRules(
         refused=got.get("refused", base.refused),
         transient=got.get("transient", base.transient),
         drift=got.get("drift", base.drift),
+        refused_answer=got.get("refused_answer", base.refused_answer),
     )
 
 

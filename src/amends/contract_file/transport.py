@@ -18,6 +18,7 @@ code (``amends._toml_catalog``), MCP by ``isError`` (``amends.integrations.mcp.c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -143,6 +144,16 @@ class TransportResult:
         detail = self.detail or said or f"({self.kind}, no message)"
         return f"{detail}: {said}" if said and said not in detail else detail
 
+    def answer(self) -> str:
+        """The answer as text, for ``refused_answer``: the structured result as JSON
+        (``{"ok": false}`` reads ``"ok": false``), else the text."""
+        if self.structured is not None:
+            try:
+                return json.dumps(self.structured, sort_keys=True)
+            except (TypeError, ValueError, RecursionError):
+                return str(self.structured)
+        return self.text
+
     def said(self) -> str:
         """The words error patterns are matched against: the tool's own error text and the
         result's text (each once)."""
@@ -165,12 +176,20 @@ class ErrorRules:
     """Text of an error worth retrying (within the retry policy and budget)."""
     drift: re.Pattern[str] | None = None
     """Text of an error that means a compensation's precondition failed (drift, rule 4)."""
+    refused_answer: re.Pattern[str] | None = None
+    """Text of an answer the transport reads as ``ok`` (an HTTP 2xx, an MCP result that is not
+    ``isError``) that means the tool refused: a vendor's ``200 {"ok": false, ...}``, a server's
+    "Error: ..." as plain text. Matched against :meth:`TransportResult.answer`. Without it such
+    an answer is a success, and an inverse that answered so would be reported reverted."""
 
     def judge(self, result: TransportResult, args: Mapping[str, Any] | None = None) -> Kind:
         """The kind of ``result`` once these patterns have read its words; ``args``: the call's
         arguments, whose words the tool may echo (:func:`says`)."""
         if result.ok:
-            return "ok"
+            refused = self.refused_answer is not None and self.refused_answer.search(
+                result.answer()
+            )
+            return "refused" if refused else "ok"
         said = result.said()
         for kind, pattern in (
             ("drift", self.drift),
@@ -237,6 +256,8 @@ def raise_for(
     kind = rules.judge(result, args)
     if kind == "ok":
         return
+    if result.ok:  # an answer read as a refusal by ``refused_answer``: quote the answer
+        result = dataclasses.replace(result, error_text=result.answer(), detail="it answered")
     detail = result.explained(redact)
     if kind == "drift":
         raise PreconditionFailed(f"{tool}: {detail}")
