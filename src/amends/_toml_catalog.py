@@ -100,6 +100,8 @@ DEFAULT_TIMEOUT = 30.0
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SECONDS = re.compile(r"[0-9]{1,9}")
+"""A ``Retry-After`` in seconds (``"²".isdigit()`` is true, and ``float`` refuses it)."""
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|key|token|secret|password", re.IGNORECASE)
 
 
@@ -337,7 +339,7 @@ class HttpTransport:
                 "transient",
                 error_text=body or None,
                 detail=f"{shown}: HTTP {code}",
-                retry_after=float(retry) if retry and retry.isdigit() else None,
+                retry_after=float(retry) if retry and _SECONDS.fullmatch(retry) else None,
             )
         if code == 303 and resp.request.method != "GET":
             # rule 9: "See Other" is how a server answers a write it has done (POST, then
@@ -371,12 +373,14 @@ MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
 """The most bytes of an HTTP answer a TOML tool reads (issue 21 item 13): the log's cap."""
 
 
-def _decoded(headers: Any) -> list[tuple[str, str]]:
+def _decoded(headers: Any) -> list[tuple[bytes, bytes]]:
     """The answer's headers for a response built from bytes already decompressed: without
     ``Content-Encoding`` (httpx would decompress them again and raise ``DecodingError``, so a
-    gzipped 200 read as an unknown outcome) and ``Content-Length``."""
-    drop = ("content-encoding", "content-length")
-    return [(k, v) for k, v in headers.multi_items() if k.lower() not in drop]
+    gzipped 200 read as an unknown outcome) and ``Content-Length``. As the bytes the vendor
+    sent: as text, a value that is not ASCII (``filename="résumé.pdf"``) made httpx raise
+    ``UnicodeEncodeError`` and every answer read as an unknown outcome."""
+    drop = (b"content-encoding", b"content-length")
+    return [(k, v) for k, v in headers.raw if k.lower() not in drop]
 
 
 async def _read_limited(resp: Any, limit: int) -> bytes | None:

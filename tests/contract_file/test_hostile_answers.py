@@ -467,3 +467,45 @@ async def test_refused_answer_reads_an_mcp_text_answer_in_the_same_words(tmp_pat
         'items_drop failed permanently: items_drop refused: it answered: {"error": '
         '"not_allowed", "ok": false}'
     )
+
+
+@pytest.mark.parametrize(
+    ("code", "headers", "state"),
+    [
+        (200, {"Content-Disposition": 'attachment; filename="résumé.pdf"'}, "done"),
+        (429, {"Retry-After": "²"}, "failed"),
+        (429, {"Retry-After": "9" * 400}, "failed"),
+    ],
+    ids=["latin-1-header-on-a-success", "superscript-retry-after", "huge-retry-after"],
+)
+async def test_an_answers_odd_headers_never_turn_it_into_an_unknown_outcome(
+    tmp_path: Path, code: int, headers: dict[str, str], state: str
+) -> None:
+    """A header value that is not ASCII made httpx raise UnicodeEncodeError while amends
+    re-built the answer, and ``Retry-After: ²`` passed ``isdigit`` and failed ``float``: a
+    success or a refusal was reported ``in_doubt`` (rule 9)."""
+
+    def answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        reply(req, code, {"id": "i1"}, **headers)
+
+    path = tmp_path / "items.toml"
+    with http_vendor(answer) as (base, vendor):
+        path.write_text(f'[[tool]]\nname = "items.add"\nhttp = {{ url = "{base}/items" }}\n')
+        engine = amends.Engine(
+            amends.load_toml_catalog(path),
+            log=amends.SqliteLog(":memory:"),
+            retry=amends.RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.02),
+        )
+        async with engine.saga("add") as saga:
+            step = saga.call("items.add", name="x")
+            if state == "done":
+                assert await step == {"id": "i1"}
+            else:
+                with pytest.raises(amends.StepFailedError) as exc:
+                    await step
+                assert exc.value.state == state
+                assert "HTTP 429" in str(exc.value)
+        rec = await engine.log.get_saga(saga.id)
+        await engine.close()
+    assert rec is not None and rec.steps[0].state == state
+    assert len(vendor.requests) == (1 if state == "done" else 2)
