@@ -509,3 +509,47 @@ async def test_an_answers_odd_headers_never_turn_it_into_an_unknown_outcome(
         await engine.close()
     assert rec is not None and rec.steps[0].state == state
     assert len(vendor.requests) == (1 if state == "done" else 2)
+
+
+async def test_a_capture_answered_200_with_an_error_body_refuses_the_write(
+    tmp_path: Path,
+) -> None:
+    """A capture reads the old value before the write; its tool answering 200 {"ok": false}
+    was captured *as* the old value, and undo would have written that back. Its contract's
+    ``refused_answer`` reads the capture too: the write is not sent."""
+
+    def answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        if req.command == "GET":
+            return reply(req, 200, {"ok": False, "error": "rate_limited"})
+        return reply(req, 200, {"ok": True})
+
+    path = tmp_path / "topics.toml"
+    with http_vendor(answer) as (base, vendor):
+        path.write_text(f'''
+[[tool]]
+name = "topic_get"
+reversibility = "read_only"
+errors = {{ refused_answer = '"ok": false' }}
+http = {{ url = "{base}/topic", method = "GET" }}
+
+[[tool]]
+name = "topic_set"
+reversibility = "reversible"
+no_drift_check = "a channel only this saga can see"
+http = {{ url = "{base}/topic" }}
+inverse = {{ tool = "topic_set", args = {{ topic = "{{capture.old}}" }} }}
+[[tool.capture]]
+name = "old"
+tool = "topic_get"
+''')
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("topic") as saga:
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("topic_set", topic="new")
+        await engine.close()
+    assert [m for m, _p, _h in vendor.requests] == ["GET"]  # the write was never sent
+    assert exc.value.state == "failed"
+    assert (
+        "topic_set: reading the state before the write (topic_get) failed, so the write was not "
+        'sent: it answered: {"error": "rate_limited", "ok": false}'
+    ) in str(exc.value)

@@ -25,7 +25,7 @@ from .._secrets import SecretResolver, marker
 from . import templates
 from .schema import Capture, Effects, ToolContract
 from .secret_env import file_resolver
-from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for, says
+from .transport import ErrorRules, Phase, Transport, TransportRequest, raise_for, read, says
 
 __all__ = [
     "Binding",
@@ -114,6 +114,13 @@ def _redact(sensitive: tuple[str, ...], args: Mapping[str, Any]) -> Redact | Non
     return templates.Redactor().adding(values).text if values else None
 
 
+def _rules(binding: Binding, name: str, caller: ToolContract) -> ErrorRules:
+    """How the answers of the read-only tool ``name`` read: its own contract's ``[errors]``,
+    else (a Python probe of an HTTP catalog) those of the contract that calls it."""
+    probe = binding.contracts.get(name)
+    return probe.errors if probe is not None else caller.errors
+
+
 async def read_captures(
     contract: ToolContract, binding: Binding, who: Who, args: Mapping[str, Any]
 ) -> Captured:
@@ -135,7 +142,7 @@ async def read_captures(
         except ConfigError as exc:
             raise PermanentError(f"{exc}; the write was not sent") from None
         request = _request(cap.tool, cargs, who, "before", who.idempotency_key + ":before")
-        result = await binding.transport(request)
+        result = read(_rules(binding, cap.tool, contract), await binding.transport(request), cargs)
         absent_when = cap.absent_when
         if not result.ok and absent_when is not None and says(absent_when, result.said(), cargs):
             values[cap.name] = None
@@ -184,7 +191,7 @@ async def _observe(
         oargs = templates.fill(dict(ob.args), scope, where, call=True)
         path = tuple(str(p) for p in templates.fill(list(ob.path), scope, where, call=True))
         request = _request(ob.tool, oargs, call, "after", call.idempotency_key + ":after")
-        result = await binding.transport(request)
+        result = read(_rules(binding, ob.tool, contract), await binding.transport(request))
         if not result.ok:
             said = result.explained(_redact(contract.sensitive, scope["args"]))
             raise ConfigError(f"{where}: the read after the write failed: {said}")

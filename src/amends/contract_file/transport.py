@@ -38,6 +38,7 @@ __all__ = [
     "TransportRequest",
     "TransportResult",
     "raise_for",
+    "read",
     "says",
     "strict_json",
 ]
@@ -186,8 +187,8 @@ class ErrorRules:
         """The kind of ``result`` once these patterns have read its words; ``args``: the call's
         arguments, whose words the tool may echo (:func:`says`)."""
         if result.ok:
-            refused = self.refused_answer is not None and self.refused_answer.search(
-                result.answer()
+            refused = self.refused_answer is not None and says(
+                self.refused_answer, result.answer(), args
             )
             return "refused" if refused else "ok"
         said = result.said()
@@ -234,6 +235,22 @@ def _texts(value: Any, depth: int = 0) -> list[str]:
     return [str(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
 
 
+def read(
+    rules: ErrorRules, result: TransportResult, args: Mapping[str, Any] | None = None
+) -> TransportResult:
+    """``result`` as ``rules`` read it: its kind judged, and an ok answer they read as a
+    refusal (``refused_answer``) carried as the error it is, its answer quoted; ``args``: the
+    call's arguments, whose words a tool echoes are not its verdict (:func:`says`)."""
+    kind = rules.judge(result, args)
+    if kind == result.kind:
+        return result
+    if result.ok:
+        return dataclasses.replace(
+            result, kind=kind, error_text=result.answer(), detail="it answered"
+        )
+    return dataclasses.replace(result, kind=kind)
+
+
 def raise_for(
     result: TransportResult,
     rules: ErrorRules,
@@ -253,11 +270,10 @@ def raise_for(
         PermanentError: ``refused``: nothing happened.
         OutcomeUnknownError: ``unknown``: whether the call took effect is unknown.
     """
-    kind = rules.judge(result, args)
+    result = read(rules, result, args)
+    kind = result.kind
     if kind == "ok":
         return
-    if result.ok:  # an answer read as a refusal by ``refused_answer``: quote the answer
-        result = dataclasses.replace(result, error_text=result.answer(), detail="it answered")
     detail = result.explained(redact)
     if kind == "drift":
         raise PreconditionFailed(f"{tool}: {detail}")
