@@ -553,3 +553,40 @@ tool = "topic_get"
         "topic_set: reading the state before the write (topic_get) failed, so the write was not "
         'sent: it answered: {"error": "rate_limited", "ok": false}'
     ) in str(exc.value)
+
+
+async def test_a_capture_error_its_contract_calls_transient_is_retried(tmp_path: Path) -> None:
+    """The capture's answer was judged by the transport alone (an MCP error: unknown), so
+    ``[errors] transient`` never applied to it and the write failed at once."""
+    answers = [TransportResult("unknown", error_text="rate limited, try again")]
+
+    async def transport(request: TransportRequest) -> TransportResult:
+        if request.tool == "topic_get":
+            return answers.pop() if answers else TransportResult("ok", structured={"t": "old"})
+        return TransportResult("ok", structured={"t": request.args["topic"]})
+
+    catalog = file_catalog(
+        tmp_path / "topics.toml",
+        '[errors]\ntransient = "rate limited"\n\n'
+        '[[tool]]\nname = "topic_get"\nreversibility = "read_only"\n\n'
+        '[[tool]]\nname = "topic_set"\nreversibility = "reversible"\n'
+        'no_drift_check = "a channel only this saga can see"\n'
+        'inverse = { tool = "topic_set", args = { topic = "{capture.old}" } }\n'
+        '[[tool.capture]]\nname = "old"\ntool = "topic_get"\npath = "t"\n',
+        transport,
+    )
+    engine = amends.Engine(
+        catalog,
+        log=amends.SqliteLog(":memory:"),
+        retry=amends.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.02),
+    )
+    async with engine.saga("topic") as saga:
+        await saga.call("topic_set", topic="new")
+    rec = await engine.log.get_saga(saga.id)
+    await engine.close()
+    assert rec is not None and rec.steps[0].state == "done"
+    assert rec.steps[0].inverse is not None
+    assert (rec.steps[0].inverse["tool"], rec.steps[0].inverse["args"]) == (
+        "topic_set",
+        {"topic": "old"},
+    )
