@@ -590,3 +590,56 @@ async def test_a_capture_error_its_contract_calls_transient_is_retried(tmp_path:
         "topic_set",
         {"topic": "old"},
     )
+
+
+async def test_a_value_a_filter_cannot_format_never_leaves_a_done_call_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """``{args.cents|money}`` over 10**400 cents raised OverflowError (not a contract error):
+    the charge, which was made, was reported in doubt, and the refund (also made) failed."""
+    made: list[tuple[str, Any]] = []
+
+    async def transport(request: TransportRequest) -> TransportResult:
+        made.append((request.tool, request.args.get("cents")))
+        if request.tool == "get_charge":
+            return TransportResult("ok", structured={"refunded": 0})
+        return TransportResult("ok", structured={"id": "ch_1", "cents": request.args["cents"]})
+
+    catalog = file_catalog(
+        tmp_path / "psp.toml",
+        '[[tool]]\nname = "get_charge"\nreversibility = "read_only"\n\n'
+        '[[tool]]\nname = "refund"\nreversibility = "irreversible"\n'
+        'compensate_residue = { what = "Refund of {args.cents|money} is pending" }\n\n'
+        '[[tool]]\nname = "charge"\nreversibility = "compensable"\n'
+        'inverse = { tool = "refund", args = { charge_id = "{result.id}", '
+        'cents = "{args.cents}" } }\n'
+        'expect = { probe = "get_charge", args = { id = "{result.id}" }, path = "refunded", '
+        "equals = 0 }\n"
+        'residue = { what = "Refund of {args.cents|money} to {args.customer}" }\n\n'
+        '[[tool]]\nname = "charge_plain"\nreversibility = "compensable"\n'
+        'inverse = { tool = "refund", args = { charge_id = "{result.id}", '
+        'cents = "{args.cents}" } }\n'
+        'expect = { probe = "get_charge", args = { id = "{result.id}" }, path = "refunded", '
+        "equals = 0 }\n",
+        transport,
+    )
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("charge") as saga:
+        await saga.call("charge", customer="c1", cents=10**400)
+        await saga.call("charge_plain", customer="c1", cents=10**400)
+    report = await engine.undo(saga.id)
+    await engine.close()
+    assert [t for t, _c in made] == ["charge", "charge_plain", "get_charge", "refund"]
+    s1, s2 = report.step("s1"), report.step("s2")
+    assert s1.state is StepState.ACKNOWLEDGED  # its contract could not be applied: it stands
+    assert (
+        "charge ran, but its contract could not be applied (contract of 'charge' residue: "
+        "filter 'money' in '{args.cents|money}' cannot format a number of 401 digits: "
+        "OverflowError); its effect stands and undo cannot take it back"
+    ) in report.manual_actions[0].what
+    assert s2.state is StepState.COMPENSATED  # the refund was made: never 'failed'
+    assert [r.what for r in report.residue] == [
+        "refund ran, but what it leaves behind could not be described (contract of 'refund' "
+        "compensate_residue: filter 'money' in '{args.cents|money}' cannot format a number of "
+        "401 digits: OverflowError)"
+    ]

@@ -106,6 +106,8 @@ def quoted(value: Any, limit: int = 200) -> str:
         return f"a table of {len(value)} keys ({', '.join(keys)}{more})"
     if isinstance(value, list | tuple):
         return f"a list of {len(value)}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"a number of {len(text):,} digits"
     return f"a text of {len(text):,} characters"
 
 
@@ -197,9 +199,13 @@ def _value(f: _Field, scope: Mapping[str, Any], where: str) -> Any:
                 f"{where}: unknown filter {name!r} in '{f.shown}'; use one of "
                 f"{', '.join(_ALL_FILTERS)}"
             ) from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            # a value too large for money (10**400 cents) or nested too deep for json: said in
+            # the contract's words, never an exception that leaves a done call in doubt
+            shown = quoted(value, 80)  # the error's own text may quote a cut of a long value
+            why = str(exc) if shown.startswith(("'", '"')) else type(exc).__name__
             raise ConfigError(
-                f"{where}: filter {name!r} in '{f.shown}' cannot format {value!r}: {exc}"
+                f"{where}: filter {name!r} in '{f.shown}' cannot format {shown}: {why}"
             ) from None
     return value
 
