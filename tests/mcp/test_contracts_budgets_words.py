@@ -180,3 +180,30 @@ async def test_a_probe_must_be_a_read_only_tool_across_an_upstreams_contract_fil
         f"(a probe never changes the world), and {shown}; give it a contract with "
         'reversibility = "read_only"'
     )
+
+
+async def test_an_undo_after_naming_a_tool_the_server_does_not_list_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``undo_after = ["kv_sett"]`` (a typo) was never checked: the step's inverse silently
+    waited for nothing, so the undo order the contract promised was not kept (rule 3)."""
+    from amends.integrations.mcp import Gateway, load_config
+
+    contracts = tmp_path / "contracts.toml"
+    contracts.write_text(
+        KV_CONTRACTS.read_text().replace(
+            'name = "charge"\nreversibility = "compensable"\n',
+            'name = "charge"\nreversibility = "compensable"\nundo_after = ["kv_sett"]\n',
+            1,
+        )
+    )
+    assert 'undo_after = ["kv_sett"]' in contracts.read_text()
+    setup = write_kv_config(tmp_path)
+    setup.config.write_text(setup.config.read_text().replace(str(KV_CONTRACTS), str(contracts)))
+    with pytest.raises(ConfigError) as exc:
+        async with Gateway(load_config(setup.config)):
+            pass
+    assert str(exc.value).startswith(
+        "upstream 'kv': the contract of 'charge' uses tool(s) kv_sett that the server does not "
+        "list; fix the contract or the upstream (it lists: "
+    )

@@ -201,6 +201,7 @@ class ToolContract:
                 if table is not None:
                     out.append((f"{key}.probe", table["probe"], True))
         out += [("compensate_follow_up.tool", f["tool"], False) for f in self.compensate_follow_ups]
+        out += [("undo_after", name, False) for name in self.undo_after]  # a typo: no order
         return out
 
 
