@@ -242,7 +242,15 @@ def _key(key: Any) -> str:
 def _encoded_forms(text: str) -> set[str]:
     """The ways ``text`` is echoed when a URL, a form or a JSON text carries it (other than as
     itself): percent-encoded (path and query), form-encoded, JSON-escaped."""
-    forms = {quote(text, safe=""), quote(text), quote_plus(text), json.dumps(text)[1:-1]}
+    # surrogatepass: an argument may hold a lone surrogate ("\ud800"), which UTF-8 cannot
+    # encode; quote() raised, the step was left in doubt and the caller got a raw exception
+    sp = "surrogatepass"
+    forms = {
+        quote(text, safe="", errors=sp),
+        quote(text, errors=sp),
+        quote_plus(text, errors=sp),
+        json.dumps(text)[1:-1],
+    }
     forms.discard(text)
     return forms
 

@@ -643,3 +643,45 @@ async def test_a_value_a_filter_cannot_format_never_leaves_a_done_call_in_doubt(
         "compensate_residue: filter 'money' in '{args.cents|money}' cannot format a number of "
         "401 digits: OverflowError)"
     ]
+
+
+async def test_an_argument_holding_a_lone_surrogate_is_refused_unsent_never_a_raw_error(
+    tmp_path: Path,
+) -> None:
+    """``"\\ud800"`` is a Python string no UTF-8 can carry. As a sensitive argument it made the
+    redaction's quote() raise UnicodeEncodeError out of ``saga.call`` (a raw exception, the
+    step left in doubt "the process stopped"); in a URL it raised the same inside the
+    transport. Both are now refused before anything is sent."""
+    with http_vendor(_echo) as (base, vendor):
+        engine = amends.Engine(_catalog(tmp_path, base), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("odd") as saga:
+            with pytest.raises(amends.StepFailedError) as hook:
+                await saga.call("hooks.create", api_key="sk_\ud800_7Qw2Xe9R", url="u")
+            with pytest.raises(amends.StepFailedError) as get:
+                await saga.call("items.get", id="i\ud800x")
+        await engine.close()
+    assert vendor.requests == []
+    assert hook.value.state == "failed" and get.value.state == "failed"
+    assert "nothing was sent" in str(hook.value)
+    assert "http.url field '{args.id}' is text that is not valid Unicode" in str(get.value)
+
+
+async def test_a_python_tool_with_a_lone_surrogate_secret_runs_and_logs_it_redacted() -> None:
+    """The same argument through a Python tool: the engine's own redaction no longer raises."""
+    catalog = amends.Catalog()
+
+    @catalog.tool("vault.store", sensitive=["api_key"])
+    async def store(call: amends.Call, api_key: str) -> dict[str, Any]:
+        return {"stored": True, "echo": api_key}
+
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"))
+    async with engine.saga("odd") as saga:
+        assert await saga.call("vault.store", api_key="sk_\ud800_7Qw2Xe9R") == {
+            "stored": True,
+            "echo": "sk_\ud800_7Qw2Xe9R",
+        }
+    rec = await engine.log.get_saga(saga.id)
+    await engine.close()
+    assert rec is not None and rec.steps[0].state == "done"
+    assert rec.steps[0].args == {"api_key": "[redacted:api_key]"}
+    assert rec.steps[0].result == {"stored": True, "echo": "[redacted:api_key]"}

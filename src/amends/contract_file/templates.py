@@ -427,8 +427,13 @@ def _url_text(value: Any, m: re.Match[str], where: str) -> str:
     """What one field puts in a URL: text or a number, as JSON writes it. A null, a list or a
     table has no one spelling in a URL ("None", "['a', 'b']" would address another record), so
     the call is refused before anything is sent."""
-    if isinstance(value, str):
+    if isinstance(value, str) and _encodable(value):
         return value
+    if isinstance(value, str):
+        raise ValueFieldError(
+            f"{where}: http.url field '{m.group(0)}' is text that is not valid Unicode (a lone "
+            f"surrogate such as '\\ud800'), which no URL can carry; pass valid text"
+        )
     if isinstance(value, bool) or (isinstance(value, int | float) and value == value):
         return json.dumps(value)
     kind = "null" if value is None else f"a {type(value).__name__} ({quoted(value, 80)})"
@@ -440,6 +445,14 @@ def _url_text(value: Any, m: re.Match[str], where: str) -> str:
             else "one (a list can be joined into text with '|join')"
         )
     )
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ValueFieldError(ContractError):
@@ -543,7 +556,14 @@ _MIN_SUBSTRING = 4
 
 def _forms(value: str) -> set[str]:
     """The ways a value may be echoed back: as is, percent-encoded, form-encoded, JSON-escaped."""
-    return {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1]}
+    sp = "surrogatepass"  # a lone surrogate ("\ud800") has no UTF-8: never raise here
+    return {
+        value,
+        quote(value, safe="", errors=sp),
+        quote(value, errors=sp),
+        quote_plus(value, errors=sp),
+        json.dumps(value)[1:-1],
+    }
 
 
 @dataclass(frozen=True)
