@@ -469,9 +469,11 @@ def load_toml_catalog(
     binding = Binding(_file_transport(transports, catalog), cf.tools)
     for name, contract in cf.tools.items():
         try:
-            catalog.register(
-                name, tool_function(contract, binding, name), **registration(contract, binding)
-            )
+            kwargs = registration(contract, binding)
+            # httpx's timeout bounds each read, not the call: a vendor that trickles its answer
+            # a byte at a time held the step forever; the engine bounds the whole call
+            kwargs["timeout"] = kwargs["timeout"] or DEFAULT_TIMEOUT
+            catalog.register(name, tool_function(contract, binding, name), **kwargs)
         except AmendsError as exc:
             raise ConfigError(f"{p}: tool {name!r}: {exc}", tool=name) from exc
     for name, contract in cf.tools.items():  # now that every tool is known

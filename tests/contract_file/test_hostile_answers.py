@@ -685,3 +685,43 @@ async def test_a_python_tool_with_a_lone_surrogate_secret_runs_and_logs_it_redac
     assert rec is not None and rec.steps[0].state == "done"
     assert rec.steps[0].args == {"api_key": "[redacted:api_key]"}
     assert rec.steps[0].result == {"stored": True, "echo": "[redacted:api_key]"}
+
+
+async def test_a_vendor_trickling_its_answer_is_bounded_by_the_default_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a declared ``timeout``, httpx's default bounded each read, not the call: a
+    vendor sending one byte every 0.25 s held the step for as long as it liked. The default
+    now bounds the whole call (here patched from 30 s to 1 s)."""
+    import time
+
+    import amends._toml_catalog as toml_catalog
+
+    monkeypatch.setattr(toml_catalog, "DEFAULT_TIMEOUT", 1.0)
+
+    def trickle(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        body = b'{"id": "i1"}'
+        req.send_response(200)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        try:
+            for byte in body:
+                req.wfile.write(bytes([byte]))
+                req.wfile.flush()
+                time.sleep(0.25)
+        except OSError:
+            pass  # the client gave up
+
+    path = tmp_path / "items.toml"
+    with http_vendor(trickle) as (base, _vendor):
+        path.write_text(f'[[tool]]\nname = "items.add"\nhttp = {{ url = "{base}/items" }}\n')
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        started = time.monotonic()
+        async with engine.saga("add") as saga:
+            with pytest.raises(amends.StepFailedError) as exc:
+                await saga.call("items.add", name="x")
+        took = time.monotonic() - started
+        await engine.close()
+    assert exc.value.state == "in_doubt"  # the vendor may have acted (rule 9)
+    assert "items.add timed out after 1 s" in str(exc.value)
+    assert took < 2.5
