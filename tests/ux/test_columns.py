@@ -15,6 +15,7 @@ import pytest
 
 import amends
 from amends.cli import main
+from screen_lines import fits
 
 WIDTHS = (80, 120)
 
@@ -43,7 +44,7 @@ def _screen(
     lines = capsys.readouterr().out.splitlines()
     # a line holding a command to paste is one line whatever the width (the terminal folds it;
     # a copy of it pastes as one command, issue 26 item 3); every other line fits
-    assert all(len(line) <= width or " amends " in f" {line}" for line in lines), "\n".join(lines)
+    assert all(fits(line, width) for line in lines), "\n".join(lines)
     return lines
 
 
