@@ -211,6 +211,10 @@ class BudgetMeter:
         """Keys whose reservation the budget could not cover, with why."""
         self._held = 0
 
+    after = ""
+    """Said after the detail of each step the budget cut (e.g. on Temporal, the task queue no
+    worker served): the stored report names the whole cause (rules 7 and 8)."""
+
     @property
     def deadline(self) -> float:
         return self.started + self.budget.seconds

@@ -97,6 +97,8 @@ class Engine(FollowUpMethods):
         ConfigError: An argument is not valid (the message names it).
     """
 
+    _meter_type: Callable[..., BudgetMeter] = BudgetMeter  # a seam: TemporalRunner's no-worker run
+
     def __init__(
         self,
         catalog: Catalog,
@@ -705,7 +707,7 @@ class Engine(FollowUpMethods):
         rev = claim.reversal
         budget = Budget.from_dict(rev.budget)
         # a take-over keeps what the reversal spent; only a continuation resets it (rule 7)
-        meter = BudgetMeter(budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent)
+        meter = self._meter_type(budget, calls_spent=rev.calls_spent, tokens_spent=rev.tokens_spent)
         heartbeat = Heartbeat(self.log, rev, self.lease_seconds)
         try:
             saga, outcomes = await self._run(saga_id, rev, meter, claim, obs)
@@ -741,13 +743,11 @@ class Engine(FollowUpMethods):
         claim: Claim,
         obs: ReversalObserver,
     ) -> tuple[SagaRecord, list[StepOutcome]]:
-        """Plan the saga and run the plan; steps still in flight are waited for inside the
-        reversal, each within the seconds budget, while independent steps proceed (rule 7).
-        The saga is the one the claim's transaction read, if it read one (issue 12)."""
+        """Plan the saga and run it; steps in flight are waited for inside the reversal, each in
+        the seconds budget, as independent ones proceed (rule 7); the claim's saga if read (#12)."""
         live = self.live_sagas.get(saga_id)
         called = list(live.steps) if live is not None else []  # asked for before undo
         saga = claim.saga if claim.saga is not None else await self._saga_or_raise(saga_id)
-
         index = {s.step_id: s for s in saga.steps}
         scope = selection_of(saga, rev.selection).steps if rev.selection is not None else None
 

@@ -132,15 +132,20 @@ async def test_a_budget_bounds_an_undo_no_worker_takes_up_and_the_report_names_t
     assert report.status == "cannot_undo"
     [step] = report.steps
     assert step.state.value == "over_budget"
-    assert step.detail.endswith(
-        f"; no worker serves Temporal task queue {task_queue!r} (namespace 'default' at "
-        f"{temporal_server.target}): start one (`amends worker --temporal "
-        f"{temporal_server.target} --task-queue {task_queue} --db ...`), then "
-        f"engine.resume({saga_id!r}) continues the reversal"
+    # lane temporal2 item 1: the caller's budget (it said "time budget of 0s spent"), and the
+    # queue named in the stored report too (rules 6, 8: it is what everyone reads later)
+    assert step.detail == (
+        f"time budget of 2s spent before kv.get could run; no worker serves Temporal task "
+        f"queue {task_queue!r} (namespace 'default' at {temporal_server.target}): start one "
+        f"(`amends worker --temporal {temporal_server.target} --task-queue {task_queue} --db "
+        f"...`), then engine.resume({saga_id!r}) continues the reversal"
     ), step.detail
     stored = await engine.report(saga_id)
     assert stored is not None and stored.reversal_id == report.reversal_id
-    assert [s.state.value for s in stored.steps] == ["over_budget"]
+    assert [(s.state.value, s.detail) for s in stored.steps] == [("over_budget", step.detail)]
+    assert stored.budget["seconds"] == report.budget["seconds"] == 2
+    assert stored.seconds == report.seconds and stored.seconds >= 2
+    assert stored.to_dict() == report.to_dict()
     async with make_worker(temporal_client, engine.catalog, engine.log, task_queue=task_queue):
         queued = temporal_client.get_workflow_handle(f"amends-reversal:{saga_id}")
         assert (await asyncio.wait_for(queued.result(), 60))["reversal_id"] == report.reversal_id

@@ -268,11 +268,11 @@ class Caller:
         # anything) was refused for now, so the step is over budget, never failed, and a
         # continuation tries it again (rule 8: the cause, and no attempt counted that was none)
         if counter[0] == 0:
-            raise Stop(StepState.OVER_BUDGET, f"{why} before {tool} could run")
+            raise Stop(StepState.OVER_BUDGET, f"{why} before {tool} could run{self.meter.after}")
         raise Stop(
             StepState.OVER_BUDGET,
             f"{why} before {tool} could be tried again (after {counter[0]} attempt(s) the vendor "
-            f"refused for now)",
+            f"refused for now){self.meter.after}",
         )
 
     def _pay(

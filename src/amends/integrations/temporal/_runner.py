@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ from amends import (
     open_log,
     plan,
 )
+from amends._budget import BudgetMeter
 from amends._selection import select
 from amends._telemetry import tracer
 
@@ -374,13 +376,15 @@ class TemporalRunner:
             raise translated(exc, client, saga_id) from exc
         # issue 23: Budget(seconds=) bounds the whole call, waiting for a worker included (the
         # workflow counts its seconds from this request too)
-        deadline = time.monotonic() + budget.seconds + self._grace
+        asked = time.monotonic()
+        deadline = asked + budget.seconds + self._grace
         try:
             result = await self._result(handle, client, saga_id, deadline)
             if result is None:
                 taken = await self._taken_up(engine, saga_id, resume, seen)
                 if taken is None:
-                    return await self._unserved(engine, client, saga_id, budget, resume, steps)
+                    unserved = _Unserved(asked, resume, steps)
+                    return await self._unserved(engine, client, saga_id, budget, unserved)
                 # a worker is on it: the reversal's own budget bounds it (rule 6: a caller who
                 # joined with a smaller budget waits for the one reversal all the same)
                 left = float(taken.budget.get("seconds", budget.seconds)) + 2 * self._grace
@@ -503,35 +507,23 @@ class TemporalRunner:
         return None
 
     async def _unserved(
-        self,
-        engine: Engine,
-        client: Client,
-        saga_id: str,
-        budget: Budget,
-        resume: bool,
-        steps: list[str] | None,
+        self, engine: Engine, client: Client, saga_id: str, budget: Budget, how: _Unserved
     ) -> UndoReport:
         """The budget ran out before any worker took the reversal up (issue 23: the call waited
         forever, with nothing in the log). The reversal is recorded as it stands: nothing was
-        attempted, every step ``over_budget`` (the local engine's own zero-second run: one
-        reversal, in the log, rule 6); the workflow, still queued, finds it done when a worker
-        comes, and ``engine.resume`` continues it. The caller's report names the queue."""
+        attempted, every step ``over_budget`` (the local engine's own run, its clock counted
+        from the request and spent: one reversal, in the log, rule 6); the workflow, still
+        queued, finds it done when a worker comes, and ``engine.resume`` continues it. Each
+        step's detail names the caller's budget and the queue, in the stored report as in the
+        caller's (rule 8: it said "time budget of 0s spent", and only the caller saw the queue)."""
         import amends
 
-        here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry_policy)
-        spent = Budget(tool_calls=budget.tool_calls, tokens=budget.tokens, seconds=0)
-        if resume:
-            report = await here.resume(saga_id, budget=spent)
-        else:
-            report = await here.undo(saga_id, budget=spent, steps=steps)
         note = await self._queue_note(client, saga_id)
-        outcomes = tuple(
-            dataclasses.replace(o, detail=f"{o.detail}; {note}")
-            if o.state.value == "over_budget"
-            else o
-            for o in report.steps
-        )
-        return dataclasses.replace(report, steps=outcomes)
+        here = amends.Engine(engine.catalog, log=engine.log, retry=engine.retry_policy)
+        here._meter_type = functools.partial(_SpentMeter, began=how.asked, after=f"; {note}")
+        if how.resume:
+            return await here.resume(saga_id, budget=budget)
+        return await here.undo(saga_id, budget=budget, steps=how.steps)
 
     async def _queue_note(self, client: Client, saga_id: str) -> str:
         """Why no worker took the reversal up: nobody polls its task queue, or nobody did in
@@ -556,6 +548,28 @@ class TemporalRunner:
             f"{target_of(client)} --task-queue {self.task_queue} --db ...`), then "
             f"engine.resume({saga_id!r}) continues the reversal"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unserved:
+    asked: float
+    """``time.monotonic()`` when the caller asked: the budget's seconds count from there."""
+    resume: bool
+    steps: list[str] | None
+
+
+class _SpentMeter(BudgetMeter):
+    """The meter of a reversal no worker took up: its seconds counted from the caller's request
+    (so all spent, as the caller's budget says), and ``after`` names the queue."""
+
+    def __init__(
+        self, budget: Budget, *, began: float, after: str, calls_spent: int = 0,
+        tokens_spent: int = 0,
+    ) -> None:  # fmt: skip
+        super().__init__(budget, calls_spent=calls_spent, tokens_spent=tokens_spent)
+        self.started = began
+        self._deadline = began + budget.seconds
+        self.after = after
 
 
 class _Worker(Worker):
