@@ -1,6 +1,6 @@
 """More agent workflows for the interceptor tests (issue 25): one that continues as new between
 tool calls, one that makes a single tool call given by name, one that runs its tools as local
-activities."""
+activities, one whose first run fails (and is retried), one that catches its cancellation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 
 @workflow.defn(name="AgentContinues")
@@ -61,4 +62,41 @@ class AgentCallsLocally:
             **opts,  # type: ignore[call-overload]
         )
         await asyncio.sleep(wait)
+        return "done"
+
+
+@workflow.defn(name="AgentRetried")
+class AgentRetried:
+    """The first run writes the keys, then fails (the agent crashed); the workflow's retry
+    policy runs it again, and that run calls no tool and waits: a person may cancel it then."""
+
+    @workflow.run
+    async def run(self, keys: list[str], wait: float) -> str:
+        if workflow.info().attempt == 1:
+            for k in keys:
+                await workflow.execute_activity(
+                    "kv.put",
+                    args=[k, "agent"],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+            raise ApplicationError("the agent crashed")
+        await asyncio.sleep(wait)
+        return "done"
+
+
+@workflow.defn(name="AgentCatchesCancel")
+class AgentCatchesCancel:
+    """Writes the keys, then waits; a cancellation it catches ends it normally ("stopped")."""
+
+    @workflow.run
+    async def run(self, keys: list[str], wait: float) -> str:
+        for k in keys:
+            await workflow.execute_activity(
+                "kv.put", args=[k, "agent"], start_to_close_timeout=timedelta(seconds=30)
+            )
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            return "stopped"
         return "done"

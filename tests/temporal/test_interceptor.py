@@ -8,6 +8,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -439,3 +440,122 @@ async def test_tool_calls_run_as_local_activities_are_steps_and_undone(
     world = ledger.state(ledger_path)
     assert world["kv"] == {"k0": "before0", "k1": ""}
     assert [(c["cents"], c["refunded"]) for c in world["charges"].values()] == [(1500, 1500)]
+
+
+async def _cancel_while_waiting(
+    temporal_client: Client,
+    task_queue: str,
+    catalog: amends.Catalog,
+    engine: amends.Engine,
+    flow: Any,
+    keys: list[str],
+    **start: Any,
+) -> tuple[str, Any]:
+    """Run ``flow`` with ``keys`` under the interceptor; once a run of it waits (its tool calls
+    done, or none), cancel it; returns the workflow id and the workflow's outcome."""
+    icpt = AmendsInterceptor(engine, reversal_task_queue=task_queue + "-rev")
+    wid = f"agent-{uuid.uuid4().hex[:8]}"
+    async with (
+        Worker(
+            temporal_client, task_queue=task_queue, workflows=[flow],
+            activities=agent_activities(catalog), interceptors=[icpt],
+        ),
+        make_worker(temporal_client, catalog, engine.log, task_queue=task_queue + "-rev"),
+    ):  # fmt: skip
+        handle = await temporal_client.start_workflow(
+            flow.run, args=[keys, 300.0], id=wid, task_queue=task_queue, **start
+        )
+        for _ in range(400):  # until a run waits: retried, or every write logged done
+            desc = await handle.describe()
+            saga = await engine.log.get_saga(wid)
+            states = [s.state for s in saga.steps] if saga is not None else []
+            rerun = "retry_policy" not in start or desc.run_id != handle.result_run_id
+            if states == ["done"] * len(keys) and rerun:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the waiting run's first workflow task is done
+        await handle.cancel()
+        try:
+            outcome: Any = await handle.result(follow_runs=True)
+        except WorkflowFailureError as exc:
+            outcome = exc
+        if keys:
+            await wait_for_report(engine, wid)
+        else:  # nothing to wait for: the reversal workflow, if any, ends at once
+            await asyncio.sleep(2.0)
+    await icpt.close()
+    return wid, outcome
+
+
+async def test_a_retried_workflow_run_cancelled_before_its_own_tool_call_undoes_the_earlier_run(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Lane temporal2 item 2: the agent's first run writes k0 then fails; the workflow's retry
+    policy runs it again, and that run is cancelled before it calls a tool. The cancellation
+    starts the reversal (it started none: only a continue-as-new handed the "tools called"
+    header on), and k0 is undone."""
+    from more_flows import AgentRetried
+    from temporalio.common import RetryPolicy
+
+    catalog, engine = setup
+    again = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=2)
+    wid, outcome = await _cancel_while_waiting(
+        temporal_client, task_queue, catalog, engine, AgentRetried, ["k0"], retry_policy=again
+    )
+    assert isinstance(outcome, WorkflowFailureError)
+    report = await engine.report(wid)
+    assert report is not None, "no reversal ran after the cancellation"
+    assert [(s.step_id, s.state.value) for s in report.steps] == [("a1", "reverted")]
+    assert ledger.state(ledger_path)["kv"] == {"k0": "before0"}
+
+
+async def test_a_retried_run_that_never_called_a_tool_cancelled_ends_its_reversal_quietly(
+    temporal_client: Client,
+    task_queue: str,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Its first run called no tool: the retried run cannot tell, so the cancellation starts the
+    reversal workflow, which finds no saga in the log and completes with nothing to undo (it
+    failed with "no saga" before, or never started); nothing is written to the log."""
+    from more_flows import AgentRetried
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.common import RetryPolicy
+
+    catalog, engine = setup
+    again = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=2)
+    wid, outcome = await _cancel_while_waiting(
+        temporal_client, task_queue, catalog, engine, AgentRetried, [], retry_policy=again
+    )
+    assert isinstance(outcome, WorkflowFailureError)
+    assert await engine.log.get_saga(wid) is None
+    rev = temporal_client.get_workflow_handle(workflow_id(wid))
+    assert (await rev.describe()).status == WorkflowExecutionStatus.COMPLETED
+    assert await rev.result() == {}
+
+
+async def test_a_workflow_that_catches_its_cancellation_and_returns_is_undone_too(
+    temporal_client: Client,
+    task_queue: str,
+    ledger_path: Path,
+    setup: tuple[amends.Catalog, amends.Engine],
+) -> None:
+    """Lane temporal2 item 2: the agent's workflow catches the cancellation a person sent and
+    returns normally ("stopped"): the person still asked to stop it, so the reversal starts, as
+    when the workflow re-raises or fails with another error (it started none)."""
+    from more_flows import AgentCatchesCancel
+
+    catalog, engine = setup
+    wid, outcome = await _cancel_while_waiting(
+        temporal_client, task_queue, catalog, engine, AgentCatchesCancel, ["k0", "k1"]
+    )
+    assert outcome == "stopped"
+    report = await engine.report(wid)
+    assert report is not None, "no reversal ran after the cancellation"
+    assert sorted((s.step_id, s.state.value) for s in report.steps) == [
+        ("a1", "reverted"),
+        ("a2", "reverted"),
+    ]
+    assert ledger.state(ledger_path)["kv"] == {"k0": "before0", "k1": ""}

@@ -5,8 +5,8 @@ engine's catalog runs as a step of a saga (by default the saga id is the workflo
 ahead (rule 1), with the catalog's contract; the activity records its inverse and expectation
 through :func:`amends.current_call`. A later activity depends on every step already done when it
 started (what the workflow had seen), so undo runs in the reverse order. When the workflow is
-cancelled, the saga's reversal is started as an abandoned child workflow: cancellation never
-skips compensation.
+cancelled, the saga's reversal is started as an abandoned child workflow, however the workflow
+ends (re-raised, another error, or a normal return): cancellation never skips compensation.
 """
 
 from __future__ import annotations
@@ -295,24 +295,31 @@ class _UndoOnCancel(WorkflowInboundInterceptor):
 
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         self.used = False
+        self.unsure = False
+        """Whether an earlier run may have called tools, or not (a retried run cannot tell)."""
         super().init(_SeeTools(outbound, self))
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if _USED in input.headers:  # an earlier run of this workflow called tools (continue-as-new)
             self.used = True
+        elif workflow.info().attempt > 1:  # a retry (the workflow's retry policy): the failed
+            self.used = self.unsure = True  # runs may have called tools; the log knows
         try:
-            return await super().execute_workflow(input)
+            result = await super().execute_workflow(input)
         except BaseException as exc:
             if self.used and _cancelled(exc):
                 await self._start_reversal()
             raise
+        if self.used and _cancel_requested():  # it caught its cancellation and returned: the
+            await self._start_reversal()  # person still asked to stop it (docs/temporal.md)
+        return result
 
     async def _start_reversal(self) -> None:
         saga_id = workflow.info().workflow_id
         try:
             await workflow.start_child_workflow(
                 WORKFLOW_NAME,
-                ReversalInput(saga_id, dict(self.budget), **self.settings),
+                ReversalInput(saga_id, dict(self.budget), **self.settings, missing_ok=self.unsure),
                 id=workflow_id(saga_id),
                 task_queue=self.queue,
                 task_timeout=timedelta(seconds=self.task_timeout),
@@ -327,13 +334,18 @@ _USED = "amends-tools-used"
 """The header a workflow run that called tool activities hands the run it continues as."""
 
 
+def _cancel_requested() -> bool:
+    """Whether the server delivered a cancellation request to this workflow run."""
+    reason = getattr(workflow, "cancellation_reason", None)  # temporalio >= 1.2x
+    return reason is not None and reason() is not None
+
+
 def _cancelled(exc: BaseException) -> bool:
     """Whether the workflow ends because it was cancelled, whatever the exception says: the
     SDK hands a workflow a cancellation that reaches a running activity as
     ``ActivityError(cause=CancelledError)`` (issue 25 item 11), and the workflow code may wrap
     or replace it."""
-    reason = getattr(workflow, "cancellation_reason", None)  # temporalio >= 1.2x
-    if reason is not None and reason() is not None:
+    if _cancel_requested():
         return True
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -352,12 +364,12 @@ class _SeeTools(WorkflowOutboundInterceptor):
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
         if input.activity in self.root.tools:
-            self.root.used = True
+            self.root.used, self.root.unsure = True, False
         return super().start_activity(input)
 
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
         if input.activity in self.root.tools:  # a tool run as a local activity is a step too
-            self.root.used = True
+            self.root.used, self.root.unsure = True, False
         return super().start_local_activity(input)
 
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:

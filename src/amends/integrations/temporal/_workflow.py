@@ -145,6 +145,9 @@ class ReversalInput:
     steps: list[str] | None = None
     """Issue 27: an undo of these steps and what depends on them (``None``: the whole saga).
     A continuation (``resume``) keeps the reversal's own selection and ignores it."""
+    missing_ok: bool = False
+    """Started on a cancellation that cannot tell whether any run called a tool (a retried
+    run): no saga in the log means nothing to undo, and the run returns ``{}``."""
 
 
 _NAMED: dict[str, type[Exception]] = {}
@@ -370,6 +373,8 @@ class ReversalWorkflow:
                 )
             )
             if claim.outcome == "not_found":
+                if inp.missing_ok:
+                    return {}
                 raise ApplicationError(
                     f"no saga {inp.saga_id!r} in the workers' log", type="SagaNotFoundError",
                     non_retryable=True,
