@@ -13,8 +13,9 @@ This module is the lowest floor: it imports nothing from amends.
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -88,16 +89,39 @@ the log and the report, never all of it (rule 12: what amends reads is bounded).
 
 def bounded(text: str, limit: int = MAX_DETAIL) -> str:
     """``text``, or its first ``limit`` characters and how long it was. Cut only after secrets
-    were scrubbed (rule 11): a cut through a secret would leave part of it unmatched."""
-    if len(text) <= limit:
+    were scrubbed (rule 11): a cut through a secret would leave part of it unmatched. A text
+    cut already is kept as it is (a Temporal worker bounds what crosses the workflow's history,
+    and the workflow bounds it again: the note keeps the first length, never "4,045")."""
+    if len(text) <= limit or _cut_already(text, limit):
         return text
     return f"{text[:limit]}… ({len(text):,} characters; the rest was not kept)"
+
+
+_CUT_NOTE = re.compile(r"… \([0-9,]{1,32} characters; the rest was not kept\)\Z")
+_MORE_NOTE = re.compile(r"… and [0-9,]{1,32} more \(not kept\)\Z")
+
+
+def _cut_already(text: str, limit: int) -> bool:
+    return len(text) <= limit + 64 and _CUT_NOTE.match(text, limit) is not None
+
+
+def _long(text: Any) -> bool:
+    return isinstance(text, str) and len(text) > MAX_DETAIL and not _cut_already(text, MAX_DETAIL)
+
+
+def _too_many(parties: Sequence[Any]) -> bool:
+    """More parties than :func:`bounded_words` keeps (its own "… and N more" entry aside)."""
+    if len(parties) <= MAX_PARTIES:
+        return False
+    last = parties[-1]
+    counted = isinstance(last, str) and _MORE_NOTE.fullmatch(last) is not None
+    return not (len(parties) == MAX_PARTIES + 1 and counted)
 
 
 MAX_PARTIES = 100
 """The most parties a residue or an acknowledgement keeps (each one bounded like a sentence);
 the rest are counted in one last entry."""
-_WORDS = ("what", "who", "draft", "settles")
+_WORDS = ("what", "who", "draft", "settles", "settles_at")
 
 
 def wordy(data: Any) -> bool:
@@ -105,15 +129,11 @@ def wordy(data: Any) -> bool:
     keeps: cheap, for every step that records one."""
     if not isinstance(data, Mapping):
         return False
-    for key in _WORDS:
-        text = data.get(key)
-        if isinstance(text, str) and len(text) > MAX_DETAIL:
-            return True
+    if any(_long(data.get(key)) for key in _WORDS):
+        return True
     parties = data.get("parties")
     if isinstance(parties, list | tuple):
-        if len(parties) > MAX_PARTIES:
-            return True
-        return any(isinstance(p, str) and len(p) > MAX_DETAIL for p in parties)
+        return _too_many(parties) or any(_long(p) for p in parties)
     return False
 
 
@@ -131,7 +151,8 @@ def bounded_words(data: Mapping[str, Any]) -> dict[str, Any]:
     parties = out.get("parties")
     if isinstance(parties, list | tuple):
         kept = [bounded(p) if isinstance(p, str) else p for p in parties[:MAX_PARTIES]]
-        if len(parties) > MAX_PARTIES:
-            kept.append(f"… and {len(parties) - MAX_PARTIES:,} more (not kept)")
+        if len(parties) > MAX_PARTIES:  # counted here, or already (its own count stays)
+            n = len(parties) - MAX_PARTIES
+            kept.append(f"… and {n:,} more (not kept)" if _too_many(parties) else parties[-1])
         out["parties"] = kept
     return out

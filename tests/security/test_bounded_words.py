@@ -175,3 +175,31 @@ async def test_residue_and_an_acknowledgement_filled_from_a_vendors_answer_are_b
         assert stored is not None and stored.to_dict() == report.to_dict()
     finally:
         await eng.close()
+
+
+def test_bounding_words_bounded_already_keeps_their_first_counts() -> None:
+    """Lane temporal2 item 3: a Temporal worker bounds a residue before it crosses the history
+    and the workflow bounds it again when it records it; the second cut said "4,045
+    characters" and "… and 1 more" (the lengths of the first cut, not the vendor's words).
+    Text that only looks cut (a note of megabytes) is cut all the same."""
+    from amends._jsondata import bounded_words, wordy
+
+    said = {
+        "what": "fee " + "F" * HUGE,
+        "parties": [f"p{i}" for i in range(300)],
+        "settles_at": "S" * HUGE,
+    }
+    once = bounded_words(said)
+    assert once["what"] == "fee " + "F" * (MAX_DETAIL - 4) + (
+        f"… ({HUGE + 4:,} characters; the rest was not kept)"
+    )
+    assert once["parties"] == [f"p{i}" for i in range(100)] + ["… and 200 more (not kept)"]
+    assert once["settles_at"] == "S" * MAX_DETAIL + (
+        f"… ({HUGE:,} characters; the rest was not kept)"
+    )
+    assert not wordy(once)
+    assert bounded_words(once) == once
+    forged = {"what": "W" * MAX_DETAIL + "… (" + "1" * HUGE + " characters; the rest was not kept)"}
+    assert wordy(forged)
+    assert len(bounded_words(forged)["what"]) < MAX_DETAIL + 100
+    assert wordy({"parties": ["p"] * 100 + ["not a count"]})

@@ -7,9 +7,11 @@ words and a bounded report."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 import amends
@@ -51,5 +53,70 @@ async def test_a_huge_refusal_on_a_worker_is_a_failed_step_with_its_first_words(
         assert "card_declined EEEE" in step.detail
         assert "characters; the rest was not kept" in step.detail
         assert len(report.to_json()) < 100_000
+    finally:
+        await engine.close()
+
+
+async def test_a_huge_residue_an_inverse_records_on_a_worker_is_bounded_before_the_history(
+    temporal_client: Client, task_queue: str, pg_url: str
+) -> None:
+    """Lane temporal2 item 3: an inverse on a worker records a residue filled from a vendor's
+    answer (5 MB of words, 300 parties). It crossed Temporal's history whole (bounded only when
+    the workflow recorded it), past the payload limit: the activity's result was refused
+    (TMPRL1103) and the reversal never finished. Its words are bounded on the worker, after the
+    scrub, and the workflow's own bound keeps the first count (never "4,045 characters")."""
+    sid = f"saga-residue-{uuid.uuid4().hex[:8]}"
+    catalog = amends.Catalog()
+
+    @catalog.tool("pay.status", reversibility="read_only")
+    async def status(call: amends.Call, charge_id: str) -> str:
+        return "captured"
+
+    @catalog.tool("pay.charge", reversibility="compensable")
+    async def charge(call: amends.Call, cents: int) -> dict[str, Any]:
+        call.inverse("pay.refund", charge_id="ch_1")
+        call.expect("pay.status", {"charge_id": "ch_1"}, equals="captured")
+        return {"id": "ch_1"}
+
+    @catalog.tool("pay.refund", reversibility="irreversible")
+    async def refund(call: amends.Call, charge_id: str) -> Any:
+        call.residue("fee " + "F" * HUGE, parties=[f"p{i}@acme.test" for i in range(300)])
+        return {"refunded": True}
+
+    runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, runner=runner)
+    try:
+        async with engine.saga("Charge", saga_id=sid) as saga:
+            saga.call("pay.charge", cents=500)
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            report = await asyncio.wait_for(engine.undo(sid), 60)
+        step = report.step("s1")
+        assert step.state.value == "compensated", step.detail
+        [left] = report.residue
+        assert left.what == "fee " + "F" * 3996 + (
+            f"… ({HUGE + 4:,} characters; the rest was not kept)"
+        )
+        assert list(left.parties) == [f"p{i}@acme.test" for i in range(100)] + [
+            "… and 200 more (not kept)"
+        ]
+        stored = await engine.report(sid)
+        assert stored is not None and stored.to_dict() == report.to_dict()
+        assert len(report.to_json()) < 100_000
+        # every run of the reversal workflow (the one that called the tools, and any later)
+        query = f"WorkflowId = 'amends-reversal:{sid}'"
+        runs = [r.run_id async for r in temporal_client.list_workflows(query)]
+        events = []
+        for run_id in runs:
+            handle = temporal_client.get_workflow_handle(f"amends-reversal:{sid}", run_id=run_id)
+            events += (await handle.fetch_history()).events
+        # the workflow task that got the tools' answers completed (it failed: payload too
+        # large, and only its retry found the report its local activities had written)
+        failed = [
+            e.workflow_task_failed_event_attributes.failure.message
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+        assert failed == []
+        assert max(len(e.SerializeToString()) for e in events) < 100_000
     finally:
         await engine.close()

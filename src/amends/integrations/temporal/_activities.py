@@ -41,6 +41,7 @@ from amends import (
 )
 from amends._calls import invoke
 from amends._observe import ObservedLog, reversal_finished, reversal_started
+from amends._reversal.record import bounded_residue
 from amends._secrets import Vault, redactions_from, resolve_call_args
 from amends._selection import covers, selection_of, widen
 
@@ -626,7 +627,9 @@ class ReversalActivities:
         return ToolCallResult(
             shrink(vault.scrub(result)),  # a long string goes back by reference (_refs)
             call.tokens,
-            [vault.scrub(r.to_dict()) for r in call.recorded_residue],
+            # rule 12: the residue's words bounded after the scrub, before they cross the
+            # history (a vendor's megabytes in them hit Temporal's payload limit first)
+            [vault.scrub(r.to_dict()) for r in bounded_residue(vault, call.recorded_residue)],
             [_scrubbed_follow_up(vault, f.to_dict()) for f in call.recorded_follow_ups],
         )
 
