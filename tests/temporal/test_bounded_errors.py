@@ -102,21 +102,66 @@ async def test_a_huge_residue_an_inverse_records_on_a_worker_is_bounded_before_t
         stored = await engine.report(sid)
         assert stored is not None and stored.to_dict() == report.to_dict()
         assert len(report.to_json()) < 100_000
-        # every run of the reversal workflow (the one that called the tools, and any later)
-        query = f"WorkflowId = 'amends-reversal:{sid}'"
-        runs = [r.run_id async for r in temporal_client.list_workflows(query)]
-        events = []
-        for run_id in runs:
-            handle = temporal_client.get_workflow_handle(f"amends-reversal:{sid}", run_id=run_id)
-            events += (await handle.fetch_history()).events
-        # the workflow task that got the tools' answers completed (it failed: payload too
-        # large, and only its retry found the report its local activities had written)
-        failed = [
-            e.workflow_task_failed_event_attributes.failure.message
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert failed == []
-        assert max(len(e.SerializeToString()) for e in events) < 100_000
+        assert await task_failures(temporal_client, sid) == ([], True)
+    finally:
+        await engine.close()
+
+
+async def task_failures(client: Client, sid: str) -> tuple[list[str], bool]:
+    """The failures of the workflow tasks of every run of ``sid``'s reversal workflow, and
+    whether each of its history events is under 100 kB. The workflow task that got the tools'
+    answers must complete: it failed (payload too large), and only its retry found the report
+    its local activities had written."""
+    query = f"WorkflowId = 'amends-reversal:{sid}'"
+    runs = [r.run_id async for r in client.list_workflows(query)]
+    assert runs
+    events = []
+    for run_id in runs:
+        handle = client.get_workflow_handle(f"amends-reversal:{sid}", run_id=run_id)
+        events += (await handle.fetch_history()).events
+    failed = [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    return failed, max(len(e.SerializeToString()) for e in events) < 100_000
+
+
+async def test_an_inverse_that_answers_a_huge_list_on_a_worker_does_not_fail_the_workflow_task(
+    temporal_client: Client, task_queue: str, pg_url: str
+) -> None:
+    """Lane temporal2 item 3, the answer: an inverse on a worker answers 4 MB of short values
+    (the vendor's whole ledger). Long strings went back by reference, a long list did not: the
+    workflow task failed with TMPRL1103. The workflow does not compare an inverse's answer, so
+    each long list or object in it goes back by reference (its ids stay, for a follow-up's
+    reference)."""
+    sid = f"saga-answer-{uuid.uuid4().hex[:8]}"
+    catalog = amends.Catalog()
+
+    @catalog.tool("pay.status", reversibility="read_only")
+    async def status(call: amends.Call, charge_id: str) -> str:
+        return "captured"
+
+    @catalog.tool("pay.charge", reversibility="compensable")
+    async def charge(call: amends.Call, cents: int) -> dict[str, Any]:
+        call.inverse("pay.refund", charge_id="ch_1")
+        call.expect("pay.status", {"charge_id": "ch_1"}, equals="captured")
+        return {"id": "ch_1"}
+
+    @catalog.tool("pay.refund", reversibility="irreversible")
+    async def refund(call: amends.Call, charge_id: str) -> Any:
+        return {"id": "re_1", "ledger": [f"r{i}" for i in range(400_000)]}
+
+    runner = TemporalRunner(temporal_client, task_queue=task_queue)
+    engine = amends.Engine(catalog, log=pg_url, runner=runner)
+    try:
+        async with engine.saga("Charge", saga_id=sid) as saga:
+            saga.call("pay.charge", cents=500)
+        async with make_worker(temporal_client, catalog, engine.log, task_queue=task_queue):
+            report = await asyncio.wait_for(engine.undo(sid), 60)
+        assert [(s.step_id, s.state.value) for s in report.steps] == [("s1", "compensated")]
+        stored = await engine.report(sid)
+        assert stored is not None and stored.to_dict() == report.to_dict()
+        assert await task_failures(temporal_client, sid) == ([], True)
     finally:
         await engine.close()

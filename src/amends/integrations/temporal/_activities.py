@@ -46,7 +46,7 @@ from amends._secrets import Vault, redactions_from, resolve_call_args
 from amends._selection import covers, selection_of, widen
 
 from ._codec import spec_to_dict, to_dict
-from ._refs import expand, has_refs, shrink, shrink_saga, values_of
+from ._refs import expand, has_refs, shrink, shrink_answer, shrink_saga, values_of
 
 __all__ = [
     "CallBatch",
@@ -624,8 +624,10 @@ class ReversalActivities:
             raise _app_error(
                 "ToolRaised", vault.scrub(str(exc)), name=type(exc).__name__, tokens=call.tokens
             ) from None
+        answer = shrink(vault.scrub(result))  # a long string goes back by reference (_refs)
         return ToolCallResult(
-            shrink(vault.scrub(result)),  # a long string goes back by reference (_refs)
+            # what the workflow does not compare (all but a probe's answer): long lists too
+            answer if inp.phase == "probe" else shrink_answer(answer),
             call.tokens,
             # rule 12: the residue's words bounded after the scrub, before they cross the
             # history (a vendor's megabytes in them hit Temporal's payload limit first)
