@@ -166,7 +166,7 @@ class Span:
 
     def set(self, attrs: Mapping[str, Any]) -> None:
         """Set attributes (``None`` values are left out)."""
-        self.otel.set_attributes({k: v for k, v in attrs.items() if v is not None})
+        self.otel.set_attributes(_present(attrs))
 
     def fail(self, why: str) -> None:
         """Mark the span as an error; ``why`` is a type or state name, never a message."""
@@ -255,7 +255,7 @@ def span(
     with t.start_as_current_span(
         name,
         context=ctx,
-        attributes={k: v for k, v in attrs.items() if v is not None},
+        attributes=_present(attrs),
         record_exception=False,  # rule 11: an exception's message may quote an argument
         set_status_on_exception=False,
     ) as otel:
@@ -340,7 +340,10 @@ NO_SAGA_TRACE = SagaTrace(None)
 
 
 def _present(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in attrs.items() if v is not None}
+    """A span's attributes: ``None`` left out, control characters in text shown as escapes
+    (:func:`clean`, as the log records and metrics show them: a tenant, a tool's or a step's
+    name comes from agents and callers, and a trace viewer renders it)."""
+    return {k: clean(v) if type(v) is str else v for k, v in attrs.items() if v is not None}
 
 
 # --- log records -----------------------------------------------------------------------------

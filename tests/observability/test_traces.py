@@ -281,3 +281,21 @@ async def test_a_saga_cancelled_while_its_log_entry_is_written_ends_its_span(
     assert recording[0] is not None and not recording[0].otel.is_recording()  # ended
     assert attrs(saga_span)["amends.state"] == "not_started"
     assert saga_span.end_time is not None
+
+
+async def test_span_attributes_show_control_characters_as_escapes_as_the_logs_do(
+    spans: Spans,
+) -> None:
+    """Lane temporal2 item 4: a tenant comes from the caller (an HTTP header, an agent); the
+    log records and metrics showed its control characters as escapes (``_telemetry.clean``),
+    the saga span carried them raw to every trace viewer that renders it."""
+    _, catalog = otel_world()
+    engine = amends.Engine(catalog, log=amends.SqliteLog(":memory:"), retry=FAST)
+    async with engine.saga("Hold a card", tenant="acme\x1b[2J\x1b]8;;http://x\x07\n") as saga:
+        saga.call("card.hold", card=CARD, cents=700)
+    await engine.close()
+    assert attrs(spans.one("amends.saga", saga_id=saga.id))["amends.tenant"] == (
+        "acme\\x1b[2J\\x1b]8;;http://x\\x07\\n"
+    )
+    texts = [v for s in spans.all() for v in attrs(s).values() if isinstance(v, str)]
+    assert not any(ch in t for t in texts for ch in "\x1b\x07\n")
