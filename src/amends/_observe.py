@@ -11,6 +11,7 @@ log (``amends.server.metrics``). This module writes nothing to the log and never
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class Figures:
     drift: Counter[str] = field(default_factory=Counter)
     """tool -> steps whose drift check found another value (:func:`drift_found`)."""
     over_budget: bool = False
-    """A step was not attempted because the budget was spent (rule 7)."""
+    """A step was not attempted, or a follow-up not made, because the budget was spent (rule 7)."""
 
 
 def figures(report: UndoReport) -> Figures:
@@ -66,8 +67,24 @@ def figures(report: UndoReport) -> Figures:
             (_status(report, m.step_id), tools.get(m.step_id, "?")) for m in report.manual_actions
         ),
         drift=Counter(s.tool for s in report.steps if drift_found(s)),
-        over_budget=any(s.state is StepState.OVER_BUDGET for s in report.steps),
+        over_budget=any(
+            s.state is StepState.OVER_BUDGET or any(_cut_by_budget(r.what) for r in s.residue)
+            for s in report.steps
+        ),
     )
+
+
+_CUT_FOLLOW_UP = re.compile(
+    r" was not made \((?:tool-call|token|time) budget of [^()]{1,40} spent"
+    r"(?: or set aside for steps undone before this one)? before [\w.]{1,200} could run\)\Z"
+)
+
+
+def _cut_by_budget(residue: str) -> bool:
+    """Whether ``residue`` is a follow-up the budget cut short (rule 7: its step stays what its
+    inverse achieved, and the budget was spent all the same). Its end is amends' own words
+    (``_manual.missing_follow_ups``), after the call's arguments."""
+    return residue.endswith("could run)") and _CUT_FOLLOW_UP.search(residue) is not None
 
 
 def drift_found(outcome: StepOutcome) -> bool:

@@ -4,6 +4,7 @@ both equal to the report's counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -385,3 +386,62 @@ async def test_a_drift_check_that_could_not_run_is_no_drift_detection(
         for s in spans.named("amends.undo_step")
     }
     assert (found["s1"], found["s2"]) == (False, False)
+
+
+async def test_a_follow_up_the_budget_cut_short_counts_as_budget_exhaustion(
+    points: Points, tmp_path: Path
+) -> None:
+    """Lane temporal2 item 4: the refund's inverse asks a follow-up (tell the customer); the
+    budget has room for the check and the refund only. The step is compensated (rule 7: the
+    missing follow-up is residue), and the budget was spent all the same: the reversal counts
+    as budget exhaustion, in the OpenTelemetry metrics and on /metrics (it counted none). A
+    follow-up whose arguments only quote those words does not."""
+    from amends._observe import figures
+
+    catalog = amends.Catalog()
+    told: list[str] = []
+
+    @catalog.tool("pay.status", reversibility="read_only")
+    async def status(call: amends.Call, charge_id: str) -> str:
+        return "captured"
+
+    @catalog.tool("pay.charge", reversibility="compensable")
+    async def charge(call: amends.Call, cents: int) -> dict[str, Any]:
+        call.inverse("pay.refund", charge_id="ch_1")
+        call.expect("pay.status", {"charge_id": "ch_1"}, equals="captured")
+        return {"id": "ch_1"}
+
+    @catalog.tool("pay.refund", reversibility="irreversible")
+    async def refund(call: amends.Call, charge_id: str) -> dict[str, Any]:
+        call.follow_up("mail.send", to="c@acme.test", text="your charge was refunded")
+        return {"id": "re_1"}
+
+    @catalog.tool("mail.send", reversibility="irreversible")
+    async def send(call: amends.Call, to: str, text: str) -> dict[str, Any]:
+        told.append(text)
+        return {"message_id": "m1"}
+
+    engine = amends.Engine(catalog, log=str(tmp_path / "a.db"), retry=FAST)
+    async with engine.saga("Charge", saga_id="saga-cut") as saga:
+        saga.call("pay.charge", cents=500)
+    report = await engine.undo("saga-cut", budget=amends.Budget(tool_calls=2))
+    metrics = parse(await LogMetrics(engine.log).scrape())
+    await engine.close()
+    [step] = report.steps
+    assert (step.state.value, told) == ("compensated", [])
+    assert [r.what for r in step.residue] == [
+        "follow-up mail.send(text='your charge was refunded', to='c@acme.test') was not made "
+        "(tool-call budget of 2 spent before mail.send could run)"
+    ]
+    assert points.counts("amends.budget.exhausted") == {frozenset(): 1}
+    assert by(metrics, "amends_reversals_over_budget") == {(): 1}
+    quoted = dataclasses.replace(
+        step,
+        residue=(
+            amends.Residue(
+                "follow-up mail.send(text='was not made (tool-call budget of 2 spent before "
+                "mail.send could run)') was not made (mail.send raised PermanentError: no)"
+            ),
+        ),
+    )
+    assert not figures(dataclasses.replace(report, steps=(quoted,))).over_budget
