@@ -299,3 +299,39 @@ async def test_span_attributes_show_control_characters_as_escapes_as_the_logs_do
     )
     texts = [v for s in spans.all() for v in attrs(s).values() if isinstance(v, str)]
     assert not any(ch in t for t in texts for ch in "\x1b\x07\n")
+
+
+async def test_a_follow_up_a_person_sends_later_is_a_span_linked_to_the_saga(
+    spans: Spans, tmp_path: Path
+) -> None:
+    """Lane temporal2 item 4: a person sends a manual action's follow-up after the reversal
+    finished, from another engine (another process): its call's span had no parent and no
+    link, found from nothing. It is an ``amends.send_follow_up`` span linked to the saga's span (as
+    the reversal's is), with the call under it and the reversal it belongs to."""
+    _, catalog = otel_world()
+    db = str(tmp_path / "amends.db")
+    first = amends.Engine(catalog, log=db, retry=FAST)
+    saga_id = await scene(first)
+    report = await first.undo(saga_id)
+    await first.close()
+    later = amends.Engine(catalog, log=db, retry=FAST)
+    sent = await later.send_follow_up(
+        saga_id, "s5", tool="mail.send", by="ann@example.com",
+        args={"to": "c1@acme.test", "subject": "Please disregard my welcome"},
+    )  # fmt: skip
+    await later.close()
+    assert sent.state == "sent"
+    saga = spans.one("amends.saga", saga_id=saga_id)
+    fu = spans.one("amends.send_follow_up", saga_id=saga_id)
+    assert [link.context.span_id for link in fu.links] == [span_id(saga)]
+    assert attrs(fu) == {
+        "amends.saga_id": saga_id,
+        "amends.step_id": "s5",
+        "amends.tool": "mail.send",
+        "amends.reversal_id": report.reversal_id,
+        "amends.state": "sent",
+    }
+    assert [(c.name, attrs(c)["amends.tool"]) for c in spans.children(fu)] == [
+        ("amends.follow_up", "mail.send")
+    ]
+    assert CARD not in everything(spans.all())

@@ -39,6 +39,7 @@ from .._observe import CompensationLog, observed
 from .._report import UndoReport, current_resolutions
 from .._resolution import resolvable
 from .._secrets import Redaction, Vault, redact_args
+from .._telemetry import span
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
 
@@ -201,7 +202,29 @@ class FollowUpSender:
         tokens: int = 0,
     ) -> SentFollowUp:
         """Check, claim (write-ahead), send, record, resolve. See ``Engine.send_follow_up``.
-        ``tokens``: what an agent spent producing this follow-up (counted in the budget)."""
+        ``tokens``: what an agent spent producing this follow-up (counted in the budget).
+
+        Traced as an ``amends.send_follow_up`` span (its tool call's ``amends.follow_up`` a
+        child) linked to the saga's span, as a run of the reversal is: a follow-up sent later,
+        in another process, is found from the saga's trace (issue 28)."""
+        attrs = {"amends.saga_id": saga.saga_id, "amends.step_id": step_id, "amends.tool": tool}
+        with span("amends.send_follow_up", attrs) as s:
+            s.link(saga.meta.get("trace"))
+            sent = await self._send(saga, step_id, tool, args, by, tokens)
+            s.set({"amends.reversal_id": sent.reversal_id, "amends.state": sent.state})
+            if sent.state != "sent":
+                s.fail(sent.state)
+            return sent
+
+    async def _send(
+        self,
+        saga: SagaRecord,
+        step_id: str,
+        tool: str,
+        args: Mapping[str, Any],
+        by: str,
+        tokens: int,
+    ) -> SentFollowUp:
         self._check_tool(tool, args)
         rev, comps = await self._finished(saga, step_id)
         earlier = [f for f in follow_ups_of(saga.saga_id, comps) if f.step_id == step_id]
