@@ -267,7 +267,9 @@ _WOULD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("revert", ("reverted",)),
     ("compensate", ("compensated",)),
     ("cancel", ("cancelled",)),
-    ("ask a person about", ()),  # every state in which the effect still stands (rule 8)
+    # not attempted for lack of budget: continuing the reversal runs its inverse (rule 6)
+    ("leave for a continued undo", ("over_budget",)),
+    ("ask a person about", ()),  # every other state in which the effect still stands (rule 8)
     ("nothing to undo for", ("not_needed",)),
 )
 """How :attr:`Preview.would` counts the predicted states, in this order."""

@@ -83,10 +83,14 @@ _VERBS: Mapping[StepState, str | None] = {
 }
 
 
-def verb_for(state: StepState) -> str | None:
+def verb_for(state: StepState, planned: str | None = None) -> str | None:
     """The one verb of a step state (rule 8), whatever the cause: Revert, Compensate, Cancel,
     ``None`` when there was nothing to undo, and Acknowledge for every effect that still stands
-    (a person must follow up)."""
+    (a person must follow up) -- except a step the budget cut before its inverse ran: nothing
+    was attempted and continuing the reversal runs it (rule 6), so it keeps ``planned``, the
+    verb of what the plan would do to it (Revert, Compensate)."""
+    if state is StepState.OVER_BUDGET and planned is not None:
+        return planned
     return _VERBS.get(state, "Acknowledge")
 
 

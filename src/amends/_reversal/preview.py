@@ -125,7 +125,7 @@ def _entry(p: PlannedStep, o: StepOutcome, check: str | None, now: datetime) -> 
         # rule 4: shown as what a person must review, as undo will leave it
         base.update(action="review", verb=VERBS["review"], reason=f"needs review: {check}")
     else:
-        base.update(verb=verb_for(state) if p.action != "wait" else None)
+        base.update(verb=verb_for(state, VERBS[p.action]) if p.action != "wait" else None)
     if check is None:
         check = _check_of(p, o)
     return PreviewStep(

@@ -16,7 +16,7 @@ from .._contracts import FollowUp, ManualAction, Residue
 from .._jsondata import MAX_DETAIL, bounded, bounded_words, wordy
 from .._log.base import CompensationRecord, CompensationWrite, ReversalRecord, SagaRecord
 from .._manual import CONTINUE_HINT, Wording, did, missing_follow_ups
-from .._planner import PlannedStep
+from .._planner import VERBS, PlannedStep
 from .._report import StepOutcome, StepState, verb_for
 from .._secrets import Vault, scrub_record
 from .ports import ReversalPorts
@@ -112,7 +112,7 @@ class Recorder:
         return StepOutcome(
             p.step_id,
             step.tool,
-            verb_for(state),  # rule 8: one verb per state, whatever the cause
+            verb_for(state, VERBS[p.action]),  # rule 8: one verb per state, whatever the cause
             state,
             detail,
             p.reversibility._value_,  # issue 29: not the enum's property

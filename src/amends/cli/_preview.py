@@ -50,8 +50,20 @@ _GROUPS = (
     ("Will be reverted", ("Revert", "Cancel")),
     ("Will be compensated (leaves residue)", ("Compensate",)),
     ("Needs a person", ("Acknowledge",)),
+    ("Not in this budget (continuing the undo does it)", ("budget",)),
     ("Nothing to undo", (None,)),
 )
+
+
+def _group_of(s: dict[str, Any]) -> str | None:
+    """The group of a preview step: its verb, "Acknowledge" for a review, "budget" for a step
+    the budget cuts before its inverse runs (rule 6: continuing runs it; no person's work)."""
+    if s.get("needs_review"):
+        return "Acknowledge"
+    if s.get("predicted") == "over_budget" and s.get("action") in ("revert", "compensate"):
+        return "budget"
+    verb = s.get("verb")
+    return None if verb is None else str(verb)
 
 
 def print_preview(data: dict[str, Any], checked: str) -> None:
@@ -68,11 +80,7 @@ def print_preview(data: dict[str, Any], checked: str) -> None:
     )
     steps = data.get("steps", [])
     for title, verbs in _GROUPS:
-        group = [
-            s
-            for s in steps
-            if (s.get("verb") if not s.get("needs_review") else "Acknowledge") in verbs
-        ]
+        group = [s for s in steps if _group_of(s) in verbs]
         if not group:
             continue
         console.print(f"[bold]{title}[/bold] ({len(group)})")

@@ -378,6 +378,7 @@ _GROUPS = (
     ("revert", "Will be reverted", ("revert", "cancel")),
     ("compensate", "Will be compensated — leaves a trace", ("compensate",)),
     ("person", "Needs a person", ("person",)),
+    ("budget", "Not in this budget — continuing the undo does it", ("budget",)),
     ("wait", "Still running — undo waits for its result", ("wait",)),
     ("none", "Nothing to undo", ("skip",)),
 )
@@ -392,10 +393,13 @@ _BY_ACTION = {"revert": "revert", "cancel": "cancel", "compensate": "compensate"
 
 def _kind(p: dict[str, Any]) -> str:
     """What undo will do to a preview step: revert, cancel, compensate, skip (nothing), person
-    (its effect will stand: a person must follow up) or wait."""
+    (its effect will stand: a person must follow up), budget (not attempted for lack of budget:
+    continuing the reversal runs its inverse, rule 6; not a person's work) or wait."""
     if p.get("action") == "wait":
         return "wait"
     predicted = p.get("predicted")
+    if predicted == "over_budget" and p.get("action") in ("revert", "compensate"):
+        return "budget"
     if predicted is not None:
         return _BY_STATE.get(predicted, "person")
     return _BY_ACTION.get(str(p.get("action")), "person")
@@ -430,6 +434,9 @@ def screen_of(plan: dict[str, Any]) -> dict[str, Any]:
                 p.get("expected_residue") for p in steps if p["kind"] == kind
             )
             parts.append(f"{verb} {n}" + (suffix if leaves or kind != "compensate" else ""))
+    later = [p for p in steps if p["kind"] == "budget"]
+    if later:
+        parts.append(f"Leave {len(later)} for a continued undo (budget)")
     cannot = [p for p in steps if p["kind"] == "person"]
     if cannot:
         parts.append(f"Acknowledge {len(cannot)}")
@@ -450,6 +457,7 @@ def screen_of(plan: dict[str, Any]) -> dict[str, Any]:
         "confirm": f"Yes: {verbs}",
         "residue": residue,
         "cannot": cannot,
+        "later": later,
         "windows": windows,
         "actionable": any(p["kind"] in ("revert", "compensate", "cancel") for p in steps),
         "tool_calls": plan.get("tool_calls"),
