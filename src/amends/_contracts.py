@@ -481,6 +481,9 @@ class ToolSpec:
     """Tools whose inverses this tool's inverse waits for (rule 3): a step of this tool is undone
     only after the latest earlier step of each of them in the same saga (a refund the processor
     accepts only once the deal it was charged against is reopened). Default: none."""
+    contract_file: str | None = None
+    """The contract file that declares this tool (HTTP, MCP); ``None`` for a Python tool. A
+    broken contract's violation names this file and its keys, not a Python call."""
 
     def sentence(self, args: Mapping[str, Any]) -> str:
         """A call of this tool in plain language, e.g. "Email 'Won' to bob@acme.test"."""
@@ -603,8 +606,10 @@ class Catalog:
         idempotent: bool = False,
         describe: str | None = None,
         undo_after: Sequence[str] = (),
+        contract_file: str | None = None,
     ) -> ToolSpec:
-        """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments."""
+        """Register ``fn`` as tool ``name``; see :meth:`tool` for the arguments, and
+        :attr:`ToolSpec.contract_file` (set by the contract-file loaders)."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ContractError(
                 f"tool name {name!r} is not valid; use dotted identifiers such as "
@@ -641,6 +646,7 @@ class Catalog:
             idempotent=idempotent,
             describe=check_template(name, describe),
             undo_after=_check_undo_after(name, undo_after),
+            contract_file=contract_file,
         )
         self._tools[name] = spec
         return spec

@@ -289,16 +289,26 @@ def _contract_violation(
     inv = call.recorded_inverse
     if declared not in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
         return None, False
+    # words for who wrote the contract: a contract file's author fixes a key of the file
+    source = catalog.get(step.tool).contract_file if step.tool in catalog else None
     # rule 2: no inverse recorded -> logged and reported as irreversible.
     if not isinstance(inv, Inverse):
-        return (
-            f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; "
-            f"call call.inverse(...) or register it as 'irreversible'"
-        ), False
+        fix = (
+            f"fix the inverse of tool {step.tool!r} in {source} (the manual action says why "
+            f'it could not be filled in) or declare it reversibility = "irreversible" there'
+            if source
+            else "call call.inverse(...) or register it as 'irreversible'"
+        )
+        return f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; {fix}", False
     if inv.tool not in catalog:
+        fix = (
+            f"add {inv.tool!r} to the catalog or name a tool it has in the inverse of "
+            f"{step.tool!r} in {source}"
+            if source
+            else "register it or record an inverse the catalog has"
+        )
         return (
-            f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the "
-            f"catalog; register it or record an inverse the catalog has"
+            f"tool {step.tool!r} recorded inverse {inv.tool!r} which is not in the catalog; {fix}"
         ), False
     if catalog.get(inv.tool).reversibility is Reversibility.READ_ONLY:
         # rule 2: a probe has no effect, so it can never take the step back; undo calling it
@@ -320,10 +330,14 @@ def _contract_violation(
     if call.recorded_expectation is None and call.recorded_no_drift_check is None:
         # rule 4: no drift check means no blind overwrite; the inverse is kept for a person
         # to review, never dispatched.
+        fix = (
+            f'give tool {step.tool!r} an expect table or no_drift_check = "why" in {source}'
+            if source
+            else "call call.expect(...) or call.no_drift_check(reason=...)"
+        )
         return (
             f"tool {step.tool!r} is {declared.value!r} but recorded no expectation and gave no "
-            f"reason why none is needed; call call.expect(...) or "
-            f"call.no_drift_check(reason=...) so undo never overwrites a change made since"
+            f"reason why none is needed; {fix} so undo never overwrites a change made since"
         ), True
     return None, True
 

@@ -725,3 +725,44 @@ async def test_a_vendor_trickling_its_answer_is_bounded_by_the_default_timeout(
     assert exc.value.state == "in_doubt"  # the vendor may have acted (rule 9)
     assert "items.add timed out after 1 s" in str(exc.value)
     assert took < 2.5
+
+
+async def test_a_contract_that_cannot_be_applied_names_the_file_and_key_not_python(
+    tmp_path: Path,
+) -> None:
+    """The violation of a contract-file tool whose inverse could not be filled in told its
+    author to "call call.inverse(...)": a TOML author fixes the file. It names the file, the
+    tool and the key, and whoever maintains that file is who can act."""
+
+    def answer(req: BaseHTTPRequestHandler, vendor: Vendor) -> None:
+        reply(req, 200, {"created": True})  # no id: the inverse cannot be filled in
+
+    path = tmp_path / "items.toml"
+    with http_vendor(answer) as (base, _vendor):
+        path.write_text(f'''
+[[tool]]
+name = "items.add"
+reversibility = "reversible"
+no_drift_check = "an item only this saga can see"
+http = {{ url = "{base}/items" }}
+inverse = {{ tool = "items.drop", args = {{ key = "{{result.id}}" }} }}
+
+[[tool]]
+name = "items.drop"
+reversibility = "irreversible"
+http = {{ url = "{base}/items/{{args.key}}", method = "DELETE" }}
+''')
+        engine = amends.Engine(amends.load_toml_catalog(path), log=amends.SqliteLog(":memory:"))
+        async with engine.saga("add") as saga:
+            await saga.call("items.add", name="x")
+        report = await engine.undo(saga.id)
+        await engine.close()
+    s1 = report.step("s1")
+    assert s1.state is StepState.ACKNOWLEDGED
+    assert s1.violation == (
+        f"tool 'items.add' is 'reversible' but recorded no inverse; fix the inverse of tool "
+        f"'items.add' in {path} (the manual action says why it could not be filled in) or "
+        f'declare it reversibility = "irreversible" there'
+    )
+    assert "call.inverse" not in report.to_json()
+    assert report.manual_actions[0].who == f"whoever maintains {path}"

@@ -291,7 +291,7 @@ async def _record_forward(
         # rule 2 and rule 8: the write happened; its inverse cannot be filled in, so nothing is
         # recorded (the step is irreversible) and the report says why.
         call.acknowledge(
-            who="whoever maintains the contract file",
+            who=f"whoever maintains {contract.source}",
             what=f"{tool} ran, but its contract could not be applied ({exc}); its effect "
             f"stands and undo cannot take it back",
         )
@@ -427,6 +427,7 @@ def registration(contract: ToolContract, binding: Binding) -> dict[str, Any]:
         "idempotent": contract.idempotent,
         "describe": contract.describe,
         "timeout": contract.timeout,
+        "contract_file": contract.source,
     }
     if contract.description:
         kwargs["description"] = contract.description

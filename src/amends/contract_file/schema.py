@@ -135,6 +135,8 @@ class ToolContract:
 
     name: str
     """The tool's name in the file (the upstream's own name for MCP)."""
+    source: str
+    """The file that declares it, as given (a path or ``builtin:<name>``)."""
     reversibility: str | None
     """``read_only``, ``reversible``, ``compensable``, ``irreversible``; ``None``: not declared
     (treated as irreversible, and ``amends audit`` flags it)."""
@@ -685,6 +687,7 @@ def _tool(entry: Any, i: int, src: str, errors: ErrorRules, transport: Transport
     sensitive, secret_env = _secret_env(entry, where)
     return ToolContract(
         name=name,
+        source=src,
         reversibility=cls,
         sensitive=sensitive,
         secret_env=secret_env,
