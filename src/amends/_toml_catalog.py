@@ -67,7 +67,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -407,6 +407,21 @@ def _http(contract: ToolContract, where: str, environ: Mapping[str, str]) -> Htt
     )
 
 
+def _url_null(tools: Mapping[str, HttpTransport]) -> Callable[[str, str], str | None]:
+    """Why an HTTP tool of the file cannot take argument ``arg`` null: its URL writes it."""
+
+    def refuses(name: str, arg: str) -> str | None:
+        http = tools.get(name)
+        shown = http.url.null_field(arg) if http is not None else None
+        return (
+            None
+            if shown is None
+            else f"writes it into its URL as '{shown}', which has no spelling for null"
+        )
+
+    return refuses
+
+
 def _file_transport(tools: Mapping[str, HttpTransport], catalog: Catalog) -> Transport:
     """Reaches a tool of the file over HTTP, or a tool of the same catalog (a Python probe a
     ``[tool.before]`` names) in-process."""
@@ -466,7 +481,9 @@ def load_toml_catalog(
                 f"saga.call({name!r}, ..., undo_after=[step])"
             )
         transports[name] = _http(contract, where, env)
-    binding = Binding(_file_transport(transports, catalog), cf.tools)
+    binding = Binding(
+        _file_transport(transports, catalog), cf.tools, refuses_null=_url_null(transports)
+    )
     for name, contract in cf.tools.items():
         try:
             kwargs = registration(contract, binding)

@@ -175,11 +175,15 @@ _json = st.recursive(
 
 @given(value=_json, word=st.text(alphabet="abcdefghij -", min_size=1, max_size=10))
 def test_a_whole_field_keeps_any_json_value_and_text_fields_embed_it(value: Any, word: str) -> None:
-    """'{args.v}' alone is the value itself (type kept); inside text it is formatted as str."""
+    """'{args.v}' alone is the value itself (type kept); inside text it is formatted as str,
+    and a null reads '(empty)': words for people never print Python's 'None' (lane words
+    item 3; a call's arguments refuse it instead)."""
     scope = {"args": {"v": value}}
     assert render("{args.v}", scope, "t") == value
     assert render([{"k": "{args.v}"}], scope, "t") == [{"k": value}]
-    assert render(word + "{args.v}", scope, "t") == word + str(value)
+    assert render(word + "{args.v}", scope, "t") == word + (
+        "(empty)" if value is None else str(value)
+    )
 
 
 def test_builtin_sandbox_sentences_agree_with_the_python_sandbox_catalog() -> None:

@@ -62,6 +62,11 @@ class Binding:
     """Catalog name = ``prefix + contract name`` (an MCP upstream's ``<name>.``)."""
     label: str = "contract"
     """How messages name a tool's contract (``contract of 'kv.kv_set'``)."""
+    refuses_null: Callable[[str, str], str | None] | None = None
+    """Why the tool ``name`` (contract name) cannot be called with argument ``arg`` null (its
+    URL has no spelling for null, its input schema does not take one), else ``None``. An
+    inverse recorded with such a null is refused when the forward step records it, not found
+    at undo (rule 2: the step has no usable inverse, and the preview says so)."""
 
     def catalog_name(self, name: str) -> str:
         """The catalog name of the contract-file tool ``name``."""
@@ -208,6 +213,8 @@ def _declarations(
         inv = effects.inverse
         tool = binding.catalog_name(inv["tool"])
         args = templates.fill(dict(inv.get("args", {})), scope, f"{where} inverse", call=True)
+        if binding.refuses_null is not None and None in args.values():
+            _check_nulls(binding.refuses_null, inv, args, f"{where} inverse")
         deadline = templates.fill(inv.get("deadline"), scope, f"{where} inverse deadline")
         # one mapping: an upstream's own argument may be named ``deadline`` (or ``tool``)
         out.append(lambda c: c.inverse(tool, args, deadline=deadline))
@@ -235,6 +242,28 @@ def _declarations(
             )
         )
     return out
+
+
+def _check_nulls(
+    refuses: Callable[[str, str], str | None],
+    inv: Mapping[str, Any],
+    args: Mapping[str, Any],
+    where: str,
+) -> None:
+    """Raises ConfigError for the first null argument the inverse's tool cannot take."""
+    for arg, value in args.items():
+        why = refuses(inv["tool"], arg) if value is None else None
+        if why is not None:
+            tpl = inv.get("args", {}).get(arg)
+            fix = (
+                f"; give it a default if one is right, e.g. '{tpl[:-1]}|default:...}}'"
+                if isinstance(tpl, str) and tpl.endswith("}")
+                else ""
+            )
+            raise ConfigError(
+                f"{where}: argument {arg!r} ({templates.quoted(tpl, 80)}) found null, and "
+                f"{inv['tool']!r} {why}{fix}"
+            )
 
 
 def _observation(

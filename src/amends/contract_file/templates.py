@@ -246,13 +246,20 @@ def fill(template: Any, scope: Mapping[str, Any], where: str, *, call: bool = Fa
 
 def _text(f: _Field, scope: Mapping[str, Any], where: str, template: str, call: bool) -> str:
     value = _value(f, scope, where)
-    if value is None and call:
-        raise ConfigError(
-            f"{where}: template {template!r} found null at '{f.shown}', which would be written "
-            f"as 'None'; give the field a default if one is right, e.g. "
-            f"'{f.shown[:-1]}|default:...}}'"
-        )
+    if value is None:
+        if call:
+            raise ConfigError(
+                f"{where}: template {template!r} found null at '{f.shown}', which would be "
+                f"written as 'None'; give the field a default if one is right, e.g. "
+                f"'{f.shown[:-1]}|default:...}}'"
+            )
+        return EMPTY  # words for people (residue, acknowledgement): never Python's "None"
     return str(value)
+
+
+EMPTY = "(empty)"
+"""How a null reads inside the text of residue or an acknowledgement, as a step's sentence
+writes an argument without a value (``key=(empty)``)."""
 
 
 EACH_KEYS = frozenset({"each", "as"})
@@ -525,6 +532,17 @@ class UrlTemplate:
         if self.fragment is not None:
             url += "#" + self.fragment
         return url
+
+    def null_field(self, arg: str) -> str | None:
+        """The field (as written) that would write argument ``arg`` into this URL when it is
+        null, which is refused before anything is sent (``None``: no such field, or it has a
+        default)."""
+        for text in (*self.segments, self.query or ""):
+            for m in _FIELD.finditer(text):
+                f = _field(m)
+                if f.root == "args" and f.keys == (arg,) and f.default is _MISSING:
+                    return f.shown
+        return None
 
     def _piece(self, text: str, scope: Mapping[str, Any], where: str) -> str:
         def one(m: re.Match[str]) -> str:

@@ -13,6 +13,7 @@ import sys
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -245,6 +246,7 @@ class Gateway:
             self._transport(up, contracts),
             contracts,
             prefix=f"{up.name}." if up.config.prefix else "",
+            refuses_null=partial(schema_refuses_null, up),
         )
         self._bindings[up.name] = binding
         for tool_name in sorted(up.tools):
@@ -597,6 +599,21 @@ class Gateway:
             )
         )
         return server
+
+
+def schema_refuses_null(up: Upstream, name: str, arg: str) -> str | None:
+    """Why upstream tool ``name`` cannot take argument ``arg`` null: its input schema (as the
+    upstream lists it now) gives the argument a type without "null". Unsure (no type, anyOf)
+    is no refusal: the upstream judges the call."""
+    tool = up.tools.get(name)
+    schema = getattr(tool, "input_schema", None)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(arg) if isinstance(props, dict) else None
+    kinds = prop.get("type") if isinstance(prop, dict) else None
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds or "null" in kinds:
+        return None
+    return f"takes {' or '.join(map(str, kinds))} for it, not null (its input schema)"
 
 
 @dataclass(frozen=True)
