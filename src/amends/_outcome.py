@@ -282,6 +282,12 @@ def finish_failed(
     return StepFinish(state, error=error, violation=violation)
 
 
+def _contract_file(catalog: Catalog, tool: str) -> str | None:
+    """The contract file that declares ``tool`` (``None``: a Python tool): a violation's words
+    fit who wrote the contract. Asked only once a violation is found (the hot path never)."""
+    return catalog.get(tool).contract_file if tool in catalog else None
+
+
 def _contract_violation(
     catalog: Catalog, declared: Reversibility, step: StepView, call: Call
 ) -> tuple[str | None, bool]:
@@ -289,10 +295,9 @@ def _contract_violation(
     inv = call.recorded_inverse
     if declared not in (Reversibility.REVERSIBLE, Reversibility.COMPENSABLE):
         return None, False
-    # words for who wrote the contract: a contract file's author fixes a key of the file
-    source = catalog.get(step.tool).contract_file if step.tool in catalog else None
     # rule 2: no inverse recorded -> logged and reported as irreversible.
     if not isinstance(inv, Inverse):
+        source = _contract_file(catalog, step.tool)
         fix = (
             f"fix the inverse of tool {step.tool!r} in {source} (the manual action says why "
             f'it could not be filled in) or declare it reversibility = "irreversible" there'
@@ -301,6 +306,7 @@ def _contract_violation(
         )
         return f"tool {step.tool!r} is {declared.value!r} but recorded no inverse; {fix}", False
     if inv.tool not in catalog:
+        source = _contract_file(catalog, step.tool)
         fix = (
             f"add {inv.tool!r} to the catalog or name a tool it has in the inverse of "
             f"{step.tool!r} in {source}"
@@ -330,6 +336,7 @@ def _contract_violation(
     if call.recorded_expectation is None and call.recorded_no_drift_check is None:
         # rule 4: no drift check means no blind overwrite; the inverse is kept for a person
         # to review, never dispatched.
+        source = _contract_file(catalog, step.tool)
         fix = (
             f'give tool {step.tool!r} an expect table or no_drift_check = "why" in {source}'
             if source
