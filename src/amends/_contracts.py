@@ -769,6 +769,10 @@ class Call:
         self.recorded_no_drift_check: str | None = None
         self.recorded_landed: Expectation | None = None
         self.tokens = 0
+        self.redact: Callable[[str], str] | None = None
+        """While undoing: replaces every secret amends knows for this saga (resolved for this
+        call or seen earlier) in a text by its marker (rule 11). A tool that cuts a vendor's
+        words to length redacts them first: half a secret is recognised by no later scrub."""
 
     def inverse(
         self,

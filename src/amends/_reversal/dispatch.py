@@ -217,6 +217,7 @@ class Caller:
                 attempt=attempt,
                 precondition=precondition,
             )
+            call.redact = self.vault.scrub  # rule 11: a tool cutting its vendor's words
             remaining = self.meter.remaining_seconds()
             timeout = remaining if spec.timeout is None else min(spec.timeout, remaining)
             try:

@@ -119,6 +119,29 @@ def _redact(sensitive: tuple[str, ...], args: Mapping[str, Any]) -> Redact | Non
     return templates.Redactor().adding(values).text if values else None
 
 
+def _known_secrets(
+    call: Call, args: Mapping[str, Any], declared: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The arguments of an undo-time call that hold a secret the saga knows, though this tool
+    does not declare them sensitive (only the forward tool did): its transport redacts them
+    too, before it cuts a URL or the vendor's words to length (rule 11)."""
+    saga = call.redact
+    if saga is None:
+        return ()
+    return tuple(
+        n for n, v in args.items() if n not in declared and isinstance(v, str) and saga(v) != v
+    )
+
+
+def _with_saga(redact: Redact | None, call: Call) -> Redact | None:
+    """``redact``, then every secret the saga knows (``call.redact``): an inverse's words may
+    echo a secret only the forward tool declared sensitive (rule 11)."""
+    saga = call.redact
+    if saga is None or redact is None:
+        return saga or redact
+    return lambda text: saga(redact(text))
+
+
 def _rules(binding: Binding, name: str, caller: ToolContract) -> ErrorRules:
     """How the answers of the read-only tool ``name`` read: its own contract's ``[errors]``,
     else (a Python probe of an HTTP catalog) those of the contract that calls it."""
@@ -407,10 +430,11 @@ def tool_function(
             scope["capture"] = captured.values
             if contract.before:
                 scope["before"] = captured.values.get("before")
-        request = _request(name, args, call, call.phase, call.idempotency_key, sensitive)
+        secret = sensitive + _known_secrets(call, args, sensitive)
+        request = _request(name, args, call, call.phase, call.idempotency_key, secret)
         result = await binding.transport(request)
         if not result.ok or errors.refused_answer is not None:
-            raise_for(result, errors, tool, args, _redact(sensitive, args))
+            raise_for(result, errors, tool, args, _with_saga(_redact(secret, args), call))
         value = result.value()
         if contract is None or call.phase == "probe":
             return value

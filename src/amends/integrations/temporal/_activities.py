@@ -598,6 +598,7 @@ class ReversalActivities:
             except LeaseLostError as exc:
                 raise _app_error("DispatchLeaseLost", str(exc)) from exc
         vault = Vault()
+        call.redact = vault.scrub  # rule 11: a tool cutting its vendor's words redacts first
         try:
             inp = await self._with_values(inp)
             args = await self._secrets(inp, vault)
