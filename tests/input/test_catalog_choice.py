@@ -45,7 +45,9 @@ async def test_undo_loads_the_recorded_catalog_only_when_the_operator_allows_it(
     err = capsys.readouterr().err
     assert code == 2 and "this process is allowed no catalog" in err and f"'{SPEC}'" in err
     assert rows(db) == before
-    monkeypatch.setenv("AMENDS_CATALOGS", f"other.toml,{SPEC}")  # the saga's name selects
+    other = Path(db).with_name("other.toml")  # an allowed catalog must exist (a typo is refused)
+    other.write_text("[[tool]]\nname='x.y'\nhttp={url='http://127.0.0.1:9/x'}\n")
+    monkeypatch.setenv("AMENDS_CATALOGS", f"{other},{SPEC}")  # the saga's name selects
     assert WORLD.crm["r1"]["stage"] == "won"
     code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -187,8 +189,11 @@ async def test_serve_takes_the_one_catalog_allowed_or_the_one_its_sagas_select(
     db, _ = saga_db
     with pytest.raises(amends.ConfigError, match=f"none was given \\(its sagas recorded {SPEC}"):
         await asyncio.to_thread(_serve_catalog, None, db)
-    assert await asyncio.to_thread(_serve_catalog, ["x.toml"], db) == "x.toml"
-    assert await asyncio.to_thread(_serve_catalog, ["x.toml", SPEC], db) == SPEC
+    x_file = tmp_path / "x.toml"  # an allowed catalog file must exist (a typo is refused)
+    x_file.write_text("[[tool]]\nname='x.y'\nhttp={url='http://127.0.0.1:9/x'}\n")
+    x = str(x_file)
+    assert await asyncio.to_thread(_serve_catalog, [x], db) == x
+    assert await asyncio.to_thread(_serve_catalog, [x, SPEC], db) == SPEC
     from amends.sandbox import World, sandbox_catalog
 
     engine = amends.Engine(sandbox_catalog(World(db + ".world")), log=db)
@@ -228,3 +233,34 @@ def test_a_catalog_module_that_fails_is_one_line_naming_it(
     assert fragment in err
     assert len(err.strip().splitlines()) == 1
     sys.modules.pop("broken_t11", None)
+
+
+@pytest.mark.parametrize("where", ["flag", "env"])
+async def test_an_allowed_catalog_file_that_does_not_exist_is_refused_by_path(
+    saga_db: tuple[str, str],
+    rows: Rows,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    """`amends undo --catalog missing.toml --catalog SPEC` (or the same in $AMENDS_CATALOGS)
+    undid the saga with SPEC and never said that missing.toml does not exist (a typo in the
+    operator's list went unseen). Bad input: exit 2, the path named, nothing written."""
+    db, saga_id = saga_db
+    missing = tmp_path / "missing.toml"
+    monkeypatch.delenv("AMENDS_CATALOG", raising=False)
+    if where == "flag":
+        monkeypatch.delenv("AMENDS_CATALOGS", raising=False)
+        args = ["--catalog", str(missing), "--catalog", SPEC]
+    else:
+        monkeypatch.setenv("AMENDS_CATALOGS", f"{missing},{SPEC}")
+        args = []
+    before = rows(db)
+    code = await asyncio.to_thread(main, ["undo", saga_id, "--db", db, "--json", *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"catalog file {str(missing)!r} does not exist" in err, err
+    assert "Traceback" not in err
+    assert rows(db) == before
+    assert WORLD.crm["r1"]["stage"] == "won"  # nothing was undone

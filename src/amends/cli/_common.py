@@ -235,12 +235,22 @@ def allowed_specs(specs: Sequence[str] | None) -> dict[str, str]:
     ``--catalog`` (repeatable), else ``$AMENDS_CATALOGS`` (comma-separated) and
     ``$AMENDS_CATALOG``. The name a saga records for each -> the spec as given."""
     given = list(specs or ())
+    source = "--catalog"
     if not given:
         given = [s.strip() for s in os.environ.get("AMENDS_CATALOGS", "").split(",") if s.strip()]
         if os.environ.get("AMENDS_CATALOG"):
             given.append(os.environ["AMENDS_CATALOG"])
+        source = "$AMENDS_CATALOGS / $AMENDS_CATALOG"
     out: dict[str, str] = {}
     for spec in given:
+        if spec.endswith(".toml") and not Path(spec).is_file():
+            # bad input: a file the operator named is checked now, not only when a saga's
+            # recorded name happens to select it (another allowed catalog hid the typo)
+            raise ConfigError(
+                f"catalog file {spec!r} does not exist (named by {source}; looked for "
+                f"{Path(spec).resolve()}); give the path of a TOML catalog file, or leave it "
+                f"out; nothing was done"
+            )
         out.setdefault(catalog_name(spec), spec)
     return out
 
