@@ -15,11 +15,12 @@ from __future__ import annotations
 import functools
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
 from ._errors import ContractError
+from ._money import CURRENCY, money
 
 __all__ = ["DONE_WORDS", "check_template", "left_out", "named", "people_detail", "sentence"]
 
@@ -54,7 +55,7 @@ def check_template(tool: str, template: Any) -> str | None:
     for _, name, spec, conv in string.Formatter().parse(template):
         if name is None:
             continue
-        if (spec or conv) and (spec not in _SPECS or conv):
+        if (spec or conv) and ((spec not in _SPECS and not CURRENCY.fullmatch(spec or "")) or conv):
             raise ContractError(
                 f"describe= of tool {tool!r} has the field {{{name}{'!' + conv if conv else ''}"
                 f"{':' + spec if spec else ''}}}; the formats are :cents (an amount in "
@@ -98,6 +99,17 @@ def when_words(value: Any) -> str:
 
 
 _SPECS = {"cents": _cents, "when": when_words}
+
+
+def _spec(spec: str) -> Callable[[Any], str]:
+    """The formatter of a field's spec: :cents, :when, or an ISO 4217 code (``{amount:JPY}``:
+    minor units of that currency, with its own decimals, "1,200 JPY")."""
+    found = _SPECS.get(spec)
+    if found is not None:
+        return found
+    return lambda value: money(value, spec) if isinstance(value, int) else _show(value)
+
+
 """The format specs a ``describe=`` field may carry."""
 
 EMPTY = "an empty value"
@@ -109,7 +121,7 @@ class _Sentence(string.Formatter):
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if format_spec:
-            return _SPECS[format_spec](value)
+            return _spec(format_spec)(value)
         return _show(value)
 
 
@@ -139,7 +151,8 @@ def _compiled(template: str, empty: tuple[str, ...]) -> _Pieces | None:
     text = _unquoted(template, dict.fromkeys(empty))
     pieces: list[tuple[str, str | None, str]] = []
     for literal, name, spec, conv in _PARSER.parse(text):
-        if name is not None and (conv or not name.isidentifier() or (spec and spec not in _SPECS)):
+        odd = spec and spec not in _SPECS and not CURRENCY.fullmatch(spec)
+        if name is not None and (conv or not name.isidentifier() or odd):
             return None
         pieces.append((literal, name, spec or ""))
     return tuple(pieces)
@@ -156,7 +169,7 @@ def _fill(pieces: _Pieces, args: Mapping[str, Any]) -> str:
         out.append(literal)
         if name is not None:
             value = args[name]
-            out.append(_SPECS[spec](value) if spec else _show(value))
+            out.append(_spec(spec)(value) if spec else _show(value))
     return "".join(out)
 
 

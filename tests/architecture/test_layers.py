@@ -21,7 +21,14 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "amends"
 
 # Lowest first. A module's layer is the first prefix that matches its dotted name.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("amends._errors", "amends._fields", "amends._jsondata", "amends._native", "amends._arguments"),
+    (
+        "amends._errors",
+        "amends._fields",
+        "amends._jsondata",
+        "amends._native",
+        "amends._arguments",
+        "amends._money",
+    ),
     ("amends._secrets", "amends._describe", "amends._telemetry", "amends._dates"),
     ("amends._contracts", "amends._budget"),
     ("amends._calls", "amends._catalog_ref", "amends._joins"),

@@ -13,7 +13,8 @@ A field is ``{root.path}`` with optional filters, ``{root.path|filter|filter:arg
 - a table of exactly the keys ``each`` and ``as`` maps a list to a list:
   ``{ each = "{result.entities}", as = "{item.name}" }`` fills ``as`` (a string, list or table)
   once per element of ``each``, the element under ``{item...}`` (issue 24 item 8);
-- filters: ``join`` (a list as ``a, b``), ``money`` (cents as ``12,000.00 USD``), ``json``, and
+- filters: ``join`` (a list as ``a, b``), ``money`` (cents as ``12,000.00 USD``; ``money:JPY``:
+  minor units of that currency, its own decimals), ``json``, and
   ``default:TEXT`` -- the value when the path is missing or null (``{args.folder|default:inbox}``),
   so a template over an optional argument does not refuse the calls that omit it (issue 24).
 
@@ -37,6 +38,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 from .._errors import ConfigError, ContractError
+from .._money import CURRENCY, money
 
 __all__ = [
     "FILTERS",
@@ -64,8 +66,10 @@ _INDEX = re.compile(r"[0-9]{1,18}")
 ``int`` refuses 5,000 digits too): anything else is a key, missing from a list."""
 
 
-def _money(value: Any) -> str:
-    return f"{int(value) / 100:,.2f} USD"
+def _money(value: Any, currency: str | None = None) -> str:
+    """``|money`` (cents as USD) or ``|money:JPY``: minor units of that ISO 4217 currency,
+    with its own decimals (JPY 0, KWD 3), never an assumed two."""
+    return money(int(value), currency or "USD")
 
 
 def _join(value: Any) -> str:
@@ -78,7 +82,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-FILTERS: dict[str, Callable[[Any], str]] = {"join": _join, "money": _money, "json": _json}
+FILTERS: dict[str, Callable[..., str]] = {"join": _join, "money": _money, "json": _json}
 """Text filters, by name; ``default:TEXT`` is handled by the lookup itself."""
 _ALL_FILTERS = sorted([*FILTERS, "default"])
 
@@ -189,11 +193,11 @@ def _value(f: _Field, scope: Mapping[str, Any], where: str) -> Any:
         value = f.default
     if value is None and f.default is not _MISSING:
         value = f.default
-    for name, _arg in f.filters:
+    for name, arg in f.filters:
         if name == "default":
             continue
         try:
-            value = FILTERS[name](value)
+            value = FILTERS[name](value) if arg is None else FILTERS[name](value, arg)
         except KeyError:
             raise ConfigError(
                 f"{where}: unknown filter {name!r} in '{f.shown}'; use one of "
@@ -330,7 +334,13 @@ def check(template: Any, roots: set[str] | frozenset[str], where: str) -> None:
                         f"{where}: unknown filter {name!r} in '{m.group(0)}'; use one of "
                         f"{', '.join(_ALL_FILTERS)}"
                     )
-                if (name == "default") != (arg is not None):
+                if name == "money" and arg is not None and not CURRENCY.fullmatch(arg):
+                    raise ConfigError(
+                        f"{where}: in '{m.group(0)}', money takes an ISO 4217 currency code "
+                        f"after its colon (minor units with that currency's decimals), e.g. "
+                        f"'|money:JPY', not {arg!r}"
+                    )
+                if (name == "default") != (arg is not None) and name != "money":
                     raise ConfigError(
                         f"{where}: in '{m.group(0)}', "
                         + (
