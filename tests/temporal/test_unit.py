@@ -4,6 +4,7 @@ imports, clear errors for bad input."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import math
@@ -558,5 +559,8 @@ def test_the_interceptor_refuses_options_that_would_record_nothing(
 
     engine = amends.Engine(amends.Catalog(), log=amends.SqliteLog(":memory:"))
     given = {"engine": engine, **options}
-    with pytest.raises(amends.ConfigError, match=re.escape(said)):
-        AmendsInterceptor(given.pop("engine"), **given)
+    try:
+        with pytest.raises(amends.ConfigError, match=re.escape(said)):
+            AmendsInterceptor(given.pop("engine"), **given)
+    finally:
+        asyncio.run(engine.close())  # 3.13: an unclosed connection is a ResourceWarning
