@@ -41,8 +41,10 @@ equals = "{args.value}"
 HTTP tools send the arguments as a JSON object (``POST`` unless ``method`` says otherwise) with
 headers ``Idempotency-Key`` and, for compensations with an expectation, ``X-Amends-Precondition``
 (JSON). The response's JSON body is the result (a body that is not JSON is its text). Only a
-2xx is success. Redirects are never followed: a 3xx is a refusal (the vendor did not do the work
-at this address), except a 303 See Other answering a write, which is unknown (rule 9). 429 and
+2xx is success. Redirects are never followed. A 301, 302 or 303 answering a write (any method
+but ``GET`` and ``HEAD``) is unknown (rule 9): servers answer a write they have done that way
+(POST/redirect/GET) as well as one sent to an address that moved. Any other 3xx (a 307 or 308,
+or any redirect of a read) is a refusal: the vendor did not do the work at this address. 429 and
 5xx are transient, 412 means the precondition failed (drift), other 4xx are refusals. An
 ambiguous outcome -- a timeout or a connection lost after the request was sent, a 504 -- is
 unknown: the forward step is ``in_doubt`` (rule 9), an inverse ``failed``,
@@ -341,14 +343,18 @@ class HttpTransport:
                 detail=f"{shown}: HTTP {code}",
                 retry_after=float(retry) if retry and _SECONDS.fullmatch(retry) else None,
             )
-        if code == 303 and resp.request.method != "GET":
-            # rule 9: "See Other" is how a server answers a write it has done (POST, then
-            # redirect to the result): it is no refusal, and amends does not follow it
+        if code in _AFTER_A_WRITE and resp.request.method not in ("GET", "HEAD"):
+            # rule 9: a 301, 302 or 303 is how a server answers a write it has done (POST,
+            # then redirect to the result: POST/redirect/GET), and a server that moved
+            # answers the same codes: nothing says the vendor refused, so the outcome is
+            # unknown; amends does not follow it. (A 307 or 308 asks for the same request
+            # again at another address: the vendor did not do it at this one.)
             where_to = resp.headers.get("Location", "no Location header")
             return TransportResult(
                 "unknown",
-                detail=f"{shown}: HTTP 303 See Other to {where_to}: the vendor may have done "
-                f"the work (redirects are not followed, so its result was not read)",
+                detail=f"{shown}: HTTP {code} {_AFTER_A_WRITE[code]} to {where_to}: the vendor "
+                f"may have done the work (redirects are not followed, so its result was not "
+                f"read); if the address moved, point http.url at the final URL",
             )
         if 300 <= code < 400:
             where_to = resp.headers.get("Location", "no Location header")
@@ -368,6 +374,9 @@ class HttpTransport:
             # vendor did act (a 2xx); its answer is kept as text (issue 21)
             return TransportResult("ok", text=resp.text)
 
+
+_AFTER_A_WRITE = {301: "Moved Permanently", 302: "Found", 303: "See Other"}
+"""Redirects a server may answer a write with after doing it (rule 9: not a refusal)."""
 
 MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
 """The most bytes of an HTTP answer a TOML tool reads (issue 21 item 13): the log's cap."""

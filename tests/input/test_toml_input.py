@@ -62,8 +62,9 @@ def vendor() -> Iterator[tuple[str, Vendor]]:
             if self.path == "/gateway-timeout":  # the upstream may have acted
                 v.writes.append(args["value"])
                 return self.reply(504, {"error": "upstream timed out"})
-            if self.path.startswith("/moved"):
-                return self.reply(302, {}, Location="/set")
+            if self.path.startswith("/moved"):  # "/moved-308": a redirect that asks again
+                code = int(self.path.rsplit("-", 1)[1]) if self.path[-1].isdigit() else 302
+                return self.reply(code, {}, Location="/set")
             if self.path == "/slow":
                 time.sleep(2.0)
                 return self.reply(200, {})
@@ -130,17 +131,48 @@ async def _run(catalog: amends.Catalog, value: str = "won") -> tuple[amends.Engi
     return engine, saga.id, rec.steps[0].state
 
 
-async def test_a_redirect_is_not_followed_and_the_forward_step_failed(
-    tmp_path: Path, vendor: tuple[str, Vendor]
+@pytest.mark.parametrize("code", [307, 308])
+async def test_a_redirect_asking_for_the_request_again_is_not_followed_and_the_step_failed(
+    tmp_path: Path, vendor: tuple[str, Vendor], code: int
 ) -> None:
+    """A 307 or 308 asks for the same request again at another address: the vendor did not do
+    the work at this one, so the step failed (no effect), and the redirect is not followed."""
     base, v = vendor
     engine, saga_id, state = await _run(
-        amends.load_toml_catalog(catalog_file(tmp_path, base, "/moved"))
+        amends.load_toml_catalog(catalog_file(tmp_path, base, f"/moved-{code}"))
     )
     rec = await engine.log.get_saga(saga_id)
     assert rec is not None
     assert state == "failed", rec.steps[0].error
-    assert "HTTP 302 redirect to /set; redirects are not followed" in (rec.steps[0].error or "")
+    assert f"HTTP {code} redirect to /set; redirects are not followed" in (rec.steps[0].error or "")
+    assert v.writes == []  # the redirect target was never called
+    await engine.close()
+
+
+@pytest.mark.parametrize(("code", "words"), [(301, "Moved Permanently"), (302, "Found")])
+async def test_a_write_answered_301_or_302_is_in_doubt_never_refused(
+    tmp_path: Path, vendor: tuple[str, Vendor], code: int, words: str
+) -> None:
+    """Rule 9: servers answer a write they have done with a 302 (POST/redirect/GET) as often as
+    with a 303, and a 301 or 302 gives no sign that the vendor refused: a forward call answered
+    with one was read as "failed, no effect" and an effect that may stand went unreported. It
+    is in doubt, and the redirect is still not followed."""
+    base, v = vendor
+    engine, saga_id, state = await _run(
+        amends.load_toml_catalog(catalog_file(tmp_path, base, f"/moved-{code}"))
+    )
+    rec = await engine.log.get_saga(saga_id)
+    assert rec is not None
+    assert state == "in_doubt", rec.steps[0].error
+    report = await engine.undo(saga_id)
+    step = report.step("s1")
+    assert step.state is StepState.IN_DOUBT
+    assert report.status == amends.Outcome.CANNOT_UNDO
+    assert (
+        f"HTTP {code} {words} to /set: the vendor may have done the work (redirects are not "
+        "followed, so its result was not read); if the address moved, point http.url at the "
+        "final URL"
+    ) in step.detail
     assert v.writes == []  # the redirect target was never called
     await engine.close()
 
