@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from ._errors import ContractError
-from ._money import CURRENCY, money
+from ._money import CURRENCY, money, scaled
 
 __all__ = ["DONE_WORDS", "check_template", "left_out", "named", "people_detail", "sentence"]
 
@@ -76,7 +76,7 @@ def _cents(value: Any) -> str:
     """``{cents:cents}``: an amount in cents as money, "2,400.00" (issue 26: people read money,
     not "240000 cents")."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value / 100:,.2f}"
+        return _cut(scaled(value, 2))  # exact: a float showed 10**17 + 1 cents as ...000.00
     return _show(value)
 
 
@@ -107,7 +107,18 @@ def _spec(spec: str) -> Callable[[Any], str]:
     found = _SPECS.get(spec)
     if found is not None:
         return found
-    return lambda value: money(value, spec) if isinstance(value, int) else _show(value)
+    return lambda value: _money(value, spec)
+
+
+def _money(value: Any, currency: str) -> str:
+    """``{amount:JPY}``: ``value`` minor units of ``currency``; a value that is no amount (or
+    one past any real amount, 10**400: ``money`` raises for a filter's sake) as it is."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _show(value)
+    try:
+        return _cut(money(value, currency))
+    except OverflowError:
+        return _show(value)
 
 
 """The format specs a ``describe=`` field may carry."""
@@ -204,7 +215,11 @@ def _show(value: Any) -> str:
         return EMPTY
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         value = ", ".join(value)  # attendees, people: "ann@acme.test, bob@acme.test"
-    text = value if isinstance(value, str) else repr(value)
+    return _cut(value if isinstance(value, str) else repr(value))
+
+
+def _cut(text: str) -> str:
+    """``text`` within a sentence's bound for one value."""
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
 
 

@@ -7,10 +7,9 @@ It must never guess: an amount that is not an integer count of minor units is sh
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Any
 
-__all__ = ["CURRENCY", "minor_units", "money"]
+__all__ = ["CURRENCY", "minor_units", "money", "scaled"]
 
 CURRENCY = re.compile(r"[A-Z]{3}")
 """An ISO 4217 alphabetic code."""
@@ -55,6 +54,13 @@ def money(amount: Any, currency: str) -> str:
     if not isinstance(amount, int) or isinstance(amount, bool):
         return f"{amount} {currency}"
     float(amount)  # OverflowError beyond any real amount (10**400), as a filter error says
-    places = minor_units(currency)
-    value = Decimal(amount).scaleb(-places)
-    return f"{value:,.{places}f} {currency.upper()}"
+    return f"{scaled(amount, minor_units(currency))} {currency.upper()}"
+
+
+def scaled(amount: int, places: int) -> str:
+    """``amount`` minor units with ``places`` decimals, grouped in thousands, exactly:
+    ``scaled(100000000000000000001, 2)`` is "1,000,000,000,000,000,000.01" (integer arithmetic:
+    a float, or a decimal at its default 28 digits, would show another amount)."""
+    whole, part = divmod(abs(amount), 10**places)
+    sign = "-" if amount < 0 else ""
+    return f"{sign}{whole:,}.{part:0{places}d}" if places else f"{sign}{whole:,}"
