@@ -61,6 +61,7 @@ from ._log.base import (
     StepIntent,
     StepRecord,
 )
+from ._log.spend import FollowUpSpend
 from ._planner import Plan, PlannedStep, Preview, PreviewStep, plan
 from ._report import Outcome, StepOutcome, StepState, UndoReport, current_report
 from ._reversal.agentic import FollowUpAgent, FollowUpOutcome, FollowUpProposal
@@ -130,6 +131,7 @@ __all__ = [
     "FollowUpAgent",
     "FollowUpOutcome",
     "FollowUpProposal",
+    "FollowUpSpend",
     "HistoryAlteredError",
     "IdemRecord",
     "Inverse",

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .._errors import ConfigError
 from .._secrets import Redaction, redactions_from
+from .spend import FollowUpSpend
 
 __all__ = [
     "ChainProblem",
@@ -135,8 +136,7 @@ class StepRecord:
     """The inverse the tool recorded (the call undo will send), or ``None`` when it recorded
     none."""
     expectation: dict[str, Any] | None = None
-    """What undo must still observe before it reverses the step (the drift check), or
-    ``None``."""
+    """What undo must still observe before it reverses the step (drift check), or ``None``."""
     residue: tuple[dict[str, Any], ...] = ()
     """Effects the tool said no inverse can take back (an email read, a fee charged)."""
     acknowledgement: dict[str, Any] | None = None
@@ -532,8 +532,7 @@ class StepIntent:
 class CompensationWrite:
     """One event of a step's compensation inside a reversal, as the reversal writes it (rule 5:
     ``dispatched`` before the inverse is called, the final state after). One record per event
-    (issue 22): the log interface, the SQL log and the Temporal workflow pass this, not twelve
-    parameters."""
+    (issue 22): the log, the SQL log and the Temporal workflow pass this, not twelve values."""
 
     reversal_id: str
     """The reversal writing it."""
@@ -561,9 +560,10 @@ class CompensationWrite:
     redacted: tuple[Redaction, ...] = ()
     """Where amends put a secret's marker in ``data`` (rule 12), paths relative to it."""
     first: bool = False
-    """Write only if the reversal has no record under ``step_id`` yet, else raise
-    :class:`amends.SagaStateError` and write nothing: the claim of a follow-up a person sends
-    (issue 27), so two senders racing, in any processes, never both send it."""
+    """Write only if the reversal has no record under ``step_id`` (else SagaStateError, nothing
+    written): a follow-up's claim (issue 27), so two senders racing never both send it."""
+    spend: FollowUpSpend | None = None
+    """A follow-up's own cost, added to the reversal's spend in the write's transaction."""
 
 
 @dataclass(frozen=True)

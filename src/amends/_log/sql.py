@@ -66,6 +66,7 @@ from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
+from .spend_sql import spend_text
 from .texts import step_intent_text
 from .unreadable import readable
 
@@ -533,7 +534,8 @@ class SqlSagaLog(AdminQueries, SagaLog):
             saga_id, run, head = _fenced(tx, reversal_id, generation)
             if write.first:
                 _first(tx, reversal_id, step_id)
-            stored = text if not run else f'{text[:-1]},"run":{run}}}'
+            body = text if write.spend is None else spend_text(tx, write, run)  # issue 27
+            stored = body if not run else f'{body[:-1]},"run":{run}}}'
             _append(
                 tx,
                 key,

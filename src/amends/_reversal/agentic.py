@@ -40,7 +40,19 @@ class FollowUpProposal:
     args: Mapping[str, Any] = field(default_factory=dict)
     """Its arguments."""
     tokens: int = 0
-    """Tokens the agent spent producing it (counted in the reversal's budget)."""
+    """Tokens the agent spent producing it (counted in the reversal's budget): a whole number,
+    0 or more."""
+
+    def __post_init__(self) -> None:
+        # rule 7: an agent's word on its own cost is checked as call.spend checks a tool's:
+        # a negative count gave budget back, NaN made the reversal's record unreadable
+        t = self.tokens
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise ConfigError(
+                f"FollowUpProposal(tokens=...) takes a whole number of tokens, 0 or more, got "
+                f"{t!r:.60} for the follow-up of step {self.step_id!r:.60}; pass what producing "
+                f"it cost, e.g. tokens=120"
+            )
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from .._log.base import (
     SagaLog,
     SagaRecord,
 )
+from .._log.spend import FollowUpSpend
 from .._manual import did
 from .._observe import CompensationLog, observed
 from .._report import UndoReport, current_resolutions
@@ -393,6 +394,7 @@ class _Writer:
         self, log: CompensationLog, rev: ReversalRecord, key: str, meter: BudgetMeter
     ) -> None:
         self.log, self.rev, self.key, self.meter = log, rev, key, meter
+        self.written = (0, 0)  # the (calls, tokens) of its own its records added so far
 
     async def __call__(
         self,
@@ -406,16 +408,23 @@ class _Writer:
         rev, meter = self.rev, self.meter
         # its own cost, kept with it: the report counts it (issue 27: follow-ups are calls
         # of the reversal), whatever runs or continuations come after
-        data = {**data, "calls": meter.calls - rev.calls_spent,
-                "tokens": meter.tokens - rev.tokens_spent}  # fmt: skip
+        own = (meter.calls - rev.calls_spent, meter.tokens - rev.tokens_spent)
+        data = {**data, "calls": own[0], "tokens": own[1]}
+        # rule 7: what it adds, summed with the reversal's latest spend by the log in the
+        # write's transaction (capped at the claim): follow-ups sent at once, without a lease,
+        # never overwrite each other's spend nor both take the budget's last call
+        caps = (meter.budget.tool_calls, meter.budget.tokens) if first else (None, None)
+        spend = FollowUpSpend(own[0] - self.written[0], own[1] - self.written[1], *caps)
         try:
             await self.log.record_compensation(
                 CompensationWrite(
                     rev.reversal_id, rev.generation, self.key, state=state, attempts=1,
                     detail=detail, data=data, calls_spent=meter.calls, tokens_spent=meter.tokens,
                     event=f"follow_up.{state}", now=time.time(), redacted=redacted, first=first,
+                    spend=spend,
                 )
             )  # fmt: skip
+            self.written = own
         except LeaseLostError:
             raise SagaStateError(
                 f"a continuation of reversal {rev.reversal_id} started meanwhile; "

@@ -1,0 +1,41 @@
+"""The SQL log's half of :class:`.spend.FollowUpSpend`: a follow-up's record text, its totals
+summed with the reversal's latest record's in the writing transaction, its caps checked there."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._errors import SagaStateError
+from .base import CompensationWrite
+from .database import Tx
+from .records import compensation_text, spent
+
+__all__ = ["spend_text"]
+
+
+def spend_text(tx: Tx, write: CompensationWrite, run: int) -> str:
+    """``write``'s record text, its totals the reversal's latest record's plus ``write.spend``.
+
+    Raises:
+        SagaStateError: The sum would pass a cap ("the reversal's budget is spent"): nothing is
+            written, nothing may be sent.
+    """
+    add = write.spend
+    assert add is not None
+    rows = tx.execute(
+        "SELECT body FROM records WHERE reversal_id = ? AND phase = 'c' "
+        "ORDER BY rec_id DESC LIMIT 1",
+        (write.reversal_id,),
+    )
+    before = spent(str(rows[0][0]) if rows else None, run)
+    calls, tokens = before[0] + add.calls, before[1] + add.tokens
+    for was, total, cap, what in ((before[0], calls, add.max_calls, "tool calls"),
+                                  (before[1], tokens, add.max_tokens, "tokens")):  # fmt: skip
+        if cap is not None and total > cap:
+            raise SagaStateError(
+                f"the reversal's budget is spent ({what}: {was} of {cap} spent, this follow-up "
+                f"needs {total - was} more; another follow-up was sent meanwhile): the "
+                f"follow-up was not sent",
+                step_id=write.step_id,
+            )
+    return compensation_text(dataclasses.replace(write, calls_spent=calls, tokens_spent=tokens))
