@@ -215,10 +215,13 @@ async def test_an_agent_handles_two_manual_actions_within_the_budget(framework: 
     assert not second[1] and second[0].startswith("Follow-up s2+f1 sent with chat.post (id ")
     assert "2 sent" in status[0] and "Manual actions still open: s3 (the sender)" in status[0]
     report = await engine.report(saga_id)
-    for step, tool in (("s1", "mail.send"), ("s2", "chat.post")):
+    # the post reached the channel's members, not Bob, whom s2's manual action names: its
+    # resolution says so (rule 8)
+    reached = f"to {', '.join(posts[0]['notified'])} "
+    for step, sent in (("s1", "mail.send "), ("s2", f"chat.post {reached}")):
         handled = report.handled(step)
         assert handled is not None and handled["by"] == "agent:apology"
-        assert f"sent with {tool} (id " in handled["note"], handled
+        assert f"sent with {sent}(id " in handled["note"], handled
     assert [m.step_id for m in report.open_manual_actions] == ["s3"]
     rev = await engine.log.get_reversal(saga_id=saga_id)
     assert rev is not None and rev.calls_spent == 2

@@ -254,12 +254,16 @@ class FollowUpSender:
                 saga.saga_id, rev.reversal_id, key, step_id, data, state, detail, time.time()
             )
         ref = _reference(result)
+        reached = tuple(caller.vault.scrub(list(_reached(call)))) or tuple(parties)  # rule 11
         residue = [
-            Residue(f"follow-up sent (it stays sent): {did(tool, logged)}", tuple(parties)),
+            Residue(f"follow-up sent (it stays sent): {did(tool, logged)}", reached),
             *call.recorded_residue,
         ]
         data.update(reference=ref, residue=[r.to_dict() for r in residue])
-        detail = f"sent with {tool}" + (f" ({ref})" if ref else "")
+        # rule 8: a person who sent it elsewhere than the manual action named is not shown
+        # as having written to the affected parties
+        to = f" to {', '.join(reached)}" if set(reached) != set(parties) else ""
+        detail = f"sent with {tool}{to}" + (f" ({ref})" if ref else "")
         await write("sent", data, detail)
         await self._resolve(saga, step_id, key, rev.reversal_id, detail, by)
         return _made(saga.saga_id, rev.reversal_id, key, step_id, data, "sent", detail, time.time())
@@ -471,6 +475,16 @@ def _made(
         residue=tuple(Residue.from_dict(r) for r in data.get("residue") or ()),
         at=at,
     )
+
+
+def _reached(call: Any) -> tuple[str, ...]:
+    """Who the send reached, as the tool itself declared it in this call (its
+    acknowledgement's parties, else its residue's): the recipients a person typed, which may
+    differ from the ones the manual action names."""
+    ack = call.recorded_acknowledgement
+    if ack is not None and ack.parties:
+        return tuple(ack.parties)
+    return tuple(dict.fromkeys(p for r in call.recorded_residue for p in r.parties))
 
 
 def _reference(result: Any) -> str | None:
