@@ -32,6 +32,7 @@ EXPORTED = [
     "FollowUpAgent",
     "FollowUpOutcome",
     "FollowUpProposal",
+    "FollowUpSpend",
     "HistoryAlteredError",
     "IdemRecord",
     "Inverse",
