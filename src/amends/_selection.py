@@ -159,14 +159,24 @@ def selection_of(saga: SagaRecord, asked: Sequence[str]) -> Selection:
             dependents.setdefault(d, []).append(s)
     chosen = {sid for sid in asked if sid in index}
     added: dict[str, Added] = {}
-    todo = sorted(chosen, key=lambda sid: index[sid].seq)
+    # a chosen step with nothing to take back (a probe, a call that had no effect) has no
+    # inverse for a later one's to go before (rule 3): what stands on it is not needed on its
+    # account ("Undo only this" on a read must not refund the charge made after it). Reached
+    # from a chosen step with an effect, it passes that dependency on, as any step does.
+    todo = sorted(
+        (sid for sid in chosen if not _no_effect(index[sid])), key=lambda sid: index[sid].seq
+    )
+    expanded: set[str] = set()
     while todo:
         cur = index[todo.pop(0)]
+        if cur.step_id in expanded:
+            continue
+        expanded.add(cur.step_id)
         for other, why in _needs(cur, dependents, index):
-            if other.step_id in chosen:
-                continue
-            chosen.add(other.step_id)
-            added[other.step_id] = Added(other.step_id, cur.step_id, why, _reason(cur, other, why))
+            if other.step_id not in chosen:
+                chosen.add(other.step_id)
+                reason = _reason(cur, other, why)
+                added[other.step_id] = Added(other.step_id, cur.step_id, why, reason)
             todo.append(other.step_id)
     order = [s.step_id for s in saga.steps]
     return Selection(
@@ -175,6 +185,13 @@ def selection_of(saga: SagaRecord, asked: Sequence[str]) -> Selection:
         added=tuple(added[sid] for sid in order if sid in added),
         kept=tuple(sid for sid in order if sid not in chosen),
     )
+
+
+def _no_effect(step: StepRecord) -> bool:
+    """Whether undoing ``step`` has nothing to take back, as the planner decides it: a
+    read-only call, or one that failed or never ran (rule 9: the vendor refused it)."""
+    kind = step.effective or step.declared
+    return kind == "read_only" or step.state in ("failed", "skipped")
 
 
 def _needs(

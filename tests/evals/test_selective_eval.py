@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import amends
-from amends.evals.generator import FAMILIES, Scenario, StepSpec, generate
+from amends.evals.generator import FAMILIES, PROBES, Scenario, StepSpec, generate
 from amends.evals.invariants import check, selection_scope
 from amends.evals.runner import run_scenario
 from amends.evals.suite import run_indexes
@@ -95,3 +95,32 @@ async def test_the_rest_undone_later_is_judged_as_a_whole_saga_nothing_undone_tw
         found = check(dataclasses.replace(r, rest=twice))["never_worse"]
         assert f"after the rest was undone: {refunds[0]['key']} refunded 2 times" in found
     assert refunded, "a charge was refunded in one of the two runs"
+
+
+def test_the_oracle_needs_nothing_on_a_chosen_probes_account() -> None:
+    """A chosen read: nothing built on it is needed (issue 27); reached from a chosen write, a
+    read passes that write's dependency on."""
+    steps = (
+        StepSpec("s1", "crm.update_field", {"record_id": "r1", "field": "stage", "value": "a"}),
+        StepSpec("s2", "crm.read_field", {"record_id": "r1", "field": "stage"}, after=("s1",)),
+        StepSpec("s3", "payments.charge", {"customer": "c1", "cents": 100}, after=("s2",)),
+    )
+    assert selection_scope(Scenario(1, 0, "handmade", steps, select=("s2",))) == {"s2"}
+    for chosen in (("s1",), ("s1", "s2")):
+        sc = Scenario(1, 0, "handmade", steps, select=chosen)
+        assert selection_scope(sc) == {"s1", "s2", "s3"}
+
+
+async def test_generated_selections_of_a_probe_undo_nothing_built_on_it() -> None:
+    """Generated selective sagas whose selection names a probe a later step stands on: amends
+    undoes none of those later steps (it used to refund and revert them: a honesty violation)."""
+    indexes = [491, 833, 1631]
+    for i in indexes:
+        sc = generate(1, i)
+        tools = {s.step_id: s.tool for s in sc.steps}
+        probes = {sid for sid in sc.select if tools[sid] in PROBES}
+        assert sc.family == "selective" and probes, i
+        assert any(set(s.after) & probes for s in sc.steps), i
+    tally = (await run_indexes(indexes, 1, ("amends",)))["amends"]
+    assert tally.sagas == 3
+    assert tally.violations == dict.fromkeys(tally.violations, 0), tally.examples

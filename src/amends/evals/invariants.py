@@ -17,7 +17,7 @@ from typing import Any
 from amends import StepState, UndoReport
 
 from .cascade import check_cascade
-from .generator import Scenario
+from .generator import PROBES, Scenario
 from .runner import FAST_RETRY, UNCHECKED, SagaResult
 
 __all__ = ["INVARIANTS", "applicable", "check", "dependents", "selection_scope", "true_outcome"]
@@ -149,9 +149,17 @@ class _Grouped:
             self.dependents = {sid: _closure(waits, waits[sid]) for sid in ids}
         else:  # issue 29: closed already (a closure of each step's set is that set)
             self.dependents = waits
-        self.scope = _closure(need, sc.select) if sc.select else set(ids)
         self.tools = {s.step_id: s.tool for s in sc.steps}
         self.expected = _forward_outcomes(sc, self.waits)
+        # issue 27: a chosen step with nothing to take back (a probe; a call the vendor
+        # refused, or that never ran) needs nothing undone on its own account
+        idle = {sid for sid in sc.select if self.tools.get(sid) in PROBES}
+        if self.expected is not None:
+            acted = acted_though_failed(sc)
+            idle |= {sid for sid in sc.select if self.expected[sid][0] == "skipped"
+                     or (self.expected[sid][0] == "failed" and sid not in acted)}  # fmt: skip
+        roots = [sid for sid in sc.select if sid not in idle]
+        self.scope = (_closure(need, roots) | set(sc.select)) if sc.select else set(ids)
 
 
 _ENDS = {"permanent": "failed", "act_then_raise": "in_doubt", "raise_after_inverse": "failed"}
