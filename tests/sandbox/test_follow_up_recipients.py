@@ -82,3 +82,37 @@ async def test_a_recipient_the_tool_declares_sensitive_is_not_logged(sw: World) 
     assert report is not None and "+15551234567" not in report.to_json()
     assert all("+15551234567" not in repr(e.data) for e in await eng.log.events(saga_id))
     await eng.close()
+
+
+async def test_a_huge_follow_up_and_a_crowd_of_recipients_are_bounded_in_what_it_lists(
+    sw: World,
+) -> None:
+    """A 5 MB edited body sent to a list tool whose acknowledgement names 5,000 recipients:
+    the message goes out as typed, and the follow-up's residue and resolution keep their
+    words bounded as an inverse's are (rule 12), the first 100 recipients and the count of
+    the rest. Its residue used to hold the 5 MB call and every recipient, in the log and in
+    every listing (`amends follow-up list`)."""
+    cat = sandbox_catalog(sw, timeout=5.0)
+    got: list[int] = []
+
+    @cat.tool("list.send")
+    async def list_send(call: amends.Call, body: str) -> dict[str, str]:
+        got.append(len(body))
+        call.acknowledge(who="the sender", parties=[f"p{i}@example.com" for i in range(5000)])
+        return {"id": "l-1"}
+
+    eng = amends.Engine(cat, log=amends.SqliteLog(":memory:"))
+    saga_id, _ = await _undone(eng)
+    sent = await eng.send_follow_up(
+        saga_id, "s1", tool="list.send", by="ann", args={"body": "x" * 5_000_000}
+    )
+    assert sent.state == "sent" and got == [5_000_000]
+    (residue,) = sent.residue
+    assert len(residue.what) < 5_000
+    assert residue.what.endswith("… (5,000,050 characters; the rest was not kept)")
+    assert len(residue.parties) == 101 and residue.parties[-1] == "… and 4,900 more (not kept)"
+    assert len(sent.detail) < 5_000
+    assert sent.detail.startswith("sent with list.send to p0@example.com, p1@example.com, ")
+    listed = await eng.follow_ups(saga_id)
+    assert listed[0].residue == sent.residue
+    await eng.close()

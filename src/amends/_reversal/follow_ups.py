@@ -26,6 +26,7 @@ from .._calls import RetryPolicy, idempotency_key
 from .._contracts import Catalog, Residue
 from .._errors import ConfigError, ContractError, LeaseLostError, SagaStateError
 from .._follow_up_state import FOLLOW_UP_KEY, follow_up_standing, resolved_since, sent_note
+from .._jsondata import bounded
 from .._log.base import (
     CompensationRecord,
     CompensationWrite,
@@ -43,6 +44,7 @@ from .._secrets import Redaction, Vault, redact_args
 from .._telemetry import span
 from .dispatch import Caller, Stop
 from .ports import ReversalPorts
+from .record import bounded_residue
 
 __all__ = [
     "FollowUpSender",
@@ -255,15 +257,17 @@ class FollowUpSender:
             )
         ref = _reference(result)
         reached = tuple(caller.vault.scrub(list(_reached(call)))) or tuple(parties)  # rule 11
-        residue = [
+        # rule 12: its words bounded as an inverse's are (a 5 MB body, a vendor's long answer,
+        # thousands of recipients were each written whole into the log and every listing)
+        residue = bounded_residue(caller.vault, [
             Residue(f"follow-up sent (it stays sent): {did(tool, logged)}", reached),
             *call.recorded_residue,
-        ]
+        ])  # fmt: skip
         data.update(reference=ref, residue=[r.to_dict() for r in residue])
         # rule 8: a person who sent it elsewhere than the manual action named is not shown
         # as having written to the affected parties
-        to = f" to {', '.join(reached)}" if set(reached) != set(parties) else ""
-        detail = f"sent with {tool}{to}" + (f" ({ref})" if ref else "")
+        to = f" to {', '.join(residue[0].parties)}" if set(reached) != set(parties) else ""
+        detail = bounded(f"sent with {tool}{to}" + (f" ({ref})" if ref else ""))
         await write("sent", data, detail)
         await self._resolve(saga, step_id, key, rev.reversal_id, detail, by)
         return _made(saga.saga_id, rev.reversal_id, key, step_id, data, "sent", detail, time.time())
