@@ -154,3 +154,36 @@ async def test_an_agent_lying_about_its_tokens_is_refused_and_the_budget_stands(
     report = await eng.report(saga.id)
     assert report is not None and (report.tool_calls, report.tokens) == (1, 90)
     await eng.close()
+
+
+async def test_a_person_answering_after_the_session_time_does_not_stretch_it(sw: World) -> None:
+    """Session cap 0.3 s; the person approves after 0.5 s: nothing is sent, the agent is
+    stopped, and the next proposal is not done either. The time was checked only before the
+    person was asked, so the send went out 0.2 s past the cap (rule 7)."""
+    eng = amends.Engine(sandbox_catalog(sw, timeout=2.0), log=amends.SqliteLog(":memory:"))
+    async with eng.saga("Invite") as saga:
+        saga.call("mail.send", to="ann@example.com", subject="Party", body="at 8")
+        saga.call("mail.send", to="bob@example.com", subject="Party", body="at 8")
+    await eng.undo(saga.id)
+
+    async def person(p: FollowUpProposal) -> bool:
+        await asyncio.sleep(0.5)
+        return True
+
+    agent = eng.follow_up_agent(saga.id, by="agent:x", approve=person, seconds=0.3)
+    ann = {"to": "ann@example.com", "subject": "Sorry"}
+    first = await agent.propose(FollowUpProposal("s1", "mail.send", ann))
+    assert (first.state, first.detail) == (
+        "not_done",
+        "not attempted: the time budget of 0.3 s is spent (while a person was asked); the "
+        "engine stopped the agent",
+    )
+    second = await agent.propose(
+        FollowUpProposal("s2", "mail.send", ann | {"to": "bob@example.com"})
+    )
+    assert second.state == "not_done" and [o.state for o in agent.left] == ["not_done"] * 2
+    assert [m["subject"] for _, m in sw.items("mail.messages")] == ["Party", "Party"]
+    report = await eng.report(saga.id)
+    assert report is not None and report.tool_calls == 0
+    assert [m.step_id for m in report.open_manual_actions] == ["s1", "s2"]
+    await eng.close()

@@ -165,14 +165,16 @@ class FollowUpAgent:
         if self.stopped is not None:
             return FollowUpOutcome(p, "not_done", f"not attempted: {self.stopped}")
         saga = await self.load()
-        budget_s = saga.reversal.budget.get("seconds") if saga.reversal else None
-        cap = self.seconds if self.seconds is not None else budget_s
-        if cap is not None and time.monotonic() - self.started >= float(cap):
-            return self._stop(p, f"the time budget of {float(cap):g} s is spent")
+        if (late := self._late(saga)) is not None:
+            return self._stop(p, late)
         if p.tool not in self.allow:
             why = await self._asked(p)
             if why is not None:
                 return FollowUpOutcome(p, "refused", why)
+            # rule 7: a person who answers after the session's time is spent does not
+            # stretch it (the send went out past the cap)
+            if (late := self._late(saga)) is not None:
+                return self._stop(p, f"{late} (while a person was asked)")
         try:
             sent = await self.sender.send(saga, p.step_id, p.tool, p.args, self.by,
                                           tokens=p.tokens)  # fmt: skip
@@ -184,6 +186,15 @@ class FollowUpAgent:
             return FollowUpOutcome(p, "not_done", f"not attempted: {exc}")
         state: ProposalState = sent.state  # type: ignore[assignment]
         return FollowUpOutcome(p, state, sent.detail, sent)
+
+    def _late(self, saga: Any) -> str | None:
+        """Why the session's time is spent (its own cap, else the reversal budget's), or
+        ``None``."""
+        budget_s = saga.reversal.budget.get("seconds") if saga.reversal else None
+        cap = self.seconds if self.seconds is not None else budget_s
+        if cap is not None and time.monotonic() - self.started >= float(cap):
+            return f"the time budget of {float(cap):g} s is spent"
+        return None
 
     async def _asked(self, p: FollowUpProposal) -> str | None:
         """The approval gate: ``None`` when a person approved, else why it was refused."""
