@@ -16,6 +16,7 @@ import pytest
 
 import amends
 from amends import FollowUpProposal
+from amends._reversal.follow_ups import FollowUpSender
 from amends.sandbox import World, sandbox_catalog
 
 
@@ -68,11 +69,9 @@ async def test_three_agents_at_once_never_pass_the_call_cap(sw: World, log_url: 
     assert states == ["not_done", "sent", "sent"]
     assert len(sent) == 2  # the vendor saw exactly the cap
     stopped = next(o for o in outcomes if o.state == "not_done")
-    assert stopped.detail == (
-        "not attempted: the reversal's budget is spent (tool calls: 2 of 2 spent, this "
-        "follow-up needs 1 more; another follow-up was sent meanwhile); the engine stopped the "
-        "agent"
-    )
+    # refused by the log's check or, had it read after both claims, by the sender's own
+    assert stopped.detail.startswith("not attempted: the reversal's budget is spent (")
+    assert stopped.detail.endswith("; the engine stopped the agent")
     rev = await one.log.get_reversal(saga_id=saga.id)
     assert rev is not None and (rev.calls_spent, rev.tokens_spent) == (2, 20)
     report = await two.report(saga.id)
@@ -118,6 +117,14 @@ async def test_a_send_finishing_late_does_not_erase_a_later_ones_spend(
         "sent",
     ]
     assert sorted(sent) == sorted(["ann", "bob", *(["cy"] if last[0] == "sent" else ["dee"])])
+    lost = "s4" if last[0] == "sent" else "s3"
+    (refused,) = [s for s in last if s != "sent"]
+    assert refused.startswith("refused: the reversal's budget is spent (")
+    assert refused.endswith(
+        f": the follow-up was not sent; continue the reversal with a new budget (amends undo "
+        f"{saga.id} --continue --budget-calls N), or send it by hand and resolve the manual "
+        f"action (amends resolve {saga.id} {lost} --note ...)"
+    )
     rev = await eng.log.get_reversal(saga_id=saga.id)
     assert rev is not None and rev.calls_spent == 3
     await eng.close()
@@ -186,4 +193,37 @@ async def test_a_person_answering_after_the_session_time_does_not_stretch_it(sw:
     report = await eng.report(saga.id)
     assert report is not None and report.tool_calls == 0
     assert [m.step_id for m in report.open_manual_actions] == ["s1", "s2"]
+    await eng.close()
+
+
+async def test_the_log_refuses_a_claim_made_from_a_spend_read_before_another_send(
+    sw: World, log_url: str
+) -> None:
+    """Deterministic: two senders read the reversal before either sends (one call left); the
+    first sends, the second's claim is refused by the log itself, with the words and the fix,
+    and nothing more reaches the vendor."""
+    sent: list[str] = []
+    eng = _engine(sw, log_url, sent)
+    async with eng.saga("Invite") as saga:
+        for to in ("ann", "bob"):
+            saga.call("mail.send", to=f"{to}@example.com", subject="Party", body="at 8")
+    await eng.undo(saga.id, budget=amends.Budget(tool_calls=1))
+    read_before = await eng.log.get_saga(saga.id)  # what both senders saw
+    assert read_before is not None
+    sender = FollowUpSender(eng.log, eng.catalog, eng.retry_policy)
+    ann = await sender.send(read_before, "s1", "slow.send", {"to": "ann", "text": "x"}, "ann")
+    assert ann.state == "sent"
+    with pytest.raises(amends.SagaStateError) as err:
+        await sender.send(read_before, "s2", "slow.send", {"to": "bob", "text": "x"}, "bea")
+    assert str(err.value) == (
+        f"the reversal's budget is spent (tool calls: 1 of 1 spent, this follow-up needs 1 "
+        f"more; another follow-up was sent meanwhile): the follow-up was not sent; continue "
+        f"the reversal with a new budget (amends undo {saga.id} --continue --budget-calls N), "
+        f"or send it by hand and resolve the manual action (amends resolve {saga.id} s2 "
+        f"--note ...)"
+    )
+    assert sent == ["ann"]
+    assert [f.follow_up_id for f in await eng.follow_ups(saga.id)] == ["s1+f1"]
+    rev = await eng.log.get_reversal(saga_id=saga.id)
+    assert rev is not None and rev.calls_spent == 1
     await eng.close()

@@ -13,7 +13,7 @@ from .records import compensation_text, spent
 __all__ = ["spend_text"]
 
 
-def spend_text(tx: Tx, write: CompensationWrite, run: int) -> str:
+def spend_text(tx: Tx, write: CompensationWrite, run: int, saga_id: str) -> str:
     """``write``'s record text, its totals the reversal's latest record's plus ``write.spend``.
 
     Raises:
@@ -32,10 +32,14 @@ def spend_text(tx: Tx, write: CompensationWrite, run: int) -> str:
     for was, total, cap, what in ((before[0], calls, add.max_calls, "tool calls"),
                                   (before[1], tokens, add.max_tokens, "tokens")):  # fmt: skip
         if cap is not None and total > cap:
+            step = write.step_id.split("+f", 1)[0]  # the follow-up's key: s3+f1
             raise SagaStateError(
                 f"the reversal's budget is spent ({what}: {was} of {cap} spent, this follow-up "
                 f"needs {total - was} more; another follow-up was sent meanwhile): the "
-                f"follow-up was not sent",
-                step_id=write.step_id,
+                f"follow-up was not sent; continue the reversal with a new budget (amends undo "
+                f"{saga_id} --continue --budget-calls N), or send it by hand and resolve the "
+                f"manual action (amends resolve {saga_id} {step} --note ...)",
+                saga_id=saga_id,
+                step_id=step,
             )
     return compensation_text(dataclasses.replace(write, calls_spent=calls, tokens_spent=tokens))

@@ -534,7 +534,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             saga_id, run, head = _fenced(tx, reversal_id, generation)
             if write.first:
                 _first(tx, reversal_id, step_id)
-            body = text if write.spend is None else spend_text(tx, write, run)  # issue 27
+            body = text if write.spend is None else spend_text(tx, write, run, saga_id)  # issue 27
             stored = body if not run else f'{body[:-1]},"run":{run}}}'
             _append(
                 tx,
