@@ -563,7 +563,7 @@ class CompensationWrite:
     """Write only if the reversal has no record under ``step_id`` (else SagaStateError, nothing
     written): a follow-up's claim (issue 27), so two senders racing never both send it."""
     spend: FollowUpSpend | None = None
-    """A follow-up's own cost, added to the reversal's spend in the write's transaction."""
+    """A follow-up's cost, summed in the write's transaction (then ``*_spent`` are ignored)."""
 
 
 @dataclass(frozen=True)

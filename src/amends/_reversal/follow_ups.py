@@ -402,7 +402,7 @@ class _Writer:
         self, log: CompensationLog, rev: ReversalRecord, key: str, meter: BudgetMeter
     ) -> None:
         self.log, self.rev, self.key, self.meter = log, rev, key, meter
-        self.written = (0, 0)  # the (calls, tokens) of its own its records added so far
+        self.written = (0, 0)  # (calls, tokens) of its own cost its records added so far
 
     async def __call__(
         self,
