@@ -364,7 +364,7 @@ class FollowUpSender:
                 )
         last = earlier[-1] if earlier else None
         if last is not None and last.state == "sent" and (current is None or current.at < last.at):
-            if await self._withdrawn_since(saga.saga_id, step_id, last.at):
+            if await self._withdrawn_since(saga.saga_id, step_id, last.at, comps):
                 return  # a person withdrew the resolution it wrote: open again, may be sent
             # sent, and its resolution not written yet (its process stopped in between, or it
             # is being written now): written here if missing, and this request refused
@@ -377,12 +377,28 @@ class FollowUpSender:
                 step_id=step_id,
             )
 
-    async def _withdrawn_since(self, saga_id: str, step_id: str, sent_at: float) -> bool:
-        """Whether a resolution of ``step_id`` was written after the follow-up sent at
-        ``sent_at``: with none current now, a person withdrew it (the manual action is open
-        again), so it was not lost to a stopped process — and is never written again over
-        that person's withdrawal."""
-        return resolved_since(await self.log.events(saga_id), step_id, sent_at)
+    async def _withdrawn_since(
+        self,
+        saga_id: str,
+        step_id: str,
+        sent_at: float,
+        comps: Mapping[str, CompensationRecord],
+    ) -> bool:
+        """Whether a person withdrew the resolution of ``step_id`` written after the follow-up
+        sent at ``sent_at`` (the manual action is open again), so it was not lost to a stopped
+        process — and is never written again over that person's withdrawal.
+
+        The caller's copy of the saga was read before its records: the resolution the sending
+        request writes right after its send may have landed in between (two processes sending
+        one manual action: the later one read "sent, not resolved", then found the resolution
+        and took it for a withdrawn one, and sent it a second time). So the saga is read again
+        after the events: a resolution written since the send is withdrawn only if it is not
+        the current one now."""
+        if not resolved_since(await self.log.events(saga_id), step_id, sent_at):
+            return False
+        now = await self.log.get_saga(saga_id)
+        current = current_resolutions(now.resolutions, comps).get(step_id) if now else None
+        return current is None or current.withdrawn
 
     async def _resolve(
         self, saga: SagaRecord, step_id: str, key: str, rev_id: str, detail: str, by: str
