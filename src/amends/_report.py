@@ -11,7 +11,6 @@ import html
 import json
 import re
 import textwrap
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from ._describe import DONE_WORDS, when_words
 from ._describe import people_detail as people_detail  # the web page says it as the report
 from ._follow_up_state import follow_up_cost, follow_up_standing
 from ._log.base import CompensationRecord, Resolution, ReversalRecord, SagaLog, SagaRecord
+from ._visible import visible
 
 __all__ = [
     "Outcome",
@@ -594,36 +594,12 @@ def _verb(s: StepOutcome) -> str:
     return s.verb or "—"
 
 
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def _visible_char(c: str, keep: str) -> str:
-    if c in keep:
-        return c
-    if c in _BIDI or unicodedata.category(c) == "Cc":
-        return c.encode("unicode_escape").decode("ascii")
-    return c
-
-
-def visible(text: str, *, keep: str = "\t\n") -> str:
-    """``text`` with control characters shown as escapes (``\\x1b``), never sent to a screen.
-
-    Titles, arguments, details and drafts come from the agent and its vendors; a terminal escape
-    in them could clear the screen or repaint "fully_reversed" over "cannot_undo", and a bidi
-    override could reverse the words a person reads (rule 8: the report is the truth). The
-    characters in ``keep`` (tab and newline by default) pass through.
-    """
-    if text.isprintable():
-        return text
-    return "".join(_visible_char(c, keep) for c in text)
-
-
 def _wrapped(text: str, indent: int = 7, first: str | None = None, nl: bool = False) -> list[str]:
     """``text`` wrapped at 80 columns under ``first`` (else ``indent`` spaces), words never
     broken (issue 17); control characters and, unless ``nl`` (a draft), line breaks escaped
     (rule 12: a vendor's words stay inside their item, never a line of the report's own)."""
     out: list[str] = []
-    for i, line in enumerate(visible(text, keep="\t\n" if nl else "\t").split("\n")):
+    for i, line in enumerate(visible(text, keep="\t\n" if nl else "").split("\n")):
         lead = (" " * indent if first is None else first) if i == 0 else " " * indent
         out += textwrap.wrap(
             line,
@@ -740,7 +716,7 @@ def _render_html(r: UndoReport) -> str:
     in a details fold for engineers."""
 
     def e(text: str) -> str:
-        return html.escape(visible(text))
+        return html.escape(visible(text, keep="\t\n"))
 
     manual = "".join(
         f"<li><p><strong>{e(m.what)}</strong></p><p>Who can act: {e(m.who)}"

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
+from ._visible import clean
+
 __all__ = [
     "EVENTS",
     "NO_SAGA_TRACE",
@@ -360,30 +362,6 @@ def emit(event: str, fields: Mapping[str, Any], *, level: int = logging.INFO) ->
         if ctx.is_valid:
             more = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
     EVENTS.log(level, event, extra={"amends": {"event": event, **fields, **more}})
-
-
-_UNSAFE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-"""Control characters, bidirectional controls, the Unicode line and paragraph separators (a
-line break to many readers) and lone surrogates (text no UTF-8 encoder can write: a
-``/metrics`` answer with one could not be sent)."""
-
-
-def clean(value: Any) -> Any:
-    """``value`` with every control character in its text shown as a visible escape (``\\x1b``;
-    :data:`_UNSAFE` lists what is escaped), in keys and nested values too: a log line is read
-    by people and tools that render it, and saga data comes from agents and vendors (issue 11
-    item 6)."""
-    if isinstance(value, str):
-        return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
-    if isinstance(value, Mapping):
-        return {clean(str(k)): clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return clean(str(value))
 
 
 class JsonLines(logging.Formatter):

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "amends._native",
         "amends._arguments",
         "amends._money",
+        "amends._visible",
     ),
     ("amends._secrets", "amends._describe", "amends._telemetry", "amends._dates"),
     ("amends._contracts", "amends._budget"),

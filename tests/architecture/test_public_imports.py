@@ -45,6 +45,10 @@ _OPERATOR_CATALOGS = (
     "rule 12: the operator names the catalogs a process may load and a saga's recorded "
     "reference only selects among them; the CLI and the server share the engine's one check"
 )
+_ONE_DISPLAY_RULE = (
+    "rule 8/12, issue 21: every surface shows text an agent or a vendor wrote by one rule "
+    "(every character a person cannot see or that moves other text as an escape), not a copy"
+)
 
 PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.integrations.temporal", "amends._reversal"): _TEMPORAL,
@@ -58,7 +62,6 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
     ("amends.integrations.temporal", "amends._selection"): _TEMPORAL,
     ("amends.cli", "amends._telemetry"): _PROCESS_LOGGING,
     ("amends.integrations.mcp", "amends._telemetry"): _PROCESS_LOGGING,
-    ("amends.server.metrics", "amends._telemetry"): _PROCESS_LOGGING,
     ("amends.cli", "amends._catalog_ref"): _OPERATOR_CATALOGS,
     ("amends.server.api", "amends._catalog_ref"): _OPERATOR_CATALOGS,
     ("amends.server.metrics", "amends._observe"): (
@@ -99,9 +102,12 @@ PRIVATE_IMPORT_DEBT: dict[tuple[str, str], str] = {
         "`amends show` prints the same plain-language sentence of a step the report uses"
     ),
     ("amends.server.web", "amends._report"): (
-        "rule 12: the web page shows control characters and bidi overrides an agent or a vendor "
-        "wrote as escapes by the reports' one function (`visible`), not a second list"
+        "issue 26 item 2: the web page says a step's state and detail in the reports' own words "
+        "(`state_label`, `people_detail`), not a copy of them"
     ),
+    ("amends.cli", "amends._visible"): _ONE_DISPLAY_RULE,
+    ("amends.integrations", "amends._visible"): _ONE_DISPLAY_RULE,
+    ("amends.server", "amends._visible"): _ONE_DISPLAY_RULE,
     ("amends.sandbox.world", "amends._log"): (
         "a world file is shared between processes like the saga log, and switches to WAL the "
         "log's one way (switch_to_wal: SQLite skips its busy handler there), not a copy of it"

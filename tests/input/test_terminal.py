@@ -16,7 +16,7 @@ EVIL = "\x1b[2J\x1b[H\x1b[32mfully_reversed\x1b[0m\r\x07\u202eevil"
 
 
 def test_safe_shows_every_control_character_as_a_visible_escape() -> None:
-    assert safe(EVIL) == ("\\x1b[2J\\x1b[H\\x1b[32mfully_reversed\\x1b[0m\\x0d\\x07\\u202eevil")
+    assert safe(EVIL) == ("\\x1b[2J\\x1b[H\\x1b[32mfully_reversed\\x1b[0m\\r\\x07\\u202eevil")
     assert safe("plain: café, 日本") == "plain: café, 日本"
 
 

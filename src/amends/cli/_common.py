@@ -14,7 +14,6 @@ import importlib
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,28 +41,17 @@ from amends import (
 from .._catalog_ref import Loader, choose_catalog, needed_tools
 from .._report import state_label
 from .._resolution import UNCHECKED
+from .._visible import visible
 from ._hints import command
 
 Handler = Callable[[argparse.Namespace], int]
 
-# issue 11 item 6: saga data (titles, arguments, details) comes from agents and vendors; a
-# control character or an escape sequence in it must never reach the terminal as such (it could
-# clear the screen and print a fake green "fully_reversed"). C0, DEL, C1 and the bidirectional
-# overrides are shown as visible escapes instead.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
 
 def safe(value: Any, *, keep_newlines: bool = False) -> str:
-    """``str(value)`` with every control character shown as a visible escape (``\\x1b``);
-    ``keep_newlines`` lets a multi-line message keep its line breaks."""
-
-    def one(m: re.Match[str]) -> str:
-        if keep_newlines and m.group() == "\n":
-            return "\n"
-        code = ord(m.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _UNSAFE.sub(one, str(value))
+    """``str(value)`` as the terminal may show it (:func:`amends._visible.visible`: every
+    character a person cannot see or that moves other text as a visible escape, issue 11 item
+    6 and issue 21); ``keep_newlines`` lets a multi-line message keep its line breaks."""
+    return visible(str(value), keep="\n" if keep_newlines else "")
 
 
 def markup(value: Any) -> str:

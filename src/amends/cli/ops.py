@@ -77,7 +77,9 @@ def _recover(args: argparse.Namespace) -> int:
     try:
         out = asyncio.run(recover(args.db, args.catalog))
     except AmendsError as exc:
-        sys.stderr.write(f"amends recover: {complete(str(exc))}\n")
+        from ._common import safe
+
+        sys.stderr.write(f"amends recover: {complete(safe(exc, keep_newlines=True))}\n")
         return 2
     if args.json:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")

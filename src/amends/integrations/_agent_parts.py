@@ -15,6 +15,7 @@ from typing import Any
 
 import amends
 from amends import Catalog
+from amends._visible import visible
 
 __all__ = [
     "APPROVAL_MODES",
@@ -261,13 +262,11 @@ how long it is. No argument is ever left out of the question."""
 
 def quoted(text: str, limit: int = SHOWN_VALUE) -> str:
     """``text`` -- a title, a residue, a value an agent or a vendor wrote -- as data on one line
-    of an approval question: line breaks, control characters and bidi overrides shown as
-    escapes (so it can never form a line of amends' own, nor reverse the words around it),
+    of an approval question: line breaks, control characters, bidi overrides, zero-width
+    characters and the rest :func:`amends._visible.visible` names shown as escapes (so it can
+    never form a line of amends' own, hide a character, nor reverse the words around it),
     bounded to ``limit`` characters with how long it was."""
-    if not text.isprintable():
-        text = "".join(
-            c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-        )
+    text = visible(text)
     if len(text) > limit:
         return f"{text[:limit]}… ({len(text):,} characters; the rest is not shown)"
     return text

@@ -36,7 +36,7 @@ from amends import (
 
 from .._log.unreadable import readable
 from .._observe import Figures, LatencyPairs, figures
-from .._telemetry import clean
+from .._visible import clean
 
 __all__ = ["BUCKETS", "CONTENT_TYPE", "LogMetrics", "MetricsListener", "render", "router"]
 

@@ -24,7 +24,8 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from amends import AmendsError, Residue, StepOutcome, UndoReport
-from amends._report import people_detail, state_label, visible
+from amends._report import people_detail, state_label
+from amends._visible import MAX_MARKS, PAGE_PATTERN, visible
 
 from .api import (
     ID_PATTERN,
@@ -57,11 +58,11 @@ _templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 
 def _shown(value: Any) -> Any:
     """Every value the page prints, with control characters and bidi overrides shown as
-    escapes (:func:`amends._report.visible`), as the text and HTML reports show them: a title
+    escapes (:func:`amends._visible.visible`), as the text and HTML reports show them: a title
     or an argument an agent or a vendor chose never reverses the words a person reads
     ("Refund \u202egnp.exe"). Markup amends built itself passes unchanged."""
     if isinstance(value, str) and not isinstance(value, Markup):
-        return visible(value)
+        return visible(value, keep="\t\n")  # HTML folds them; a draft's <pre> keeps its lines
     return value
 
 
@@ -83,6 +84,8 @@ def _page(
     # in the storage of the page that signed in, so a planted session's page cannot act
     ctx["csrf"] = csrf_token(st.no_auth_secret) if who is not None and who.via == "none" else ""
     ctx["who"] = who
+    ctx["hidden_chars"] = PAGE_PATTERN  # app.js shows JSON text by the same rule
+    ctx["max_marks"] = MAX_MARKS
     ctx["me"] = who.who if who is not None else ""  # rule 12: who a resolution will name
     ctx["fmt"] = _when
     ctx["settles"] = _settles

@@ -14,6 +14,7 @@ from typing import Any
 
 from amends import AmendsError, ConfigError
 from amends._telemetry import add_log_format, configure_logging, json_logs, say
+from amends._visible import visible
 
 __all__ = ["parse_address", "register", "run_audit", "serve"]
 
@@ -247,11 +248,11 @@ def run_audit(
         return status
     for r in rows:
         hint = ", ".join(f"{k}={v}" for k, v in r["hints"].items() if v is not None)
-        sys.stdout.write(
-            f"{r['agent_name']:32} {r['label']:28} {('hints: ' + hint) if hint else ''}\n"
-        )
+        # an upstream named its tools: shown by the one display rule (amends._visible)
+        line = f"{r['agent_name']:32} {r['label']:28} {('hints: ' + hint) if hint else ''}"
+        sys.stdout.write(visible(line) + "\n")
         if r["note"]:
-            sys.stdout.write(f"{'':32} {r['note']}\n")
+            sys.stdout.write(f"{'':32} {visible(r['note'])}\n")
     if suggest_path is not None:
         sys.stdout.write(
             f"draft contracts for {missing} tool(s) written to {suggest_path}: review every "

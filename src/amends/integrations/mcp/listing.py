@@ -10,8 +10,10 @@ issue 24, item 2):
   and that prefix is unspoofable: the upstream's text can never contain ``[amends:`` (any such
   text, in any Unicode compatibility form, is defused to ``(amends:``), so the first label is the
   only one.
-- Control characters (terminal escape sequences, bidirectional overrides, zero-width characters)
-  are stripped from every description and title the upstream wrote.
+- Terminal escape sequences are stripped from every description and title the upstream wrote,
+  and every other character a person cannot see (bidirectional overrides, zero-width
+  characters, C1 controls...) is shown as a visible escape (``amends._visible``, the one rule
+  every surface uses).
 - Hints that would make a client *less* careful come from the contract only: ``readOnlyHint``
   is true only for a ``read_only`` contract, ``idempotentHint`` only for ``idempotent = true``,
   ``destructiveHint`` is false only where a contract says undo can take the call back. Hints that
@@ -24,6 +26,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from typing import TYPE_CHECKING, Any
+
+from amends._visible import visible, without_terminal_sequences
 
 if TYPE_CHECKING:
     import mcp_types
@@ -41,7 +45,6 @@ _VERB = {
     "compensable": "undo compensates it, leaving residue",
     "irreversible": "undo cannot take it back; a person must follow up",
 }
-_CSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _SPOOF = re.compile(r"\[(\s*amends\s*:)", re.IGNORECASE)
 _OPENERS = re.escape("[\u2045\u27e6\u3010\u3014\u301a\u2772\u2987\u298b\u298d\u298f\u2e22\u2e24")
 """``[`` and the brackets that look like it (the fullwidth one is folded to ``[`` first)."""
@@ -55,24 +58,14 @@ shape is defused, not only the ASCII spelling (issue 21 item 15)."""
 
 
 def clean_text(text: str) -> str:
-    """``text`` without control characters, and with no ``[amends:`` in it.
+    """``text`` as a person or a model may be shown it, with no ``[amends:`` label in it.
 
-    Escape sequences go whole (not only their ESC byte); other control and format characters
-    (C0/C1 controls, bidi overrides, zero-width characters) are dropped; line and paragraph
-    separators become newlines; tabs and newlines stay.
+    Terminal escape sequences go whole (not only their ESC byte); every other character a
+    person cannot see or that moves other text (C0/C1 controls, bidi overrides, zero-width
+    characters, line separators...) is shown as a visible escape
+    (:func:`amends._visible.visible`); tabs and newlines stay.
     """
-    text = _CSI.sub("", text)
-    out = []
-    for ch in text:
-        if ch in "\n\t":
-            out.append(ch)
-            continue
-        cat = unicodedata.category(ch)
-        if cat in ("Zl", "Zp"):
-            out.append("\n")
-        elif cat[0] != "C":  # Cc, Cf, Cs, Co, Cn: none belongs in a description
-            out.append(ch)
-    cleaned = "".join(out)
+    cleaned = visible(without_terminal_sequences(text), keep="\n\t")
     # compatibility forms (fullwidth brackets and letters) are folded before looking for the
     # prefix, and every spelling found is defused in the original text
     folded = unicodedata.normalize("NFKC", cleaned)

@@ -27,9 +27,33 @@
     }).then(function (r) { return r.json().then(function (b) { return [r.status, b]; }); });
   }
 
+  // Text from the server's JSON (an error's detail, a follow-up's outcome, a vendor's words)
+  // is shown by amends' one rule (amends._visible; the page names its characters in
+  // data-hidden): every character a person cannot see or that moves other text is a visible
+  // escape, and a mark past the 4th on one letter too, as on the server-rendered page.
+  var HIDDEN = new RegExp(document.documentElement.dataset.hidden || "[\\p{C}\\p{Zl}\\p{Zp}]", "gu");
+  var MARK_RUN = /[\p{Mn}\p{Me}]+/gu;
+  var MAX_MARKS = Number(document.documentElement.dataset.maxMarks || 4);
+  function esc(c) {
+    var named = { "\n": "\\n", "\r": "\\r", "\t": "\\t" }[c];
+    if (named) { return named; }
+    var code = c.codePointAt(0);
+    var hex = code.toString(16);
+    if (code < 0x100) { return "\\x" + ("0" + hex).slice(-2); }
+    if (code < 0x10000) { return "\\u" + ("000" + hex).slice(-4); }
+    return "\\U" + ("0000000" + hex).slice(-8);
+  }
+  function shown(text) {
+    return String(text).replace(HIDDEN, esc).replace(MARK_RUN, function (run, at) {
+      var marks = Array.from(run);
+      var kept = at === 0 ? 0 : MAX_MARKS;  // a mark with no base joins the text before it
+      return marks.slice(0, kept).join("") + marks.slice(kept).map(esc).join("");
+    });
+  }
+
   function say(text) {
     var summary = document.getElementById("summary");
-    if (summary) { summary.textContent = text; }
+    if (summary) { summary.textContent = shown(text); }
   }
 
   function bind(root) {
@@ -77,10 +101,10 @@
           .then(function (pair) {
             yes.disabled = false;
             if (pair[0] !== 200) {
-              status.textContent = "Error: " + (pair[1].detail || pair[1].error);
+              status.textContent = shown("Error: " + (pair[1].detail || pair[1].error));
               return;
             }
-            status.textContent = (pair[1].withdrawn ? "Withdrawn by " : "Handled by ") + pair[1].by;
+            status.textContent = shown((pair[1].withdrawn ? "Withdrawn by " : "Handled by ") + pair[1].by);
             refreshOutcome();
           });
       });
@@ -122,12 +146,12 @@
             yes.disabled = false;
             var body = pair[1];
             if (pair[0] !== 200) {
-              status.textContent = "Not sent: " + (body.detail || body.error);
+              status.textContent = shown("Not sent: " + (body.detail || body.error));
               return;
             }
-            status.textContent = body.state === "sent" ?
+            status.textContent = shown(body.state === "sent" ?
               "Sent by " + body.by + " (" + body.follow_up_id + ")" :
-              (body.state === "in_doubt" ? "In doubt: " : "Not sent: ") + body.detail;
+              (body.state === "in_doubt" ? "In doubt: " : "Not sent: ") + body.detail);
             if (body.state === "sent") { refreshOutcome(); }
           });
       });
@@ -155,7 +179,7 @@
               ev.target.disabled = false;
               ev.target.textContent = "Yes: retry";
               item(b).querySelector(".resolve-status").textContent =
-                "Error: " + (body.detail || body.error);
+                shown("Error: " + (body.detail || body.error));
               return;
             }
             window.amendsReversalIds.push(body.reversal_id);
