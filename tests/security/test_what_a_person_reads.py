@@ -169,3 +169,28 @@ def test_an_upstream_description_shows_hidden_letters_as_escapes() -> None:
 
     got = clean_text("Wipe\x1b[2J \u3164id-42\ufe0f alice\u200b@example.com\nok\t.")
     assert got == "Wipe \\u3164id-42\\ufe0f alice\\u200b@example.com\nok\t."
+
+
+@pytest.mark.parametrize(
+    "argv", [["show", "{saga}"], ["show"], ["undo", "{saga}"]], ids=["show", "list", "undo"]
+)
+async def test_an_emoji_code_in_agent_text_is_shown_as_written_not_as_a_picture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """rich replaced ``:white_check_mark:`` in a title with a check mark and ``:warning:`` in
+    an address with a warning sign: the screen showed text the log does not hold."""
+    from amends.cli import main
+
+    db = str(tmp_path / "emoji.db")
+    engine = amends.Engine(CATALOG, log=db)
+    async with engine.saga("Refund :white_check_mark: done", tenant="acme") as saga:
+        saga.call("mail.send", to=":warning:bob@example.com", subject="hi")
+    await engine.close()
+    args = [a.replace("{saga}", saga.id) for a in argv] + ["--db", db, "--catalog", SPEC]
+    code = await asyncio.to_thread(main, args)
+    text = capsys.readouterr().out
+    assert code in (0, 1), text
+    assert "Refund :white_check_mark: done" in text
+    assert "\u2705" not in text and "\u26a0" not in text
+    if argv[0] != "show" or len(argv) > 1:
+        assert "to=':warning:bob@example.com'" in text

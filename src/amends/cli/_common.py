@@ -54,6 +54,13 @@ def safe(value: Any, *, keep_newlines: bool = False) -> str:
     return visible(str(value), keep="\n" if keep_newlines else "")
 
 
+def screen(*, stderr: bool = False) -> Console:
+    """The console every CLI screen prints on. Emoji codes are off: rich turned a title's
+    ``:white_check_mark:`` into a check mark and ``:warning:bob@x.com`` into ``⚠bob@x.com``, so
+    what a person read was not what the log holds (issue 21; rule 8). amends writes none."""
+    return Console(emoji=False, stderr=stderr)
+
+
 def markup(value: Any) -> str:
     """:func:`safe`, then escaped for rich markup: for untrusted text inside a rich string."""
     return escape(safe(value))
@@ -360,7 +367,7 @@ class StepRows:
 def print_report(report: UndoReport, console: Console | None = None) -> None:
     """Print an undo report: headline first, then each step as a sentence with its state in
     colour and in words, then residue and manual actions."""
-    console = console or Console()
+    console = console or screen()
     style = {"fully_reversed": "green", "partially_reversed": "yellow", "cannot_undo": "red"}
     console.print(
         f"[bold]{markup(report.headline)}[/bold] — "

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from amends import SagaRecord
 
-from ._common import StepRows, markup, print_command, print_item
+from ._common import StepRows, markup, print_command, print_item, screen
 from ._hints import command
 
 __all__ = ["preview_details", "print_planned", "print_preview"]
@@ -68,7 +68,7 @@ def _group_of(s: dict[str, Any]) -> str | None:
 
 def print_preview(data: dict[str, Any], checked: str) -> None:
     """The honest preview (rule 10), grouped as the web page groups it (issue 17)."""
-    console = Console()
+    console = screen()
     console.print(
         "[bold]What undo would do now[/bold] (undo simulated in its own order: every "
         "expectation re-checked by its probe; nothing else was dispatched, no secret read)"

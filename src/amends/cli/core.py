@@ -59,6 +59,7 @@ from ._common import (
     recorded_catalog,
     run_async,
     safe,
+    screen,
 )
 from ._hints import command
 from ._preview import print_planned, print_preview
@@ -254,7 +255,7 @@ async def _read_saga(
 
 
 def _show(args: argparse.Namespace) -> int:
-    console = Console()
+    console = screen()
     if args.saga_id is None:
         return _list(args, console)
     saga, events, report, problems = run_async(
@@ -528,7 +529,7 @@ def _undo(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     else:
         if args.already_at is not None:  # issue 26 item 6: never the old report unannounced
-            Console().print(
+            screen().print(
                 f"Already undone at {markup(_when(args.already_at))}; nothing was done now. "
                 f"The report of that undo:"
             )
@@ -559,7 +560,7 @@ def _print_selection(selection: Any) -> None:
     """Issue 27: what a selective undo was asked, what its closure added and why, what stays."""
     if not selection:
         return
-    console = Console()
+    console = screen()
     asked = ", ".join(selection.get("asked", ()))
     console.print(f"[bold]Selected[/bold]: {markup(asked)} and what depends on it")
     for a in selection.get("added", ()):
@@ -659,20 +660,20 @@ def _resolve(args: argparse.Namespace) -> int:
     if args.json:
         print_json(res.to_dict())
     elif res.withdrawn:
-        Console().print(
+        screen().print(
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: resolution withdrawn "
             f"by {markup(res.by)}; its manual action is open again"
         )
     elif unblocked:  # issue 26 item 3: a continue hint only when continuing would do something
         print_command(
-            Console(),
+            screen(),
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
             f"{markup(res.by)}. Continue the reversal (it would attempt "
             f"{markup(', '.join(unblocked))}) with: "
             f"{markup(command('undo', args.saga_id, '--continue'))}",
         )
     else:
-        Console().print(
+        screen().print(
             f"step {markup(args.step_id)} of saga {markup(args.saga_id)}: handled by "
             f"{markup(res.by)}. No step waited for it: the reversal has nothing to continue."
         )
@@ -704,7 +705,7 @@ def _audit(args: argparse.Namespace) -> int:
             ]
         )
     else:
-        console = Console()
+        console = screen()
         for name, catalog in catalogs.items():
             _print_audit(console, name, catalog)
     return 1 if args.strict and implicit else 0

@@ -15,7 +15,7 @@ from rich.table import Table
 from amends import ConfigError
 
 from ..sandbox.demo import DEMO_TITLE, SELECTIVE_TITLE, DemoResult, run_demo
-from ._common import print_item, print_report
+from ._common import print_item, print_report, screen
 from ._hints import command
 
 __all__ = ["register"]
@@ -99,7 +99,7 @@ def print_demo(
     """Print the demo with rich: the amends report, then the naive stack's claims and damage,
     then the selective undo of the second request."""
 
-    console = console or Console()
+    console = console or screen()
     console.rule(f"[bold]amends[/bold]: the user clicked Undo on '{escape(DEMO_TITLE)}' (twice)")
     print_report(result.report, console)
     same = result.report.reversal_id == result.second_report.reversal_id

@@ -33,6 +33,7 @@ from ._common import (
     print_item,
     print_json,
     run_async,
+    screen,
 )
 from .core import _get, _os_user
 
@@ -122,7 +123,7 @@ def _confirm(
 
 
 def _send(args: argparse.Namespace) -> int:
-    console = Console()
+    console = screen()
 
     async def go() -> SentFollowUp:
         log = open_existing_log(args.db)
@@ -192,7 +193,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([f.to_dict() for f in sent])
         return 0
-    console = Console()
+    console = screen()
     if not sent:
         console.print(f"no follow-up was sent in saga {markup(args.saga_id)}'s reversal")
     for f in sent:
