@@ -72,7 +72,8 @@ class _Nothing:
 
 NOTHING: Final = _Nothing()
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
+# \Z, not $: "$" also matches before a final newline ("mail.send\n" was a tool name)
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*\Z")
 
 Phase = Literal["forward", "compensate", "follow_up", "probe"]
 

@@ -194,3 +194,17 @@ async def test_an_emoji_code_in_agent_text_is_shown_as_written_not_as_a_picture(
     assert "\u2705" not in text and "\u26a0" not in text
     if argv[0] != "show" or len(argv) > 1:
         assert "to=':warning:bob@example.com'" in text
+
+
+def test_a_tool_name_ending_in_a_line_break_is_refused() -> None:
+    """A tool name is a dotted identifier; ``$`` in its check also matched before a final line
+    break, so ``mail.send\\n`` was registered and printed a line break after its name on every
+    screen that named it."""
+    catalog = amends.Catalog()
+
+    async def send(call: amends.Call, to: str) -> None:
+        return None
+
+    with pytest.raises(amends.ContractError, match=r"tool name 'mail\.send\\n' is not valid"):
+        catalog.register("mail.send\n", send, reversibility="irreversible")
+    assert "mail.send" not in catalog and "mail.send\n" not in catalog

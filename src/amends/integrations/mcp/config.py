@@ -42,7 +42,8 @@ from amends import ConfigError
 
 __all__ = ["GatewayConfig", "UpstreamConfig", "load_config"]
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+# \Z, not $: "$" also matches before a final newline ("mail.send\n" was a tool name)
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*\Z")
 _APPROVAL = ("off", "irreversible", "residue")
 
 

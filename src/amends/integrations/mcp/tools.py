@@ -257,7 +257,8 @@ async def _begin(gw: ToolsGateway, ctx: Any, args: dict[str, Any]) -> types.Call
     slot = gw.sessions.slot(ctx)
     await gw.sessions.close_saga(slot)
     saga = await gw.sessions.open_saga(slot, title)
-    return _ok(f"Started saga {saga.id}: {title}", {"saga_id": saga.id, "title": title})
+    shown = quoted(repr(title), 200)  # the agent's words, quoted as data (issue 21)
+    return _ok(f"Started saga {saga.id}: {shown}", {"saga_id": saga.id, "title": title})
 
 
 async def _approvals(gw: ToolsGateway, saga_id: str) -> list[dict[str, Any]]:
@@ -275,7 +276,7 @@ def _approval_lines(approvals: list[dict[str, Any]]) -> list[str]:
         verb = "approved" if a["event"] == "approval.granted" else "refused"
         what = a.get("tool") or a.get("action") or ""
         lines.append(
-            f"- {verb} by {a.get('by')} ({a.get('how')}): {what}"
+            f"- {verb} by {quoted(str(a.get('by')))} ({a.get('how')}): {quoted(what)}"
             + (f" [step {a['step_id']}]" if a.get("step_id") else "")
         )
     return lines
@@ -333,9 +334,10 @@ async def _preview(r: _Request) -> types.CallToolResult:
     lines = [f"If undone now, saga {r.saga_id}:"]
     for p in pdata.get("steps", []):
         verb = p.get("verb") or p.get("action")
-        lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({p.get('reason', '')})")
+        # rule 12: a vendor's words (a drift's value, a residue) stay quoted on their line
+        lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({quoted(p.get('reason') or '')})")
         for res in p.get("expected_residue", []):
-            lines.append(f"  residue: {res['what']}")
+            lines.append(f"  residue: {quoted(res['what'])}")
     return _ok("\n".join(lines), pdata)
 
 
