@@ -182,6 +182,13 @@ def _refs(value: Any, found: list[Step]) -> None:
             _refs(v, found)
 
 
+def _unstorable(text: str) -> bool:
+    """Whether ``text`` holds a NUL or a lone surrogate (text no UTF-8 log can store)."""
+    if "\x00" in text:
+        return True
+    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
+
+
 def _too_deep(saga_id: str, step_id: str, tool: str) -> ContractError:
     return ContractError(
         f"an argument of {tool!r} is nested too deeply to walk (or contains itself); nothing "
@@ -372,11 +379,13 @@ class Saga:
                 f"a saga needs a title saying what the agent was asked, got {title!r}"
             )
         for what, text in (("title", title), ("tenant", tenant), ("actor", actor)):
-            # bad input is refused alike on every log (PostgreSQL cannot store a NUL)
-            if text is not None and (not isinstance(text, str) or "\x00" in text):
+            # bad input is refused alike on every log (PostgreSQL cannot store a NUL, and no
+            # log can store a lone surrogate: SQLite raised a bare UnicodeEncodeError)
+            if text is not None and (not isinstance(text, str) or _unstorable(text)):
                 raise ConfigError(
-                    f"a saga's {what} must be text without NUL (\\x00) characters, got "
-                    f"{text!r:.200}; remove them (an agent's words are data, rule 12)"
+                    f"a saga's {what} must be text without NUL (\\x00) characters or lone "
+                    f"surrogates (\\ud800-\\udfff, not UTF-8), got {text!r:.200}; remove them "
+                    f"(an agent's words are data, rule 12)"
                 )
         self.engine = engine
         self.title = title

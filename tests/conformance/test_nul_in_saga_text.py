@@ -1,4 +1,5 @@
-"""A saga's title, tenant or actor with a NUL character is refused alike on every log.
+"""A saga's title, tenant or actor with a NUL character (or a lone surrogate) is refused alike
+on every log.
 
 PostgreSQL cannot store NUL in text: an agent's ``amends_begin {"title": "a\\u0000b"}`` was a
 ``LogError`` there ("PostgreSQL text fields cannot contain NUL", as if the log were broken)
@@ -20,6 +21,10 @@ import amends
         ("Close the deal", {"tenant": "acme\x00"}, "tenant"),
         ("Close the deal", {"actor": "agent:\x00sales"}, "actor"),
         ("Close the deal", {"tenant": 42}, "tenant"),
+        # a lone surrogate (JSON "\ud800" decodes to one): SQLite raised a bare
+        # UnicodeEncodeError mid-write; no UTF-8 log can store it
+        ("Close\ud800 the deal", {}, "title"),
+        ("Close the deal", {"actor": "agent:\udfff"}, "actor"),
     ],
 )
 async def test_a_nul_in_a_sagas_words_is_refused_before_anything_is_written(
