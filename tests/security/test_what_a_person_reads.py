@@ -208,3 +208,29 @@ def test_a_tool_name_ending_in_a_line_break_is_refused() -> None:
     with pytest.raises(amends.ContractError, match=r"tool name 'mail\.send\\n' is not valid"):
         catalog.register("mail.send\n", send, reversibility="irreversible")
     assert "mail.send" not in catalog and "mail.send\n" not in catalog
+
+
+async def test_a_lone_surrogate_in_an_argument_is_an_escape_in_the_json_never_a_500(
+    tmp_path: Path,
+) -> None:
+    """An argument can hold a lone surrogate (JSON ``"\\ud800"`` decodes to one; the log keeps
+    arguments as JSON). The saga's JSON answered 500: UTF-8 cannot encode it. It is written as
+    its escape now, so a JSON reader gets the very string the agent sent; the page shows it as
+    ``\\ud800`` like every hidden character."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from amends.server import ServerSettings, create_app
+
+    db = str(tmp_path / "surrogate.db")
+    engine = amends.Engine(CATALOG, log=db)
+    async with engine.saga("Mail", saga_id="A") as saga:
+        saga.call("mail.send", to="bob\ud800@example.com", subject="hi")
+    await engine.close()
+    app = create_app(lambda: amends.Engine(CATALOG, log=db), ServerSettings(no_auth=True))
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        got = client.get("/sagas/A")
+        page = client.get("/ui/sagas/A")
+    assert got.status_code == 200, got.text
+    assert got.json()["steps"][0]["args"] == {"to": "bob\ud800@example.com", "subject": "hi"}
+    assert page.status_code == 200 and "bob\\ud800@example.com" in page.text

@@ -39,7 +39,7 @@ from .._catalog_ref import needed_tools
 from .._resolution import retryable, unchecked
 from .._selection import covers, select
 from .security import Principal, authenticate, guard_write
-from .state import ApiError, _Asking, _State
+from .state import ApiError, JsonAnswer, _Asking, _State
 
 __all__ = ["missing_tools", "router"]
 
@@ -463,7 +463,7 @@ async def undo(
         rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
         finished = rev is not None and rev.state == "done" and rev.report is not None
         if not cont and rev is not None and finished and _covers(saga, rev, asked):
-            return JSONResponse(reversal_body(rev, None), status_code=200)
+            return JsonAnswer(reversal_body(rev, None), status_code=200)
         if cont:
             await _check_continuable(st, saga.saga_id, rev)
         # issue 27: a finished reversal not covering this request is continued to cover it
@@ -500,7 +500,7 @@ async def _answer(
     rev = await _await_reversal(st, saga_id, prior, task)
     body = reversal_body(rev, None)
     body["events"] = f"/reversals/{rev.reversal_id}/events"
-    return JSONResponse(body, status_code=200 if rev.state == "done" else 202)
+    return JsonAnswer(body, status_code=200 if rev.state == "done" else 202)
 
 
 def missing_tools(st: _State, saga: SagaRecord) -> list[str]:

@@ -45,7 +45,7 @@ from .security import (
     SecurityHeaders,
     parse_trusted_proxies,
 )
-from .state import ApiError, ServerSettings, _State
+from .state import ApiError, JsonAnswer, ServerSettings, _State
 
 __all__ = ["ApiError", "ServerSettings", "create_app"]
 
@@ -77,6 +77,7 @@ def create_app(
         lifespan=_lifespan(engine, settings, trusted),
         docs_url="/docs" if settings.api_docs else None,
         redoc_url=None,
+        default_response_class=JsonAnswer,  # a lone surrogate in data is an escape, not a 500
     )
     app.add_middleware(BodyLimit, limit=settings.max_body)
     from .metrics import MetricsListener
@@ -177,7 +178,7 @@ def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(
+        return JsonAnswer(
             {"error": exc.error, "detail": exc.detail}, status_code=exc.status, headers=exc.headers
         )
 
@@ -185,7 +186,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         name = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         # issue 13.7: a 405 keeps the Allow header Starlette computed
-        return JSONResponse(
+        return JsonAnswer(
             {"error": name, "detail": _http_detail(request, exc)},
             status_code=exc.status_code,
             headers=dict(exc.headers or {}),
@@ -194,7 +195,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
-        return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
+        return JsonAnswer({"error": "invalid_request", "detail": detail}, status_code=422)
 
     @app.exception_handler(AmendsError)
     async def _amends_error(request: Request, exc: AmendsError) -> JSONResponse:
@@ -202,9 +203,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         # rule 12: an altered saga is the documented 409 history_does_not_verify, wherever the
         # read that found it (a record that cannot be read) happened
         name = _ERROR_NAMES.get(type(exc), type(exc).__name__)
-        return JSONResponse(
-            {"error": name, "detail": str(exc)}, status_code=status, headers=headers
-        )
+        return JsonAnswer({"error": name, "detail": str(exc)}, status_code=status, headers=headers)
 
 
 LOCKED_RETRY_AFTER = 2

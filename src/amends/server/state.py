@@ -7,16 +7,33 @@ Kept apart from :mod:`.app` (which assembles the app from :mod:`.api`, :mod:`.we
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
 from amends import ChainProblem, Engine, UndoReport
 
 from .auth import FailedAuthLimiter, Network, TokenStore
 
-__all__ = ["ApiError", "ServerSettings"]
+__all__ = ["ApiError", "JsonAnswer", "ServerSettings"]
+
+
+class JsonAnswer(JSONResponse):
+    """A JSON answer as Starlette writes it (UTF-8), except that text UTF-8 cannot encode -- a
+    lone surrogate an agent's argument held (JSON ``"\\ud800"`` decodes to one) -- is written as
+    its ``\\ud800`` escape: the same string to every JSON reader, the data unchanged, never a
+    500 (the saga's page answered 500 for such an argument)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+            return text.encode("ascii")
 
 
 class ApiError(Exception):
