@@ -234,3 +234,18 @@ async def test_a_lone_surrogate_in_an_argument_is_an_escape_in_the_json_never_a_
     assert got.status_code == 200, got.text
     assert got.json()["steps"][0]["args"] == {"to": "bob\ud800@example.com", "subject": "hi"}
     assert page.status_code == 200 and "bob\\ud800@example.com" in page.text
+
+
+def test_the_gateways_own_error_line_shows_hidden_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m amends.integrations.mcp`` (what MCP client configs run) printed its error as
+    it came, while ``amends mcp`` showed it by the display rule."""
+    pytest.importorskip("mcp")
+    from amends.integrations.mcp.__main__ import main
+
+    missing = tmp_path / "gw\u3164\ufe0f.toml"
+    assert main(["serve", "--config", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert hidden(err) == []
+    assert "gw\\u3164\\ufe0f.toml' does not exist" in err

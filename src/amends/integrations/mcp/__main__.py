@@ -9,6 +9,7 @@ import sys
 
 from amends import AmendsError
 from amends._telemetry import configure_logging, say
+from amends._visible import visible
 
 from .cli import register
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except AmendsError as exc:
-        say(f"amends: error: {exc}", level=logging.ERROR)
+        # an upstream's words may be in it: shown by the one display rule, as `amends` shows it
+        say(f"amends: error: {visible(str(exc), keep=chr(10))}", level=logging.ERROR)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -151,7 +151,8 @@ async def serve(config_path: str, *, http: tuple[str, int] | None = None) -> Non
             await gw.engine.recover()
         except AmendsError as exc:  # serving must not depend on an old saga's recovery
             say(
-                f"amends mcp: recovery did not finish ({exc}); run `amends recover` on the log",
+                f"amends mcp: recovery did not finish ({visible(str(exc))}); run `amends "
+                f"recover` on the log",
                 level=logging.WARNING,
             )
         server = gw.server()
