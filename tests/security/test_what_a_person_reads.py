@@ -249,3 +249,24 @@ def test_the_gateways_own_error_line_shows_hidden_characters_as_escapes(
     err = capsys.readouterr().err
     assert hidden(err) == []
     assert "gw\\u3164\\ufe0f.toml' does not exist" in err
+
+
+def test_two_tenants_that_differ_by_a_hidden_character_read_apart_in_the_token_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amends token list`` and ``revoke`` printed a tenant as typed: ``acme`` and
+    ``acme\\u200b`` (two tenants, each seeing only its own sagas) read the same."""
+    pytest.importorskip("fastapi")
+    from amends.cli import main
+
+    db = str(tmp_path / "t.db")
+    asyncio.run(amends.SqliteLog(db).close())
+    for tenant in ("acme", "acme\u200b"):
+        assert main(["token", "create", "--tenant", tenant, "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["token", "list", "--db", db]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert sorted(r.split()[1] for r in rows) == ["acme", "acme\\u200b"]
+    hidden_id = next(r.split()[0] for r in rows if "acme\\u200b" in r)
+    assert main(["token", "revoke", hidden_id, "--db", db]) == 0
+    assert capsys.readouterr().out == f"revoked {hidden_id} (tenant acme\\u200b)\n"

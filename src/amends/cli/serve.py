@@ -155,7 +155,9 @@ def _token_revoke(args: argparse.Namespace) -> int:
         info = store.revoke(args.token_id)
     finally:
         store.close()
-    sys.stdout.write(f"revoked {info.token_id} (tenant {info.tenant})\n")
+    from amends._visible import visible
+
+    sys.stdout.write(f"revoked {info.token_id} (tenant {visible(info.tenant)})\n")
     return 0
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amends import ConfigError
+from amends._visible import visible
 
 __all__ = [
     "FailedAuthLimiter",
@@ -367,7 +368,7 @@ def format_tokens(tokens: list[TokenInfo], now: float | None = None) -> str:
         rows.append(
             (
                 t.token_id,
-                t.tenant,
+                visible(t.tenant),  # "acme\u200b" never reads as "acme" (issue 21)
                 t.state(now),
                 when(t.created_at, "-"),
                 when(t.expires_at, "never"),
