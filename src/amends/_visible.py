@@ -43,7 +43,7 @@ _MARKS = frozenset(("Mn", "Me"))
 
 _SELECTORS = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x180B, 0x180F))
 """Variation selectors (standard, supplementary, Mongolian): they change nothing a person can
-point at, so ``id-42`` and ``id-42\ufe0f`` read the same."""
+point at, so ``id-42`` and ``id-42\\ufe0f`` read the same."""
 
 
 def _js(code: int) -> str:
