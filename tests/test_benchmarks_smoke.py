@@ -186,6 +186,8 @@ def test_the_committed_report_ends_with_the_analysis_a_new_run_appends() -> None
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # three frameworks, four runs each, then cProfile: ~30 s idle, and it
+# passed 120 s at load 10 on 2 cores (CI beside six helpers); a hang guard, not a speed check
 def test_adapter_cost_runs_each_framework_with_and_without_amends(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
