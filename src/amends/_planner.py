@@ -160,7 +160,9 @@ class Plan:
 @dataclass(frozen=True)
 class PreviewStep(PlannedStep):
     """One step of a :class:`Preview`: the planned step, with what undo is predicted to do to it
-    (the reversal's own run, simulated: rule 10)."""
+    (the reversal's own run, simulated: rule 10). Its ``expected_residue`` is what that run
+    leaves: none for a step predicted to stand (drifted, blocked, over budget), whose
+    compensation never runs."""
 
     needs_review: bool = False
     """The world changed since the agent acted (or could not be checked, or the step has no drift

@@ -11,6 +11,7 @@ serve`` and the kv upstream.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,37 @@ async def test_the_undo_question_shows_each_inverse_call_and_quotes_the_agents_t
     assert lines[-1] == "Allow this undo?"
     assert lines.count("Allow this undo?") == 1
     assert gated.world()["charges"]["ch_1"]["refunded"] == 0
+
+
+async def test_the_preview_and_the_undo_question_say_what_undo_will_send_not_the_plan(
+    gated: KvSetup,
+) -> None:
+    """Rule 10: a person edited the key the agent wrote twice (s2 drifted, so s1, which must
+    wait for s2, is blocked) and refunded part of the charge by hand (s3 drifted). Undo sends
+    nothing. Before: amends_preview said s1 would "revert with kv.kv_set" and listed the
+    refund's residue, and the undo question asked to allow "calls kv.kv_set(...)" on the world."""
+    from mcp import Client
+
+    asked: list[str] = []
+    async with Client(gated.gateway(), elicitation_callback=_elicit([False], asked)) as c:
+        await c.call_tool("kv_kv_set", {"key": "stage", "value": "won"})
+        await c.call_tool("kv_kv_set", {"key": "stage", "value": "closed"})
+        await c.call_tool("kv_charge", {"customer": "c1", "cents": 700})
+        gated.human_sets("stage", "lost")
+        data = gated.world()
+        data["charges"]["ch_1"]["refunded"] = 100
+        gated.state.write_text(json.dumps(data))
+        preview = await c.call_tool("amends_preview", {})
+        undo = await c.call_tool("amends_undo", {})
+    text = text_of(preview)
+    said = "- s1 kv.kv_set: Acknowledge (will be blocked: not attempted: it must wait for s2"
+    assert said in text
+    assert "revert with" not in text and "residue:" not in text
+    assert [p["expected_residue"] for p in preview.structured_content["steps"]] == [[], [], []]
+    assert asked == []  # nothing will be sent: nothing to approve
+    assert not undo.is_error, text_of(undo)
+    states = {s["step_id"]: s["state"] for s in undo.structured_content["steps"]}
+    assert states == {"s1": "blocked", "s2": "drifted", "s3": "drifted"}
+    assert [s["residue"] for s in undo.structured_content["steps"]] == [[], [], []]
+    world = gated.world()
+    assert (world["kv"]["stage"], world["charges"]["ch_1"]["refunded"]) == ("lost", 100)

@@ -116,3 +116,46 @@ async def test_a_step_waiting_on_one_predicted_failed_is_predicted_blocked(
     report = await engine.undo(saga.id)
     assert states(report) == states(preview)
     assert world.charges["ch_1"]["refunded"] == 5000  # never refunded twice
+
+
+def residue_of(report: amends.UndoReport | amends.Preview) -> dict[str, list[dict[str, Any]]]:
+    """Each step's residue: what the preview says undo will leave, what the report says it left."""
+    if isinstance(report, amends.Preview):
+        return {p.step_id: [r.to_dict() for r in p.expected_residue] for p in report.steps}
+    return {s.step_id: [r.to_dict() for r in s.residue] for s in report.steps}
+
+
+async def test_a_step_predicted_to_stand_is_previewed_leaving_no_residue_as_undo_leaves_none(
+    engine: amends.Engine, world: CoreWorld
+) -> None:
+    """Rule 10: the residue the preview lists is the residue undo leaves. A charge someone
+    partly refunded by hand since (drift) and one the budget cuts are not refunded, so no refund
+    is pending. Before: the preview listed "Refund of 50.00 to c1" under both (the CLI's
+    "leaves:", the web page's "Leaves:", amends_preview's "residue:") and the report had none."""
+    async with engine.saga("deal") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+        saga.call("pay.charge", customer="c2", cents=700)
+    world.charges["ch_1"]["refunded"] = 100  # refunded in part by hand since
+    budget = amends.Budget(tool_calls=2)  # s2's check, then too few for s3's check and refund
+    preview = await engine.preview(saga.id, budget=budget)
+    assert states(preview) == {
+        "s1": StepState.BLOCKED,
+        "s2": StepState.DRIFTED,
+        "s3": StepState.OVER_BUDGET,
+    }
+    assert residue_of(preview) == {"s1": [], "s2": [], "s3": []}
+    report = await engine.undo(saga.id, budget=budget)
+    assert states(report) == states(preview)
+    assert residue_of(report) == residue_of(preview)
+    assert [c["refunded"] for c in world.charges.values()] == [100, 0]
+    # the continuation's preview: s3's refund will leave its residue, exactly as undo then does
+    preview = await engine.preview(saga.id)
+    assert residue_of(preview)["s3"] == [
+        {"what": "Refund of 7.00 to c2", "parties": ["c2"], "settles_at": "2026-12-07"}
+    ]
+    assert residue_of(preview)["s2"] == []
+    report = await engine.resume(saga.id, budget=amends.Budget())
+    assert states(report)["s3"] is StepState.COMPENSATED
+    assert residue_of(report) == residue_of(preview)
+    assert world.charges["ch_2"]["refunded"] == 700

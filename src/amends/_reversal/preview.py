@@ -16,7 +16,6 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from .._budget import Budget, BudgetMeter
@@ -64,14 +63,13 @@ async def simulate(inp: PreviewInput) -> Preview:
         _NoLog(inp.done), _SecretFree(inp.catalog), time.time, sim, model=sim, run_inline=True
     )
     outcomes = await run_plan(RunInput(ports, inp.saga, rev, inp.plan, meter, inp.retry, inp.done))
-    now = datetime.fromtimestamp(ports.clock(), UTC)
     again = {  # cut off in flight for want of budget: looked at again, as undo will (rule 6)
         k for k, c in inp.done.items() if rechecks(c)
     } - set(current_resolutions(inp.saga.resolutions, inp.done))
     steps = tuple(
         _settled(p, o, inp.done[p.step_id], rev)
         if _final(inp.done.get(p.step_id)) and p.step_id not in again
-        else _entry(p, o, sim.checks.get(p.step_id), now)
+        else _entry(p, o, sim.checks.get(p.step_id))
         for p, o in zip(inp.plan.steps, outcomes, strict=True)
     )
     return Preview(
@@ -98,6 +96,7 @@ def _settled(
     the preview shows what happened, not a fresh plan (whose probe would see the inverse's own
     write and call it someone else's change)."""
     base = field_values(p)  # issue 29: without a getattr per field
+    base["expected_residue"] = o.residue  # what the reversal left, as its report says (rule 10)
     why = f"already {o.state.value} by reversal {rev.reversal_id}: {rec.detail or o.state.value}"
     base.update(action="skip", verb=VERBS["skip"], reason=why)
     return PreviewStep(
@@ -115,11 +114,13 @@ def _settled(
     )
 
 
-def _entry(p: PlannedStep, o: StepOutcome, check: str | None, now: datetime) -> PreviewStep:
-    """The preview's line for one step: the plan's, with the predicted outcome; residue settle
-    dates counted as undo counts them (the same clock and computation)."""
+def _entry(p: PlannedStep, o: StepOutcome, check: str | None) -> PreviewStep:
+    """The preview's line for one step: the plan's, with the predicted outcome and the residue
+    the simulated undo left (rule 10): what a compensation predicted to run will leave, its
+    settle dates counted as undo counts them (the same code, clock and computation); nothing for
+    a step predicted to stand (drifted, blocked, over budget), whose compensation never runs."""
     base = field_values(p)  # issue 29: without a getattr per field
-    base["expected_residue"] = tuple(r.settling_from(now) for r in p.expected_residue)
+    base["expected_residue"] = o.residue
     state = o.state
     if state is StepState.DRIFTED and p.action in ("revert", "compensate"):
         # rule 4: shown as what a person must review, as undo will leave it

@@ -524,6 +524,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
             said = r.preview.get(sid)
             if said != state:
                 v["preview"].append(f"{sid}: preview predicted {said}, undo reported {state}")
+        _check_preview_residue(r, v["preview"])
 
     # --- forward: the steps rule 9 lets run ran, the others never did -----------------------
     if grouped.expected is not None:
@@ -625,6 +626,19 @@ def _check_forward(
             if o is not None and not o.detail.startswith("never ran"):
                 said = f"{o.state.value} ({o.detail!r})"
                 out.append(f"{sid}: the report says {said}, not that it never ran ({why})")
+
+
+def _check_preview_residue(r: SagaResult, out: list[str]) -> None:
+    """Rule 10: the residue the preview lists for a step is residue undo leaves for it, settling
+    when the preview said (undo may add more: a follow-up cut short, what an inverse observed)."""
+    steps = {o.step_id: o for o in r.reports[0].steps}
+    for sid, dates in r.preview_residue.items():
+        o = steps.get(sid)
+        left = [x.settles_at for x in o.residue] if o is not None else []
+        if not left:
+            out.append(f"{sid}: preview listed {len(dates)} residue, undo left none")
+        elif any(d not in left for d in dates):
+            out.append(f"{sid}: preview said residue settles {dates}, undo said {tuple(left)}")
 
 
 def _check_finished(r: SagaResult, out: list[str]) -> None:

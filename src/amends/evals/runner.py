@@ -142,6 +142,9 @@ class SagaResult:
     """step_id -> the state ``engine.preview`` predicted just before undo, when the world does
     not change between the two (no reversal fault, crash, stall or mutation in between);
     ``None`` otherwise (rule 10)."""
+    preview_residue: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
+    """step_id -> the settle date (``None``: does not settle) of each residue the same preview
+    said undo would leave for the step; a step predicted to leave none is absent (rule 10)."""
     cascade: CascadeRun | None = None
     """What the scripted cascading agent did after the undo (``cascading_apology``)."""
     continued: UndoReport | str | None = None
@@ -438,7 +441,7 @@ async def _run_both(
         if not any(o.state.value == "failed" for o in first):
             # a vendor refusing an inverse (a finance lock nobody declared) is not
             # something a preview can see without sending the inverse (rule 10)
-            out[0].preview = predicted
+            out[0].preview, out[0].preview_residue = predicted or (None, {})
         if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
             for tool, kind, times in sc.follow_up_faults:
                 world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
@@ -535,14 +538,21 @@ def previewable(sc: Scenario) -> bool:
 
 async def _predict(
     eng: Engine, saga_id: str, budget: Budget, world: World, sc: Scenario
-) -> dict[str, str] | None:
-    """What ``engine.preview`` predicts for each step, right before undo (``None`` when the
-    world may change in between, or the engine has no preview)."""
+) -> tuple[dict[str, str], dict[str, tuple[str | None, ...]]] | None:
+    """What ``engine.preview`` predicts for each step, right before undo: its state, and the
+    settle dates of the residue it says undo will leave (``None`` when the world may change in
+    between, or the engine has no preview)."""
     if not previewable(sc):
         return None
     with use_world(world):
         preview = await eng.preview(saga_id, budget=budget, **_selected(sc))
-    return {p.step_id: p.predicted.value for p in preview.steps if p.predicted is not None}
+    states = {p.step_id: p.predicted.value for p in preview.steps if p.predicted is not None}
+    residue = {
+        p.step_id: tuple(r.settles_at for r in p.expected_residue)
+        for p in preview.steps
+        if p.predicted is not None and p.expected_residue
+    }
+    return states, residue
 
 
 async def _reversal(

@@ -334,18 +334,43 @@ async def _preview(r: _Request) -> types.CallToolResult:
     lines = [f"If undone now, saga {r.saga_id}:"]
     for p in pdata.get("steps", []):
         verb = p.get("verb") or p.get("action")
-        # rule 12: a vendor's words (a drift's value, a residue) stay quoted on their line
-        lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({quoted(p.get('reason') or '')})")
+        # rule 12: a vendor's words (a drift's value, a residue) stay quoted on their line;
+        # rule 10: what undo is predicted to do, never the plan's verb for a step that stands
+        lines.append(f"- {p['step_id']} {p['tool']}: {verb} ({quoted(_outlook(p))})")
         for res in p.get("expected_residue", []):
             lines.append(f"  residue: {quoted(res['what'])}")
     return _ok("\n".join(lines), pdata)
+
+
+def _outlook(p: dict[str, Any]) -> str:
+    """Why, for one preview step: what undo is predicted to do to it (rule 10), as the CLI's
+    preview says it; a step predicted to stand says so, never the plan's "revert with ..."."""
+    if p.get("needs_review"):
+        return f"needs review: {p.get('check')}"
+    if p.get("predicted") in _STANDS:
+        return f"will be {str(p['predicted']).replace('_', ' ')}: {p.get('detail')}"
+    return str(p.get("reason", ""))
+
+
+_STANDS = ("blocked", "over_budget", "failed", "in_doubt")
+"""Predicted states in which a step's inverse is not sent (or not known to land) by this undo."""
+
+
+_ACTS = ("reverted", "compensated")
+"""Predicted states in which this undo sends the step's inverse (what the question lists)."""
 
 
 async def _undo_question(r: _Request, continuing: bool) -> str | None:
     """The one question listing what the undo will do to the world, or ``None`` when it will
     call no inverse (nothing to ask: acknowledging and reporting act on nothing)."""
     preview = (await r.gw.engine.preview(r.saga_id, **_selection(r, continuing))).to_dict()
-    acting = [p for p in preview.get("steps", []) if p.get("action") in ("revert", "compensate")]
+    # rule 10: what the undo is predicted to send, not what the plan would send were nothing
+    # drifted or cut (a step blocked behind a drifted one, or over budget, sends nothing)
+    acting = [
+        p
+        for p in preview.get("steps", [])
+        if p.get("action") in ("revert", "compensate") and p.get("predicted") in _ACTS
+    ]
     if not acting:
         return None
     lines = [
