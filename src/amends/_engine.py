@@ -471,7 +471,7 @@ class Engine(FollowUpMethods):
             check_catalog(self.catalog, saga)  # before anything is written
         log = observed(self.log)  # issue 28: a retry asked is a reversal event's JSON line
         try:
-            for step_id in steps:  # durable, fenced by the finished run's generation (rule 6)
+            for step_id in steps if rev.state == "done" else ():  # else: joins the run (rule 6)
                 await log.record_compensation(
                     CompensationWrite(
                         rev.reversal_id, rev.generation, step_id, state=RETRY,

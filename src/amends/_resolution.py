@@ -172,10 +172,22 @@ def retryable(
         raise ConfigError(
             f"retry needs a list of step ids, got {step_ids!r}; e.g. retry(saga_id, ['s2'])"
         )
-    if saga.reversal is None or saga.reversal.state != "done":
+    if saga.reversal is not None and saga.reversal.state != "done":
+        if _retrying(comps, step_ids):
+            # rule 6: the run in progress (or whose worker stopped) is retrying them already:
+            # asking again joins it, or takes it over once its lease ran out (the caller
+            # writes nothing: rule 5, an inverse in flight stays in flight)
+            return list(dict.fromkeys(step_ids))
         raise SagaStateError(
             f"saga {saga.saga_id!r} has no finished reversal, so no failed compensation to "
-            f"retry; {'undo it first' if saga.reversal is None else 'wait for it to finish'}",
+            f"retry; wait for it to finish (a run whose process stopped is taken over by "
+            f"recovery, amends recover, or by continuing the undo)",
+            saga_id=saga.saga_id,
+        )
+    if saga.reversal is None:
+        raise SagaStateError(
+            f"saga {saga.saga_id!r} has no finished reversal, so no failed compensation to "
+            f"retry; undo it first",
             saga_id=saga.saga_id,
         )
     out: list[str] = []
@@ -203,6 +215,15 @@ def retryable(
             )
         out.append(step_id)
     return out
+
+
+def _retrying(comps: Mapping[str, CompensationRecord], step_ids: Sequence[str]) -> bool:
+    """Whether a run in progress is retrying every one of ``step_ids``: each was asked to be
+    retried, or its inverse is in flight (logged ``dispatched``, its outcome not logged yet)."""
+    pending = (RETRY, "dispatched")
+    return all(
+        (rec := comps.get(step_id)) is not None and rec.state in pending for step_id in step_ids
+    )
 
 
 def finished_since(

@@ -4,6 +4,7 @@ continuation finishes it; causes are exact (a call that never reached a vendor i
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,6 +312,64 @@ async def test_a_failed_compensation_is_retried_after_the_cause_is_fixed_and_wha
     ]
     with pytest.raises(amends.SagaStateError, match="nothing to continue"):
         await engine.resume(saga.id)
+
+
+class Crash(BaseException):
+    """The worker dies here (not an Exception: nothing in the engine may catch it)."""
+
+
+async def test_a_retry_whose_worker_died_in_flight_is_taken_up_by_asking_again_refunding_once(
+    catalog: amends.Catalog, world: CoreWorld, tmp_path: Path
+) -> None:
+    """A person retries the failed refund; the process dies while the refund is in flight (the
+    processor applied it, the answer was lost). Asking again is what a person does. Before:
+    "has no finished reversal, so no failed compensation to retry; wait for it to finish",
+    however long they waited: the retry they asked could never be finished by asking again.
+    Now: the second retry takes the run over (rule 6), the refund is sent again with the same
+    key (rule 5: the processor honours it, nothing is refunded twice) and s1 follows."""
+    db = str(tmp_path / "a.db")
+    first = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    saga = await close_deal(first)
+    fixed = expired_key(world)
+    await first.undo(saga.id)
+    fixed.append(True)  # the key is renewed
+
+    def dies_after_refunding() -> None:
+        world.hooks["pay.refund"] = lambda: None
+        ch = world.charges["ch_1"]
+        ch["refunded"] += ch["cents"]  # the processor acts ...
+        world.effects.append(("pay.refund", "ch_1", f"amends:{saga.id}:s2:undo"))
+        world.seen_keys[f"amends:{saga.id}:s2:undo"] = {"refund_of": "ch_1", "cents": 5000}
+        raise Crash  # ... and the worker dies before its answer is logged
+
+    world.hooks["pay.refund"] = dies_after_refunding
+    with pytest.raises(Crash):
+        await first.retry(saga.id, ["s2"], by="ann")
+    await first.close()
+    await asyncio.sleep(0.25)  # the dead worker's lease runs out
+    second = amends.Engine(catalog, log=db, lease_seconds=0.2)
+    try:
+        report = await second.retry(saga.id, ["s2"], by="ann")
+    finally:
+        await second.close()
+    assert report.reversal_id == (await first_report_id(db, saga.id))
+    assert (report.step("s2").state, report.step("s1").state) == (
+        StepState.COMPENSATED,
+        StepState.REVERTED,
+    )
+    assert report.headline == "2 of 2 taken back (1 compensated, leaving a trace)"
+    assert refunds(world) == 1 and world.charges["ch_1"]["refunded"] == 5000
+    assert world.crm["r1"]["stage"] == "lead"
+
+
+async def first_report_id(db: str, saga_id: str) -> str:
+    log = amends.SqliteLog(db)
+    try:
+        saga = await log.get_saga(saga_id)
+    finally:
+        await log.close()
+    assert saga is not None and saga.reversal is not None
+    return saga.reversal.reversal_id
 
 
 async def test_a_retry_goes_through_the_drift_check_again_and_never_refunds_twice(
