@@ -573,3 +573,30 @@ async def test_a_catalog_missing_tools_is_refused_unless_asked_then_the_rest_is_
     fixed = await engine.retry(saga.id, ["s2"])  # the tool is back: retry it
     assert fixed.step("s2").state is StepState.COMPENSATED
     assert world.charges["ch_1"]["refunded"] == 5000
+
+
+async def test_a_step_whose_inverse_tool_is_missing_sets_no_budget_aside_for_itself_or_its_waiters(
+    engine: amends.Engine, catalog: amends.Catalog, world: CoreWorld
+) -> None:
+    """Rules 7, 8: with the refund tool gone (allow_missing_tools), the charge's refund and the
+    CRM write that waits for it call nothing, so a budget of 2 covers the other record's check
+    and write-back. Before: both set calls aside they never spent, and r2's write was reported
+    "tool-call budget of 2 spent before crm.read_field could run" after 0 tool calls (with 3:
+    "leaves 1 call(s)"); the preview predicted the same false cut."""
+    async with engine.saga("deal and a second record") as saga:
+        a = saga.call("crm.update_field", record_id="r1", field="stage", value="won")
+        saga.call("pay.charge", customer="c1", cents=5000, after=[a])
+        saga.call("crm.update_field", record_id="r2", field="stage", value="won")
+    upgraded = amends.Engine(without(catalog, "pay.refund"), log=engine.log)
+    budget = amends.Budget(tool_calls=2)
+    preview = await upgraded.preview(saga.id, budget=budget)
+    expected = {"s1": StepState.BLOCKED, "s2": StepState.FAILED, "s3": StepState.REVERTED}
+    assert {p.step_id: p.predicted for p in preview.steps} == expected
+    assert preview.tool_calls == 2
+    report = await upgraded.undo(saga.id, budget=budget, allow_missing_tools=True)
+    assert {s.step_id: s.state for s in report.steps} == expected
+    assert report.step("s3").detail == "reverted with crm.update_field"
+    assert report.tool_calls == 2
+    assert report.headline == "1 of 3 taken back · 2 need your attention"
+    assert (world.crm["r1"]["stage"], world.crm["r2"]["stage"]) == ("won", "lead")
+    assert world.charges["ch_1"]["refunded"] == 0

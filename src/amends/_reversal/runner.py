@@ -192,6 +192,9 @@ class _Runner:
         """An inline run's end: set when its last step settles, or with its first error."""
         self._left = 0
         """Steps of an inline run not settled yet."""
+        self.absent: set[str] = set()
+        """Inverse tools this catalog lacks (``allow_missing_tools``): their steps call nothing,
+        so no budget is set aside for them or for the steps waiting on them (rules 7, 8)."""
 
     async def run(self) -> list[StepOutcome]:
         loop = asyncio.get_running_loop()
@@ -199,6 +202,8 @@ class _Runner:
         self.futures = {p.step_id: loop.create_future() for p in steps}
         meter = self.inp.meter
         stuck: dict[str, bool] = {}  # per step waited for: _cannot_clear, asked once
+        tools = {p.inverse.tool for p in steps if p.inverse is not None}  # asked once per tool
+        self.absent = {t for t in tools if t not in self.caller.catalog}  # allow_missing_tools
         for p in self.order:  # rule 10: who the budget covers, decided once
             meter.reserve(p.step_id, self._need(p, stuck))
         if self.inp.ports.run_inline:
@@ -282,6 +287,8 @@ class _Runner:
         step many others wait for was asked about once per waiter)."""
         if p.action not in ("revert", "compensate") or p.inverse is None:
             return 0
+        if p.inverse.tool in self.absent:
+            return 0  # allow_missing_tools: not attempted, nothing called (rules 7, 8)
         prior = self._prior(p)
         if prior is not None and (prior.state in _FINAL or prior.data.get("returned")):
             return 0
@@ -303,8 +310,10 @@ class _Runner:
             if rechecks(rec) and not self._resolved(dep):
                 return False  # looked at again first: it may end undone
             return StepState(rec.state) not in NEUTRALISED and not self._resolved(dep)
-        action = self.inp.plan[dep].action
-        return action in ("review", "in_doubt") and not self._resolved(dep)
+        q = self.inp.plan[dep]
+        if q.inverse is not None and q.inverse.tool in self.absent:
+            return q.action in ("revert", "compensate") and not self._resolved(dep)  # not sent
+        return q.action in ("review", "in_doubt") and not self._resolved(dep)
 
     async def _settle(self, p: PlannedStep) -> StepOutcome:
         while True:
