@@ -5,6 +5,8 @@ a person handled a manual action. In-process app, fast tier."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -373,3 +375,50 @@ def test_observed_drift_is_not_retried_over_http(ctx: Ctx) -> None:
     assert (r.status_code, r.json()["error"]) == (409, "not_retryable")
     assert log_snapshot(ctx.db) == before
     assert ctx.world.charges["ch_1"]["refunded"] == 100
+
+
+def test_two_concurrent_continue_requests_join_one_continuation(ctx: Ctx) -> None:
+    """Rule 6: two people click "Continue undo" at once (or a client retries). Before: the
+    request that decided while the first continuation was running got 409 "has no finished
+    reversal to continue; POST /sagas/.../undo without ?continue first". Now it joins: both get
+    the same reversal, one continuation runs, the refund is sent once, and only the request that
+    started it is in the history (joining records nothing)."""
+    import threading
+
+    sid = ctx.sagas["acme1"]
+    assert ctx.client.post(f"/sagas/{sid}/undo", json={"tool_calls": 0}, headers=ctx.auth)
+    rev_id = ctx.wait_done(sid)["reversal_id"]
+    ctx.world.delay["pay.refund"] = 0.6  # the continuation is still running when the other decides
+    answers: list[tuple[int, dict[str, object]]] = []
+
+    def click() -> None:
+        r = ctx.client.post(
+            f"/sagas/{sid}/undo?continue=true", json={"tool_calls": 50}, headers=ctx.auth
+        )
+        answers.append((r.status_code, r.json()))
+
+    clicks = [threading.Thread(target=click) for _ in range(2)]
+    for t in clicks:
+        t.start()
+    for t in clicks:
+        t.join()
+    assert sorted(code for code, _ in answers) in ([200, 200], [202, 202], [200, 202]), answers
+    assert {body["reversal_id"] for _, body in answers} == {rev_id}
+    done = ctx.wait_done(sid)
+    assert done["continuations"] == 1
+    states = {s["tool"]: s["state"] for s in done["report"]["steps"]}  # type: ignore[index]
+    assert states == {
+        "crm.update_field": "reverted",
+        "pay.charge": "compensated",
+        "mail.send": "acknowledged",
+    }
+    assert len([e for e in ctx.world.effects if e[0] == "pay.refund"]) == 1
+    conn = sqlite3.connect(ctx.db)
+    try:
+        asked = conn.execute(
+            "SELECT data FROM events WHERE saga_id = ? AND kind = 'undo.asked' ORDER BY event_id",
+            (sid,),
+        ).fetchall()
+    finally:
+        conn.close()
+    assert [json.loads(row[0])["continue"] for row in asked] == [False, True]

@@ -462,13 +462,14 @@ async def undo(
         # or joins the one that is running: joining records nothing (issue 21.14)
         rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
         finished = rev is not None and rev.state == "done" and rev.report is not None
-        if not cont and rev is not None and finished and _covers(saga, rev, asked):
+        joins = cont and _joins_continuation(saga.reversal, rev)  # rule 6
+        if (joins or not cont) and rev is not None and finished and _covers(saga, rev, asked):
             return JsonAnswer(reversal_body(rev, None), status_code=200)
-        if cont:
+        if cont and not joins:
             await _check_continuable(st, saga.saga_id, rev)
         # issue 27: a finished reversal not covering this request is continued to cover it
-        prior = rev.continuations if (cont or finished) and rev is not None else None
-        if cont or rev is None or finished:
+        prior = rev.continuations - (1 if joins else 0) if (cont or finished) and rev else None
+        if (cont and not joins) or rev is None or finished:
             # issue 17: the page's history says who asked for undo and when (rule 11)
             data: dict[str, Any] = {"by": who.who, "continue": cont}
             if asked is not None:
@@ -487,6 +488,19 @@ async def undo(
         task = _background(st, saga.saga_id, start, key)
         await _await_reversal(st, saga.saga_id, prior, task)
     return await _answer(st, saga.saga_id, prior, task)
+
+
+def _joins_continuation(arrived: ReversalRecord | None, rev: ReversalRecord | None) -> bool:
+    """Whether a ``?continue=true`` request joins a continuation rather than asks for one (rule
+    6: concurrent continuation requests join one): one is running now, was running when the
+    request arrived (``arrived``: the reversal as the request first read it), or began since."""
+    if rev is None or arrived is None:
+        return False
+    return (
+        (rev.state != "done" and rev.continuations > 0)
+        or (arrived.state != "done" and arrived.continuations > 0)
+        or rev.continuations > arrived.continuations
+    )
 
 
 async def _answer(
