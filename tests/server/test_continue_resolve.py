@@ -422,3 +422,53 @@ def test_two_concurrent_continue_requests_join_one_continuation(ctx: Ctx) -> Non
     finally:
         conn.close()
     assert [json.loads(row[0])["continue"] for row in asked] == [False, True]
+
+
+def test_two_concurrent_retry_requests_join_one_continuation(ctx: Ctx) -> None:
+    """Rule 6: "Retry…" clicked twice once the key is renewed. Before: the request that decided
+    while the first retry ran got 409 not_retryable ("has no finished reversal ... wait for it
+    to finish"). Now it joins: the same reversal, one refund, one "retry.asked"."""
+    import threading
+
+    sid = ctx.sagas["acme1"]
+    fixed: list[bool] = []
+
+    def expired() -> None:
+        if not fixed:
+            raise amends.PermanentError("vendor API key expired")
+
+    ctx.world.hooks["pay.refund"] = expired
+    assert ctx.client.post(f"/sagas/{sid}/undo", headers=ctx.auth).status_code in (200, 202)
+    rev_id = ctx.wait_done(sid)["reversal_id"]
+    fixed.append(True)
+    ctx.world.delay["pay.refund"] = 0.6  # the retry is still running when the other decides
+    answers: list[tuple[int, dict[str, object]]] = []
+
+    def click() -> None:
+        r = ctx.client.post(f"/sagas/{sid}/retry", json={"steps": ["s2"]}, headers=ctx.auth)
+        answers.append((r.status_code, r.json()))
+
+    clicks = [threading.Thread(target=click) for _ in range(2)]
+    for t in clicks:
+        t.start()
+    for t in clicks:
+        t.join()
+    assert all(code in (200, 202) for code, _ in answers), answers
+    assert {body["reversal_id"] for _, body in answers} == {rev_id}
+    done = ctx.wait_done(sid)
+    assert done["continuations"] == 1
+    states = {s["tool"]: s["state"] for s in done["report"]["steps"]}  # type: ignore[index]
+    assert states == {
+        "crm.update_field": "reverted",
+        "pay.charge": "compensated",
+        "mail.send": "acknowledged",
+    }
+    assert len([e for e in ctx.world.effects if e[0] == "pay.refund"]) == 1
+    conn = sqlite3.connect(ctx.db)
+    try:
+        (asked,) = conn.execute(
+            "SELECT count(*) FROM events WHERE saga_id = ? AND kind = 'retry.asked'", (sid,)
+        ).fetchone()
+    finally:
+        conn.close()
+    assert asked == 1

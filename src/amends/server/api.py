@@ -683,10 +683,12 @@ async def retry(request: Request, saga_id: str = SagaId) -> JSONResponse:
             raise ApiError(409, "not_retryable", str(exc)) from None
         except ContractError as exc:
             raise ApiError(404, "step_not_found", str(exc)) from None
-        await st.engine.log.append_event(
-            saga.saga_id, "retry.asked", data={"by": who.who, "steps": steps}, now=time.time()
-        )
-        prior = rev.continuations if rev is not None else None
+        joins = rev is not None and rev.state != "done"  # rule 6: a run retrying them already
+        if not joins:  # joining records nothing (issue 21.14)
+            await st.engine.log.append_event(
+                saga.saga_id, "retry.asked", data={"by": who.who, "steps": steps}, now=time.time()
+            )
+        prior = rev.continuations - (1 if joins else 0) if rev is not None else None
         task = _background(
             st,
             saga.saga_id,
