@@ -257,6 +257,53 @@ async def test_a_failed_step_is_retried_from_mcp_once_its_cause_is_fixed(
     assert "retry must be a list of step ids such as [\"s2\"], got 's1'" in text_of(bad)
 
 
+async def test_the_retry_question_shows_each_call_the_retry_sends_and_the_steps_that_follow(
+    tmp_path: Path,
+) -> None:
+    """Rule 12: what a person approves is what is sent. The key was written twice (s1 must wait
+    for s2); the store did not answer s2's drift check, so s1 was blocked. Before: the retry
+    question said only "try again the undo of step(s) 's2'": not the call (put k back to 'v1')
+    nor that s1's inverse (delete k) follows. Now it lists both, every argument shown."""
+    from mcp import Client
+
+    shapes = write_shapes(tmp_path)
+    shapes.config.write_text(
+        shapes.config.read_text().replace(
+            'title = "shapes session"',
+            'title = "shapes session"\napproval = "irreversible"\nprincipal = "ann@example.com"',
+        )
+    )
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    down = Path(f"{shapes.state}.down")
+    async with Client(shapes.gateway(), elicitation_callback=elicit) as c:
+        r = await c.call_tool("sh_put", {"key": "k", "value": "v1"})
+        saga_id = r.meta["amends/step"]["saga_id"]
+        await c.call_tool("sh_put", {"key": "k", "value": "v2"})
+        await asyncio.to_thread(down.write_text, "")
+        first = await c.call_tool("amends_undo", {})
+        await asyncio.to_thread(down.unlink)
+        retried = await c.call_tool("amends_undo", {"saga_id": saga_id, "retry": ["s2"]})
+    assert _states(first) == [("sh.put", "blocked"), ("sh.put", "drifted")]
+    assert len(asked) == 1  # undo would send nothing: no question then (rule 10)
+    question = asked[-1].split("\n")
+    assert question[1].startswith("- Retry s2 sh.put: calls ")
+    assert question[1].endswith("sent as sh.put(key='k', value='v1')")
+    assert question[2] == "If it succeeds, the steps waiting for it follow, each checked first:"
+    assert question[3].startswith("- Revert s1 sh.put: calls ")
+    assert question[3].endswith("sent as sh.delete(key='k')")
+    assert question[-1] == "Allow?"
+    assert not retried.is_error, text_of(retried)
+    assert _states(retried) == [("sh.put", "reverted"), ("sh.put", "reverted")]
+    assert shapes.world() == {}
+
+
 async def test_a_step_whose_drift_check_could_not_run_is_retried_from_mcp(
     shapes: ShapesSetup, connect: Any
 ) -> None:

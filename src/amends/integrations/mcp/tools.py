@@ -377,18 +377,54 @@ async def _undo_question(r: _Request, continuing: bool) -> str | None:
         f"The agent asks to {'continue undoing' if continuing else 'undo'} "
         f"{_title(r)} (saga {r.saga_id}). This will act on the world:"
     ]
-    for p in acting:
+    lines += _sends(acting)
+    lines.append("Allow this undo?")
+    return "\n".join(lines)
+
+
+def _sends(steps: list[dict[str, Any]], verb: str | None = None) -> list[str]:
+    """One question line per preview step whose inverse will be sent, with its residue."""
+    lines = []
+    for p in steps:
         # rule 12: the exact call each inverse sends (its arguments may come from a vendor's
         # answer), not only the contract's sentence for it
         inverse = p.get("inverse") or {}
         sent = shown_call(str(inverse.get("tool", "")), inverse.get("args") or {})
         said = p.get("inverse_description")
         what = f"{quoted(said)}, sent as {sent}" if said else sent
-        lines.append(f"- {p.get('verb')} {p['step_id']} {p['tool']}: calls {what}")
+        v = verb or p.get("verb")
+        if p.get("predicted") == "blocked":  # what it does once unblocked, not what it is now
+            v = str(p.get("action", "")).capitalize()
+        lines.append(f"- {v} {p['step_id']} {p['tool']}: calls {what}")
         lines += [
             f"  leaves residue: {quoted(res['what'])}" for res in p.get("expected_residue", [])
         ]
-    lines.append("Allow this undo?")
+    return lines
+
+
+async def _retry_question(r: _Request, steps: list[str]) -> str:
+    """Rule 12: what a retry will send -- each retried step's inverse, then the inverses of
+    the steps blocked behind them, which follow if it succeeds -- every argument shown."""
+    preview = (await r.gw.engine.preview(r.saga_id)).to_dict()
+    planned = {p["step_id"]: p for p in preview.get("steps", [])}
+    retried = [planned[s] for s in steps if s in planned]
+    gated = [
+        p
+        for p in preview.get("steps", [])
+        if p.get("predicted") == "blocked"
+        and p.get("action") in ("revert", "compensate")
+        and set(p.get("waits_for") or ()) & set(steps)
+    ]
+    lines = [
+        f"The agent asks to try again the undo of step(s) {quoted(', '.join(steps))} of "
+        f"{_title(r)} (saga {r.saga_id}), whose inverse failed (or whose drift check could "
+        f"not run) before. Each is checked for drift again and, only if unchanged, sent:"
+    ]
+    lines += _sends(retried, "Retry")
+    if gated:
+        lines.append("If it succeeds, the steps waiting for it follow, each checked first:")
+        lines += _sends(gated)
+    lines.append("Allow?")
     return "\n".join(lines)
 
 
@@ -413,12 +449,7 @@ async def _retry(r: _Request, steps: list[str], budget: Budget | None) -> Any:
     """amends_undo ``retry``: MCP users retry failed steps without the CLI (issue 24)."""
     gw = r.gw
     if gw.config.approval != "off":
-        question = (
-            f"The agent asks to try again the undo of step(s) {quoted(', '.join(steps))} of "
-            f"{_title(r)} (saga {r.saga_id}), whose inverse failed (or whose drift check "
-            f"could not run) before: each is checked for drift again and, if unchanged, its "
-            f"inverse is sent. Allow?"
-        )
+        question = await _retry_question(r, steps)
         what = {"action": f"retrying the undo of {', '.join(steps)}", "undo": r.saga_id}
         stop = await r.approve(f"retry:{r.saga_id}:{','.join(steps)}", question, what)
         if stop is not None:
