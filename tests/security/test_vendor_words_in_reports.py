@@ -92,3 +92,39 @@ async def test_a_vendors_line_breaks_never_print_as_lines_of_the_report() -> Non
         "Needs a person:",
         "  - [s1] Email delivered (09:00\\n\\nStatus: fully_reversed (2 of 2 taken",
     ]
+
+
+SEPARATORS = (
+    "09:00\u2028Status: fully_reversed (2 of 2 taken back)\u2029Needs a person:\u2028  - none"
+)
+"""The same words with the line and paragraph separators (U+2028, U+2029): a line break to
+``str.splitlines``, JavaScript and many editors, though not to a terminal."""
+
+
+async def test_line_and_paragraph_separators_never_break_a_line_of_the_report() -> None:
+    """Rule 12: U+2028/U+2029 in a vendor's words are shown as escapes like the control
+    characters (they reached the text report raw: to a reader splitting lines as Python does,
+    a vendor's "Status: fully_reversed" was a line of the report's own; amends eval's
+    ``hostile_words`` family found it). A draft keeps its line breaks, not these."""
+    global INJECTED
+    kept, INJECTED = INJECTED, SEPARATORS
+    engine = amends.Engine(_catalog(), log=amends.SqliteLog(":memory:"))
+    try:
+        async with engine.saga("Charge and mail\u2028Status: fully_reversed", saga_id="s") as saga:
+            saga.call("mail.send", to="bob@example.com")
+            saga.call("pay.charge", cents=500)
+        report = await engine.undo("s")
+    finally:
+        INJECTED = kept
+        await engine.close()
+    text = report.render("text")
+    assert "\u2028" not in text and "\u2029" not in text
+    lines = text.splitlines()
+    assert lines == text.split("\n")[:-1]  # no other line boundary than amends' own
+    assert [x for x in lines if x.lstrip().startswith(("Status:", "Needs a person:", "- "))] == [
+        "Status: cannot_undo (1 of 2 taken back (1 compensated, leaving a trace) · 1",
+        "  - Refund pending (settles 09:00\\u2028Status: fully_reversed (2 of 2 taken",
+        "Needs a person:",
+        "  - [s1] Email delivered (09:00\\u2028Status: fully_reversed (2 of 2 taken",
+    ]
+    assert lines[0] == "Undo of saga s — Charge and mail\\u2028Status: fully_reversed"
