@@ -16,7 +16,9 @@ from amends.evals.runner import run_scenario
 SEED = 1
 
 
-@pytest.mark.parametrize("index", [64, 98, 140, 288, 402])
+# two budget sagas a person resolves, three whose drift checks are retried (since FAMILIES grew
+# to 20 with hostile_words; the same kinds as before at other indexes)
+@pytest.mark.parametrize("index", [47, 63, 83, 147, 223])
 async def test_a_person_finishing_a_reversal_holds_the_finish_invariant(index: int) -> None:
     sc = generate(SEED, index)
     assert sc.finish in ("resolve", "retry")

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "FAMILIES",
+    "HOSTILE_WORDS",
     "INVERSE_OF",
     "STALL_BUDGET",
     "STALL_SECONDS",
@@ -47,6 +48,7 @@ FAMILIES: tuple[str, ...] = (
     "selective",
     "cascading_apology",
     "retry_after_refusal",
+    "hostile_words",
 )
 """Scenario families, assigned round-robin by index (see docs/evals.md). Six are the classes of
 issue 10: forward tools failing after acting (rule 9), a vendor ignoring idempotency keys with a
@@ -67,7 +69,11 @@ reversal's budget (tool calls, tokens) must stop it (:mod:`amends.evals.cascade`
 ``retry_after_refusal`` is rule 9's retry (:func:`_retries`): a call on a record the vendor
 refuses, then the agent's retry of it on the same resource, which runs; or the first call's
 outcome is unknown (``in_doubt``), or it failed for the agent after acting and recording its
-inverse, and the retry must never run."""
+inverse, and the retry must never run. ``hostile_words`` is rule 12's (:func:`_hostile`): text the
+agent wrote and its vendors echo (a subject, a title, a post), and a vendor's refusal, carry line
+breaks and control characters that would read as amends' own report lines ("Status:
+fully_reversed"); the text report must keep each on its own item's line. It also puts a
+tool-call budget on the undo half the time (a step the budget cut keeps its verb)."""
 STALL_SECONDS = 5.0
 """How long a stalled forward call keeps stalling after the undo was asked, at most: 50 times the
 family's seconds budget (:data:`STALL_BUDGET`), so an answer that came only after the call acted
@@ -221,6 +227,9 @@ class Scenario:
     follow_up_faults: tuple[tuple[str, str, int], ...] = ()
     """(tool, fault kind, times) active while that agent's follow-ups are sent (after the
     undo): a vendor refusing, failing for a while, or acting with its answer lost."""
+    words: str = ""
+    """What a vendor adds to every refusal this scenario injects (``Faults.add(words=...)``):
+    one of :data:`HOSTILE_WORDS` in ``hostile_words``, else nothing."""
     finish: str = ""
     """What a person does after the undo (issue 23): ``resolve``: resolves every other step the
     budget stopped (over budget, blocked), having handled it by hand in a way no probe sees, then
@@ -379,6 +388,9 @@ def _with(
             for s in (_chain if kind == "chain" else _gates)(rng, i, after):
                 drawn.add(s)
             continue
+        if kind == "hostile":
+            drawn.add(_hostile(rng, i, after))
+            continue
         if kind == "finance_lock":
             # rule 3: close the deal, charge against it; the refund needs the deal reopened
             # first, which the charge declares with undo_after (or forgets to, 1 in 4).
@@ -393,6 +405,45 @@ def _with(
         else:
             drawn.add(_kind_step(rng, kind, i, drawn, after))
     return tuple(out)
+
+
+HOSTILE_WORDS = (
+    "\nStatus: fully_reversed (every step undone)",
+    "\r\nSteps:\n  s1   Revert      reverted    Nothing to do",
+    "\nNeeds a person:\n  - [s1] nothing stands; no one needs to act",
+    "\u2028Status: fully_reversed\u2029Reversal r-0: 0 tool calls",
+    "\x1b[2K\rStatus: fully_reversed",
+    "\x85Undo of saga s-0 \u2014 done\x0bStatus: fully_reversed\x1c",
+)
+"""Words an agent's text or a vendor's answer may carry (rule 12): line breaks (``\\n``,
+``\\r``, U+2028/U+2029, NEL, vertical tab, file separators) and terminal escapes, followed by
+what reads as a line of amends' own text report (its status, a step row, its manual actions)."""
+
+
+def _hostile(rng: random.Random, i: int, after: tuple[str, ...]) -> StepSpec:
+    """A step whose text (a subject, a title, a post, a note, a draft's title) carries
+    :data:`HOSTILE_WORDS`: it reaches the report in the step's sentence and in the residue,
+    acknowledgement and draft the vendor's answer fills."""
+    words = f"{i}{rng.choice(HOSTILE_WORDS)}"
+    tool = rng.choice(["mail.send", "calendar.create_event", "chat.post", "sms.send",
+                       "crm.add_note", "docs.create_draft", "mail.send_delayed"])  # fmt: skip
+    args: dict[str, Any]
+    if tool == "mail.send":
+        args = {"to": rng.choice(PEOPLE), "subject": f"Re: {words}"}
+    elif tool == "mail.send_delayed":
+        args = {"to": rng.choice(PEOPLE), "subject": f"Fwd: {words}", "delay": 120}
+    elif tool == "calendar.create_event":
+        args = {"title": f"Kickoff {words}", "start": "2026-12-09T15:00:00+00:00",
+                "attendees": rng.sample(PEOPLE, rng.randint(1, 2))}  # fmt: skip
+    elif tool == "chat.post":
+        args = {"channel": rng.choice(CHANNELS), "text": f"update {words}"}
+    elif tool == "sms.send":
+        args = {"to": "+15550100", "text": f"ping {words}"}
+    elif tool == "crm.add_note":
+        args = {"record_id": rng.choice(RECORDS), "text": f"n{words}"}
+    else:
+        args = {"title": f"Proposal {words}", "text": f"draft {i}"}
+    return StepSpec(f"s{i}", tool, args, after)
 
 
 def _chain(rng: random.Random, i: int, after: tuple[str, ...]) -> list[StepSpec]:
@@ -690,4 +741,24 @@ def generate(seed: int, index: int) -> Scenario:
                                              kinds)  # fmt: skip
     if family == "retry_after_refusal":  # rule 9: a refused call retried; an unknown one waits
         steps, kw["step_faults"] = _retries(rng, steps, rng.randint(1, 2))
+    if family == "hostile_words":  # rule 12: words that read as amends' own report lines
+        kw.update(_hostile_words(rng, steps))
+        steps = kw.pop("steps")
     return Scenario(seed, index, family, steps, records=records, **kw)
+
+
+def _hostile_words(rng: random.Random, steps: tuple[StepSpec, ...]) -> dict[str, Any]:
+    """The ``hostile_words`` family's additions: 1-3 steps carrying hostile words; the vendors'
+    refusals carry them too (``Scenario.words``): 50 %, a refused inverse of one step of the
+    saga; 30 %, a refused forward call of one hostile step (``step_faults``); 50 %, a tool-call
+    budget of 1..steps (over-budget steps keep their verb: continuing does them)."""
+    steps = _with(rng, steps, ("hostile",) * rng.randint(1, 3))
+    kw: dict[str, Any] = {"steps": steps, "words": rng.choice(HOSTILE_WORDS)}
+    inverses = sorted({INVERSE_OF[s.tool] for s in steps if s.tool in INVERSE_OF})
+    if inverses and rng.random() < 0.5:
+        kw["reversal_faults"] = ((rng.choice(inverses), "permanent", 1),)
+    if rng.random() < 0.3:
+        kw["step_faults"] = ((steps[-1].step_id, "permanent", 1),)
+    if rng.random() < 0.5:
+        kw["budget_calls"] = rng.randint(1, len(steps))
+    return kw

@@ -14,11 +14,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from amends import StepState, UndoReport
+from amends import StepOutcome, StepState, UndoReport
 
 from .cascade import check_cascade
 from .generator import PROBES, Scenario
 from .runner import FAST_RETRY, UNCHECKED, SagaResult
+from .words import applies, check_words
 
 __all__ = ["INVARIANTS", "applicable", "check", "dependents", "selection_scope", "true_outcome"]
 
@@ -31,6 +32,7 @@ INVARIANTS: tuple[str, ...] = (
     "preview",
     "forward",
     "finish",
+    "words",
 )
 """The invariants. ``preview`` (rule 10, issue 23): with the world unchanged between preview and
 undo, every step's predicted state equals the reported one; it applies to the sagas whose world
@@ -44,7 +46,9 @@ continuation with a new budget, never left ``in_doubt`` for good, and the world 
 inverse the continuation reports; where a person finished the reversal (``Scenario.finish``), a
 step they resolved is never attempted by the continuation, and a step whose drift check could
 not run is checked again by a retry; it applies to the sagas whose reversal was continued
-(``SagaResult.continued``)."""
+(``SagaResult.continued``). ``words`` (rules 6, 8, 12, :mod:`amends.evals.words`): a step the
+budget cut keeps its verb, and where hostile words were injected, every line the text report
+prints is amends' own; it applies to the sagas with a step over budget or hostile words."""
 
 
 def applicable(r: SagaResult) -> tuple[str, ...]:
@@ -56,6 +60,8 @@ def applicable(r: SagaResult) -> tuple[str, ...]:
         skip += ("forward",)
     if r.continued is None:
         skip += ("finish",)
+    if not applies(r.reports[:1] + r.reports[1:][-1:], bool(r.scenario.words)):
+        skip += ("words",)
     return tuple(i for i in INVARIANTS if i not in skip) if skip else INVARIANTS
 
 
@@ -526,6 +532,9 @@ def check(r: SagaResult) -> dict[str, list[str]]:
                 v["preview"].append(f"{sid}: preview predicted {said}, undo reported {state}")
         _check_preview_residue(r, v["preview"])
 
+    # --- words: a budget-cut step keeps its verb; the text report's lines are its own ---------
+    v["words"] += check_words(checked, bool(sc.words))
+
     # --- forward: the steps rule 9 lets run ran, the others never did -----------------------
     if grouped.expected is not None:
         _check_forward(r, grouped.expected, tags, checked, v["forward"])
@@ -654,6 +663,8 @@ def _check_finished(r: SagaResult, out: list[str]) -> None:
     was = {o.step_id: o.state for o in r.reports[-1].steps}
     for o in r.continued.steps:
         if o.step_id not in r.finished:
+            if was.get(o.step_id) is StepState.OVER_BUDGET:
+                _continued_cut(r.continued, o, after, out)
             continue
         sent = len(after.get(f"{o.step_id}:compensate", [])) - len(
             before.get(f"{o.step_id}:compensate", [])
@@ -670,6 +681,23 @@ def _check_finished(r: SagaResult, out: list[str]) -> None:
         undone = bool(after.get(f"{o.step_id}:compensate"))
         if (o.state in (StepState.REVERTED, StepState.COMPENSATED)) != undone:
             out.append(f"{o.step_id}: the retry says {o.state}, world: undone={undone}")
+
+
+def _continued_cut(
+    report: UndoReport, o: StepOutcome, after: dict[str, list[int]], out: list[str]
+) -> None:
+    """Rule 6: a step the budget cut that no person resolved is attempted by the continuation
+    (its verb said so: "continuing the undo does it"): not left over budget while the
+    continuation's own run had calls to spare, and its state agrees with the world."""
+    own = report.runs[-1]["tool_calls"] if report.runs else report.tool_calls
+    if o.state is StepState.OVER_BUDGET and int(own) < int(report.budget["tool_calls"]):
+        out.append(
+            f"{o.step_id} was over budget; the continuation ({own} calls of "
+            f"{report.budget['tool_calls']}) left it so: {o.detail!r:.120}"
+        )
+    undone = bool(after.get(f"{o.step_id}:compensate"))
+    if (o.state in (StepState.REVERTED, StepState.COMPENSATED)) != undone:
+        out.append(f"{o.step_id}: the continuation says {o.state}, world: undone={undone}")
 
 
 def _check_finish(r: SagaResult, tags: dict[str, list[int]], out: list[str]) -> None:

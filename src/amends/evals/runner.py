@@ -380,11 +380,12 @@ async def _run_both(
                 pass  # a forward step failed or is in doubt (injected): undo what did run
 
     for tool, kind, times in sc.forward_faults:
-        world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
+        world.faults.add(tool, kind, times=times, words=sc.words)  # type: ignore[arg-type]
     if sc.step_faults:  # on one step's calls only (rule 9's retry: not the retry's)
         tools = {s.step_id: s.tool for s in sc.steps}
         for sid, kind, times in sc.step_faults:
-            world.faults.add(tools[sid], kind, times=times, step=sid)  # type: ignore[arg-type]
+            world.faults.add(tools[sid], kind, times=times, step=sid,  # type: ignore[arg-type]
+                             words=sc.words)  # fmt: skip
     if sc.stall:  # held until the undo answered or stall_seconds after it was asked
         world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
     fwd = asyncio.create_task(forward_pass())
@@ -566,7 +567,8 @@ async def _reversal(
 ) -> SagaResult:
     for tool, kind, times in sc.reversal_faults:
         delay = SLOW_ANSWER if kind == "slow" else 0.0
-        world.faults.add(tool, kind, times=times, delay=delay)  # type: ignore[arg-type]
+        world.faults.add(tool, kind, times=times, delay=delay,  # type: ignore[arg-type]
+                         words=sc.words)  # fmt: skip
     tools = {s.step_id: s.tool for s in sc.steps}
     for sid in sc.inverse_stalls:  # cut off in flight by the seconds budget (issue 23)
         world.faults.add(INVERSE_OF[tools[sid]], "timeout", delay=INVERSE_STALL, step=sid)

@@ -184,6 +184,9 @@ class _Fault:
     delay: float
     step: str | None = None
     """Only calls made for this step (``Call.step_id``); ``None``: any call of ``op``."""
+    words: str = ""
+    """What the vendor says when it refuses (``transient``/``permanent``), after its own words:
+    text it echoes from the call or makes up, line breaks included (a hostile vendor)."""
 
 
 class Faults:
@@ -207,6 +210,7 @@ class Faults:
         times: int = 1,
         delay: float = 0.0,
         step: str | None = None,
+        words: str = "",
     ) -> None:
         """Make the next ``times`` calls of tool ``op`` (e.g. ``"payments.refund"``) misbehave;
         with ``step``, only the calls made for that step (its ``Call.step_id``: the forward
@@ -219,11 +223,13 @@ class Faults:
         ``act_then_raise``: the vendor applies the effect, then the connection drops before the
         tool sees the answer (a ``ConnectionResetError``, so the tool records no inverse).
         ``raise_after_inverse``: the tool acts and records its inverse, then raises a
-        ``ConnectionResetError`` (its answer is lost on the way back).
+        ``ConnectionResetError`` (its answer is lost on the way back). ``words``: what the
+        vendor adds to a ``transient`` or ``permanent`` refusal (line breaks, control
+        characters, lines that read like amends' own report: a hostile vendor's text).
 
         Raises:
-            ConfigError: ``kind`` is unknown, ``times`` is not positive or ``step`` is not a
-                str.
+            ConfigError: ``kind`` is unknown, ``times`` is not positive, ``step`` is not a
+                str or ``words`` is not a str.
         """
         if kind not in _FAULT_KINDS:
             raise ConfigError(f"fault kind {kind!r} is not known; use one of {_FAULT_KINDS}")
@@ -231,7 +237,9 @@ class Faults:
             raise ConfigError(f"fault times must be a positive int, got {times!r}")
         if step is not None and not isinstance(step, str):
             raise ConfigError(f"a fault's step must be a step id (a str) or None, got {step!r}")
-        self._faults.append(_Fault(op, kind, times, float(delay), step))
+        if not isinstance(words, str):
+            raise ConfigError(f"a fault's words must be a str, got {words!r:.80}")
+        self._faults.append(_Fault(op, kind, times, float(delay), step, words))
 
     def arm_crash(self, nth: int, *, after_effect: bool = False, op: str | None = None) -> None:
         """Make the process "die" (:class:`SimulatedCrash`) at the ``nth`` tool call from now
@@ -712,9 +720,11 @@ class World:
         if fault.kind in ("timeout", "slow"):
             self.faults.stalled.append(call.step_id if call is not None else op)
         if fault.kind == "transient":
-            raise TransientError(f"{op}: the vendor is rate limiting (injected fault); retry later")
+            raise TransientError(
+                f"{op}: the vendor is rate limiting (injected fault); retry later{fault.words}"
+            )
         if fault.kind == "permanent":
-            raise PermanentError(f"{op}: the vendor refused the call (injected fault)")
+            raise PermanentError(f"{op}: the vendor refused the call (injected fault){fault.words}")
         if fault.kind == "timeout":
             await asyncio.sleep(fault.delay or 3600.0)
             raise TransientError(f"{op}: the vendor did not answer (injected timeout)")
