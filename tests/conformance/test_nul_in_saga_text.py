@@ -25,6 +25,7 @@ import amends
         # UnicodeEncodeError mid-write; no UTF-8 log can store it
         ("Close\ud800 the deal", {}, "title"),
         ("Close the deal", {"actor": "agent:\udfff"}, "actor"),
+        ("Close the deal", {"tenant": "acme\udfff"}, "tenant"),
     ],
 )
 async def test_a_nul_in_a_sagas_words_is_refused_before_anything_is_written(

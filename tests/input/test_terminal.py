@@ -55,3 +55,38 @@ async def test_cli_output_never_carries_raw_escape_sequences(
         assert raw not in text
     if "--json" not in argv:
         assert "\\x1b[2J" in text  # shown, visibly, not executed
+
+
+SEPARATED = "ok\u2028Status: fully_reversed\u2029Needs a person: none \ud800"
+"""Line and paragraph separators (a line break to many readers) and a lone surrogate (no
+terminal encoding takes one)."""
+
+
+def test_safe_shows_line_separators_and_lone_surrogates_as_escapes() -> None:
+    assert safe(SEPARATED) == "ok\\u2028Status: fully_reversed\\u2029Needs a person: none \\ud800"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "{saga}"], ["undo", "{saga}", "--catalog", SPEC]],
+)
+async def test_cli_output_never_carries_separators_or_lone_surrogates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Before: ``amends undo`` printed a step's sentence with an argument's lone surrogate and
+    the terminal's encoder raised UnicodeEncodeError (a traceback after the undo was done), and
+    a title's U+2028 reached the screen raw; both are escapes now, as in the text report."""
+    WORLD.crm["r1"] = {"stage": "lead", "owner": "ann", "version": 1}
+    db = str(tmp_path / "sep.db")
+    engine = amends.Engine(CATALOG, log=db)
+    async with engine.saga(SEPARATED[:-2]) as saga:  # a title takes no lone surrogate
+        saga.call("crm.update_field", record_id="r1", field="stage", value=SEPARATED)
+    await engine.close()
+    args = [a.replace("{saga}", saga.id) for a in argv] + ["--db", db]
+    code = await asyncio.to_thread(main, args)
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    text = out.out + out.err
+    text.encode("utf-8")  # a terminal can print every character of it
+    assert not {"\u2028", "\u2029"} & set(text)
+    assert "ok\\u2028Status: fully_reversed" in text
