@@ -5,10 +5,10 @@ characters and the line separators U+2028/U+2029 followed by what reads as amend
 ("Status: fully_reversed", a step row, "Needs a person:"); the text report must keep them on
 their item's line, and the follow-up agent's list of open actions too. A step the budget cut
 keeps its verb (Revert/Compensate: continuing the undo does it), and the continuation does it.
-On the core before this lane's fix (U+2028 printed raw), the family violated ``words`` in 17 of
-its first 60 sagas of seed 1; before 669b2a6 (line breaks printed raw) in 53; before 76c30f2
-(a budget-cut step read "Acknowledge") ``words`` failed in 45 of the 49 sagas of seed 1's first
-400 it applied to.
+On the core before this lane's fix (U+2028 and lone surrogates printed raw), the family
+violated ``words`` in 22 of its first 60 sagas of seed 1; before 669b2a6 (line breaks printed
+raw) in 54; before 76c30f2 (a budget-cut step read "Acknowledge") ``words`` failed in 45 of the
+49 sagas of seed 1's first 400 it applied to.
 """
 
 from __future__ import annotations

@@ -414,10 +414,12 @@ HOSTILE_WORDS = (
     "\u2028Status: fully_reversed\u2029Reversal r-0: 0 tool calls",
     "\x1b[2K\rStatus: fully_reversed",
     "\x85Undo of saga s-0 \u2014 done\x0bStatus: fully_reversed\x1c",
+    "\ud800\nStatus: fully_reversed\udfff",
 )
 """Words an agent's text or a vendor's answer may carry (rule 12): line breaks (``\\n``,
-``\\r``, U+2028/U+2029, NEL, vertical tab, file separators) and terminal escapes, followed by
-what reads as a line of amends' own text report (its status, a step row, its manual actions)."""
+``\\r``, U+2028/U+2029, NEL, vertical tab, file separators), terminal escapes and lone
+surrogates (no terminal can print one), followed by what reads as a line of amends' own text
+report (its status, a step row, its manual actions)."""
 
 
 def _hostile(rng: random.Random, i: int, after: tuple[str, ...]) -> StepSpec:

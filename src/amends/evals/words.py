@@ -1,6 +1,6 @@
 """The ``words`` invariant: what a report's words say is amends' own, and true (rules 8, 12).
 
-Two classes of saga the audits of issue 30's week fixed and the eval now generates:
+Two classes of saga this week's audits fixed (669b2a6, f6e5b1c, 76c30f2) and the eval generates:
 
 * text an agent wrote and its vendors echo (a subject, a title, a post), or a vendor's refusal,
   carrying line breaks and control characters followed by what reads as a line of amends' own
@@ -10,7 +10,8 @@ Two classes of saga the audits of issue 30's week fixed and the eval now generat
   every line that starts at column 0 is one of amends' own headings, no other line (but a
   draft's, which keeps its lines under its item) starts like one, exactly one says the
   status and it is the report's, the step rows are the report's steps in order with their
-  verbs and states, and each list (residue, manual actions) has one item per entry;
+  verbs, each list (residue, manual actions) has one item per entry, and the text can be
+  printed (no lone surrogate: a terminal's encoder raises on one);
 * a step the tool-call budget cut before its inverse ran: nothing was attempted and continuing
   the reversal runs its inverse (rule 6), so it keeps its verb (Revert for a reversible step,
   Compensate for a compensable one), never "Acknowledge" (a person must follow up).
@@ -73,7 +74,12 @@ def check_words(reports: list[UndoReport], hostile: bool) -> list[str]:
 def _check_text(rep: UndoReport) -> list[str]:
     """The text report's lines are amends' own: see the module's docstring."""
     out: list[str] = []
-    lines = rep.render("text").splitlines()
+    text = rep.render("text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: printing the report would raise
+        out.append(f"the text report cannot be printed: {exc}")
+    lines = text.splitlines()
     section = ""
     rows: list[tuple[str, str]] = []
     items = {"residue": 0, "manual": 0}
