@@ -160,3 +160,49 @@ async def test_the_follow_up_agents_open_actions_keep_hostile_words_on_their_ite
     assert [x.split()[2].rstrip(":") for x in lines if x.startswith("- ")] == actions
     assert not [x for x in lines if x.lstrip().startswith(HEADINGS)]
     assert isinstance(agent, amends.FollowUpAgent)
+
+
+def _lying(kind: str) -> Scenario:
+    steps = (
+        StepSpec("s1", "payments.charge", {"customer": "cus_acme", "cents": 500}),
+        StepSpec("s2", "chat.post", {"channel": "#sales", "text": "charged"}),
+        StepSpec("s3", "mail.send", {"to": "ana@acme.test", "subject": "Receipt"}, ("s1",)),
+    )
+    return Scenario(7, 0, "handmade", steps, records=RECORDS, step_faults=(("s1", kind, 1),))
+
+
+@pytest.mark.parametrize("kind", ["answer_other_id", "answer_null_id"])
+async def test_a_vendor_answer_naming_another_resource_leaves_the_step_in_doubt(kind: str) -> None:
+    """The processor charged cus_acme but answered the id of someone else's charge (or null):
+    the sandbox's charge tool takes no inverse from it, the step is in doubt (rule 9), the
+    step named after it never runs, nothing else is refunded, and the preview agrees."""
+    r = await run_scenario(_lying(kind))
+    assert r.forward == {"s1": "in_doubt", "s2": "done", "s3": "skipped"}
+    first = {o.step_id: o.state for o in r.reports[0].steps}
+    assert first["s1"] is StepState.IN_DOUBT and first["s2"] is StepState.COMPENSATED
+    assert "UntrustedAnswer" in next(o.detail for o in r.reports[0].steps if o.step_id == "s1")
+    charges = r.world["payments"]["charges"]
+    assert [c["refunded"] for c in charges.values()] == [0] * len(charges)
+    assert r.preview is not None and r.preview["s1"] == "in_doubt"
+    assert {k: v for k, v in check(r).items() if v} == {}
+
+
+async def test_an_inverse_taken_from_an_answer_naming_another_charge_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the sandbox's check taken away (a tool trusting its vendor's id), undo refunds
+    someone else's charge and says the step was compensated: ``never_worse`` and ``honesty``
+    catch it on the world (the refund's charge is not the one the step made)."""
+    from amends.sandbox import catalog
+
+    monkeypatch.setattr(catalog, "_names_what_it_made", lambda *a: None)
+    r = await run_scenario(_lying("answer_other_id"))
+    assert r.forward["s1"] == "done"
+    decoy = r.world["payments"]["charges"]["ch_1"]
+    assert decoy["customer"] == "cus_globex" and decoy["refunded"] == 500  # not its charge
+    v = check(r)
+    assert v["never_worse"] == [
+        "s1: its inverse acted on payments ch_1, which its forward call did not make "
+        "(payments ch_2)"
+    ]
+    assert "s1: report says compensated, world: stands" in v["honesty"]

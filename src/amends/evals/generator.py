@@ -749,18 +749,41 @@ def generate(seed: int, index: int) -> Scenario:
     return Scenario(seed, index, family, steps, records=records, **kw)
 
 
+LYING_TOOLS = frozenset(
+    {
+        "payments.charge",
+        "payments.wire",
+        "calendar.create_event",
+        "chat.post",
+        "docs.create_draft",
+        "docs.create_private_note",
+        "mail.send_delayed",
+    }
+)
+"""Tools whose inverse names what the vendor's answer says it made, and which check that the
+answer names what the call made (``sandbox.catalog._names_what_it_made``)."""
+_LIES = ("answer_other_id", "answer_other_id", "answer_null_id")
+
+
 def _hostile_words(rng: random.Random, steps: tuple[StepSpec, ...]) -> dict[str, Any]:
     """The ``hostile_words`` family's additions: 1-3 steps carrying hostile words; the vendors'
     refusals carry them too (``Scenario.words``): 50 %, a refused inverse of one step of the
     saga; 30 %, a refused forward call of one hostile step (``step_faults``); 50 %, a tool-call
-    budget of 1..steps (over-budget steps keep their verb: continuing does them)."""
+    budget of 1..steps (over-budget steps keep their verb: continuing does them); 40 %, a
+    vendor acts on one step that creates something (:data:`LYING_TOOLS`) and its answer names
+    another resource of the kind (2 in 3) or null: no inverse may be taken from it."""
     steps = _with(rng, steps, ("hostile",) * rng.randint(1, 3))
     kw: dict[str, Any] = {"steps": steps, "words": rng.choice(HOSTILE_WORDS)}
     inverses = sorted({INVERSE_OF[s.tool] for s in steps if s.tool in INVERSE_OF})
     if inverses and rng.random() < 0.5:
         kw["reversal_faults"] = ((rng.choice(inverses), "permanent", 1),)
+    faults: list[tuple[str, str, int]] = []
     if rng.random() < 0.3:
-        kw["step_faults"] = ((steps[-1].step_id, "permanent", 1),)
+        faults.append((steps[-1].step_id, "permanent", 1))
     if rng.random() < 0.5:
         kw["budget_calls"] = rng.randint(1, len(steps))
+    makers = [s.step_id for s in steps[:-1] if s.tool in LYING_TOOLS]
+    if makers and rng.random() < 0.4:  # rule 8: the vendor's answer names another thing
+        faults.append((rng.choice(makers), rng.choice(_LIES), 1))
+    kw["step_faults"] = tuple(faults)
     return kw

@@ -168,12 +168,19 @@ class _Grouped:
         self.scope = (_closure(need, roots) | set(sc.select)) if sc.select else set(ids)
 
 
-_ENDS = {"permanent": "failed", "act_then_raise": "in_doubt", "raise_after_inverse": "failed"}
+_ENDS = {
+    "permanent": "failed",
+    "act_then_raise": "in_doubt",
+    "raise_after_inverse": "failed",
+    "answer_other_id": "in_doubt",
+    "answer_null_id": "in_doubt",
+}
 """A step fault's kind -> how the forward call ends for the agent (rule 9): the vendor refused
 it, nothing happened (``failed``); the vendor acted and the answer was lost (``in_doubt``); the
 tool acted and recorded its inverse, then raised (``failed``, yet the effect stands: see
-:data:`_ACTED`). ``transient`` ends ``failed`` only when it outlasts the retry policy (else the
-step is ``done``)."""
+:data:`_ACTED`); the vendor acted and its answer named another resource or null, so the tool
+took no inverse from it (``in_doubt``; the generator aims these at tools that check).
+``transient`` ends ``failed`` only when it outlasts the retry policy (else it is ``done``)."""
 _ACTED = frozenset({"raise_after_inverse"})
 """Fault kinds whose ``failed`` step acted all the same (rule 9: it recorded its inverse first,
 so it is logged done): it blocks a later step on its resource as an unknown outcome does, and
@@ -325,12 +332,18 @@ def _unsure_drift(r: SagaResult, tags: dict[str, list[int]], sid: str) -> bool:
 
 def true_outcome(r: SagaResult) -> tuple[str, dict[str, str]]:
     """(status, step -> "none" | "stands" | "undone") from the world alone."""
-    return _truth(r, _by_tag(r.effects), _grouped(r.scenario))
+    scan = _Scan(r.effects)
+    return _truth(r, scan.tags, _grouped(r.scenario), scan.missed)
 
 
 def _truth(
-    r: SagaResult, tags: dict[str, list[int]], grouped: _Grouped
+    r: SagaResult,
+    tags: dict[str, list[int]],
+    grouped: _Grouped,
+    missed: dict[str, list[str]] | None = None,
 ) -> tuple[str, dict[str, str]]:
+    """``missed``: steps whose inverse acted on something they never made (:class:`_Scan`):
+    undone only if some inverse effect of theirs was on what they made."""
     truth: dict[str, str] = {}
     scope = grouped.scope  # issue 27: a selection's outcome is over its steps
     for s in r.scenario.steps:
@@ -338,6 +351,8 @@ def _truth(
             continue
         fwd = f"{s.step_id}:forward" in tags
         undo = f"{s.step_id}:compensate" in tags
+        if undo and missed and s.step_id in missed:
+            undo = len(missed[s.step_id]) < len(tags[f"{s.step_id}:compensate"])
         truth[s.step_id] = "undone" if fwd and undo else ("stands" if fwd else "none")
     if any(v == "stands" for v in truth.values()):
         return "cannot_undo", truth
@@ -347,6 +362,20 @@ def _truth(
     return "fully_reversed", truth
 
 
+_MAKES = frozenset(
+    {
+        ("payments", "charge"),
+        ("payments", "wire"),
+        ("calendar", "invite"),
+        ("chat", "post"),
+        ("docs", "create"),
+        ("mail", "schedule"),
+        ("ledger", "post"),
+    }
+)
+"""Forward effects that create a resource named by the vendor's answer: every inverse effect of
+the step (a refund, a recall, a cancellation notice, a delete, a cancel, a reversing entry) is
+keyed by the same resource, so one keyed otherwise acted on something the step never made."""
 _GIVEN_BACK = frozenset({"refund", "reverse_entry"})
 """Ops that give money back (rule 5: once per charge or entry)."""
 
@@ -355,7 +384,7 @@ class _Scan:
     """What :func:`check` reads off the effect journal, in one pass over it (issue 29: five
     passes and a copy of each tagged effect were half of the oracle's cost)."""
 
-    __slots__ = ("others", "overwrote", "refunds", "tags", "writers")
+    __slots__ = ("made", "missed", "others", "overwrote", "refunds", "tags", "writers")
 
     def __init__(self, effects: list[dict[str, Any]]) -> None:
         self.tags: dict[str, list[int]] = {}
@@ -368,6 +397,11 @@ class _Scan:
         """CRM field -> the steps whose forward call wrote it (:func:`_unrestored`)."""
         self.others: set[str] = set()
         """CRM fields written by someone other than a step."""
+        self.made: dict[str, set[tuple[str, str]]] = {}
+        """step -> the resources its forward call created (a charge, a post, a draft, ...)."""
+        self.missed: dict[str, list[str]] = {}
+        """step -> the resources its inverse acted on that its forward call did not create (an
+        inverse taken from a vendor's answer naming another resource: never_worse)."""
         tags = self.tags
         conflicting: dict[tuple[str, str, str], int] = {}
         for seq, e in enumerate(effects):
@@ -389,6 +423,12 @@ class _Scan:
                         )
                 if op == "update_field" and e["vendor"] == "crm" and tag.endswith(":forward"):
                     self.writers.setdefault(e["key"], set()).add(tag.split(":")[0])
+                if (e["vendor"], op) in _MAKES and tag.endswith(":forward"):
+                    self.made.setdefault(tag[:-8], set()).add((e["vendor"], e["key"]))
+                elif self.made and tag.endswith(":compensate"):
+                    made = self.made.get(tag[:-11])
+                    if made is not None and (e["vendor"], e["key"]) not in made:
+                        self.missed.setdefault(tag[:-11], []).append(f"{e['vendor']} {e['key']}")
             else:  # the clock's, or another actor's
                 if e.get("actor") not in (None, "agent"):
                     for other in _CONFLICTING.get((e["vendor"], op), ()):
@@ -406,7 +446,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
     scan = _Scan(r.effects)
     tags = scan.tags
     grouped = _grouped(sc)
-    status, truth = _truth(r, tags, grouped)
+    status, truth = _truth(r, tags, grouped, scan.missed)
     if r.errors:
         v["honesty"].append(f"an undo request raised instead of reporting: {r.errors[0]}")
     if not r.reports:
@@ -480,6 +520,11 @@ def check(r: SagaResult) -> dict[str, list[str]]:
 
     # --- never worse ------------------------------------------------------------------------
     v["never_worse"] += scan.overwrote  # an inverse over another actor's change (_Scan)
+    for sid, keys in scan.missed.items():  # an inverse taken from an answer naming another
+        v["never_worse"].append(
+            f"{sid}: its inverse acted on {', '.join(sorted(set(keys)))}, which its forward "
+            f"call did not make ({', '.join(sorted(' '.join(m) for m in scan.made[sid]))})"
+        )
     # money given back twice: a second refund, a second reversing ledger entry (rule 5)
     for key, n in scan.refunds.items():
         if n > 1:

@@ -388,6 +388,8 @@ async def _run_both(
                              words=sc.words)  # fmt: skip
     if sc.stall:  # held until the undo answered or stall_seconds after it was asked
         world.faults.add(sc.stall, "slow", delay=STALL_HOLD)
+    if any(kind == "answer_other_id" for _, kind, _ in sc.step_faults):
+        _decoys(world)  # what a lying vendor's answer names: someone else's, made before
     fwd = asyncio.create_task(forward_pass())
     if sc.stall:  # undo is asked while the stalled call is still in flight
         while not fwd.done() and any(f["op"] == sc.stall for f in world.faults.pending()):
@@ -462,6 +464,19 @@ async def _run_both(
     world.faults.cut_stalls()  # no undo was asked of this world (naive alone): let it act
     await fwd
     return out
+
+
+def _decoys(world: World) -> None:
+    """One resource of each kind a lying vendor may name (``answer_other_id``), made by someone
+    else before the saga: another customer's charge, a wire, an event, a post, a draft, a
+    scheduled email. An inverse taken from such an answer acts on it (never undone by the
+    saga's own inverses first, so the wrong refund or delete always shows in the world)."""
+    world.payments.charge("cus_globex", 4242, description="someone else's")
+    world.payments.wire("acct-decoy", 4242)
+    world.calendar.create_event("Board meeting", "2026-12-10T10:00:00+00:00", ["cy@globex.test"])
+    world.chat.post("#finance", "quarterly numbers")
+    world.docs.create_draft("Contract", "signed")
+    world.mail.send_delayed("di@initech.test", "Invoice", "", delay=3600.0)
 
 
 UNCHECKED = "could not check the world before undoing"

@@ -160,6 +160,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Schedule an email; cancellable until its send-delay window elapses."""
         world = world_of()
         msg = world.mail.send_delayed(to, subject, body, delay=delay, idempotency_key=key_of(call))
+        _names_what_it_made(world, "mail", call, msg)
         call.inverse("mail.cancel_scheduled", message_id=msg["id"])
         call.expect(
             "mail.get_message", {"message_id": msg["id"]}, equals="scheduled", path="status"
@@ -192,6 +193,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         ``announce``, posts to that channel, which logs it on CRM record ``log_to``)."""
         world = world_of()
         event = world.calendar.create_event(title, start, attendees, idempotency_key=key_of(call))
+        _names_what_it_made(world, "calendar", call, event)
         extra = {k: v for k, v in (("announce", announce), ("log_to", log_to)) if v}
         call.inverse("calendar.cancel_event", event_id=event["id"], **extra)
         call.expect(
@@ -322,6 +324,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
             deal=deal,
             idempotency_key=call.idempotency_key,
         )
+        _names_what_it_made(world, "payments", call, ch)
         call.inverse("payments.refund", charge_id=ch["id"], cents=cents)
         # drift: a refund someone issued by hand since would make ours a double refund.
         call.expect("payments.get_charge", {"charge_id": ch["id"]}, equals=0, path="refunded")
@@ -361,6 +364,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Send a wire; recallable inside its recall window, irreversible after it."""
         world = world_of()
         wire = world.payments.wire(to_account, cents, idempotency_key=key_of(call))
+        _names_what_it_made(world, "payments", call, wire)
         call.inverse("payments.recall_wire", wire_id=wire["id"])
         # rule 4: only a wire still in flight can be recalled; once its recall window has closed
         # (sandbox clock, not the engine's) or someone recalled it, the step needs review.
@@ -385,6 +389,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Post to a channel (members are notified); compensated by deleting the post."""
         world = world_of()
         msg = world.chat.post(channel, text, idempotency_key=key_of(call))
+        _names_what_it_made(world, "chat", call, msg)
         call.inverse("chat.delete", message_id=msg["id"])
         call.expect("chat.get_message", {"message_id": msg["id"]}, equals=text, path="text")
         members = msg["notified"]
@@ -448,6 +453,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         """Create a private draft; its inverse deletes it without trace."""
         world = world_of()
         doc = world.docs.create_draft(title, text, idempotency_key=key_of(call))
+        _names_what_it_made(world, "docs", call, doc)
         call.inverse("docs.delete", doc_id=doc["id"])
         call.expect("docs.get", {"doc_id": doc["id"]}, equals=text, path="text")
         # rule 5 with rule 4: a delete in flight at a crash is re-sent only if the world shows
@@ -461,6 +467,7 @@ def sandbox_catalog(world: World | None = None, *, timeout: float = DEFAULT_TIME
         world = world_of()
         doc = world.docs.create_draft("Private note", text, private=True,
                                       idempotency_key=key_of(call))  # fmt: skip
+        _names_what_it_made(world, "docs", call, doc)
         call.inverse("docs.delete", doc_id=doc["id"])
         # rule 4: nothing to compare: the vendor lets no one but this saga touch a private note
         call.no_drift_check(reason="a private note only this saga can see; no one else can edit it")
@@ -564,6 +571,36 @@ def _resource_id(value: Any) -> str:
 
 
 _IDEMPOTENCY_KEY: Callable[[Call], str] = operator.attrgetter("idempotency_key")
+
+
+class UntrustedAnswer(RuntimeError):
+    """A vendor acted, but its answer does not name what it made: no inverse can be taken from
+    it. Neither a refusal (``PermanentError``) nor a retry (``TransientError``): the step is
+    ``in_doubt`` (rule 9), for a person to look up."""
+
+
+def _names_what_it_made(world: World, vendor: str, call: Call, answer: dict[str, Any]) -> None:
+    """Rule 8 before an inverse is taken from a vendor's answer: its ``id`` must name what this
+    call made, as the vendor's look-up by the call's idempotency key shows it (a re-send with
+    the key answers the same). A confused or compromised vendor answering another resource's
+    id (another customer's charge) or a null would make undo refund, delete or cancel
+    something else, or nothing; the tool records no inverse and raises :class:`UntrustedAnswer`.
+    One look-up per call that creates something (``amends eval``'s ``hostile_words`` family
+    makes vendors answer so).
+
+    Raises:
+        UntrustedAnswer: The answer's id is not the id of what the call made.
+    """
+    made = world.replay(vendor, call.idempotency_key)
+    rid = answer.get("id")
+    if made is not None and rid != made.get("id"):
+        raise UntrustedAnswer(
+            f"{call.tool}: the vendor acted, but its answer names {rid!r}, not what this call "
+            f"made ({made.get('id')!r}); no inverse was recorded from it: look the call up at "
+            f"the vendor by its idempotency key before undoing it by hand"
+        )
+
+
 """The vendor idempotency key for a call (stable across retries, crashes and processes)."""
 
 

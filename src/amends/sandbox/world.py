@@ -64,7 +64,14 @@ class SimulatedCrash(BaseException):
 
 
 FaultKind = Literal[
-    "transient", "permanent", "timeout", "slow", "act_then_raise", "raise_after_inverse"
+    "transient",
+    "permanent",
+    "timeout",
+    "slow",
+    "act_then_raise",
+    "raise_after_inverse",
+    "answer_other_id",
+    "answer_null_id",
 ]
 
 EPOCH = datetime(2026, 12, 7, 9, 0, tzinfo=UTC).timestamp()
@@ -77,7 +84,13 @@ _FAULT_KINDS = (
     "slow",
     "act_then_raise",
     "raise_after_inverse",
+    "answer_other_id",
+    "answer_null_id",
 )
+_ANSWER_KINDS = frozenset({"answer_other_id", "answer_null_id", "answered"})
+"""Faults that change what the vendor answers, not what it does (``answered``: one used)."""
+_AFTER_ACTING = frozenset({"act_then_raise", "raise_after_inverse"}) | _ANSWER_KINDS
+"""Faults that let the vendor act and fire once it has (:meth:`World.commit`, ``after_call``)."""
 _CURRENT_WORLD: contextvars.ContextVar[World | None] = contextvars.ContextVar(
     "amends_sandbox_world", default=None
 )
@@ -223,9 +236,14 @@ class Faults:
         ``act_then_raise``: the vendor applies the effect, then the connection drops before the
         tool sees the answer (a ``ConnectionResetError``, so the tool records no inverse).
         ``raise_after_inverse``: the tool acts and records its inverse, then raises a
-        ``ConnectionResetError`` (its answer is lost on the way back). ``words``: what the
-        vendor adds to a ``transient`` or ``permanent`` refusal (line breaks, control
-        characters, lines that read like amends' own report: a hostile vendor's text).
+        ``ConnectionResetError`` (its answer is lost on the way back). ``answer_other_id``:
+        the vendor acts, and its answer's ``id`` names another resource of the same kind (the
+        first other one it holds, else one it does not: a confused or compromised vendor; an
+        inverse taken from it would refund, delete or cancel something else);
+        ``answer_null_id``: its answer's ``id`` is null (its answer changed shape).
+        ``words``: what the vendor adds to a ``transient`` or ``permanent`` refusal (line
+        breaks, control characters, lines that read like amends' own report: a hostile
+        vendor's text).
 
         Raises:
             ConfigError: ``kind`` is unknown, ``times`` is not positive, ``step`` is not a
@@ -714,7 +732,7 @@ class World:
         fault = self.faults.take(op, call.step_id if call is not None else None)
         if fault is None:
             return
-        if fault.kind in ("act_then_raise", "raise_after_inverse"):
+        if fault.kind in _AFTER_ACTING:
             self._after.setdefault(id(call), fault.kind)
             return
         if fault.kind in ("timeout", "slow"):
@@ -759,6 +777,8 @@ class World:
         if not self._after:  # no fault nor crash due after any call
             return
         kind = self._after.pop(id(call), None)
+        if kind in _ANSWER_KINDS:
+            return  # the answer was the fault (or there was no write to lie about)
         if kind == "crash":
             raise SimulatedCrash("simulated crash after the vendor acted, before the engine "
                                  "recorded the answer")  # fmt: skip
@@ -815,9 +835,26 @@ class World:
         self._store.write(puts, stamped)
         if self._after:  # an act_then_raise fault of this call fires once this write committed
             key = id(current_call())
-            if self._after.get(key) == "act_then_raise":
+            kind = self._after.get(key)
+            if kind == "act_then_raise":
                 self._after[key] = "acted"
+            elif kind in _ANSWER_KINDS and kind != "answered" and puts:
+                self._after[key] = "answered"
+                return self._lie(kind, puts[0], response)
         return response
+
+    def _lie(self, kind: str, put: tuple[str, str, Any], response: Any) -> Any:
+        """``response`` as a lying vendor answers it (``answer_other_id``/``answer_null_id``):
+        its ``id`` another resource of the table it wrote first (one it does not hold, ``ch_0``,
+        when there is no other), or null. What it stored (and replays for the same key) stays
+        the truth."""
+        tbl, made, _ = put
+        if not isinstance(response, dict) or response.get("id") != made:
+            return response  # no id of what it made in the answer: nothing to lie about
+        if kind == "answer_null_id":
+            return {**response, "id": None}
+        other = next((k for k, _ in self._store.items(tbl) if k != made), None)
+        return {**response, "id": other or f"{made.rpartition('_')[0]}_0"}  # or one unknown
 
     def _write(
         self, puts: list[tuple[str, str, Any]], effects: list[dict[str, Any]] | None = None
