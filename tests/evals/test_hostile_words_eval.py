@@ -7,8 +7,9 @@ their item's line, and the follow-up agent's list of open actions too. A step th
 keeps its verb (Revert/Compensate: continuing the undo does it), and the continuation does it.
 On the core before this lane's fix (U+2028 and lone surrogates printed raw), the family
 violated ``words`` in 22 of its first 60 sagas of seed 1; before 669b2a6 (line breaks printed
-raw) in 54; before 76c30f2 (a budget-cut step read "Acknowledge") ``words`` failed in 45 of the
-49 sagas of seed 1's first 400 it applied to.
+raw) in 57; before 76c30f2 (a budget-cut step read "Acknowledge") in all of the first 60
+``budget`` sagas. A vendor answering another resource's id is caught by ``never_worse`` and
+``honesty`` once the sandbox's check of the answer is taken away.
 """
 
 from __future__ import annotations
