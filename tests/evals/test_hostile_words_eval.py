@@ -106,10 +106,14 @@ async def test_a_budget_cut_step_that_reads_acknowledge_is_caught() -> None:
     cut = [o for o in r.reports[0].steps if o.state is StepState.OVER_BUDGET]
     assert cut and all(o.verb == "Revert" for o in cut)
     assert "words" in applicable(r) and check(r)["words"] == []
+    assert r.preview_cut == {o.step_id: ("Revert", "reversible") for o in cut}  # rule 10 too
     r.reports[0] = _with_step(r.reports[0], cut[0].step_id, verb="Acknowledge")
+    r.preview_cut[cut[0].step_id] = ("Acknowledge", "reversible")
     assert check(r)["words"] == [
+        f"{cut[0].step_id}: the preview predicts the budget cuts it (continuing does it), yet its "
+        f"verb is 'Acknowledge', not 'Revert'",
         f"{cut[0].step_id}: the budget cut it before its inverse ran (continuing does it), yet "
-        f"its verb is 'Acknowledge', not 'Revert'"
+        f"its verb is 'Acknowledge', not 'Revert'",
     ]
 
 

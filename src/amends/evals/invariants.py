@@ -60,7 +60,7 @@ def applicable(r: SagaResult) -> tuple[str, ...]:
         skip += ("forward",)
     if r.continued is None:
         skip += ("finish",)
-    if not applies(r.reports[:1] + r.reports[1:][-1:], bool(r.scenario.words)):
+    if not applies(r.reports[:1] + r.reports[1:][-1:], bool(r.scenario.words), r.preview_cut):
         skip += ("words",)
     return tuple(i for i in INVARIANTS if i not in skip) if skip else INVARIANTS
 
@@ -578,7 +578,7 @@ def check(r: SagaResult) -> dict[str, list[str]]:
         _check_preview_residue(r, v["preview"])
 
     # --- words: a budget-cut step keeps its verb; the text report's lines are its own ---------
-    v["words"] += check_words(checked, bool(sc.words))
+    v["words"] += check_words(checked, bool(sc.words), r.preview_cut)
 
     # --- forward: the steps rule 9 lets run ran, the others never did -----------------------
     if grouped.expected is not None:

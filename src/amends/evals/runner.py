@@ -33,6 +33,7 @@ from amends import (
     SagaLog,
     SqliteLog,
     Step,
+    StepState,
     UndoReport,
 )
 
@@ -145,6 +146,9 @@ class SagaResult:
     preview_residue: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     """step_id -> the settle date (``None``: does not settle) of each residue the same preview
     said undo would leave for the step; a step predicted to leave none is absent (rule 10)."""
+    preview_cut: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    """step_id -> (verb, reversibility) of each step that preview predicted ``over_budget``
+    (rule 6: it keeps Revert/Compensate, as the report does; the ``words`` invariant)."""
     cascade: CascadeRun | None = None
     """What the scripted cascading agent did after the undo (``cascading_apology``)."""
     continued: UndoReport | str | None = None
@@ -422,7 +426,7 @@ async def _run_both(
             tool_calls=sc.budget_calls, seconds=sc.budget_seconds, tokens=sc.budget_tokens
         )
         current = [eng]
-        predicted = await _predict(eng, saga.id, budget, world, sc)
+        predicted, residue, cut = await _predict(eng, saga.id, budget, world, sc)
 
         async def request() -> UndoReport:
             return await current[0].undo(saga.id, budget=budget, **_selected(sc))
@@ -444,7 +448,7 @@ async def _run_both(
         if not any(o.state.value == "failed" for o in first):
             # a vendor refusing an inverse (a finance lock nobody declared) is not
             # something a preview can see without sending the inverse (rule 10)
-            out[0].preview, out[0].preview_residue = predicted or (None, {})
+            out[0].preview, out[0].preview_residue, out[0].preview_cut = predicted, residue, cut
         if sc.cascade:  # issue 27 part 3: an agent finishes the manual actions
             for tool, kind, times in sc.follow_up_faults:
                 world.faults.add(tool, kind, times=times)  # type: ignore[arg-type]
@@ -535,7 +539,7 @@ async def _the_rest(
     )  # fmt: skip
     return dataclasses.replace(
         first, scenario=whole, effects=world.effects(), world=world.snapshot(),
-        reports=reports, errors=errors, preview=None, rest=None,
+        reports=reports, errors=errors, preview=None, preview_cut={}, rest=None,
     )  # fmt: skip
 
 
@@ -554,12 +558,15 @@ def previewable(sc: Scenario) -> bool:
 
 async def _predict(
     eng: Engine, saga_id: str, budget: Budget, world: World, sc: Scenario
-) -> tuple[dict[str, str], dict[str, tuple[str | None, ...]]] | None:
-    """What ``engine.preview`` predicts for each step, right before undo: its state, and the
-    settle dates of the residue it says undo will leave (``None`` when the world may change in
-    between, or the engine has no preview)."""
+) -> tuple[
+    dict[str, str] | None, dict[str, tuple[str | None, ...]], dict[str, tuple[str | None, str]]
+]:
+    """What ``engine.preview`` predicts for each step, right before undo: its state (``None``
+    when the world may change in between, or the engine has no preview), the settle dates of
+    the residue it says undo will leave, and the verb and class of each step it predicts
+    ``over_budget``."""
     if not previewable(sc):
-        return None
+        return None, {}, {}
     with use_world(world):
         preview = await eng.preview(saga_id, budget=budget, **_selected(sc))
     states = {p.step_id: p.predicted.value for p in preview.steps if p.predicted is not None}
@@ -568,7 +575,12 @@ async def _predict(
         for p in preview.steps
         if p.predicted is not None and p.expected_residue
     }
-    return states, residue
+    cut = {
+        p.step_id: (p.verb, p.reversibility.value)
+        for p in preview.steps
+        if p.predicted is StepState.OVER_BUDGET
+    }
+    return states, residue, cut
 
 
 async def _reversal(

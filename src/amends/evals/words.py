@@ -25,6 +25,8 @@ step over budget.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from amends import StepState, UndoReport
 
@@ -50,14 +52,33 @@ _ROW = re.compile(r"  (?!- |added )(\S+) +(\S+)")
 _LISTS = {"Residue (what remains after compensation):": "residue", "Needs a person:": "manual"}
 
 
-def applies(reports: list[UndoReport], hostile: bool) -> bool:
-    """Whether ``words`` applies: hostile words in the scenario, or a step over budget."""
-    return hostile or any(o.state is StepState.OVER_BUDGET for rep in reports for o in rep.steps)
+def applies(
+    reports: list[UndoReport], hostile: bool, preview_cut: Mapping[str, Any] | None = None
+) -> bool:
+    """Whether ``words`` applies: hostile words in the scenario, or a step over budget (in a
+    report or in the preview before it)."""
+    return (
+        hostile
+        or bool(preview_cut)
+        or any(o.state is StepState.OVER_BUDGET for rep in reports for o in rep.steps)
+    )
 
 
-def check_words(reports: list[UndoReport], hostile: bool) -> list[str]:
-    """The violations of ``words`` in ``reports`` (the text checks only when ``hostile``)."""
+def check_words(
+    reports: list[UndoReport],
+    hostile: bool,
+    preview_cut: Mapping[str, tuple[str | None, str]] | None = None,
+) -> list[str]:
+    """The violations of ``words`` in ``reports`` (the text checks only when ``hostile``) and
+    in the preview's verbs of the steps it predicted over budget (``preview_cut``)."""
     out: list[str] = []
+    for sid, (verb, reversibility) in (preview_cut or {}).items():
+        want = _VERB_OF.get(reversibility)
+        if want is not None and verb != want:
+            out.append(
+                f"{sid}: the preview predicts the budget cuts it (continuing does it), yet its "
+                f"verb is {verb!r}, not {want!r}"
+            )
     for rep in reports:
         for o in rep.steps:
             want = _VERB_OF.get(o.reversibility)
