@@ -211,3 +211,21 @@ async def test_an_inverse_taken_from_an_answer_naming_another_charge_is_caught(
         "(payments ch_2)"
     ]
     assert "s1: report says compensated, world: stands" in v["honesty"]
+
+
+def test_replaying_a_hostile_saga_prints_its_words_escaped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``amends eval --replay`` of a saga whose words hold a lone surrogate and U+2028 printed
+    the true world with rich's JSON (the surrogate raised UnicodeEncodeError at the terminal,
+    exit 1 with a traceback) and a violation's words raw; both are escapes now."""
+    from amends.cli import main
+
+    ref = next(sc.ref for sc in _family(40)
+               if any("\ud800" in v for s in sc.steps for v in s.args.values()
+                      if isinstance(v, str)))  # fmt: skip
+    assert main(["eval", "--replay", ref]) == 0
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # a terminal can print all of it
+    assert "\u2028" not in out and "\x1b" not in out
+    assert "\\ud800" in out

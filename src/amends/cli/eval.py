@@ -25,6 +25,7 @@ from amends import ConfigError
 from ..evals.generator import FAMILIES, generate
 from ..evals.invariants import INVARIANTS, check, true_outcome
 from ..evals.suite import CONCURRENCY, ENGINES, EngineTally, default_jobs, engine_factory, run_suite
+from ._common import markup
 
 __all__ = ["register"]
 
@@ -202,7 +203,8 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
                       ", ".join(s.undo_after))  # fmt: skip
     con.print(steps)
     for m in sc.mutations:
-        con.print(f"mutation: {m.kind} on {m.step_id} {m.value if m.value is not None else ''}")
+        value = markup(m.value if m.value is not None else "")
+        con.print(f"mutation: {m.kind} on {m.step_id} {value}")
     for f in sc.forward_faults:
         con.print(f"forward fault: {f}")
     for sid, kind, times in sc.step_faults:
@@ -224,7 +226,9 @@ def _replay(ref: str, engines: tuple[str, ...], *, as_json: bool) -> int:
                   f"{sorted({x.reversal_id for x in r.reports})}; crashed={r.crashed}")  # fmt: skip
         for name, msgs in check(r).items():
             for msg in msgs:
-                con.print(f"[red]{name}[/red]: {escape(msg)}")
+                con.print(f"[red]{name}[/red]: {markup(msg)}")
         con.print("true world:")
-        con.print_json(json.dumps(r.world, default=str))
+        # as ASCII JSON: what the agent and vendors wrote (a lone surrogate, U+2028, a terminal
+        # escape: the hostile_words family) is shown escaped, never raw (the encoder raised)
+        con.print_json(json.dumps(r.world, default=str), ensure_ascii=True)
     return 0
