@@ -80,9 +80,9 @@ async def test_a_report_printing_a_vendors_separator_as_a_line_is_caught(
     text = r.reports[0].render("text")
     assert "\\u2028Status: fully_reversed" in text and "\u2028" not in text
 
-    from amends import _report
+    from amends import _visible
 
-    monkeypatch.setattr(_report, "_ESCAPED", frozenset({"Cc"}))
+    monkeypatch.setattr(_visible, "_HIDDEN_CATEGORIES", frozenset({"Cc"}))
     found = check_words(r.reports, hostile=True)
     assert any("is not amends' own: 'Status:" in m for m in found), found
     assert any(m.startswith("the text report's status lines") for m in found), found

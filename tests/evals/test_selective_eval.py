@@ -114,7 +114,7 @@ def test_the_oracle_needs_nothing_on_a_chosen_probes_account() -> None:
 async def test_generated_selections_of_a_probe_undo_nothing_built_on_it() -> None:
     """Generated selective sagas whose selection names a probe a later step stands on: amends
     undoes none of those later steps (it used to refund and revert them: a honesty violation)."""
-    indexes = [491, 833, 1631]
+    indexes = [896, 1056, 1636]  # with 20 families (hostile_words): seed 1
     for i in indexes:
         sc = generate(1, i)
         tools = {s.step_id: s.tool for s in sc.steps}
