@@ -6,12 +6,15 @@ Imports nothing of the modules that use it."""
 from __future__ import annotations
 
 import inspect
+import re
+import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import ContractError
+from ._errors import ConfigError, ContractError
 
-__all__ = ["call_arguments", "check_tool_args"]
+__all__ = ["call_arguments", "check_id", "check_tool_args", "new_id"]
 
 
 def call_arguments(
@@ -76,4 +79,26 @@ def check_tool_args(name: str, fn: Any, resources: Any, timeout: Any, idempotent
         raise ContractError(
             f"idempotent= of tool {name!r} must be True or False, got {idempotent!r}",
             tool=name,
+        )
+
+
+def new_id(prefix: str) -> str:
+    """A fresh, time-ordered id (``saga_…``, ``rev_…``), so ids sort by creation in listings."""
+    return f"{prefix}_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+def check_id(value: Any, what: str, *, saga_id: str | None = None) -> None:
+    """Refuse a saga or step id that is not 1-128 of letters, digits and ``_ . : -``.
+
+    Raises:
+        ConfigError: The id is not a string or breaks those rules (the message shows it).
+    """
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ConfigError(
+            f"{what} {value!r} is not valid: use 1-128 letters, digits and _ . : - "
+            f"(starting with a letter or digit), e.g. 'charge_card'",
+            saga_id=saga_id,
         )

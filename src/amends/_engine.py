@@ -25,13 +25,8 @@ from ._engine_api import (
     missing_tools,
     owner_id,
 )
-from ._errors import (
-    AmendsError,
-    ConfigError,
-    LeaseLostError,
-    SagaNotFoundError,
-    SagaStateError,
-)
+from ._errors import AmendsError, ConfigError, LeaseLostError, SagaNotFoundError, SagaStateError
+from ._handoff import HandoffMethods
 from ._joins import Joins
 from ._log import SagaLog, open_log
 from ._log.base import (
@@ -67,7 +62,7 @@ __all__ = ["Engine", "RecoveryReport", "Ref", "Saga", "Step", "run"]
 
 
 @python_class  # its base is interpreted; applications may subclass it (_native)
-class Engine(FollowUpMethods):
+class Engine(FollowUpMethods, HandoffMethods):
     """Runs sagas forward with write-ahead logging and undoes them honestly.
 
     Args:

@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import re
 import time
-import uuid
 import weakref
 from asyncio import ensure_future
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, cast
 
+from ._arguments import check_id, new_id
 from ._calls import RetryPolicy, call_arguments, idempotency_key, invoke
 from ._catalog_ref import catalog_meta
 from ._contracts import (
@@ -41,6 +40,7 @@ from ._errors import (
 )
 from ._fields import replaced
 from ._log.base import SagaLog, StepFinish, StepIntent
+from ._log.handoff import handoff_log, pause_saga
 from ._log.records import cap_result
 from ._native import python_class
 from ._outcome import (
@@ -69,28 +69,6 @@ from ._telemetry import NO_SAGA_TRACE, saga_trace
 __all__ = ["Ref", "Saga", "SagaHost", "Step", "new_id"]
 
 _RNG = random.Random()
-
-
-def new_id(prefix: str) -> str:
-    """A fresh, time-ordered id (``saga_…``, ``rev_…``), so ids sort by creation in listings."""
-    return f"{prefix}_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
-
-
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-
-
-def check_id(value: Any, what: str, *, saga_id: str | None = None) -> None:
-    """Refuse a saga or step id that is not 1-128 of letters, digits and ``_ . : -``.
-
-    Raises:
-        ConfigError: The id is not a string or breaks those rules (the message shows it).
-    """
-    if not isinstance(value, str) or not _ID.fullmatch(value):
-        raise ConfigError(
-            f"{what} {value!r} is not valid: use 1-128 letters, digits and _ . : - "
-            f"(starting with a letter or digit), e.g. 'charge_card'",
-            saga_id=saga_id,
-        )
 
 
 class SagaHost(Protocol):
@@ -401,6 +379,10 @@ class Saga:
         self._entered = False
         self._closed = False
         self._heartbeat: asyncio.Task[None] | None = None
+        self.paused = False
+        """Handed to whichever process continues it (:meth:`pause`); closed here."""
+        self.context: dict[str, Any] = {}
+        """What the process that paused it handed on (:meth:`pause`'s ``context``)."""
         self.vault = vault_for(self)
         """Rule 11: the secrets of this saga's sensitive arguments, scrubbed from all it logs
         (the saga's vault, kept here so the hot path does not look it up per write)."""
@@ -437,8 +419,13 @@ class Saga:
             ):
                 raise self._reused(e.log.url) from None
             raise
+        return self._held()
+
+    def _held(self) -> Saga:
+        """This process holds the saga now (created, or continued from a pause): steps may
+        start, and its lease is renewed until it closes or pauses."""
         self._entered = True
-        e.live_sagas[self.id] = self
+        self.engine.live_sagas[self.id] = self
         self._heartbeat = asyncio.create_task(self._beat())
         return self
 
@@ -458,12 +445,35 @@ class Saga:
             except Exception:  # a missed heartbeat only shortens the lease; the next one retries
                 continue
 
+    async def pause(self, context: Mapping[str, Any] | None = None) -> None:
+        """Hand this saga to whichever process continues it (``engine.continue_saga``), e.g.
+        once a person answers an approval: waits for its steps (rule 1), then releases it in
+        the log, still open. ``context``: JSON the continuing process reads back
+        (``saga.context``). No step starts here after; leaving ``async with`` does not close it.
+
+        Raises:
+            SagaClosedError: The saga is not open in this process.
+            SagaStateError: Its lease ran out meanwhile and recovery closed it.
+        """
+        self._check_open()
+        log = handoff_log(self.engine.log)
+        await self.settle()
+        self._closed = self.paused = True
+        beat, self._heartbeat = self._heartbeat, None
+        if beat is not None:
+            beat.cancel()
+        self.engine.live_sagas.pop(self.id, None)
+        self.trace.end("paused")
+        await pause_saga(log, self.id, self.engine.owner, dict(context or {}))
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self.paused:  # handed off: the process that continues it closes it
+            return
         try:
             if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
                 # issue 10 item 9: the agent's task was cancelled; cancel the tools still in

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "amends.contract_file",
         "amends._selection",
         "amends._engine_api",
+        "amends._handoff",
     ),
     ("amends._engine",),
     ("amends",),  # the package face: re-exports the public API

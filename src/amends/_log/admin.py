@@ -12,6 +12,7 @@ from . import leases
 from .base import ChainProblem, IdemRecord, LogHealth, ReversalHead
 from .cache import SagaCache
 from .database import Database, Tx
+from .handoff import NOT_PAUSED
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
 from .unreadable import UNREADABLE, unreadable_problem
@@ -152,8 +153,8 @@ class AdminQueries:
             local = leases.local
             sagas = tx.execute(
                 f"SELECT saga_id, owner, lease_until, {tx.now_sql}, "
-                f"(lease_until IS NULL OR lease_until <= {at}) FROM sagas "
-                "WHERE state='running' ORDER BY saga_id",
+                f"((lease_until IS NULL OR lease_until <= {at}) AND {NOT_PAUSED}) FROM sagas "
+                "WHERE state='running' ORDER BY saga_id",  # a paused saga is live, not stale
                 leases.db(now),
             )
             revs = tx.execute(

@@ -40,6 +40,7 @@ from .base import (
 )
 from .cache import SagaCache
 from .database import INSERT_FORWARD, INSERT_RECORD, Database, Tx
+from .handoff import NOT_PAUSED, HandoffQueries
 from .integrity import head_of, shard_and_text, shard_step
 from .records import (
     COMPENSATION,
@@ -227,7 +228,7 @@ def _first(tx: Tx, reversal_id: str, step_id: str) -> None:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # PostgresLog, applications (_native)
-class SqlSagaLog(AdminQueries, SagaLog):
+class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     """:class:`SagaLog` over a :class:`Database`. Subclasses open the database and migrate it."""
 
     db: Database
@@ -240,6 +241,9 @@ class SqlSagaLog(AdminQueries, SagaLog):
         in-memory SQLite log). Else a reversal gives its steps tasks from the start, so their
         writes meet in one group commit (issue 29, ``ReversalPorts.run_inline``)."""
         return bool(getattr(self.db, "memory", False))
+
+    def append_saga_event(self, tx: Tx, saga_id: str, kind: str, now: float, text: str) -> None:
+        _append(tx, self.signing_key, saga_id, kind, now, text)
 
     # --- forward --------------------------------------------------------------------------
     async def create_saga(
@@ -747,7 +751,7 @@ class SqlSagaLog(AdminQueries, SagaLog):
             stale = [
                 r[0]
                 for r in tx.execute(
-                    "SELECT saga_id FROM sagas WHERE state='running' AND "
+                    f"SELECT saga_id FROM sagas WHERE state='running' AND {NOT_PAUSED} AND "
                     f"(lease_until IS NULL OR lease_until <= {leases.as_db(tx)}) ORDER BY saga_id",
                     leases.db(now),
                 )

@@ -268,7 +268,11 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
             findings.append(
                 Finding(
                     "info",
-                    f"saga {saga_id} is running on {owner} (lease for {lease - now:.0f} s more)",
+                    f"saga {saga_id} is paused, waiting for a person's answer: no worker holds "
+                    f"it; the process that gets the answer continues it"
+                    if owner == "paused"  # handed off between processes (an approval gate)
+                    else f"saga {saga_id} is running on {owner} (lease for {lease - now:.0f} s "
+                    f"more)",
                     "",
                 )
             )

@@ -52,6 +52,7 @@ __all__ = [
     "ToolReportedError",
     "agent_run",
     "agent_run_sync",
+    "continue_run",
     "current_run",
     "end_run",
     "note_failure",
@@ -184,6 +185,27 @@ class AgentRun:
         self._place_waiters: list[asyncio.Future[None]] = []
         self._undone: tuple[str, float] | None = None
         """Who undid this run's request and when; every later call is refused (issue 25)."""
+        self._handed_turn(saga.context)
+
+    def _handed_turn(self, context: Mapping[str, Any]) -> None:
+        """Continued from a pause in another process (:meth:`pause`): the turn that paused goes
+        on, its calls depending on the steps that turn's model had seen, as they would have in
+        the process that paused it."""
+        turn, seen = context.get("turn"), context.get("seen")
+        if not isinstance(turn, list) or not isinstance(seen, list):
+            return
+        self._turn = tuple(turn)
+        by_id = {s.id: s for s in self.saga.steps}
+        self._seen = [by_id[i] for i in seen if i in by_id]
+
+    async def pause(self) -> None:
+        """Hand this run's saga to whichever process resumes the run (a person answers an
+        approval later, in another request): its steps so far stay in it, and the resumed
+        calls become its next steps (:func:`continue_run`)."""
+        turn, context = self._turn, {}
+        if isinstance(turn, tuple) and all(isinstance(t, str | int) for t in turn):
+            context = {"turn": list(turn), "seen": [s.id for s in self._seen]}
+        await self.saga.pause(context)
 
     @property
     def saga_id(self) -> str:
@@ -690,9 +712,10 @@ class SyncAgentRun:
         saga_id: str | None = None,
         tenant: str | None = None,
         actor: str | None = None,
+        saga: Saga | None = None,
     ) -> None:
         engine = _check_engine(engine)
-        if not isinstance(title, str) or not title.strip():
+        if saga is None and (not isinstance(title, str) or not title.strip()):
             raise amends.ConfigError(
                 f"agent_run_sync() needs a title saying what the agent was asked, got {title!r}"
             )
@@ -701,7 +724,7 @@ class SyncAgentRun:
             target=self._loop.run_forever, name="amends-agent-run", daemon=True
         )
         self._thread.start()
-        self._saga = engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor)
+        self._saga = saga or engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor)
         try:
             asyncio.run_coroutine_threadsafe(self._saga.__aenter__(), self._loop).result()
         except BaseException:
@@ -723,6 +746,17 @@ class SyncAgentRun:
             asyncio.run_coroutine_threadsafe(
                 self._saga.__aexit__(type(exc) if exc else None, exc, None), self._loop
             ).result()
+        finally:
+            self._stop()
+
+    def pause(self) -> None:
+        """Hand the saga to whichever process resumes the run (:meth:`AgentRun.pause`) and stop
+        the thread; the saga stays open."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self.run.pause(), self._loop).result()
         finally:
             self._stop()
 
@@ -813,6 +847,19 @@ async def start_run(engine: Engine, title: str) -> AgentRun:
     """Open a saga for one framework run (an adapter's default when no :func:`agent_run` is
     active); end it with :func:`end_run`."""
     saga = _check_engine(engine).saga(title)
+    await saga.__aenter__()
+    return AgentRun(engine, saga, asyncio.get_running_loop())
+
+
+async def continue_run(engine: Engine, saga_id: str) -> AgentRun:
+    """The run of a saga another process (or this one) paused (:meth:`AgentRun.pause`), held
+    here from now on; end it with :func:`end_run` or pause it again.
+
+    Raises:
+        amends.SagaClosedError: The saga is being undone: it takes no new step.
+        amends.SagaStateError: Another process continued it first, or it is closed.
+    """
+    saga = _check_engine(engine).continue_saga(saga_id)
     await saga.__aenter__()
     return AgentRun(engine, saga, asyncio.get_running_loop())
 

@@ -71,6 +71,7 @@ from ._agents import (
     SyncAgentRun,
     agent_run,
     agent_run_sync,
+    continue_run,
     current_run,
     end_run,
     note_failure,
@@ -244,6 +245,20 @@ _OPEN: dict[str, _Own] = {}
 the saga its state names here)."""
 
 
+_PAUSED: dict[str, AmendsMiddleware] = {}
+"""The sagas this process paused (a graph paused on an interrupt), by saga id: a resumed run
+that makes no tool call still closes its saga at its end."""
+
+
+def _left_paused(outputs: Any) -> tuple[AmendsMiddleware, str] | None:
+    """The middleware and saga of a run that ended (not paused) with its saga still paused by
+    this process: resumed, it made no tool call that would have continued the saga."""
+    named = _saga_of(outputs) if isinstance(outputs, Mapping) else None
+    if named is None or named in _OPEN or named not in _PAUSED:
+        return None
+    return _PAUSED.pop(named), named
+
+
 def _graph_frame(frame: types.FrameType | None) -> types.FrameType | None:
     """The graph run's own frame above a callback (past LangChain's callback manager), if the
     run being started is a LangGraph graph run."""
@@ -265,17 +280,16 @@ def _paused(root: _Root) -> bool:
     return getattr(loop, "status", "done") != "done"
 
 
-def _ending(root: _Root, outputs: Any) -> list[_Own]:
-    """The sagas to close at the normal end of ``root``: those opened or used in it, and the
-    one its final state names (a run resumed after an interrupt that made no tool call since);
-    none if the graph paused."""
+def _ending(root: _Root, outputs: Any) -> tuple[list[_Own], bool]:
+    """The sagas the normal end of ``root`` closes, or pauses if the graph paused (an
+    interrupt: the run is resumed later, maybe in another process): those opened or used in
+    it, and the one its final state names (a run resumed after an interrupt that made no tool
+    call since)."""
     owned = root.owned
     named = _OPEN.get(_saga_of(outputs) or "") if isinstance(outputs, Mapping) else None
     if named is not None and named not in owned:
         owned = [*owned, named]
-    if not owned or _paused(root):
-        return []
-    return owned
+    return owned, bool(owned) and _paused(root)
 
 
 _ROOT: contextvars.ContextVar[_Root | None] = contextvars.ContextVar("amends_lc_root", default=None)
@@ -330,14 +344,22 @@ class _RunEnds(BaseCallbackHandler):
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
         """A sync run (``invoke``) ended: close the sagas it owns unless it paused (issue 25
         item 6: the run's end, not an after-agent node LangGraph walks on every superstep)."""
-        for own in self._ended(run_id, outputs):
-            own.middleware._close_sync(own)
+        owned, paused = self._ended(run_id, outputs)
+        for own in owned:
+            if paused:
+                own.middleware._pause_sync(own)
+            else:
+                own.middleware._close_sync(own)
+        left = None if paused else _left_paused(outputs)
+        if left is not None:
+            left[0]._close_paused_sync(left[1])
 
-    def _ended(self, run_id: uuid.UUID, outputs: Any) -> list[_Own]:
-        """Mark the watched run ``run_id`` ended; the sagas its normal end closes."""
+    def _ended(self, run_id: uuid.UUID, outputs: Any) -> tuple[list[_Own], bool]:
+        """Mark the watched run ``run_id`` ended; the sagas its normal end closes (or pauses:
+        ``True`` with them when the graph paused)."""
         root = self.roots.pop(run_id, None)
         if root is None:
-            return []
+            return [], False
         root.ended = True
         return _ending(root, outputs)
 
@@ -367,8 +389,12 @@ class _AsyncRunEnds(_RunEnds):
     async def on_chain_end(  # type: ignore[override]
         self, outputs: Any, *, run_id: uuid.UUID, **kwargs: Any
     ) -> None:
-        for own in self._ended(run_id, outputs):
-            await own.middleware._close(own)
+        owned, paused = self._ended(run_id, outputs)
+        for own in owned:
+            await (own.middleware._pause(own) if paused else own.middleware._close(own))
+        left = None if paused else _left_paused(outputs)
+        if left is not None:
+            await left[0]._close_paused(left[1])
 
 
 _RUN_ENDS = _RunEnds()
@@ -525,6 +551,76 @@ class AmendsMiddleware(AgentMiddleware):
             _OPEN.pop(own.run.saga_id, None)
             await end_run(own.run, exc)
 
+    # --- a paused run is handed off: whichever process resumes it continues its saga -----
+    def _forget(self, own: _Own) -> bool:
+        """Stop holding ``own``'s saga here; whether this middleware held it."""
+        if self._open.pop(own.run.saga_id, None) is None:
+            return False
+        _OPEN.pop(own.run.saga_id, None)
+        return True
+
+    def _pause_sync(self, own: _Own) -> None:
+        """The graph paused (an interrupt): hand the saga of a sync run to whichever process
+        resumes the run (an async run's is left to :meth:`_pause`)."""
+        if own.sync is not None and self._forget(own):
+            _PAUSED[own.run.saga_id] = self
+            own.sync.pause()
+
+    async def _pause(self, own: _Own) -> None:
+        """The graph paused: hand ``own``'s saga to whichever process resumes the run; its
+        resumed calls become the saga's next steps there (or here)."""
+        if own.sync is not None:
+            self._pause_sync(own)
+        elif self._forget(own):
+            _PAUSED[own.run.saga_id] = self
+            await own.run.pause()
+
+    async def _close_paused(self, saga_id: str) -> None:
+        """Close a saga this process paused, whose run was resumed and ended without a tool
+        call (a refused call, another middleware's interrupt)."""
+        with contextlib.suppress(amends.SagaClosedError, amends.SagaStateError):
+            await end_run(await continue_run(self.engine, saga_id))  # else: undone, or taken
+
+    def _close_paused_sync(self, saga_id: str) -> None:
+        with contextlib.suppress(amends.SagaClosedError, amends.SagaStateError):
+            SyncAgentRun(self.engine, saga_id, saga=self.engine.continue_saga(saga_id)).close()
+
+    def _paused_saga(self, request: ToolCallRequest) -> str | None:
+        """The saga a resumed run's state names when no process holds it here (paused)."""
+        if current_run() is not None:
+            return None
+        named = _saga_of(request.state)
+        if named is None or named in self._open or named in _OPEN:
+            return None
+        return named
+
+    async def _take(self, request: ToolCallRequest) -> ToolMessage | None:
+        """Continue the saga of a run resumed after a pause (in any process) before its call;
+        or the model's answer when the saga is being undone (the call is not made)."""
+        named = self._paused_saga(request)
+        if named is None:
+            return None
+        _PAUSED.pop(named, None)
+        try:
+            run = await continue_run(self.engine, named)
+        except amends.SagaClosedError as exc:  # undone meanwhile: the model is told (issue 25)
+            return _answers(request).refusal(f"amends: {exc}")  # type: ignore[no-any-return]
+        self._began(_Own(self, run, None))
+        return None
+
+    def _take_sync(self, request: ToolCallRequest) -> ToolMessage | None:
+        """:meth:`_take` for a sync run (the saga lives on a holder's thread)."""
+        named = self._paused_saga(request)
+        if named is None:
+            return None
+        _PAUSED.pop(named, None)
+        try:
+            holder = SyncAgentRun(self.engine, named, saga=self.engine.continue_saga(named))
+        except amends.SagaClosedError as exc:
+            return _answers(request).refusal(f"amends: {exc}")  # type: ignore[no-any-return]
+        self._began(_Own(self, holder.run, holder))
+        return None
+
     def _run(self, request: ToolCallRequest) -> AgentRun:
         run = current_run()
         if run is not None:
@@ -553,10 +649,9 @@ class AmendsMiddleware(AgentMiddleware):
                 "title)' (agent_run_sync for invoke)"
             )
         return (
-            f"this run was paused (an interrupt) as saga {named!r}, which is not open in this "
-            f"process for this engine: the process that paused it ended or used another "
-            f"engine, so the resumed call is not made. `amends recover` closes that saga "
-            f"(`amends show {named}`, then undo it if needed); start a new run for the request"
+            f"this run's saga {named!r} is open in this process for another engine, so the "
+            f"resumed call is not made; resume the run with the middleware of the engine that "
+            f"ran it"
         )
 
     # --- each tool call is a step ---------------------------------------------------------
@@ -616,6 +711,10 @@ class AmendsMiddleware(AgentMiddleware):
         return tool
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Handler) -> Any:
+        if _OPEN.get(_saga_of(request.state) or "") is None and (
+            refused := self._take_sync(request)
+        ):
+            return refused
         turn, place = _turn_of(request)
         if request.tool_call["name"] in NOT_STEPS:  # undo, follow-ups: not steps of this saga
             self._not_a_step(request, turn, place)
@@ -653,6 +752,10 @@ class AmendsMiddleware(AgentMiddleware):
         return self._awrap_tool_call(request, handler)
 
     async def _awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> Any:
+        if _OPEN.get(_saga_of(request.state) or "") is None and (
+            refused := await self._take(request)
+        ):
+            return refused
         turn, place = _turn_of(request)
         if request.tool_call["name"] in NOT_STEPS:  # undo, follow-ups: not steps of this saga
             self._not_a_step(request, turn, place)
