@@ -46,6 +46,7 @@ class HandoffQueries:
         written) when ``owner`` does not hold it. ``context`` (JSON) goes to the continuing
         process."""
         text = dumps({"owner": owner, "context": dict(context or {})})
+
         def fn(tx: Tx) -> bool:
             tx.execute(
                 "UPDATE sagas SET owner=?, lease_until=NULL "
@@ -65,6 +66,7 @@ class HandoffQueries:
         """Take a paused saga for ``owner`` (one process wins); ``None`` (nothing written) when
         it is not paused or a reversal of it exists. Returns the saga as it now stands and the
         context its pause handed on."""
+
         def fn(tx: Tx) -> dict[str, Any] | None:
             tx.execute(
                 f"UPDATE sagas SET owner=?, lease_until={leases.as_db(tx)} "
