@@ -110,7 +110,9 @@ def refusal(saga: SagaRecord | None, saga_id: str, url: str) -> Exception:
     """Why a saga cannot be continued here, and what to do."""
     if saga is None:
         return SagaNotFoundError(
-            f"no saga {saga_id!r} in {url}; list sagas with `amends show --db {url}`",
+            f"no saga {saga_id!r} in {url}, so it cannot be continued here and nothing was "
+            f"called: continue it with an engine on the log that recorded it (list this log's "
+            f"sagas with `amends show --db {url}`)",
             saga_id=saga_id,
         )
     if saga.reversal is not None:

@@ -13,6 +13,7 @@ Prints one JSON line (what the test asserts); an amends error is printed as
 ``{"error": type, "message": text}`` with exit code 3.
 """
 
+# ruff: noqa: ASYNC230  (a one-shot child process: its blocking file I/O blocks nobody)
 from __future__ import annotations
 
 import asyncio
@@ -118,7 +119,121 @@ async def langchain(
     }
 
 
-FRAMEWORKS = {"langchain": langchain}
+# --- Pydantic AI: DeferredToolRequests, message history + DeferredToolResults --------------
+async def pydantic_ai(
+    phase: str, engine: amends.Engine, state: str, approve: bool, sync: bool
+) -> Any:
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from amends.integrations.pydantic_ai import AmendsToolset, agent_run, catalog_toolset
+
+    script = [[ToolCallPart(t, a, tool_call_id=i) for i, t, a in turn] for turn in TURNS]
+    if phase == "resume":
+        script = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=script.pop(0) if script else [TextPart(FINAL)])
+
+    toolset = AmendsToolset(
+        catalog_toolset(engine.catalog, TOOLS), engine=engine, approval="irreversible"
+    )
+    agent = Agent(
+        FunctionModel(respond), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+    )
+    if phase == "pause":
+        async with agent_run(engine, TITLE) as run:
+            out = await agent.run(TITLE)
+            assert isinstance(out.output, DeferredToolRequests)
+            await run.pause()  # the person answers later, maybe in another process
+        asked = [c.tool_name for c in out.output.approvals]
+        with open(state, "w") as f:
+            json.dump(
+                {
+                    "saga_id": run.saga_id,
+                    "calls": [c.tool_call_id for c in out.output.approvals],
+                    "messages": json.loads(ModelMessagesTypeAdapter.dump_json(out.all_messages())),
+                },
+                f,
+            )
+        return {"saga_id": run.saga_id, "asked": asked[0]}
+    with open(state) as f:
+        saved = json.load(f)
+    history = ModelMessagesTypeAdapter.validate_python(saved["messages"])
+    results = DeferredToolResults(approvals={c: approve for c in saved["calls"]})
+    async with agent_run(engine, continue_saga=saved["saga_id"]) as run:
+        out = await agent.run(message_history=history, deferred_tool_results=results)
+    answers = {
+        p.tool_call_id: p.content if isinstance(p.content, str) else json.dumps(p.content)
+        for m in out.all_messages()
+        for p in getattr(m, "parts", ())
+        if isinstance(p, ToolReturnPart)
+    }
+    return {"saga_id": run.saga_id, "answers": answers, "final": out.output}
+
+
+# --- OpenAI Agents: result.to_state() -> RunState.to_json / from_json -> run again ----------
+async def openai_agents(
+    phase: str, engine: amends.Engine, state: str, approve: bool, sync: bool
+) -> Any:
+    from agents import Agent, RunState
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    from amends.integrations.openai_agents import (
+        agent_run,
+        catalog_function_tools,
+        run_agent,
+        wrap_agent,
+    )
+
+    steps = [
+        *(
+            ModelStep(output=[function_call(t, a, call_id=i) for i, t, a in turn])
+            for turn in (TURNS if phase == "pause" else [])
+        ),
+        ModelStep(output=[assistant_message(FINAL)]),
+    ]
+    agent = Agent(
+        name="sales",
+        model=ScriptedModel(steps),
+        tools=catalog_function_tools(engine.catalog, TOOLS),
+    )
+    if phase == "pause":
+        async with agent_run(engine, TITLE) as run:
+            outcome = await run_agent(engine, agent, TITLE, approval="irreversible")
+            assert outcome.result.interruptions
+            saved = outcome.result.to_state().to_json()
+            await run.pause()  # the person answers later, maybe in another process
+        with open(state, "w") as f:
+            json.dump({"saga_id": run.saga_id, "state": saved}, f)
+        asked = [i.tool_name for i in outcome.result.interruptions]
+        return {"saga_id": run.saga_id, "asked": asked[0]}
+    with open(state) as f:
+        saved = json.load(f)
+    # the state names the agent that paused: the wrapped one (its tools are recorded)
+    wrapped = wrap_agent(agent, engine, approval="irreversible")
+    resumed = await RunState.from_json(wrapped, saved["state"])
+    for item in resumed.get_interruptions():
+        (resumed.approve if approve else resumed.reject)(item)
+    async with agent_run(engine, continue_saga=saved["saga_id"]) as run:
+        outcome = await run_agent(engine, agent, resumed, approval="irreversible")
+    answers = {
+        getattr(i, "raw_item", {}).get("call_id"): str(i.output)
+        for i in outcome.result.new_items
+        if type(i).__name__ == "ToolCallOutputItem"
+    }
+    return {"saga_id": run.saga_id, "answers": answers, "final": outcome.result.final_output}
+
+
+FRAMEWORKS = {"langchain": langchain, "pydantic_ai": pydantic_ai, "openai_agents": openai_agents}
 
 
 async def main(argv: list[str]) -> int:

@@ -261,9 +261,10 @@ async def test_a_paused_run_resumed_through_a_rebuilt_agent_goes_on_in_its_saga(
 
 
 async def test_a_paused_run_resumed_where_its_saga_is_not_open_is_refused_in_words() -> None:
-    """Resumed where its saga is not open (the process that paused it ended; here: another
-    engine), the call is not made, and the error names the saga and what to do instead of
-    "called outside an agent run"."""
+    """Resumed with an engine whose log does not hold its saga (another log), the call is not
+    made, and the error names the saga and what to do instead of "called outside an agent
+    run". (Resumed by another process on the same log, the run continues its saga:
+    tests/integrations/test_handoff.py; this test pinned the refusal of that before.)"""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
@@ -274,11 +275,11 @@ async def test_a_paused_run_resumed_where_its_saga_is_not_open_is_refused_in_wor
     saver, cfg = InMemorySaver(), {"configurable": {"thread_id": "t1"}}
     first = await paused_agent(engine, world, saver).ainvoke({"messages": [("user", "Win")]}, cfg)
     sid = first["amends_saga_id"]
-    with pytest.raises(amends.ConfigError) as refused:
+    with pytest.raises(amends.SagaNotFoundError) as refused:
         await paused_agent(elsewhere, world, saver, skip=2).ainvoke(Command(resume=True), cfg)
     assert str(refused.value).startswith(
-        f"this run was paused (an interrupt) as saga {sid!r}, which is not open in this "
-        f"process for this engine"
+        f"no saga {sid!r} in {elsewhere.log.url}, so it cannot be continued here and nothing "
+        f"was called: continue it with an engine on the log that recorded it"
     )
     assert [e for e in world.effects() if e["vendor"] == "chat"] == []
 

@@ -185,27 +185,24 @@ class AgentRun:
         self._place_waiters: list[asyncio.Future[None]] = []
         self._undone: tuple[str, float] | None = None
         """Who undid this run's request and when; every later call is refused (issue 25)."""
-        self._handed_turn(saga.context)
-
-    def _handed_turn(self, context: Mapping[str, Any]) -> None:
-        """Continued from a pause in another process (:meth:`pause`): the turn that paused goes
-        on, its calls depending on the steps that turn's model had seen, as they would have in
-        the process that paused it."""
-        turn, seen = context.get("turn"), context.get("seen")
-        if not isinstance(turn, list) or not isinstance(seen, list):
-            return
-        self._turn = tuple(turn)
-        by_id = {s.id: s for s in self.saga.steps}
-        self._seen = [by_id[i] for i in seen if i in by_id]
+        self._handed: tuple[str, list[Step]] | None = None
+        """Continued from a pause (:meth:`pause`): the paused turn (:func:`_turn_token`) and the
+        steps its model had seen; when that turn goes on, its calls depend on those, as they
+        would have in the process that paused it."""
+        turn, seen = saga.context.get("turn"), saga.context.get("seen")
+        if isinstance(turn, str) and isinstance(seen, list):
+            by_id = {s.id: s for s in saga.steps}
+            self._handed = (turn, [by_id[i] for i in seen if i in by_id])
+            self._seen = self._handed[1]  # a resumed call no new turn announced (OpenAI Agents)
+            self.turns_from_hooks = saga.context.get("hooks") is True
 
     async def pause(self) -> None:
         """Hand this run's saga to whichever process resumes the run (a person answers an
         approval later, in another request): its steps so far stay in it, and the resumed
         calls become its next steps (:func:`continue_run`)."""
-        turn, context = self._turn, {}
-        if isinstance(turn, tuple) and all(isinstance(t, str | int) for t in turn):
-            context = {"turn": list(turn), "seen": [s.id for s in self._seen]}
-        await self.saga.pause(context)
+        turn = _turn_token(self._turn)
+        seen = [s.id for s in self._seen]
+        await self.saga.pause({"turn": turn, "seen": seen, "hooks": self.turns_from_hooks})
 
     @property
     def saga_id(self) -> str:
@@ -229,6 +226,10 @@ class AgentRun:
                 return
             self._turn = object() if key is None else key
             self._seen = self._done_frontier()
+            if self._handed is not None:  # the first turn after a handoff
+                handed, self._handed = self._handed, None
+                if _turn_token(key) == handed[0]:  # the paused turn goes on
+                    self._seen = handed[1]
             self._begun = set()
             self._arrived = set()
         if self._place_waiters:  # _wake_place_waiters' own first check, without its call
@@ -618,6 +619,10 @@ class AgentRun:
         """:meth:`undo` from a thread that is not the saga's event loop."""
         return asyncio.run_coroutine_threadsafe(self.undo(budget, steps), self.loop).result()
 
+    def pause_sync(self) -> None:
+        """:meth:`pause` from a thread that is not the saga's event loop."""
+        asyncio.run_coroutine_threadsafe(self.pause(), self.loop).result()
+
     @contextlib.contextmanager
     def activate(self) -> Iterator[AgentRun]:
         """Make this run the :func:`current_run` inside the ``with`` block."""
@@ -626,6 +631,13 @@ class AgentRun:
             yield self
         finally:
             _ACTIVE.reset(token)
+
+
+def _turn_token(key: Hashable) -> str:
+    """A model turn's key as text that another process computes alike from the same message
+    history (a timestamp as ISO text: its time zone object differs once read back)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return repr(tuple(p.isoformat() if isinstance(p, datetime.datetime) else p for p in parts))
 
 
 def _is_async(run: Callable[..., Any]) -> TypeGuard[Callable[..., Awaitable[Any]]]:
@@ -660,6 +672,7 @@ async def agent_run(
     saga_id: str | None = None,
     tenant: str | None = None,
     actor: str | None = None,
+    continue_saga: str | None = None,
 ) -> AsyncIterator[AgentRun]:
     """Make every framework tool call inside the block a step of one saga.
 
@@ -668,11 +681,25 @@ async def agent_run(
     to add the runs to a saga you manage yourself. An exception that leaves the block carries
     the saga id (``exc.amends_saga_id`` and a note, see :func:`note_failure`).
 
+    A run that waits for a person (an approval answered later, maybe in another process):
+    ``await run.pause()`` inside the block hands the saga off (leaving the block then does not
+    close it); ``agent_run(engine, continue_saga=saga_id)`` in any process continues it, the
+    approved calls becoming its next steps.
+
     Raises:
         ConfigError: No engine, or neither a title nor an open saga.
+        SagaClosedError: ``continue_saga``: the saga is being undone (it takes no new step).
+        SagaStateError: ``continue_saga``: it is not paused (another process continued it
+            first) or it is closed.
     """
     engine = _check_engine(engine)
     loop = asyncio.get_running_loop()
+    if continue_saga is not None:
+        async with engine.continue_saga(continue_saga) as continued:
+            run = AgentRun(engine, continued, loop)
+            with run.activate(), _noting(run):
+                yield run
+        return
     if saga is not None:
         run = AgentRun(engine, saga, loop)
         with run.activate(), _noting(run):
@@ -707,7 +734,7 @@ class SyncAgentRun:
     def __init__(
         self,
         engine: Engine,
-        title: str,
+        title: str | None,
         *,
         saga_id: str | None = None,
         tenant: str | None = None,
@@ -724,7 +751,7 @@ class SyncAgentRun:
             target=self._loop.run_forever, name="amends-agent-run", daemon=True
         )
         self._thread.start()
-        self._saga = saga or engine.saga(title, saga_id=saga_id, tenant=tenant, actor=actor)
+        self._saga = saga or engine.saga(title or "", saga_id=saga_id, tenant=tenant, actor=actor)
         try:
             asyncio.run_coroutine_threadsafe(self._saga.__aenter__(), self._loop).result()
         except BaseException:
@@ -769,19 +796,26 @@ class SyncAgentRun:
 @contextlib.contextmanager
 def agent_run_sync(
     engine: Engine,
-    title: str,
+    title: str | None = None,
     *,
     saga_id: str | None = None,
     tenant: str | None = None,
     actor: str | None = None,
+    continue_saga: str | None = None,
 ) -> Iterator[AgentRun]:
     """:func:`agent_run` for synchronous code (``agent.invoke``, ``agent.run_sync``,
-    ``Runner.run_sync``): ``with agent_run_sync(engine, "title") as run: ...``.
+    ``Runner.run_sync``): ``with agent_run_sync(engine, "title") as run: ...``;
+    ``run.pause_sync()`` and ``continue_saga=`` as in :func:`agent_run`.
 
     Raises:
         ConfigError: No engine or no title.
+        SagaClosedError, SagaStateError: ``continue_saga`` as in :func:`agent_run`.
     """
-    holder = SyncAgentRun(engine, title, saga_id=saga_id, tenant=tenant, actor=actor)
+    if continue_saga is not None:
+        saga = _check_engine(engine).continue_saga(continue_saga)
+        holder = SyncAgentRun(engine, continue_saga, saga=saga)
+    else:
+        holder = SyncAgentRun(engine, title, saga_id=saga_id, tenant=tenant, actor=actor)
     try:
         with holder.run.activate(), _noting(holder.run):
             yield holder.run
