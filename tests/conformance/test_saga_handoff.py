@@ -177,3 +177,30 @@ async def test_pausing_waits_for_the_steps_in_flight_and_closes_the_saga_here(
         assert rec is not None and rec.state == "running" and rec.owner == "paused"
     finally:
         await a.close()
+
+
+async def test_doctor_says_a_paused_saga_waits_for_a_person_and_recover_leaves_it(
+    log_url: str,
+) -> None:
+    """A paused saga has no worker and no lease: it is neither stale (doctor once said "its
+    worker stopped": run recover) nor closed by ``amends recover``."""
+    from amends.cli.ops import diagnose
+
+    _, (a,) = engines(log_url, 1)
+    try:
+        sid = await paused_saga(a)
+        found = await diagnose(log_url)
+        assert [(f.level, f.what) for f in found if sid in f.what] == [
+            (
+                "info",
+                f"saga {sid} is paused, waiting for a person's answer: no worker holds it; the "
+                f"process that gets the answer continues it",
+            )
+        ]
+        health = await a.log.health(time.time() + 3600)  # an hour later: still not stale
+        assert [s[0] for s in health.stale_sagas] == []
+        assert (await a.recover()).in_doubt == ()
+        rec = await a.log.get_saga(sid)
+        assert rec is not None and (rec.state, rec.owner) == ("running", "paused")
+    finally:
+        await a.close()
