@@ -204,3 +204,34 @@ async def test_doctor_says_a_paused_saga_waits_for_a_person_and_recover_leaves_i
         assert rec is not None and (rec.state, rec.owner) == ("running", "paused")
     finally:
         await a.close()
+
+
+async def _set_owner(engine: amends.Engine, saga_id: str, owner: str) -> None:
+    def fn(tx: Any) -> None:
+        tx.execute("UPDATE sagas SET owner=? WHERE saga_id=?", (owner, saga_id))
+
+    await engine.log.db.write(fn)  # type: ignore[attr-defined]
+
+
+async def test_a_row_edited_to_look_paused_is_not_continued_rule_12(log_url: str) -> None:
+    """Rule 12: the paused mark changes behaviour (any process may then take the saga), so it
+    is checked against the history: a saga held by one process whose row someone edited to
+    'paused' is refused as altered, and so is a paused saga whose row names a worker."""
+    _, (a, b, c) = engines(log_url, 3)
+    try:
+        sid = await paused_saga(a)
+        async with b.continue_saga(sid) as saga:
+            await _set_owner(a, sid, "paused")  # forged: b holds it, its history says so
+            with pytest.raises(amends.HistoryAlteredError) as altered:
+                async with c.continue_saga(sid):
+                    pytest.fail("continued a saga another process holds")
+            assert "paused is True, its history says False" in str(altered.value)
+            await _set_owner(a, sid, b.owner)
+            await saga.pause()
+        await _set_owner(a, sid, "vm:1:forged")
+        problems = await a.log.verify(sid)
+        assert [p.detail for p in problems] == [
+            "its row was changed after it was written: paused is False, its history says True"
+        ]
+    finally:
+        await close_all([a, b, c])

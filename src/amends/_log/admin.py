@@ -175,7 +175,7 @@ class AdminQueries:
 
 
 _REC = "rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
-_SAGA = "title, tenant, actor, state, created_at, finished_at, meta, head"
+_SAGA = "title, tenant, actor, state, created_at, finished_at, meta, head, owner"
 _REV = "reversal_id, report, report_hash, state, budget, generation, requested_at, continuations"
 
 

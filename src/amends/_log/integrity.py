@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .base import ChainProblem
+from .handoff import PAUSED
 from .records import dumps, loads
 
 __all__ = [
@@ -182,7 +183,8 @@ def verify_rows(
     check found the last record changed, so the head cannot say more about it).
 
     ``records``: (rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash) in log
-    order; ``saga_row``: (title, tenant, actor, state, created_at, finished_at, meta, head);
+    order; ``saga_row``: (title, tenant, actor, state, created_at, finished_at, meta, head,
+    owner);
     ``reversal_row``: (reversal_id, state, budget, generation, requested_at, continuations).
     """
     if saga_row is None:
@@ -263,6 +265,10 @@ def _check_saga_row(
         "state": state,
         "finished_at": None if finished_at is None else float(finished_at),
     }
+    if len(row) > 8:  # a paused saga may be continued by any process: its history says so
+        handed = [r[3] for r in records if r[3] in ("saga.paused", "saga.continued")]
+        told["paused"] = end is None and bool(handed) and handed[-1] == "saga.paused"
+        seen["paused"] = row[8] == PAUSED
     wrong = [k for k in told if told[k] != seen[k]]
     if not wrong:
         return []
