@@ -235,3 +235,48 @@ async def test_a_row_edited_to_look_paused_is_not_continued_rule_12(log_url: str
         ]
     finally:
         await close_all([a, b, c])
+
+
+async def test_a_process_that_dies_after_continuing_leaves_its_step_in_doubt_for_recovery(
+    log_url: str,
+) -> None:
+    """The continuing process holds the saga with its own lease: when it dies with a step in
+    flight, recovery (in any process) marks that step in doubt and closes the saga, as for any
+    crashed worker; the steps of the process that paused stay done, and undo reports both."""
+    world, (a, b) = engines(log_url)
+    try:
+        sid = await paused_saga(a)
+        saga = b.continue_saga(sid)
+        await saga.__aenter__()
+        entered, hang = asyncio.Event(), asyncio.Event()
+
+        async def stuck(call: amends.Call, **_: Any) -> None:
+            entered.set()  # the intent is durable: the tool is running
+            await hang.wait()
+
+        step = saga.call_with(stuck, "sms.send", {"to": "+15550100", "text": "hi"})
+        await asyncio.wait_for(entered.wait(), 5)
+        saga._closed = True  # the process dies: its step stays in flight, no outcome written
+        if saga._heartbeat is not None:
+            saga._heartbeat.cancel()
+        b.live_sagas.pop(sid)
+        await a.log.renew_saga_leases([sid], b.owner, time.time() - 1)
+        rec = await a.recover()
+        assert rec.in_doubt == ((sid, "s3"),)
+        got = await a.log.get_saga(sid)
+        assert got is not None and got.state == "failed"
+        assert [(s.step_id, s.state) for s in got.steps] == [
+            ("s1", "done"),
+            ("s2", "done"),
+            ("s3", "in_doubt"),
+        ]
+        report = await a.undo(sid)
+        assert [(s.step_id, s.state) for s in report.steps] == [
+            ("s1", "reverted"),
+            ("s2", "compensated"),
+            ("s3", "in_doubt"),
+        ]
+        assert world.crm.read_field("acme", "stage") == "negotiation"
+        step.task.cancel()  # type: ignore[union-attr]
+    finally:
+        await close_all([a, b])
