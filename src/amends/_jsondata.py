@@ -28,6 +28,7 @@ __all__ = [
     "bounded_words",
     "may_not_keep",
     "problem",
+    "unstorable_words",
     "wordy",
 ]
 
@@ -156,3 +157,26 @@ def bounded_words(data: Mapping[str, Any]) -> dict[str, Any]:
             kept.append(f"… and {n:,} more (not kept)" if _too_many(parties) else parties[-1])
         out["parties"] = kept
     return out
+
+
+def unstorable_words(**words: object) -> str | None:
+    """Why one of a saga's words (its title, tenant, actor) cannot be stored alike on every log,
+    or ``None``: PostgreSQL cannot store a NUL, and no log can store a lone surrogate (SQLite
+    raised a bare UnicodeEncodeError)."""
+    for what, text in words.items():
+        if text is None:
+            continue
+        if not isinstance(text, str) or _unstorable(text):
+            return (
+                f"a saga's {what} must be text without NUL (\\x00) characters or lone "
+                f"surrogates (\\ud800-\\udfff, not UTF-8), got {text!r:.200}; remove them "
+                f"(an agent's words are data, rule 12)"
+            )
+    return None
+
+
+def _unstorable(text: str) -> bool:
+    """Whether ``text`` holds a NUL or a lone surrogate (text no UTF-8 log can store)."""
+    if "\x00" in text:
+        return True
+    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)

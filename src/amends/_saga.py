@@ -39,6 +39,7 @@ from ._errors import (
     TransientError,
 )
 from ._fields import replaced
+from ._jsondata import unstorable_words
 from ._log.base import SagaLog, StepFinish, StepIntent
 from ._log.handoff import handoff_log, pause_saga
 from ._log.records import cap_result
@@ -158,13 +159,6 @@ def _refs(value: Any, found: list[Step]) -> None:
     elif isinstance(value, list | tuple):
         for v in value:
             _refs(v, found)
-
-
-def _unstorable(text: str) -> bool:
-    """Whether ``text`` holds a NUL or a lone surrogate (text no UTF-8 log can store)."""
-    if "\x00" in text:
-        return True
-    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
 
 
 def _too_deep(saga_id: str, step_id: str, tool: str) -> ContractError:
@@ -356,15 +350,9 @@ class Saga:
             raise ConfigError(
                 f"a saga needs a title saying what the agent was asked, got {title!r}"
             )
-        for what, text in (("title", title), ("tenant", tenant), ("actor", actor)):
-            # bad input is refused alike on every log (PostgreSQL cannot store a NUL, and no
-            # log can store a lone surrogate: SQLite raised a bare UnicodeEncodeError)
-            if text is not None and (not isinstance(text, str) or _unstorable(text)):
-                raise ConfigError(
-                    f"a saga's {what} must be text without NUL (\\x00) characters or lone "
-                    f"surrogates (\\ud800-\\udfff, not UTF-8), got {text!r:.200}; remove them "
-                    f"(an agent's words are data, rule 12)"
-                )
+        refused = unstorable_words(title=title, tenant=tenant, actor=actor)
+        if refused is not None:  # bad input is refused alike on every log
+            raise ConfigError(refused)
         self.engine = engine
         self.title = title
         self.tenant = tenant
