@@ -178,17 +178,20 @@ async def test_every_append_of_a_memory_log_is_its_one_insert_and_other_writes_k
     mem: SqliteLog,
 ) -> None:
     """Issue 29: the appends run their reads and their one INSERT in autocommit; a write with
-    more than one change (ending a saga: its row and a record) stays one transaction."""
+    more than one change (ending a saga: its row and a record; a reversal's record and the
+    log's tally of them) stays one transaction."""
     seen: list[str] = []
     _raw(mem).set_trace_callback(seen.append)
     traced = await _steps_and_undo(mem, seen)
     insert = ["INSERT INTO"]
+    comp = ["SELECT r.generation,", "SELECT 1", *insert]
     assert traced == {
         "begin_step1": ["SELECT (SELECT", *insert],
         "begin_step2": insert,
         "finish_step": insert,
         "finish_saga": ["BEGIN IMMEDIATE", "UPDATE sagas", *insert, "COMMIT"],
-        "record_compensation": ["SELECT r.generation,", "SELECT 1", *insert],
+        # rule 12: a reversal's record and its count in the log's tally, one transaction
+        "record_compensation": ["BEGIN IMMEDIATE", *comp, "SELECT acc", *insert, "COMMIT"],
         "resolve_step": ["SELECT 1", "SELECT step_id", *insert],
         "append_event": insert,
     }
@@ -209,7 +212,7 @@ async def test_a_file_logs_appends_keep_their_transaction_and_write_their_head(
     finally:
         await log.close()
     last, head = ["SELECT hash", "INSERT INTO"], ["UPDATE sagas", "COMMIT"]
-    comp = ["SELECT r.generation,", "SELECT 1", "INSERT INTO"]
+    comp = ["SELECT r.generation,", "SELECT 1", "INSERT INTO", "SELECT acc", "INSERT INTO"]
     assert traced == {
         "begin_step1": ["BEGIN IMMEDIATE", "SELECT (SELECT", "INSERT INTO", *head],
         "begin_step2": ["BEGIN IMMEDIATE", "SELECT (SELECT", "INSERT INTO", *head],

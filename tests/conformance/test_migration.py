@@ -222,7 +222,7 @@ async def test_a_v3_log_keeps_verifying_after_the_v4_migration_and_then_catches_
     working, and from then on a deleted tail or a deleted saga is caught."""
     log = open_log(v3_url)
     try:
-        assert await log.schema_version() == SCHEMA_VERSION == 5
+        assert await log.schema_version() == SCHEMA_VERSION == 6
         assert await log.verify() == []
         deal = await log.get_saga("deal")
         assert deal is not None and deal.reversal is not None

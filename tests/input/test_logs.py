@@ -166,9 +166,9 @@ def _dump(url: str) -> list[Any]:
         ("-1", "stores schema version '-1', which is no version amends ever wrote"),
         ("0", "stores schema version '0', which is no version amends ever wrote"),
         ("9" * 5000, "which is no version amends ever wrote"),
-        ("1", "stores schema version 1, but has the table 'log_heads' that version 4 created"),
-        ("3", "stores schema version 3, but has the table 'log_heads' that version 4 created"),
-        ("99", "has schema version 99, newer than this amends understands (5); upgrade amends"),
+        ("1", "stores schema version 1, but has the table 'log_tally' that version 6 created"),
+        ("3", "stores schema version 3, but has the table 'log_tally' that version 6 created"),
+        ("99", "has schema version 99, newer than this amends understands (6); upgrade amends"),
         (None, "stores no schema version but has amends' tables"),
     ],
     ids=[

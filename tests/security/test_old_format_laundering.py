@@ -28,6 +28,7 @@ async def _rewrite_as_v3(engine: amends.Engine) -> None:
         ("DELETE FROM records WHERE saga_id='paid' AND rec_id>=?", (cut,)),
         ("DELETE FROM reversals WHERE saga_id='paid'", ()),
         ("DROP TABLE log_heads", ()),
+        ("DROP TABLE log_tally", ()),  # and version 6's tally of reversal records
         ("ALTER TABLE sagas DROP COLUMN head", ()),
         ("UPDATE amends_meta SET value='3' WHERE key='schema_version'", ()),
     )
@@ -67,6 +68,7 @@ async def test_the_operator_can_upgrade_a_genuinely_old_log_once_on_purpose(
     await _tamper(
         engine,
         ("DROP TABLE log_heads", ()),
+        ("DROP TABLE log_tally", ()),  # and version 6's tally of reversal records
         ("ALTER TABLE sagas DROP COLUMN head", ()),
         ("UPDATE amends_meta SET value='3' WHERE key='schema_version'", ()),
     )
@@ -74,7 +76,7 @@ async def test_the_operator_can_upgrade_a_genuinely_old_log_once_on_purpose(
     monkeypatch.setenv("AMENDS_SIGN_OLD_HISTORY", "1")
     engine = amends.Engine(psp_catalog(psp), log=url)
     try:
-        assert await engine.log.schema_version() == 5  # type: ignore[attr-defined]
+        assert await engine.log.schema_version() == 6  # type: ignore[attr-defined]
         assert await engine.log.verify() == []
         assert (await engine.undo("kept")).status == "fully_reversed"
     finally:
@@ -95,6 +97,7 @@ async def test_without_a_key_an_old_log_upgrades_as_before(
     await _tamper(
         engine,
         ("DROP TABLE log_heads", ()),
+        ("DROP TABLE log_tally", ()),  # and version 6's tally of reversal records
         ("ALTER TABLE sagas DROP COLUMN head", ()),
         ("UPDATE amends_meta SET value='3' WHERE key='schema_version'", ()),
     )

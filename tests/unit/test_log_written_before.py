@@ -106,7 +106,7 @@ async def test_a_log_written_before_verifies_and_undoes(
     assert world == {}
     # the log now says it holds the new hash form: an amends that knows only the old form
     # refuses it as newer ("upgrade amends") rather than reading the new records as edited
-    assert await engine.log.schema_version() == SCHEMA_VERSION == 5
+    assert await engine.log.schema_version() == SCHEMA_VERSION == 6
     # what this code appended to the old chains (the reversal's records) verifies too
     assert await engine.log.verify() == []
     await engine.close()

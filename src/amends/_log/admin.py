@@ -15,6 +15,7 @@ from .database import Database, Tx
 from .handoff import NOT_PAUSED
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
+from .tally import stored_tally, tally_of, tally_problems
 from .unreadable import UNREADABLE, unreadable_problem
 
 __all__ = ["AdminQueries"]
@@ -207,6 +208,9 @@ def _verify_tx(
     heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
         "SELECT shard, n, head FROM log_heads")}  # fmt: skip
     problems.extend(verify_shards(key, [(r[0], r[1], r[2]) for r in started], heads))
+    since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
+    found = tally_of(key, ((str(r[0]), r[9]) for r in rows if r[3] is not None and r[1] > since))
+    problems.extend(tally_problems(found, stored))
     return problems
 
 

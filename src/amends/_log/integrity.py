@@ -42,6 +42,7 @@ from .records import dumps, loads
 __all__ = [
     "LOG",
     "SHARDS",
+    "head_fits",
     "head_of",
     "next_shard",
     "shard_and_text",
@@ -66,14 +67,26 @@ def _mac(key: bytes | None, parts: list[Any]) -> str:
     return hashlib.sha256(msg).hexdigest()
 
 
-def head_of(key: bytes | None, saga_id: str, last_hash: str) -> str:
+def head_of(key: bytes | None, saga_id: str, last_hash: str, *, old: bool = False) -> str:
     """The head a saga row carries: bound to the hash of the saga's last record. Written once
     per saga per transaction, so it is built without the JSON encoder (the saga id is
-    length-prefixed: no two (id, hash) pairs give the same message)."""
-    msg = f"head:{len(saga_id)}:{saga_id}:{last_hash}".encode()
+    length-prefixed: no two (id, hash) pairs give the same message).
+
+    Schema version 6 writes ``head6:`` heads; ``old`` is the ``head:`` form of versions 4 and
+    5, which a saga keeps until its next write and which still verifies. The form is evidence:
+    a log holding a ``head6:`` head was written by an amends that keeps the tally of reversal
+    records, so a log that says it is older was rewritten (:func:`amends._log.schema.upgrade`)."""
+    msg = f"{'head' if old else 'head6'}:{len(saga_id)}:{saga_id}:{last_hash}".encode()
     if key:
         return hmac.new(key, msg, hashlib.sha256).hexdigest()
     return hashlib.sha256(msg).hexdigest()
+
+
+def head_fits(key: bytes | None, saga_id: str, last_hash: str, head: object) -> bool:
+    """Whether ``head`` is the head (either form) of a history ending at ``last_hash``."""
+    return head == head_of(key, saga_id, last_hash) or head == head_of(
+        key, saga_id, last_hash, old=True
+    )
 
 
 def shard_of(saga_id: str) -> int:
@@ -207,10 +220,10 @@ def _check_head(
     """The saga's last record is the one its head was written for: nothing cut off its end,
     nothing added after it."""
     hashes = [str(r[8] or "") for r in records]
-    if head == head_of(key, saga_id, hashes[-1]):
+    if head_fits(key, saga_id, hashes[-1], head):
         return []
     at = next(
-        (i for i in range(len(hashes) - 2, -1, -1) if head == head_of(key, saga_id, hashes[i])),
+        (i for i in range(len(hashes) - 2, -1, -1) if head_fits(key, saga_id, hashes[i], head)),
         None,
     )
     if at is not None:

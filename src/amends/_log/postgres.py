@@ -48,6 +48,7 @@ from .sql import (
     write_heads,
 )
 from .sqlite import _settle_all, signing_key_from_env
+from .tally import LOG_TABLES
 
 if TYPE_CHECKING:
     import psycopg
@@ -803,7 +804,7 @@ class PostgresLog(SqlSagaLog):
         cluster has data checksums) fails its table's read and is named. Index pages are not
         checked: install the ``amcheck`` extension for that."""
         problems = []
-        for table in ("amends_meta", "sagas", "records", "reversals", "log_heads", "idem_keys"):
+        for table in ("amends_meta", "sagas", "records", "reversals", *LOG_TABLES, "idem_keys"):
 
             def fn(tx: Tx, table: str = table) -> None:
                 tx.execute(f"SELECT sum(length(t::text)) FROM {table} t")

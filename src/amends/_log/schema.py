@@ -8,6 +8,10 @@ Version 3 (issue 12): steps, compensations, resolutions and the history become o
 Version 4 (issue 21, rule 12): each saga row carries the head of its chain, and ``log_heads``
 spreads the sagas over shards whose count and rolling hash make a deleted saga visible
 (:mod:`amends._log.integrity`).
+Version 5 (issue 29): records hashed over their stored text; no table changes.
+Version 6 (rule 12): ``log_tally`` counts every reversal record log-wide, so one saga rolled
+back on its own (its reversal cut off, an older head written back) is visible
+(:mod:`amends._log.tally`).
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from .records import (
     loads,
     report_hash,
 )
+from .tally import SINCE
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Dialect", "stored_version", "upgrade"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -413,7 +418,8 @@ def _heads_v4(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
             rolling[shard] = shard_step(key, shard, rolling[shard], str(digest or ""))
     for saga_id, digest in sorted(last.items()):
         tx.execute(
-            "UPDATE sagas SET head=? WHERE saga_id=?", (head_of(key, saga_id, digest), saga_id)
+            "UPDATE sagas SET head=? WHERE saga_id=?",
+            (head_of(key, saga_id, digest, old=True), saga_id),
         )
     for shard in range(SHARDS):
         tx.execute(
@@ -435,12 +441,55 @@ def schema_v5_statements(dialect: Dialect) -> list[str]:
     return []
 
 
+def schema_v6_statements(dialect: Dialect) -> list[str]:
+    """DDL bringing version 5 to 6: the log-wide tally of reversal records (rule 12: a saga
+    rolled back on its own, its reversal cut off, is visible; :mod:`amends._log.tally`)."""
+    del dialect
+    return [
+        "CREATE TABLE log_tally (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL, acc TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS records_reversal ON records (reversal_id) "
+        "WHERE reversal_id IS NOT NULL",
+    ]
+
+
+def _tally_v6(tx: _Tx, key: bytes | None, dialect: Dialect) -> None:
+    """Version 6 data step: the tally starts after the last record the log holds (the row of
+    shard ``SINCE``): nothing is computed over what the log holds, so no key signs it (an
+    upgrade run without the key, or with another, leaves nothing that would later read as
+    altered). Records written before keep the checks they had.
+
+    Rule 12: a log that holds a head of version 6's form (``head6:``, an HMAC with the key) was
+    written by an amends that kept the tally; one that says it is older had its tally dropped
+    to hide a reversal cut off, and is refused, not given a fresh tally.
+
+    Raises:
+        SchemaVersionError: With a key, a saga's head has version 6's form."""
+    del dialect
+    if key:
+        for saga_id, head, digest in tx.execute(
+            "SELECT s.saga_id, s.head, r.hash FROM sagas s JOIN records r ON r.rec_id = "
+            "(SELECT max(rec_id) FROM records WHERE saga_id = s.saga_id)"
+        ):
+            if head == head_of(key, str(saga_id), str(digest or "")):
+                raise SchemaVersionError(
+                    f"this log says it is older than version 6, but the head of saga "
+                    f"{str(saga_id)[:200]!r} was written by an amends of version 6 or later "
+                    f"(it keeps the log's tally of reversal records): the log was rewritten "
+                    f"into an older format, its tally dropped (a reversal cut off would be "
+                    f"undone again); restore the log from a backup (rule 12)"
+                )
+    last = tx.execute("SELECT max(rec_id) FROM records")
+    since = int(last[0][0] or 0) if last else 0
+    tx.execute("INSERT INTO log_tally (shard, n, acc) VALUES (?, ?, '')", (SINCE, since))
+
+
 MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
     1: schema_statements,
     2: schema_v2_statements,
     3: schema_v3_statements,
     4: schema_v4_statements,
     5: schema_v5_statements,
+    6: schema_v6_statements,
 }
 """Schema version -> DDL that brings the previous version to it (append only, never edit)."""
 
@@ -450,11 +499,12 @@ DATA_MIGRATIONS: dict[int, Callable[[_Tx, bytes | None, Dialect], None]] = {
     3: _to_records_v3,
     4: _heads_v4,
     5: _no_data,
+    6: _tally_v6,
 }
 """Schema version -> the data step run after its DDL, in the same transaction."""
 
 
-_CREATED_BY = {"log_heads": 4, "records": 3}
+_CREATED_BY = {"log_tally": 6, "log_heads": 4, "records": 3}
 """A table that only a migration creates -> that migration's version: a log holding it is at
 least at that version, whatever its ``amends_meta`` row says."""
 

@@ -68,6 +68,7 @@ from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 from .spend_sql import spend_text
+from .tally import check_tally, count_in_tally
 from .texts import step_intent_text
 from .unreadable import readable
 
@@ -122,6 +123,7 @@ def _append(
         tx.execute(
             INSERT_RECORD, (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest)
         )
+        count_in_tally(tx, key, saga_id, digest)
     tx.cache[saga_id] = digest
     tx.appended_to(saga_id)  # its head is written at commit (rule 12)
     return digest
@@ -394,6 +396,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
         if not rows:
+            check_tally(tx, self.signing_key, saga_id)  # rule 12: no reversal cut off
             tx.cache.pop(_NO_REVERSAL + saga_id, None)  # steps written after this are refused
             tx.execute(
                 "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
@@ -423,6 +426,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         """A running reversal: join it while its worker's lease holds, else take it over."""
         if rev.owner == owner or rev.lease_until is None or rev.lease_until <= now:
+            check_tally(tx, self.signing_key, rev.saga_id)  # rule 12: none rolled back
             generation = rev.generation + 1
             _unfence(tx, rev.reversal_id)
             tx.execute(
@@ -485,6 +489,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
         """Reopen a finished reversal for a continuation (rule 6): running again, generation and
         continuations + 1; calls and tokens spent restart at 0 (the compensation records of the
         new run carry ``run=continuations``)."""
+        check_tally(tx, self.signing_key, rev.saga_id)  # rule 12: none rolled back
         generation = rev.generation + 1
         continuations = rev.continuations + 1
         _unfence(tx, rev.reversal_id)
@@ -553,7 +558,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 prev=head,
             )
 
-        await self.db.write(fn, len(text), one_change=True)
+        await self.db.write(fn, len(text))  # two changes: the record and its tally
 
     async def finish_reversal(
         self, reversal_id: str, generation: int, report: Mapping[str, Any], *, now: float
@@ -601,7 +606,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 tx, key, saga_id, kind, now, text, step_id=step_id, reversal_id=reversal_id
             ),
             len(text),
-            one_change=True,
+            one_change=reversal_id is None,  # a reversal's record is tallied too (rule 12)
         )
 
     async def resolve_step(

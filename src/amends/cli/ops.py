@@ -225,7 +225,10 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
         if verify:
             for p in await log.verify():
                 where = f"event {p.event_id}" if p.event_id is not None else "its history"
-                if p.saga_id == LOG:  # rule 12: a saga deleted as a whole
+                if p.saga_id == LOG and "tally" in p.detail:  # rule 12: a reversal cut off
+                    what = "the log: a saga's reversal was cut off or rolled back (the tally "
+                    what += f"of reversal records does not verify: records {p.what})"
+                elif p.saga_id == LOG:  # rule 12: a saga deleted as a whole
                     what = f"the log: its sagas were {p.what}"
                 elif p.what == "report mismatch":
                     what = f"saga {p.saga_id}: the stored report does not match its history"

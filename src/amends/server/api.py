@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -116,13 +116,41 @@ async def load_reversal(request: Request, reversal_id: str) -> tuple[ReversalRec
 
 
 async def integrity(st: _State, saga_id: str) -> list[ChainProblem]:
-    """Rule 11: check one saga's hash chain now (and remember the answer for listings)."""
+    """Rule 11: check one saga's hash chain now (and remember the answer for listings).
+
+    Rule 12: while the log's tally of reversal records does not verify (found by the last check
+    of the whole log, or by an undo it refused), a saga rolled back on its own cannot be told
+    from the others: every saga carries that problem, none is shown as verified."""
     problems = await st.engine.log.verify(saga_id)
     if problems:
         st.tampered[saga_id] = problems
     else:
         st.tampered.pop(saga_id, None)
-    return problems
+    return problems + log_wide(st)
+
+
+_LOG = "(log)"
+"""The ``saga_id`` of a problem of the log as a whole (``amends._log.integrity.LOG``)."""
+
+
+def log_wide(st: _State) -> list[ChainProblem]:
+    """The problems of the log as a whole that leave no saga verified: its tally of reversal
+    records does not verify (rule 12; a saga deleted as a whole leaves the others sound)."""
+    return [p for p in st.tampered.get(_LOG, []) if "tally of reversal records" in p.detail]
+
+
+def marks(st: _State, saga_id: str) -> list[ChainProblem] | None:
+    """What a listing shows for a saga: its own problems last found, and :func:`log_wide`."""
+    found = st.tampered.get(saga_id, []) + log_wide(st)
+    return found or None
+
+
+def remember_log_problems(st: _State, problems: Sequence[Any]) -> None:
+    """Keep the problems of the log as a whole an engine error carried (rule 12: an undo
+    refused because the tally of reversal records does not verify marks every saga)."""
+    found = [p for p in problems if isinstance(p, ChainProblem) and p.saga_id == _LOG]
+    if found:
+        st.tampered[_LOG] = found
 
 
 def _integrity_body(problems: list[ChainProblem] | None) -> dict[str, Any]:
@@ -147,6 +175,13 @@ _UNVERIFIED = (
     "This saga's history does not verify: its log was edited, so its stored report is not "
     "shown. Run `amends doctor --verify`."
 )
+
+
+def _unverified(problems: list[ChainProblem]) -> str:
+    """The 409 ``history_does_not_verify`` detail: :data:`_UNVERIFIED` and what was found."""
+    return f"{_UNVERIFIED} Found: {problems[0].detail}" + (
+        f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    )
 
 
 async def current_summary(
@@ -358,7 +393,7 @@ async def list_sagas(
         until=until,
         limit=limit,
     )
-    return {"sagas": [await current_summary(st, s, st.tampered.get(s.saga_id)) for s in sagas]}
+    return {"sagas": [await current_summary(st, s, marks(st, s.saga_id)) for s in sagas]}
 
 
 @router.get("/sagas/{saga_id}", summary="A saga: steps, verbs, states, history", responses=_READ)
@@ -456,7 +491,7 @@ async def undo(
     await check_idempotency_key(request, who, saga.saga_id, "continue" if cont else "undo")
     problems = await integrity(st, saga.saga_id)
     if problems:
-        raise ApiError(409, "history_does_not_verify", _UNVERIFIED)
+        raise ApiError(409, "history_does_not_verify", _unverified(problems))
     async with _deciding(st, saga.saga_id):
         # one request at a time decides whether it starts the reversal (and records who asked)
         # or joins the one that is running: joining records nothing (issue 21.14)
@@ -671,8 +706,8 @@ async def retry(request: Request, saga_id: str = SagaId) -> JSONResponse:
     st = _state(request)
     _check_tools(st, saga, False)
     await check_idempotency_key(request, who, saga.saga_id, "retry")
-    if await integrity(st, saga.saga_id):
-        raise ApiError(409, "history_does_not_verify", _UNVERIFIED)
+    if problems := await integrity(st, saga.saga_id):
+        raise ApiError(409, "history_does_not_verify", _unverified(problems))
     async with _deciding(st, saga.saga_id):
         rev = await st.engine.log.get_reversal(saga_id=saga.saga_id)
         fresh = await st.engine.log.get_saga(saga.saga_id)

@@ -203,6 +203,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         # rule 12: an altered saga is the documented 409 history_does_not_verify, wherever the
         # read that found it (a record that cannot be read) happened
         name = _ERROR_NAMES.get(type(exc), type(exc).__name__)
+        if isinstance(exc, HistoryAlteredError):
+            from .api import remember_log_problems
+
+            remember_log_problems(request.app.state.amends, exc.problems)
         return JsonAnswer({"error": name, "detail": str(exc)}, status_code=status, headers=headers)
 
 

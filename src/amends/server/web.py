@@ -33,6 +33,7 @@ from .api import (
     integrity,
     load_reversal,
     load_saga,
+    marks,
     missing_tools,
     retry_steps,
     saga_detail,
@@ -308,7 +309,7 @@ async def home(request: Request) -> Response:
         return RedirectResponse("/login", status_code=303)
     st = _state(request)
     sagas = await st.engine.log.list_sagas(tenant=who.tenant, limit=200)
-    rows = [await current_summary(st, s, st.tampered.get(s.saga_id)) for s in sagas]
+    rows = [await current_summary(st, s, marks(st, s.saga_id)) for s in sagas]
     previewed = 0
     for row in rows:
         if previewed < _LIST_PREVIEWS and _undoable(row):

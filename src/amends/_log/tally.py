@@ -1,0 +1,162 @@
+"""The log-wide tally of reversal records (rule 12): what a rollback of one saga cannot hide.
+
+A saga's head binds its history to its last record, and the log's shards bind each saga's
+*start*; neither sees a saga rolled back on its own: someone who copied a saga's rows before its
+undo and writes them back afterwards (its reversal's records and row deleted, the old head
+restored) leaves a history that verifies, and a second undo sent the refund again. So every
+record of a reversal (``reversal.requested``, each compensation state, a continuation, a
+take-over, ``reversal.done``) is also counted log-wide, in ``log_tally``: a count and a sum
+(modulo 2**256) of a hash (an HMAC with the log's key) over the record's saga and hash, written
+in the same transaction as the record. Deleting, cutting off or rolling back a reversal's
+records, duplicating them, or bringing in a record of another log written with the same key,
+changes the count or the sum, and without the key the sum cannot be made to fit again. The sum
+is order-free so that writers may keep rows of their own (PostgreSQL: the writer's shard, as
+``log_heads``) and the total is their sum; the order of a saga's records is its chain's job.
+
+Checked in full by ``verify()`` (``amends doctor --verify``, ``amends serve``'s periodic check)
+and inside the transaction that claims, takes over or continues a reversal: while the tally does
+not verify, no undo acts on the log. What it cannot see: the log rolled back as a whole (a
+restored backup), which no record inside the log can tell from the real thing: compare the
+``--anchor`` that ``amends doctor --verify`` prints (docs/security.md).
+
+``count_in_tally`` and ``check_tally`` are the shared SQL's (``amends._log.sql``); the rest
+runs no SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from typing import Literal
+
+from .._errors import HistoryAlteredError
+from .base import ChainProblem
+from .database import Tx
+
+__all__ = [
+    "LOG",
+    "LOG_TABLES",
+    "SINCE",
+    "Tally",
+    "check_tally",
+    "count_in_tally",
+    "stored_tally",
+    "tally_add",
+    "tally_of",
+    "tally_problems",
+    "tally_term",
+]
+
+LOG = "(log)"
+_MOD = 1 << 256
+
+LOG_TABLES = ("log_heads", "log_tally")
+"""The tables of the log's own anchors (rule 12): the saga shards and the reversal tally."""
+SINCE = -1
+"""The ``log_tally`` row that holds where the tally starts (:func:`stored_tally`)."""
+
+Tally = tuple[int, int]
+"""(count of reversal records, their sum modulo 2**256)."""
+
+
+def tally_term(key: bytes | None, saga_id: str, digest: str) -> int:
+    """One record's term: an HMAC (a SHA-256 without a key) over its saga and hash."""
+    msg = f"tally:{len(saga_id)}:{saga_id}:{digest}".encode()
+    if key:
+        return int(hmac.new(key, msg, hashlib.sha256).hexdigest(), 16)
+    return int(hashlib.sha256(msg).hexdigest(), 16)
+
+
+def tally_add(acc: str, term: int) -> str:
+    """A stored sum (hex; ``""`` is 0) with one term more."""
+    return f"{(int(acc or '0', 16) + term) % _MOD:064x}"
+
+
+def tally_of(key: bytes | None, records: Iterable[tuple[str, str | None]]) -> Tally:
+    """The tally of ``(saga_id, hash)`` records."""
+    n = total = 0
+    for saga_id, digest in records:
+        n += 1
+        total += tally_term(key, saga_id, str(digest or ""))
+    return n, total % _MOD
+
+
+def stored_tally(rows: Iterable[tuple[int, int, str]]) -> tuple[int, Tally]:
+    """``(since, tally)`` from the log's ``log_tally`` rows ``(shard, n, sum)``: the rows of
+    writers hold the tally together; the row of shard :data:`SINCE` holds, as its ``n``, the
+    last record written before the log kept a tally (version 6's upgrade): records up to it
+    are not counted (they were written before; their chains and heads cover them as before).
+    Raising ``since`` hides nothing: the stored sums still count the records above it."""
+    since = n = total = 0
+    for shard, count, acc in rows:
+        if int(shard) == SINCE:
+            since = int(count)
+            continue
+        n += int(count)
+        total += int(str(acc or "0"), 16)
+    return since, (n, total % _MOD)
+
+
+def tally_problems(found: Tally, stored: Tally) -> list[ChainProblem]:
+    """The log's reversal records (``found``) against the tally it holds (``stored``)."""
+    if found == stored:
+        return []
+    (have, _), (recorded, _) = found, stored
+    what: Literal["deleted", "inserted", "edited"]
+    if have < recorded:
+        what, how = "deleted", f"it recorded {recorded} reversal record(s) and {have} remain"
+    elif have > recorded:
+        what, how = "inserted", f"it holds {have} reversal record(s) and recorded {recorded}"
+    else:
+        what, how = "edited", f"its {have} reversal record(s) are not the ones it recorded"
+    return [
+        ChainProblem(LOG, None, what, (
+            f"the log's tally of reversal records does not verify: {how}. A saga's reversal "
+            f"was cut off, deleted or rolled back to an older copy (or records of another log "
+            f"were brought in), and an undo could send its compensations again: amends "
+            f"refuses every undo, resume and continuation on this log until it is restored "
+            f"from a backup"
+        ))
+    ]  # fmt: skip
+
+
+def count_in_tally(tx: Tx, key: bytes | None, saga_id: str, digest: str) -> None:
+    """Rule 12: count a reversal's record log-wide (:mod:`amends._log.tally`), in the writer's
+    own row (PostgreSQL: its shard, so concurrent writers do not meet on one row)."""
+    shard = tx.shard or 0
+    row = tx.execute("SELECT acc FROM log_tally WHERE shard=?", (shard,))
+    acc = tally_add(str(row[0][0]) if row else "", tally_term(key, saga_id, digest))
+    tx.execute(
+        "INSERT INTO log_tally (shard, n, acc) VALUES (?, 1, ?) ON CONFLICT (shard) "
+        "DO UPDATE SET n=log_tally.n + 1, acc=excluded.acc",
+        (shard, acc),
+    )
+
+
+def check_tally(tx: Tx, key: bytes | None, saga_id: str) -> None:
+    """Rule 12: before a reversal is claimed, taken over or continued, the log's tally of
+    reversal records must verify (a saga rolled back on its own, its reversal cut off, would
+    otherwise be undone again: a second refund).
+
+    Raises:
+        HistoryAlteredError: The tally does not verify; nothing was written.
+    """
+    problems = tally_problems(*_tallies(tx, key))
+    if problems:
+        raise HistoryAlteredError(
+            f"this saga's history was altered: saga {saga_id!r} cannot be trusted: "
+            f"{problems[0].detail}. Run `amends doctor --verify`",
+            problems=tuple(problems),
+            saga_id=saga_id,
+        )
+
+
+def _tallies(tx: Tx, key: bytes | None) -> tuple[Tally, Tally]:
+    """(the tally of the reversal records the log holds, the tally it recorded)."""
+    since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
+    found = tally_of(key, tx.execute(
+        "SELECT saga_id, hash FROM records WHERE reversal_id IS NOT NULL AND rec_id > ?",
+        (since,),
+    ))  # fmt: skip
+    return found, stored
