@@ -238,3 +238,66 @@ async def test_every_surface_says_the_log_does_not_verify_and_none_sends_a_refun
         assert client.get("/metrics").status_code == 200
         assert client.get("/").status_code == 200
     assert psp.refunds == ["ch_1"]
+
+
+async def _doctor(url: str, *extra: str) -> tuple[int, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(  # noqa: ASYNC221 (the real CLI)
+        [sys.executable, "-m", "amends", "doctor", "--db", url, "--verify", *extra],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
+    return out.returncode, out.stdout + out.stderr
+
+
+def _anchor(out: str) -> str:
+    return next(
+        line.split("log anchor ", 1)[1] for line in out.splitlines() if "log anchor" in line
+    )
+
+
+async def test_a_log_restored_as_a_whole_is_found_by_the_anchor_kept_outside_it(
+    engine_psp: tuple[amends.Engine, Psp], url: str
+) -> None:
+    """The one rollback no record inside the log can show: every row of the log back as it
+    was before the undo (here every record after the forward pass deleted and each row written
+    back, as restoring a backup does). The anchor ``doctor --verify`` printed after the undo,
+    kept elsewhere, finds it; a log that merely grew since its anchor passes."""
+    engine, psp = engine_psp
+    await _charge(engine, "paid")
+    copy = await _copy(engine, "paid")
+    rc, before = await _doctor(url)
+    assert rc == 0, before
+    await engine.undo("paid")
+    rc, out = await _doctor(url, "--anchor", _anchor(before))  # grew since: fine
+    assert rc == 0 and "the log holds everything the anchor given covers" in out, out
+    anchor = _anchor(out)
+    await _write_back(engine, "paid", copy)
+    await _tamper(engine, ("DELETE FROM log_tally WHERE shard >= 0", ()))  # as it was then
+    rc, out = await _doctor(url)
+    assert rc == 0, out  # a consistent older log: nothing inside it can tell
+    rc, out = await _doctor(url, "--anchor", anchor)
+    assert rc == 1, out
+    assert "ACTION  the log: it was rolled back to before the anchor given (--anchor)" in out
+    assert f"the log ends at record 4, before record {anchor.split(':')[2]} it held" in out
+    await _charge(engine, "later")  # and once it has grown past the anchor again
+    rc, out = await _doctor(url, "--anchor", anchor)
+    assert rc == 1 and "are not those it held when the anchor was taken" in out, out
+    assert psp.refunds == ["ch_1"]
+
+
+@pytest.mark.parametrize("log_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (("--anchor", "garbage"), "anchor 'garbage' is not one amends printed"),
+        (("--anchor", "amends-anchor:1:x:" + "0" * 32), "is not one amends printed"),
+    ],
+)
+async def test_a_bad_anchor_is_a_clear_error(
+    engine_psp: tuple[amends.Engine, Psp], url: str, extra: tuple[str, ...], says: str
+) -> None:
+    engine, _ = engine_psp
+    await _charge(engine, "paid")
+    rc, out = await _doctor(url, *extra)
+    assert rc == 2 and says in out and "amends doctor: " in out, out

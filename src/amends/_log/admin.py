@@ -15,7 +15,7 @@ from .database import Database, Tx
 from .handoff import NOT_PAUSED
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
-from .tally import stored_tally, tally_of, tally_problems
+from .tally import anchor_last, anchor_problems, anchor_text, stored_tally, tally_of, tally_problems
 from .unreadable import UNREADABLE, unreadable_problem
 
 __all__ = ["AdminQueries"]
@@ -133,6 +133,27 @@ class AdminQueries:
         untouched = self.db.untouched  # taken inside the read, as it runs (issue 29)
         return await self.db.read(lambda tx: _verify_one(tx, key, saga_id, reads, untouched()))
 
+    async def anchor(self, check: str | None = None) -> tuple[str, list[ChainProblem]]:
+        """Rule 12: the log's anchor now (``amends doctor --verify`` prints it; keep it outside
+        the log's host), and, given an earlier anchor ``check``, what the log's records up to
+        it say: a log restored from an older copy no longer holds what the anchor covers.
+
+        Raises:
+            ConfigError: ``check`` is not an anchor amends printed (nothing was read).
+        """
+        key = self.signing_key
+        upto = None if check is None else anchor_last(check)
+
+        def fn(tx: Tx) -> tuple[str, list[ChainProblem]]:
+            last = int(tx.execute("SELECT max(rec_id) FROM records")[0][0] or 0)
+            now = anchor_text(key, last, _records_upto(tx, last))
+            if check is None or upto is None:
+                return now, []
+            found = None if upto > last else anchor_text(key, upto, _records_upto(tx, upto))
+            return now, anchor_problems(check, found, last)
+
+        return await self.db.read(fn)
+
     async def health(self, now: float) -> LogHealth:
         def fn(tx: Tx) -> LogHealth:
             rows = tx.execute(
@@ -178,6 +199,15 @@ class AdminQueries:
 _REC = "rec_id, step_id, reversal_id, kind, phase, at, body, prev_hash, hash"
 _SAGA = "title, tenant, actor, state, created_at, finished_at, meta, head, owner"
 _REV = "reversal_id, report, report_hash, state, budget, generation, requested_at, continuations"
+
+
+def _records_upto(tx: Tx, last: int) -> list[tuple[str, str | None]]:
+    return [
+        (str(r[0]), r[1])
+        for r in tx.execute(
+            "SELECT saga_id, hash FROM records WHERE rec_id<=? ORDER BY rec_id", (last,)
+        )
+    ]
 
 
 def _verify_tx(

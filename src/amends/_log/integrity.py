@@ -15,10 +15,12 @@ saga visible. Three things it cannot see on its own, and what this module adds:
   its existence, id, state, generation, continuations, budget): each must equal what the saga's
   records say, so an edit of them is visible too.
 
-Not covered: leases (``owner``/``lease_until``, renewed without a record: editing them only
-changes who may take a reversal over, and fencing keeps a second effect out), and a log rolled
-back as a whole to an earlier consistent state (a restored backup looks like one): keep the
-head ``amends doctor --verify`` prints somewhere else to compare. Without a signing key the
+A saga rolled back on its own (its rows written back as they were before its undo) is the
+tally's to find (:mod:`amends._log.tally`). Not covered: leases (``owner``/``lease_until``,
+renewed without a record: editing them only changes who may take a reversal over, and fencing
+keeps a second effect out), and a log rolled back as a whole to an earlier consistent state (a
+restored backup looks like one): keep the anchor ``amends doctor --verify`` prints somewhere
+else and compare (``--anchor``). Without a signing key the
 hashes are plain SHA-256: they catch accidents and careless edits, not someone who recomputes
 them; with ``AMENDS_LOG_KEY`` they cannot be recomputed without the key.
 

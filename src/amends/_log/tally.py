@@ -35,10 +35,14 @@ from .base import ChainProblem
 from .database import Tx
 
 __all__ = [
+    "ANCHOR_PREFIX",
     "LOG",
     "LOG_TABLES",
     "SINCE",
     "Tally",
+    "anchor_last",
+    "anchor_problems",
+    "anchor_text",
     "check_tally",
     "count_in_tally",
     "stored_tally",
@@ -160,3 +164,65 @@ def _tallies(tx: Tx, key: bytes | None) -> tuple[Tally, Tally]:
         (since,),
     ))  # fmt: skip
     return found, stored
+
+
+ANCHOR_PREFIX = "amends-anchor:1:"
+"""How an anchor starts (:func:`anchor_text`); the version of its form follows."""
+
+
+def anchor_text(key: bytes | None, last: int, records: Iterable[tuple[str, str | None]]) -> str:
+    """An anchor of the log (rule 12): a hash (an HMAC with the key) over every record up to
+    record ``last`` in log order, ``(saga_id, hash)`` each. Kept outside the log, it tells a
+    log that grew from it (its records up to ``last`` unchanged) from one rolled back to before
+    it, as a restored backup is: the one rollback that no record inside the log can show."""
+    mac = hmac.new(key or b"", digestmod=hashlib.sha256) if key else hashlib.sha256()
+    mac.update(f"anchor:{last}".encode())
+    for saga_id, digest in records:
+        mac.update(f";{len(saga_id)}:{saga_id}:{digest or ''}".encode())
+    return f"{ANCHOR_PREFIX}{last}:{mac.hexdigest()[:32]}"
+
+
+def anchor_last(anchor: str) -> int:
+    """The record an anchor was taken at.
+
+    Raises:
+        ConfigError: ``anchor`` is not one ``amends doctor --verify`` printed.
+    """
+    from .._errors import ConfigError
+
+    rest = anchor.strip().removeprefix(ANCHOR_PREFIX)
+    last, _, mac = rest.partition(":")
+    if (
+        not anchor.strip().startswith(ANCHOR_PREFIX)
+        or not (last.isascii() and last.isdigit() and len(last) <= 18)
+        or len(mac) != 32
+        or any(c not in "0123456789abcdef" for c in mac)
+    ):
+        raise ConfigError(
+            f"anchor {anchor[:120]!r} is not one amends printed: an anchor reads "
+            f"'{ANCHOR_PREFIX}<record>:<32 hex digits>'; copy it whole from the line "
+            f"'log anchor' of `amends doctor --verify`"
+        )
+    return int(last)
+
+
+def anchor_problems(anchor: str, found: str | None, max_rec: int) -> list[ChainProblem]:
+    """The log against an anchor kept outside it: ``found`` is :func:`anchor_text` of the log's
+    records up to the anchor's (``None`` when the log ends before it, at ``max_rec``)."""
+    last = anchor_last(anchor)
+    if found is None:
+        what = (
+            f"the log ends at record {max_rec}, before record {last} it held when the anchor "
+            f"was taken: it was rolled back to an older copy (a restored backup, a file copied "
+            f"back), so reversals done since may be missing and an undo could send their "
+            f"compensations again"
+        )
+        return [ChainProblem(LOG, None, "deleted", what)]
+    if found == anchor.strip():
+        return []
+    what = (
+        f"the log's records up to record {last} are not those it held when the anchor was "
+        f"taken: it was rolled back to an older copy or altered (or the anchor is of another "
+        f"log, or was taken with another key)"
+    )
+    return [ChainProblem(LOG, None, "edited", what)]

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from amends import AmendsError, LogCorruptedError
+from amends import AmendsError, ConfigError, LogCorruptedError
 
 from .._log import file_permission_problems
 from .._log.integrity import LOG
@@ -68,7 +68,13 @@ def register(sub: Any) -> None:
         "--verify",
         action="store_true",
         help="also check the history's hash chain: finds an edited, inserted or deleted event "
-        "and a stored report that does not match (rule 11)",
+        "and a stored report that does not match (rule 11); prints the log's anchor",
+    )
+    doc.add_argument(
+        "--anchor",
+        metavar="ANCHOR",
+        help="with --verify: an anchor an earlier `doctor --verify` printed; finds the log "
+        "rolled back to before it (a restored backup), which nothing inside the log can show",
     )
     doc.set_defaults(handler=_doctor)
 
@@ -177,10 +183,13 @@ async def recover(db: str, catalog_specs: list[str] | None) -> dict[str, Any]:
         await log.close()
 
 
-async def diagnose(target: str, *, now: float | None = None, verify: bool = False) -> list[Finding]:
+async def diagnose(
+    target: str, *, now: float | None = None, verify: bool = False, anchor: str | None = None
+) -> list[Finding]:
     """Check the saga log at ``target`` and return what was found, each with its fix.
 
-    ``verify=True`` also walks the tamper-evident history (rule 11) of every saga.
+    ``verify=True`` also walks the tamper-evident history (rule 11) of every saga, and reports
+    the log's anchor; ``anchor`` (an earlier one) is checked against the log (rule 12).
 
     Raises:
         LogError: The log cannot be opened (including SchemaVersionError).
@@ -237,6 +246,7 @@ async def diagnose(target: str, *, now: float | None = None, verify: bool = Fals
                 fix = f"{p.detail}; restore the log from a backup and find out who changed it"
                 findings.append(Finding("action", what, fix))
             findings.append(Finding("ok", "history hash chain checked (--verify)", ""))
+            findings.extend(await _anchor_findings(log, anchor))
         for saga_id, owner, _lease in health.stale_sagas:
             findings.append(
                 Finding(
@@ -306,11 +316,47 @@ def _read_only(target: str) -> str | None:
     return None
 
 
+async def _anchor_findings(log: Any, anchor: str | None) -> list[Finding]:
+    """Rule 12: the log's anchor now, and the log against an earlier one (a rollback)."""
+    if not hasattr(log, "anchor"):
+        return []
+    now, problems = await log.anchor(anchor)
+    found = [
+        Finding(
+            "action",
+            "the log: it was rolled back to before the anchor given (--anchor)",
+            f"{p.detail}; restore the newest copy of the log and find out who replaced it",
+        )
+        for p in problems
+    ]
+    if anchor is not None and not problems:
+        found.append(Finding("ok", "the log holds everything the anchor given covers", ""))
+    found.append(
+        Finding(
+            "info",
+            f"log anchor {now}",
+            "keep it outside the log's host; `amends doctor --verify --anchor <it>` later "
+            "finds the log rolled back to before it (a restored backup)",
+        )
+    )
+    return found
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from ._common import safe
 
     try:
-        findings = asyncio.run(diagnose(args.db, verify=args.verify))
+        if args.anchor is not None and not args.verify:
+            raise ConfigError(
+                f"--anchor {args.anchor[:80]!r} is checked with the history: add --verify"
+            )
+        findings = asyncio.run(diagnose(args.db, verify=args.verify, anchor=args.anchor))
+    except ConfigError as exc:  # a bad --anchor: the log is fine, the command line is not
+        if args.json:
+            sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
+        else:
+            sys.stderr.write(f"amends doctor: {complete(safe(exc))}\n")
+        return 2
     except AmendsError as exc:
         if args.json:
             sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
