@@ -15,7 +15,15 @@ from .database import Database, Tx
 from .handoff import NOT_PAUSED
 from .integrity import verify_rows, verify_shards
 from .records import dumps, loads, verify_saga
-from .tally import anchor_last, anchor_problems, anchor_text, stored_tally, tally_of, tally_problems
+from .tally import (
+    TallySeen,
+    anchor_last,
+    anchor_problems,
+    anchor_text,
+    stored_tally,
+    tally_of,
+    tally_problems,
+)
 from .unreadable import UNREADABLE, unreadable_problem
 
 __all__ = ["AdminQueries"]
@@ -47,6 +55,11 @@ class AdminQueries:
     def reads(self) -> SagaCache:
         """What this log object already decoded and verified of each saga it read (issue 29)."""
         return SagaCache()
+
+    @functools.cached_property
+    def tally_seen(self) -> TallySeen:
+        """What this log object last found of the log's tally of reversal records."""
+        return TallySeen()
 
     # --- metrics (issue 28) ---------------------------------------------------------------
     async def reversal_heads(self) -> list[ReversalHead]:

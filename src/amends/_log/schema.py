@@ -447,7 +447,7 @@ def schema_v6_statements(dialect: Dialect) -> list[str]:
     del dialect
     return [
         "CREATE TABLE log_tally (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL, acc TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS records_reversal ON records (reversal_id) "
+        "CREATE INDEX IF NOT EXISTS records_reversal ON records (rec_id) "
         "WHERE reversal_id IS NOT NULL",
     ]
 

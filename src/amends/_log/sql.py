@@ -68,7 +68,7 @@ from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 from .spend_sql import spend_text
-from .tally import check_tally, count_in_tally
+from .tally import count_in_tally
 from .texts import step_intent_text
 from .unreadable import readable
 
@@ -367,7 +367,10 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         budget_text = _budget_text(budget, selection)
 
+        seen: list[Any] = []  # rule 12: what the tally check found, kept once committed
+
         def fn(tx: Tx) -> Claim:
+            seen[:] = [self.tally_seen.check(tx, self.signing_key, saga_id)]
             if check is None:
                 return self._claim_tx(
                     tx, saga_id, reversal_id, budget_text, owner, lease_until, now
@@ -382,7 +385,9 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 claim, saga=dataclasses.replace(saga, reversal=claim.reversal)
             )
 
-        return await self.db.write(fn)
+        claimed = await self.db.write(fn)
+        self.tally_seen.keep(seen[0] if seen else None)
+        return claimed
 
     def _claim_tx(
         self,
@@ -396,7 +401,6 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
         if not rows:
-            check_tally(tx, self.signing_key, saga_id)  # rule 12: no reversal cut off
             tx.cache.pop(_NO_REVERSAL + saga_id, None)  # steps written after this are refused
             tx.execute(
                 "INSERT INTO reversals (reversal_id, saga_id, state, budget, owner, generation,"
@@ -426,7 +430,6 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         """A running reversal: join it while its worker's lease holds, else take it over."""
         if rev.owner == owner or rev.lease_until is None or rev.lease_until <= now:
-            check_tally(tx, self.signing_key, rev.saga_id)  # rule 12: none rolled back
             generation = rev.generation + 1
             _unfence(tx, rev.reversal_id)
             tx.execute(
@@ -461,9 +464,11 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
         selection: _Selection = "keep",
     ) -> Claim:
         first_id = reversal_id or f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
+        seen: list[Any] = []  # rule 12: what the tally check found, kept once committed
 
         def fn(tx: Tx) -> Claim:
             _require_saga(tx, saga_id)
+            seen[:] = [self.tally_seen.check(tx, self.signing_key, saga_id)]
             rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             rev = _reversal(rows[0]) if rows else None
             text = _budget_text(budget, selection, rev)
@@ -475,7 +480,9 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
             return self._reopen(tx, rev, text, owner, lease_until, now)
 
-        return await self.db.write(fn)
+        claimed = await self.db.write(fn)
+        self.tally_seen.keep(seen[0] if seen else None)
+        return claimed
 
     def _reopen(
         self,
@@ -489,7 +496,6 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
         """Reopen a finished reversal for a continuation (rule 6): running again, generation and
         continuations + 1; calls and tokens spent restart at 0 (the compensation records of the
         new run carry ``run=continuations``)."""
-        check_tally(tx, self.signing_key, rev.saga_id)  # rule 12: none rolled back
         generation = rev.generation + 1
         continuations = rev.continuations + 1
         _unfence(tx, rev.reversal_id)

@@ -19,7 +19,7 @@ not verify, no undo acts on the log. What it cannot see: the log rolled back as 
 restored backup), which no record inside the log can tell from the real thing: compare the
 ``--anchor`` that ``amends doctor --verify`` prints (docs/security.md).
 
-``count_in_tally`` and ``check_tally`` are the shared SQL's (``amends._log.sql``); the rest
+``count_in_tally`` and ``TallySeen`` are the shared SQL's (``amends._log.sql``); the rest
 runs no SQL.
 """
 
@@ -40,10 +40,11 @@ __all__ = [
     "LOG_TABLES",
     "SINCE",
     "Tally",
+    "TallySeen",
+    "altered",
     "anchor_last",
     "anchor_problems",
     "anchor_text",
-    "check_tally",
     "count_in_tally",
     "stored_tally",
     "tally_add",
@@ -138,32 +139,75 @@ def count_in_tally(tx: Tx, key: bytes | None, saga_id: str, digest: str) -> None
     )
 
 
-def check_tally(tx: Tx, key: bytes | None, saga_id: str) -> None:
-    """Rule 12: before a reversal is claimed, taken over or continued, the log's tally of
-    reversal records must verify (a saga rolled back on its own, its reversal cut off, would
-    otherwise be undone again: a second refund).
+class TallySeen:
+    """What a log object last found of its tally (rule 12), so the check before each claim of
+    a reversal hashes only the reversal records written since (issue 29: a check over every
+    record made an eval of 2,000 sagas on one log 2.5 times slower).
 
-    Raises:
-        HistoryAlteredError: The tally does not verify; nothing was written.
-    """
-    problems = tally_problems(*_tallies(tx, key))
-    if problems:
-        raise HistoryAlteredError(
-            f"this saga's history was altered: saga {saga_id!r} cannot be trusted: "
-            f"{problems[0].detail}. Run `amends doctor --verify`",
-            problems=tuple(problems),
-            saga_id=saga_id,
-        )
+    The records it summed are counted again each time (one indexed count): one deleted since is
+    seen; whenever the quick sum does not match, every record is summed again before anything
+    is refused (on PostgreSQL a record numbered below the last one seen may commit later). The
+    check runs inside the claim's write transaction; what it found is kept (:meth:`keep`) only
+    once that transaction committed, so a batch rolled back leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.state: tuple[int, int, Tally] = (-1, 0, (0, 0))
+        """(since, the last record summed, the tally of the records up to it)."""
+
+    def keep(self, state: tuple[int, int, Tally] | None) -> None:
+        """After the claim's transaction committed: what its check found."""
+        if state is not None:
+            self.state = state
+
+    def check(self, tx: Tx, key: bytes | None, saga_id: str) -> tuple[int, int, Tally]:
+        """Check the log's reversal records against its tally, in ``tx``; returns the state to
+        :meth:`keep` once ``tx`` commits.
+
+        Raises:
+            HistoryAlteredError: The tally does not verify.
+        """
+        since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
+        was, upto, found = self.state
+        if was == since and upto > since:
+            (count,) = tx.execute(
+                "SELECT count(*) FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? "
+                "AND rec_id <= ?",
+                (since, upto),
+            )[0]
+            if int(count) == found[0]:
+                state = _summed(tx, key, since, upto, found)
+                if state[2] == stored:
+                    return state
+        state = _summed(tx, key, since, since, (0, 0))
+        if state[2] != stored:
+            raise altered(saga_id, tally_problems(state[2], stored))
+        return state
 
 
-def _tallies(tx: Tx, key: bytes | None) -> tuple[Tally, Tally]:
-    """(the tally of the reversal records the log holds, the tally it recorded)."""
-    since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
-    found = tally_of(key, tx.execute(
-        "SELECT saga_id, hash FROM records WHERE reversal_id IS NOT NULL AND rec_id > ?",
-        (since,),
-    ))  # fmt: skip
-    return found, stored
+def _summed(
+    tx: Tx, key: bytes | None, since: int, after: int, found: Tally
+) -> tuple[int, int, Tally]:
+    """``found`` (the tally up to record ``after``) with every reversal record after it."""
+    n, total, upto = found[0], found[1], after
+    for rec_id, saga_id, digest in tx.execute(
+        "SELECT rec_id, saga_id, hash FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? "
+        "ORDER BY rec_id",
+        (after,),
+    ):
+        n += 1
+        total = (total + tally_term(key, str(saga_id), str(digest or ""))) % _MOD
+        upto = int(rec_id)
+    return since, upto, (n, total)
+
+
+def altered(saga_id: str, problems: list[ChainProblem]) -> HistoryAlteredError:
+    """The error of a claim refused because the log's tally does not verify."""
+    return HistoryAlteredError(
+        f"this saga's history was altered: saga {saga_id!r} cannot be trusted: "
+        f"{problems[0].detail}. Run `amends doctor --verify`",
+        problems=tuple(problems),
+        saga_id=saga_id,
+    )
 
 
 ANCHOR_PREFIX = "amends-anchor:1:"
