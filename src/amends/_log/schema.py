@@ -449,6 +449,7 @@ def schema_v6_statements(dialect: Dialect) -> list[str]:
         "CREATE TABLE log_tally (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL, acc TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS records_reversal ON records (rec_id) "
         "WHERE reversal_id IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS records_started ON records (rec_id) WHERE kind='saga.started'",
     ]
 
 

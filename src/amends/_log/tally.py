@@ -33,6 +33,7 @@ from typing import Literal
 from .._errors import HistoryAlteredError
 from .base import ChainProblem
 from .database import Tx
+from .integrity import shard_step, started_shard, verify_shards
 
 __all__ = [
     "ANCHOR_PREFIX",
@@ -139,65 +140,121 @@ def count_in_tally(tx: Tx, key: bytes | None, saga_id: str, digest: str) -> None
     )
 
 
+Seen = tuple[int, int, Tally, int, int, dict[int, tuple[int, str]]]
+"""What a check found: (since, last reversal record summed, their tally; last record whose
+``saga.started`` was read, how many such, each shard's (count, rolling hash))."""
+_NOTHING: Seen = (-1, 0, (0, 0), 0, 0, {})
+
+
 class TallySeen:
-    """What a log object last found of its tally (rule 12), so the check before each claim of
-    a reversal hashes only the reversal records written since (issue 29: a check over every
+    """What a log object last found of its tally and its shards (rule 12), so the check before
+    each claim of a reversal hashes only the records written since (issue 29: a check over every
     record made an eval of 2,000 sagas on one log 2.5 times slower).
 
-    The records it summed are counted again each time (one indexed count): one deleted since is
-    seen; whenever the quick sum does not match, every record is summed again before anything
-    is refused (on PostgreSQL a record numbered below the last one seen may commit later). The
-    check runs inside the claim's write transaction; what it found is kept (:meth:`keep`) only
-    once that transaction committed, so a batch rolled back leaves nothing behind."""
+    Two anchors are checked: the tally of reversal records (a saga rolled back on its own) and
+    the shards of the sagas' starts (a saga copied in from another log written with the same
+    key: its own chain and head verify, and undoing it sent its refund a second time). The
+    records read before are counted again each time: one deleted since is seen; whenever the
+    quick check does not match, every record is read again before anything is refused (on
+    PostgreSQL a record numbered below the last one seen may commit later). The check runs
+    inside the claim's write transaction; what it found is kept (:meth:`keep`) only once that
+    transaction committed, so a batch rolled back leaves nothing behind."""
 
     def __init__(self) -> None:
-        self.state: tuple[int, int, Tally] = (-1, 0, (0, 0))
-        """(since, the last record summed, the tally of the records up to it)."""
+        self.state: Seen = _NOTHING
 
-    def keep(self, state: tuple[int, int, Tally] | None) -> None:
+    def keep(self, state: Seen | None) -> None:
         """After the claim's transaction committed: what its check found."""
         if state is not None:
             self.state = state
 
-    def check(self, tx: Tx, key: bytes | None, saga_id: str) -> tuple[int, int, Tally]:
-        """Check the log's reversal records against its tally, in ``tx``; returns the state to
-        :meth:`keep` once ``tx`` commits.
+    def check(self, tx: Tx, key: bytes | None, saga_id: str) -> Seen:
+        """Check the log's reversal records against its tally and its sagas' starts against its
+        shards, in ``tx``; returns the state to :meth:`keep` once ``tx`` commits.
 
         Raises:
-            HistoryAlteredError: The tally does not verify.
+            HistoryAlteredError: The tally or a shard does not verify.
         """
         since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
-        was, upto, found = self.state
-        if was == since and upto > since:
-            (count,) = tx.execute(
-                "SELECT count(*) FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? "
-                "AND rec_id <= ?",
-                (since, upto),
-            )[0]
-            if int(count) == found[0]:
-                state = _summed(tx, key, since, upto, found)
-                if state[2] == stored:
-                    return state
-        state = _summed(tx, key, since, since, (0, 0))
+        heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
+            "SELECT shard, n, head FROM log_heads")}  # fmt: skip
+        mine = _shard_of(tx, saga_id)
+        was = self.state
+        if was[0] == since and _counts(tx, since, was):
+            state = _read(tx, key, was)
+            if state[2] == stored and _same(state[5], heads, mine):
+                return state
+        state = _read(tx, key, (since, since, (0, 0), 0, 0, {}))
         if state[2] != stored:
             raise altered(saga_id, tally_problems(state[2], stored))
+        if not _same(state[5], heads, mine):
+            started = tx.execute(
+                "SELECT saga_id, hash, body FROM records WHERE kind='saga.started' ORDER BY rec_id"
+            )
+            problems = verify_shards(key, [(r[0], r[1], r[2]) for r in started], heads)
+            raise altered(saga_id, [p for p in problems if f"shard {mine} " in p.detail] or [
+                ChainProblem(LOG, None, "edited", f"shard {mine} of the log, which saga "
+                             f"{saga_id!r} started in, does not match its head")
+            ])  # fmt: skip
         return state
 
 
-def _summed(
-    tx: Tx, key: bytes | None, since: int, after: int, found: Tally
-) -> tuple[int, int, Tally]:
-    """``found`` (the tally up to record ``after``) with every reversal record after it."""
-    n, total, upto = found[0], found[1], after
+def _shard_of(tx: Tx, saga_id: str) -> int | None:
+    """The shard the saga started in (``None``: no start record; its own check says so)."""
+    rows = tx.execute(
+        "SELECT body FROM records WHERE saga_id=? AND kind='saga.started' ORDER BY rec_id LIMIT 1",
+        (saga_id,),
+    )
+    return started_shard(saga_id, rows[0][0]) if rows else None
+
+
+def _same(
+    found: dict[int, tuple[int, str]], heads: dict[int, tuple[int, str]], mine: int | None
+) -> bool:
+    """The saga's shard (count, rolling hash) as the log's ``log_heads`` holds it: a saga
+    deleted from another shard leaves this one's undo alone; one copied in from another log
+    (its start in no shard's hash) is refused."""
+    if mine is None:
+        return True
+    return found.get(mine, (0, "")) == heads.get(mine, (0, ""))
+
+
+def _counts(tx: Tx, since: int, was: Seen) -> bool:
+    """Whether the records the last check read are all still there (counted, not read)."""
+    (rev,) = tx.execute(
+        "SELECT count(*) FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? AND rec_id <= ?",
+        (since, was[1]),
+    )[0]
+    (started,) = tx.execute(
+        "SELECT count(*) FROM records WHERE kind='saga.started' AND rec_id <= ?", (was[3],)
+    )[0]
+    return int(rev) == was[2][0] and int(started) == was[4]
+
+
+def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
+    """``was`` with every reversal record and every ``saga.started`` record after it."""
+    since, upto, (n, total), upto_s, n_s, shards = was
     for rec_id, saga_id, digest in tx.execute(
         "SELECT rec_id, saga_id, hash FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? "
         "ORDER BY rec_id",
-        (after,),
+        (upto,),
     ):
         n += 1
         total = (total + tally_term(key, str(saga_id), str(digest or ""))) % _MOD
         upto = int(rec_id)
-    return since, upto, (n, total)
+    shards = dict(shards)
+    for rec_id, saga_id, digest, body in tx.execute(
+        "SELECT rec_id, saga_id, hash, body FROM records WHERE kind='saga.started' AND rec_id > ? "
+        "ORDER BY rec_id",
+        (upto_s,),
+    ):
+        shard = started_shard(str(saga_id), body)
+        if shard is None:
+            shard = -1  # never a stored shard: the full check names the record
+        count, rolling = shards.get(shard, (0, ""))
+        shards[shard] = (count + 1, shard_step(key, shard, rolling, str(digest or "")))
+        n_s, upto_s = n_s + 1, int(rec_id)
+    return since, upto, (n, total), upto_s, n_s, shards
 
 
 def altered(saga_id: str, problems: list[ChainProblem]) -> HistoryAlteredError:
