@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from . import leases
 from .base import ChainProblem, IdemRecord, LogHealth, ReversalHead
@@ -27,6 +27,8 @@ from .tally import (
 from .unreadable import UNREADABLE, unreadable_problem
 
 __all__ = ["AdminQueries"]
+
+T = TypeVar("T")
 
 _IDEM_COLS = "tenant, key, request_hash, response, expires_at, created_at"
 
@@ -60,6 +62,26 @@ class AdminQueries:
     def tally_seen(self) -> TallySeen:
         """What this log object last found of the log's tally of reversal records."""
         return TallySeen()
+
+    async def checked_write(self, saga_id: str, fn: Callable[[Tx], T]) -> T:
+        """``fn`` in a write transaction after the check of rule 12 that comes before claiming,
+        taking over or continuing a reversal of ``saga_id``: the log's tally of reversal
+        records and the saga's shard (:class:`~amends._log.tally.TallySeen`); what the check
+        found is kept once the transaction committed.
+
+        Raises:
+            HistoryAlteredError: The tally or the saga's shard does not verify; nothing was
+                written.
+        """
+        seen: list[Any] = []
+
+        def checked(tx: Tx) -> T:
+            seen[:] = [self.tally_seen.check(tx, self.signing_key, saga_id)]
+            return fn(tx)
+
+        out = await self.db.write(checked)
+        self.tally_seen.keep(seen[0] if seen else None)
+        return out
 
     # --- metrics (issue 28) ---------------------------------------------------------------
     async def reversal_heads(self) -> list[ReversalHead]:

@@ -12,6 +12,8 @@ reversal row is written only when a reversal is claimed, continued, taken over o
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -68,7 +70,7 @@ from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
 from .spend_sql import spend_text
-from .tally import count_in_tally
+from .tally import MOD, TALLY, TALLY_UPSERT
 from .texts import step_intent_text
 from .unreadable import readable
 
@@ -122,8 +124,16 @@ def _append(
     else:
         tx.execute(
             INSERT_RECORD, (saga_id, step_id, reversal_id, kind, phase, now, text, prev, digest)
-        )
-        count_in_tally(tx, key, saga_id, digest)
+        )  # rule 12: and counted log-wide (amends._log.tally.TALLY_UPSERT), inline (issue 29)
+        shard = tx.shard or 0
+        if (acc := tx.cache.get(TALLY + str(shard))) is None:
+            row = tx.execute("SELECT acc FROM log_tally WHERE shard=?", (shard,))
+            acc = str(row[0][0]) if row else ""
+        msg = f"tally:{len(saga_id)}:{saga_id}:{digest}".encode()
+        term = hmac.new(key, msg, hashlib.sha256) if key else hashlib.sha256(msg)
+        acc = f"{(int(acc or '0', 16) + int(term.hexdigest(), 16)) % MOD:064x}"
+        tx.execute(TALLY_UPSERT, (shard, acc))
+        tx.cache[TALLY + str(shard)] = acc
     tx.cache[saga_id] = digest
     tx.appended_to(saga_id)  # its head is written at commit (rule 12)
     return digest
@@ -367,10 +377,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
     ) -> Claim:
         budget_text = _budget_text(budget, selection)
 
-        seen: list[Any] = []  # rule 12: what the tally check found, kept once committed
-
         def fn(tx: Tx) -> Claim:
-            seen[:] = [self.tally_seen.check(tx, self.signing_key, saga_id)]
             if check is None:
                 return self._claim_tx(
                     tx, saga_id, reversal_id, budget_text, owner, lease_until, now
@@ -385,9 +392,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 claim, saga=dataclasses.replace(saga, reversal=claim.reversal)
             )
 
-        claimed = await self.db.write(fn)
-        self.tally_seen.keep(seen[0] if seen else None)
-        return claimed
+        return await self.checked_write(saga_id, fn)  # rule 12: the log's tally first
 
     def _claim_tx(
         self,
@@ -464,11 +469,9 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
         selection: _Selection = "keep",
     ) -> Claim:
         first_id = reversal_id or f"rev_{time.time_ns():x}{uuid.uuid4().hex[:10]}"
-        seen: list[Any] = []  # rule 12: what the tally check found, kept once committed
 
         def fn(tx: Tx) -> Claim:
             _require_saga(tx, saga_id)
-            seen[:] = [self.tally_seen.check(tx, self.signing_key, saga_id)]
             rows = tx.execute(f"{_rev(tx)} WHERE r.saga_id=?", (saga_id,))
             rev = _reversal(rows[0]) if rows else None
             text = _budget_text(budget, selection, rev)
@@ -480,9 +483,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
                 return Claim("done", rev)  # someone continued meanwhile: join, never twice
             return self._reopen(tx, rev, text, owner, lease_until, now)
 
-        claimed = await self.db.write(fn)
-        self.tally_seen.keep(seen[0] if seen else None)
-        return claimed
+        return await self.checked_write(saga_id, fn)  # rule 12: the log's tally first
 
     def _reopen(
         self,

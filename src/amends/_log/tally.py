@@ -39,16 +39,17 @@ __all__ = [
     "ANCHOR_PREFIX",
     "LOG",
     "LOG_TABLES",
+    "MOD",
     "SINCE",
+    "TALLY",
+    "TALLY_UPSERT",
     "Tally",
     "TallySeen",
     "altered",
     "anchor_last",
     "anchor_problems",
     "anchor_text",
-    "count_in_tally",
     "stored_tally",
-    "tally_add",
     "tally_of",
     "tally_problems",
     "tally_term",
@@ -72,11 +73,6 @@ def tally_term(key: bytes | None, saga_id: str, digest: str) -> int:
     if key:
         return int(hmac.new(key, msg, hashlib.sha256).hexdigest(), 16)
     return int(hashlib.sha256(msg).hexdigest(), 16)
-
-
-def tally_add(acc: str, term: int) -> str:
-    """A stored sum (hex; ``""`` is 0) with one term more."""
-    return f"{(int(acc or '0', 16) + term) % _MOD:064x}"
 
 
 def tally_of(key: bytes | None, records: Iterable[tuple[str, str | None]]) -> Tally:
@@ -127,17 +123,19 @@ def tally_problems(found: Tally, stored: Tally) -> list[ChainProblem]:
     ]  # fmt: skip
 
 
-def count_in_tally(tx: Tx, key: bytes | None, saga_id: str, digest: str) -> None:
-    """Rule 12: count a reversal's record log-wide (:mod:`amends._log.tally`), in the writer's
-    own row (PostgreSQL: its shard, so concurrent writers do not meet on one row)."""
-    shard = tx.shard or 0
-    row = tx.execute("SELECT acc FROM log_tally WHERE shard=?", (shard,))
-    acc = tally_add(str(row[0][0]) if row else "", tally_term(key, saga_id, digest))
-    tx.execute(
-        "INSERT INTO log_tally (shard, n, acc) VALUES (?, 1, ?) ON CONFLICT (shard) "
-        "DO UPDATE SET n=log_tally.n + 1, acc=excluded.acc",
-        (shard, acc),
-    )
+TALLY_UPSERT = (
+    "INSERT INTO log_tally (shard, n, acc) VALUES (?, 1, ?) ON CONFLICT (shard) "
+    "DO UPDATE SET n=log_tally.n + 1, acc=excluded.acc"
+)
+"""How ``amends._log.sql._append`` counts a reversal's record in the writer's row (its shard
+on PostgreSQL, so concurrent writers do not meet on one row; 0 on SQLite), the new sum given:
+the row's sum is read once per transaction and kept in its cache under :data:`TALLY` plus the
+shard (an in-memory log carries it to its next write only when nothing else changed the
+database). The term and the sum are computed there, inline (issue 29: a compensation's call
+budget); :func:`tally_term` is the same term."""
+TALLY = "\x00tally:"
+"""Prefix of a ``tx.cache`` key: the sum of the log's tally row of that shard."""
+MOD = _MOD
 
 
 Seen = tuple[int, int, Tally, int, int, dict[int, tuple[int, str]]]
@@ -175,6 +173,7 @@ class TallySeen:
         Raises:
             HistoryAlteredError: The tally or a shard does not verify.
         """
+        # both tables hold at most a row per shard (and the tally one for SINCE)
         since, stored = stored_tally(tx.execute("SELECT shard, n, acc FROM log_tally"))
         heads = {int(r[0]): (int(r[1]), str(r[2])) for r in tx.execute(
             "SELECT shard, n, head FROM log_heads")}  # fmt: skip
@@ -239,9 +238,9 @@ def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
         "ORDER BY rec_id",
         (upto,),
     ):
-        n += 1
-        total = (total + tally_term(key, str(saga_id), str(digest or ""))) % _MOD
-        upto = int(rec_id)
+        msg = f"tally:{len(saga_id)}:{saga_id}:{digest or ''}".encode()
+        term = hmac.new(key, msg, hashlib.sha256) if key else hashlib.sha256(msg)
+        n, total, upto = n + 1, total + int(term.hexdigest(), 16), int(rec_id)
     shards = dict(shards)
     for rec_id, saga_id, digest, body in tx.execute(
         "SELECT rec_id, saga_id, hash, body FROM records WHERE kind='saga.started' AND rec_id > ? "
@@ -254,7 +253,7 @@ def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
         count, rolling = shards.get(shard, (0, ""))
         shards[shard] = (count + 1, shard_step(key, shard, rolling, str(digest or "")))
         n_s, upto_s = n_s + 1, int(rec_id)
-    return since, upto, (n, total), upto_s, n_s, shards
+    return since, upto, (n, total % _MOD), upto_s, n_s, shards
 
 
 def altered(saga_id: str, problems: list[ChainProblem]) -> HistoryAlteredError:
