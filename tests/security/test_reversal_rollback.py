@@ -13,6 +13,7 @@ HTTP API answers 409 and marks the sagas, and nothing is sent.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -220,6 +221,14 @@ async def test_every_surface_says_the_log_does_not_verify_and_none_sends_a_refun
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
     assert "a saga's reversal was cut off or rolled back" in doctor.stdout
     assert "Traceback" not in doctor.stdout + doctor.stderr
+    show = subprocess.run(  # noqa: ASYNC221 (the real CLI, once)
+        [sys.executable, "-m", "amends", "show", "paid", "--db", url, "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert show.returncode == 1, show.stdout + show.stderr
+    shown = json.loads(show.stdout)
+    assert shown["integrity"]["verified"] is False and shown["reversal"] is None
+    assert "tally of reversal records" in shown["integrity"]["problems"][0]["detail"]
     app = create_app(lambda: amends.Engine(psp_catalog(psp), log=url), ServerSettings(no_auth=True))
     with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
         undo = client.post("/sagas/paid/undo")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from .._errors import HistoryAlteredError
 from . import leases
 from .base import ChainProblem, IdemRecord, LogHealth, ReversalHead
 from .cache import SagaCache
@@ -62,6 +63,20 @@ class AdminQueries:
     def tally_seen(self) -> TallySeen:
         """What this log object last found of the log's tally of reversal records."""
         return TallySeen()
+
+    async def undo_problems(self, saga_id: str) -> list[ChainProblem]:
+        """What the check before an undo of ``saga_id`` would find (rule 12: the log's tally
+        of reversal records, the saga's shard), read without writing: ``amends show`` says it."""
+        key, seen = self.signing_key, self.tally_seen
+
+        def fn(tx: Tx) -> list[ChainProblem]:
+            try:
+                seen.check(tx, key, saga_id)
+            except HistoryAlteredError as exc:
+                return list(exc.problems)
+            return []
+
+        return await self.db.read(fn)
 
     async def checked_write(self, saga_id: str, fn: Callable[[Tx], T]) -> T:
         """``fn`` in a write transaction after the check of rule 12 that comes before claiming,

@@ -245,6 +245,8 @@ async def _read_saga(
     try:
         saga = await _get(log, saga_id)
         problems = await log.verify(saga_id)
+        if not problems and hasattr(log, "undo_problems"):  # rule 12: a saga rolled back
+            problems = await log.undo_problems(saga_id)
         rev = saga.reversal
         report = None
         if not problems and rev is not None and rev.report is not None:
