@@ -207,17 +207,18 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
         seen_head = tx.cache.get(seen_saga)
         if int(gen) == generation and seen_head is not None:
             return seen_saga, int(seen_run), seen_head
-    rows = tx.execute(
+    rows = tx.execute(  # and the sum of the writer's tally row (rule 12), in the same trip
         "SELECT r.generation, r.saga_id, r.continuations, (SELECT hash FROM records WHERE "
-        "saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1) FROM reversals r "
-        "WHERE r.reversal_id = ?",
-        (reversal_id,),
+        "saga_id = r.saga_id ORDER BY rec_id DESC LIMIT 1), (SELECT acc FROM log_tally WHERE "
+        "shard = ?) FROM reversals r WHERE r.reversal_id = ?",
+        (tx.shard or 0, reversal_id),
     )
     if not rows or int(rows[0][0]) != generation:
         raise leases.lost(reversal_id, rows[0][0] if rows else None, generation)
     saga_id = str(rows[0][1])
     head = tx.cache.get(saga_id, str(rows[0][3] or ""))
     run = int(rows[0][2] or 0)
+    tx.cache.setdefault(TALLY + str(tx.shard or 0), str(rows[0][4] or ""))
     tx.cache[_FENCE + reversal_id] = f"{generation}:{run}:{saga_id}"
     return saga_id, run, head
 
