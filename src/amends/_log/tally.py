@@ -36,6 +36,7 @@ from .database import Tx
 from .integrity import shard_step, started_shard, verify_shards
 
 __all__ = [
+    "ANCHORED",
     "ANCHOR_PREFIX",
     "LOG",
     "LOG_TABLES",
@@ -58,6 +59,9 @@ __all__ = [
 LOG = "(log)"
 _MOD = 1 << 256
 
+ANCHORED = "(reversal_id IS NOT NULL OR kind = 'saga.started')"
+"""The records the log's anchors count (a reversal's, a saga's start): the condition of the
+partial index ``records_anchors``, written as is in each query that should use it."""
 LOG_TABLES = ("log_heads", "log_tally")
 """The tables of the log's own anchors (rule 12): the saga shards and the reversal tally."""
 SINCE = -1
@@ -221,11 +225,13 @@ def _same(
 def _counts(tx: Tx, since: int, was: Seen) -> bool:
     """Whether the records the last check read are all still there (counted, not read)."""
     (rev,) = tx.execute(
-        "SELECT count(*) FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? AND rec_id <= ?",
+        f"SELECT count(*) FROM records WHERE {ANCHORED} AND reversal_id IS NOT NULL "
+        "AND rec_id > ? AND rec_id <= ?",
         (since, was[1]),
     )[0]
     (started,) = tx.execute(
-        "SELECT count(*) FROM records WHERE kind='saga.started' AND rec_id <= ?", (was[3],)
+        f"SELECT count(*) FROM records WHERE {ANCHORED} AND kind='saga.started' AND rec_id <= ?",
+        (was[3],),
     )[0]
     return int(rev) == was[2][0] and int(started) == was[4]
 
@@ -234,8 +240,8 @@ def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
     """``was`` with every reversal record and every ``saga.started`` record after it."""
     since, upto, (n, total), upto_s, n_s, shards = was
     for rec_id, saga_id, digest in tx.execute(
-        "SELECT rec_id, saga_id, hash FROM records WHERE reversal_id IS NOT NULL AND rec_id > ? "
-        "ORDER BY rec_id",
+        f"SELECT rec_id, saga_id, hash FROM records WHERE {ANCHORED} AND reversal_id IS NOT NULL "
+        "AND rec_id > ? ORDER BY rec_id",
         (upto,),
     ):
         msg = f"tally:{len(saga_id)}:{saga_id}:{digest or ''}".encode()
@@ -243,8 +249,8 @@ def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
         n, total, upto = n + 1, total + int(term.hexdigest(), 16), int(rec_id)
     shards = dict(shards)
     for rec_id, saga_id, digest, body in tx.execute(
-        "SELECT rec_id, saga_id, hash, body FROM records WHERE kind='saga.started' AND rec_id > ? "
-        "ORDER BY rec_id",
+        f"SELECT rec_id, saga_id, hash, body FROM records WHERE {ANCHORED} AND "
+        "kind='saga.started' AND rec_id > ? ORDER BY rec_id",
         (upto_s,),
     ):
         shard = started_shard(str(saga_id), body)

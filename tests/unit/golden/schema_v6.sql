@@ -9,11 +9,10 @@ CREATE TABLE records (rec_id INTEGER PRIMARY KEY AUTOINCREMENT, saga_id TEXT NOT
 CREATE TABLE reversals (reversal_id TEXT PRIMARY KEY, saga_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL, budget TEXT NOT NULL, owner TEXT, generation INTEGER NOT NULL, lease_until DOUBLE PRECISION, requested_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, calls_spent INTEGER NOT NULL DEFAULT 0, tokens_spent INTEGER NOT NULL DEFAULT 0, report TEXT, continuations INTEGER NOT NULL DEFAULT 0, report_hash TEXT)
 CREATE TABLE sagas (saga_id TEXT PRIMARY KEY, title TEXT NOT NULL, tenant TEXT, actor TEXT, state TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION, owner TEXT, lease_until DOUBLE PRECISION, meta TEXT NOT NULL DEFAULT '{}', head TEXT)
 CREATE INDEX idem_expires ON idem_keys (expires_at)
+CREATE INDEX records_anchors ON records (rec_id, reversal_id, kind) WHERE (reversal_id IS NOT NULL OR kind = 'saga.started')
 CREATE INDEX records_comp ON records (reversal_id, rec_id) WHERE phase='c'
 CREATE INDEX records_in_doubt ON records (saga_id) WHERE kind='step.in_doubt'
-CREATE INDEX records_reversal ON records (rec_id) WHERE reversal_id IS NOT NULL
 CREATE INDEX records_saga ON records (saga_id, rec_id)
-CREATE INDEX records_started ON records (rec_id) WHERE kind='saga.started'
 CREATE INDEX reversals_running ON reversals (lease_until) WHERE state='running'
 CREATE INDEX sagas_created ON sagas (created_at)
 CREATE INDEX sagas_running ON sagas (lease_until) WHERE state='running'
