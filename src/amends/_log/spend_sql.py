@@ -1,5 +1,6 @@
 """The SQL log's half of :class:`.spend.FollowUpSpend`: a follow-up's record text, its totals
-summed with the reversal's latest record's in the writing transaction, its caps checked there."""
+summed with the reversal's latest record's in the writing transaction, its caps checked there;
+and the check of a follow-up's ``first`` write (no record under its key yet)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .base import CompensationWrite
 from .database import Tx
 from .records import compensation_text, spent
 
-__all__ = ["spend_text"]
+__all__ = ["first_write", "spend_text"]
 
 
 def spend_text(tx: Tx, write: CompensationWrite, run: int, saga_id: str) -> str:
@@ -43,3 +44,20 @@ def spend_text(tx: Tx, write: CompensationWrite, run: int, saga_id: str) -> str:
                 step_id=step,
             )
     return compensation_text(dataclasses.replace(write, calls_spent=calls, tokens_spent=tokens))
+
+
+def first_write(tx: Tx, reversal_id: str, step_id: str) -> None:
+    """Refuse a ``first`` write when the reversal has a record under ``step_id`` (issue 27).
+
+    Safe across processes: SQLite holds the write lock; on PostgreSQL every append updates the
+    saga's row at ``COMMIT``, so of two transactions that both found none, one fails with a
+    serialization error, runs again on a fresh snapshot, and finds the other's record."""
+    if tx.execute(
+        "SELECT 1 FROM records WHERE reversal_id=? AND step_id=? AND phase='c' LIMIT 1",
+        (reversal_id, step_id),
+    ):
+        raise SagaStateError(
+            f"{step_id!r} of reversal {reversal_id} is already recorded: another request made "
+            f"it at the same time; `amends follow-up list` shows what was sent",
+            step_id=step_id,
+        )

@@ -23,7 +23,6 @@ from .._errors import (
     ConfigError,
     ContractError,
     SagaNotFoundError,
-    SagaStateError,
 )
 from .._native import mypyc_attr
 from . import leases
@@ -69,7 +68,7 @@ from .rows import rev_select as _rev
 from .rows import reversal_of as _reversal
 from .rows import saga_of as _saga
 from .schema import MIGRATIONS, SCHEMA_VERSION, upgrade
-from .spend_sql import spend_text
+from .spend_sql import first_write, spend_text
 from .tally import MOD, TALLY, TALLY_UPSERT
 from .texts import step_intent_text
 from .unreadable import readable
@@ -221,23 +220,6 @@ def _fenced(tx: Tx, reversal_id: str, generation: int) -> tuple[str, int, str | 
     tx.cache.setdefault(TALLY + str(tx.shard or 0), str(rows[0][4] or ""))
     tx.cache[_FENCE + reversal_id] = f"{generation}:{run}:{saga_id}"
     return saga_id, run, head
-
-
-def _first(tx: Tx, reversal_id: str, step_id: str) -> None:
-    """Refuse a ``first`` write when the reversal has a record under ``step_id`` (issue 27).
-
-    Safe across processes: SQLite holds the write lock; on PostgreSQL every append updates the
-    saga's row at ``COMMIT``, so of two transactions that both found none, one fails with a
-    serialization error, runs again on a fresh snapshot, and finds the other's record."""
-    if tx.execute(
-        "SELECT 1 FROM records WHERE reversal_id=? AND step_id=? AND phase='c' LIMIT 1",
-        (reversal_id, step_id),
-    ):
-        raise SagaStateError(
-            f"{step_id!r} of reversal {reversal_id} is already recorded: another request made "
-            f"it at the same time; `amends follow-up list` shows what was sent",
-            step_id=step_id,
-        )
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # PostgresLog, applications (_native)
@@ -550,7 +532,7 @@ class SqlSagaLog(AdminQueries, HandoffQueries, SagaLog):
         def fn(tx: Tx) -> None:
             saga_id, run, head = _fenced(tx, reversal_id, generation)
             if write.first:
-                _first(tx, reversal_id, step_id)
+                first_write(tx, reversal_id, step_id)
             body = text if write.spend is None else spend_text(tx, write, run, saga_id)  # issue 27
             stored = body if not run else f'{body[:-1]},"run":{run}}}'
             _append(
