@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from amends import ConfigError, PermanentError, TransientError, current_call
 
@@ -77,16 +77,7 @@ FaultKind = Literal[
 EPOCH = datetime(2026, 12, 7, 9, 0, tzinfo=UTC).timestamp()
 """Where the sandbox clock starts: Monday 7 December 2026, 09:00 UTC (dates stay reproducible)."""
 
-_FAULT_KINDS = (
-    "transient",
-    "permanent",
-    "timeout",
-    "slow",
-    "act_then_raise",
-    "raise_after_inverse",
-    "answer_other_id",
-    "answer_null_id",
-)
+_FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 _ANSWER_KINDS = frozenset({"answer_other_id", "answer_null_id", "answered"})
 """Faults that change what the vendor answers, not what it does (``answered``: one used)."""
 _AFTER_ACTING = frozenset({"act_then_raise", "raise_after_inverse"}) | _ANSWER_KINDS
