@@ -571,6 +571,7 @@ def _resource_id(value: Any) -> str:
 
 
 _IDEMPOTENCY_KEY: Callable[[Call], str] = operator.attrgetter("idempotency_key")
+"""The vendor idempotency key for a call (stable across retries, crashes and processes)."""
 
 
 class UntrustedAnswer(RuntimeError):
@@ -599,9 +600,6 @@ def _names_what_it_made(world: World, vendor: str, call: Call, answer: dict[str,
             f"made ({made.get('id')!r}); no inverse was recorded from it: look the call up at "
             f"the vendor by its idempotency key before undoing it by hand"
         )
-
-
-"""The vendor idempotency key for a call (stable across retries, crashes and processes)."""
 
 
 def refund_settle_date(world: World) -> str:
