@@ -50,6 +50,7 @@ __all__ = [
     "anchor_last",
     "anchor_problems",
     "anchor_text",
+    "is_tally_problem",
     "stored_tally",
     "tally_of",
     "tally_problems",
@@ -104,6 +105,16 @@ def stored_tally(rows: Iterable[tuple[int, int, str]]) -> tuple[int, Tally]:
     return since, (n, total % _MOD)
 
 
+_TALLY_DETAIL = "the log's tally of reversal records does not verify"
+"""How the detail of a problem :func:`tally_problems` finds begins (:func:`is_tally_problem`)."""
+
+
+def is_tally_problem(problem: ChainProblem) -> bool:
+    """Whether ``problem`` is the log's tally not verifying (a reversal cut off or rolled back:
+    no undo acts on the log), not another problem of the log as a whole (a saga deleted)."""
+    return problem.saga_id == LOG and problem.detail.startswith(_TALLY_DETAIL)
+
+
 def tally_problems(found: Tally, stored: Tally) -> list[ChainProblem]:
     """The log's reversal records (``found``) against the tally it holds (``stored``)."""
     if found == stored:
@@ -118,7 +129,7 @@ def tally_problems(found: Tally, stored: Tally) -> list[ChainProblem]:
         what, how = "edited", f"its {have} reversal record(s) are not the ones it recorded"
     return [
         ChainProblem(LOG, None, what, (
-            f"the log's tally of reversal records does not verify: {how}. A saga's reversal "
+            f"{_TALLY_DETAIL}: {how}. A saga's reversal "
             f"was cut off, deleted or rolled back to an older copy (or records of another log "
             f"were brought in), and an undo could send its compensations again: amends "
             f"refuses every undo, resume and continuation on this log until it is restored "
@@ -244,6 +255,8 @@ def _read(tx: Tx, key: bytes | None, was: Seen) -> Seen:
         "AND rec_id > ? ORDER BY rec_id",
         (upto,),
     ):
+        # tally_term's term, inline (issue 29: a claim hashes each reversal record once, and
+        # the call per record passed a compensation's call budget, 106.5 against 105)
         msg = f"tally:{len(saga_id)}:{saga_id}:{digest or ''}".encode()
         term = hmac.new(key, msg, hashlib.sha256) if key else hashlib.sha256(msg)
         n, total, upto = n + 1, total + int(term.hexdigest(), 16), int(rec_id)

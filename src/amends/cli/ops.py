@@ -21,6 +21,7 @@ from amends import AmendsError, ConfigError, LogCorruptedError
 from .._log import file_permission_problems
 from .._log.integrity import LOG
 from .._log.sql import SCHEMA_VERSION
+from .._log.tally import is_tally_problem
 from ._hints import command, complete
 
 __all__ = ["Finding", "diagnose", "register"]
@@ -234,7 +235,7 @@ async def diagnose(
         if verify:
             for p in await log.verify():
                 where = f"event {p.event_id}" if p.event_id is not None else "its history"
-                if p.saga_id == LOG and "tally" in p.detail:  # rule 12: a reversal cut off
+                if is_tally_problem(p):  # rule 12: a reversal cut off
                     what = "the log: a saga's reversal was cut off or rolled back (the tally "
                     what += f"of reversal records does not verify: records {p.what})"
                 elif p.saga_id == LOG:  # rule 12: a saga deleted as a whole
