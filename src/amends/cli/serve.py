@@ -155,9 +155,9 @@ def _token_revoke(args: argparse.Namespace) -> int:
         info = store.revoke(args.token_id)
     finally:
         store.close()
-    from amends._visible import visible
+    from ._common import safe
 
-    sys.stdout.write(f"revoked {info.token_id} (tenant {visible(info.tenant)})\n")
+    sys.stdout.write(f"revoked {info.token_id} (tenant {safe(info.tenant)})\n")
     return 0
 
 
