@@ -70,6 +70,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -352,7 +353,7 @@ class HttpTransport:
             where_to = resp.headers.get("Location", "no Location header")
             return TransportResult(
                 "unknown",
-                detail=f"{shown}: HTTP {code} {_AFTER_A_WRITE[code]} to {where_to}: the vendor "
+                detail=f"{shown}: HTTP {code} {HTTPStatus(code).phrase} to {where_to}: the vendor "
                 f"may have done the work (redirects are not followed, so its result was not "
                 f"read); if the address moved, point http.url at the final URL",
             )
@@ -375,7 +376,7 @@ class HttpTransport:
             return TransportResult("ok", text=resp.text)
 
 
-_AFTER_A_WRITE = {301: "Moved Permanently", 302: "Found", 303: "See Other"}
+_AFTER_A_WRITE = frozenset({301, 302, 303})
 """Redirects a server may answer a write with after doing it (rule 9: not a refusal)."""
 
 MAX_RESPONSE_BYTES = MAX_RESULT_BYTES
